@@ -1,0 +1,53 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Every target creates .venv when missing and installs what it needs:
+# torch pinned to 2.13.0 first (the CPU build), then flowsplit with its extras.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.installed-dev
+BSTAMP := $(VENV)/.installed-bench
+DEMO_OUT ?= runs/demo
+export PIP_DISABLE_PIP_VERSION_CHECK = 1
+
+.PHONY: demo test lint pytest bench install clean demo-capture
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[dev]"
+	@touch $@
+
+$(BSTAMP): $(STAMP)
+	$(PIP) install -q -e ".[dev,bench]"
+	@touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m flowsplit demo -o $(DEMO_OUT)
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks scripts
+	$(PY) -m ruff format --check src tests benchmarks scripts
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint pytest
+
+bench: $(BSTAMP)
+	@mkdir -p bench-results
+	$(PY) benchmarks/run_all.py --out-dir bench-results
+
+# Regenerates the embedded lab capture (needs root, tcpdump and the servers; see scripts/).
+demo-capture:
+	sudo -n true 2>/dev/null || true
+	$(PY) scripts/make_demo_capture.py --out demo/captures
+
+clean:
+	rm -rf $(VENV) runs bench-results .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+"""flowsplit: train traffic classifiers centralised, data-parallel or split across tiers."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,80 @@
+"""Command line: parse, build the config, dispatch. No logic lives here.
+
+Each area of flowsplit registers its own sub-commands through a ``register``
+function in its ``commands`` module, so this file only lists the areas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from flowsplit import __version__
+from flowsplit.errors import FlowsplitError
+
+# Modules with a ``register(subparsers)`` function, in the order --help shows them.
+COMMAND_MODULES = (
+    "flowsplit.data.commands",
+    "flowsplit.train.commands",
+    "flowsplit.experiments.commands",
+    "flowsplit.federated.commands",
+    "flowsplit.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowsplit",
+        description=(
+            "Train network-traffic classifiers centralised, data-parallel, or split "
+            "across devices, edge aggregators and the cloud, and measure what each costs."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"flowsplit {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the full traceback when something fails"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("FLOWSPLIT_DEBUG") == "1"
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+        return int(rc or 0)
+    except FlowsplitError as exc:
+        if debug:
+            raise
+        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("flowsplit: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - last line of defence for the CLI
+        if debug:
+            raise
+        print(
+            f"flowsplit: internal error: {type(exc).__name__}: {exc} "
+            "(run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 1

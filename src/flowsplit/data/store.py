@@ -1,0 +1,430 @@
+"""The dataset store: one directory per prepared dataset.
+
+Layout of a dataset directory ``DIR``::
+
+    DIR/manifest.json     schema version, sources, options, classes, counts, views, splits
+    DIR/meta.parquet      one row per flow: flow_id, source, group, label, label_name, split, ...
+    DIR/stats.parquet     the ``stats`` view (float32 columns), same row order as meta
+    DIR/<view>.npy        tensor views (``seq``, ``bytes``, ``pkt_bytes``), memory-mappable
+
+Rows are flows; row ``i`` of every file is the same flow. ``meta.split`` is one of
+``train``, ``val``, ``test``. A dataset is written under a temporary name and renamed
+into place at the end, so an interrupted ``prepare`` never leaves a half-written DIR
+that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flowsplit import __version__
+from flowsplit.errors import InputError
+
+SCHEMA_VERSION = 1
+SPLITS = ("train", "val", "test")
+TENSOR_VIEWS = ("seq", "bytes", "pkt_bytes")
+ALL_VIEWS = (*TENSOR_VIEWS, "stats")
+META_REQUIRED = ("flow_id", "source", "group", "label", "label_name", "split")
+
+
+def file_digest(path: str | Path, algo: str = "sha256", chunk: int = 1 << 20) -> str:
+    """Hex digest of a file, read in chunks (bounded memory)."""
+    h = hashlib.new(algo)
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(
+        path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n"
+    )
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class NpyAppender:
+    """Append rows of a fixed trailing shape to a ``.npy`` file with bounded memory.
+
+    The header is written with room for any final shape and rewritten by
+    :meth:`close`, so the file is a valid ``.npy`` (format 1.0) that
+    ``np.load(..., mmap_mode="r")`` opens without copying.
+    """
+
+    _HEADER_LEN = 128  # bytes, a multiple of 64 as numpy requires
+
+    def __init__(self, path: str | Path, row_shape: tuple[int, ...], dtype: Any):
+        self.path = Path(path)
+        self.row_shape = tuple(int(s) for s in row_shape)
+        self.dtype = np.dtype(dtype)
+        self.n_rows = 0
+        self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._fh.write(b"\x00" * self._HEADER_LEN)
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.row_shape:
+            raise ValueError(
+                f"{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}"
+            )
+        self._fh.write(rows.tobytes())
+        self.n_rows += rows.shape[0]
+
+    def close(self) -> tuple[int, ...]:
+        shape = (self.n_rows, *self.row_shape)
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": shape,
+        }
+        text = repr(header).encode("latin1")
+        prefix = b"\x93NUMPY\x01\x00"
+        pad = self._HEADER_LEN - len(prefix) - 2 - len(text) - 1
+        if pad < 0:
+            raise ValueError("npy header does not fit")
+        body = text + b" " * pad + b"\n"
+        self._fh.seek(0)
+        self._fh.write(prefix + len(body).to_bytes(2, "little") + body)
+        self._fh.close()
+        return shape
+
+    def abort(self) -> None:
+        self._fh.close()
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass
+class Dataset:
+    """A prepared dataset, read lazily from its directory.
+
+    Tensor views are memory-mapped, so opening a large dataset costs almost nothing
+    and each DataParallel worker touches only the rows of its shard.
+    """
+
+    root: Path
+    manifest: dict[str, Any]
+    meta: pd.DataFrame
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # --- what is in it -------------------------------------------------------------
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest["classes"])
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.manifest["classes"])
+
+    @property
+    def n_flows(self) -> int:
+        return int(self.manifest["n_flows"])
+
+    @property
+    def views(self) -> list[str]:
+        return list(self.manifest["views"])
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.meta["label"].to_numpy(dtype=np.int64)
+
+    def has_view(self, name: str) -> bool:
+        return name in self.manifest["views"]
+
+    def view_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of one sample of a view (without the leading flow axis)."""
+        self._require_view(name)
+        return tuple(self.manifest["views"][name]["shape"][1:])
+
+    # --- data ------------------------------------------------------------------------
+    def view(self, name: str, *, mmap: bool = True) -> np.ndarray:
+        """The whole view as an array with one row per flow (``stats`` as float32)."""
+        self._require_view(name)
+        if name in self._cache:
+            return self._cache[name]
+        info = self.manifest["views"][name]
+        path = self.root / info["file"]
+        if name == "stats":
+            arr = pd.read_parquet(path).to_numpy(dtype=np.float32)
+        else:
+            arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        self._cache[name] = arr
+        return arr
+
+    def stats_frame(self) -> pd.DataFrame:
+        self._require_view("stats")
+        return pd.read_parquet(self.root / self.manifest["views"]["stats"]["file"])
+
+    def split_indices(self, split: str) -> np.ndarray:
+        """Row indices of one split (``train``, ``val`` or ``test``), in store order."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        return np.flatnonzero(self.meta["split"].to_numpy() == split)
+
+    def xy(self, view: str, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(X, y) of one split, X materialised in memory."""
+        idx = self.split_indices(split)
+        return np.asarray(self.view(view)[idx]), self.labels[idx]
+
+    def _require_view(self, name: str) -> None:
+        if name not in self.manifest["views"]:
+            have = ", ".join(self.manifest["views"]) or "none"
+            raise InputError(self.root, f"dataset has no view {name!r} (it has: {have})")
+
+
+def load_dataset(path: str | Path) -> Dataset:
+    """Open a dataset directory written by :func:`write_dataset`."""
+    root = Path(path)
+    manifest_path = root / "manifest.json"
+    if not root.is_dir():
+        raise InputError(root, "not a dataset directory (run `flowsplit prepare` first)")
+    if not manifest_path.is_file():
+        raise InputError(root, "no manifest.json: not a flowsplit dataset")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(manifest_path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise InputError(
+            manifest_path, f"schema version {version}, this flowsplit reads {SCHEMA_VERSION}"
+        )
+    meta = pd.read_parquet(root / "meta.parquet")
+    return Dataset(root=root, manifest=manifest, meta=meta)
+
+
+class DatasetWriter:
+    """Write a dataset directory atomically, rows streamed in batches.
+
+    Usage::
+
+        with DatasetWriter(out_dir, views={"seq": ((32, 5), np.float32)}) as w:
+            w.append(meta_df, {"seq": arr}, stats_df)
+            w.finish(classes=[...], manifest_extra={...})
+
+    ``finish`` may be given ``keep`` (a boolean mask or index array over the rows
+    appended so far) and ``split`` (one split name per kept row) to drop and reorder
+    nothing else: rows keep their appended order. Until ``finish`` returns, the data
+    lives under ``DIR.tmp-*``; the final rename replaces an existing DIR only then.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        views: Mapping[str, tuple[tuple[int, ...], Any]],
+        *,
+        overwrite: bool = True,
+    ):
+        self.out_dir = Path(out_dir)
+        if self.out_dir.exists() and not overwrite:
+            raise InputError(self.out_dir, "exists (use --overwrite to replace it)")
+        is_foreign = self.out_dir.is_dir() and not (self.out_dir / "manifest.json").exists()
+        if is_foreign and any(self.out_dir.iterdir()):
+            raise InputError(
+                self.out_dir, "exists and is not a flowsplit dataset; refusing to replace it"
+            )
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir = Path(
+            tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
+        )
+        self._raw_dir = self.tmp_dir / "_raw"
+        self._raw_dir.mkdir()
+        self._views = {name: (tuple(shape), np.dtype(dt)) for name, (shape, dt) in views.items()}
+        self._appenders = {
+            name: NpyAppender(self._raw_dir / f"{name}.npy", shape, dt)
+            for name, (shape, dt) in self._views.items()
+        }
+        self._meta: list[pd.DataFrame] = []
+        self._stats: list[pd.DataFrame] = []
+        self.n_rows = 0
+        self._done = False
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._done:
+            self.abort()
+
+    def append(
+        self,
+        meta: pd.DataFrame,
+        views: Mapping[str, np.ndarray] | None = None,
+        stats: pd.DataFrame | None = None,
+    ) -> None:
+        """Append a batch of flows: metadata rows plus the matching view rows."""
+        n = len(meta)
+        views = dict(views or {})
+        missing = set(self._appenders) - set(views)
+        if missing:
+            raise ValueError(f"batch lacks views {sorted(missing)}")
+        for name, arr in views.items():
+            if arr.shape[0] != n:
+                raise ValueError(f"view {name}: {arr.shape[0]} rows for {n} flows")
+            self._appenders[name].append(arr)
+        if stats is not None:
+            if len(stats) != n:
+                raise ValueError(f"stats: {len(stats)} rows for {n} flows")
+            self._stats.append(stats.reset_index(drop=True))
+        self._meta.append(meta.reset_index(drop=True))
+        self.n_rows += n
+
+    def collected_meta(self) -> pd.DataFrame:
+        """All metadata appended so far (one row per appended flow)."""
+        if not self._meta:
+            return pd.DataFrame()
+        return pd.concat(self._meta, ignore_index=True)
+
+    def finish(
+        self,
+        *,
+        classes: list[str],
+        meta: pd.DataFrame | None = None,
+        keep: np.ndarray | None = None,
+        manifest_extra: Mapping[str, Any] | None = None,
+        chunk_rows: int = 65536,
+    ) -> Path:
+        """Select the kept rows, write the final files and rename into place.
+
+        ``meta`` replaces the collected metadata (same number of rows as appended,
+        with the ``split`` and ``label`` columns filled in); ``keep`` selects rows.
+        """
+        meta = self.collected_meta() if meta is None else meta.reset_index(drop=True)
+        if len(meta) != self.n_rows:
+            raise ValueError(f"meta has {len(meta)} rows, {self.n_rows} were appended")
+        keep_idx = np.arange(self.n_rows) if keep is None else _as_index(keep, self.n_rows)
+        missing = [c for c in META_REQUIRED if c not in meta.columns]
+        if missing:
+            raise ValueError(f"meta lacks columns {missing}")
+        final_meta = meta.iloc[keep_idx].reset_index(drop=True)
+        final_meta["flow_id"] = np.arange(len(final_meta), dtype=np.int64)
+        views_info: dict[str, Any] = {}
+        for name, app in self._appenders.items():
+            app.close()
+            raw = np.load(app.path, mmap_mode="r")
+            out = NpyAppender(self.tmp_dir / f"{name}.npy", raw.shape[1:], raw.dtype)
+            for start in range(0, len(keep_idx), chunk_rows):
+                out.append(np.asarray(raw[keep_idx[start : start + chunk_rows]]))
+            shape = out.close()
+            del raw
+            app.path.unlink()
+            views_info[name] = {
+                "file": f"{name}.npy",
+                "shape": list(shape),
+                "dtype": str(np.dtype(self._views[name][1])),
+            }
+        if self._stats:
+            stats = pd.concat(self._stats, ignore_index=True).iloc[keep_idx].reset_index(drop=True)
+            stats = stats.astype(np.float32)
+            stats.to_parquet(self.tmp_dir / "stats.parquet", index=False)
+            views_info["stats"] = {
+                "file": "stats.parquet",
+                "shape": [len(stats), stats.shape[1]],
+                "dtype": "float32",
+                "columns": list(stats.columns),
+            }
+        final_meta.to_parquet(self.tmp_dir / "meta.parquet", index=False)
+        shutil.rmtree(self._raw_dir, ignore_errors=True)
+
+        labels = final_meta["label"].to_numpy(dtype=np.int64)
+        counts = (
+            np.bincount(labels, minlength=len(classes))
+            if len(labels)
+            else np.zeros(len(classes), int)
+        )
+        split_counts = {s: int((final_meta["split"] == s).sum()) for s in SPLITS}
+        manifest: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "flowsplit_version": __version__,
+            "n_flows": len(final_meta),
+            "classes": list(classes),
+            "class_counts": {c: int(n) for c, n in zip(classes, counts, strict=True)},
+            "views": {},
+            "splits": split_counts,
+        }
+        extra = dict(manifest_extra or {})
+        extra_views = extra.pop("views", {})
+        for name, info in views_info.items():
+            info.update(extra_views.get(name, {}))
+            manifest["views"][name] = info
+        for key, value in extra.items():
+            manifest.setdefault(key, value)
+        atomic_write_json(self.tmp_dir / "manifest.json", manifest)
+
+        if self.out_dir.exists():
+            old = self.out_dir.with_name(f".{self.out_dir.name}.old-{os.getpid()}")
+            os.replace(self.out_dir, old)
+            os.replace(self.tmp_dir, self.out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp_dir, self.out_dir)
+        self._done = True
+        return self.out_dir
+
+    def abort(self) -> None:
+        for app in self._appenders.values():
+            if not app._fh.closed:
+                app._fh.close()
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self._done = True
+
+
+def _as_index(keep: np.ndarray | Iterable[int], n: int) -> np.ndarray:
+    keep = np.asarray(keep)
+    if keep.dtype == bool:
+        if keep.shape != (n,):
+            raise ValueError(f"keep mask of shape {keep.shape}, expected ({n},)")
+        return np.flatnonzero(keep)
+    return keep.astype(np.int64)
+
+
+def write_dataset(
+    out_dir: str | Path,
+    *,
+    meta: pd.DataFrame,
+    classes: list[str],
+    views: Mapping[str, np.ndarray] | None = None,
+    stats: pd.DataFrame | None = None,
+    manifest_extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a whole in-memory dataset in one call (tests, small converters)."""
+    views = dict(views or {})
+    spec = {name: (arr.shape[1:], arr.dtype) for name, arr in views.items()}
+    with DatasetWriter(out_dir, spec) as writer:
+        writer.append(meta, views, stats)
+        return writer.finish(classes=classes, manifest_extra=manifest_extra)
