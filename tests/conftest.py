@@ -1,0 +1,35 @@
+"""Shared test fixtures: paths to the real corpus and free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("FLOWSPLIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+NDPI_DIR = SHARED_DATA / "ndpi"
+USTC_DIR = SHARED_DATA / "ustc-tfc2016"
+DEMO_CAPTURES = ROOT / "demo" / "captures"
+
+needs_ndpi = pytest.mark.skipif(
+    not (NDPI_DIR / "pcap").is_dir(), reason=f"real nDPI corpus not found at {NDPI_DIR}"
+)
+needs_ustc = pytest.mark.skipif(
+    not USTC_DIR.is_dir(), reason=f"USTC-TFC2016 IDX files not found at {USTC_DIR}"
+)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_threads(monkeypatch):
+    # Tests run side by side on 2 cores: keep each process to its own thread budget.
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
