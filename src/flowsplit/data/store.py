@@ -385,6 +385,7 @@ class DatasetWriter:
         for key, value in extra.items():
             manifest.setdefault(key, value)
         atomic_write_json(self.tmp_dir / "manifest.json", manifest)
+        os.chmod(self.tmp_dir, 0o755)  # mkdtemp makes it private; a dataset is shared
 
         if self.out_dir.exists():
             old = self.out_dir.with_name(f".{self.out_dir.name}.old-{os.getpid()}")

@@ -1,0 +1,233 @@
+"""Where a flow's label comes from.
+
+Four sources, chosen with ``--label-by``:
+
+``folder``
+    one sub-folder per class: ``INPUT/<class>/**/capture.pcap``.
+``file-csv``
+    a CSV mapping capture file to label (``--labels FILE``; columns ``file`` and
+    ``label`` by default, ``--file-column`` / ``--label-column`` to change them).
+``flow-csv``
+    a CSV of per-flow labels keyed by 5-tuple (``--labels FILE``), such as nDPI's
+    ``ndpi_flow_labels.csv``: key column ``key`` in the form
+    ``L4|ipA|portA|ipB|portB``, matched in either direction, and optionally a
+    ``file`` column restricting the key to one capture.
+``port``
+    for lab captures: the flow's service port (the smaller of its two ports),
+    named through ``--port-map`` (JSON ``{"name": port}`` or ``{"port": "name"}``)
+    when given; flows on unmapped ports are unlabelled.
+
+A flow without a label is counted (``skipped["unlabelled"]``) and dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from flowsplit.errors import ConfigError, InputError
+
+LABEL_SOURCES = ("auto", "folder", "file-csv", "flow-csv", "port")
+_PROTO_NUM = {"TCP": 6, "UDP": 17, "6": 6, "17": 17}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _norm_ip(text: str) -> str:
+    try:
+        return ipaddress.ip_address(text.strip().strip("[]")).compressed
+    except ValueError:
+        return text.strip()
+
+
+def flow_key(proto: int, ip_a: str, port_a: int, ip_b: str, port_b: int) -> tuple:
+    """Direction-free 5-tuple key: the two endpoints in sorted order."""
+    ends = sorted(((_norm_ip(ip_a), int(port_a)), (_norm_ip(ip_b), int(port_b))))
+    return (int(proto), ends[0], ends[1])
+
+
+def parse_key(text: str, fmt: str = "L4|ipA|portA|ipB|portB") -> tuple:
+    """Parse a 5-tuple key such as ``TCP|10.0.0.1|443|10.0.0.2|5000``."""
+    fields = fmt.split("|")
+    parts = text.split("|")
+    if len(parts) != len(fields):
+        raise ValueError(f"key {text!r} does not match format {fmt!r}")
+    d = dict(zip(fields, parts, strict=True))
+    proto = _PROTO_NUM.get(d["L4"].upper())
+    if proto is None:
+        raise ValueError(f"unknown L4 protocol {d['L4']!r}")
+    return flow_key(proto, d["ipA"], int(d["portA"]), d["ipB"], int(d["portB"]))
+
+
+@dataclass
+class LabelSpec:
+    """How to label flows; built from the CLI options."""
+
+    by: str = "auto"
+    """One of auto, folder, file-csv, flow-csv, port."""
+    labels: Path | None = None
+    """CSV for file-csv / flow-csv."""
+    file_column: str = "file"
+    """Column naming the capture file (file-csv, optional for flow-csv)."""
+    label_column: str = "label"
+    """Column holding the label (``master``, ``category`` or ``app`` for nDPI's file)."""
+    key_column: str = "key"
+    """flow-csv: column holding the 5-tuple key."""
+    key_format: str = "L4|ipA|portA|ipB|portB"
+    """flow-csv: layout of the key column."""
+    port_map: Path | None = None
+    """port: JSON mapping names to ports (or ports to names)."""
+
+    def __post_init__(self) -> None:
+        if self.by not in LABEL_SOURCES:
+            raise ConfigError(f"--label-by {self.by!r}: expected one of {', '.join(LABEL_SOURCES)}")
+        if self.by in ("file-csv", "flow-csv") and self.labels is None:
+            raise ConfigError(f"--label-by {self.by} needs --labels FILE.csv")
+
+
+@dataclass
+class Labeller:
+    """Assigns a label (or None) to every flow of a capture."""
+
+    spec: LabelSpec
+    _file_map: dict[str, str] = field(default_factory=dict)
+    _flow_map: dict[tuple, str] = field(default_factory=dict)
+    _port_map: dict[int, str] = field(default_factory=dict)
+    _flow_map_has_file: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: LabelSpec) -> Labeller:
+        lab = cls(spec)
+        if spec.by == "file-csv":
+            lab._file_map = _read_file_map(spec)
+        elif spec.by == "flow-csv":
+            lab._flow_map, lab._flow_map_has_file = _read_flow_map(spec)
+        elif spec.by == "port" and spec.port_map is not None:
+            lab._port_map = read_port_map(spec.port_map)
+        return lab
+
+    def label_flows(
+        self,
+        capture: Path,
+        root: Path,
+        proto: np.ndarray,
+        ip_a: np.ndarray,
+        port_a: np.ndarray,
+        ip_b: np.ndarray,
+        port_b: np.ndarray,
+    ) -> np.ndarray:
+        """Labels of one capture's flows: object array of str, None where unlabelled."""
+        n = len(proto)
+        out = np.empty(n, dtype=object)
+        by = self.spec.by
+        if by == "folder":
+            out[:] = folder_label(capture, root)
+        elif by == "file-csv":
+            out[:] = self._file_map.get(capture.name, self._file_map.get(_rel(capture, root)))
+        elif by == "flow-csv":
+            fname = capture.name
+            for i in range(n):
+                key = flow_key(proto[i], ip_a[i], port_a[i], ip_b[i], port_b[i])
+                out[i] = self._flow_map.get((fname, key) if self._flow_map_has_file else key)
+        elif by == "port":
+            service = np.minimum(port_a.astype(np.int64), port_b.astype(np.int64))
+            if self._port_map:
+                out[:] = [self._port_map.get(int(p)) for p in service]
+            else:
+                out[:] = [f"port-{int(p)}" for p in service]
+        else:  # pragma: no cover - resolved before use
+            raise ConfigError(f"label source {by!r} not resolved")
+        return out
+
+
+def folder_label(capture: Path, root: Path) -> str | None:
+    """The class folder of a capture: the first folder below the input root."""
+    try:
+        rel = capture.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+    return rel.parts[0] if len(rel.parts) >= 2 else None
+
+
+def _rel(capture: Path, root: Path) -> str:
+    try:
+        return str(capture.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return capture.name
+
+
+def _read_csv(path: Path, needed: list[str]) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(path, "labels file not found")
+    try:
+        df = pd.read_csv(path, dtype=str, skipinitialspace=True, keep_default_na=False)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise InputError(path, f"cannot read labels CSV ({str(exc).splitlines()[0]})") from None
+    df.columns = [c.strip() for c in df.columns]
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        have = ", ".join(df.columns[:12])
+        raise InputError(path, f"missing column(s) {', '.join(missing)} (columns: {have})")
+    return df
+
+
+def _read_file_map(spec: LabelSpec) -> dict[str, str]:
+    df = _read_csv(spec.labels, [spec.file_column, spec.label_column])
+    out = {}
+    for f, lab in zip(df[spec.file_column], df[spec.label_column], strict=True):
+        f, lab = f.strip(), lab.strip()
+        if f and lab:
+            out[f] = lab
+            out.setdefault(Path(f).name, lab)
+    return out
+
+
+def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
+    df = _read_csv(spec.labels, [spec.key_column, spec.label_column])
+    has_file = spec.file_column in df.columns
+    out: dict[tuple, str] = {}
+    bad = 0
+    files = df[spec.file_column].map(lambda f: Path(f.strip()).name) if has_file else None
+    for i, (key_text, lab) in enumerate(
+        zip(df[spec.key_column], df[spec.label_column], strict=True)
+    ):
+        lab = lab.strip()
+        if not lab:
+            continue
+        try:
+            key = parse_key(key_text, spec.key_format)
+        except ValueError:
+            bad += 1
+            continue
+        out[(files.iat[i], key) if has_file else key] = lab
+    if bad and bad == len(df):
+        raise InputError(
+            spec.labels, f"no key in column {spec.key_column!r} matches {spec.key_format!r}"
+        )
+    return out, has_file
+
+
+def read_port_map(path: Path) -> dict[int, str]:
+    """Read ``{"name": port}`` or ``{"port": "name"}`` (JSON) into port -> name."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "port map not found") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, 'port map must be a JSON object like {"http": 8080}')
+    out: dict[int, str] = {}
+    for k, v in raw.items():
+        if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
+            out[int(v)] = str(k)
+        elif str(k).isdigit():
+            out[int(k)] = str(v)
+        else:
+            raise InputError(path, f"entry {k!r}: {v!r} is not a port number")
+    return out

@@ -1,0 +1,460 @@
+"""`flowsplit prepare`: inputs -> labelled, deduplicated, split dataset directory.
+
+One way through: discover the input files -> read each one (captures into flows
+and views, flow CSVs into ``stats``, IDX files into ``bytes``) -> label -> stream
+rows into a :class:`~flowsplit.data.store.DatasetWriter` -> deduplicate, select
+classes, cap per group -> split -> write the manifest and rename into place.
+Memory stays bounded by the reader's chunk and the flush size, not by the input.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flowsplit.data import sources as src_mod
+from flowsplit.data.labels import Labeller, LabelSpec, folder_label
+from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
+from flowsplit.data.store import DatasetWriter, file_digest
+from flowsplit.errors import ConfigError, FlowsplitError, InputError
+
+log = logging.getLogger("flowsplit.prepare")
+
+FLUSH_FLOWS = 4096  # flows buffered before they are appended to the store
+
+
+@dataclass
+class PrepareOptions:
+    """Everything `flowsplit prepare` can be told; recorded in the manifest."""
+
+    labels: LabelSpec = field(default_factory=LabelSpec)
+    """Where labels come from."""
+    views: tuple[str, ...] = ("seq", "bytes", "pkt_bytes", "stats")
+    """Views to compute (captures); IDX gives bytes+stats, flow CSVs give stats."""
+    idle_timeout: float = 120.0
+    """Seconds without a packet after which a flow ends."""
+    active_timeout: float = 1800.0
+    """Seconds after its first packet at which a flow is cut."""
+    seq_len: int = 32
+    """T: packets in the ``seq`` view."""
+    n_bytes: int = 784
+    """K: payload bytes in the ``bytes`` view."""
+    n_pkts: int = 16
+    """P: packets in the ``pkt_bytes`` view."""
+    pkt_len: int = 64
+    """B: bytes per packet in the ``pkt_bytes`` view."""
+    mask_ip: bool = True
+    """Zero IP addresses in ``pkt_bytes``."""
+    mask_port: bool = True
+    """Zero ports in ``pkt_bytes`` and leave them out of ``stats``."""
+    mask_checksum: bool = True
+    """Zero IP/TCP/UDP checksums in ``pkt_bytes``."""
+    split_by: str = "auto"
+    """file, flow, time, or auto (file with >= 3 files, else time; flow for IDX)."""
+    val_frac: float = 0.15
+    test_frac: float = 0.15
+    seed: int = 0
+    dedup: bool = True
+    """Drop flows identical to an earlier one (all views equal) before splitting."""
+    min_flows_per_class: int = 0
+    min_groups_per_class: int = 0
+    max_flows_per_group: int | None = None
+    """Cap on flows per (capture file, class), chosen at random for the seed."""
+    classes: tuple[str, ...] | None = None
+    exclude_classes: tuple[str, ...] = ()
+    top_classes: int | None = None
+    class_names: tuple[str, ...] | None = None
+    """IDX: names for label indices 0..n-1 (known DeepTraffic sets are recognised)."""
+    label_column: str = "Label"
+    """Flow CSVs: the label column."""
+    strict: bool = False
+    """Turn counted skips (bad files, bad records) into errors."""
+
+    def flow_options(self):
+        from flowsplit.data.flows import FlowOptions
+
+        return FlowOptions(
+            idle_timeout=self.idle_timeout,
+            active_timeout=self.active_timeout,
+            seq_len=self.seq_len,
+            n_bytes=self.n_bytes,
+            n_pkts=self.n_pkts,
+            pkt_len=self.pkt_len,
+            mask_ip=self.mask_ip,
+            mask_port=self.mask_port,
+            mask_checksum=self.mask_checksum,
+            views=tuple(v for v in self.views),
+        )
+
+    def to_manifest(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["labels"] = {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self.labels).items()
+        }
+        d["masks"] = {"ip": self.mask_ip, "port": self.mask_port, "checksum": self.mask_checksum}
+        return d
+
+
+@dataclass
+class _Rows:
+    """Flows buffered before they are appended to the store."""
+
+    meta: list[dict[str, np.ndarray]] = field(default_factory=list)
+    views: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    stats: list[pd.DataFrame] = field(default_factory=list)
+    n: int = 0
+
+    def add(self, meta: dict[str, np.ndarray], views: dict[str, np.ndarray], stats) -> None:
+        self.meta.append(meta)
+        for k, v in views.items():
+            self.views.setdefault(k, []).append(v)
+        if stats is not None:
+            self.stats.append(stats)
+        self.n += len(next(iter(meta.values())))
+
+    def flush(self, writer: DatasetWriter) -> None:
+        if not self.n:
+            return
+        meta = pd.DataFrame({k: np.concatenate([m[k] for m in self.meta]) for k in self.meta[0]})
+        views = {k: np.concatenate(v) for k, v in self.views.items()}
+        stats = pd.concat(self.stats, ignore_index=True) if self.stats else None
+        writer.append(meta, views, stats)
+        self.meta, self.views, self.stats, self.n = [], {}, [], 0
+
+
+def prepare_dataset(
+    inputs: list[str | Path],
+    out_dir: str | Path,
+    options: PrepareOptions | None = None,
+    *,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Build a dataset directory from captures, flow CSVs or IDX files; returns the manifest."""
+    opts = options or PrepareOptions()
+    t0 = time.perf_counter()
+    files = src_mod.discover(inputs)
+    kinds = {f.kind for f in files}
+    if len(kinds) > 1:
+        raise ConfigError(
+            "inputs mix " + " and ".join(sorted(kinds)) + " files; prepare one kind per dataset"
+        )
+    kind = kinds.pop()
+    skipped: Counter[str] = Counter()
+    out_dir = Path(out_dir)
+    if kind == "capture":
+        result = _read_captures(files, opts, out_dir, skipped, progress)
+    elif kind == "flowcsv":
+        result = _read_flow_csvs(files, opts, out_dir, skipped)
+    else:
+        result = _read_idx(files, opts, out_dir)
+    writer, read_info = result
+    with writer:
+        return _finish(writer, files, kind, opts, skipped, read_info, t0)
+
+
+def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter, progress: bool):
+    from flowsplit.data.flows import ReadReport, iter_flows, view_shapes
+
+    spec = _resolve_label_spec(opts.labels, files)
+    opts.labels = spec
+    labeller = Labeller.from_spec(spec)
+    flow_opts = opts.flow_options()
+    shapes = view_shapes(flow_opts)
+    tensor_views = {v: shapes[v] for v in flow_opts.views if v != "stats"}
+    dtypes = {"seq": np.float32, "bytes": np.uint8, "pkt_bytes": np.uint8}
+    writer = DatasetWriter(out_dir, {v: (s, dtypes[v]) for v, s in tensor_views.items()})
+    report = ReadReport()
+    rows = _Rows()
+    n_bad_files = 0
+    bar = _progress(files, progress)
+    try:
+        for f in files:
+            try:
+                for batch in iter_flows(f.path, flow_opts, report, strict=opts.strict):
+                    if len(batch) == 0:
+                        continue
+                    labels = labeller.label_flows(
+                        f.path,
+                        f.root,
+                        batch.proto,
+                        batch.ip_a,
+                        batch.port_a,
+                        batch.ip_b,
+                        batch.port_b,
+                    )
+                    keep = np.fromiter((lab is not None for lab in labels), bool, len(labels))
+                    skipped["unlabelled"] += int((~keep).sum())
+                    if not keep.any():
+                        continue
+                    rows.add(*_capture_rows(f, batch, labels, keep))
+                    if rows.n >= FLUSH_FLOWS:
+                        rows.flush(writer)
+            except InputError as exc:
+                if opts.strict:
+                    raise
+                n_bad_files += 1
+                skipped["unreadable_file"] += 1
+                log.warning("skipped %s", exc)
+            if bar is not None:
+                bar.update(f.size)
+        rows.flush(writer)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    for reason, count in report.skipped.items():
+        skipped[f"packets:{reason}"] += int(count)
+    if n_bad_files == len(files):
+        writer.abort()
+        raise InputError(files[0].path if len(files) == 1 else files[0].root, "no readable capture")
+    info = {
+        "n_packets": int(report.n_packets),
+        "n_flow_packets": int(report.n_flow_packets),
+        "view_info": _capture_view_info(flow_opts),
+    }
+    return writer, info
+
+
+def _capture_rows(f, batch, labels: np.ndarray, keep: np.ndarray):
+    n = int(keep.sum())
+    meta = {
+        "source": np.full(n, f.rel, dtype=object),
+        "group": np.full(n, f.rel, dtype=object),
+        "label_name": labels[keep],
+        "proto": batch.proto[keep].astype(np.uint8),
+        "ip_a": batch.ip_a[keep].astype(object),
+        "port_a": batch.port_a[keep].astype(np.int32),
+        "ip_b": batch.ip_b[keep].astype(object),
+        "port_b": batch.port_b[keep].astype(np.int32),
+        "first_ts": batch.first_ts[keep].astype(np.float64),
+        "last_ts": batch.last_ts[keep].astype(np.float64),
+        "n_packets": batch.n_packets[keep].astype(np.int64),
+        "n_bytes": batch.n_bytes[keep].astype(np.int64),
+    }
+    views = {k: v[keep] for k, v in batch.views.items()}
+    stats = batch.stats.loc[keep].reset_index(drop=True) if batch.stats is not None else None
+    parts = list(views.values()) + ([stats.to_numpy(np.float32)] if stats is not None else [])
+    meta["digest"] = src_mod.row_hashes(parts)
+    return meta, views, stats
+
+
+def _capture_view_info(flow_opts) -> dict[str, Any]:
+    from flowsplit.data import flows
+
+    info: dict[str, Any] = {}
+    if "seq" in flow_opts.views:
+        info["seq"] = {"features": list(flows.SEQ_FEATURES)}
+    if "bytes" in flow_opts.views:
+        info["bytes"] = {
+            "description": "first K transport-payload bytes of the flow, both directions"
+        }
+    if "pkt_bytes" in flow_opts.views:
+        info["pkt_bytes"] = {
+            "description": "first B bytes from the IP header of the first P packets"
+        }
+    return info
+
+
+def _resolve_label_spec(spec: LabelSpec, files) -> LabelSpec:
+    if spec.by != "auto":
+        return spec
+    if spec.labels is not None:
+        head = pd.read_csv(spec.labels, nrows=0, dtype=str).columns.str.strip()
+        by = "flow-csv" if spec.key_column in head else "file-csv"
+        return LabelSpec(**{**asdict(spec), "by": by})
+    if all(folder_label(f.path, f.root) is not None for f in files):
+        return LabelSpec(**{**asdict(spec), "by": "folder"})
+    raise ConfigError(
+        "no labels: put captures in one folder per class, or give --labels FILE.csv, "
+        "or --label-by port"
+    )
+
+
+def _read_flow_csvs(files, opts: PrepareOptions, out_dir: Path, skipped: Counter):
+    from flowsplit.data.flowcsv import read_flow_csv
+
+    writer = DatasetWriter(out_dir, {})
+    columns: list[str] | None = None
+    any_times = True
+    try:
+        for f in files:
+            try:
+                fc = read_flow_csv(
+                    f.path,
+                    label_column=opts.label_column,
+                    mask_port=opts.mask_port,
+                    strict=opts.strict,
+                )
+            except InputError:
+                if opts.strict or len(files) == 1:
+                    raise
+                skipped["unreadable_file"] += 1
+                continue
+            skipped.update(fc.skipped)
+            if columns is None:
+                columns = list(fc.stats.columns)
+            elif list(fc.stats.columns) != columns:
+                fc.stats = fc.stats.reindex(columns=columns, fill_value=0.0)
+            n = len(fc.labels)
+            any_times &= fc.times is not None
+            meta = pd.DataFrame(
+                {
+                    "source": np.full(n, f.rel, dtype=object),
+                    "group": np.full(n, f.rel, dtype=object),
+                    "label_name": fc.labels,
+                    "first_ts": fc.times if fc.times is not None else np.zeros(n),
+                    "digest": src_mod.row_hashes([fc.stats.to_numpy(np.float32)]),
+                }
+            )
+            writer.append(meta, {}, fc.stats)
+    except BaseException:
+        writer.abort()
+        raise
+    if columns is None:
+        writer.abort()
+        raise InputError(files[0].path, "no readable flow CSV")
+    info = {"view_info": {"stats": {"origin": "flow-record CSV"}}, "has_times": any_times}
+    return writer, info
+
+
+def _read_idx(files, opts: PrepareOptions, out_dir: Path):
+    from flowsplit.data.idx import BYTE_STATS_COLUMNS, byte_stats, find_idx_pairs, read_idx_set
+
+    by_path = {f.path: f for f in files}
+    names = list(opts.class_names) if opts.class_names else None
+    # IDX sets are small (a few MB of bytes); read them whole, then write.
+    sets = [read_idx_set(images, labels, names) for images, labels in find_idx_pairs(list(by_path))]
+    widths = {s.rows.shape[1] for s in sets}
+    if len(widths) > 1:
+        raise InputError(
+            sets[1].images_path, f"rows of {sorted(widths)} bytes mixed in one dataset"
+        )
+    names = names or max((s.class_names for s in sets), key=len)
+    writer = DatasetWriter(out_dir, {"bytes": ((widths.pop(),), np.uint8)})
+    try:
+        for s in sets:
+            n = len(s.labels)
+            rel = by_path[s.images_path].rel
+            stats = None
+            if "stats" in opts.views:
+                stats = pd.DataFrame(byte_stats(s.rows), columns=list(BYTE_STATS_COLUMNS))
+            meta = pd.DataFrame(
+                {
+                    "source": np.full(n, rel, dtype=object),
+                    # IDX sessions carry no capture of origin: each session is its own group.
+                    "group": np.array([f"{rel}#{i}" for i in range(n)], dtype=object),
+                    "label_name": np.asarray(names, dtype=object)[s.labels],
+                    "digest": src_mod.row_hashes([s.rows]),
+                }
+            )
+            writer.append(meta, {"bytes": s.rows}, stats)
+    except BaseException:
+        writer.abort()
+        raise
+    info = {
+        "view_info": {"bytes": {"description": "first payload bytes of the session (IDX)"}},
+        "class_order": names,
+    }
+    return writer, info
+
+
+def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: Counter, info, t0):
+    meta = writer.collected_meta()
+    if meta.empty:
+        raise FlowsplitError("no labelled flows in the inputs (see the skipped counts above)")
+    labels = meta["label_name"].to_numpy(dtype=object)
+    groups = meta["group"].to_numpy(dtype=object)
+    keep = np.ones(len(meta), dtype=bool)
+    if opts.dedup:
+        keep = dedup_mask(meta["digest"].to_numpy())
+        skipped["duplicate_flow"] += int((~keep).sum())
+    sel, dropped = select_classes(
+        labels[keep], groups[keep],
+        include=list(opts.classes) if opts.classes else None,
+        exclude=list(opts.exclude_classes), top=None,
+    )  # fmt: skip
+    skipped.update(dropped)
+    idx = np.flatnonzero(keep)[sel]
+    if opts.max_flows_per_group:
+        capped = cap_per_group(labels[idx], groups[idx], opts.max_flows_per_group, opts.seed)
+        skipped["over_group_cap"] += int((~capped).sum())
+        idx = idx[capped]
+    sel, dropped = select_classes(
+        labels[idx], groups[idx], min_flows=opts.min_flows_per_class,
+        min_groups=opts.min_groups_per_class, top=opts.top_classes,
+    )  # fmt: skip
+    skipped.update(dropped)
+    idx = idx[sel]
+    if len(idx) == 0:
+        raise FlowsplitError(
+            "every flow was dropped by the class filters (see --min-flows-per-class)"
+        )
+    split_by = _resolve_split_by(opts.split_by, kind, len(files), np.unique(groups[idx]).size)
+    times = meta["first_ts"].to_numpy()[idx] if "first_ts" in meta else None
+    splits = assign_splits(
+        labels[idx], by=split_by, groups=groups[idx], times=times,
+        val_frac=opts.val_frac, test_frac=opts.test_frac, seed=opts.seed,
+    )  # fmt: skip
+    class_order = info.get("class_order")
+    classes = (
+        [c for c in class_order if c in set(labels[idx])]
+        if class_order
+        else sorted(set(labels[idx]))
+    )
+    code = {c: i for i, c in enumerate(classes)}
+    meta["label"] = -1
+    meta.loc[idx, "label"] = [code[c] for c in labels[idx]]
+    meta["split"] = ""
+    meta.loc[idx, "split"] = splits
+    meta["flow_id"] = np.arange(len(meta))
+    meta = meta.drop(columns=["digest"])
+    elapsed = time.perf_counter() - t0
+    manifest_extra = {
+        "kind": kind,
+        "sources": [
+            {"path": f.rel, "size": f.size, "sha256": file_digest(f.path), "kind": f.kind}
+            for f in files
+        ],
+        "options": {**opts.to_manifest(), "split_by": split_by},
+        "skipped": dict(sorted((k, int(v)) for k, v in skipped.items() if v)),
+        "read": {k: v for k, v in info.items() if k.startswith("n_")},
+        "views": info.get("view_info", {}),
+        "split_by": split_by,
+        "seed": opts.seed,
+        "prepare_time_s": round(elapsed, 3),
+    }
+    writer.finish(classes=classes, meta=meta, keep=idx, manifest_extra=manifest_extra)
+    from flowsplit.data.store import load_dataset
+
+    return load_dataset(writer.out_dir).manifest
+
+
+def _resolve_split_by(split_by: str, kind: str, n_files: int, n_groups: int) -> str:
+    if split_by != "auto":
+        if split_by == "file" and kind == "idx":
+            raise ConfigError("--split-by file: IDX files carry no capture of origin; use flow")
+        return split_by
+    if kind == "idx":
+        return "flow"
+    if n_files >= 3 and n_groups >= 3:
+        return "file"
+    log.warning("only %d input file(s): splitting by time instead of by file", n_files)
+    return "time"
+
+
+def _progress(files, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    total = sum(f.size for f in files)
+    return tqdm(total=total, unit="B", unit_scale=True, desc="prepare", leave=False)

@@ -1,0 +1,117 @@
+"""Finding the input files of `prepare`, and fingerprints of flow rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flowsplit.data.idx import is_idx_file
+from flowsplit.errors import InputError
+
+CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp", ".pcap.gz"}
+_CAPTURE_MAGICS = {
+    b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+    b"\x0a\x0d\x0d\x0a",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One input file: where it is, which input root it came from, what it holds."""
+
+    path: Path
+    root: Path
+    rel: str
+    kind: str  # capture | flowcsv | idx
+    size: int
+
+
+def classify(path: Path) -> str | None:
+    """The kind of an input file, from its name and (for captures) its first bytes."""
+    name = path.name.lower()
+    if is_idx_file(path):
+        return "idx"
+    if name.endswith(".csv"):
+        return "flowcsv"
+    if path.suffix.lower() in CAPTURE_SUFFIXES:
+        return "capture"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return None
+    return "capture" if head in _CAPTURE_MAGICS else None
+
+
+def discover(inputs: list[str | Path]) -> list[SourceFile]:
+    """Expand files and folders into the input files, in a stable order.
+
+    Folders are searched recursively; hidden files and files of no known kind
+    (README, port maps) are ignored there, but a file named explicitly must be
+    of a known kind.
+    """
+    if not inputs:
+        raise InputError("prepare", "no input files or folders given")
+    out: list[SourceFile] = []
+    seen: set[Path] = set()
+    for item in inputs:
+        p = Path(item)
+        if not p.exists():
+            raise InputError(p, "no such file or folder")
+        if p.is_dir():
+            candidates = sorted(
+                q
+                for q in p.rglob("*")
+                if q.is_file() and not any(s.startswith(".") for s in q.relative_to(p).parts)
+            )
+            root = p
+        else:
+            candidates, root = [p], p.parent
+        for q in candidates:
+            kind = classify(q)
+            if kind is None:
+                if not p.is_dir():
+                    raise InputError(q, "not a capture (pcap/pcapng), flow CSV or IDX file")
+                continue
+            rq = q.resolve()
+            if rq in seen:
+                continue
+            seen.add(rq)
+            rel = str(q.relative_to(root)) if p.is_dir() else q.name
+            out.append(SourceFile(q, root, rel, kind, q.stat().st_size))
+    if not out:
+        raise InputError(inputs[0], "no capture, flow CSV or IDX files found")
+    return out
+
+
+_HASH_KEYS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def row_hashes(arrays: list[np.ndarray]) -> np.ndarray:
+    """A 128-bit fingerprint of every row over several arrays (same number of rows).
+
+    Two random linear hashes over the rows' 64-bit words (wrapping arithmetic):
+    equal rows always collide, different rows collide with negligible chance.
+    Vectorised, so fingerprinting costs little beside reading the captures.
+    """
+    n = arrays[0].shape[0]
+    parts = [np.ascontiguousarray(a).reshape(n, -1).view(np.uint8) for a in arrays]
+    data = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+    width = data.shape[1]
+    pad = (-width) % 8
+    if pad:
+        data = np.concatenate([data, np.zeros((n, pad), np.uint8)], axis=1)
+    words = np.ascontiguousarray(data).view(np.uint64)  # (n, W)
+    w = words.shape[1]
+    if w not in _HASH_KEYS:
+        rng = np.random.default_rng(0x5EED + w)
+        _HASH_KEYS[w] = tuple(rng.integers(1, 2**63, size=(2, w), dtype=np.uint64) | np.uint64(1))
+    k1, k2 = _HASH_KEYS[w]
+    with np.errstate(over="ignore"):
+        h1 = (words * k1).sum(axis=1, dtype=np.uint64)
+        h2 = ((words ^ np.uint64(0x9E3779B97F4A7C15)) * k2).sum(axis=1, dtype=np.uint64)
+    out = np.empty((n, 2), dtype=np.uint64)
+    out[:, 0], out[:, 1] = h1, h2
+    return out.view("S16").ravel()
