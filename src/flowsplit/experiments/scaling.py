@@ -1,0 +1,256 @@
+"""A scaling model for data-parallel training: compute shrinks with workers, all-reduce does not.
+
+Time of one epoch (for XGBoost: of the whole boosting run) on ``N`` workers::
+
+    T(N) = t_fixed + c * n_samples / N * oversub(N) + sum_m count_m(N) * T_ring(bytes_m, N)
+
+* ``c``: compute seconds per training sample on one worker (forward, backward,
+  optimiser; for XGBoost, histogram building and split finding per round);
+  fitted from measured runs.
+* ``t_fixed``: per-epoch cost that does not shrink (start-up, evaluation hooks).
+* ``oversub(N) = max(1, N * threads / cores)``: on the measuring machine, workers
+  beyond the cores time-share them; on a cluster every worker has its own cores.
+* ``T_ring(M, N) = 2 (N-1) alpha + 2 (N-1)/N * M / beta``: ring all-reduce of ``M``
+  bytes (reduce-scatter then all-gather, each ``N-1`` steps of ``M/N`` bytes) on a
+  network of latency ``alpha`` and bandwidth ``beta``. The reduction arithmetic is
+  folded into ``beta``, which is therefore an *effective* bandwidth when fitted.
+* messages per epoch: DDP all-reduces every gradient bucket once per step; XGBoost
+  all-reduces the gradient/hessian histograms of the nodes of each tree level.
+
+Communication is assumed not to overlap compute (DDP can overlap part of it with the
+backward pass), so predictions are on the pessimistic side for large models. Strong
+scaling: the data set is fixed and split N ways.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from scipy.optimize import nnls
+
+DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP default bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class Network:
+    """Latency and bandwidth of the links between workers."""
+
+    name: str
+    latency_s: float
+    """alpha: one-way time of a small message, seconds."""
+    bandwidth_Bps: float
+    """beta: bytes per second one worker sends to its ring neighbour."""
+
+
+# Typical figures, not vendor peaks: TCP over Ethernet pays tens of microseconds per
+# message; InfiniBand RDMA a couple; NVLink (NCCL, intra-node) ~ 2-3 us and ~200 GB/s.
+NETWORK_PRESETS: dict[str, Network] = {
+    "1gbe": Network("1 GbE", 50e-6, 1e9 / 8 * 0.94),
+    "10gbe": Network("10 GbE", 20e-6, 10e9 / 8 * 0.94),
+    "ib100": Network("100 Gb/s InfiniBand", 2e-6, 100e9 / 8 * 0.9),
+    "nvlink": Network("NVLink-class", 3e-6, 200e9),
+}
+
+
+def ring_allreduce_time(n_bytes: float, n_workers: int, network: Network) -> float:
+    """Seconds for one ring all-reduce of ``n_bytes`` over ``n_workers`` (0 for one worker)."""
+    p = int(n_workers)
+    if p <= 1:
+        return 0.0
+    steps = 2 * (p - 1)
+    return steps * network.latency_s + steps / p * float(n_bytes) / network.bandwidth_Bps
+
+
+def fit_allreduce(
+    sizes_bytes, times_s, n_workers: int = 2, name: str = "measured"
+) -> tuple[Network, float]:
+    """Fit latency and bandwidth to all-reduce timings; return (network, max relative error).
+
+    Least squares on *relative* residuals (rows scaled by 1/t), so a 10-byte message
+    counts as much as a 30 MB one; both parameters are kept non-negative.
+    """
+    m = np.asarray(sizes_bytes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    if m.shape != t.shape or m.size < 2:
+        raise ValueError("need at least two (size, time) pairs of equal length")
+    if n_workers < 2:
+        raise ValueError("all-reduce timings need at least two workers")
+    steps = 2.0 * (n_workers - 1)
+    design = np.column_stack([np.full_like(m, steps), steps / n_workers * m]) / t[:, None]
+    (alpha, inv_beta), _ = nnls(design, np.ones_like(t))
+    beta = 1.0 / inv_beta if inv_beta > 0 else math.inf
+    net = Network(name, float(alpha), float(beta))
+    pred = np.array([ring_allreduce_time(s, n_workers, net) for s in m])
+    return net, float(np.max(np.abs(pred - t) / t))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one epoch of one model does, as far as the scaling model cares."""
+
+    model: str
+    n_samples: int
+    """Training samples per epoch (the whole training split)."""
+    kind: str = "ddp"
+    """``ddp`` (gradient all-reduce per step) or ``xgboost`` (histogram all-reduce)."""
+    param_bytes: int = 0
+    """DDP: bytes of gradients all-reduced per step (parameters x 4 for float32)."""
+    batch_size: int = 64
+    """DDP: samples per step, per worker (or global, see ``global_batch``)."""
+    global_batch: bool = False
+    """DDP: True when ``batch_size`` is the global batch split across workers."""
+    bucket_bytes: int = DDP_BUCKET_BYTES
+    n_features: int = 0
+    """XGBoost: feature columns."""
+    n_bins: int = 256
+    """XGBoost: histogram bins per feature (``max_bin``)."""
+    max_depth: int = 6
+    n_rounds: int = 100
+    trees_per_round: int = 1
+    """XGBoost: one tree per class per round for multi-class objectives."""
+    bytes_per_value: int = 8
+    """XGBoost: gradient and hessian sums are doubles on CPU."""
+    subtraction_trick: bool = True
+    """XGBoost: only the smaller child's histogram is built and reduced; the sibling
+    is the parent minus it, so level d>0 reduces 2**(d-1) node histograms."""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def steps_per_epoch(workload: Workload, n_workers: int) -> int:
+    """Optimiser steps each worker takes in one epoch."""
+    per_step = workload.batch_size if workload.global_batch else workload.batch_size * n_workers
+    return max(1, math.ceil(workload.n_samples / per_step))
+
+
+def messages_per_epoch(workload: Workload, n_workers: int) -> list[tuple[float, int]]:
+    """(bytes, count) of the all-reduces one epoch performs on ``n_workers``."""
+    if n_workers <= 1:
+        return []
+    if workload.kind == "ddp":
+        full, rest = divmod(int(workload.param_bytes), int(workload.bucket_bytes))
+        sizes = [float(workload.bucket_bytes)] * full + ([float(rest)] if rest else [])
+        steps = steps_per_epoch(workload, n_workers)
+        return [(s, steps) for s in sizes]
+    if workload.kind == "xgboost":
+        per_node = workload.n_features * workload.n_bins * 2 * workload.bytes_per_value
+        trees = workload.n_rounds * workload.trees_per_round
+        out = []
+        for depth in range(workload.max_depth):
+            nodes = 2 ** max(depth - 1, 0) if workload.subtraction_trick else 2**depth
+            out.append((float(per_node * nodes), trees))
+        return out
+    raise ValueError(f"unknown workload kind {workload.kind!r} (expected ddp or xgboost)")
+
+
+def comm_bytes_per_epoch(workload: Workload, n_workers: int) -> float:
+    """Bytes each worker sends in one epoch under ring all-reduce."""
+    p = n_workers
+    return sum(c * 2 * (p - 1) / p * b for b, c in messages_per_epoch(workload, p))
+
+
+def comm_time(workload: Workload, n_workers: int, network: Network) -> float:
+    """Seconds one epoch spends in all-reduce (no overlap with compute)."""
+    return sum(
+        count * ring_allreduce_time(nbytes, n_workers, network)
+        for nbytes, count in messages_per_epoch(workload, n_workers)
+    )
+
+
+@dataclass(frozen=True)
+class ScalingModel:
+    """A fitted model of one workload's epoch time against worker count."""
+
+    workload: Workload
+    compute_per_sample_s: float
+    fixed_s: float
+    network: Network
+    """The network the fit was made on (the measuring machine's backend)."""
+    cores: int = 0
+    """Cores of the measuring machine (0: no oversubscription modelled)."""
+    threads_per_worker: int = 1
+
+    def oversubscription(self, n_workers: int) -> float:
+        if self.cores <= 0:
+            return 1.0
+        return max(1.0, n_workers * self.threads_per_worker / self.cores)
+
+    def predict(self, n_workers: int, network: Network | None = None) -> dict:
+        """Epoch time and its parts. Given ``network``, a cluster with a core set per worker."""
+        on_host = network is None
+        net = self.network if on_host else network
+        over = self.oversubscription(n_workers) if on_host else 1.0
+        compute = self.compute_per_sample_s * self.workload.n_samples / n_workers * over
+        comm = comm_time(self.workload, n_workers, net)
+        total = self.fixed_s + compute + comm
+        return {
+            "n_workers": int(n_workers),
+            "epoch_time_s": total,
+            "compute_s": compute,
+            "comm_s": comm,
+            "comm_share": comm / total if total > 0 else math.nan,
+            "comm_bytes": comm_bytes_per_epoch(self.workload, n_workers),
+        }
+
+    def curve(self, workers, network: Network) -> list[dict]:
+        """Predicted epoch time, speedup and efficiency against one worker on ``network``."""
+        base = self.predict(1, network)["epoch_time_s"]
+        rows = []
+        for n in workers:
+            row = self.predict(n, network)
+            row["speedup"] = base / row["epoch_time_s"]
+            row["efficiency"] = row["speedup"] / n
+            row["network"] = network.name
+            rows.append(row)
+        return rows
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["workload"] = self.workload.as_dict()
+        return d
+
+
+def fit_scaling(
+    workload: Workload,
+    n_workers,
+    epoch_times_s,
+    network: Network,
+    *,
+    cores: int = 0,
+    threads_per_worker: int = 1,
+    fit_fixed: bool | None = None,
+) -> ScalingModel:
+    """Fit compute per sample (and a fixed per-epoch cost) to measured epoch times.
+
+    The communication term is not fitted: it comes from ``network`` (latency and
+    bandwidth measured by the all-reduce micro-benchmark) and the workload's message
+    pattern, and is subtracted before the fit. ``fit_fixed`` defaults to fitting the
+    fixed cost only when at least three distinct worker counts were measured, so two
+    parameters are never fitted to two points.
+    """
+    ns = np.asarray(n_workers, dtype=int)
+    ts = np.asarray(epoch_times_s, dtype=float)
+    if ns.shape != ts.shape or ns.size == 0:
+        raise ValueError("need one epoch time per worker count, at least one")
+    if fit_fixed is None:
+        fit_fixed = len(set(ns.tolist())) >= 3
+    proto = ScalingModel(workload, 0.0, 0.0, network, cores, threads_per_worker)
+    comm = np.array([comm_time(workload, int(n), network) for n in ns])
+    work = np.array([workload.n_samples / n * proto.oversubscription(int(n)) for n in ns])
+    target = np.clip(ts - comm, 0.0, None)
+    cols = [work] + ([np.ones_like(work)] if fit_fixed else [])
+    design = np.column_stack(cols) / ts[:, None]
+    coef, _ = nnls(design, target / ts)
+    fixed = float(coef[1]) if fit_fixed else 0.0
+    return replace(proto, compute_per_sample_s=float(coef[0]), fixed_s=fixed)
+
+
+def relative_errors(model: ScalingModel, n_workers, epoch_times_s) -> list[float]:
+    """``(predicted - measured) / measured`` at each measured point, on the host network."""
+    return [
+        (model.predict(int(n))["epoch_time_s"] - float(t)) / float(t)
+        for n, t in zip(n_workers, epoch_times_s, strict=True)
+    ]

@@ -1,0 +1,233 @@
+"""Statistics for "is data-parallel training as good as centralised, and how much faster?".
+
+Every function here is pure: arrays in, a small frozen dataclass out. Tests come
+from scipy and statsmodels; this module only chooses them, pairs the inputs and
+handles the degenerate cases (one seed, identical runs) that real experiments hit.
+
+Conventions: ``a`` is the reference (centralised), ``b`` the candidate (data-parallel);
+differences are ``b - a``, so a positive difference means data-parallel scored higher.
+Scores (accuracy, macro-F1) are fractions in [0, 1]; the TOST margin is in the same
+unit (0.01 = 1 percentage point).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+from statsmodels.stats.weightstats import ttost_paired
+
+EQUIVALENT = "equivalent"
+NOT_SHOWN = "not shown equivalent"
+DIFFERENT = "different"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a two-sided confidence interval over ``n`` observations."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float = 0.95
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Reference ``a`` against candidate ``b``, paired by seed."""
+
+    n: int
+    mean_a: Interval
+    mean_b: Interval
+    diff: Interval
+    """Mean of ``b - a`` with its t confidence interval."""
+    t_stat: float
+    t_p: float
+    """Two-sided paired t-test (scipy.stats.ttest_rel)."""
+    wilcoxon_stat: float
+    wilcoxon_p: float
+    """Two-sided Wilcoxon signed-rank test (scipy.stats.wilcoxon), exact for small n."""
+    margin: float
+    tost_p: float
+    """TOST p-value for ``-margin < mean(b - a) < margin`` (statsmodels ttost_paired)."""
+    alpha: float
+    verdict: str
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """McNemar's test on two classifiers' predictions for the same test samples."""
+
+    n: int
+    both_correct: int
+    only_a_correct: int
+    only_b_correct: int
+    both_wrong: int
+    statistic: float
+    p: float
+    exact: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def mean_ci(values, confidence: float = 0.95) -> Interval:
+    """Mean and Student-t confidence interval; NaN bounds when fewer than two values."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, confidence)
+    m = float(x.mean())
+    if n < 2:
+        return Interval(m, math.nan, math.nan, n, confidence)
+    sem = float(x.std(ddof=1) / math.sqrt(n))
+    if sem == 0.0:
+        return Interval(m, m, m, n, confidence)
+    low, high = sps.t.interval(confidence, n - 1, loc=m, scale=sem)
+    return Interval(m, float(low), float(high), n, confidence)
+
+
+def ratio_ci(numerator, denominator, confidence: float = 0.95) -> Interval:
+    """Geometric mean of paired ratios ``numerator / denominator`` with a CI.
+
+    Ratios of times are skewed, so the interval is a t-interval on the log ratios,
+    exponentiated; it is never negative and is symmetric in the log scale.
+    """
+    num = np.asarray(numerator, dtype=float)
+    den = np.asarray(denominator, dtype=float)
+    if num.shape != den.shape:
+        raise ValueError(f"paired inputs of different lengths: {num.shape} and {den.shape}")
+    ok = np.isfinite(num) & np.isfinite(den) & (num > 0) & (den > 0)
+    logs = mean_ci(np.log(num[ok] / den[ok]), confidence)
+    return Interval(
+        math.exp(logs.mean) if logs.n else math.nan,
+        math.exp(logs.low) if not math.isnan(logs.low) else math.nan,
+        math.exp(logs.high) if not math.isnan(logs.high) else math.nan,
+        logs.n,
+        confidence,
+    )
+
+
+def speedup_ci(
+    time_reference, time_parallel, n_workers: int, confidence: float = 0.95
+) -> tuple[Interval, Interval]:
+    """Speedup ``T_ref / T_par`` (paired by seed) and scaling efficiency ``speedup / N``."""
+    s = ratio_ci(time_reference, time_parallel, confidence)
+    eff = Interval(s.mean / n_workers, s.low / n_workers, s.high / n_workers, s.n, confidence)
+    return s, eff
+
+
+def equivalence_verdict(tost_p: float, t_p: float, alpha: float = 0.05) -> str:
+    """Name the outcome: equivalence shown, a difference shown, or neither.
+
+    Equivalence wins when both hold (a tiny but consistent difference inside the
+    margin is still equivalent for practical purposes).
+    """
+    if not math.isnan(tost_p) and tost_p < alpha:
+        return EQUIVALENT
+    if not math.isnan(t_p) and t_p < alpha:
+        return DIFFERENT
+    return NOT_SHOWN
+
+
+def compare_paired(
+    a, b, *, margin: float = 0.01, alpha: float = 0.05, confidence: float = 0.95
+) -> PairedComparison:
+    """Paired t-test, Wilcoxon signed-rank and TOST of ``b`` against ``a`` (one pair per seed)."""
+    xa = np.asarray(a, dtype=float)
+    xb = np.asarray(b, dtype=float)
+    if xa.shape != xb.shape or xa.ndim != 1:
+        raise ValueError(f"paired inputs must be 1-D of equal length, got {xa.shape}, {xb.shape}")
+    if margin <= 0:
+        raise ValueError(f"equivalence margin must be positive, got {margin}")
+    ok = np.isfinite(xa) & np.isfinite(xb)
+    xa, xb = xa[ok], xb[ok]
+    n = int(xa.size)
+    d = xb - xa
+    diff = mean_ci(d, confidence)
+    nan = math.nan
+    t_stat = t_p = w_stat = w_p = tost_p = nan
+    note = ""
+    if n < 2:
+        note = "fewer than two paired seeds: no test possible"
+    elif np.ptp(d) == 0.0:
+        # All seeds moved by exactly the same amount: the t statistics divide by zero.
+        # The sample is then a constant, so decide against the margin directly.
+        note = "all paired differences are identical; tests undefined, verdict from the margin"
+        verdict = EQUIVALENT if abs(d[0]) < margin else DIFFERENT
+        return PairedComparison(
+            n, mean_ci(xa), mean_ci(xb), diff, nan, nan, nan, nan, margin, nan, alpha, verdict, note
+        )
+    else:
+        t_res = sps.ttest_rel(xb, xa)
+        t_stat, t_p = float(t_res.statistic), float(t_res.pvalue)
+        tost_p = float(ttost_paired(xb, xa, -margin, margin)[0])
+        if np.any(d != 0):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # scipy warns on ties/zeros for small n
+                w_res = sps.wilcoxon(xb, xa)
+            w_stat, w_p = float(w_res.statistic), float(w_res.pvalue)
+        if n < 6:
+            note = (
+                f"with n = {n} seeds the Wilcoxon test cannot reach p < 0.05 "
+                f"(smallest two-sided p = {2 / 2**n:.3f})"
+            )
+    return PairedComparison(
+        n=n,
+        mean_a=mean_ci(xa, confidence),
+        mean_b=mean_ci(xb, confidence),
+        diff=diff,
+        t_stat=t_stat,
+        t_p=t_p,
+        wilcoxon_stat=w_stat,
+        wilcoxon_p=w_p,
+        margin=margin,
+        tost_p=tost_p,
+        alpha=alpha,
+        verdict=equivalence_verdict(tost_p, t_p, alpha),
+        note=note,
+    )
+
+
+def mcnemar_test(y_true, pred_a, pred_b, *, exact_below: int = 25) -> McNemarResult:
+    """McNemar's test of two classifiers on the same samples.
+
+    Uses the exact binomial test when the discordant pairs number fewer than
+    ``exact_below`` (the chi-square approximation is poor there), else the
+    chi-square statistic with continuity correction.
+    """
+    y = np.asarray(y_true)
+    pa = np.asarray(pred_a)
+    pb = np.asarray(pred_b)
+    if not (y.shape == pa.shape == pb.shape) or y.ndim != 1:
+        raise ValueError(
+            f"labels and predictions must be 1-D of equal length, got "
+            f"{y.shape}, {pa.shape}, {pb.shape}"
+        )
+    ca = pa == y
+    cb = pb == y
+    both = int(np.sum(ca & cb))
+    only_a = int(np.sum(ca & ~cb))
+    only_b = int(np.sum(~ca & cb))
+    neither = int(np.sum(~ca & ~cb))
+    exact = (only_a + only_b) < exact_below
+    if only_a + only_b == 0:
+        # No discordant pair: the classifiers agree on every sample's correctness.
+        return McNemarResult(int(y.size), both, only_a, only_b, neither, 0.0, 1.0, True)
+    res = sm_mcnemar([[both, only_a], [only_b, neither]], exact=exact, correction=True)
+    return McNemarResult(
+        int(y.size), both, only_a, only_b, neither, float(res.statistic), float(res.pvalue), exact
+    )

@@ -1,0 +1,175 @@
+"""Statistics against values worked out by hand or with scipy directly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from flowsplit.experiments.stats import (
+    DIFFERENT,
+    EQUIVALENT,
+    NOT_SHOWN,
+    compare_paired,
+    equivalence_verdict,
+    mcnemar_test,
+    mean_ci,
+    ratio_ci,
+    speedup_ci,
+)
+
+
+def test_mean_ci_matches_hand_computed_t_interval():
+    # Prepare: mean 3, sd sqrt(2.5), sem sqrt(0.5); t(0.975, 4) = 2.7764451
+    values = [1, 2, 3, 4, 5]
+    half = 2.7764451052 * math.sqrt(0.5)
+    # Execute
+    ci = mean_ci(values)
+    # Assert
+    assert ci.mean == pytest.approx(3.0)
+    assert ci.low == pytest.approx(3.0 - half, rel=1e-8)
+    assert ci.high == pytest.approx(3.0 + half, rel=1e-8)
+    assert ci.n == 5
+
+
+def test_mean_ci_of_one_value_has_no_interval():
+    ci = mean_ci([0.9])
+    assert ci.mean == 0.9 and math.isnan(ci.low) and math.isnan(ci.high)
+
+
+def test_compare_paired_small_differences_are_equivalent():
+    # Prepare: differences b - a = [.001, -.002, .003, 0, .002]
+    a = np.array([0.90, 0.91, 0.92, 0.93, 0.94])
+    d = np.array([0.001, -0.002, 0.003, 0.0, 0.002])
+    b = a + d
+    margin = 0.01
+    # Expected TOST by hand: two one-sided t-tests on the mean difference.
+    dd = b - a  # recomputed so float rounding matches what the function sees
+    mean, sem = dd.mean(), dd.std(ddof=1) / math.sqrt(5)
+    p_lower = sps.t.sf((mean + margin) / sem, 4)
+    p_upper = sps.t.cdf((mean - margin) / sem, 4)
+    # Execute
+    res = compare_paired(a, b, margin=margin)
+    # Assert
+    assert res.diff.mean == pytest.approx(0.0008, abs=1e-12)
+    assert res.t_p == pytest.approx(sps.ttest_rel(b, a).pvalue, rel=1e-10)
+    assert res.tost_p == pytest.approx(max(p_lower, p_upper), rel=1e-8)
+    assert res.wilcoxon_p == pytest.approx(sps.wilcoxon(b, a).pvalue, rel=1e-10)
+    # Zero dropped; |d| ranks 1, 2.5, 2.5, 4; negative ranks sum to 2.5.
+    assert res.wilcoxon_stat == pytest.approx(2.5)
+    assert res.verdict == EQUIVALENT
+    assert "Wilcoxon" in res.note  # n = 5 cannot reach 0.05
+
+
+def test_compare_paired_consistent_drop_is_different():
+    # Prepare: data-parallel loses 5 points on every seed, give or take 0.1.
+    a = np.array([0.95, 0.96, 0.94, 0.955, 0.945])
+    b = a - 0.05 + np.array([0.001, -0.001, 0.0005, 0.0, -0.0005])
+    # Execute
+    res = compare_paired(a, b, margin=0.01)
+    # Assert
+    assert res.t_p < 1e-6
+    assert res.tost_p > 0.5
+    assert res.verdict == DIFFERENT
+
+
+def test_compare_paired_noisy_is_not_shown_equivalent():
+    # Prepare: differences of +-4 points around zero: neither equal nor different.
+    a = np.array([0.90, 0.90, 0.90, 0.90])
+    b = a + np.array([0.04, -0.04, 0.03, -0.035])
+    # Execute
+    res = compare_paired(a, b, margin=0.01)
+    # Assert
+    assert res.verdict == NOT_SHOWN
+    assert res.t_p > 0.05 and res.tost_p > 0.05
+
+
+def test_compare_paired_identical_runs_decide_from_margin():
+    a = [0.9, 0.92, 0.91]
+    res = compare_paired(a, a, margin=0.01)
+    assert res.verdict == EQUIVALENT
+    assert math.isnan(res.t_p) and "identical" in res.note
+    shifted = compare_paired(a, [x - 0.02 for x in a], margin=0.01)
+    assert shifted.verdict == DIFFERENT
+
+
+def test_compare_paired_one_seed_is_not_tested():
+    res = compare_paired([0.9], [0.91])
+    assert res.verdict == NOT_SHOWN and math.isnan(res.t_p)
+
+
+def test_equivalence_verdict_prefers_equivalence():
+    assert equivalence_verdict(0.01, 0.02) == EQUIVALENT
+    assert equivalence_verdict(0.2, 0.02) == DIFFERENT
+    assert equivalence_verdict(0.2, 0.3) == NOT_SHOWN
+    assert equivalence_verdict(math.nan, math.nan) == NOT_SHOWN
+
+
+def test_mcnemar_exact_matches_binomial_by_hand():
+    # Prepare: 10 samples; a right on 0..7, b right on 0, 1 and 8.
+    y = np.zeros(10, dtype=int)
+    a = np.ones(10, dtype=int)
+    a[:8] = 0
+    b = np.ones(10, dtype=int)
+    b[[0, 1, 8]] = 0
+    # only a correct: 2..7 -> 6; only b correct: 8 -> 1; both: 0, 1; neither: 9.
+    # Exact two-sided: 2 * P(X <= 1 | n=7, 1/2) = 2 * 8 / 128.
+    # Execute
+    res = mcnemar_test(y, a, b)
+    # Assert
+    assert (res.both_correct, res.only_a_correct, res.only_b_correct, res.both_wrong) == (
+        2, 6, 1, 1,
+    )  # fmt: skip
+    assert res.exact
+    assert res.p == pytest.approx(0.125)
+
+
+def test_mcnemar_chi_square_with_continuity_correction():
+    # Prepare: 20 samples only a gets right, 10 only b, 70 both.
+    y = np.zeros(100, dtype=int)
+    a = np.zeros(100, dtype=int)
+    b = np.zeros(100, dtype=int)
+    a[20:30] = 1  # a wrong where only b is right
+    b[:20] = 1  # b wrong where only a is right
+    # Execute
+    res = mcnemar_test(y, a, b)
+    # Assert: (|20 - 10| - 1)^2 / 30 = 2.7
+    assert not res.exact
+    assert res.statistic == pytest.approx(2.7)
+    assert res.p == pytest.approx(sps.chi2.sf(2.7, 1))
+
+
+def test_mcnemar_agreeing_classifiers():
+    y = np.array([0, 1, 2])
+    res = mcnemar_test(y, y, y)
+    assert res.p == 1.0 and res.only_a_correct == res.only_b_correct == 0
+
+
+def test_speedup_is_geometric_mean_of_paired_ratios():
+    # Prepare: ratios 2, 12/7, 2 -> logs; CI by hand in log space.
+    ref = [10.0, 12.0, 11.0]
+    par = [5.0, 7.0, 5.5]
+    logs = np.log(np.array(ref) / np.array(par))
+    sem = logs.std(ddof=1) / math.sqrt(3)
+    half = sps.t.ppf(0.975, 2) * sem
+    # Execute
+    s, eff = speedup_ci(ref, par, n_workers=2)
+    # Assert
+    assert s.mean == pytest.approx(math.exp(logs.mean()))
+    assert s.low == pytest.approx(math.exp(logs.mean() - half))
+    assert s.high == pytest.approx(math.exp(logs.mean() + half))
+    assert eff.mean == pytest.approx(s.mean / 2)
+
+
+def test_ratio_ci_constant_ratio_has_zero_width():
+    r = ratio_ci([10, 20], [5, 10])
+    assert (r.mean, r.low, r.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def test_compare_paired_rejects_bad_input():
+    with pytest.raises(ValueError, match="equal length"):
+        compare_paired([1, 2], [1])
+    with pytest.raises(ValueError, match="margin"):
+        compare_paired([1, 2], [1, 2], margin=0)
