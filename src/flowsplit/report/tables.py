@@ -1,0 +1,78 @@
+"""Column specifications and cell formatting shared by the HTML and Markdown renderers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: the row key it reads, its header and how to format a value."""
+
+    key: str
+    header: str
+    fmt: Callable[[Any], str] | None = None
+    align: str = "left"
+    """``left`` for text, ``right`` for numbers."""
+
+
+def fmt_float(digits: int = 3) -> Callable[[Any], str]:
+    """Formatter: fixed decimals, an en dash for missing values."""
+
+    def f(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        return f"{float(v):.{digits}f}"
+
+    return f
+
+
+def fmt_pct(digits: int = 1) -> Callable[[Any], str]:
+    """Formatter: a fraction shown as a percentage."""
+
+    def f(v: Any) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        return f"{100 * float(v):.{digits}f} %"
+
+    return f
+
+
+def fmt_p(v: Any) -> str:
+    """Formatter for p-values: three significant figures, ``< 0.001`` below that."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    v = float(v)
+    return "< 0.001" if v < 0.001 else f"{v:.3f}"
+
+
+def fmt_ci(mean: float, low: float, high: float, scale: float = 1.0, digits: int = 1) -> str:
+    """``mean (low–high)`` with optional scaling (100 for percentages)."""
+    if mean is None or math.isnan(mean):
+        return "–"
+    if low is None or math.isnan(low):
+        return f"{mean * scale:.{digits}f}"
+    return f"{mean * scale:.{digits}f} ({low * scale:.{digits}f}–{high * scale:.{digits}f})"
+
+
+def cell_text(value: Any, column: Column) -> str:
+    """The text of one cell, before any escaping."""
+    if column.fmt is not None:
+        return column.fmt(value)
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return "–" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def resolve_columns(
+    rows: Sequence[Mapping[str, Any]], columns: Iterable[Column | str] | None
+) -> list[Column]:
+    """Columns as given, strings promoted to :class:`Column`; all keys of the first row if none."""
+    if columns is None:
+        columns = list(rows[0].keys()) if rows else []
+    return [c if isinstance(c, Column) else Column(str(c), str(c)) for c in columns]

@@ -1,0 +1,76 @@
+"""Report rendering: escaping, self-contained pages, embedded figures, Markdown tables."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from flowsplit.report import figures, html, markdown
+from flowsplit.report.tables import Column, fmt_ci, fmt_p, fmt_pct
+
+EVIL = '<script>alert("x")</script>|a*b_c'
+
+
+def test_html_table_escapes_headers_cells_and_caption():
+    # Prepare
+    rows = [{"name": EVIL, "acc": 0.9512}]
+    cols = [Column("name", "class <b>"), Column("acc", "accuracy", fmt_pct(1), "right")]
+    # Execute
+    out = html.table(rows, cols, caption=EVIL)
+    # Assert
+    assert "<script>" not in out
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in out
+    assert "class &lt;b&gt;" in out
+    assert '<td class="r">95.1 %</td>' in out
+
+
+def test_page_is_self_contained_and_escapes_title():
+    out = html.page(EVIL, html.paragraph("hello"), subtitle=EVIL)
+    assert out.startswith("<!DOCTYPE html>")
+    assert "<script>" not in out
+    assert "http://" not in out and "https://" not in out and "src=" not in out
+
+
+def test_figure_embeds_a_png():
+    # Prepare
+    fig = figures.bar_chart(["a", "b"], {"x": [1.0, 2.0]}, lows={"x": [0.5, 1.5]},
+                            highs={"x": [1.5, 2.5]}, ylabel="y")  # fmt: skip
+    # Execute
+    b64 = html.figure_to_base64(fig)
+    tag = html.figure(fig, caption=EVIL)
+    # Assert
+    assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tag.startswith('<figure><img src="data:image/png;base64,')
+    assert "<script>" not in tag
+
+
+def test_heatmap_and_line_chart_render():
+    heat = figures.heatmap(np.array([[5, 1], [0, 4]]), ["a", EVIL], ["a", EVIL])
+    line = figures.line_chart([{"label": "m", "x": [1, 2, 4], "y": [1, 1.9, 3.2]},
+                               {"label": "p", "x": [1, 1024], "y": [1, 500], "style": "--"}],
+                              logx=True, logy=True)  # fmt: skip
+    for fig in (heat, line):
+        assert base64.b64decode(html.figure_to_base64(fig))[:4] == b"\x89PNG"
+
+
+def test_markdown_table_escapes_pipes_and_html():
+    # Prepare
+    rows = [{"name": EVIL, "p": 0.0004}, {"name": "ok", "p": 0.25}]
+    # Execute
+    out = markdown.table(rows, [Column("name", "class"), Column("p", "p", fmt_p, "right")])
+    lines = out.strip().split("\n")
+    # Assert: header, rule, two rows, each with exactly 3 unescaped pipes
+    assert lines[1] == "|---|---:|"
+    assert "<script>" not in out and "&lt;script&gt;" in out
+    assert "\\|a\\*b\\_c" in out
+    assert lines[2].endswith("| < 0.001 |") is False  # '<' is escaped too
+    assert lines[2].endswith("| &lt; 0.001 |")
+    assert lines[3] == "| ok | 0.250 |"
+
+
+def test_fmt_ci_and_missing_values():
+    assert fmt_ci(0.95, 0.94, 0.96, scale=100) == "95.0 (94.0–96.0)"
+    assert fmt_ci(0.95, float("nan"), float("nan"), scale=100) == "95.0"
+    assert fmt_p(float("nan")) == "–"
+    assert markdown.document(markdown.heading("T", 1), markdown.paragraph("x")) == "# T\n\nx\n"
