@@ -130,5 +130,7 @@ def _start_times(df: pd.DataFrame) -> np.ndarray | None:
                 return as_num.fillna(0).to_numpy(dtype=np.float64) * scale
             parsed = pd.to_datetime(col, errors="coerce", dayfirst=True, format="mixed")
             if parsed.notna().mean() > 0.9:
-                return (parsed.astype("int64", errors="ignore") / 1e9).to_numpy(dtype=np.float64)
+                # total_seconds is unit-safe (pandas may store us or ns)
+                secs = (parsed - pd.Timestamp("1970-01-01")).dt.total_seconds()
+                return secs.fillna(0.0).to_numpy(dtype=np.float64)
     return None
