@@ -1,0 +1,385 @@
+"""Assembling decoded packets into bidirectional flows, one chunk at a time.
+
+A flow is keyed by (file, protocol, {address, port} pair), direction-free; its
+initiator (a) is the sender of its first packet. Packets are taken in capture
+order. A packet starts a new flow of its key when
+
+1. idle timeout: the largest timestamp of the file's TCP/UDP packets since the
+   key's previous packet (this one included) exceeds that packet's time by more
+   than ``idle_timeout``. For captures in time order this is simply "more than
+   ``idle_timeout`` since the key's previous packet"; it is also what a meter that
+   expires flows as its packet clock advances does when timestamps jump around,
+   so one packet with a wild timestamp ends the flows it overtakes, once;
+2. active timeout: the flow's latest timestamp, this packet included, is more than
+   ``active_timeout`` after its first packet;
+3. TCP end: the flow has ended (an RST seen, or a FIN seen from both sides) and
+   the packet is a pure SYN (SYN without ACK). Anything else after the end
+   (trailing ACKs, retransmitted FINs) stays in the ended flow.
+
+These rules let a flow be closed at a chunk boundary with certainty once it can no
+longer continue, so streaming in chunks gives exactly the flows of reading the
+file whole. The vectorised pass applies rule 1 to each key's packets sorted
+together; the few runs where rules 2-3 can fire are replayed packet by packet.
+
+Keys are compared through 64-bit hashes: two different keys of one file would have
+to collide on all 64 bits (about 2^-64 per pair) to be merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowsplit.data import views as V
+from flowsplit.data.packets import Packets
+
+_M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_K1, _K2, _K3 = (np.uint64(k) for k in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+_IDX_BITS = 20  # chunk packets are sorted with their index in the low bits of the key
+_U33 = np.uint64(33)
+_TENSOR_VIEWS = ("seq", "bytes", "pkt_bytes")
+
+
+@dataclass
+class FlowTable:
+    """Flows as named columns (all of length n); the views only as requested."""
+
+    cols: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.cols["h"])
+
+    def take(self, idx) -> FlowTable:
+        return FlowTable({k: v[idx] for k, v in self.cols.items()})
+
+    @staticmethod
+    def concat(tables: list[FlowTable]) -> FlowTable:
+        if len(tables) == 1:
+            return tables[0]
+        return FlowTable({k: np.concatenate([t.cols[k] for t in tables]) for k in tables[0].cols})
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = (h ^ (h >> _U33)) * _M1
+    h = (h ^ (h >> _U33)) * _M2
+    return h ^ (h >> _U33)
+
+
+def endpoint_hash(addr_hi, addr_lo, port) -> np.ndarray:
+    """64-bit hash of one (address, port) endpoint."""
+    return _mix(addr_lo * _K1 + (addr_hi ^ (port.astype(np.uint64) * _K2)))
+
+
+def _sort_by_key(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order that groups equal hashes, keeping capture order within a group."""
+    n = len(h)
+    if n < (1 << _IDX_BITS):
+        low = np.uint64((1 << _IDX_BITS) - 1)
+        comp = np.sort((h & ~low) | np.arange(n, dtype=np.uint64))
+        order = (comp & low).astype(np.int64)
+        hs = h[order]
+        # The sort used only the high bits: if two keys share them, sort exactly.
+        top = comp >> np.uint64(_IDX_BITS)
+        if not np.any((top[1:] == top[:-1]) & (hs[1:] != hs[:-1])):
+            return order, hs
+    order = np.argsort(h, kind="stable")
+    return order, h[order]
+
+
+class RangeMax:
+    """Maximum of ``x[lo+1 .. hi]`` for many (lo, hi) pairs: a sparse table."""
+
+    def __init__(self, x: np.ndarray):
+        levels = [x]
+        while 2 ** len(levels) <= len(x):
+            prev, step = levels[-1], 2 ** (len(levels) - 1)
+            levels.append(np.maximum(prev[:-step], prev[step:]))
+        self.table = np.full((len(levels), len(x)), -np.inf)  # (log2 n, n)
+        for k, lev in enumerate(levels):
+            self.table[k, : len(lev)] = lev
+
+    def __call__(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        length = hi - lo  # >= 1
+        k = np.floor(np.log2(length)).astype(np.int64)
+        return np.maximum(self.table[k, lo + 1], self.table[k, hi - (1 << k) + 1])
+
+
+class FlowAssembler:
+    """Turns the packets of successive chunks into finished flows (see module doc)."""
+
+    def __init__(self, options):
+        self.opts = options
+        self.open: FlowTable | None = None  # flows that may continue, sorted by hash
+
+    def add_chunk(self, pk: Packets, sb, ended: list[int]) -> list[FlowTable]:
+        """Add one chunk's packets; return the flows known to be finished.
+
+        The first table holds the chunk's finished flows ordered by (file, first
+        packet); a second one, if any, flows left open earlier that are now done.
+        """
+        opts, op = self.opts, self.open
+        n = len(pk)
+        if n == 0:
+            return self._retire_open(pk, ended, np.zeros(len(op) if op else 0, dtype=bool), None)
+        es = endpoint_hash(pk.sa_hi, pk.sa_lo, pk.sport)
+        ed = endpoint_hash(pk.da_hi, pk.da_lo, pk.dport)
+        low = es < ed  # sent by the endpoint with the lower hash: a fixed side of each key
+        small = (pk.src.astype(np.uint64) << np.uint64(8)) | pk.proto.astype(np.uint64)
+        h = _mix((es + ed) ^ (small * _K3))
+        order, hs = _sort_by_key(h)
+        ts, flags, low = pk.ts[order], pk.flags[order], low[order]
+        gs = np.empty(n, dtype=bool)
+        gs[0] = True
+        np.not_equal(hs[1:], hs[:-1], out=gs[1:])
+        g = np.flatnonzero(gs)
+
+        # Join each key group with the flow of that key still open from earlier chunks.
+        cont_g = np.full(len(g), -1, dtype=np.int64)
+        if op is not None:
+            at = np.minimum(np.searchsorted(op.cols["h"], hs[g]), len(op) - 1)
+            cont_g = np.where(op.cols["h"][at] == hs[g], at, -1)
+        matched = cont_g >= 0
+        touched = np.zeros(len(op) if op else 0, dtype=bool)
+        touched[cont_g[matched]] = True
+
+        # Rule 1 inside the chunk: the latest time seen since the key's previous packet.
+        src_change = pk.src[1:] != pk.src[:-1]
+        in_order = bool(np.all((pk.ts[1:] >= pk.ts[:-1]) | src_change))
+        prev = np.empty(n)
+        prev[0] = np.nan
+        prev[1:] = ts[:-1]
+        if in_order:
+            latest = ts
+        else:
+            latest = np.full(n, np.nan)
+            j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
+            latest[j] = RangeMax(pk.ts)(order[j - 1], order[j])
+        new = latest - prev > opts.idle_timeout
+        new[g] = True
+        pure_syn = (flags & 0x12) == 0x02
+        cont_at = np.full(n, -1, dtype=np.int64)  # open flow continued at position j
+        if matched.any():
+            # All rules at group starts, against the state of the open flow.
+            gm, c = g[matched], cont_g[matched]
+            oc = op.cols
+            seen = np.maximum(oc["seen_max"][c], np.maximum.accumulate(pk.ts)[order[gm]])
+            max_ts = np.maximum(oc["acc"][c, V.A["last_ts"]], ts[gm])
+            done_before = oc["rst"][c] | (oc["fin_lo"][c] & oc["fin_hi"][c])
+            new[gm] = (
+                (seen - oc["last_pkt_ts"][c] > opts.idle_timeout)
+                | (max_ts - oc["first_ts"][c] > opts.active_timeout)
+                | (done_before & pure_syn[gm])
+            )
+            cont_at[gm] = np.where(new[gm], -1, c)
+        self._replay(new, gs, ts, flags, low, pure_syn, cont_at)
+
+        # Chunk flows: runs of packets between flow starts and group starts.
+        starts = new | gs
+        fs = np.flatnonzero(starts)
+        nfc = len(fs)
+        fid = np.cumsum(starts) - 1
+        fe = np.append(fs[1:], n)
+        cont = cont_at[fs]
+        is_cont = cont >= 0
+        cc = cont[is_cont]
+        p0 = order[fs]
+        f = {
+            "h": hs[fs],
+            "src": pk.src[p0],
+            "ver": pk.ver[p0],
+            "proto": pk.proto[p0],
+            "a_hi": pk.sa_hi[p0],
+            "a_lo": pk.sa_lo[p0],
+            "b_hi": pk.da_hi[p0],
+            "b_lo": pk.da_lo[p0],
+            "port_a": pk.sport[p0],
+            "port_b": pk.dport[p0],
+            "init_low": low[fs],
+            "first_index": pk.index[p0],
+            "first_ts": ts[fs],
+            "last_pkt_ts": ts[fe - 1],
+            "n": fe - fs,
+        }
+        # Latest time of the file after each flow's last packet (only the file read
+        # last can continue in the next chunk; the others have ended).
+        after = np.empty(n)
+        after[-1] = -np.inf
+        after[:-1] = np.maximum.accumulate(pk.ts[:0:-1])[::-1]
+        f["seen_max"] = after[order[fe - 1]]
+        n_before = np.zeros(nfc, dtype=np.int64)
+        fill_before = np.zeros(nfc, dtype=np.int64)
+        if is_cont.any():
+            oc = op.cols
+            for k in ("a_hi", "a_lo", "b_hi", "b_lo", "port_a", "port_b", "init_low",
+                      "first_index", "first_ts"):  # fmt: skip
+                f[k][is_cont] = oc[k][cc]
+            n_before[is_cont] = oc["n"][cc]
+            fill_before[is_cont] = oc["fill"][cc]
+            f["n"] += n_before
+
+        # Per packet: direction, rank in its flow, times of previous packets.
+        fwd = low == f["init_low"][fid]
+        rank = np.arange(n) - fs[fid] + n_before[fid]
+        prev_ts = prev
+        prev_ts[fs] = np.nan
+        prev_f = self._prev_dir(fwd, fs, fid, ts)
+        prev_b = self._prev_dir(~fwd, fs, fid, ts)
+        if is_cont.any():
+            oc = op.cols
+            prev_ts[fs[is_cont]] = oc["last_pkt_ts"][cc]
+            last_dir = np.full((nfc, 2), np.nan)
+            last_dir[is_cont, 0] = oc["acc"][cc, V.A["last_fwd_ts"]]
+            last_dir[is_cont, 1] = oc["acc"][cc, V.A["last_bwd_ts"]]
+            need = np.isnan(prev_f)
+            prev_f[need] = last_dir[fid[need], 0]
+            need = np.isnan(prev_b)
+            prev_b[need] = last_dir[fid[need], 1]
+        prev_dir = np.where(fwd, prev_f, prev_b)
+
+        size = pk.ip_len[order].astype(np.float64)
+        pay = pk.pay_len[order].astype(np.float64)
+        is_tcp = f["proto"] == 6
+        acc = V.accumulate(fs, f["n"] - n_before, fwd, ts, size, pay, flags,
+                           pk.window[order], is_tcp[fid], prev_ts, prev_dir)  # fmt: skip
+        rst = np.add.reduceat((flags & 4) > 0, fs, dtype=np.int64) > 0
+        fin = (flags & 1) > 0
+        fin_lo = np.add.reduceat(fin & low, fs, dtype=np.int64) > 0
+        fin_hi = np.add.reduceat(fin & ~low, fs, dtype=np.int64) > 0
+        if is_cont.any():
+            oc = op.cols
+            acc[is_cont] = V.merge_acc(oc["acc"][cc], acc[is_cont])
+            rst[is_cont] |= oc["rst"][cc]
+            fin_lo[is_cont] |= oc["fin_lo"][cc]
+            fin_hi[is_cont] |= oc["fin_hi"][cc]
+        f.update(acc=acc, rst=rst, fin_lo=fin_lo, fin_hi=fin_hi)
+        pay_cap = pk.pay_cap[order]
+        f["fill"] = np.minimum(fill_before + np.add.reduceat(pay_cap, fs), opts.n_bytes)
+
+        # Which flows are finished: superseded in the chunk, timed out, or file ended.
+        last_of_key = np.append(gs[fs[1:]], True)
+        final = ~last_of_key | self._expired(f, ended)
+        # Output rows: finished flows by (file, first packet) first, then open ones.
+        fin_idx = np.flatnonzero(final)
+        fin_idx = fin_idx[np.lexsort((f["first_index"][fin_idx], f["src"][fin_idx]))]
+        perm = np.concatenate([fin_idx, np.flatnonzero(~final)])
+        row = np.empty(nfc, dtype=np.int64)
+        row[perm] = np.arange(nfc)
+        cols = {k: v[perm] for k, v in f.items()}
+        carried = {v: op.cols[v][cc] for v in _TENSOR_VIEWS if v in opts.views} if len(cc) else {}
+        cols.update(V.build_views(
+            opts, sb, pk, order, row[fid], rank, fwd, ts, prev_ts, size, pay, flags, pay_cap,
+            fs, fid, fill_before, row[is_cont], carried,
+        ))  # fmt: skip
+
+        n_fin = len(fin_idx)
+        done = FlowTable({k: v[:n_fin] for k, v in cols.items()})
+        keep = FlowTable({k: v[n_fin:].copy() for k, v in cols.items()})
+        continued = np.zeros(len(touched), dtype=bool)
+        continued[cc] = True
+        return [done, *self._retire_open(pk, ended, touched, keep, continued)]
+
+    def finish(self) -> FlowTable | None:
+        """All flows still open (end of input), by (file, first packet)."""
+        out, self.open = self.open, None
+        if out is not None:
+            out = out.take(np.lexsort((out.cols["first_index"], out.cols["src"])))
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _replay(self, new, gs, ts, flags, low, pure_syn, cont_at) -> None:
+        """Rules 2-3 packet by packet, only in the runs where they may fire."""
+        opts, op = self.opts, self.open
+        starts = new | gs
+        fs = np.flatnonzero(starts)
+        first = ts[fs]
+        top = np.maximum.reduceat(ts, fs)
+        c = cont_at[fs]
+        cm = c >= 0
+        carried = np.zeros((len(fs), 3), dtype=bool)
+        if cm.any():
+            first[cm] = op.cols["first_ts"][c[cm]]
+            top[cm] = np.maximum(top[cm], op.cols["acc"][c[cm], V.A["last_ts"]])
+            carried[cm] = np.stack([op.cols[k][c[cm]] for k in ("rst", "fin_lo", "fin_hi")], 1)
+        flagged = top - first > opts.active_timeout
+        cand = np.flatnonzero(pure_syn & ~starts)
+        rst, fin = (flags & 4) > 0, (flags & 1) > 0
+        if len(cand):
+            # Has the run ended before each candidate SYN?
+            fid = np.cumsum(starts) - 1
+            seen = []
+            for j, ev in enumerate((rst, fin & low, fin & ~low)):
+                before = V.excl_cumsum_in_runs(ev.astype(np.int64), fs, fid)[cand] > 0
+                seen.append(before | carried[fid[cand], j])
+            ended = seen[0] | (seen[1] & seen[2])
+            flagged[fid[cand[ended]]] = True
+        if not flagged.any():
+            return
+        fe = np.append(fs[1:], len(ts))
+        active_to = opts.active_timeout
+        for k in np.flatnonzero(flagged).tolist():
+            b, e = int(fs[k]), int(fe[k])
+            t0 = float(first[k])
+            # The latest time of the flow so far (a carried flow: before this chunk).
+            t_max = float(op.cols["acc"][c[k], V.A["last_ts"]]) if cm[k] else t0
+            r_, fl_, fh_ = (bool(x) for x in carried[k])
+            for j in range(b, e):
+                t_max = max(t_max, float(ts[j]))
+                if j > b and (t_max - t0 > active_to or ((r_ or (fl_ and fh_)) and pure_syn[j])):
+                    new[j] = True
+                    t0 = t_max = float(ts[j])
+                    r_ = fl_ = fh_ = False
+                r_ = r_ or bool(rst[j])
+                fl_ = fl_ or bool(fin[j] and low[j])
+                fh_ = fh_ or bool(fin[j] and not low[j])
+
+    @staticmethod
+    def _prev_dir(is_dir, fs, fid, ts) -> np.ndarray:
+        """Time of the previous packet in the same direction and flow (NaN if none)."""
+        n = len(ts)
+        last = np.maximum.accumulate(np.where(is_dir, np.arange(n), -1))
+        prev = np.empty(n, dtype=np.int64)
+        prev[0] = -1
+        prev[1:] = last[:-1]
+        ok = prev >= fs[fid]
+        return np.where(ok, ts[prev], np.nan)
+
+    def _expired(self, c: dict, ended: list[int]) -> np.ndarray:
+        """Flows no later packet can join: their file ended, or they timed out."""
+        opts = self.opts
+        done = np.isin(c["src"], ended)
+        done |= c["seen_max"] - c["last_pkt_ts"] > opts.idle_timeout
+        done |= c["acc"][:, V.A["last_ts"]] - c["first_ts"] > opts.active_timeout
+        return done
+
+    def _retire_open(self, pk, ended, touched, keep, continued=None) -> list[FlowTable]:
+        """Replace the open flows; return those of the old ones that are finished."""
+        op = self.open
+        out, kept = [], [] if keep is None or not len(keep) else [keep]
+        if op is not None:
+            if continued is None:
+                continued = touched
+            untouched = ~touched
+            c = op.cols
+            if len(pk):
+                # Untouched flows saw the chunk's packets of their file go by.
+                top = {s: float(pk.ts[pk.src == s].max()) for s in np.unique(c["src"]).tolist()
+                       if (pk.src == s).any()}  # fmt: skip
+                if top:
+                    seen = np.array([top.get(s, -np.inf) for s in c["src"].tolist()])
+                    c["seen_max"] = np.where(untouched, np.maximum(c["seen_max"], seen),
+                                             c["seen_max"])  # fmt: skip
+            fin_o = untouched & self._expired(c, ended)
+            done = np.flatnonzero((touched & ~continued) | fin_o)
+            if len(done):
+                done = done[np.lexsort((c["first_index"][done], c["src"][done]))]
+                out.append(op.take(done))
+            still = np.flatnonzero(untouched & ~fin_o)
+            if len(still):
+                kept.append(op.take(still))
+        if kept:
+            table = FlowTable.concat(kept)
+            self.open = table.take(np.argsort(table.cols["h"], kind="stable"))
+        else:
+            self.open = None
+        return out

@@ -1,0 +1,235 @@
+"""Bidirectional TCP/UDP flows of packet captures, with their views, streamed.
+
+The pipeline, per chunk of a few MB of records (several small files share one):
+
+    staging.iter_record_chunks  walk record headers, gather their fields
+    packets.decode_packets      link / IP / TCP / UDP headers, vectorised
+    assemble.FlowAssembler      flows (timeouts, TCP end), views, carried state
+
+:func:`iter_flows` streams one capture; :func:`iter_flows_many` streams many,
+sharing chunks between small files, which is much faster on a corpus of small
+captures. Flow rules: :mod:`flowsplit.data.assemble`; decoding decisions:
+:mod:`flowsplit.data.packets`; view definitions: :mod:`flowsplit.data.views`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from flowsplit.data import views as V
+from flowsplit.data.assemble import FlowAssembler, FlowTable
+from flowsplit.data.packets import decode_packets
+from flowsplit.data.pcap import ReadReport
+from flowsplit.data.staging import WINDOW_PAD, iter_record_chunks
+from flowsplit.errors import ConfigError
+
+__all__ = [
+    "FlowBatch",
+    "FlowOptions",
+    "ReadReport",
+    "SEQ_FEATURES",
+    "STATS_COLUMNS",
+    "iter_flows",
+    "iter_flows_many",
+    "stats_columns",
+    "view_shapes",
+]
+
+SEQ_FEATURES = V.SEQ_FEATURES
+ALL_VIEWS = ("seq", "bytes", "pkt_bytes", "stats")
+
+
+@dataclass(frozen=True)
+class FlowOptions:
+    """How packets become flows, and which views of each flow to build."""
+
+    idle_timeout: float = 120.0
+    """Seconds without a packet after which the next packet of the key starts a new flow."""
+    active_timeout: float = 1800.0
+    """Seconds after a flow's first packet after which the next packet starts a new flow."""
+    seq_len: int = 32
+    """T: packets in the ``seq`` view."""
+    n_bytes: int = 784
+    """K: payload bytes in the ``bytes`` view."""
+    n_pkts: int = 16
+    """P: packets in the ``pkt_bytes`` view."""
+    pkt_len: int = 64
+    """B: bytes per packet (from the IP header on) in the ``pkt_bytes`` view."""
+    mask_ip: bool = True
+    """Zero IP addresses in ``pkt_bytes``."""
+    mask_port: bool = True
+    """Zero ports in ``pkt_bytes``; leave the port columns out of ``stats``."""
+    mask_checksum: bool = True
+    """Zero the IPv4 header checksum and the TCP/UDP checksum in ``pkt_bytes``."""
+    views: tuple[str, ...] = ("seq", "bytes", "pkt_bytes", "stats")
+    """Views to build, among seq, bytes, pkt_bytes and stats."""
+
+    def __post_init__(self):
+        for name in ("idle_timeout", "active_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
+        for name in ("seq_len", "n_bytes", "n_pkts", "pkt_len"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.pkt_len > WINDOW_PAD:
+            raise ConfigError(f"pkt_len must be <= {WINDOW_PAD}, got {self.pkt_len}")
+        if isinstance(self.views, str):
+            raise ConfigError("views must be a tuple of names, e.g. ('seq', 'stats')")
+        unknown = [v for v in self.views if v not in ALL_VIEWS]
+        if unknown:
+            raise ConfigError(f"unknown view(s) {unknown}; choose from {', '.join(ALL_VIEWS)}")
+
+
+@dataclass
+class FlowBatch:
+    """Flows of one batch, one row per flow (all arrays of length n)."""
+
+    proto: np.ndarray  # uint8, 6 TCP or 17 UDP
+    ip_a: np.ndarray  # object (str), initiator address (unmasked; metadata only)
+    port_a: np.ndarray  # uint16 (unmasked; metadata only)
+    ip_b: np.ndarray  # object (str), responder address
+    port_b: np.ndarray  # uint16
+    first_ts: np.ndarray  # float64 seconds
+    last_ts: np.ndarray  # float64 seconds (latest packet timestamp)
+    n_packets: np.ndarray  # int64
+    n_bytes: np.ndarray  # int64, sum of IP lengths
+    views: dict[str, np.ndarray]  # "seq" (n, T, F), "bytes" (n, K), "pkt_bytes" (n, P, B)
+    stats: pd.DataFrame | None  # float32 columns, when "stats" was requested
+    source: np.ndarray = field(default=None)  # int32, index of the file in the input list
+    first_index: np.ndarray = field(default=None)  # int64, record number of the first packet
+
+    def __len__(self) -> int:
+        return len(self.proto)
+
+    def keys(self) -> list[str]:
+        """``L4|ipA|portA|ipB|portB`` per flow (initiator first)."""
+        l4 = np.where(self.proto == 6, "TCP", "UDP")
+        return [
+            f"{p}|{a}|{pa}|{b}|{pb}"
+            for p, a, pa, b, pb in zip(
+                l4.tolist(),
+                self.ip_a.tolist(),
+                self.port_a.tolist(),
+                self.ip_b.tolist(),
+                self.port_b.tolist(),
+                strict=True,
+            )  # fmt: skip
+        ]
+
+
+def stats_columns(options: FlowOptions | None = None) -> tuple[str, ...]:
+    """Columns of the ``stats`` view for these options (ports only when unmasked)."""
+    return V.stats_columns((options or FlowOptions()).mask_port)
+
+
+STATS_COLUMNS = stats_columns()
+
+
+def view_shapes(options: FlowOptions) -> dict[str, tuple[int, ...]]:
+    """Per-flow shapes of the requested tensor views (``stats`` has its own columns)."""
+    shapes = {
+        "seq": (options.seq_len, len(SEQ_FEATURES)),
+        "bytes": (options.n_bytes,),
+        "pkt_bytes": (options.n_pkts, options.pkt_len),
+    }
+    return {k: v for k, v in shapes.items() if k in options.views}
+
+
+def iter_flows(
+    path: str | Path,
+    options: FlowOptions,
+    report: ReadReport,
+    *,
+    strict: bool = False,
+    chunk_bytes: int = 8 << 20,
+) -> Iterator[FlowBatch]:
+    """Stream the flows of one capture, in batches, with bounded memory.
+
+    File-level problems raise :class:`~flowsplit.errors.InputError` (possibly after
+    some batches were yielded); per-record problems are counted in
+    ``report.skipped`` (``strict=True``: raised as InputError).
+    """
+    yield from iter_flows_many([path], options, report, strict=strict, chunk_bytes=chunk_bytes)
+
+
+def iter_flows_many(
+    paths: Sequence[str | Path],
+    options: FlowOptions,
+    report: ReadReport,
+    *,
+    strict: bool = False,
+    chunk_bytes: int = 8 << 20,
+    on_error: str = "raise",
+) -> Iterator[FlowBatch]:
+    """Stream the flows of several captures; ``batch.source`` indexes ``paths``.
+
+    Small files share chunks, so this is much faster than one :func:`iter_flows` per
+    file. A flow's packets all come from one file. With ``on_error="skip"`` a file
+    with a file-level problem is recorded in ``report.file_errors`` and ends where
+    the problem is; the flows read before it are kept.
+    """
+    assembler = FlowAssembler(options)
+    for chunk in iter_record_chunks(
+        paths, report, strict=strict, chunk_bytes=chunk_bytes, on_error=on_error
+    ):
+        pk = decode_packets(chunk, report, strict=strict)
+        report.n_flow_packets += len(pk)
+        for done in assembler.add_chunk(pk, chunk.buffer, chunk.ended):
+            if len(done):
+                yield _to_batch(done, options, report)
+    done = assembler.finish()
+    if done is not None and len(done):
+        yield _to_batch(done, options, report)
+
+
+def _to_batch(t: FlowTable, options: FlowOptions, report: ReadReport) -> FlowBatch:
+    c = t.cols  # already ordered by (file, first packet)
+    acc = c["acc"]
+    report.n_flows += len(acc)
+    bytes_ = acc[:, V.A["bytes_fwd"]] + acc[:, V.A["bytes_bwd"]]
+    stats = None
+    if "stats" in options.views:
+        stats = V.stats_frame(acc, c["first_ts"], c["proto"] == 6, c["port_a"], c["port_b"],
+                              options.mask_port)  # fmt: skip
+    return FlowBatch(
+        proto=c["proto"].astype(np.uint8),
+        ip_a=format_ips(c["ver"], c["a_hi"], c["a_lo"]),
+        port_a=c["port_a"].astype(np.uint16),
+        ip_b=format_ips(c["ver"], c["b_hi"], c["b_lo"]),
+        port_b=c["port_b"].astype(np.uint16),
+        first_ts=c["first_ts"],
+        last_ts=acc[:, V.A["last_ts"]].copy(),
+        n_packets=c["n"].astype(np.int64),
+        n_bytes=bytes_.astype(np.int64),
+        views={v: c[v] for v in ("seq", "bytes", "pkt_bytes") if v in options.views},
+        stats=stats,
+        source=c["src"].astype(np.int32),
+        first_index=c["first_index"].astype(np.int64),
+    )
+
+
+def format_ips(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Addresses as strings (object array); IPv4 is stored as ::ffff:a.b.c.d."""
+    out = np.empty(len(ver), dtype=object)
+    v4 = ver == 4
+    if v4.any():
+        u, inv = np.unique(lo[v4] & np.uint64(0xFFFFFFFF), return_inverse=True)
+        names = [socket.inet_ntoa(x.to_bytes(4, "big")) for x in u.tolist()]
+        out[v4] = np.array(names, dtype=object)[inv]
+    if not v4.all():
+        v6 = np.flatnonzero(~v4)
+        cache: dict[tuple[int, int], str] = {}
+        for i, a, b in zip(v6.tolist(), hi[v6].tolist(), lo[v6].tolist(), strict=True):
+            s = cache.get((a, b))
+            if s is None:
+                s = cache[(a, b)] = socket.inet_ntop(
+                    socket.AF_INET6, a.to_bytes(8, "big") + b.to_bytes(8, "big")
+                )
+            out[i] = s
+    return out

@@ -1,0 +1,346 @@
+"""Capture formats: classic pcap and pcapng, walked into packet-record offsets.
+
+Reading is two-phase, so that pure Python stays fast:
+
+1. a tight loop walks the record headers (each length gives the next offset and
+   nothing else is looked at), appending offsets to a list shared by all files of
+   a chunk (:class:`~flowsplit.data.staging.RecordBatch`);
+2. every per-record field (timestamps, lengths, interface, link type) is gathered
+   later with vectorised NumPy over all offsets of the chunk at once.
+
+Every length field is checked before it is trusted: a record can never make the
+walk stand still, run backwards or read outside the bytes that were read.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowsplit.errors import InputError
+
+MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN: no sane record captures more
+MAX_RECORD = MAX_CAPLEN + 8192  # a packet record or block, with headers and options
+
+LINKTYPE_NAMES = {
+    0: "NULL",
+    1: "ETHERNET",
+    9: "PPP",
+    12: "RAW",
+    14: "RAW",
+    101: "RAW",
+    104: "C_HDLC",
+    105: "IEEE802_11",
+    108: "LOOP",
+    113: "LINUX_SLL",
+    127: "IEEE802_11_RADIOTAP",
+    192: "PPI",
+    228: "IPV4",
+    229: "IPV6",
+    276: "LINUX_SLL2",
+}
+SUPPORTED_LINKTYPES = frozenset({0, 1, 9, 12, 14, 101, 104, 108, 113, 192, 228, 229, 276})
+
+# Per-record problems that strict mode turns into an InputError; the other reasons
+# (non-IP frames, fragments, other protocols, ...) are normal traffic we do not use.
+MALFORMED_REASONS = frozenset(
+    {
+        "truncated_record",
+        "bad_caplen",
+        "caplen_gt_snaplen",
+        "oversized_record",
+        "bad_interface",
+        "bad_block_trailer",
+        "truncated_packet",
+        "bad_ip_header",
+        "bad_ipv6_ext",
+        "bad_tcp_header",
+        "bad_udp_header",
+    }
+)
+
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
+_SHB = 0x0A0D0D0A
+_BOM = 0x1A2B3C4D
+_PACKET_BLOCKS = (2, 3, 6)  # obsolete packet, simple packet, enhanced packet
+
+
+@dataclass
+class ReadReport:
+    """Counters filled while reading one or many files."""
+
+    n_packets: int = 0
+    """Packet records read (every record, used or not)."""
+    n_flow_packets: int = 0
+    """TCP/UDP packets assigned to flows."""
+    skipped: collections.Counter = field(default_factory=collections.Counter)
+    """Reason -> number of records not used (non_ip, ip_fragment, non_tcp_udp, ...)."""
+    n_files: int = 0
+    """Files opened successfully."""
+    n_flows: int = 0
+    """Flows emitted."""
+    file_errors: list[tuple[str, str]] = field(default_factory=list)
+    """(path, problem) of files given up on (only with ``on_error="skip"``)."""
+
+    def skip(self, reason: str, n: int, path: str, *, strict: bool, where: str = "") -> None:
+        """Count ``n`` unused records; in strict mode a malformed one raises InputError."""
+        if n <= 0:
+            return
+        if strict and reason in MALFORMED_REASONS:
+            raise InputError(path, f"{reason.replace('_', ' ')}{where}")
+        self.skipped[reason] += int(n)
+
+
+class Source:
+    """An open capture file, read in pieces; subclasses know the record format."""
+
+    def __init__(self, path: str, fd: int, size: int, report: ReadReport, strict: bool):
+        self.path, self.fd, self.size = path, fd, size
+        self.report, self.strict = report, strict
+        self.offset = 0  # file offset of the next record not consumed yet
+        self.n_records = 0  # packet records met so far (numbers the next one)
+        self.done = False
+        self.error: InputError | None = None
+        self.skip_bytes = 0  # set by a walk: a block too large to read, skipped unread
+
+    def fail(self, problem: str) -> None:
+        """End the file with a file-level problem (raised or recorded by the driver)."""
+        self.error = InputError(self.path, problem)
+        self.done = True
+
+    def skip(self, reason: str, n: int = 1, where: str = "") -> None:
+        self.report.skip(reason, n, self.path, strict=self.strict, where=where)
+
+    def lost_record(self, reason: str, where: str, *, ends_file: bool = True) -> None:
+        """A record we cannot use (cut short, or with an impossible length)."""
+        self.n_records += 1
+        self.report.n_packets += 1
+        self.skip(reason, 1, f" (record {self.n_records - 1}{where})")
+        self.done = self.done or ends_file
+
+    def walk(self, mv: memoryview, pos: int, data_end: int, stop: int, at_eof: bool, batch):
+        """Collect the records in mv[pos:data_end] that start before ``stop``.
+
+        Returns the offset of the first record not consumed.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class PcapSource(Source):
+    """Classic pcap: a 24-byte file header, then records with 16-byte headers."""
+
+    def __init__(self, path, fd, size, report, strict, head: bytes):
+        super().__init__(path, fd, size, report, strict)
+        self.endian, self.tick = PCAP_MAGICS[head[:4]]
+        if len(head) < 24:
+            raise InputError(path, f"truncated pcap file header ({len(head)} of 24 bytes)")
+        snaplen, lt_field = struct.unpack(self.endian + "II", head[16:24])
+        # The upper bits of the link-type field carry FCS information, not the type.
+        self.linktype = lt_field & 0xFFFF
+        if self.linktype not in SUPPORTED_LINKTYPES:
+            name = LINKTYPE_NAMES.get(self.linktype, "unknown")
+            raise InputError(path, f"unsupported link type {self.linktype} ({name})")
+        self.snaplen = snaplen if 0 < snaplen < MAX_CAPLEN else MAX_CAPLEN
+        self.offset = 24
+        self._caplen_at = struct.Struct(self.endian + "I").unpack_from
+
+    def walk(self, mv, pos, data_end, stop, at_eof, batch):
+        last = min(stop - 1, data_end - 16)  # the last offset a record may start at
+        starts = batch.pcap_starts(self.endian)
+        n0 = len(starts)
+        off = pos
+        if last >= pos:
+            # mv8[off] is the caplen field of a record at off; the view ends so that
+            # unpacking fails exactly past `last`, which ends the loop without a test.
+            mv8 = mv[8 : last + 12]
+            caplen_at, append = self._caplen_at, starts.append
+            try:
+                while True:
+                    append(off)
+                    (caplen,) = caplen_at(mv8, off)
+                    if caplen > MAX_CAPLEN:
+                        break
+                    off += 16 + caplen
+            except struct.error:
+                pass
+            off = starts.pop()
+            if off + 16 <= data_end and caplen_at(mv, off + 8)[0] > MAX_CAPLEN:
+                # A length no capture can have: the rest of the file cannot be trusted.
+                self._register(batch, starts, n0)
+                self.lost_record("bad_caplen", f": {caplen_at(mv, off + 8)[0]} bytes")
+                return off
+            if len(starts) > n0:
+                last_start = starts[-1]
+                if last_start + 16 + caplen_at(mv, last_start + 8)[0] > data_end:
+                    off = starts.pop()  # the last record is not all here yet
+        self._register(batch, starts, n0)
+        if at_eof and off >= data_end:
+            self.done = True
+        elif at_eof and (
+            off + 16 > data_end or off + 16 + self._caplen_at(mv, off + 8)[0] > data_end
+        ):
+            self.lost_record("truncated_record", " cut by end of file")
+        return off
+
+    def _register(self, batch, starts: list, n0: int) -> None:
+        n = len(starts) - n0
+        if n:
+            batch.add_pcap(self, n)
+            self.n_records += n
+            self.report.n_packets += n
+
+
+class PcapngSource(Source):
+    """pcapng: blocks of (type, length, body, length); packets in EPB, SPB and OPB."""
+
+    def __init__(self, path, fd, size, report, strict, head: bytes):
+        super().__init__(path, fd, size, report, strict)
+        if len(head) < 12:
+            raise InputError(path, "truncated pcapng section header")
+        self._set_section(head, 0, where="file header")
+        self.interfaces: list[tuple[int, int, int, float]] = []  # linktype, snaplen, div, off
+        self._any_supported = False
+        self.last_ts = 0.0  # for simple packet blocks, which carry no timestamp
+
+    def _set_section(self, data, off: int, where: str) -> None:
+        bom = struct.unpack_from("<I", data, off + 8)[0]
+        if bom == _BOM:
+            self.endian = "<"
+        elif bom == 0x4D3C2B1A:
+            self.endian = ">"
+        else:
+            raise InputError(self.path, f"bad pcapng byte-order magic 0x{bom:08x} ({where})")
+        self._hdr = struct.Struct(self.endian + "II").unpack_from
+        length = self._hdr(data, off)[1]
+        if length < 28 or length % 4:
+            raise InputError(self.path, f"section header block with impossible length {length}")
+
+    def walk(self, mv, pos, data_end, stop, at_eof, batch):
+        stop = min(stop, data_end - 8)  # blocks start before this (a header must fit)
+        hdr = self._hdr
+        epbs = batch.ng_starts(self.endian)
+        n0 = len(epbs)
+        others: list[tuple[int, int]] = []
+        off = pos
+        mvl = mv[: max(stop, 0) + 7]  # unpacking a header at off fails exactly at off >= stop
+        while True:
+            # Fast path: a run of enhanced packet blocks.
+            append = epbs.append
+            try:
+                while True:
+                    btype, blen = hdr(mvl, off)
+                    if btype != 6 or blen < 32 or off + blen > data_end:
+                        break
+                    append(off)
+                    off += blen
+            except struct.error:
+                break
+            # Slow path: any other block, or an EPB that needs a closer look.
+            if blen < 12 or blen % 4:
+                self._register(batch, epbs, n0, others)
+                self.fail(f"block at offset {self.offset + off - pos} has impossible length {blen}")
+                return off
+            if blen > MAX_RECORD:
+                if btype in _PACKET_BLOCKS:
+                    self.lost_record("oversized_record", f": {blen}-byte block", ends_file=False)
+                self.skip_bytes = blen
+                break
+            if off + blen > data_end:
+                break
+            if btype == _SHB:
+                self._register(batch, epbs, n0, others)
+                self._set_section(mv, off, where=f"offset {self.offset + off - pos}")
+                hdr = self._hdr
+                epbs = batch.ng_starts(self.endian)
+                n0 = len(epbs)
+                self.interfaces = []
+            elif btype == 1:
+                self._add_interface(mv, off, blen)
+            elif btype in _PACKET_BLOCKS:
+                if btype == 6 or (btype == 2 and blen < 32) or (btype == 3 and blen < 16):
+                    self.lost_record("bad_caplen", f": {blen}-byte block", ends_file=False)
+                else:
+                    others.append((off, btype))
+            off += blen  # other block types (name resolution, statistics, ...) are skipped
+        self._register(batch, epbs, n0, others)
+        if self.skip_bytes:
+            return off
+        if at_eof and off >= data_end:
+            self.done = True
+        elif at_eof and (off + 8 > data_end or off + hdr(mv, off)[1] > data_end):
+            self.lost_record("truncated_record", " cut by end of file")
+        if self.done and self.n_records and self.interfaces and not self._any_supported:
+            lts = sorted({i[0] for i in self.interfaces})
+            self.fail(f"no interface with a supported link type (link types {lts})")
+        return off
+
+    def _add_interface(self, mv, off: int, blen: int) -> None:
+        e = self.endian
+        linktype, _, snaplen = struct.unpack_from(e + "HHI", mv, off + 8)
+        div, tsoff = 10**6, 0.0
+        opt, end = off + 16, off + blen - 4
+        while opt + 4 <= end:
+            code, olen = struct.unpack_from(e + "HH", mv, opt)
+            if code == 0:
+                break
+            if code == 9 and olen >= 1 and opt + 5 <= end:
+                v = mv[opt + 4]
+                exp = v & 0x7F
+                if (v & 0x80 and exp > 63) or (not v & 0x80 and exp > 19):
+                    raise InputError(self.path, f"impossible timestamp resolution 0x{v:02x}")
+                div = 2**exp if v & 0x80 else 10**exp
+            elif code == 14 and olen >= 8 and opt + 12 <= end:
+                tsoff = float(struct.unpack_from(e + "q", mv, opt + 4)[0])
+            opt += 4 + ((olen + 3) & ~3)
+        self.interfaces.append((linktype, snaplen, max(div, 1), tsoff))
+        self._any_supported |= linktype in SUPPORTED_LINKTYPES
+
+    def _register(self, batch, epbs: list, n0: int, others: list) -> None:
+        """Hand the packet blocks of one section run to the batch."""
+        n = len(epbs) - n0
+        if others:
+            # Rare block types: this run is decoded on its own, in block order.
+            blocks = sorted([(o, 6) for o in epbs[n0:]] + others)
+            del epbs[n0:]
+            others.clear()
+            n = len(blocks)
+            batch.add_ng_blocks(self, blocks)
+        elif n:
+            batch.add_ng(self, n)
+        self.n_records += n
+        self.report.n_packets += n
+
+
+def open_capture(path: str | Path, report: ReadReport, *, strict: bool = False) -> Source:
+    """Open a pcap or pcapng file and check its header; raises InputError."""
+    path = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise InputError(path, f"cannot open ({exc.strerror or exc})") from None
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, 24, 0)
+        if size == 0:
+            raise InputError(path, "empty file")
+        if head[:4] in PCAP_MAGICS:
+            return PcapSource(path, fd, size, report, strict, head)
+        if head[:4] == b"\x0a\x0d\x0d\x0a":
+            return PcapngSource(path, fd, size, report, strict, head)
+        if len(head) < 4:
+            raise InputError(path, f"not a capture file (only {size} bytes)")
+        raise InputError(path, f"not a pcap or pcapng capture (magic 0x{head[:4].hex()})")
+    except BaseException:
+        os.close(fd)
+        raise
