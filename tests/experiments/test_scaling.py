@@ -67,34 +67,57 @@ def test_xgboost_histogram_messages_per_level():
     assert [b for b, _ in messages_per_epoch(full, 2)] == [40960.0, 81920.0, 163840.0]
 
 
-def _synthetic_times(wl, c, fixed, ns, net, cores=0, threads=1):
-    out = []
+def _synthetic(wl, c, h, sync, ns, net, cores=0, threads=1):
+    """Epoch and all-reduce times generated from known parameters by the model's formula."""
+    times, comms = [], []
     for n in ns:
         over = max(1.0, n * threads / cores) if cores else 1.0
-        comm = sum(k * ring_allreduce_time(b, n, net) for b, k in messages_per_epoch(wl, n))
-        out.append(fixed + c * wl.n_samples / n * over + comm)
-    return out
+        steps = steps_per_epoch(wl, n)
+        wire = sum(k * ring_allreduce_time(b, n, net) for b, k in messages_per_epoch(wl, n))
+        comm = wire + (steps * sync if n > 1 else 0.0)
+        times.append(over * (c * wl.n_samples / n + h * steps) + comm)
+        comms.append(comm)
+    return times, comms
 
 
 @pytest.mark.parametrize("cores", [0, 2])
 def test_fit_scaling_recovers_known_parameters(cores):
-    # Prepare: timings generated from c = 200 us/sample and 0.5 s fixed per epoch.
-    wl = Workload("cnn", n_samples=10_000, param_bytes=400_000, batch_size=64)
+    # Prepare: c = 200 us/sample, h = 3 ms/step, s = 1 ms/step; 157 steps per epoch
+    # (10000 samples, global batch 64) whatever N.
+    wl = Workload("cnn", n_samples=10_000, param_bytes=400_000, batch_size=64, global_batch=True)
     ns = [1, 2, 4, 8]
-    times = _synthetic_times(wl, 2e-4, 0.5, ns, NET, cores=cores)
+    times, comms = _synthetic(wl, 2e-4, 3e-3, 1e-3, ns, NET, cores=cores)
     # Execute
-    model = fit_scaling(wl, ns, times, NET, cores=cores)
+    model = fit_scaling(wl, ns, times, NET, comm_times_s=comms, cores=cores)
     # Assert
     assert model.compute_per_sample_s == pytest.approx(2e-4, rel=1e-6)
-    assert model.fixed_s == pytest.approx(0.5, rel=1e-6)
+    assert model.per_step_s == pytest.approx(3e-3, rel=1e-6)
+    assert model.sync_per_step_s == pytest.approx(1e-3, rel=1e-6)
     assert max(abs(e) for e in relative_errors(model, ns, times)) < 1e-6
 
 
-def test_fit_scaling_with_two_points_fits_compute_only():
+def test_fit_scaling_xgboost_per_round():
+    # Prepare: 20 features x 256 bins, depth 6, 5 classes; c = 1 us/sample/round,
+    # h = 20 ms per round (split search), no extra sync.
+    wl = Workload("xgb", 50_000, kind="xgboost", n_features=20, max_depth=6, n_rounds=1,
+                  trees_per_round=5)  # fmt: skip
+    ns = [1, 2, 4]
+    times, comms = _synthetic(wl, 1e-6, 2e-2, 0.0, ns, NET)
+    # Execute
+    model = fit_scaling(wl, ns, times, NET, comm_times_s=comms)
+    # Assert: hand check of the N=2 round: 25 ms compute + 20 ms + wire
+    # wire = 5 trees x (2 alpha x 6 levels + (1+1+2+4+8+16) x 81920 B / 1e9 B/s)
+    wire = 5 * (6 * 2e-5 + 32 * 81920 / 1e9)
+    assert times[1] == pytest.approx(0.025 + 0.02 + wire)
+    assert model.compute_per_sample_s == pytest.approx(1e-6, rel=1e-6)
+    assert model.per_step_s == pytest.approx(2e-2, rel=1e-6)
+
+
+def test_fit_scaling_with_one_worker_count_fits_compute_only():
     wl = Workload("lstm", n_samples=1000, param_bytes=40_000, batch_size=50)
-    times = _synthetic_times(wl, 1e-3, 0.0, [1, 2], NET)
-    model = fit_scaling(wl, [1, 2, 1, 2], times + times, NET)
-    assert model.fixed_s == 0.0
+    times, _ = _synthetic(wl, 1e-3, 0.0, 0.0, [1], NET)
+    model = fit_scaling(wl, [1, 1], times + times, NET)
+    assert model.per_step_s == 0.0
     assert model.compute_per_sample_s == pytest.approx(1e-3, rel=1e-6)
 
 
@@ -117,5 +140,6 @@ def test_curve_speedup_and_efficiency():
 def test_host_prediction_charges_oversubscription():
     wl = Workload("cnn", n_samples=1000, param_bytes=4, batch_size=1000)
     model = fit_scaling(wl, [1], [1.0], Network("free", 0.0, np.inf), cores=2)
+    assert model.compute_per_sample_s == pytest.approx(1e-3)
     assert model.predict(4)["compute_s"] == pytest.approx(0.5)  # 1/4 of the work, 2x shared
     assert model.predict(4, NET)["compute_s"] == pytest.approx(0.25)

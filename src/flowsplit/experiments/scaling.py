@@ -2,12 +2,18 @@
 
 Time of one epoch (for XGBoost: of the whole boosting run) on ``N`` workers::
 
-    T(N) = t_fixed + c * n_samples / N * oversub(N) + sum_m count_m(N) * T_ring(bytes_m, N)
+    T(N) = oversub(N) * (c * n_samples / N + h * steps(N))
+           + sum_m count_m(N) * T_ring(bytes_m, N) + steps(N) * s      [s: host only]
 
-* ``c``: compute seconds per training sample on one worker (forward, backward,
-  optimiser; for XGBoost, histogram building and split finding per round);
-  fitted from measured runs.
-* ``t_fixed``: per-epoch cost that does not shrink (start-up, evaluation hooks).
+* ``c``: compute seconds per training sample on one worker (forward and backward;
+  for XGBoost, histogram building); shrinks as 1/N. Fitted from measured runs.
+* ``h``: seconds per step that do not shrink with N (optimiser update, Python and
+  framework dispatch; for XGBoost, split search and tree update per round). With a
+  fixed global batch the step count is the same for every N, so ``h`` is the
+  Amdahl serial part. Fitted from measured runs.
+* ``s``: synchronisation overhead per step beyond the wire time, from the runs'
+  measured all-reduce time (stragglers, hooks, a shared machine's other load);
+  charged on the measuring machine, not in cluster predictions.
 * ``oversub(N) = max(1, N * threads / cores)``: on the measuring machine, workers
   beyond the cores time-share them; on a cluster every worker has its own cores.
 * ``T_ring(M, N) = 2 (N-1) alpha + 2 (N-1)/N * M / beta``: ring all-reduce of ``M``
@@ -121,7 +127,9 @@ class Workload:
 
 
 def steps_per_epoch(workload: Workload, n_workers: int) -> int:
-    """Optimiser steps each worker takes in one epoch."""
+    """Optimiser steps each worker takes in one epoch (XGBoost: rounds per "epoch")."""
+    if workload.kind == "xgboost":
+        return max(1, workload.n_rounds)
     per_step = workload.batch_size if workload.global_batch else workload.batch_size * n_workers
     return max(1, math.ceil(workload.n_samples / per_step))
 
@@ -166,9 +174,19 @@ class ScalingModel:
 
     workload: Workload
     compute_per_sample_s: float
-    fixed_s: float
+    """c: seconds of compute per training sample on one worker; shrinks as 1/N."""
+    per_step_s: float
+    """h: seconds per optimiser step (XGBoost: per round) that every worker pays whatever
+    its share of the batch: optimiser update, Python dispatch, split search. Does not
+    shrink with N; with a fixed global batch it is the Amdahl serial part."""
     network: Network
     """The network the fit was made on (the measuring machine's backend)."""
+    sync_per_step_s: float = 0.0
+    """s: measured all-reduce time per step beyond the wire time of ``network`` (waiting
+    for the slowest worker, DDP hooks, on a shared machine other processes); charged
+    on the measuring machine only."""
+    fixed_s: float = 0.0
+    """Per-epoch cost independent of N and of steps (0 unless fitted explicitly)."""
     cores: int = 0
     """Cores of the measuring machine (0: no oversubscription modelled)."""
     threads_per_worker: int = 1
@@ -179,12 +197,19 @@ class ScalingModel:
         return max(1.0, n_workers * self.threads_per_worker / self.cores)
 
     def predict(self, n_workers: int, network: Network | None = None) -> dict:
-        """Epoch time and its parts. Given ``network``, a cluster with a core set per worker."""
+        """Epoch time and its parts on the measuring machine, or, given ``network``, on a
+        cluster of that network where every worker has its own cores."""
         on_host = network is None
         net = self.network if on_host else network
         over = self.oversubscription(n_workers) if on_host else 1.0
-        compute = self.compute_per_sample_s * self.workload.n_samples / n_workers * over
+        steps = steps_per_epoch(self.workload, n_workers)
+        compute = over * (
+            self.compute_per_sample_s * self.workload.n_samples / n_workers
+            + self.per_step_s * steps
+        )
         comm = comm_time(self.workload, n_workers, net)
+        if on_host and n_workers > 1:
+            comm += steps * self.sync_per_step_s
         total = self.fixed_s + compute + comm
         return {
             "n_workers": int(n_workers),
@@ -213,39 +238,66 @@ class ScalingModel:
         return d
 
 
+def fit_sync_overhead(workload: Workload, n_workers, comm_times_s, network: Network) -> float:
+    """Mean measured all-reduce seconds per step beyond the ring model's wire time.
+
+    Only runs with more than one worker count; never negative (a measured time below
+    the wire time means the micro-benchmark was pessimistic, not that sync is free).
+    """
+    excess = []
+    for n, t in zip(n_workers, comm_times_s, strict=True):
+        n = int(n)
+        if n > 1 and t is not None and math.isfinite(t):
+            steps = steps_per_epoch(workload, n)
+            excess.append(max(0.0, (float(t) - comm_time(workload, n, network)) / steps))
+    return float(np.mean(excess)) if excess else 0.0
+
+
 def fit_scaling(
     workload: Workload,
     n_workers,
     epoch_times_s,
     network: Network,
     *,
+    comm_times_s=None,
     cores: int = 0,
     threads_per_worker: int = 1,
-    fit_fixed: bool | None = None,
+    fit_per_step: bool | None = None,
+    fit_fixed: bool = False,
 ) -> ScalingModel:
-    """Fit compute per sample (and a fixed per-epoch cost) to measured epoch times.
+    """Fit compute per sample and per-step overhead to measured epoch times.
 
-    The communication term is not fitted: it comes from ``network`` (latency and
-    bandwidth measured by the all-reduce micro-benchmark) and the workload's message
-    pattern, and is subtracted before the fit. ``fit_fixed`` defaults to fitting the
-    fixed cost only when at least three distinct worker counts were measured, so two
-    parameters are never fitted to two points.
+    Communication is not fitted to the epoch times: the wire time comes from
+    ``network`` (the all-reduce micro-benchmark) and the workload's messages; the
+    synchronisation overhead beyond it from the runs' own measured all-reduce time
+    ``comm_times_s`` (per epoch, as the engines report it). Both are subtracted, then
+    ``c`` and ``h`` are fitted by non-negative least squares on relative residuals.
+    ``fit_per_step`` defaults to needing two distinct worker counts, so no parameter is
+    fitted that the data cannot separate.
     """
     ns = np.asarray(n_workers, dtype=int)
     ts = np.asarray(epoch_times_s, dtype=float)
     if ns.shape != ts.shape or ns.size == 0:
         raise ValueError("need one epoch time per worker count, at least one")
-    if fit_fixed is None:
-        fit_fixed = len(set(ns.tolist())) >= 3
-    proto = ScalingModel(workload, 0.0, 0.0, network, cores, threads_per_worker)
-    comm = np.array([comm_time(workload, int(n), network) for n in ns])
-    work = np.array([workload.n_samples / n * proto.oversubscription(int(n)) for n in ns])
-    target = np.clip(ts - comm, 0.0, None)
-    cols = [work] + ([np.ones_like(work)] if fit_fixed else [])
+    if fit_per_step is None:
+        fit_per_step = len(set(ns.tolist())) >= 2
+    sync = 0.0
+    if comm_times_s is not None:
+        sync = fit_sync_overhead(workload, ns, comm_times_s, network)
+    proto = ScalingModel(workload, 0.0, 0.0, network, sync, 0.0, cores, threads_per_worker)
+    over = np.array([proto.oversubscription(int(n)) for n in ns])
+    steps = np.array([steps_per_epoch(workload, int(n)) for n in ns], dtype=float)
+    comm = np.array([proto.predict(int(n))["comm_s"] for n in ns])
+    cols = [workload.n_samples / ns * over]
+    if fit_per_step:
+        cols.append(steps * over)
+    if fit_fixed:
+        cols.append(np.ones_like(ts))
     design = np.column_stack(cols) / ts[:, None]
-    coef, _ = nnls(design, target / ts)
-    fixed = float(coef[1]) if fit_fixed else 0.0
-    return replace(proto, compute_per_sample_s=float(coef[0]), fixed_s=fixed)
+    coef, _ = nnls(design, np.clip(ts - comm, 0.0, None) / ts)
+    per_step = float(coef[1]) if fit_per_step else 0.0
+    fixed = float(coef[-1]) if fit_fixed else 0.0
+    return replace(proto, compute_per_sample_s=float(coef[0]), per_step_s=per_step, fixed_s=fixed)
 
 
 def relative_errors(model: ScalingModel, n_workers, epoch_times_s) -> list[float]:

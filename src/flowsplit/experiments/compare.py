@@ -1,0 +1,318 @@
+"""``flowsplit compare``: centralised against data-parallel, model x workers x seed.
+
+Each cell of the matrix is one ``flowsplit train`` run in its own process and its
+own directory ``OUT/runs/<model>/w<N>/seed<S>``, so a crash (or Ctrl-C) of one cell
+loses nothing already finished, and a rerun skips every cell whose ``metrics.json``
+is there. All cells read the same prepared dataset, hence the same splits and test
+set. Afterwards the all-reduce micro-benchmark measures the backend, and
+:func:`flowsplit.experiments.compare_report.render_report` writes the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from flowsplit.data.store import atomic_write_json, load_dataset
+from flowsplit.errors import ConfigError
+from flowsplit.experiments.records import CELL_INFO
+
+log = logging.getLogger(__name__)
+
+ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
+QUICK_EPOCHS = 2
+QUICK_ROUNDS = 20
+QUICK_ALLREDUCE_SIZES = (4, 1024, 64 << 10, 1 << 20, 8 << 20)
+# Settings that change what a cell measures: a rerun into the same OUT must match them.
+FINGERPRINT_KEYS = ("dataset", "epochs", "rounds", "threads", "patience", "train_args")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class CompareConfig:
+    """One comparison study."""
+
+    dataset: str
+    """Prepared dataset directory (``flowsplit prepare``)."""
+    out: str
+    """Study directory: runs, logs, results and report."""
+    models: list[str] = field(default_factory=lambda: list(ALL_MODELS))
+    workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    """Worker counts; 1 (centralised, the reference) is always added."""
+    seeds: list[int] = field(default_factory=lambda: list(range(5)))
+    epochs: int | None = None
+    """Maximum epochs of the neural models (None: the engine's default; quick: 2)."""
+    rounds: int | None = None
+    """Maximum XGBoost rounds (None: the engine's default; quick: 20)."""
+    threads: int = 1
+    """Threads per worker, the same in every cell, so N workers use N x threads cores."""
+    patience: int | None = None
+    """Early-stopping patience passed to every run (None: the engine's default)."""
+    margin: float = 0.01
+    """TOST equivalence margin, as a fraction (0.01 = +-1 percentage point)."""
+    alpha: float = 0.05
+    quick: bool = False
+    """Short runs and a short micro-benchmark, for demos and smoke tests."""
+    cell_timeout_s: float | None = None
+    """Kill a cell that runs longer than this (it is recorded as failed)."""
+    train_args: list[str] = field(default_factory=list)
+    """Extra arguments passed verbatim to every ``flowsplit train``."""
+    quiet_wait_s: float = 0.0
+    """Before each run, wait up to this long for the machine to be mostly idle."""
+    max_busy: float = 0.25
+    """"Mostly idle": at most this fraction of the CPUs busy (over one second)."""
+    max_foreign: float | None = None
+    """Rerun (once) a run during which other processes took more than this fraction of
+    the CPUs; None keeps every run (contended ones are flagged in the report)."""
+
+    def __post_init__(self) -> None:
+        self.workers = sorted({1, *(int(w) for w in self.workers)})
+        self.seeds = sorted({int(s) for s in self.seeds})
+        self.models = list(dict.fromkeys(self.models))
+        if self.quick:
+            self.epochs = self.epochs or QUICK_EPOCHS
+            self.rounds = self.rounds or QUICK_ROUNDS
+        if min(self.workers) < 1:
+            raise ConfigError(f"--workers must be positive, got {self.workers}")
+        if not self.seeds:
+            raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
+        if self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        if not 0 < self.margin < 1:
+            raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
+        unknown = [m for m in self.models if m not in ALL_MODELS]
+        if unknown:
+            raise ConfigError(f"unknown model(s) {', '.join(unknown)}; choose from {ALL_MODELS}")
+
+    def fingerprint(self) -> dict:
+        d = asdict(self)
+        d["dataset"] = str(Path(self.dataset).resolve())
+        return {k: d[k] for k in FINGERPRINT_KEYS}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the matrix."""
+
+    model: str
+    workers: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/w{self.workers}/seed{self.seed}"
+
+
+def plan_cells(models: Sequence[str], workers: Sequence[int], seeds: Sequence[int]) -> list[Cell]:
+    """All cells, seed-major: after each seed every model has a complete set of worker
+    counts, so an interrupted study still has paired results to analyse."""
+    return [Cell(m, n, s) for s in seeds for m in models for n in workers]
+
+
+def cell_dir(out: str | Path, cell: Cell) -> Path:
+    return Path(out) / "runs" / cell.model / f"w{cell.workers}" / f"seed{cell.seed}"
+
+
+def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
+    """The ``flowsplit train`` command line of one cell."""
+    cmd = [
+        sys.executable, "-m", "flowsplit", "train", str(cfg.dataset),
+        "--model", cell.model, "--workers", str(cell.workers), "--threads", str(cfg.threads),
+        "--seed", str(cell.seed), "-o", str(cell_dir(cfg.out, cell)), "--quiet",
+    ]  # fmt: skip
+    if cfg.epochs is not None and cell.model != "xgboost":
+        cmd += ["--epochs", str(cfg.epochs)]
+    if cfg.rounds is not None and cell.model == "xgboost":
+        cmd += ["--rounds", str(cfg.rounds)]
+    if cfg.patience is not None:
+        cmd += ["--patience", str(cfg.patience)]
+    return cmd + list(cfg.train_args)
+
+
+def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
+    """Run one cell as ``flowsplit train`` in a child process; (ok, log tail)."""
+    run = cell_dir(cfg.out, cell)
+    run.parent.mkdir(parents=True, exist_ok=True)
+    log_path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}-seed{cell.seed}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    threads = str(cfg.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    with open(log_path, "w", encoding="utf-8") as fh:
+        fh.write(" ".join(train_command(cell, cfg)) + "\n")
+        fh.flush()
+        try:
+            proc = subprocess.run(
+                train_command(cell, cfg), stdout=fh, stderr=subprocess.STDOUT, env=env,
+                timeout=cfg.cell_timeout_s, check=False,
+            )  # fmt: skip
+            ok = proc.returncode == 0
+            status = f"exit status {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            ok, status = False, f"killed after {cfg.cell_timeout_s:g} s"
+    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+    return ok, status + ("\n" + "\n".join(tail) if not ok else "")
+
+
+def _check_fingerprint(cfg: CompareConfig) -> None:
+    path = Path(cfg.out) / "compare.json"
+    if not path.is_file():
+        return
+    import json
+
+    old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
+    new = cfg.fingerprint()
+    changed = [k for k in FINGERPRINT_KEYS if k in old and old[k] != new[k]]
+    if changed:
+        raise ConfigError(
+            f"{cfg.out} holds a study made with different {', '.join(changed)} "
+            f"(was {', '.join(f'{k}={old[k]!r}' for k in changed)}); "
+            "use a new -o directory so the finished runs stay comparable"
+        )
+
+
+def _set_aside(run: Path, why: str) -> None:
+    """Move an unfinished or contended run out of the way, keeping it for inspection."""
+    if not run.exists():
+        return
+    k = 1
+    while run.with_name(f"{run.name}.{why}-{k}").exists():
+        k += 1
+    run.rename(run.with_name(f"{run.name}.{why}-{k}"))
+
+
+def _timed_cell(cell: Cell, cfg: CompareConfig, run_cell_fn) -> tuple[bool, str, dict]:
+    """Run one cell under the contention meter, after waiting for quiet if asked."""
+    from flowsplit.experiments.hostload import ContentionMeter, wait_for_quiet
+
+    quiet, busy = (True, math.nan)
+    if cfg.quiet_wait_s > 0:
+        quiet, busy = wait_for_quiet(cfg.max_busy, cfg.quiet_wait_s)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    with ContentionMeter(available_cores()) as meter:
+        ok, message = run_cell_fn(cell, cfg)
+    info = {
+        "cell": cell.name,
+        "busy_before": busy,
+        "quiet_before": quiet,
+        "load_before": load_before,
+        "contention": meter.result.as_dict(),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return ok, message, info
+
+
+def run_cells(
+    cfg: CompareConfig,
+    *,
+    run_cell_fn: Callable[[Cell, CompareConfig], tuple[bool, str]] = run_cell_subprocess,
+    progress: bool = True,
+) -> dict:
+    """Run every unfinished cell; return counts of done, skipped and failed cells."""
+    from tqdm import tqdm
+
+    from flowsplit.experiments.records import read_record
+
+    cells = plan_cells(cfg.models, cfg.workers, cfg.seeds)
+    failures: dict[str, str] = {}
+    n_skipped = 0
+    bar = tqdm(cells, desc="compare", unit="run", disable=not progress, file=sys.stderr)
+    for cell in bar:
+        bar.set_postfix_str(cell.name)
+        run = cell_dir(cfg.out, cell)
+        if read_record(run, cores=0) is not None:
+            n_skipped += 1
+            continue
+        for attempt in range(2 if cfg.max_foreign is not None else 1):
+            _set_aside(run, "failed")
+            ok, message, info = _timed_cell(cell, cfg, run_cell_fn)
+            rec = read_record(run, cores=0) if ok else None
+            if rec is None:
+                failures[cell.name] = message or "no metrics.json written"
+                bar.write(f"{cell.name}: FAILED ({(message or '?').splitlines()[0]})")
+                break
+            atomic_write_json(run / CELL_INFO, info)
+            share = info["contention"]["foreign_share"]
+            bar.write(
+                f"{cell.name}: accuracy {rec['accuracy']:.3f}, epoch {rec['epoch_time_s']:.2f} s"
+                f" ({info['contention']['wall_s']:.0f} s; others used {100 * share:.0f} % CPU)"
+            )
+            if cfg.max_foreign is None or not share > cfg.max_foreign or attempt == 1:
+                break
+            _set_aside(run, "contended")
+            bar.write(f"{cell.name}: contended, running it again")
+    return {"n_cells": len(cells), "n_skipped": n_skipped, "failures": failures}
+
+
+def run_compare(
+    dataset_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    models: Sequence[str] = ALL_MODELS,
+    workers: Sequence[int] = (1, 2, 4),
+    seeds: int | Sequence[int] = 5,
+    epochs: int | None = None,
+    quick: bool = False,
+    rounds: int | None = None,
+    threads: int = 1,
+    patience: int | None = None,
+    margin: float = 0.01,
+    alpha: float = 0.05,
+    cell_timeout_s: float | None = None,
+    train_args: Sequence[str] = (),
+    quiet_wait_s: float = 0.0,
+    max_busy: float = 0.25,
+    max_foreign: float | None = None,
+    progress: bool = True,
+    run_cell_fn: Callable[[Cell, CompareConfig], tuple[bool, str]] = run_cell_subprocess,
+) -> Path:
+    """Run (or resume) the study and write its report; return the path of ``report.html``.
+
+    ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds. Finished cells are skipped;
+    failed ones are retried on the next call and listed in the report meanwhile.
+    """
+    from flowsplit.experiments.allreduce import run_allreduce_benchmark
+    from flowsplit.experiments.compare_report import render_report, write_workloads
+
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    cfg = CompareConfig(
+        dataset=str(dataset_dir), out=str(out_dir), models=list(models), workers=list(workers),
+        seeds=seed_list, epochs=epochs, rounds=rounds, threads=threads, patience=patience,
+        margin=margin, alpha=alpha, quick=quick, cell_timeout_s=cell_timeout_s,
+        train_args=list(train_args), quiet_wait_s=quiet_wait_s, max_busy=max_busy,
+        max_foreign=max_foreign,
+    )  # fmt: skip
+    dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_fingerprint(cfg)
+    atomic_write_json(
+        out / "compare.json",
+        {"config": asdict(cfg), "fingerprint": cfg.fingerprint(), "cores": available_cores()},
+    )
+    status = run_cells(cfg, run_cell_fn=run_cell_fn, progress=progress)
+    atomic_write_json(out / "status.json", status)
+
+    bench_path = out / "allreduce.json"
+    if not bench_path.is_file() and max(cfg.workers) > 1:
+        if progress:
+            print("measuring all-reduce on gloo (2 processes) ...", file=sys.stderr)
+        sizes = QUICK_ALLREDUCE_SIZES if cfg.quick else None
+        kwargs = {"sizes": sizes, "repeats": 3} if sizes else {}
+        atomic_write_json(bench_path, run_allreduce_benchmark(**kwargs))
+    write_workloads(out, dataset)
+    return render_report(out)

@@ -1,0 +1,194 @@
+"""The data-parallel study as an HTML page and as Markdown, from ``results.json`` content."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from flowsplit.experiments import compare_plots as plots
+from flowsplit.experiments.compare_report import (
+    ERROR_LIMIT,
+    FIT_COLS,
+    PRED_COLS,
+    STATS_COLS,
+    SUMMARY_COLS,
+    TIMING_COLS,
+    per_class_table,
+    scaling_rows,
+    stats_rows,
+    summary_rows,
+    timing_rows,
+)
+from flowsplit.experiments.scaling import NETWORK_PRESETS, Network
+from flowsplit.report import html, markdown
+from flowsplit.report.tables import Column, fmt_float
+
+TITLE = "Centralised vs data-parallel training"
+
+METHODS = [
+    "Each model is trained once per seed centralised (1 worker) and data-parallel "
+    "(N workers, DDP on torch.distributed, XGBoost through Dask), on the same splits and "
+    "test set; every worker gets the same number of threads.",
+    "Accuracy and macro-F1: mean with 95 % t confidence interval over seeds; data-parallel "
+    "against centralised paired by seed with a paired t-test, a Wilcoxon signed-rank test "
+    "and a TOST equivalence test; McNemar's test on each seed's test predictions.",
+    "Verdict: 'equivalent' when TOST rejects a difference beyond the margin; 'different' "
+    "when the paired t-test finds a difference and equivalence is not shown; else 'not "
+    "shown equivalent' (too few seeds or too much noise to tell).",
+    "Speedup: time per epoch (XGBoost: per boosting round; the first epoch left out when "
+    "three or more ran) centralised over data-parallel, geometric mean over seeds with a "
+    "95 % CI on the log ratio; efficiency = speedup / N.",
+    "Scaling model: epoch time = fixed + compute per sample x samples / N (x core sharing "
+    "on this machine) + all-reduce time, ring all-reduce 2(N-1) alpha + 2(N-1)/N bytes / "
+    "beta per message; DDP reduces its gradient buckets every step, XGBoost the gradient/"
+    "hessian histograms of each tree level (features x bins x 2 x 8 bytes per node, the "
+    "smaller child only), one tree per class per round. Alpha and beta come from the "
+    "all-reduce micro-benchmark; compute per sample is fitted to the runs that are not "
+    "oversubscribed. Communication is assumed not to overlap compute.",
+]
+
+
+def _net_names() -> dict[str, str]:
+    return {k: v.name for k, v in NETWORK_PRESETS.items()}
+
+
+def _confusions(records: Sequence[Mapping], model: str, n: int):
+    mats = [np.asarray(r["confusion_matrix"]) for r in records
+            if r["model"] == model and r["workers"] == n and r.get("confusion_matrix")]  # fmt: skip
+    return (sum(mats), len(mats)) if mats else (None, 0)
+
+
+def _headline_n(entry: Mapping) -> int | None:
+    ok = [int(n) for n, v in entry["vs_central"].items() if not v["oversubscribed"]]
+    alln = [int(n) for n in entry["vs_central"]]
+    return max(ok) if ok else (max(alln) if alln else None)
+
+
+def _conditions(results: Mapping) -> list[dict]:
+    cfg = results["config"]
+    ar = results["allreduce"]
+    fit = ar.get("fit")
+    bench = ar.get("benchmark") or {}
+    rows = [
+        ("dataset", cfg["dataset"]),
+        ("training / test samples", f"{results['dataset']['n_train']} / "
+                                    f"{results['dataset']['n_test']}"),
+        ("classes", len(results["dataset"]["classes"] or [])),
+        ("models", ", ".join(cfg["models"])),
+        ("workers", ", ".join(map(str, cfg["workers"]))),
+        ("seeds", ", ".join(map(str, cfg["seeds"]))),
+        ("threads per worker", cfg["threads"]),
+        ("epochs (max) / XGBoost rounds (max)", f"{cfg['epochs'] or 'default'} / "
+                                                 f"{cfg['rounds'] or 'default'}"),
+        ("equivalence margin", f"+-{100 * cfg['margin']:g} pt, alpha {cfg['alpha']:g}"),
+        ("host, cores", f"{results['host']}, {results['cores']}"),
+        ("all-reduce benchmark", (f"{bench.get('backend')}, {bench.get('n_workers')} processes, "
+                                  f"torch {bench.get('torch')}, {bench.get('date')}")
+         if bench else "not run"),
+        ("all-reduce fit", (f"alpha {fit['latency_s'] * 1e6:.1f} us, beta "
+                            f"{fit['bandwidth_Bps'] / 1e6:.0f} MB/s (max error "
+                            f"{100 * ar['fit_max_rel_error']:.0f} %)") if fit else "–"),
+        ("flowsplit, generated", f"{results['flowsplit_version']}, {results['generated']}"),
+    ]  # fmt: skip
+    return [{"what": k, "value": v} for k, v in rows]
+
+
+COND_COLS = [Column("what", "condition"), Column("value", "value")]
+AR_COLS = [
+    Column("bytes", "bytes", align="right"), Column("iterations", "calls", align="right"),
+    Column("time_s", "median time per call, s", fmt_float(6), "right"),
+]  # fmt: skip
+
+
+def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
+    """The self-contained report page."""
+    a = results["analysis"]
+    models = a["models"]
+    parts = [html.section("Summary", f'<div class="summary">{html.bullet_list(results["summary"])}'
+                          "</div>", html.table(summary_rows(a), SUMMARY_COLS), anchor="summary")]  # fmt: skip
+    if models:
+        parts.append(html.section(
+            "Time per model and mode",
+            html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
+            html.table(timing_rows(a), TIMING_COLS), anchor="time"))  # fmt: skip
+        parts.append(html.section(
+            "Accuracy with confidence intervals",
+            html.figure(plots.quality_chart(models, "accuracy", "Test accuracy, mean and 95 % CI"),
+                        "Test accuracy by model and workers"),
+            html.figure(plots.quality_chart(models, "macro_f1", "Test macro-F1, mean and 95 % CI"),
+                        "Test macro-F1 by model and workers"),
+            html.table(stats_rows(a), STATS_COLS), anchor="accuracy"))  # fmt: skip
+    comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
+    bench = results["allreduce"].get("benchmark")
+    fit = results["allreduce"].get("fit")
+    if bench and fit:
+        comm.append(html.figure(plots.allreduce_chart(bench["rows"], Network(**fit),
+                                                      int(bench["n_workers"])),
+                                "All-reduce micro-benchmark and fitted ring model"))  # fmt: skip
+        comm.append(html.table(bench["rows"], AR_COLS, caption="All-reduce micro-benchmark"))
+    parts.append(html.section("Communication", *comm, anchor="communication"))
+    fit_rows, pred_rows = scaling_rows(a)
+    if fit_rows:
+        speed = [html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
+                 for m, e in models.items() if e.get("scaling", {}).get("predictions")]  # fmt: skip
+        parts.append(html.section(
+            "Scaling model",
+            html.paragraph(f"Error on the measured points (target within +-"
+                           f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
+                           "in the fit."),
+            html.table(fit_rows, FIT_COLS), *speed,
+            html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+            anchor="scaling"))  # fmt: skip
+    cms = []
+    classes = results["dataset"]["classes"] or []
+    for model, entry in models.items():
+        for n in (1, _headline_n(entry)):
+            if n is None:
+                continue
+            mat, k = _confusions(records, model, n)
+            if mat is not None:
+                mode = "centralised" if n == 1 else f"{n} workers"
+                title = f"{model}, {mode} (sum over {k} seeds)"
+                cms.append(html.figure(plots.confusion_chart(mat, classes, title), title))
+    pc_rows, pc_cols = per_class_table(results)
+    if pc_rows and len(pc_cols) > 1:
+        cms.insert(0, html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"))
+    if cms:
+        parts.append(html.section("Per-class results", *cms, anchor="per-class"))
+    parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))
+    parts.append(html.section("Conditions", html.table(_conditions(results), COND_COLS),
+                              *([html.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in
+                                                  results["failures"].items())]
+                                if results["failures"] else []), anchor="conditions"))  # fmt: skip
+    return html.page(TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}")
+
+
+def render_markdown(results: Mapping) -> str:
+    """The same findings as Markdown (tables, no figures)."""
+    a = results["analysis"]
+    fit_rows, pred_rows = scaling_rows(a)
+    blocks = [
+        markdown.heading(TITLE, 1),
+        markdown.paragraph(f"dataset {results['config']['dataset']}"),
+        markdown.heading("Summary"), markdown.bullet_list(results["summary"]),
+        markdown.table(summary_rows(a), SUMMARY_COLS),
+        markdown.heading("Time per model and mode"), markdown.table(timing_rows(a), TIMING_COLS),
+        markdown.heading("Statistics"), markdown.table(stats_rows(a), STATS_COLS),
+    ]  # fmt: skip
+    pc_rows, pc_cols = per_class_table(results)
+    if pc_rows and len(pc_cols) > 1:
+        blocks += [markdown.heading("Test F1 per class"), markdown.table(pc_rows, pc_cols)]
+    if fit_rows:
+        blocks += [markdown.heading("Scaling model"), markdown.table(fit_rows, FIT_COLS),
+                   markdown.table(pred_rows, PRED_COLS)]  # fmt: skip
+    bench = results["allreduce"].get("benchmark")
+    if bench:
+        blocks += [markdown.heading("All-reduce micro-benchmark"),
+                   markdown.table(bench["rows"], AR_COLS)]  # fmt: skip
+    blocks += [markdown.heading("Method"), markdown.bullet_list(METHODS),
+               markdown.heading("Conditions"), markdown.table(_conditions(results), COND_COLS)]  # fmt: skip
+    if results["failures"]:
+        blocks.append(markdown.bullet_list(f"{k}: {v.splitlines()[0]}"
+                                           for k, v in results["failures"].items()))  # fmt: skip
+    return markdown.document(*blocks)

@@ -1,0 +1,117 @@
+"""How much of the machine other processes took while a run was being timed.
+
+On a shared machine (a laptop, a CI runner, a VM with steal time) a timing is only
+as good as the CPU it got. :class:`ContentionMeter` reads the kernel's CPU counters
+(``/proc/stat``) and this process's children's CPU time around a run: the busy CPU
+time that is not ours is *foreign*; its share of ``cores x wall time`` says how
+contended the run was. :func:`wait_for_quiet` holds a run back until the machine
+is mostly idle. Both degrade to "unknown" where ``/proc/stat`` does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass
+
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal
+_STEAL_FIELD = 7
+
+
+def read_cpu_ticks() -> tuple[float, float, float] | None:
+    """(busy, total, steal) CPU seconds summed over all CPUs since boot, or None."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            first = fh.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu":
+        return None
+    ticks = [int(x) for x in first[1:9]] + [0] * max(0, 8 - len(first[1:9]))
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(ticks[i] for i in _BUSY_FIELDS)
+    total = sum(ticks[:8])
+    return busy / hz, total / hz, ticks[_STEAL_FIELD] / hz
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _self_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+@dataclass
+class Contention:
+    """CPU use around one run: ours, other processes', and the hypervisor's steal."""
+
+    wall_s: float
+    cores: int
+    own_cpu_s: float
+    foreign_cpu_s: float
+    steal_s: float
+
+    @property
+    def foreign_share(self) -> float:
+        """Foreign CPU time as a fraction of all the cores' time during the run."""
+        cap = self.cores * self.wall_s
+        return self.foreign_cpu_s / cap if cap > 0 else math.nan
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "foreign_share": self.foreign_share}
+
+
+class ContentionMeter:
+    """Context manager measuring :class:`Contention` around a block that runs children.
+
+    Counts the CPU time of this process and of its *waited-for* children (a run in a
+    subprocess counts once it has exited), so use it around ``subprocess.run``.
+    """
+
+    def __init__(self, cores: int):
+        self.cores = cores
+        self.result: Contention | None = None
+
+    def __enter__(self) -> ContentionMeter:
+        self._t0 = time.perf_counter()
+        self._ticks0 = read_cpu_ticks()
+        self._own0 = _children_cpu_s() + _self_cpu_s()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = time.perf_counter() - self._t0
+        ticks1 = read_cpu_ticks()
+        own = _children_cpu_s() + _self_cpu_s() - self._own0
+        if self._ticks0 is None or ticks1 is None:
+            self.result = Contention(wall, self.cores, own, math.nan, math.nan)
+            return
+        busy = ticks1[0] - self._ticks0[0]
+        steal = ticks1[2] - self._ticks0[2]
+        # Steal is time the hypervisor gave to someone else: foreign, as far as we care.
+        self.result = Contention(wall, self.cores, own, max(0.0, busy - own), steal)
+
+
+def busy_share(sample_s: float = 1.0) -> float:
+    """Fraction of all CPUs busy over the next ``sample_s`` seconds (NaN if unknown)."""
+    a = read_cpu_ticks()
+    time.sleep(sample_s)
+    b = read_cpu_ticks()
+    if a is None or b is None or b[1] <= a[1]:
+        return math.nan
+    return (b[0] - a[0]) / (b[1] - a[1])
+
+
+def wait_for_quiet(
+    max_busy: float = 0.25, timeout_s: float = 120.0, sample_s: float = 1.0
+) -> tuple[bool, float]:
+    """Wait until at most ``max_busy`` of the CPUs are busy; (became quiet, last share)."""
+    deadline = time.monotonic() + timeout_s
+    share = busy_share(sample_s)
+    while not (share <= max_busy) and time.monotonic() < deadline:
+        share = busy_share(sample_s)
+    return bool(share <= max_busy) or math.isnan(share), share

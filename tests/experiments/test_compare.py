@@ -1,0 +1,125 @@
+"""The comparison study end to end on a tiny dataset with a fake training engine."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from flowsplit.errors import ConfigError
+from flowsplit.experiments import compare as compare_mod
+from flowsplit.experiments import records as records_mod
+from flowsplit.experiments.compare import plan_cells, run_compare
+from flowsplit.experiments.compare_report import render_report
+from flowsplit.report import html as html_mod
+from tests.experiments.helpers import EVIL_CLASS, fake_allreduce, fake_runner, make_dataset
+
+
+# A valid 1x1 PNG: tests that check numbers, not pictures, skip matplotlib's drawing.
+TINY_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
+    # The fake engine finishes in milliseconds, where CPU counters are too coarse to
+    # judge contention; contention has its own tests.
+    monkeypatch.setattr(records_mod, "CONTENDED_SHARE", math.inf)
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "study"
+    fake_allreduce(out)
+    return ds, out
+
+
+@pytest.fixture
+def fast_figures(monkeypatch):
+    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+
+
+def test_plan_is_seed_major():
+    cells = plan_cells(["a", "b"], [1, 2], [0, 1])
+    assert [c.name for c in cells[:4]] == ["a/w1/seed0", "a/w2/seed0", "b/w1/seed0", "b/w2/seed0"]
+
+
+def test_compare_writes_report_and_resumes(study, monkeypatch):
+    # Prepare
+    ds, out = study
+    calls: list[str] = []
+    # Execute: one cell fails the first time
+    path = run_compare(ds, out, models=["cnn", "lstm"], workers=[2, 4], seeds=3, quick=True,
+                       progress=False, run_cell_fn=fake_runner({"lstm/w2/seed1"}, calls))  # fmt: skip
+    # Assert: 2 models x 3 worker counts (1 added) x 3 seeds were tried
+    assert len(calls) == 18
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["failures"]) == ["lstm/w2/seed1"]
+    assert len(results["cells"]) == 17
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert len(rows) == 17 and rows[0]["model"] == "cnn"
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert EVIL_CLASS not in page and "onerror=&quot;alert(1)&quot;" in page
+    assert "oversubscribed" in page
+    md = (out / "report.md").read_text()
+    assert "## Summary" in md and "<img" not in md
+
+    # Execute again: only the failed cell runs (figures already checked above).
+    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+    calls.clear()
+    run_compare(ds, out, models=["cnn", "lstm"], workers=[2, 4], seeds=3, quick=True,
+                progress=False, run_cell_fn=fake_runner(calls=calls))  # fmt: skip
+    assert calls == ["lstm/w2/seed1"]
+    assert json.loads((out / "results.json").read_text())["failures"] == {}
+
+
+def test_compare_statistics_and_scaling_from_fake_engine(study, fast_figures):
+    # Prepare: fake timings follow compute 2 ms/sample x 60 samples / N x core sharing
+    # plus one ring all-reduce of 400 kB on the benchmarked host per epoch.
+    ds, out = study
+    # Execute
+    run_compare(ds, out, models=["cnn"], workers=[2, 4], seeds=4, quick=True, progress=False,
+                run_cell_fn=fake_runner())  # fmt: skip
+    res = json.loads((out / "results.json").read_text())
+    cnn = res["analysis"]["models"]["cnn"]
+    # Assert: accuracy per seed is identical in both modes -> constant differences of 0.
+    assert cnn["vs_central"]["2"]["accuracy"]["verdict"] == "equivalent"
+    assert cnn["vs_central"]["4"]["oversubscribed"] is True
+    assert cnn["vs_central"]["2"]["oversubscribed"] is False
+    # speedup 2 workers: 0.12 s / (0.06 s + all-reduce) within 1 % noise
+    assert 1.6 < cnn["vs_central"]["2"]["speedup"]["mean"] < 2.0
+    scaling = cnn["scaling"]
+    assert scaling["max_abs_error"] < 0.05
+    assert scaling["model"]["compute_per_sample_s"] == pytest.approx(2e-3, rel=0.05)
+    assert len(cnn["vs_central"]["2"]["mcnemar"]) == 4
+    assert any("2 workers cut cnn's epoch time" in s for s in res["summary"])
+    assert any("oversubscribed" in s for s in res["summary"])
+
+
+def test_report_rerenders_and_rejects_changed_settings(study, fast_figures):
+    ds, out = study
+    run_compare(ds, out, models=["cnn"], workers=[2], seeds=2, quick=True, progress=False,
+                run_cell_fn=fake_runner())  # fmt: skip
+    (out / "report.html").unlink()
+    assert render_report(out).is_file()
+    with pytest.raises(ConfigError, match="different epochs"):
+        run_compare(ds, out, models=["cnn"], workers=[2], seeds=2, epochs=7, progress=False,
+                    run_cell_fn=fake_runner())  # fmt: skip
+
+
+def test_cli_compare_and_report(study, fast_figures, monkeypatch, capsys):
+    from flowsplit.cli import main
+
+    ds, out = study
+    monkeypatch.setattr(compare_mod, "run_cell_subprocess", fake_runner())
+    monkeypatch.setattr(compare_mod.run_compare, "__kwdefaults__",
+                        {**compare_mod.run_compare.__kwdefaults__,
+                         "run_cell_fn": fake_runner()})  # fmt: skip
+    rc = main(["compare", str(ds), "-o", str(out), "--models", "cnn", "--workers", "2",
+               "--seeds", "2", "--quick", "--quiet"])  # fmt: skip
+    assert rc == 0
+    assert "report:" in capsys.readouterr().out
+    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out / "nope")]) == 2
