@@ -16,11 +16,8 @@ from flowsplit.experiments.compare_report import render_report
 from flowsplit.report import html as html_mod
 from tests.experiments.helpers import EVIL_CLASS, fake_allreduce, fake_runner, make_dataset
 
-
 # A valid 1x1 PNG: tests that check numbers, not pictures, skip matplotlib's drawing.
-TINY_PNG = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
+TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 @pytest.fixture
