@@ -160,50 +160,45 @@ def prepare_dataset(
 
 
 def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter, progress: bool):
-    from flowsplit.data.flows import ReadReport, iter_flows, view_shapes
+    from flowsplit.data.flows import ReadReport, iter_flows_many, view_shapes
 
     spec = _resolve_label_spec(opts.labels, files)
     opts.labels = spec
     labeller = Labeller.from_spec(spec)
     flow_opts = opts.flow_options()
     shapes = view_shapes(flow_opts)
-    tensor_views = {v: shapes[v] for v in flow_opts.views if v != "stats"}
     dtypes = {"seq": np.float32, "bytes": np.uint8, "pkt_bytes": np.uint8}
-    writer = DatasetWriter(out_dir, {v: (s, dtypes[v]) for v, s in tensor_views.items()})
+    writer = DatasetWriter(out_dir, {v: (s, dtypes[v]) for v, s in shapes.items()})
     report = ReadReport()
     rows = _Rows()
-    n_bad_files = 0
     bar = _progress(files, progress)
+    done_bytes = 0
     try:
-        for f in files:
-            try:
-                for batch in iter_flows(f.path, flow_opts, report, strict=opts.strict):
-                    if len(batch) == 0:
-                        continue
-                    labels = labeller.label_flows(
-                        f.path,
-                        f.root,
-                        batch.proto,
-                        batch.ip_a,
-                        batch.port_a,
-                        batch.ip_b,
-                        batch.port_b,
-                    )
-                    keep = np.fromiter((lab is not None for lab in labels), bool, len(labels))
-                    skipped["unlabelled"] += int((~keep).sum())
-                    if not keep.any():
-                        continue
+        # Small captures share the reader's chunks, so the corpus is read as one stream;
+        # batch.source says which file each flow came from.
+        flows = iter_flows_many(
+            [f.path for f in files], flow_opts, report,
+            strict=opts.strict, on_error="raise" if opts.strict else "skip",
+        )  # fmt: skip
+        for batch in flows:
+            for si in np.unique(batch.source).tolist():
+                keep_src = batch.source == si
+                f = files[si]
+                labels = np.full(len(batch), None, dtype=object)
+                labels[keep_src] = labeller.label_flows(
+                    f.path, f.root, batch.proto[keep_src], batch.ip_a[keep_src],
+                    batch.port_a[keep_src], batch.ip_b[keep_src], batch.port_b[keep_src],
+                )  # fmt: skip
+                keep = keep_src & (labels != None)  # noqa: E711 - elementwise on objects
+                skipped["unlabelled"] += int(keep_src.sum() - keep.sum())
+                if keep.any():
                     rows.add(*_capture_rows(f, batch, labels, keep))
-                    if rows.n >= FLUSH_FLOWS:
-                        rows.flush(writer)
-            except InputError as exc:
-                if opts.strict:
-                    raise
-                n_bad_files += 1
-                skipped["unreadable_file"] += 1
-                log.warning("skipped %s", exc)
+            if rows.n >= FLUSH_FLOWS:
+                rows.flush(writer)
             if bar is not None:
-                bar.update(f.size)
+                now = sum(f.size for f in files[: int(batch.source.max()) + 1])
+                bar.update(now - done_bytes)
+                done_bytes = now
         rows.flush(writer)
     except BaseException:
         writer.abort()
@@ -211,14 +206,22 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
     finally:
         if bar is not None:
             bar.close()
+    for path, problem in report.file_errors:
+        skipped["unreadable_file"] += 1
+        log.warning("skipped %s: %s", path, problem)
     for reason, count in report.skipped.items():
         skipped[f"packets:{reason}"] += int(count)
-    if n_bad_files == len(files):
+    if len(report.file_errors) == len(files):
         writer.abort()
-        raise InputError(files[0].path if len(files) == 1 else files[0].root, "no readable capture")
+        path, problem = report.file_errors[0]
+        raise InputError(
+            path if len(files) == 1 else files[0].root,
+            problem if len(files) == 1 else "no readable capture",
+        )
     info = {
         "n_packets": int(report.n_packets),
         "n_flow_packets": int(report.n_flow_packets),
+        "n_flows_read": int(report.n_flows),
         "view_info": _capture_view_info(flow_opts),
     }
     return writer, info
