@@ -1,9 +1,309 @@
-"""Sub-commands of flowsplit.federated (registered by flowsplit.cli)."""
+"""Sub-commands of flowsplit.federated: ``flowsplit sfl run|profile`` (registered by flowsplit.cli).
+
+``flowsplit sfl`` is a command group; later sub-commands (``plan``, ``compare``) add
+themselves to :data:`SFL_COMMANDS` through :func:`add_sfl_command`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flowsplit.errors import ConfigError, InputError
+
+log = logging.getLogger("flowsplit.federated")
+
+# name -> function(subparsers) adding one ``flowsplit sfl NAME`` command.
+SFL_COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {}
+
+
+def add_sfl_command(name: str):
+    """Decorator: register a builder of ``flowsplit sfl NAME`` (for later sub-commands)."""
+
+    def wrap(fn):
+        SFL_COMMANDS[name] = fn
+        return fn
+
+    return wrap
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this area's sub-commands to the CLI."""
+    """Add the ``sfl`` command group to the CLI."""
+    parser = sub.add_parser(
+        "sfl",
+        help="split federated learning: run sfl/hsfl/hsfl-ll, profile a model's cuts",
+        description="Split federated learning across clients, edge aggregators and a server.",
+    )
+    sfl_sub = parser.add_subparsers(dest="sfl_command", metavar="SFL_COMMAND")
+    parser.set_defaults(func=lambda args: _group_help(parser))
+    for build in SFL_COMMANDS.values():
+        build(sfl_sub)
+
+
+def _group_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _model_options(values: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--model-option {item!r}: use KEY=VALUE, e.g. hidden=64")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _neural_model(name: str, view: str | None, options: dict[str, Any]):
+    from flowsplit.federated.setup import RegistryModel
+
+    try:
+        from flowsplit.models.registry import MODEL_SPECS, neural_models
+    except ImportError as exc:  # pragma: no cover - the models package is part of flowsplit
+        raise ConfigError(f"the model registry is not available ({exc})") from None
+    if name not in MODEL_SPECS:
+        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(neural_models())}")
+    if name not in neural_models():
+        raise ConfigError(
+            f"{name} is not a neural model and cannot be split; choose one of "
+            f"{', '.join(neural_models())}"
+        )
+    return RegistryModel(name, view, options)
+
+
+# --- run -------------------------------------------------------------------------------
+
+
+@add_sfl_command("run")
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="train with sfl, hsfl or hsfl-ll (simulated or as real processes)",
+        description=(
+            "Train a model split across clients, edge aggregators and a server; write "
+            "OUT/metrics.json (per round: accuracy, macro-F1, loss, simulated delay, bytes "
+            "by hop/direction/message type; totals), topology.toml, config.json, "
+            "profile.json and model.pt."
+        ),
+    )
+    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
+    p.add_argument("-o", "--out", required=True, help="run directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--scheme", default="hsfl", choices=("sfl", "hsfl", "hsfl-ll"))
+    p.add_argument("--sfl-version", default="v1", choices=("v1", "v2"), help="sfl only")
+    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument(
+        "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
+    )
+    p.add_argument("--cuts", default="1,2", help="cut points a,c (sfl: one cut a)")
+    p.add_argument("--topology", default="homogeneous", help="preset name or TOML file")
+    p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
+    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
+    p.add_argument("--assign", default="round-robin", choices=("round-robin", "random", "nearest"))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--local-epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--partition", default="iid", help="iid, dirichlet:ALPHA or site[:group|source]")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drop-prob", type=float, default=0.0, help="per-round client dropout")
+    p.add_argument("--straggler-prob", type=float, default=0.0)
+    p.add_argument("--straggler-slowdown", type=float, default=4.0)
+    p.add_argument("--aux-head", default="auto", choices=("auto", "flatten", "last", "mean"))
+    p.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
+    p.add_argument("--train-limit", type=int, default=None, help="use at most this many rows")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--backend", default="sim", choices=("sim", "dist"))
+    p.add_argument("--timeout", type=float, default=60.0, help="dist: drop a silent client after S")
+    p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
+    p.set_defaults(func=cmd_run)
+
+
+def _config_from_args(args: argparse.Namespace):
+    from flowsplit.federated.config import SFLConfig, parse_cuts
+
+    return SFLConfig(
+        scheme=args.scheme,
+        cuts=parse_cuts(args.cuts),
+        sfl_version=args.sfl_version,
+        rounds=args.rounds,
+        local_epochs=args.local_epochs,
+        batch_size=args.batch_size,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        partition=args.partition,
+        assign=args.assign,
+        seed=args.seed,
+        drop_prob=args.drop_prob,
+        straggler_prob=args.straggler_prob,
+        straggler_slowdown=args.straggler_slowdown,
+        aux_head=args.aux_head,
+        timeout_s=args.timeout,
+        eval_split=args.eval_split,
+        train_limit=args.train_limit,
+        threads=args.threads,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from flowsplit.federated.dist import launch_local, run_under_torchrun
+    from flowsplit.federated.presets import resolve_topology
+    from flowsplit.federated.results import write_run
+    from flowsplit.federated.schemes import format_round
+    from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.sim import run_simulation
+    from flowsplit.federated.transport import read_dist_env
+
+    config = _config_from_args(args)
+    out = Path(args.out)
+    torchrun = read_dist_env() if args.backend == "dist" else None
+    writes = torchrun is None or torchrun.rank == 0
+    if writes and out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
+    model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
+    topology = resolve_topology(
+        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
+    )
+    torch.set_num_threads(config.threads)
+    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
+    if not args.quiet:
+        log.info(
+            "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",
+            config.scheme,
+            args.model,
+            config.cuts,
+            topology.n_clients,
+            topology.n_aggregators,
+            topology.name,
+            config.partition,
+            args.backend,
+        )
+    if args.backend == "sim":
+        from tqdm import tqdm
+
+        with tqdm(total=config.rounds, desc="rounds", unit="round", disable=args.quiet) as bar:
+
+            def on_round(record: dict[str, Any]) -> None:
+                bar.update(1)
+                if not args.quiet:
+                    bar.write(format_round(record, config.rounds), file=sys.stderr)
+
+            result = run_simulation(setup, on_round=on_round)
+        write_run(out, result)
+    elif torchrun is not None:
+        result = run_under_torchrun(
+            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet,
+            bind=args.bind,
+        )  # fmt: skip
+        if result is None:
+            return 0
+    else:
+        result = launch_local(
+            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet
+        )
+    totals = result.totals()
+    print(
+        f"wrote {out / 'metrics.json'}: accuracy {totals['final_accuracy']:.4f}, "
+        f"macro-F1 {totals['final_macro_f1']:.4f}, {totals['bytes_total'] / 1e6:.2f} MB, "
+        f"simulated {totals['delay_total_s']:.1f} s over {totals['rounds']} rounds"
+    )
+    return 0
+
+
+# --- profile ---------------------------------------------------------------------------
+
+
+@add_sfl_command("profile")
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile",
+        help="print a model's block profile and its legal cuts",
+        description=(
+            "FLOPs, parameters and activation bytes of every block of a model built for a "
+            "dataset, and the costs of every legal cut (a, c)."
+        ),
+    )
+    p.add_argument("--model", required=True, help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument("--dataset", required=True, help="dataset directory")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(func=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import torch
+
+    from flowsplit.data.store import load_dataset
+    from flowsplit.federated.profile import profile_model
+
+    torch.set_num_threads(1)
+    model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
+    ds = load_dataset(args.dataset)
+    view = model_fn.resolved_view()
+    if not ds.has_view(view):
+        raise ConfigError(
+            f"dataset {ds.root} has no view {view!r} (it has {', '.join(ds.views)}); pass --view"
+        )
+    model = model_fn(input_shape=ds.view_shape(view), n_classes=ds.n_classes)
+    profile = profile_model(model)
+    if args.json:
+        print(profile.to_json())
+        return 0
+    sys.stdout.write(format_profile(profile, view))
+    return 0
+
+
+def format_profile(profile, view: str) -> str:
+    """The block table and the cut table of a profile, as text."""
+    from flowsplit.federated.profile import cut_table
+
+    lines = [
+        f"model {profile.model} on view {view}: input {profile.input_shape}, "
+        f"{profile.n_classes} classes, {profile.n_blocks} blocks",
+        "",
+        f"{'#':>2}  {'block':<8} {'type':<32} {'MFLOP/sample':>12} {'params':>9} "
+        f"{'output':<18} {'KiB/sample':>10} {'bwd/fwd':>7}",
+    ]
+    ratios = profile.bwd_ratio
+    for k in range(profile.n_blocks):
+        lines.append(
+            f"{k + 1:>2}  {profile.block_names[k]:<8} {profile.block_types[k][:32]:<32} "
+            f"{profile.fwd_flops[k] / 1e6:>12.3f} {int(profile.params[k]):>9} "
+            f"{str(tuple(profile.out_shapes[k])):<18} {profile.out_bytes[k] / 1024:>10.2f} "
+            f"{ratios[k]:>7.2f}"
+        )
+    table = cut_table(profile)
+    lines += [
+        "",
+        "legal cuts (a, c): client = blocks 1..a, aggregator = a+1..c (none when a == c), "
+        "server = the rest",
+        f"{'a':>2} {'c':>2}  {'client MFLOP':>12} {'agg MFLOP':>10} {'server MFLOP':>12} "
+        f"{'client params':>13} {'cut a KiB':>9} {'cut c KiB':>9}   (training FLOPs per sample)",
+    ]
+    for r in range(len(table["a"])):
+        lines.append(
+            f"{table['a'][r]:>2} {table['c'][r]:>2}  {table['client_flops'][r] / 1e6:>12.3f} "
+            f"{table['aggregator_flops'][r] / 1e6:>10.3f} {table['server_flops'][r] / 1e6:>12.3f} "
+            f"{int(table['client_params'][r]):>13} {table['act_a_bytes'][r] / 1024:>9.2f} "
+            f"{table['act_c_bytes'][r] / 1024:>9.2f}"
+        )
+    return "\n".join(lines) + "\n"

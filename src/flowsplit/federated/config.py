@@ -1,0 +1,134 @@
+"""Configuration of a split federated run (validated once, saved with every run)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flowsplit.errors import ConfigError
+from flowsplit.federated.partition import parse_partition
+from flowsplit.federated.parts import AUX_MODES
+
+SCHEMES = ("sfl", "hsfl", "hsfl-ll")
+SFL_VERSIONS = ("v1", "v2")
+OPTIMIZERS = ("sgd", "adam")
+
+
+def parse_cuts(text: str) -> tuple[int, int]:
+    """``"2"`` -> (2, 2); ``"2,4"`` -> (2, 4)."""
+    try:
+        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2:
+        raise ConfigError(f"--cuts {text!r}: give one cut (sfl: '2') or two ('2,4')")
+    return values[0], values[1]
+
+
+@dataclass
+class SFLConfig:
+    """Everything that decides what a split federated run computes."""
+
+    scheme: str = "hsfl"
+    """``sfl`` (SplitFed, two tiers), ``hsfl`` (three tiers, end-to-end) or ``hsfl-ll`` (local losses)."""
+    cuts: tuple[int, int] = (1, 2)
+    """Cut points (a, c), 1-based: client = blocks 1..a, aggregator = a+1..c, server = the rest."""
+    sfl_version: str = "v1"
+    """sfl only: ``v1`` keeps a server part per client (averaged each round), ``v2`` one shared."""
+    rounds: int = 5
+    """Federated rounds."""
+    local_epochs: int = 1
+    """Passes over its shard each client makes per round."""
+    batch_size: int = 32
+    """Samples per client batch."""
+    optimizer: str = "adam"
+    """``adam`` or ``sgd``; each tier has its own, reset when its weights are replaced by an average."""
+    lr: float = 1e-3
+    """Learning rate of every tier."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 0.0
+    """L2 penalty of every tier."""
+    partition: str = "iid"
+    """``iid``, ``dirichlet:ALPHA`` or ``site[:group|source]``."""
+    assign: str = "round-robin"
+    """Client -> aggregator rule: ``round-robin``, ``random`` or ``nearest``."""
+    seed: int = 0
+    """Seeds the model, the partition, batch order, faults and the topology generator."""
+    drop_prob: float = 0.0
+    """Probability that a client sits out a round (simulated fault)."""
+    straggler_prob: float = 0.0
+    """Probability that a participating client is a straggler in a round."""
+    straggler_slowdown: float = 4.0
+    """A straggler computes this many times slower."""
+    aux_head: str = "auto"
+    """hsfl-ll auxiliary heads: ``auto`` (flatten, pooled when large), ``flatten``, ``last``, ``mean``."""
+    aux_max_features: int = 1024
+    """hsfl-ll: at most this many features reach an ``auto`` auxiliary head's linear layer."""
+    timeout_s: float = 60.0
+    """dist: an aggregator drops a client that sends nothing for this long (upper tiers wait longer)."""
+    eval_split: str = "test"
+    """Split the global model is evaluated on after every round."""
+    train_limit: int | None = None
+    """Use at most this many training rows (a seeded subset), for quick runs."""
+    threads: int = 1
+    """torch threads per process."""
+    exit_clients: dict[int, int] = field(default_factory=dict)
+    """Fault injection, dist only: client index -> round at whose start its process exits."""
+
+    def __post_init__(self) -> None:
+        self.cuts = (int(self.cuts[0]), int(self.cuts[1]))
+        self.exit_clients = {int(k): int(v) for k, v in dict(self.exit_clients).items()}
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` saying how to fix the first bad field."""
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"--scheme {self.scheme!r}: choose one of {', '.join(SCHEMES)}")
+        if self.scheme == "sfl" and self.cuts[0] != self.cuts[1]:
+            raise ConfigError(
+                f"sfl is two-tier: give one cut (--cuts {self.cuts[0]}), not {self.cuts}"
+            )
+        if self.cuts[0] < 1 or self.cuts[1] < self.cuts[0]:
+            raise ConfigError(f"--cuts {self.cuts}: need 1 <= a <= c")
+        if self.sfl_version not in SFL_VERSIONS:
+            raise ConfigError(f"--sfl-version {self.sfl_version!r}: choose v1 or v2")
+        for name in ("rounds", "local_epochs", "batch_size", "threads", "aux_max_features"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"--optimizer {self.optimizer!r}: choose adam or sgd")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        for name in ("drop_prob", "straggler_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1)")
+        if self.straggler_slowdown < 1.0:
+            raise ConfigError("--straggler-slowdown must be >= 1 (a factor of slowness)")
+        if self.aux_head not in AUX_MODES:
+            raise ConfigError(f"--aux-head {self.aux_head!r}: choose one of {', '.join(AUX_MODES)}")
+        if not self.timeout_s > 0:
+            raise ConfigError("--timeout must be > 0 seconds")
+        if self.eval_split not in ("train", "val", "test"):
+            raise ConfigError("--eval-split must be train, val or test")
+        if self.train_limit is not None and self.train_limit < 1:
+            raise ConfigError("--train-limit must be >= 1")
+        parse_partition(self.partition)
+
+    @property
+    def local_loss(self) -> bool:
+        return self.scheme == "hsfl-ll"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cuts"] = list(self.cuts)
+        d["exit_clients"] = {str(k): v for k, v in self.exit_clients.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SFLConfig:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["cuts"] = tuple(known.get("cuts", (1, 2)))
+        return cls(**known)

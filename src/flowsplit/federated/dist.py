@@ -1,0 +1,357 @@
+"""The distributed runner: server, each aggregator and each client in its own process.
+
+Ranks: server 0, aggregator ``j`` at ``1 + j``, client ``i`` at ``1 + A + i``
+(world size ``1 + A + N``). Each process builds the same :class:`RunSetup`, runs
+its own role's coroutine (the same step code as the simulation) through a
+:class:`~flowsplit.federated.transport.GlooTransport`, and after every round sends
+its cost ledger up the tree (client -> aggregator -> server, "telemetry", not
+counted as protocol bytes) so the server reports the same metrics as the
+simulation plus the bytes that were really received.
+
+Two ways to start it:
+
+- :func:`launch_local`: this process hosts the rendezvous store on 127.0.0.1 and
+  starts one process per role (``forkserver``, torch preloaded once);
+- under ``torchrun --nproc-per-node ... -m flowsplit sfl run ... --backend dist``
+  (one or many machines): each process reads its rank from the environment
+  (:func:`~flowsplit.federated.transport.read_dist_env`) and rank 0 writes the run
+  directory. Set ``GLOO_SOCKET_IFNAME`` (or ``--bind``) to the interface the
+  machines share.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import multiprocessing as mp
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from flowsplit.errors import ConfigError, FlowsplitError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.costs import Ledger
+from flowsplit.federated.profile import BlockProfile
+from flowsplit.federated.protocol import (
+    AGGREGATOR,
+    CLIENT,
+    CONTROL,
+    SERVER_ADDRESS,
+    Address,
+    Recv,
+    Send,
+    address_of,
+)
+from flowsplit.federated.results import SFLResult, read_run, write_run
+from flowsplit.federated.roles import Client, CloudServer, Coroutine, EdgeAggregator
+from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
+from flowsplit.federated.setup import ModelFn, RunSetup, prepare_run, role_seed
+from flowsplit.federated.topology import Topology, topology_from_toml, topology_to_toml
+from flowsplit.federated.transport import (
+    GlooTransport,
+    make_pair_groups,
+    read_dist_env,
+    role_name,
+)
+
+log = logging.getLogger("flowsplit.federated")
+
+
+def drive(coro: Coroutine, transport: GlooTransport) -> None:
+    """Run one role coroutine, answering its requests over the network."""
+    value = None
+    while True:
+        try:
+            op = coro.send(value)
+        except StopIteration:
+            return
+        if type(op) is Send:
+            transport.send(op)
+            value = None
+        else:
+            value = transport.recv(op)
+
+
+class DistRuntime:
+    """This process's role in a distributed run."""
+
+    def __init__(self, setup: RunSetup, me: Address, transport: GlooTransport, ctx):
+        self.setup, self.me, self.transport, self.ctx = setup, me, transport, ctx
+        self.is_server = me == SERVER_ADDRESS
+        self.assignment = setup.assignment
+        self.n_samples = setup.n_samples
+        client_tpl, agg_tpl, server_tpl = setup.tier_modules()
+        kind, index = me
+        if self.is_server:
+            self.role = CloudServer(ctx, client_tpl, agg_tpl, server_tpl)
+            self._eval = setup.eval_data()
+        elif kind == AGGREGATOR:
+            self.role = EdgeAggregator(index, ctx, agg_tpl)
+        else:
+            self.role = Client(index, ctx, client_tpl, *setup.client_data(index))
+        torch.manual_seed(role_seed(setup.config.seed, me))
+
+    def execute_round(self, plan: RoundPlan) -> RoundOutcome:
+        start = time.perf_counter()
+        self.ctx.meter.start_round(plan.slowdown)
+        self.transport.received[...] = 0
+        kind, index = self.me
+        if kind == CLIENT:
+            if self.setup.config.exit_clients.get(index) == plan.round:
+                log.warning("client %d: exiting at the start of round %d (fault injection)",
+                            index, plan.round + 1)  # fmt: skip
+                os._exit(3)
+            if plan.participants[index]:
+                drive(self.role.run_round(plan), self.transport)
+        else:
+            drive(self.role.run_round(plan), self.transport)
+        total = self._gather_telemetry(plan)
+        self.transport.flush()
+        if not self.is_server:
+            return RoundOutcome(Ledger.zeros(1, 1), float("nan"), [], time.perf_counter() - start)
+        n, a = self.setup.topology.n_clients, self.setup.topology.n_aggregators
+        size = len(Ledger.zeros(n, a).to_vector())
+        return RoundOutcome(
+            ledger=Ledger.from_vector(total[:size], n, a),
+            train_loss=self.role.train_loss,
+            lost=sorted(self.role.lost),
+            wall_s=time.perf_counter() - start,
+            received_bytes=int(round(total[size:].sum())),
+        )
+
+    def _gather_telemetry(self, plan: RoundPlan) -> np.ndarray:
+        """Sum every role's ledger (and received bytes) at the server."""
+        own = np.concatenate([self.ctx.meter.ledger.to_vector(), self.transport.received.ravel()])
+        kind, index = self.me
+        if kind == CLIENT:
+            if plan.participants[index]:
+                agg = (AGGREGATOR, int(self.assignment[index]))
+                self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
+            return own
+        total = own.copy()
+        if kind == AGGREGATOR:
+            for i in plan.order:
+                i = int(i)
+                if self.assignment[i] != index or i in self.role.lost:
+                    continue
+                vec = self.transport.recv(
+                    Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
+                )
+                if vec is None:
+                    self.role.lost.add(i)
+                else:
+                    total += vec.numpy()
+            self.transport.send(
+                Send(SERVER_ADDRESS, torch.from_numpy(total), CONTROL), telemetry=True
+            )
+            return total
+        for j in range(self.setup.topology.n_aggregators):
+            vec = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
+            if vec is not None:
+                total += vec.numpy()
+        return total
+
+    def evaluate(self) -> dict[str, float]:
+        from flowsplit.federated.metrics import evaluate_model
+
+        x, y = self._eval
+        return evaluate_model(self.role.global_model(), x, y, self.setup.dataset.n_classes)
+
+
+def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout: float):
+    timeout_td = dt.timedelta(seconds=timeout)
+    if payload.get("store"):
+        host, port = payload["store"]
+        return dist.TCPStore(host, port, world_size, False, timeout_td)
+    store, _, _ = next(
+        dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout_td)
+    )
+    return store
+
+
+def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
+    """Entry point of one process (spawned by :func:`launch_local` or started by torchrun)."""
+    quiet = payload.get("quiet", False)
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
+    config = SFLConfig.from_dict(payload["config"])
+    torch.set_num_threads(config.threads)
+    topology = topology_from_toml(payload["topology"])
+    expected = 1 + topology.n_aggregators + topology.n_clients
+    if world_size != expected:
+        raise ConfigError(
+            f"the dist runner needs 1 server + {topology.n_aggregators} aggregators + "
+            f"{topology.n_clients} clients = {expected} processes, got {world_size}"
+        )
+    profile = BlockProfile.from_dict(payload["profile"]) if payload.get("profile") else None
+    assignment = np.asarray(payload["assignment"]) if payload.get("assignment") else None
+    setup = prepare_run(
+        config,
+        dataset=payload["dataset"],
+        model_fn=payload["model_fn"],
+        topology=topology,
+        view=payload.get("view"),
+        profile=profile,
+        assignment=assignment,
+    )
+    me = address_of(rank, topology.n_aggregators)
+    wait_timeout = config.timeout_s * (2 + topology.n_clients)
+    store = _connect_store(payload, rank, world_size, wait_timeout)
+    ctx = setup.context()
+    peers = make_pair_groups(
+        store,
+        me,
+        setup.assignment,
+        topology.n_aggregators,
+        bind_addr=payload.get("bind"),
+        timeout_s=wait_timeout,
+    )
+    transport = GlooTransport(
+        me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
+    )
+    try:
+        runtime = DistRuntime(setup, me, transport, ctx)
+        bar = _progress(config.rounds, quiet) if runtime.is_server else None
+
+        def on_round(record: dict[str, Any]) -> None:
+            if bar is not None:
+                bar.update(1)
+                if not quiet:
+                    bar.write(format_round(record, config.rounds), file=sys.stderr)
+
+        history = setup.scheme.run(runtime, on_round=on_round)
+        if bar is not None:
+            bar.close()
+        if runtime.is_server:
+            result = SFLResult(
+                backend="dist",
+                config=config.to_dict(),
+                history=history,
+                profile=setup.profile.to_dict(),
+                topology=setup.topology,
+                assignment=setup.assignment,
+                model_state=runtime.role.global_model().state_dict(),
+                info={"world_size": world_size, "telemetry_bytes": transport.telemetry_bytes},
+            )
+            write_run(payload["out_dir"], result)
+    finally:
+        transport.close()
+    log.debug("%s: done", role_name(me))
+
+
+def _progress(total: int, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="rounds", unit="round", disable=quiet, leave=False)
+
+
+def make_payload(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path,
+    quiet: bool = False,
+    bind: str | None = None,
+) -> dict[str, Any]:
+    """What every process needs to rebuild ``setup`` (plain data and a picklable factory)."""
+    return {
+        "config": setup.config.to_dict(),
+        "dataset": str(dataset),
+        "model_fn": model_fn,
+        "view": setup.view,
+        "topology": topology_to_toml(setup.topology),
+        "profile": setup.profile.to_dict(),
+        "assignment": [int(a) for a in setup.assignment],
+        "out_dir": str(out_dir),
+        "quiet": quiet,
+        "bind": bind,
+    }
+
+
+def launch_local(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path | None = None,
+    quiet: bool = False,
+    deadline_s: float | None = None,
+) -> SFLResult:
+    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1."""
+    topo: Topology = setup.topology
+    world = 1 + topo.n_aggregators + topo.n_clients
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
+        out_dir = tmp.name
+    # The store listens on a socket we bind ourselves, so it is loopback only and the
+    # port cannot be taken between choosing and using it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(world)
+    port = sock.getsockname()[1]
+    wait = setup.config.timeout_s * (2 + topo.n_clients)
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world,
+        True,
+        dt.timedelta(seconds=wait),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the store owns (and closes) the socket now
+    )
+    payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
+    payload.update(store=("127.0.0.1", port), bind="127.0.0.1")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "flowsplit.federated.dist"])
+    procs = [ctx.Process(target=role_main, args=(r, world, payload)) for r in range(world)]
+    try:
+        for p in procs:
+            p.start()
+        procs[0].join(deadline_s)
+        for p in procs[1:]:
+            p.join(10.0)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5.0)
+        del store
+    try:
+        if procs[0].exitcode != 0:
+            raise FlowsplitError(
+                f"dist run failed: the server process exited with code {procs[0].exitcode} "
+                "(its log is above)"
+            )
+        return read_run(out_dir)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def run_under_torchrun(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path,
+    quiet: bool = False,
+    bind: str | None = None,
+) -> SFLResult | None:
+    """Run this process's role of a torchrun launch; rank 0 returns the result."""
+    env = read_dist_env()
+    if env is None:
+        raise ConfigError("not started by torchrun (RANK/WORLD_SIZE unset)")
+    payload = make_payload(
+        setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
+    )
+    role_main(env.rank, env.world_size, payload)
+    return read_run(out_dir) if env.rank == 0 else None

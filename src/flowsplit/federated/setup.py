@@ -1,0 +1,226 @@
+"""Building a run from its configuration: data, partition, model, parts, profile, topology.
+
+Every process of the distributed runner calls :func:`prepare_run` with the same
+arguments and gets the same :class:`RunSetup` (same partition, same initial
+weights, same costs), so nothing but tensors ever needs to cross the network.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowsplit.data.store import Dataset, load_dataset
+from flowsplit.errors import ConfigError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.costs import CostMeter
+from flowsplit.federated.partition import make_partition
+from flowsplit.federated.parts import check_cuts, split_model
+from flowsplit.federated.profile import (
+    BlockProfile,
+    PartCosts,
+    client_memory_bytes,
+    make_aux_head,
+    part_costs,
+    profile_model,
+)
+from flowsplit.federated.protocol import AGGREGATOR, CLIENT, SERVER, Address
+from flowsplit.federated.roles import RunContext, TierModule
+from flowsplit.federated.schemes import Scheme
+from flowsplit.federated.topology import Topology, assign_clients
+from flowsplit.models.base import BlockModel
+
+ModelFn = Callable[..., BlockModel]
+
+
+@dataclass(frozen=True)
+class RegistryModel:
+    """A picklable model factory for a registry model (``flowsplit.models.registry``)."""
+
+    name: str
+    view: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def resolved_view(self) -> str:
+        if self.view:
+            return self.view
+        from flowsplit.models.registry import default_view
+
+        return default_view(self.name)
+
+    def __call__(self, *, input_shape: tuple[int, ...], n_classes: int) -> BlockModel:
+        from flowsplit.models.registry import build_model
+
+        return build_model(
+            self.name,
+            view=self.resolved_view(),
+            input_shape=input_shape,
+            n_classes=n_classes,
+            **self.options,
+        )
+
+
+@dataclass
+class RunSetup:
+    """Everything a role needs, identical in every process."""
+
+    config: SFLConfig
+    scheme: Scheme
+    dataset: Dataset
+    view: str
+    model: BlockModel
+    """The initial global model (seeded)."""
+    profile: BlockProfile
+    costs: PartCosts
+    topology: Topology
+    """The topology with shard sizes filled in."""
+    assignment: np.ndarray
+    shards: list[np.ndarray]
+    """Training row indices of each client."""
+
+    @property
+    def n_samples(self) -> np.ndarray:
+        return np.array([len(s) for s in self.shards], dtype=np.int64)
+
+    def context(self, *, meter_enabled: bool = True) -> RunContext:
+        return RunContext(
+            scheme=self.scheme,
+            config=self.config,
+            costs=self.costs,
+            assignment=self.assignment,
+            n_samples=self.n_samples,
+            meter=CostMeter(self.topology, self.assignment, enabled=meter_enabled),
+        )
+
+    def tier_modules(self) -> tuple[TierModule, TierModule, TierModule]:
+        """Fresh client, aggregator and server modules with the initial weights."""
+        a, c = self.config.cuts
+        split = split_model(self.model, a, c)
+        aux_c = aux_g = None
+        if self.scheme.local_loss:
+            kw = {"mode": self.config.aux_head, "max_features": self.config.aux_max_features}
+            # Heads are initialised from their own seed so that every process agrees.
+            torch.manual_seed(self.config.seed + 1)
+            aux_c = make_aux_head(self.profile, a, **kw)
+            aux_g = make_aux_head(self.profile, c, **kw) if c > a else None
+        return (
+            TierModule(split.client, aux_c),
+            TierModule(split.aggregator, aux_g),
+            TierModule(split.server),
+        )
+
+    def client_data(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Client ``index``'s shard as tensors (rows as stored, labels int64)."""
+        rows = self.shards[index]
+        x = torch.from_numpy(np.ascontiguousarray(self.dataset.view(self.view)[rows]))
+        y = torch.from_numpy(self.dataset.labels[rows].astype(np.int64))
+        return x, y
+
+    def eval_data(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self.dataset.split_indices(self.config.eval_split)
+        if len(rows) == 0:
+            raise ConfigError(
+                f"the dataset has no {self.config.eval_split!r} rows to evaluate on; "
+                "choose another --eval-split"
+            )
+        x = torch.from_numpy(np.ascontiguousarray(self.dataset.view(self.view)[rows]))
+        return x, torch.from_numpy(self.dataset.labels[rows].astype(np.int64))
+
+
+def role_seed(seed: int, address: Address) -> int:
+    """The torch seed of one role (dropout masks), the same in every runner."""
+    offset = {SERVER: 0, AGGREGATOR: 1_000, CLIENT: 1_000_000}[address[0]]
+    return int(seed) * 10_000_019 + offset + int(address[1])
+
+
+def _fit_input_scaler(model: BlockModel, ds: Dataset, view: str, rows: np.ndarray) -> None:
+    # Standardising per-packet features needs statistics of the training rows; the
+    # pooled moments of all shards (what clients would report as sums and counts)
+    # are the moments of the union, so fitting on the union is the federated result.
+    try:
+        from flowsplit.models.layers import SeqInput, fit_input_scaler
+    except ImportError:  # a models package without scalers
+        return
+    if any(isinstance(m, SeqInput) for m in model.modules()):
+        fit_input_scaler(model, torch.from_numpy(np.asarray(ds.view(view)[rows])))
+
+
+def prepare_run(
+    config: SFLConfig,
+    *,
+    dataset: str | Path | Dataset,
+    model_fn: ModelFn,
+    topology: Topology,
+    view: str | None = None,
+    profile: BlockProfile | None = None,
+    assignment: np.ndarray | None = None,
+) -> RunSetup:
+    """Build the run: partition, initial model, parts' costs, shard sizes in the topology."""
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+    if view is None:
+        resolve = getattr(model_fn, "resolved_view", None)
+        view = resolve() if resolve else getattr(model_fn, "view", None)
+    if view is None:
+        raise ConfigError("no dataset view given and the model factory names none")
+    if not ds.has_view(view):
+        raise ConfigError(
+            f"dataset {ds.root} has no view {view!r} (it has {', '.join(ds.views)}); pass --view"
+        )
+    train = ds.split_indices("train")
+    if config.train_limit is not None and config.train_limit < len(train):
+        pick = np.random.default_rng([config.seed, 17]).choice(
+            len(train), config.train_limit, False
+        )
+        train = np.sort(train[pick])
+    meta = ds.meta.iloc[train]
+    shards = make_partition(
+        config.partition,
+        indices=train,
+        labels=ds.labels[train],
+        meta_sites={c: meta[c].to_numpy() for c in ("group", "source") if c in meta},
+        n_clients=topology.n_clients,
+        seed=config.seed,
+    )
+    torch.manual_seed(config.seed)
+    model = model_fn(input_shape=ds.view_shape(view), n_classes=ds.n_classes)
+    check_cuts(model.n_blocks, *config.cuts)
+    _fit_input_scaler(model, ds, view, train)
+    profile = profile if profile is not None else profile_model(copy.deepcopy(model))
+    scheme = Scheme.from_config(config)
+    costs = part_costs(
+        profile,
+        *config.cuts,
+        local_loss=scheme.local_loss,
+        aux_mode=config.aux_head,
+        aux_max_features=config.aux_max_features,
+    )
+    topo = topology.with_samples(np.array([len(s) for s in shards]))
+    need = client_memory_bytes(costs, config.batch_size)
+    short = np.flatnonzero(topo.client_memory < need)
+    if len(short):
+        raise ConfigError(
+            f"client {short[0]} has {topo.client_memory[short[0]] / 2**20:.0f} MiB but the client "
+            f"part at cut a={config.cuts[0]} needs about {need / 2**20:.0f} MiB with batch "
+            f"{config.batch_size}; choose a smaller a or batch, or give clients more memory"
+        )
+    if assignment is None:
+        assignment = assign_clients(topo, config.assign, config.seed)
+    assignment = topo.check_assignment(assignment)
+    return RunSetup(
+        config=config,
+        scheme=scheme,
+        dataset=ds,
+        view=view,
+        model=model,
+        profile=profile,
+        costs=costs,
+        topology=topo,
+        assignment=assignment,
+        shards=shards,
+    )

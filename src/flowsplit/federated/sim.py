@@ -1,0 +1,161 @@
+"""The simulated runner: every role in one process, costs on a simulated clock.
+
+:func:`run_coroutines` is a small cooperative scheduler. Role coroutines run until
+they wait for a message that has not arrived; a ``Send`` charges the message to
+the cost meter (its ``nbytes`` with header, as the distributed runner would put on
+the wire) and drops a copy of the tensor into the receiver's mailbox. Each role
+has its own torch random state (dropout masks), swapped in when it runs, so the
+numbers do not depend on the interleaving and equal those of the distributed runner.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from flowsplit.federated.costs import CostMeter
+from flowsplit.federated.metrics import evaluate_model
+from flowsplit.federated.protocol import Address, Recv, Send, message_nbytes
+from flowsplit.federated.results import SFLResult
+from flowsplit.federated.roles import Client, CloudServer, Coroutine, EdgeAggregator
+from flowsplit.federated.schemes import RoundOutcome, RoundPlan
+from flowsplit.federated.setup import RunSetup, role_seed
+
+
+class ProtocolError(RuntimeError):
+    """The roles' message sequences do not match (a bug, never a user error)."""
+
+
+def run_coroutines(
+    coros: dict[Address, Coroutine],
+    meter: CostMeter,
+    rng_states: dict[Address, torch.Tensor] | None = None,
+) -> None:
+    """Run role coroutines to completion, delivering their messages in process."""
+    mailboxes: dict[tuple[Address, Address], deque] = {}
+    waiting: dict[tuple[Address, Address], Address] = {}
+    ready: deque[tuple[Address, Any]] = deque((addr, None) for addr in coros)
+    current: Address | None = None
+    while ready:
+        addr, value = ready.popleft()
+        if rng_states is not None and addr != current:
+            if current is not None:
+                rng_states[current] = torch.get_rng_state()
+            torch.set_rng_state(rng_states[addr])
+            current = addr
+        gen = coros[addr]
+        try:
+            op = gen.send(value)
+            while True:
+                if type(op) is Send:
+                    tensor = op.tensor
+                    meter.charge_message(
+                        addr, op.dst, message_nbytes(tensor), op.kind, op.client, op.phase
+                    )
+                    # A copy, as the wire would give: the receiver may not alias the sender.
+                    msg = None if tensor is None else tensor.detach().clone()
+                    key = (addr, op.dst)
+                    if key in waiting:
+                        ready.append((waiting.pop(key), msg))
+                    else:
+                        mailboxes.setdefault(key, deque()).append(msg)
+                    op = gen.send(None)
+                elif type(op) is Recv:
+                    key = (op.src, addr)
+                    box = mailboxes.get(key)
+                    if box:
+                        op = gen.send(box.popleft())
+                    else:
+                        waiting[key] = addr
+                        break
+                else:
+                    raise ProtocolError(f"{addr} yielded {op!r}, expected Send or Recv")
+        except StopIteration:
+            pass
+    if rng_states is not None and current is not None:
+        rng_states[current] = torch.get_rng_state()
+    if waiting:
+        raise ProtocolError(f"deadlock: roles wait for messages never sent: {waiting}")
+    leftover = {k: len(v) for k, v in mailboxes.items() if v}
+    if leftover:
+        raise ProtocolError(f"messages sent but never received: {leftover}")
+
+
+def _seeded_state(seed: int) -> torch.Tensor:
+    return torch.Generator().manual_seed(seed).get_state()
+
+
+class SimRuntime:
+    """All roles of a run in this process."""
+
+    is_server = True
+
+    def __init__(self, setup: RunSetup, *, meter_enabled: bool = True):
+        self.setup = setup
+        self.ctx = setup.context(meter_enabled=meter_enabled)
+        self.assignment = setup.assignment
+        self.n_samples = setup.n_samples
+        client_tpl, agg_tpl, server_tpl = setup.tier_modules()
+        self.server = CloudServer(self.ctx, client_tpl, agg_tpl, server_tpl)
+        self.aggregators = [
+            EdgeAggregator(j, self.ctx, copy.deepcopy(agg_tpl))
+            for j in range(setup.topology.n_aggregators)
+        ]
+        self.clients = [
+            Client(i, self.ctx, copy.deepcopy(client_tpl), *setup.client_data(i))
+            for i in range(setup.topology.n_clients)
+        ]
+        addresses = [self.server.address, *(a.address for a in self.aggregators)]
+        addresses += [c.address for c in self.clients]
+        self.rng_states = {a: _seeded_state(role_seed(setup.config.seed, a)) for a in addresses}
+        self._eval = setup.eval_data()
+
+    def coroutines(self, plan: RoundPlan) -> dict[Address, Coroutine]:
+        coros = {self.server.address: self.server.run_round(plan)}
+        for agg in self.aggregators:
+            coros[agg.address] = agg.run_round(plan)
+        for i in plan.order:
+            client = self.clients[int(i)]
+            coros[client.address] = client.run_round(plan)
+        return coros
+
+    def execute_round(self, plan: RoundPlan) -> RoundOutcome:
+        start = time.perf_counter()
+        self.ctx.meter.start_round(plan.slowdown)
+        run_coroutines(self.coroutines(plan), self.ctx.meter, self.rng_states)
+        return RoundOutcome(
+            ledger=self.ctx.meter.ledger,
+            train_loss=self.server.train_loss,
+            lost=[],
+            wall_s=time.perf_counter() - start,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        x, y = self._eval
+        return evaluate_model(self.server.global_model(), x, y, self.setup.dataset.n_classes)
+
+
+def run_simulation(
+    setup: RunSetup,
+    *,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    meter_enabled: bool = True,
+) -> SFLResult:
+    """Train ``setup`` with every role in this process; returns the run's result."""
+    torch.set_num_threads(setup.config.threads)
+    runtime = SimRuntime(setup, meter_enabled=meter_enabled)
+    history = setup.scheme.run(runtime, on_round=on_round)
+    return SFLResult(
+        backend="sim",
+        config=setup.config.to_dict(),
+        history=history,
+        profile=setup.profile.to_dict(),
+        topology=setup.topology,
+        assignment=setup.assignment,
+        model_state=runtime.server.global_model().state_dict(),
+    )

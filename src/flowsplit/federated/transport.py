@@ -1,0 +1,239 @@
+"""Tensor messages over torch.distributed (gloo): pairwise groups, headers, timeouts.
+
+Every pair of roles that talks (server-aggregator, aggregator-client) gets its own
+two-member gloo process group. A gloo timeout breaks the group it happens in, so
+with one group per pair a client that goes silent takes down only its own link,
+and the rest of the run goes on without it. A peer whose process dies is noticed at
+once (its connection closes); a peer that hangs is dropped when it misses the
+deadline of the wait (``drop_timeout`` for an aggregator waiting on a client, a
+longer ``wait_timeout`` everywhere else).
+
+Only tensors cross: a fixed-size int64 header (dtype code, rank, shape), then the
+payload. Bytes are counted from the ``nbytes`` of the tensors actually handed to
+gloo, on both ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from flowsplit.federated.costs import CostMeter
+from flowsplit.federated.protocol import (
+    AGGREGATOR,
+    CLIENT,
+    CONTROL,
+    DIRECTIONS,
+    HEADER_NUMEL,
+    HOPS,
+    MESSAGE_TYPES,
+    SERVER_ADDRESS,
+    Address,
+    Recv,
+    Send,
+    decode_header,
+    encode_header,
+    hop_of,
+    rank_of,
+)
+
+log = logging.getLogger("flowsplit.federated")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in a torchrun launch."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+
+
+def read_dist_env(environ: dict[str, str] | None = None) -> DistEnv | None:
+    """The torchrun environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``), or ``None`` when this process was not started by torchrun.
+
+    The only place that reads the distributed environment.
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    return DistEnv(
+        rank=int(env["RANK"]),
+        world_size=int(env["WORLD_SIZE"]),
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=int(env.get("MASTER_PORT", "29500")),
+    )
+
+
+def role_name(address: Address) -> str:
+    return "server" if address == SERVER_ADDRESS else f"{address[0]} {address[1]}"
+
+
+def talking_pairs(assignment: np.ndarray, n_aggregators: int) -> list[tuple[Address, Address]]:
+    """Every pair of roles that exchanges messages, in one global order."""
+    pairs = [(SERVER_ADDRESS, (AGGREGATOR, j)) for j in range(n_aggregators)]
+    pairs += [((AGGREGATOR, int(a)), (CLIENT, i)) for i, a in enumerate(assignment)]
+    return pairs
+
+
+def make_pair_groups(
+    store: dist.Store,
+    me: Address,
+    assignment: np.ndarray,
+    n_aggregators: int,
+    *,
+    bind_addr: str | None,
+    timeout_s: float,
+) -> dict[Address, tuple[dist.ProcessGroupGloo, int]]:
+    """Create the two-member gloo groups this process belongs to.
+
+    All processes walk the same global list of pairs, each creating only its own:
+    with that shared order the pairwise rendezvous cannot deadlock. Returns
+    ``{peer: (group, peer's rank in the group)}``.
+    """
+    if bind_addr:
+        device = dist.ProcessGroupGloo.create_device(hostname=bind_addr)
+    elif os.environ.get("GLOO_SOCKET_IFNAME"):
+        device = dist.ProcessGroupGloo.create_device(interface=os.environ["GLOO_SOCKET_IFNAME"])
+    else:
+        device = dist.ProcessGroupGloo.create_default_device()
+    groups = {}
+    for a, b in talking_pairs(assignment, n_aggregators):
+        if me not in (a, b):
+            continue
+        name = f"flowsplit/{rank_of(a, n_aggregators)}-{rank_of(b, n_aggregators)}/"
+        opts = dist.ProcessGroupGloo._Options()
+        opts._devices = [device]
+        opts._timeout = dt.timedelta(seconds=timeout_s)
+        pg = dist.ProcessGroupGloo(dist.PrefixStore(name, store), 0 if me == a else 1, 2, opts)
+        groups[b if me == a else a] = (pg, 1 if me == a else 0)
+    return groups
+
+
+_KEY = {(h, d, t): (i, j, k) for i, h in enumerate(HOPS) for j, d in enumerate(DIRECTIONS)
+        for k, t in enumerate(MESSAGE_TYPES)}  # fmt: skip
+
+
+class GlooTransport:
+    """Sends and receives the roles' messages for one process."""
+
+    def __init__(
+        self,
+        me: Address,
+        peers: dict[Address, tuple[dist.ProcessGroupGloo, int]],
+        meter: CostMeter,
+        *,
+        drop_timeout: float,
+        wait_timeout: float,
+    ):
+        self.me = me
+        self.peers = peers
+        self.meter = meter
+        self.drop_timeout = drop_timeout
+        self.wait_timeout = wait_timeout
+        self.lost: set[Address] = set()
+        self.pending: list[tuple[object, torch.Tensor, Address]] = []
+        self.received = np.zeros((len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES)))
+        self.telemetry_bytes = 0
+
+    def _lose(self, peer: Address, why: str) -> None:
+        if peer in self.lost:
+            return
+        self.lost.add(peer)
+        why = why.splitlines()[0][:160]
+        log.warning(
+            "%s: lost %s (%s); it is dropped from this round and the rest of the run",
+            role_name(self.me),
+            role_name(peer),
+            why,
+        )
+
+    # --- sending -----------------------------------------------------------------------
+    def send(self, op: Send, *, telemetry: bool = False) -> None:
+        """Post ``op``'s header and payload (asynchronously) and charge their bytes."""
+        peer = op.dst
+        if peer in self.lost:
+            return
+        pg, rank = self.peers[peer]
+        header = encode_header(op.tensor)
+        tensors = [header] if op.tensor is None else [header, op.tensor.detach().contiguous()]
+        try:
+            for t in tensors:
+                self.pending.append((pg.send([t], rank, 0), t, peer))
+        except RuntimeError as exc:
+            self._lose(peer, f"send failed: {exc}")
+            return
+        nbytes = sum(t.nbytes for t in tensors)
+        if telemetry:
+            self.telemetry_bytes += nbytes
+        else:
+            self.meter.charge_message(self.me, peer, nbytes, op.kind, op.client, op.phase)
+        if len(self.pending) > 256:
+            self.flush(keep=64)
+
+    def flush(self, keep: int = 0) -> None:
+        """Wait for all but the ``keep`` most recent posted sends to complete."""
+        cut = max(0, len(self.pending) - keep)
+        done, self.pending = self.pending[:cut], self.pending[cut:]
+        for work, _tensor, peer in done:
+            if peer in self.lost:
+                continue
+            try:
+                work.wait(dt.timedelta(seconds=self.wait_timeout))
+            except RuntimeError as exc:
+                self._lose(peer, f"send did not complete: {exc}")
+
+    # --- receiving ---------------------------------------------------------------------
+    def recv(self, op: Recv, *, telemetry: bool = False) -> torch.Tensor | None:
+        """The next message from ``op.src``; ``None`` for a dropped-client notice or a lost peer."""
+        peer = op.src
+        if peer in self.lost:
+            return None
+        timeout = self.drop_timeout if op.droppable else self.wait_timeout
+        header = torch.empty(HEADER_NUMEL, dtype=torch.int64)
+        if not self._wait_recv(header, peer, timeout):
+            return None
+        decoded = decode_header(header)
+        if decoded is None:
+            self._count(peer, header.nbytes, CONTROL, telemetry)
+            return None
+        dtype, shape = decoded
+        payload = torch.empty(shape, dtype=dtype)
+        if not self._wait_recv(payload, peer, timeout):
+            return None
+        self._count(peer, header.nbytes + payload.nbytes, op.kind, telemetry)
+        return payload
+
+    def _wait_recv(self, tensor: torch.Tensor, peer: Address, timeout: float) -> bool:
+        pg, rank = self.peers[peer]
+        try:
+            pg.recv([tensor], rank, 0).wait(dt.timedelta(seconds=timeout))
+            return True
+        except RuntimeError as exc:
+            text = str(exc)
+            why = f"nothing for {timeout:g} s" if "Timed out" in text else text
+            self._lose(peer, why)
+            return False
+
+    def _count(self, peer: Address, nbytes: int, kind: str, telemetry: bool) -> None:
+        if telemetry:
+            self.telemetry_bytes += nbytes
+            return
+        hop, direction = hop_of(peer, self.me)
+        self.received[_KEY[(hop, direction, kind)]] += nbytes
+
+    def close(self) -> None:
+        """Finish posted sends and shut the groups down (errors ignored: peers may be gone)."""
+        self.flush()
+        for pg, _ in self.peers.values():
+            with contextlib.suppress(Exception):  # best effort: peers may be gone
+                pg.shutdown()
