@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from flowsplit.experiments.scaling import (
     Workload,
     fit_scaling,
     relative_errors,
+    steps_per_epoch,
 )
 from flowsplit.experiments.stats import (
     compare_paired,
@@ -165,13 +167,30 @@ def fit_model_scaling(
                 "predicted_comm_share": pred["comm_share"],
             }
         )
-    predictions = {
-        key: model.curve(predict_workers, net) for key, net in {"host": host, **networks}.items()
-    }
+    # This machine as measured: its cores, its sync overhead, the global batch it ran.
+    base = model.predict(1)["epoch_time_s"]
+    host_rows = []
+    for n in sorted({int(r["workers"]) for r in runs}):
+        row = model.predict(n)
+        host_rows.append({**row, "speedup": base / row["epoch_time_s"],
+                          "efficiency": base / row["epoch_time_s"] / n, "network": host.name})  # fmt: skip
+    # A cluster: every worker has its own cores; each keeps the centralised batch (global
+    # batch = batch x N, the usual linear-scaling practice), since a fixed global batch
+    # cannot be split over more workers than it has samples.
+    cluster = model
+    if workload.kind == "ddp" and workload.global_batch:
+        cluster = replace(model, workload=replace(workload, global_batch=False))
+    predictions = {"host": host_rows}
+    predictions.update({key: cluster.curve(predict_workers, net) for key, net in networks.items()})
+    steps = steps_per_epoch(workload, 1)
+    serial = model.per_step_s * steps + model.fixed_s
     return {
         "model": model.as_dict(),
         "points": points,
         "max_abs_error": max(abs(p["rel_error"]) for p in points),
+        "max_abs_error_fit": max((abs(p["rel_error"]) for p in points if p["in_fit"]), default=0),
+        "speedup_cap_fixed_batch": base / serial if serial > 0 else math.inf,
+        "cluster_batch": "per worker" if cluster is not model else "global",
         "predictions": predictions,
     }
 

@@ -44,8 +44,18 @@ METHODS = [
     "beta per message; DDP reduces its gradient buckets every step, XGBoost the gradient/"
     "hessian histograms of each tree level (features x bins x 2 x 8 bytes per node, the "
     "smaller child only), one tree per class per round. Alpha and beta come from the "
-    "all-reduce micro-benchmark; compute per sample is fitted to the runs that are not "
-    "oversubscribed. Communication is assumed not to overlap compute.",
+    "all-reduce micro-benchmark; c (compute per sample, shrinks as 1/N) and h (per step, "
+    "does not shrink: optimiser, dispatch; XGBoost split search per round) are fitted to the "
+    "runs that are neither oversubscribed nor contended; s (all-reduce time per step beyond "
+    "the wire time: waiting for the slowest worker, hooks) comes from the runs' measured "
+    "all-reduce time and is charged on this machine only. Communication is assumed not to "
+    "overlap compute. With two worker counts that are not oversubscribed, c and h match "
+    "those two points by construction; the other points are held out.",
+    "Cluster predictions: every worker has its own cores and keeps the centralised batch "
+    "(global batch = batch x N, as usual with linear learning-rate scaling), because a fixed "
+    "global batch cannot be split over more workers than it has samples; with the global "
+    "batch fixed as measured, speedup could not exceed the 'speedup cap' column (Amdahl on h). "
+    "Time per epoch only: the accuracy of very large global batches is not modelled.",
 ]
 
 

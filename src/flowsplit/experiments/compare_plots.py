@@ -69,9 +69,8 @@ def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
     scaling = entry.get("scaling") or {}
     for key, rows in (scaling.get("predictions") or {}).items():
         label = "model, this machine" if key == "host" else f"model, {network_names.get(key, key)}"
-        host_n = [int(n) for n in entry["by_workers"]]
-        xs = [r["n_workers"] for r in rows if key != "host" or r["n_workers"] <= max(host_n)]
-        ys = [r["speedup"] for r in rows][: len(xs)]
+        xs = [r["n_workers"] for r in rows]
+        ys = [r["speedup"] for r in rows]
         lines.append({"label": label, "x": xs, "y": ys, "style": "-" if key == "host" else "--"})
     pts = [(1, 1.0, 1.0, 1.0, False)]
     for n, v in entry["vs_central"].items():

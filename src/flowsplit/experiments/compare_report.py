@@ -305,6 +305,9 @@ def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
                 "role": ("fit" if p["in_fit"] else "held out")
                 + (", oversubscribed" if p["oversubscribed"] else ""),
                 "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
+                "h_ms": 1e3 * s["model"]["per_step_s"],
+                "s_ms": 1e3 * s["model"]["sync_per_step_s"],
+                "cap": s.get("speedup_cap_fixed_batch", math.nan),
                 "comm_m": p["measured_comm_share"], "comm_p": p["predicted_comm_share"],
             })  # fmt: skip
         for key, rows in s["predictions"].items():
@@ -324,7 +327,10 @@ FIT_COLS = [
     Column("measured", "measured epoch, s", fmt_float(3), "right"),
     Column("predicted", "model epoch, s", fmt_float(3), "right"),
     Column("error", "error", fmt_pct(1), "right"), Column("role", "point"),
-    Column("c_ms", "compute, ms/sample", fmt_float(3), "right"),
+    Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right"),
+    Column("h_ms", "h: per step, ms", fmt_float(2), "right"),
+    Column("s_ms", "s: sync per step, ms", fmt_float(2), "right"),
+    Column("cap", "speedup cap, fixed batch", fmt_float(1), "right"),
     Column("comm_m", "comm share measured", fmt_pct(1), "right"),
     Column("comm_p", "comm share model", fmt_pct(1), "right"),
 ]  # fmt: skip

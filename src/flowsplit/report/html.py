@@ -16,7 +16,7 @@ from flowsplit.report.tables import Column, cell_text, resolve_columns
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
-max-width:1100px;padding:0 1rem;color:#1b1f24;line-height:1.45}
+max-width:1200px;padding:0 1rem;color:#1b1f24;line-height:1.45}
 h1{font-size:1.7rem;margin-bottom:.2rem}h2{margin-top:2.2rem;border-bottom:1px solid #d0d7de;
 padding-bottom:.2rem}h3{margin-top:1.4rem}
 table{border-collapse:collapse;margin:.6rem 0 1rem;font-size:.9rem}
@@ -27,7 +27,7 @@ figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #eae
 figcaption{font-size:.85rem;color:#57606a}
 .summary{background:#f6f8fa;border-left:4px solid #0969da;padding:.6rem 1rem;margin:1rem 0}
 .warn{background:#fff8c5;border-left:4px solid #bf8700;padding:.5rem 1rem;margin:1rem 0}
-.meta{color:#57606a;font-size:.85rem}code{background:#f3f5f7;padding:0 .2rem}
+.tw{overflow-x:auto;max-width:100%}.meta{color:#57606a;font-size:.85rem}code{background:#f3f5f7;padding:0 .2rem}
 """
 
 
@@ -87,7 +87,10 @@ def table(
             cells.append(f"<td{cls}>{esc(cell_text(row.get(c.key), c))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return (
+        f'<div class="tw"><table>{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
 
 
 def section(title: str, *parts: str, anchor: str | None = None) -> str:
