@@ -1,0 +1,149 @@
+"""ConvLSTM and ConvGRU over a sequence of 2-D frames.
+
+Frames come from ``pkt_bytes`` (one frame per packet: 16 packets of 64 bytes ->
+16 frames of 8x8) or from the payload-byte image cut into horizontal strips
+(784 bytes -> 28x28 -> 7 frames of 4x28 with ``rows_per_frame=4``). The gates
+are convolutions over the frame (see ``layers.ConvLSTMCell``/``ConvGRUCell``).
+
+Blocks: ``rnn1`` (input scaling + framing + conv-recurrent layer), ``rnn2``
+(conv-recurrent layer), ``fc`` (last state, 2x2 max-pool, dense), ``head``.
+The recurrent blocks return the whole sequence ``(B, T, Hd, H, W)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import nn
+
+from flowsplit.errors import ConfigError
+from flowsplit.models.base import BlockModel
+from flowsplit.models.layers import ByteInput, ConvRecurrent, LastFrame, frame_shape, image_side
+
+
+def _frames(view: str, input_shape: tuple[int, ...], rows_per_frame: int):
+    """(T, H, W) of the frame sequence a sample of ``view`` is cut into."""
+    if view == "pkt_bytes":
+        if len(input_shape) == 3:
+            return input_shape
+        if len(input_shape) != 2:
+            raise ConfigError(f"pkt_bytes samples must be (P, L) or (P, H, W), got {input_shape}")
+        n_pkt, n_bytes = input_shape
+        return (n_pkt, *frame_shape(n_bytes))
+    if view == "bytes":
+        if len(input_shape) == 2:
+            rows, cols = input_shape
+        else:
+            side = image_side(input_shape[0])
+            rows, cols = (side, side) if side else frame_shape(input_shape[0])
+        if rows % rows_per_frame:
+            raise ConfigError(
+                f"rows_per_frame={rows_per_frame} does not divide the {rows} image rows; "
+                f"choose a divisor of {rows}"
+            )
+        return rows // rows_per_frame, rows_per_frame, cols
+    raise ConfigError(f"convolutional recurrent models read pkt_bytes or bytes, not {view!r}")
+
+
+def _build(
+    cell: str,
+    name: str,
+    *,
+    view: str,
+    input_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int],
+    kernel: int,
+    hidden: int,
+    dropout: float,
+    rows_per_frame: int,
+) -> BlockModel:
+    input_shape = tuple(int(s) for s in input_shape)
+    t, fh, fw = _frames(view, input_shape, int(rows_per_frame))
+    c1, c2 = (int(c) for c in channels)
+    # Pool only dimensions that can take it (a 1-row strip stays 1 row high).
+    pool = (2 if fh >= 2 else 1, 2 if fw >= 2 else 1)
+    flat = c2 * (fh // pool[0]) * (fw // pool[1])
+    blocks = [
+        (
+            "rnn1",
+            nn.Sequential(ByteInput((t, 1, fh, fw)), ConvRecurrent(cell, 1, c1, kernel)),
+        ),
+        ("rnn2", ConvRecurrent(cell, c1, c2, kernel)),
+        (
+            "fc",
+            nn.Sequential(
+                LastFrame(),  # (B, C2, H, W)
+                nn.MaxPool2d(pool),
+                nn.Flatten(),
+                nn.Linear(flat, hidden),
+                nn.ReLU(),
+                nn.Dropout(dropout),
+            ),
+        ),
+        ("head", nn.Linear(hidden, n_classes)),
+    ]
+    return BlockModel(blocks, view=view, input_shape=input_shape, n_classes=n_classes, name=name)
+
+
+def build_convlstm(
+    *,
+    view: str,
+    input_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int] = (16, 16),
+    kernel: int = 3,
+    hidden: int = 128,
+    dropout: float = 0.2,
+    rows_per_frame: int = 4,
+) -> BlockModel:
+    """Build the ConvLSTM.
+
+    Args:
+        view: ``pkt_bytes`` (``(P, L)`` or ``(P, H, W)``) or ``bytes`` (image strips).
+        input_shape: shape of one stored sample.
+        n_classes: number of classes.
+        channels: hidden channels of ``rnn1`` and ``rnn2``.
+        kernel: gate convolution kernel (odd).
+        hidden: width of the dense ``fc`` block.
+        dropout: dropout after ``fc`` (0 disables it).
+        rows_per_frame: image rows per frame when reading ``bytes``.
+    """
+    return _build(
+        "lstm",
+        "convlstm",
+        view=view,
+        input_shape=input_shape,
+        n_classes=n_classes,
+        channels=channels,
+        kernel=kernel,
+        hidden=hidden,
+        dropout=dropout,
+        rows_per_frame=rows_per_frame,
+    )
+
+
+def build_convgru(
+    *,
+    view: str,
+    input_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int] = (16, 16),
+    kernel: int = 3,
+    hidden: int = 128,
+    dropout: float = 0.2,
+    rows_per_frame: int = 4,
+) -> BlockModel:
+    """Build the ConvGRU (same arguments as :func:`build_convlstm`)."""
+    return _build(
+        "gru",
+        "convgru",
+        view=view,
+        input_shape=input_shape,
+        n_classes=n_classes,
+        channels=channels,
+        kernel=kernel,
+        hidden=hidden,
+        dropout=dropout,
+        rows_per_frame=rows_per_frame,
+    )

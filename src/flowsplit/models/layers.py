@@ -1,0 +1,209 @@
+"""Building blocks shared by the neural models.
+
+Input preprocessing lives in modules here and sits *inside* each model's first
+block, so a raw row of a dataset view (``uint8`` payload bytes, ``float32``
+per-packet features) can be fed to a model as stored, by the training engines
+and by split learning alike:
+
+- :class:`ByteInput` turns payload bytes (0..255, any dtype) into floats in
+  ``[0, 1]`` and reshapes them (to a 1-D signal, an image or a frame sequence);
+- :class:`SeqInput` maps per-packet features through ``sign(x) * log1p(|x|)``
+  (sizes in bytes and gaps in seconds span orders of magnitude) and then
+  standardises each feature with buffers fitted on the training split by
+  :func:`fit_input_scaler`; unfitted, it is the log transform alone.
+
+The recurrent layers return their whole output sequence (see ``base.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def image_side(n: int) -> int | None:
+    """Side of the square image with ``n`` pixels, or ``None`` if ``n`` is not a square."""
+    side = math.isqrt(n)
+    return side if side * side == n else None
+
+
+def frame_shape(n: int) -> tuple[int, int]:
+    """A near-square ``(h, w)`` with ``h * w == n`` and ``h <= w`` (64 -> 8x8, 48 -> 6x8)."""
+    h = math.isqrt(n)
+    while n % h:
+        h -= 1
+    return h, n // h
+
+
+class ByteInput(nn.Module):
+    """Payload bytes -> floats in [0, 1], reshaped to ``out_shape`` per sample."""
+
+    def __init__(self, out_shape: Sequence[int]):
+        super().__init__()
+        self.out_shape = tuple(int(s) for s in out_shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Bytes are 0..255 whatever dtype they arrive in, so always scale.
+        x = x.to(torch.float32) / 255.0
+        return x.reshape(x.shape[0], *self.out_shape)
+
+    def extra_repr(self) -> str:
+        return f"out_shape={self.out_shape}"
+
+
+class SeqInput(nn.Module):
+    """Per-packet features ``(B, T, F)`` -> signed log, standardised per feature."""
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(n_features))
+        self.register_buffer("std", torch.ones(n_features))
+
+    @staticmethod
+    def _log(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float32)
+        return torch.sign(x) * torch.log1p(x.abs())
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor) -> None:
+        """Set the per-feature mean and std from training rows ``(N, T, F)``."""
+        z = self._log(x).reshape(-1, x.shape[-1])  # (N*T, F)
+        self.mean.copy_(z.mean(0))
+        # A constant feature (e.g. a flag never set) keeps std 1 instead of dividing by 0.
+        std = z.std(0)
+        self.std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self._log(x) - self.mean) / self.std  # (B, T, F)
+
+
+def fit_input_scaler(model: nn.Module, x_train: torch.Tensor | None) -> bool:
+    """Fit the input standardisation of ``model``'s first block on training rows.
+
+    Returns ``True`` when the model has a fitted scaler (a :class:`SeqInput`),
+    ``False`` when its input needs no fitting (bytes). Call it before wrapping the
+    model for data parallelism, on the same rows on every rank.
+    """
+    scalers = [m for m in model.modules() if isinstance(m, SeqInput)]
+    if not scalers or x_train is None:
+        return False
+    for scaler in scalers:
+        scaler.fit(torch.as_tensor(x_train))
+    return True
+
+
+class Recurrent(nn.Module):
+    """An ``nn.LSTM``/``nn.GRU`` layer that returns only its output sequence ``(B, T, H)``."""
+
+    def __init__(self, rnn: nn.RNNBase):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)  # (B, T, H)
+        return out
+
+
+class SeqPool(nn.Module):
+    """``(B, T, *F)`` -> ``(B, 2 * prod(F))``: mean and max over time, concatenated.
+
+    Mean and max rather than the last step, because short flows are zero-padded at
+    the end and their last step is padding.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(2)  # (B, T, F)
+        return torch.cat([x.mean(1), x.amax(1)], dim=1)
+
+
+class LastFrame(nn.Module):
+    """``(B, T, C, H, W)`` -> ``(B, C, H, W)``: the recurrent state after the last frame."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, -1]
+
+
+class ConvLSTMCell(nn.Module):
+    """A convolutional LSTM cell (Shi et al., 2015): all four gates are convolutions.
+
+    The input-to-gate convolution is applied to every frame at once by
+    :class:`ConvRecurrent`; the cell adds the hidden-to-gate convolution per step.
+    """
+
+    n_gates = 4
+
+    def __init__(self, hidden: int, kernel: int):
+        super().__init__()
+        self.hidden = hidden
+        self.conv_h = nn.Conv2d(hidden, 4 * hidden, kernel, padding=kernel // 2, bias=False)
+
+    def init_state(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, _, h, w = like.shape
+        zeros = like.new_zeros(b, self.hidden, h, w)
+        return zeros, zeros
+
+    def forward(self, gx: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+        h, c = state  # (B, Hd, H, W) each
+        i, f, o, g = (gx + self.conv_h(h)).chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return h, (h, c)
+
+
+class ConvGRUCell(nn.Module):
+    """A convolutional GRU cell (Ballas et al., 2016): update, reset and candidate are convolutions."""
+
+    n_gates = 3
+
+    def __init__(self, hidden: int, kernel: int):
+        super().__init__()
+        self.hidden = hidden
+        pad = kernel // 2
+        self.conv_zr = nn.Conv2d(hidden, 2 * hidden, kernel, padding=pad, bias=False)
+        self.conv_n = nn.Conv2d(hidden, hidden, kernel, padding=pad, bias=False)
+
+    def init_state(self, like: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = like.shape
+        return like.new_zeros(b, self.hidden, h, w)
+
+    def forward(self, gx: torch.Tensor, h: torch.Tensor):
+        gx_zr, gx_n = gx.split([2 * self.hidden, self.hidden], dim=1)
+        z, r = torch.sigmoid(gx_zr + self.conv_zr(h)).chunk(2, dim=1)
+        n = torch.tanh(gx_n + self.conv_n(r * h))
+        h = (1 - z) * n + z * h
+        return h, h
+
+
+class ConvRecurrent(nn.Module):
+    """Run a convolutional recurrent cell over frames ``(B, T, C, H, W)`` -> ``(B, T, Hd, H, W)``."""
+
+    def __init__(self, cell: str, in_channels: int, hidden: int, kernel: int = 3):
+        super().__init__()
+        cells = {"lstm": ConvLSTMCell, "gru": ConvGRUCell}
+        if cell not in cells:
+            raise ValueError(f"cell must be one of {sorted(cells)}, got {cell!r}")
+        if kernel % 2 == 0:
+            raise ValueError(f"kernel must be odd so frames keep their size, got {kernel}")
+        self.cell = cells[cell](hidden, kernel)
+        # Input-to-gate convolution, with the gates' bias, for all frames in one call.
+        self.conv_x = nn.Conv2d(
+            in_channels, self.cell.n_gates * hidden, kernel, padding=kernel // 2
+        )
+        if cell == "lstm":
+            # Forget-gate bias 1: remember by default at the start of training.
+            with torch.no_grad():
+                self.conv_x.bias[hidden : 2 * hidden].fill_(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[:2]
+        gx = self.conv_x(x.flatten(0, 1))  # (B*T, G*Hd, H, W)
+        gx = gx.unflatten(0, (b, t))  # (B, T, G*Hd, H, W)
+        state = self.cell.init_state(gx[:, 0])
+        outs = []
+        for step in range(t):
+            h, state = self.cell(gx[:, step], state)
+            outs.append(h)
+        return torch.stack(outs, dim=1)  # (B, T, Hd, H, W)

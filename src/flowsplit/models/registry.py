@@ -1,0 +1,182 @@
+"""Model registry: names -> builders, the views each model reads, its kind.
+
+>>> spec = MODEL_SPECS["cnn"]; spec.kind, spec.views
+('torch', ('bytes', 'seq'))
+>>> model = build_model("cnn", view="bytes", input_shape=(784,), n_classes=20)
+>>> model.block_names
+['conv1', 'conv2', 'fc', 'head']
+
+Neural models take raw rows of their view (uint8 bytes, float32 per-packet
+features): preprocessing sits inside their first block (``layers.py``). A model
+over ``seq`` has an input standardisation to fit on training rows with
+:func:`fit_input_scaler` before training (unfitted it still works, on
+log-scaled features).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowsplit.errors import ConfigError
+from flowsplit.models.base import BlockModel
+from flowsplit.models.cnn import build_cnn
+from flowsplit.models.convrnn import build_convgru, build_convlstm
+from flowsplit.models.layers import fit_input_scaler
+from flowsplit.models.lstm import build_lstm
+
+__all__ = [
+    "MODEL_SPECS",
+    "ModelSpec",
+    "build_estimator",
+    "build_model",
+    "default_view",
+    "fit_input_scaler",
+    "model_options",
+    "neural_models",
+]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the registry knows about one model."""
+
+    name: str
+    """Registry name (``cnn``, ``lstm``, ...)."""
+    kind: str
+    """``torch`` (a :class:`BlockModel`) or ``xgboost`` (an :class:`XGBoostClassifier`)."""
+    views: tuple[str, ...]
+    """Dataset views the model reads; the first is its default."""
+    builder: Callable[..., Any] = field(repr=False)
+    """Callable building the model; its keyword defaults are the model's default sizes."""
+    description: str = ""
+    """One line for ``--help`` and reports."""
+
+
+def _build_xgboost(**params: Any):
+    # Imported on use: xgboost costs a second at import and neural runs never need it.
+    from flowsplit.models.xgb import XGBoostClassifier
+
+    return XGBoostClassifier(**params)
+
+
+MODEL_SPECS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            "cnn",
+            "torch",
+            ("bytes", "seq"),
+            build_cnn,
+            "CNN: 2-D over the 28x28 payload image (1-D when not square) or 1-D over packets",
+        ),
+        ModelSpec(
+            "lstm",
+            "torch",
+            ("seq", "bytes"),
+            build_lstm,
+            "two-layer LSTM over per-packet features (or over payload-image rows)",
+        ),
+        ModelSpec(
+            "convlstm",
+            "torch",
+            ("pkt_bytes", "bytes"),
+            build_convlstm,
+            "two-layer ConvLSTM over per-packet byte frames (or payload-image strips)",
+        ),
+        ModelSpec(
+            "convgru",
+            "torch",
+            ("pkt_bytes", "bytes"),
+            build_convgru,
+            "two-layer ConvGRU over per-packet byte frames (or payload-image strips)",
+        ),
+        ModelSpec(
+            "xgboost",
+            "xgboost",
+            ("stats",),
+            _build_xgboost,
+            "gradient-boosted trees (hist) over flow statistics",
+        ),
+    )
+}
+
+
+def get_spec(name: str) -> ModelSpec:
+    """The spec of ``name``, or a :class:`ConfigError` listing the known models."""
+    try:
+        return MODEL_SPECS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown model {name!r}; choose one of {', '.join(MODEL_SPECS)}"
+        ) from None
+
+
+def default_view(name: str) -> str:
+    """The view ``name`` reads unless told otherwise."""
+    return get_spec(name).views[0]
+
+
+def neural_models() -> list[str]:
+    """Names of the models built as :class:`BlockModel` (the ones split learning can cut)."""
+    return [name for name, spec in MODEL_SPECS.items() if spec.kind == "torch"]
+
+
+def model_options(name: str) -> dict[str, Any]:
+    """The tunable options of ``name`` and their defaults (the builder's keywords)."""
+    spec = get_spec(name)
+    skip = {"view", "input_shape", "n_classes"} if spec.kind == "torch" else set()
+    target = spec.builder
+    if spec.kind == "xgboost":
+        from flowsplit.models.xgb import XGBoostClassifier
+
+        target = XGBoostClassifier
+    sig = inspect.signature(target)
+    return {
+        p.name: p.default
+        for p in sig.parameters.values()
+        if p.name not in skip and p.default is not inspect.Parameter.empty
+    }
+
+
+def _check_options(name: str, overrides: dict[str, Any]) -> None:
+    unknown = set(overrides) - set(model_options(name))
+    if unknown:
+        valid = ", ".join(f"{k}={v!r}" for k, v in model_options(name).items())
+        raise ConfigError(
+            f"{name} has no option {', '.join(sorted(unknown))}; its options are: {valid}"
+        )
+
+
+def build_model(
+    name: str, *, view: str, input_shape: tuple[int, ...], n_classes: int, **overrides: Any
+) -> BlockModel:
+    """Build the neural model ``name`` for samples of ``view`` shaped ``input_shape``.
+
+    ``overrides`` change default sizes (see :func:`model_options`), e.g.
+    ``build_model("cnn", view="bytes", input_shape=(784,), n_classes=20, dropout=0.0)``.
+    """
+    spec = get_spec(name)
+    if spec.kind != "torch":
+        raise ConfigError(
+            f"{name} is not a neural model (kind {spec.kind!r}); use build_estimator({name!r})"
+        )
+    if view not in spec.views:
+        raise ConfigError(f"{name} reads the views {', '.join(spec.views)}, not {view!r}")
+    if n_classes < 2:
+        raise ConfigError(f"a classifier needs at least 2 classes, got n_classes={n_classes}")
+    _check_options(name, overrides)
+    return spec.builder(
+        view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
+    )
+
+
+def build_estimator(name: str = "xgboost", **params: Any):
+    """Build a non-neural estimator (today: an ``XGBoostClassifier``) with ``params`` over its defaults."""
+    spec = get_spec(name)
+    if spec.kind != "xgboost":
+        raise ConfigError(f"{name} is a neural model; use build_model({name!r}, ...)")
+    _check_options(name, params)
+    return spec.builder(**params)

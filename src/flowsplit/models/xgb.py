@@ -1,0 +1,280 @@
+"""XGBoost (``hist``) over flow statistics, behind the scikit-learn estimator contract.
+
+``__init__`` only stores keyword arguments; ``fit`` validates its inputs, trains
+and returns ``self``; learned state ends in ``_``; using the estimator before
+``fit`` raises :class:`NotFittedError`. ``fit(..., client=...)`` trains with
+XGBoost's Dask integration on the workers of a ``distributed.Client``: the rows
+are shuffled with ``random_state``, cut into one partition per worker and placed
+there, and the workers build trees together (histograms are all-reduced).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xgboost as xgb
+
+
+class NotFittedError(ValueError, AttributeError):
+    """The estimator was used before ``fit`` (same bases as scikit-learn's)."""
+
+
+class XGBoostClassifier:
+    """Multi-class gradient-boosted trees (``tree_method="hist"``).
+
+    Args:
+        n_estimators: maximum number of boosting rounds.
+        max_depth: maximum tree depth.
+        learning_rate: shrinkage per round (``eta``).
+        max_bin: histogram bins per feature.
+        min_child_weight: minimum hessian sum in a leaf.
+        subsample: fraction of rows per tree.
+        colsample_bytree: fraction of features per tree.
+        reg_lambda: L2 regularisation on leaf weights.
+        early_stopping_rounds: stop when the validation log-loss has not improved for
+            this many rounds (only with ``eval_set``; ``None`` disables it).
+        n_classes: number of classes; ``None`` infers ``max(y) + 1`` (pass it when a
+            class may be absent from the training rows).
+        n_jobs: threads per process (``None``: XGBoost's default).
+        random_state: seed of XGBoost and of the partitioning across Dask workers.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int = 300,
+        max_depth: int = 6,
+        learning_rate: float = 0.1,
+        max_bin: int = 256,
+        min_child_weight: float = 1.0,
+        subsample: float = 1.0,
+        colsample_bytree: float = 1.0,
+        reg_lambda: float = 1.0,
+        early_stopping_rounds: int | None = 20,
+        n_classes: int | None = None,
+        n_jobs: int | None = None,
+        random_state: int = 0,
+    ):
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.max_bin = max_bin
+        self.min_child_weight = min_child_weight
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.reg_lambda = reg_lambda
+        self.early_stopping_rounds = early_stopping_rounds
+        self.n_classes = n_classes
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    # --- scikit-learn parameter protocol -------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        import inspect
+
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor arguments, as scikit-learn's ``get_params``."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> XGBoostClassifier:
+        """Set constructor arguments; unknown names raise ``ValueError``."""
+        valid = set(self._param_names())
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(
+                    f"invalid parameter {name!r} for XGBoostClassifier; "
+                    f"valid: {', '.join(sorted(valid))}"
+                )
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"XGBoostClassifier({args})"
+
+    # --- fitting ---------------------------------------------------------------------
+    def xgb_params(self, n_classes: int) -> dict[str, Any]:
+        """The parameter dict handed to ``xgboost.train``."""
+        params = {
+            "objective": "multi:softprob",
+            "num_class": int(n_classes),
+            "eval_metric": "mlogloss",
+            "tree_method": "hist",
+            "max_depth": self.max_depth,
+            "eta": self.learning_rate,
+            "max_bin": self.max_bin,
+            "min_child_weight": self.min_child_weight,
+            "subsample": self.subsample,
+            "colsample_bytree": self.colsample_bytree,
+            "lambda": self.reg_lambda,
+            "seed": self.random_state,
+            "verbosity": 0,
+        }
+        if self.n_jobs is not None:
+            params["nthread"] = int(self.n_jobs)
+        return params
+
+    def fit(
+        self,
+        X: Any,
+        y: Any,
+        *,
+        eval_set: tuple[Any, Any] | None = None,
+        callbacks: Sequence[xgb.callback.TrainingCallback] = (),
+        client: Any = None,
+        coll_cfg: Any = None,
+    ) -> XGBoostClassifier:
+        """Train on ``X`` ``(N, F)`` and integer labels ``y`` ``(N,)``; returns ``self``.
+
+        ``eval_set=(X_val, y_val)`` enables early stopping on validation log-loss;
+        ``client`` (a ``distributed.Client``) trains on its Dask workers;
+        ``coll_cfg`` is passed to ``xgboost.dask.train`` (e.g. the tracker address).
+        """
+        X, y = _check_xy(X, y)
+        n_classes = self.n_classes if self.n_classes is not None else int(y.max()) + 1
+        if y.max() >= n_classes:
+            raise ValueError(f"labels go up to {y.max()}, but n_classes={n_classes}")
+        if eval_set is not None:
+            X_val, y_val = _check_xy(*eval_set, n_features=X.shape[1])
+        params = self.xgb_params(n_classes)
+        stop = self.early_stopping_rounds if eval_set is not None else None
+        if client is None:
+            dtrain = xgb.DMatrix(X, label=y, nthread=self.n_jobs or 0)
+            evals = [(dtrain, "train")]
+            if eval_set is not None:
+                evals.append((xgb.DMatrix(X_val, label=y_val, nthread=self.n_jobs or 0), "val"))
+            history: dict = {}
+            booster = xgb.train(
+                params,
+                dtrain,
+                num_boost_round=self.n_estimators,
+                evals=evals,
+                evals_result=history,
+                early_stopping_rounds=stop,
+                verbose_eval=False,
+                callbacks=list(callbacks),
+            )
+            self.n_workers_ = 1
+        else:
+            from xgboost import dask as dxgb
+
+            workers = list(client.scheduler_info()["workers"])
+            dtrain = _dask_matrix(client, workers, X, y, self.random_state)
+            evals = [(dtrain, "train")]
+            if eval_set is not None:
+                evals.append(
+                    (_dask_matrix(client, workers, X_val, y_val, self.random_state), "val")
+                )
+            params.pop("nthread", None)  # each Dask worker uses its own thread count
+            out = dxgb.train(
+                client,
+                params,
+                dtrain,
+                num_boost_round=self.n_estimators,
+                evals=evals,
+                early_stopping_rounds=stop,
+                verbose_eval=False,
+                callbacks=list(callbacks),
+                coll_cfg=coll_cfg,
+            )
+            booster, history = out["booster"], out["history"]
+            self.n_workers_ = len(workers)
+        self.booster_ = booster
+        self.evals_result_ = history
+        self.n_classes_ = n_classes
+        self.classes_ = np.arange(n_classes)
+        self.n_features_in_ = X.shape[1]
+        # Without early stopping XGBoost leaves best_iteration unset: use every tree.
+        self.best_iteration_ = (
+            int(booster.best_iteration) if stop else booster.num_boosted_rounds() - 1
+        )
+        return self
+
+    # --- using the fitted model -----------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "booster_"):
+            raise NotFittedError(
+                "this XGBoostClassifier is not fitted yet; call fit(X, y) before using it"
+            )
+
+    def predict_proba(self, X: Any, *, n_rounds: int | None = None) -> np.ndarray:
+        """Class probabilities ``(N, n_classes)``, from the best round (or the first ``n_rounds``)."""
+        self._check_fitted()
+        X, _ = _check_xy(X, None, n_features=self.n_features_in_)
+        stop = self.best_iteration_ + 1 if n_rounds is None else int(n_rounds)
+        proba = self.booster_.inplace_predict(X, iteration_range=(0, stop))
+        return np.asarray(proba).reshape(len(X), self.n_classes_)
+
+    def predict(self, X: Any, *, n_rounds: int | None = None) -> np.ndarray:
+        """Predicted class index per row ``(N,)``."""
+        return self.predict_proba(X, n_rounds=n_rounds).argmax(axis=1)
+
+    def save_model(self, path: str | Path) -> None:
+        """Write the booster in XGBoost's own JSON/UBJSON format (no pickle)."""
+        self._check_fitted()
+        self.booster_.set_attr(
+            flowsplit_best_iteration=str(self.best_iteration_),
+            flowsplit_n_classes=str(self.n_classes_),
+            flowsplit_n_features=str(self.n_features_in_),
+        )
+        self.booster_.save_model(str(path))
+
+    @classmethod
+    def load_model(cls, path: str | Path, **params: Any) -> XGBoostClassifier:
+        """Load a booster written by :meth:`save_model` into a fitted estimator."""
+        booster = xgb.Booster()
+        booster.load_model(str(path))
+        est = cls(**params)
+        est.booster_ = booster
+        est.best_iteration_ = int(booster.attr("flowsplit_best_iteration"))
+        est.n_classes_ = int(booster.attr("flowsplit_n_classes"))
+        est.n_features_in_ = int(booster.attr("flowsplit_n_features"))
+        est.classes_ = np.arange(est.n_classes_)
+        est.evals_result_ = {}
+        est.n_workers_ = 1
+        return est
+
+
+def _check_xy(X: Any, y: Any, *, n_features: int | None = None):
+    """Validate at the boundary: a 2-D finite-or-NaN float matrix and integer labels."""
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {n_features}")
+    if np.isinf(X).any():
+        raise ValueError("X contains infinite values; replace them (NaN is read as missing)")
+    if y is None:
+        return X, None
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
+        raise ValueError("y must hold class indices 0 .. n_classes-1 (non-negative integers)")
+    if len(y) == 0:
+        raise ValueError("cannot fit on 0 samples")
+    return X, y.astype(np.int64)
+
+
+def _dask_matrix(client: Any, workers: list[str], X: np.ndarray, y: np.ndarray, seed: int):
+    """A ``DaskDMatrix`` with one shuffled partition of the rows placed on each worker."""
+    import dask.array as da
+    from xgboost import dask as dxgb
+
+    order = np.random.default_rng(seed).permutation(len(X))
+    n_parts = max(1, min(len(workers), len(X)))
+    parts = np.array_split(order, n_parts)
+    xs, ys = [], []
+    for part, worker in zip(parts, workers, strict=False):
+        fx = client.scatter(X[part], workers=[worker], direct=True)
+        fy = client.scatter(y[part], workers=[worker], direct=True)
+        xs.append(da.from_delayed(fx, shape=(len(part), X.shape[1]), dtype=X.dtype))
+        ys.append(da.from_delayed(fy, shape=(len(part),), dtype=y.dtype))
+    return dxgb.DaskDMatrix(client, da.concatenate(xs), da.concatenate(ys))

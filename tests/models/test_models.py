@@ -1,0 +1,201 @@
+"""Neural models: block structure, raw inputs, recurrent cells against hand-written maths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flowsplit.errors import ConfigError
+from flowsplit.models.base import BlockModel
+from flowsplit.models.layers import ConvRecurrent, SeqInput, fit_input_scaler
+from flowsplit.models.registry import (
+    MODEL_SPECS,
+    build_estimator,
+    build_model,
+    default_view,
+    model_options,
+    neural_models,
+)
+
+# (model, view, stored sample shape) covering every accepted view, at small sizes.
+CASES = [
+    ("cnn", "bytes", (784,)),
+    ("cnn", "bytes", (28, 28)),
+    ("cnn", "bytes", (100,)),
+    ("cnn", "bytes", (60,)),  # not a square: 1-D
+    ("cnn", "seq", (16, 5)),
+    ("lstm", "seq", (16, 5)),
+    ("lstm", "bytes", (64,)),
+    ("convlstm", "pkt_bytes", (6, 64)),
+    ("convlstm", "pkt_bytes", (6, 8, 8)),
+    ("convlstm", "bytes", (64,)),
+    ("convgru", "pkt_bytes", (6, 64)),
+    ("convgru", "bytes", (784,)),
+]
+
+
+def _raw_batch(view: str, shape: tuple[int, ...], n: int = 3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    if view == "seq":  # packet sizes and gaps as stored: large and unscaled
+        return torch.rand((n, *shape), generator=g) * 1500
+    return torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=g)
+
+
+@pytest.mark.parametrize(("name", "view", "shape"), CASES)
+def test_blocks_compose_to_the_model_and_take_raw_rows(name, view, shape):
+    # Prepare
+    model = build_model(name, view=view, input_shape=shape, n_classes=5).eval()  # no dropout
+    x = _raw_batch(view, shape)
+    # Execute: the model, and the same blocks applied one at a time
+    out = model(x)
+    h = x
+    for i in range(model.n_blocks):
+        h = model.forward_range(h, i, i + 1)
+        assert isinstance(h, torch.Tensor)
+    # Assert
+    assert isinstance(model, BlockModel)
+    assert model.name == name and model.view == view and model.input_shape == shape
+    assert out.shape == (3, 5) and torch.isfinite(out).all()
+    torch.testing.assert_close(h, out)
+    # A split anywhere gives the same result: client part then server part.
+    for cut in range(1, model.n_blocks):
+        torch.testing.assert_close(
+            model.forward_range(model.forward_range(x, 0, cut), cut, model.n_blocks), out
+        )
+
+
+@pytest.mark.parametrize("name", ["lstm", "convlstm", "convgru"])
+def test_recurrent_blocks_return_the_whole_sequence(name):
+    view = default_view(name)
+    shape = {"seq": (16, 5), "pkt_bytes": (6, 64)}[view]
+    model = build_model(name, view=view, input_shape=shape, n_classes=4)
+    first = model.forward_range(_raw_batch(view, shape), 0, 1)
+    assert first.shape[:2] == (3, shape[0])  # (B, T, ...): one output per step
+
+
+def test_bytes_are_scaled_inside_the_first_block():
+    # Prepare: uint8 bytes and the same values as floats must give the same logits.
+    model = build_model("cnn", view="bytes", input_shape=(64,), n_classes=3).eval()
+    x = _raw_batch("bytes", (64,))
+    # Execute / Assert
+    torch.testing.assert_close(model(x), model(x.float()))
+
+
+def test_seq_scaler_standardises_training_rows():
+    # Prepare: two features on very different scales.
+    x = torch.stack([torch.rand(200, 10) * 1500, torch.rand(200, 10) * 1e-3], dim=-1)
+    scaler = SeqInput(2)
+    # Execute
+    z = scaler(x)  # unfitted: the signed log only
+    fit_input_scaler(nn.Sequential(scaler), x)
+    zf = scaler(x).reshape(-1, 2)
+    # Assert
+    torch.testing.assert_close(z, torch.log1p(x))
+    torch.testing.assert_close(zf.mean(0), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(zf.std(0), torch.ones(2), atol=1e-3, rtol=0)
+
+
+def test_convlstm_step_matches_the_textbook_cell():
+    # Prepare: one layer, two frames; the reference convolves [x_t, h_{t-1}] at once.
+    torch.manual_seed(0)
+    layer = ConvRecurrent("lstm", in_channels=2, hidden=3, kernel=3)
+    x = torch.randn(4, 2, 2, 5, 6)  # (B, T, C, H, W)
+    w = torch.cat([layer.conv_x.weight, layer.cell.conv_h.weight], dim=1)
+    h = c = torch.zeros(4, 3, 5, 6)
+    expected = []
+    for t in range(2):
+        gates = F.conv2d(torch.cat([x[:, t], h], 1), w, layer.conv_x.bias, padding=1)
+        i, f, o, g = gates.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        expected.append(h)
+    # Execute / Assert
+    torch.testing.assert_close(layer(x), torch.stack(expected, 1))
+
+
+def test_convgru_step_matches_the_textbook_cell():
+    torch.manual_seed(1)
+    layer = ConvRecurrent("gru", in_channels=1, hidden=2, kernel=3)
+    x = torch.randn(3, 3, 1, 4, 4)
+    wx_zr, wx_n = layer.conv_x.weight.split([4, 2])
+    bx_zr, bx_n = layer.conv_x.bias.split([4, 2])
+    h = torch.zeros(3, 2, 4, 4)
+    expected = []
+    for t in range(3):
+        zr = torch.sigmoid(
+            F.conv2d(x[:, t], wx_zr, bx_zr, padding=1)
+            + F.conv2d(h, layer.cell.conv_zr.weight, padding=1)
+        )
+        z, r = zr.chunk(2, 1)
+        n = torch.tanh(
+            F.conv2d(x[:, t], wx_n, bx_n, padding=1)
+            + F.conv2d(r * h, layer.cell.conv_n.weight, padding=1)
+        )
+        h = (1 - z) * n + z * h
+        expected.append(h)
+    torch.testing.assert_close(layer(x), torch.stack(expected, 1))
+
+
+def test_registry_contract():
+    assert set(MODEL_SPECS) == {"cnn", "lstm", "convlstm", "convgru", "xgboost"}
+    assert neural_models() == ["cnn", "lstm", "convlstm", "convgru"]
+    assert [default_view(m) for m in MODEL_SPECS] == [
+        "bytes",
+        "seq",
+        "pkt_bytes",
+        "pkt_bytes",
+        "stats",
+    ]
+    assert MODEL_SPECS["xgboost"].kind == "xgboost" and MODEL_SPECS["cnn"].kind == "torch"
+    assert model_options("cnn")["channels"] == (32, 64)
+    assert model_options("xgboost")["n_estimators"] == 300
+    assert build_estimator("xgboost", max_depth=3).max_depth == 3
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: build_model("resnet", view="bytes", input_shape=(784,), n_classes=3),
+            "unknown model",
+        ),
+        (
+            lambda: build_model("cnn", view="pkt_bytes", input_shape=(4, 64), n_classes=3),
+            "reads the views",
+        ),
+        (
+            lambda: build_model("cnn", view="bytes", input_shape=(784,), n_classes=3, width=3),
+            "no option width",
+        ),
+        (
+            lambda: build_model("xgboost", view="stats", input_shape=(5,), n_classes=3),
+            "not a neural model",
+        ),
+        (
+            lambda: build_model("cnn", view="bytes", input_shape=(60,), n_classes=3, dims=2),
+            "square",
+        ),
+        (
+            lambda: build_model(
+                "convgru", view="bytes", input_shape=(784,), n_classes=3, rows_per_frame=5
+            ),
+            "divisor",
+        ),
+        (lambda: build_estimator("xgboost", depth=3), "no option depth"),
+    ],
+)
+def test_bad_model_requests_say_what_to_do(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
+
+
+def test_same_seed_same_initial_weights():
+    # DDP ranks rely on it (and DDP broadcasts rank 0's anyway): two builds, one seed.
+    torch.manual_seed(3)
+    a = build_model("convgru", view="pkt_bytes", input_shape=(4, 16), n_classes=3)
+    torch.manual_seed(3)
+    b = build_model("convgru", view="pkt_bytes", input_shape=(4, 16), n_classes=3)
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert ka == kb and torch.equal(va, vb)
