@@ -1,9 +1,302 @@
-"""Sub-commands of flowsplit.train (registered by flowsplit.cli)."""
+"""Sub-commands ``train``, ``evaluate`` and ``predict`` (registered by flowsplit.cli).
+
+Across machines, the same training runs under torchrun (one command per node)::
+
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
+        --master-addr 10.0.0.1 --master-port 29500 \\
+        -m flowsplit.train DATASET --model cnn -o RUN
+    torchrun --nnodes 2 --node-rank 1 ... (same arguments)
+
+World size and ranks then come from torchrun, ``--workers`` is ignored, and each
+node's workers share its cores. Set ``GLOO_SOCKET_IFNAME`` (or
+``NCCL_SOCKET_IFNAME``) to the interface the nodes reach each other on. Rank 0
+writes the run directory; ``torchrun --max-restarts K`` restarts a failed group,
+which resumes from the last checkpoint in RUN.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from flowsplit.errors import ConfigError, InputError
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``flowsplit train`` and of ``python -m flowsplit.train`` (torchrun)."""
+    # Defaults are None so that --resume can tell what was given; TrainConfig fills them.
+    p.add_argument("dataset", nargs="?", metavar="DATASET", help="prepared dataset directory")
+    p.add_argument("-m", "--model", help="cnn, lstm, convlstm, convgru or xgboost")
+    p.add_argument("-o", "--out", metavar="RUN", help="run directory to write")
+    p.add_argument("--view", help="dataset view (default: the model's first one present)")
+    p.add_argument(
+        "--workers", type=int, help="local worker processes; 1 = centralised (default 1)"
+    )
+    p.add_argument("--threads", type=int, help="threads per worker (default: cores / workers)")
+    p.add_argument("--epochs", type=int, help="maximum epochs (default 15)")
+    p.add_argument("--batch-size", type=int, help="global batch size (default 64)")
+    p.add_argument("--lr", type=float, help="learning rate (default 1e-3; XGBoost eta 0.1)")
+    p.add_argument(
+        "--scale-lr",
+        action="store_true",
+        default=None,
+        help="batch size per worker and lr x workers (linear scaling)",
+    )
+    p.add_argument("--weight-decay", type=float, help="Adam weight decay (default 0)")
+    p.add_argument(
+        "--patience",
+        type=int,
+        help="early-stopping patience (default 4 epochs; XGBoost 20 rounds; 0 = off)",
+    )
+    p.add_argument("--seed", type=int, help="seed of initialisation and data order (default 0)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), help="default auto")
+    p.add_argument("--rounds", type=int, help="XGBoost: maximum boosting rounds (default 300)")
+    p.add_argument(
+        "--dask-scheduler",
+        metavar="tcp://HOST:PORT",
+        help="XGBoost: use this Dask cluster instead of a local one",
+    )
+    p.add_argument("--master-addr", help="address local rendezvous binds to (default 127.0.0.1)")
+    p.add_argument(
+        "--model-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a model default, e.g. channels=[16,32] (repeatable)",
+    )
+    p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its checkpoint")
+    p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bars")
+    p.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)
+
+
+_ARG_TO_FIELD = {
+    "dataset": "dataset",
+    "model": "model",
+    "out": "out",
+    "view": "view",
+    "workers": "workers",
+    "threads": "threads",
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "lr": "lr",
+    "scale_lr": "scale_lr",
+    "weight_decay": "weight_decay",
+    "patience": "patience",
+    "seed": "seed",
+    "device": "device",
+    "backend": "backend",
+    "rounds": "rounds",
+    "dask_scheduler": "dask_scheduler",
+    "master_addr": "master_addr",
+    "quiet": "quiet",
+    "fail_after_epoch": "fail_after_epoch",
+}
+
+
+def config_from_args(args: argparse.Namespace):
+    """``(TrainConfig, resume)`` from parsed arguments (a resumed run reads RUN/config.json)."""
+    from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
+
+    given = {f: getattr(args, a) for a, f in _ARG_TO_FIELD.items() if getattr(args, a) is not None}
+    if args.model_option:
+        given["model_options"] = parse_model_options(args.model_option)
+    if args.resume:
+        cfg = TrainConfig.load(args.resume)
+        data = cfg.to_dict()
+        for key, value in given.items():
+            if key == "out" or data.get(key) == value:
+                continue
+            if key not in RESUMABLE_OPTIONS:
+                raise ConfigError(
+                    f"cannot change {key} when resuming (it would be another experiment); "
+                    "start a new run with another -o"
+                )
+            data[key] = value
+        data["out"] = str(args.resume)
+        return TrainConfig.from_dict(data), True
+    for name, flag in (("dataset", "DATASET"), ("model", "--model"), ("out", "-o RUN")):
+        if name not in given:
+            raise ConfigError(f"give {flag} (see flowsplit train --help)")
+    return TrainConfig.from_dict(given), False
+
+
+def check_before_launch(cfg, resume: bool) -> None:
+    """Every check that can fail on user input, done once before any worker starts."""
+    from flowsplit.data.store import load_dataset
+    from flowsplit.models.registry import build_model, get_spec
+    from flowsplit.train.distributed import DistEnv, ParallelLayout
+    from flowsplit.train.runs import check_run_dir, resolve_view
+
+    spec = get_spec(cfg.model)
+    check_run_dir(cfg.out, resume=resume)
+    if resume and spec.kind == "xgboost":
+        raise ConfigError("XGBoost runs cannot be resumed; train again (boosting is quick)")
+    ds = load_dataset(cfg.dataset)
+    view = resolve_view(cfg, ds)
+    n_train = len(ds.split_indices("train"))
+    if n_train == 0:
+        raise InputError(ds.root, "the train split is empty")
+    if cfg.workers > n_train:
+        raise ConfigError(
+            f"--workers {cfg.workers} is more than the {n_train} training samples; "
+            f"use at most {n_train}"
+        )
+    if spec.kind == "torch":
+        env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
+        ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
+        build_model(
+            cfg.model,
+            view=view,
+            input_shape=ds.view_shape(view),
+            n_classes=ds.n_classes,
+            **cfg.model_options,
+        )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from flowsplit.models.registry import get_spec
+    from flowsplit.train.loop import run_logging, train_worker
+    from flowsplit.train.result import RunResult
+
+    cfg, resume = config_from_args(args)
+    check_before_launch(cfg, resume)
+    if get_spec(cfg.model).kind == "xgboost":
+        from flowsplit.train.xgb_engine import train_xgboost
+
+        with run_logging(cfg.out, quiet=cfg.quiet, is_main=True):
+            train_xgboost(cfg)
+    elif cfg.workers == 1:
+        train_worker(cfg, resume)
+    else:
+        from flowsplit.train.distributed import available_cores
+        from flowsplit.train.launch import launch_local
+
+        threads = cfg.threads or max(1, available_cores() // cfg.workers)
+        launch_local(
+            train_worker,
+            (cfg, resume),
+            n_workers=cfg.workers,
+            threads_per_worker=threads,
+            master_addr=cfg.master_addr,
+        )
+    r = RunResult.from_json(Path(cfg.out))
+    per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
+    print(
+        f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
+        f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
+        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
+    )
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowsplit.data.store import load_dataset
+    from flowsplit.train.metrics import classification_summary
+    from flowsplit.train.runs import load_trained_model, predict_labels
+
+    model, doc = load_trained_model(args.run)
+    info = doc["model"]
+    ds = load_dataset(args.dataset)
+    view = info["view"]
+    if not ds.has_view(view):
+        raise InputError(ds.root, f"dataset has no view {view!r}, which the model reads")
+    if list(ds.view_shape(view)) != list(info["input_shape"]):
+        raise InputError(
+            ds.root,
+            f"{view} samples are {ds.view_shape(view)}, "
+            f"the model was trained on {tuple(info['input_shape'])}",
+        )
+    if ds.classes != info["classes"]:
+        raise InputError(ds.root, "its classes differ from the ones the model was trained on")
+    x, y = ds.xy(view, args.split)
+    summary = classification_summary(y, predict_labels(model, x), ds.classes)
+    summary = {
+        "run": str(args.run),
+        "dataset": str(args.dataset),
+        "split": args.split,
+        "n": int(len(y)),
+        **summary,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(
+            f"{info['name']} on {args.dataset} ({args.split}, {len(y)} samples): "
+            f"accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f}"
+        )
+        for name, f1 in summary["per_class_f1"].items():
+            print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}")
+    if args.output:
+        from flowsplit.data.store import atomic_write_json
+
+        atomic_write_json(args.output, summary)
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from flowsplit.train.runs import load_trained_model, predict_proba
+
+    try:
+        from flowsplit.data.prepare import extract_views
+    except ImportError:
+        raise ConfigError(
+            "predict needs flowsplit.data.prepare.extract_views, which this version lacks"
+        ) from None
+    model, doc = load_trained_model(args.run)
+    info = doc["model"]
+    missing = [p for p in args.captures if not Path(p).exists()]
+    if missing:
+        raise InputError(missing[0], "no such file")
+    meta, views, stats = extract_views([Path(p) for p in args.captures], doc["dataset"]["options"])
+    if info["view"] == "stats":
+        columns = doc["dataset"].get("view_columns") or list(stats.columns)
+        x = stats[columns].to_numpy(dtype=np.float32)
+    else:
+        x = views[info["view"]]
+    proba = predict_proba(model, x)
+    table = meta.reset_index(drop=True).copy()
+    table["predicted"] = [info["classes"][i] for i in proba.argmax(1)]
+    table["confidence"] = proba.max(1).round(4)
+    if args.output:
+        table.to_csv(args.output, index=False)
+        print(f"{len(table)} flows classified -> {args.output}")
+    elif args.format == "csv":
+        table.to_csv(sys.stdout, index=False)
+    else:
+        with pd.option_context("display.max_rows", None, "display.width", 200):
+            print(table.to_string(index=False))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this area's sub-commands to the CLI."""
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = sub.add_parser(
+        "train",
+        help="train a model centralised or data-parallel",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)
+    p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
+    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"))
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--output", metavar="FILE", help="also write the metrics to FILE (JSON)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
+    p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
+    p.add_argument("--format", choices=("table", "csv"), default="table")
+    p.add_argument("--output", "-o", metavar="FILE", help="write CSV to FILE")
+    p.set_defaults(func=cmd_predict)

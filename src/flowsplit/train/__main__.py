@@ -1,0 +1,53 @@
+"""``python -m flowsplit.train``: one worker of a torchrun job (or a single process).
+
+    torchrun --nnodes 2 --node-rank R --nproc-per-node 2 \\
+        --master-addr HOST --master-port PORT \\
+        -m flowsplit.train DATASET --model cnn -o RUN
+
+Ranks and world size come from torchrun; ``--workers`` is ignored. Rank 0 checks
+the options and writes RUN; after a torchrun restart (``--max-restarts``) the
+workers resume from RUN's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from flowsplit.errors import ConfigError, FlowsplitError
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flowsplit.models.registry import get_spec
+    from flowsplit.train.commands import add_train_arguments, check_before_launch, config_from_args
+    from flowsplit.train.distributed import read_dist_env
+    from flowsplit.train.loop import train_worker
+
+    parser = argparse.ArgumentParser(
+        prog="python -m flowsplit.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        cfg, resume = config_from_args(args)
+        env = read_dist_env()
+        if get_spec(cfg.model).kind != "torch":
+            raise ConfigError(
+                "torchrun runs the neural models; train XGBoost with flowsplit train --workers N "
+                "or --dask-scheduler"
+            )
+        cfg = dataclasses.replace(cfg, workers=env.world_size)
+        if env.rank == 0 and env.restart_count == 0:
+            check_before_launch(cfg, resume)
+        train_worker(cfg, resume)
+    except FlowsplitError as exc:
+        print(f"flowsplit.train: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Per-epoch checkpoints, written atomically and read back without unpickling code.
+
+A checkpoint is a plain dict of tensors, numbers, strings and lists (model and
+optimiser state, the best weights so far, the history of every measured list),
+so :func:`load_checkpoint` uses ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flowsplit.errors import InputError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` through a temporary file and ``os.replace``.
+
+    A crash while writing leaves the previous checkpoint intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint onto the CPU, refusing anything but plain data."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "no checkpoint to resume from (the run never finished an epoch)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise InputError(path, f"unreadable checkpoint ({type(exc).__name__}: {exc})") from None

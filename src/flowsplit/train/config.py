@@ -1,0 +1,174 @@
+"""The training configuration: validated once, written to every run directory."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from flowsplit.errors import ConfigError
+
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
+# Options that may change when a run is resumed; anything else would make the
+# resumed run a different experiment.
+RESUMABLE_OPTIONS = (
+    "epochs",
+    "patience",
+    "workers",
+    "threads",
+    "quiet",
+    "device",
+    "backend",
+    "master_addr",
+    "fail_after_epoch",
+)
+
+
+@dataclass
+class TrainConfig:
+    """One training run, as given on the command line (or to ``train``)."""
+
+    dataset: str
+    """Directory of a prepared dataset (``flowsplit prepare``)."""
+    model: str
+    """Registry name: cnn, lstm, convlstm, convgru or xgboost."""
+    out: str
+    """Run directory to write (config, log, checkpoints, weights, metrics.json)."""
+    view: str | None = None
+    """Dataset view to read; ``None``: the model's first accepted view the dataset has."""
+    workers: int = 1
+    """Local worker processes: 1 = centralised, N > 1 = data-parallel (DDP or Dask)."""
+    threads: int | None = None
+    """Threads per worker; ``None``: cores / workers on this machine."""
+    epochs: int = 15
+    """Maximum epochs (neural models)."""
+    batch_size: int = 64
+    """Global batch size: each of N workers takes batch_size / N per step."""
+    lr: float | None = None
+    """Learning rate for the global batch; None: 1e-3 (Adam) for neural models, 0.1 (eta) for XGBoost."""
+    scale_lr: bool = False
+    """Keep batch_size per worker and multiply lr by the number of workers (linear scaling)."""
+    weight_decay: float = 0.0
+    """Adam weight decay."""
+    patience: int | None = None
+    """Epochs without a better validation macro-F1 before stopping (None: 4; XGBoost:
+    rounds without better validation log-loss, None: 20; 0 disables early stopping)."""
+    seed: int = 0
+    """Seed of initialisation and data order."""
+    device: str = "auto"
+    """auto (CUDA when available), cpu or cuda."""
+    backend: str = "auto"
+    """Process-group backend: auto (nccl on CUDA, gloo on CPU), gloo or nccl."""
+    rounds: int = 300
+    """Maximum boosting rounds (XGBoost)."""
+    dask_scheduler: str | None = None
+    """Address tcp://HOST:PORT of an existing Dask scheduler (XGBoost)."""
+    master_addr: str = "127.0.0.1"
+    """Address the local rendezvous binds to (local multi-worker runs)."""
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the model's default sizes (``--model-option key=value``)."""
+    eval_batch_size: int = 1024
+    """Batch size for validation and test inference."""
+    quiet: bool = False
+    """No progress bars, only warnings."""
+    fail_after_epoch: int | None = None
+    """Testing only: die after this epoch (0-based) unless the run was resumed."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every value; errors say which option to change and how."""
+        if self.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {self.workers}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1 (or omitted), got {self.threads}")
+        if self.epochs < 1:
+            raise ConfigError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.rounds < 1:
+            raise ConfigError(f"--rounds must be >= 1, got {self.rounds}")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
+        if self.patience is not None and self.patience < 0:
+            raise ConfigError(
+                f"--patience must be >= 0 (0 disables early stopping), got {self.patience}"
+            )
+        if self.device not in DEVICES:
+            raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"--backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
+            )
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ConfigError("--backend nccl needs CUDA; use --backend gloo with --device cpu")
+        if self.eval_batch_size < 1:
+            raise ConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if self.dask_scheduler is not None and not self.dask_scheduler.startswith(
+            ("tcp://", "tls://", "inproc://", "ucx://")
+        ):
+            raise ConfigError(
+                f"--dask-scheduler must look like tcp://HOST:PORT, got {self.dask_scheduler!r}"
+            )
+        if not self.out:
+            raise ConfigError("give the run directory with -o RUN")
+
+    def effective_lr(self, kind: str) -> float:
+        """Learning rate after defaults: 1e-3 for Adam, 0.1 for XGBoost."""
+        if self.lr is not None:
+            return self.lr
+        return 0.1 if kind == "xgboost" else 1e-3
+
+    def effective_patience(self, kind: str) -> int:
+        """Patience after defaults: 4 epochs for neural models, 20 rounds for XGBoost."""
+        if self.patience is not None:
+            return self.patience
+        return 20 if kind == "xgboost" else 4
+
+    # --- persistence ---------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ConfigError(f"unknown training options {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> TrainConfig:
+        """Read ``config.json`` of a run directory (or the file itself)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise ConfigError(f"{path.parent}: not a flowsplit run (no config.json)")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return cls.from_dict(doc.get("train", doc))
+
+
+def parse_model_options(items: list[str] | None) -> dict[str, Any]:
+    """``["channels=[16,32]", "dropout=0"]`` -> ``{"channels": [16, 32], "dropout": 0}``.
+
+    Values are read as JSON when they parse (numbers, lists, booleans), else as strings.
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--model-option expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

@@ -1,0 +1,317 @@
+"""Data-parallel plumbing: the environment, the layout, the process group, DDP.
+
+- :func:`read_dist_env` is the only place that reads ``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT`` (set by torchrun or by
+  :mod:`flowsplit.train.launch`).
+- :class:`ParallelLayout` turns that and the config into what the loop asks:
+  ``ddp_enabled``, ``is_main``, device, backend, threads, per-worker batch, lr.
+- :func:`process_group` sets the group up and always tears it down.
+- :func:`apply_ddp` wraps a single-device model; model code never sees
+  ``torch.distributed``.
+
+Rendezvous: when flowsplit launches its own workers, rank 0 hosts the TCP store
+on a socket bound to ``MASTER_ADDR`` only (127.0.0.1 by default), not on every
+interface as ``TCPStore`` would. Under torchrun the agent's store is used.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from flowsplit.errors import ConfigError
+from flowsplit.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The distributed environment of this process, as the launcher set it."""
+
+    rank: int
+    """Global rank (0 when not distributed)."""
+    world_size: int
+    """Number of processes in the job."""
+    local_rank: int
+    """Rank on this machine (selects the GPU)."""
+    local_world_size: int
+    """Processes on this machine (shares out the cores)."""
+    master_addr: str
+    """Rendezvous host."""
+    master_port: int
+    """Rendezvous port (0 when not distributed)."""
+    restart_count: int
+    """How many times torchrun restarted this worker group (0 on the first attempt)."""
+    agent_store: bool
+    """Whether torchrun's agent hosts the rendezvous store (then workers only connect)."""
+
+
+def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
+    """Read the distributed environment variables; defaults describe one process."""
+    env = os.environ if environ is None else environ
+    world = int(env.get("WORLD_SIZE", "1"))
+    return DistEnv(
+        rank=int(env.get("RANK", "0")),
+        world_size=world,
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=int(env.get("MASTER_PORT", "0")),
+        restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+    )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (respects CPU affinity, e.g. taskset or cgroups)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How one training job is laid out over processes, devices and threads."""
+
+    world_size: int
+    """Number of worker processes."""
+    rank: int
+    """This worker's global rank."""
+    local_rank: int
+    """This worker's rank on its machine."""
+    device: str
+    """``cpu`` or ``cuda:<local_rank>``."""
+    backend: str | None
+    """``gloo`` or ``nccl``; ``None`` when not distributed."""
+    threads_per_worker: int
+    """torch intra-op threads of this worker."""
+    global_batch: int
+    """Samples per optimiser step over all workers."""
+    per_worker_batch: int
+    """Samples per step on this worker."""
+    lr: float
+    """Learning rate actually used (scaled with ``--scale-lr``)."""
+
+    @property
+    def ddp_enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main rank logs, evaluates and writes."""
+        return self.rank == 0
+
+    @property
+    def engine(self) -> str:
+        return "ddp" if self.ddp_enabled else "centralised"
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, env: DistEnv) -> ParallelLayout:
+        """Resolve devices, backend, threads, batch and lr; errors say how to fix."""
+        has_cuda = torch.cuda.is_available()
+        if cfg.device == "cuda" and not has_cuda:
+            raise ConfigError("--device cuda, but no CUDA device is visible; use --device cpu")
+        use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and has_cuda)
+        device = f"cuda:{env.local_rank}" if use_cuda else "cpu"
+        backend = None
+        if env.world_size > 1:
+            backend = cfg.backend if cfg.backend != "auto" else ("nccl" if use_cuda else "gloo")
+            if backend == "nccl" and not use_cuda:
+                raise ConfigError("--backend nccl needs CUDA tensors; use --backend gloo on CPU")
+        threads = cfg.threads or max(1, available_cores() // max(1, env.local_world_size))
+        n = env.world_size
+        if cfg.scale_lr:
+            per_worker, lr = cfg.batch_size, cfg.effective_lr("torch") * n
+        else:
+            if cfg.batch_size % n:
+                raise ConfigError(
+                    f"--batch-size {cfg.batch_size} is the global batch and must divide among "
+                    f"{n} workers; use a multiple of {n}, or --scale-lr to keep "
+                    f"{cfg.batch_size} per worker"
+                )
+            per_worker, lr = cfg.batch_size // n, cfg.effective_lr("torch")
+        return cls(
+            world_size=n,
+            rank=env.rank,
+            local_rank=env.local_rank,
+            device=device,
+            backend=backend,
+            threads_per_worker=threads,
+            global_batch=per_worker * n,
+            per_worker_batch=per_worker,
+            lr=lr,
+        )
+
+
+def _bound_store(env: DistEnv, timeout: timedelta) -> tuple[dist.TCPStore, socket.socket | None]:
+    """A TCP store; rank 0 serves it on a socket bound to ``master_addr`` only."""
+    if env.rank != 0:
+        store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, timeout)
+        return store, None
+    family = socket.AF_INET6 if ":" in env.master_addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((env.master_addr, env.master_port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot bind the rendezvous to {env.master_addr}:{env.master_port} ({exc.strerror}); "
+            "is another run using that port?"
+        ) from None
+    sock.listen(env.world_size)
+    store = dist.TCPStore(
+        env.master_addr,
+        env.master_port,
+        env.world_size,
+        True,
+        timeout,
+        master_listen_fd=sock.fileno(),
+    )
+    return store, sock
+
+
+@contextmanager
+def process_group(
+    layout: ParallelLayout, env: DistEnv, *, timeout_s: float = 300.0
+) -> Iterator[None]:
+    """Initialise the process group for ``layout`` and destroy it on the way out, crash or not."""
+    if not layout.ddp_enabled:
+        yield
+        return
+    if layout.device.startswith("cuda"):
+        torch.cuda.set_device(layout.device)
+    timeout = timedelta(seconds=timeout_s)
+    sock = None
+    try:
+        if env.agent_store:
+            # torchrun's agent serves the store and keeps it across restarts: without a
+            # per-attempt prefix a restarted group would read the dead group's addresses.
+            agent = dist.TCPStore(env.master_addr, env.master_port, env.world_size, False, timeout)
+            store = dist.PrefixStore(f"flowsplit/attempt-{env.restart_count}", agent)
+        else:
+            store, sock = _bound_store(env, timeout)
+        dist.init_process_group(
+            layout.backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
+        )
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if sock is not None:
+            sock.close()
+
+
+class CommMeter:
+    """Bytes and time of the gradient all-reduces of one DDP model.
+
+    Cheap: a counter and one pair of timestamps per bucket (a handful per step).
+    Time is measured from launching a bucket's all-reduce to its completion;
+    overlapping buckets count once (:meth:`busy_time` merges the intervals).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.n_bytes = 0
+        self.n_calls = 0
+        self._intervals: list[tuple[float, float]] = []
+
+    def launched(self, nbytes: int) -> float:
+        self.n_bytes += nbytes
+        self.n_calls += 1
+        return time.perf_counter()
+
+    def completed(self, start: float) -> None:
+        # Runs on the backend's thread; list.append is atomic under the GIL.
+        self._intervals.append((start, time.perf_counter()))
+
+    def busy_time(self) -> float:
+        """Seconds during which at least one all-reduce was in flight."""
+        total, end = 0.0, float("-inf")
+        for s, e in sorted(self._intervals):
+            if e > end:
+                total += e - max(s, end)
+                end = e
+        return total
+
+
+def timed_allreduce_hook(meter, bucket):
+    """DDP communication hook: the default averaging all-reduce, measured by ``meter``.
+
+    ``meter`` is a :class:`CommMeter`, ``bucket`` a ``dist.GradBucket``; the result is a
+    future of the averaged bucket. (No annotations: DDP checks them at registration and
+    string annotations from ``from __future__ import annotations`` fail that check.)
+    """
+    buf = bucket.buffer()
+    start = meter.launched(buf.numel() * buf.element_size())
+    buf.div_(dist.get_world_size())
+    fut = dist.all_reduce(buf, async_op=True).get_future()
+
+    def done(f: torch.futures.Future) -> torch.Tensor:
+        meter.completed(start)
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+def apply_ddp(
+    model: torch.nn.Module,
+    *,
+    layout: ParallelLayout,
+    comm_meter: CommMeter | None = None,
+    bucket_cap_mb: float = 25.0,
+) -> torch.nn.Module:
+    """Wrap ``model`` (already on ``layout.device``) for data parallelism.
+
+    Buffers are not re-broadcast each step (``forward_sync_buffers=False``): flowsplit's
+    models only have fixed input-scaling buffers, synchronised once at wrap time.
+    Returns the model unchanged when the layout is not distributed.
+    """
+    if not layout.ddp_enabled:
+        return model
+    device_ids = [torch.device(layout.device).index] if layout.device.startswith("cuda") else None
+    ddp = DistributedDataParallel(
+        model, device_ids=device_ids, forward_sync_buffers=False, bucket_cap_mb=bucket_cap_mb
+    )
+    if comm_meter is not None:
+        ddp.register_comm_hook(comm_meter, timed_allreduce_hook)
+    return ddp
+
+
+def broadcast_object(obj: Any, layout: ParallelLayout) -> Any:
+    """Rank 0's ``obj`` on every rank (identity when not distributed)."""
+    if not layout.ddp_enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any, layout: ParallelLayout) -> list[Any]:
+    """Every rank's ``obj``, by rank, on every rank."""
+    if not layout.ddp_enabled:
+        return [obj]
+    out: list[Any] = [None] * layout.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(values: list[float], layout: ParallelLayout) -> list[float]:
+    """Element-wise sum of ``values`` over ranks."""
+    if not layout.ddp_enabled:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=layout.device)
+    dist.all_reduce(t)
+    return t.tolist()

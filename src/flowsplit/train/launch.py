@@ -1,0 +1,104 @@
+"""Start N local worker processes the way torchrun would, and wait for them.
+
+The parent sets the environment every worker shares (``WORLD_SIZE``,
+``MASTER_ADDR``/``MASTER_PORT`` on a free loopback port, thread counts) before
+spawning, so OpenMP pools start with the right size; each child adds its
+``RANK``/``LOCAL_RANK`` and calls the worker function, which reads all of it
+through :func:`flowsplit.train.distributed.read_dist_env` like under torchrun.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from flowsplit.errors import ConfigError, FlowsplitError, InputError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (inherited by spawned children)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
+    os.environ["RANK"] = str(local_rank)
+    os.environ["LOCAL_RANK"] = str(local_rank)
+    fn(*args)
+
+
+def launch_local(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    *,
+    n_workers: int,
+    threads_per_worker: int,
+    master_addr: str = "127.0.0.1",
+) -> None:
+    """Run ``fn(*args)`` in ``n_workers`` spawned processes forming one process group.
+
+    A worker's :class:`FlowsplitError` comes back as the same one-line error; a
+    worker that dies takes the others down and raises :class:`RuntimeError`.
+    """
+    port = free_port(master_addr)
+    env = {
+        "WORLD_SIZE": str(n_workers),
+        "LOCAL_WORLD_SIZE": str(n_workers),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": str(threads_per_worker),
+        "MKL_NUM_THREADS": str(threads_per_worker),
+    }
+    if master_addr in ("127.0.0.1", "localhost", "::1"):
+        # Gloo's own sockets follow the host name's address unless told an interface.
+        env.setdefault("GLOO_SOCKET_IFNAME", os.environ.get("GLOO_SOCKET_IFNAME", "lo"))
+    with _environ(env):
+        try:
+            mp.start_processes(_child, args=(fn, args), nprocs=n_workers, start_method="spawn")
+        except mp.ProcessRaisedException as exc:
+            raise _as_user_error(str(exc)) from None
+        except mp.ProcessExitedException as exc:
+            how = (
+                f"was killed by {signal.Signals(-exc.exit_code).name}"
+                if exc.exit_code is not None and exc.exit_code < 0
+                else f"exited with code {exc.exit_code}"
+            )
+            raise RuntimeError(
+                f"worker {exc.error_index} {how}; the other workers were stopped "
+                "(continue from the last checkpoint with --resume RUN)"
+            ) from None
+
+
+def _as_user_error(text: str) -> Exception:
+    """Turn a child's traceback text back into the error it raised, when it is a user error."""
+    last = text.strip().splitlines()[-1] if text.strip() else text
+    name, _, message = last.partition(": ")
+    user_errors = {cls.__name__: cls for cls in (ConfigError, InputError, FlowsplitError)}
+    cls = user_errors.get(name.rsplit(".", 1)[-1])
+    if cls is None:
+        return RuntimeError(f"a worker failed: {last}")
+    # InputError's message already holds its path; rebuild without re-prefixing it.
+    return ConfigError(message) if cls is ConfigError else FlowsplitError(message)

@@ -1,0 +1,344 @@
+"""The training loop for the neural models: one process, one device, DDP when launched so.
+
+Read top to bottom: :func:`train_worker` is what every worker process runs (and
+what a centralised run runs in-process). It reads the distributed environment,
+sets threads, opens the process group, and calls :func:`run_training`:
+
+1. load the split's rows into memory (tensors; no DataLoader worker processes),
+2. build the model with the seed, fit its input scaling, resume if asked,
+3. wrap it in DDP (gradients averaged; a hook times and counts all-reduce bytes),
+4. per epoch: the DistributedSampler orders the rows by (seed, epoch) only, each
+   rank takes every N-th of them (``drop_last``: at most N-1 rows sit out an
+   epoch, so all ranks take the same number of equal-sized steps and need no
+   ``Join``), rank 0 validates, checkpoints and decides early stopping, and the
+   decision is broadcast so every rank stops together,
+5. rank 0 restores the best weights, tests, writes weights and ``metrics.json``.
+
+With per-worker batch = global batch / N and gradients averaged over N equal
+shards, a step of N workers is the centralised step on the same global batch up
+to floating-point summation order (dropout masks aside: seeded per rank).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DistributedSampler
+from tqdm.auto import tqdm
+
+from flowsplit.data.store import load_dataset
+from flowsplit.models.registry import build_model, fit_input_scaler
+from flowsplit.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from flowsplit.train.config import TrainConfig
+from flowsplit.train.distributed import (
+    CommMeter,
+    DistEnv,
+    ParallelLayout,
+    all_reduce_sum,
+    apply_ddp,
+    broadcast_object,
+    gather_objects,
+    process_group,
+    read_dist_env,
+)
+from flowsplit.train.metrics import classification_summary, macro_f1
+from flowsplit.train.result import RunResult
+from flowsplit.train.runs import (
+    LOG_NAME,
+    METRICS_NAME,
+    WEIGHTS_NAME,
+    environment,
+    predict_labels,
+    resolve_view,
+    save_weights,
+    write_run_config,
+)
+
+log = logging.getLogger("flowsplit.train")
+
+
+def train_worker(cfg: TrainConfig, resume: bool = False) -> None:
+    """Run one worker of a training job (the whole job when not distributed)."""
+    env = read_dist_env()
+    layout = ParallelLayout.from_config(cfg, env)
+    torch.set_num_threads(layout.threads_per_worker)
+    # torchrun restarted us after a failure: continue from the last checkpoint if any.
+    resume = resume or (env.restart_count > 0 and (Path(cfg.out) / CHECKPOINT_NAME).exists())
+    with process_group(layout, env), run_logging(cfg.out, quiet=cfg.quiet, is_main=layout.is_main):
+        run_training(cfg, layout, env, resume=resume)
+
+
+def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resume: bool) -> None:
+    t_start = time.perf_counter()
+    out = Path(cfg.out)
+    device = torch.device(layout.device)
+    ds = load_dataset(cfg.dataset)
+    view = resolve_view(cfg, ds)
+    train_idx = ds.split_indices("train")
+    x_train = torch.from_numpy(np.asarray(ds.view(view)[train_idx]))  # (N, *view_shape)
+    y_train = torch.from_numpy(ds.labels[train_idx])  # (N,)
+    if layout.is_main:
+        val_idx, test_idx = ds.split_indices("val"), ds.split_indices("test")
+        x_val, y_val = np.asarray(ds.view(view)[val_idx]), ds.labels[val_idx]
+    load_time = time.perf_counter() - t_start
+
+    # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's).
+    torch.manual_seed(cfg.seed)
+    model = build_model(
+        cfg.model,
+        view=view,
+        input_shape=ds.view_shape(view),
+        n_classes=ds.n_classes,
+        **cfg.model_options,
+    )
+    fit_input_scaler(model, x_train)
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
+    patience = cfg.effective_patience("torch")
+
+    # History of everything measured per epoch; a checkpoint carries it across restarts.
+    hist: dict = {
+        "loss": [],
+        "val_f1": [],
+        "epoch_time": [],
+        "data_time": [],
+        "comm_time": [],
+        "comm_bytes": [],
+        "samples": [],
+        "wall_before": 0.0,
+    }
+    best = {"epoch": -1, "val_f1": -1.0, "state": None, "stale": 0}
+    start_epoch = 0
+    if resume:
+        ckpt = broadcast_object(
+            load_checkpoint(out / CHECKPOINT_NAME) if layout.is_main else None, layout
+        )
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        hist, best, start_epoch = ckpt["history"], ckpt["best"], ckpt["epoch"]
+        log.info("resumed %s from epoch %d", out, start_epoch)
+    elif layout.is_main:
+        write_run_config(out, cfg, ds, view=view, layout=_layout_record(layout))
+
+    meter = CommMeter()
+    ddp_model = apply_ddp(model, layout=layout, comm_meter=meter)
+    sampler = DistributedSampler(
+        range(len(x_train)),
+        num_replicas=layout.world_size,
+        rank=layout.rank,
+        shuffle=True,
+        seed=cfg.seed,
+        drop_last=True,
+    )
+    show = layout.is_main and not cfg.quiet
+    stopped_early = best["stale"] >= patience > 0  # a resumed run may already have stopped
+    epochs = tqdm(
+        total=cfg.epochs, initial=start_epoch, desc=cfg.model, unit="epoch", disable=not show
+    )
+    for epoch in range(start_epoch, cfg.epochs):
+        if stopped_early:
+            break
+        sampler.set_epoch(epoch)  # data order depends on (seed, epoch) only
+        torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # dropout masks
+        meter.reset()
+        ddp_model.train()
+        order = torch.tensor(list(sampler), dtype=torch.long)  # this rank's rows, in order
+        bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
+        loss_sum, data_time = torch.zeros((), device=device), 0.0
+        t0 = time.perf_counter()
+        for start in range(0, len(order), layout.per_worker_batch):
+            td = time.perf_counter()
+            rows = order[start : start + layout.per_worker_batch]
+            xb = x_train[rows].to(device, non_blocking=True)  # (b, *view_shape)
+            yb = y_train[rows].to(device, non_blocking=True)  # (b,)
+            data_time += time.perf_counter() - td
+            loss = F.cross_entropy(ddp_model(xb), yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
+            optimizer.step()
+            loss_sum += loss.detach() * len(rows)
+            bar.update(len(rows))
+        epoch_time = time.perf_counter() - t0
+        bar.close()
+        total_loss, n_seen = all_reduce_sum([loss_sum.item(), float(len(order))], layout)
+        hist["loss"].append(total_loss / max(n_seen, 1.0))
+        hist["epoch_time"].append(epoch_time)
+        hist["data_time"].append(data_time)
+        hist["comm_time"].append(meter.busy_time())
+        hist["comm_bytes"].append(meter.n_bytes)
+        hist["samples"].append(int(n_seen))
+
+        stop = False
+        if layout.is_main:
+            val_f1 = macro_f1(
+                y_val,
+                predict_labels(model, x_val, batch_size=cfg.eval_batch_size, device=device),
+                ds.n_classes,
+            )
+            hist["val_f1"].append(val_f1)
+            if val_f1 > best["val_f1"]:
+                state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+                best = {"epoch": epoch, "val_f1": val_f1, "state": state, "stale": 0}
+            else:
+                best["stale"] += 1
+            stop = patience > 0 and best["stale"] >= patience
+            wall = hist["wall_before"] + time.perf_counter() - t_start
+            save_checkpoint(
+                out / CHECKPOINT_NAME,
+                {
+                    "epoch": epoch + 1,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "history": {**hist, "wall_before": wall},
+                    "best": best,
+                },
+            )
+            epochs.update(1)
+            epochs.set_postfix(loss=f"{hist['loss'][-1]:.4f}", val_f1=f"{val_f1:.4f}")
+            log.info(
+                "epoch %d: loss %.4f, val macro-F1 %.4f%s, %.2f s (comm %.2f s, %.1f MB)",
+                epoch,
+                hist["loss"][-1],
+                val_f1,
+                " *" if best["epoch"] == epoch else "",
+                epoch_time,
+                hist["comm_time"][-1],
+                hist["comm_bytes"][-1] / 2**20,
+            )
+        stopped_early = broadcast_object(stop, layout)  # same decision on every rank
+        _maybe_simulate_crash(cfg, env, epoch, resumed=resume)
+        if stopped_early:
+            log.info("early stop: no better validation macro-F1 for %d epochs", patience)
+            break
+    epochs.close()
+
+    rss = gather_objects(_peak_rss_mb(), layout)
+    if not layout.is_main:
+        return
+    model.load_state_dict(best["state"])
+    x_test, y_test = np.asarray(ds.view(view)[test_idx]), ds.labels[test_idx]
+    y_pred = predict_labels(model, x_test, batch_size=cfg.eval_batch_size, device=device)
+    save_weights(model, out / WEIGHTS_NAME, {"model": cfg.model, "view": view})
+    summary = classification_summary(y_test, y_pred, ds.classes)
+    train_time = sum(hist["epoch_time"])
+    result = RunResult(
+        model=cfg.model,
+        view=view,
+        engine=layout.engine,
+        workers=layout.world_size,
+        threads_per_worker=layout.threads_per_worker,
+        device=device.type,
+        backend=layout.backend,
+        seed=cfg.seed,
+        wall_time_s=hist["wall_before"] + time.perf_counter() - t_start,
+        epoch_times_s=hist["epoch_time"],
+        samples_per_s=sum(hist["samples"]) / train_time if train_time else 0.0,
+        comm_time_s=sum(hist["comm_time"]),
+        comm_bytes=int(sum(hist["comm_bytes"])),
+        data_time_s=sum(hist["data_time"]),
+        peak_rss_mb=rss,
+        **summary,
+        classes=ds.classes,
+        loss_per_epoch=hist["loss"],
+        val_macro_f1_per_epoch=hist["val_f1"],
+        best_epoch=best["epoch"],
+        epochs_run=len(hist["loss"]),
+        stopped_early=bool(stopped_early),
+        n_train=len(x_train),
+        n_test=len(y_test),
+        test_labels=y_test.tolist(),
+        test_predictions=y_pred.tolist(),
+        test_flow_ids=ds.meta["flow_id"].iloc[test_idx].astype(str).tolist(),
+        config=cfg.to_dict(),
+        env=environment(),
+        extra={
+            "load_time_s": load_time,
+            "layout": _layout_record(layout),
+            "comm_calls_last_epoch": meter.n_calls,
+            "uneven_shards": "drop_last",
+            "resumed": bool(resume),
+        },
+    )
+    result.to_json(out / METRICS_NAME)
+    log.info(
+        "test accuracy %.4f, macro-F1 %.4f (best epoch %d) -> %s",
+        result.accuracy,
+        result.macro_f1,
+        result.best_epoch,
+        out,
+    )
+
+
+def _layout_record(layout: ParallelLayout) -> dict:
+    return {
+        "world_size": layout.world_size,
+        "threads_per_worker": layout.threads_per_worker,
+        "global_batch": layout.global_batch,
+        "per_worker_batch": layout.per_worker_batch,
+        "lr": layout.lr,
+        "device": layout.device,
+        "backend": layout.backend,
+    }
+
+
+def _seed_for(seed: int, rank: int, epoch: int) -> int:
+    """A seed for per-rank randomness that depends only on (seed, rank, epoch)."""
+    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _maybe_simulate_crash(cfg: TrainConfig, env: DistEnv, epoch: int, *, resumed: bool) -> None:
+    """Testing hook (``fail_after_epoch``): die after an epoch, as a killed worker would."""
+    if cfg.fail_after_epoch != epoch or resumed:
+        return
+    if env.world_size > 1 or env.agent_store:
+        if env.rank == env.world_size - 1:  # one worker dies; the launcher sees it
+            os.kill(os.getpid(), signal.SIGKILL)
+        return
+    raise RuntimeError(f"simulated crash after epoch {epoch} (fail_after_epoch)")
+
+
+class _TqdmHandler(logging.Handler):
+    """Log lines that do not break the progress bars."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm.write(self.format(record))
+
+
+@contextmanager
+def run_logging(out: str | Path, *, quiet: bool, is_main: bool):
+    """The main rank logs to ``RUN/train.log`` and the console; other ranks only warn."""
+    handlers: list[logging.Handler] = []
+    console = _TqdmHandler()
+    console.setLevel(logging.WARNING if (quiet or not is_main) else logging.INFO)
+    handlers.append(console)
+    if is_main:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        fh = logging.FileHandler(Path(out) / LOG_NAME, encoding="utf-8")
+        fh.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        handlers.append(fh)
+    prev = (log.level, log.propagate)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    for h in handlers:
+        log.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            log.removeHandler(h)
+            h.close()
+        log.setLevel(prev[0])
+        log.propagate = prev[1]

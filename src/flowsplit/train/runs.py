@@ -1,0 +1,212 @@
+"""The run directory: what a run writes, and how a trained model is read back.
+
+Layout of ``RUN``::
+
+    RUN/config.json         {"train": TrainConfig, "model": {...}, "layout": {...}, "dataset": {...}}
+    RUN/train.log           rank 0's log
+    RUN/checkpoint.pt       last finished epoch (neural models), for --resume
+    RUN/weights.safetensors best-validation weights (neural models)
+    RUN/model.ubj           the booster (XGBoost)
+    RUN/metrics.json        the RunResult
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from flowsplit import __version__
+from flowsplit.data.store import Dataset, atomic_write_json
+from flowsplit.errors import ConfigError, InputError
+from flowsplit.models.registry import build_model, get_spec, model_options
+from flowsplit.train.config import TrainConfig
+from flowsplit.train.distributed import available_cores
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "weights.safetensors"
+BOOSTER_NAME = "model.ubj"
+METRICS_NAME = "metrics.json"
+LOG_NAME = "train.log"
+
+
+def resolve_view(cfg: TrainConfig, ds: Dataset) -> str:
+    """The view to train on: ``--view``, else the model's first accepted view the dataset has."""
+    spec = get_spec(cfg.model)
+    if cfg.view is not None:
+        if cfg.view not in spec.views:
+            raise ConfigError(
+                f"{cfg.model} reads the views {', '.join(spec.views)}, not {cfg.view!r}"
+            )
+        if not ds.has_view(cfg.view):
+            raise InputError(
+                ds.root, f"dataset has no view {cfg.view!r} (it has: {', '.join(ds.views)})"
+            )
+        return cfg.view
+    for view in spec.views:
+        if ds.has_view(view):
+            return view
+    raise InputError(
+        ds.root,
+        f"{cfg.model} needs one of the views {', '.join(spec.views)}; "
+        f"the dataset has {', '.join(ds.views) or 'none'}",
+    )
+
+
+def check_run_dir(out: str | Path, *, resume: bool) -> None:
+    """Refuse to overwrite a finished or started run unless resuming it."""
+    out = Path(out)
+    if resume:
+        if not (out / CONFIG_NAME).is_file():
+            raise ConfigError(f"{out}: nothing to resume (no {CONFIG_NAME})")
+        return
+    if (out / CONFIG_NAME).exists() or (out / METRICS_NAME).exists():
+        raise ConfigError(
+            f"{out} already holds a run; continue it with --resume {out}, or choose another -o"
+        )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a directory; choose another -o")
+
+
+def environment() -> dict[str, Any]:
+    """Versions, host and cores, for every result and benchmark."""
+    from importlib.metadata import version
+
+    return {
+        "flowsplit": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "xgboost": version("xgboost"),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+        "cpu_count": available_cores(),
+        "cuda": torch.cuda.is_available(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def write_run_config(
+    out: Path, cfg: TrainConfig, ds: Dataset, *, view: str, layout: dict[str, Any]
+) -> dict[str, Any]:
+    """Write ``config.json``: the options, the model as built, the layout, the dataset."""
+    spec = get_spec(cfg.model)
+    options = {**model_options(cfg.model), **cfg.model_options}
+    doc = {
+        "train": cfg.to_dict(),
+        "model": {
+            "name": cfg.model,
+            "kind": spec.kind,
+            "view": view,
+            "input_shape": list(ds.view_shape(view)),
+            "n_classes": ds.n_classes,
+            "classes": ds.classes,
+            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+        },
+        "layout": layout,
+        "dataset": {
+            "path": str(Path(ds.root).resolve()),
+            "n_flows": ds.n_flows,
+            "splits": ds.manifest.get("splits"),
+            "options": ds.manifest.get("options", {}),
+            "view_columns": ds.manifest["views"].get(view, {}).get("columns"),
+        },
+    }
+    atomic_write_json(out / CONFIG_NAME, doc)
+    return doc
+
+
+def read_run_config(run: str | Path) -> dict[str, Any]:
+    """The ``config.json`` of a run directory."""
+    path = Path(run) / CONFIG_NAME
+    if not path.is_file():
+        raise InputError(run, f"not a flowsplit run directory (no {CONFIG_NAME})")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> None:
+    """Write the model's state dict as safetensors, with the build recipe as metadata."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file(state, str(tmp), metadata={"flowsplit": json.dumps(meta)})
+    tmp.replace(path)
+
+
+def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The trained model of a run directory (a :class:`BlockModel` or an
+    ``XGBoostClassifier``) and its ``config.json``."""
+    run = Path(run)
+    doc = read_run_config(run)
+    info = doc["model"]
+    if info["kind"] == "xgboost":
+        path = run / BOOSTER_NAME
+        if not path.is_file():
+            raise InputError(run, f"no {BOOSTER_NAME}: the run did not finish")
+        from flowsplit.models.xgb import XGBoostClassifier
+
+        return XGBoostClassifier.load_model(path), doc
+    from safetensors.torch import load_file
+
+    path = run / WEIGHTS_NAME
+    if not path.is_file():
+        raise InputError(run, f"no {WEIGHTS_NAME}: the run did not finish")
+    model = build_model(
+        info["name"],
+        view=info["view"],
+        input_shape=tuple(info["input_shape"]),
+        n_classes=info["n_classes"],
+        **doc["train"]["model_options"],
+    )
+    model.load_state_dict(load_file(str(path)))
+    model.eval()
+    return model, doc
+
+
+@torch.no_grad()
+def predict_proba(
+    model: Any,
+    x: torch.Tensor | np.ndarray,
+    *,
+    batch_size: int = 1024,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Class probabilities ``(N, n_classes)`` for the rows of ``x`` (a raw view array)."""
+    if not isinstance(model, torch.nn.Module):  # an XGBoostClassifier
+        return model.predict_proba(np.asarray(x))
+    return _batched(model, x, batch_size, device, lambda z: torch.softmax(z, dim=1)).numpy()
+
+
+@torch.no_grad()
+def predict_labels(
+    model: Any,
+    x: torch.Tensor | np.ndarray,
+    *,
+    batch_size: int = 1024,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Predicted class of every row of ``x`` (a raw view array)."""
+    if not isinstance(model, torch.nn.Module):  # an XGBoostClassifier
+        return model.predict(np.asarray(x))
+    return _batched(model, x, batch_size, device, lambda z: z.argmax(dim=1)).numpy()
+
+
+def _batched(model, x, batch_size, device, post) -> torch.Tensor:
+    """Apply ``model`` in eval mode batch by batch, ``post`` on each output, on the CPU."""
+    was_training = model.training
+    model.eval()
+    x = torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x
+    out = [
+        post(model(x[i : i + batch_size].to(device))).cpu() for i in range(0, len(x), batch_size)
+    ]
+    model.train(was_training)
+    if not out:
+        return torch.zeros((0,), dtype=torch.long)
+    return torch.cat(out)

@@ -1,0 +1,122 @@
+"""Pure pieces of the training engines, with expected values worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flowsplit.errors import ConfigError
+from flowsplit.train.config import TrainConfig, parse_model_options
+from flowsplit.train.distributed import CommMeter, DistEnv, ParallelLayout, read_dist_env
+from flowsplit.train.metrics import classification_summary, confusion_matrix, macro_f1
+from flowsplit.train.result import RunResult
+
+
+def test_confusion_and_f1_by_hand():
+    # Prepare: 3 classes; class 2 never appears nor is predicted.
+    y_true = np.array([0, 0, 0, 1, 1])
+    y_pred = np.array([0, 0, 1, 1, 0])
+    # Execute
+    cm = confusion_matrix(y_true, y_pred, 3)
+    s = classification_summary(y_true, y_pred, ["a", "b", "c"])
+    # Assert: class a: TP 2, FP 1, FN 1 -> F1 4/6; class b: TP 1, FP 1, FN 1 -> F1 2/4.
+    assert cm.tolist() == [[2, 1, 0], [1, 1, 0], [0, 0, 0]]
+    assert s["per_class_f1"] == {"a": pytest.approx(2 / 3), "b": pytest.approx(0.5), "c": None}
+    assert s["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 2)
+    assert s["accuracy"] == pytest.approx(3 / 5)
+    assert macro_f1(y_true, y_pred, 3) == pytest.approx(s["macro_f1"])
+
+
+def test_comm_meter_counts_overlap_once():
+    # Prepare: intervals [0, 2] and [1, 3] overlap; [5, 6] stands alone -> busy 3 + 1.
+    meter = CommMeter()
+    meter._intervals = [(1.0, 3.0), (0.0, 2.0), (5.0, 6.0)]
+    # Execute / Assert
+    assert meter.busy_time() == pytest.approx(4.0)
+    start = meter.launched(1024)
+    meter.completed(start)
+    assert meter.n_bytes == 1024 and meter.n_calls == 1
+
+
+def test_read_dist_env_defaults_and_torchrun_values():
+    assert read_dist_env({}) == DistEnv(0, 1, 0, 1, "127.0.0.1", 0, 0, False)
+    env = read_dist_env(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RESTART_COUNT": "1",
+            "TORCHELASTIC_USE_AGENT_STORE": "True",
+        }
+    )
+    assert env == DistEnv(3, 4, 1, 2, "10.0.0.1", 29500, 1, True)
+
+
+def _cfg(**kw):
+    return TrainConfig(dataset="d", model="cnn", out="r", **kw)
+
+
+def test_layout_splits_the_global_batch_or_scales_lr():
+    env2 = DistEnv(1, 2, 1, 2, "127.0.0.1", 1, 0, False)
+    same = ParallelLayout.from_config(_cfg(batch_size=64, threads=1), env2)
+    scaled = ParallelLayout.from_config(_cfg(batch_size=64, lr=0.01, scale_lr=True), env2)
+    assert (same.per_worker_batch, same.global_batch, same.lr) == (32, 64, 1e-3)
+    assert (scaled.per_worker_batch, scaled.global_batch, scaled.lr) == (64, 128, 0.02)
+    assert same.ddp_enabled and not same.is_main and same.backend == "gloo"
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        ParallelLayout.from_config(_cfg(batch_size=63), env2)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"workers": 0}, "--workers"),
+        ({"lr": -1.0}, "--lr"),
+        ({"device": "tpu"}, "--device"),
+        ({"backend": "nccl", "device": "cpu"}, "needs CUDA"),
+        ({"dask_scheduler": "localhost:8786"}, "tcp://"),
+    ],
+)
+def test_config_errors_say_how_to_fix(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        _cfg(**kw)
+
+
+def test_model_options_parse_json_values():
+    assert parse_model_options(["channels=[8,16]", "dropout=0", "cell=gru"]) == {
+        "channels": [8, 16],
+        "dropout": 0,
+        "cell": "gru",
+    }
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_model_options(["dropout"])
+
+
+def test_run_result_round_trips_and_is_strict_json():
+    # Prepare: a result with a NaN (undefined metric) and numpy scalars.
+    fields = {f: 0 for f in RunResult.__dataclass_fields__ if f not in ("extra", "schema_version")}
+    fields.update(
+        model="cnn",
+        view="bytes",
+        engine="ddp",
+        comm_time_s=np.float64(0.5),
+        epoch_times_s=[1.0, float("nan")],
+        per_class_f1={"a": None},
+        config={"x": 1},
+        env={},
+    )
+    r = RunResult(**fields)
+    # Execute
+    text = r.to_json()
+    back = RunResult.from_json(text)
+    # Assert
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert back.epoch_times_s == [1.0, None] and back.comm_time_s == 0.5
+    assert back.model == "cnn" and back.schema_version == 1
+    with pytest.raises(ValueError, match="lack fields"):
+        RunResult.from_dict({"model": "cnn"})
