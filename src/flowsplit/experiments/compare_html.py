@@ -77,6 +77,7 @@ def _headline_n(entry: Mapping) -> int | None:
 
 def _conditions(results: Mapping) -> list[dict]:
     cfg = results["config"]
+    env = results.get("env") or {}
     ar = results["allreduce"]
     fit = ar.get("fit")
     bench = ar.get("benchmark") or {}
@@ -99,9 +100,23 @@ def _conditions(results: Mapping) -> list[dict]:
         ("all-reduce fit", (f"alpha {fit['latency_s'] * 1e6:.1f} us, beta "
                             f"{fit['bandwidth_Bps'] / 1e6:.0f} MB/s (max error "
                             f"{100 * ar['fit_max_rel_error']:.0f} %)") if fit else "–"),
+        ("versions", ", ".join(f"{k} {env[k]}" for k in ("python", "torch", "xgboost", "numpy")
+                               if k in env) or "–"),
+        ("platform", env.get("platform", "–")),
+        ("CPU taken by other processes during runs", _contention_text(results["cells"])),
         ("flowsplit, generated", f"{results['flowsplit_version']}, {results['generated']}"),
     ]  # fmt: skip
     return [{"what": k, "value": v} for k, v in rows]
+
+
+def _contention_text(cells: Sequence[Mapping]) -> str:
+    shares = [c["foreign_cpu_share"] for c in cells if c.get("foreign_cpu_share") is not None]
+    shares = [x for x in shares if x == x]  # drop NaN (unknown)
+    if not shares:
+        return "not measured"
+    q = np.percentile(shares, [50, 90])
+    return (f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
+            f"({sum(c.get('contended') for c in cells)} of {len(cells)} runs contended)")  # fmt: skip
 
 
 COND_COLS = [Column("what", "condition"), Column("value", "value")]

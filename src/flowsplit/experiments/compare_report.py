@@ -28,6 +28,7 @@ from flowsplit.experiments.compare import cell_dir, plan_cells
 from flowsplit.experiments.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
+    JSON_EXTRA,
     read_record,
     workload_from_records,
 )
@@ -94,7 +95,7 @@ def build_results(out: str | Path) -> dict:
         k: v for k, v in status.get("failures", {}).items()
         if not any(f"{r['model']}/w{r['workers']}/seed{r['seed']}" == k for r in records)
     }  # fmt: skip
-    env = next((r["config"] for r in records if r.get("config")), {})
+    env = next((r["env"] for r in records if r.get("env")), {})
     return {
         "flowsplit_version": __version__,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -110,8 +111,8 @@ def build_results(out: str | Path) -> dict:
         "per_class_f1": per_class_f1(records),
         "summary": summary_lines(analysis, cfg, cores, failures),
         "failures": failures,
-        "cells": [{k: r.get(k) for k in CSV_COLUMNS} for r in records],
-        "train_config_example": env,
+        "cells": [{k: r.get(k) for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
+        "env": env,
         "_records": records,  # dropped before writing; the renderer needs predictions
     }  # fmt: skip
 
@@ -350,7 +351,9 @@ def render_report(out: str | Path) -> Path:
     records = results.pop("_records")
     atomic_write_json(out / "results.json", _finite(results))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(
+        buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n", extrasaction="ignore"
+    )
     writer.writeheader()
     writer.writerows(results["cells"])
     atomic_write_text(out / "results.csv", buf.getvalue())

@@ -20,6 +20,9 @@ CONTENDED_SHARE = 0.15
 """A run during which other processes used more than this share of the CPUs is
 "contended": its accuracy counts, its timing is kept out of speedups and the fit."""
 
+# Kept per run in results.json beyond the CSV columns (lists and dicts).
+JSON_EXTRA = ("epoch_times_s", "loss_per_epoch", "per_class_f1", "confusion_matrix")
+
 # Columns of results.csv, in order: the run's identity, then time, then quality.
 CSV_COLUMNS = (
     "model", "view", "engine", "workers", "threads_per_worker", "seed", "oversubscribed",
@@ -88,6 +91,9 @@ def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str 
         "per_class_f1": metrics.get("per_class_f1") or {},
         "config": metrics.get("config") or {},
         "extra": metrics.get("extra") or {},
+        "env": metrics.get("env") or {},
+        "epoch_times_s": epochs,
+        "loss_per_epoch": metrics.get("loss_per_epoch") or [],
     }
 
 
