@@ -84,3 +84,17 @@ def test_select_classes_by_size_groups_and_names():
     keep, dropped = select_classes(labels, groups, min_flows=5, min_groups=2, exclude=["Unknown"])
     assert set(labels[keep]) == {"a"}
     assert dropped == {"class_excluded": 7, "class_too_small": 14}
+
+
+def test_one_class_captures_put_every_class_in_every_split():
+    # 8 classes x 6 capture files of 40 flows each, like the lab capture
+    groups = np.repeat([f"c{c}/s{s}.pcap" for c in range(8) for s in range(6)], 40)
+    labels = np.repeat(np.arange(8), 6 * 40)
+    for seed in range(5):
+        out = assign_splits(labels, by="file", groups=groups, seed=seed)
+        for c in range(8):
+            parts = out[labels == c]
+            # one file to test, one to val, four to train
+            assert (parts == "test").sum() == 40 and (parts == "val").sum() == 40, (seed, c)
+        for g in np.unique(groups):
+            assert len(set(out[groups == g])) == 1

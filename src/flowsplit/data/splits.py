@@ -135,12 +135,50 @@ def assign_splits(
             f"--split-by file needs at least 3 capture files, found {n_groups}; "
             "use --split-by flow or --split-by time"
         )
+    if by == "file" and _one_class_per_group(y, g):
+        # Each capture holds one class (folder labels): allocate every class's captures
+        # to the splits separately, so each class with >= 3 captures is in all three.
+        return _split_single_class_groups(y, g, val_frac, test_frac, seed)
     test_idx = _grouped_fold(y, g, test_frac, seed)
     out[test_idx] = "test"
     if val_frac > 0:
         rest = np.flatnonzero(out == "train")
         val_rel = _grouped_fold(y[rest], g[rest], val_frac / (1 - test_frac), seed + 1)
         out[rest[val_rel]] = "val"
+    return out
+
+
+def _one_class_per_group(y: np.ndarray, g: np.ndarray) -> bool:
+    per_group = pd.DataFrame({"g": g, "y": y}).groupby("g")["y"].nunique()
+    return bool((per_group == 1).all())
+
+
+def _split_single_class_groups(
+    y: np.ndarray, g: np.ndarray, val_frac: float, test_frac: float, seed: int
+) -> np.ndarray:
+    """Split whole groups, class by class, each split near its share of the class's flows."""
+    rng = np.random.default_rng(seed)
+    out = np.full(len(y), "train", dtype=object)
+    sizes = np.bincount(g)
+    group_class = np.zeros(len(sizes), dtype=np.int64)
+    group_class[g] = y
+    for cls in np.unique(y):
+        gs = rng.permutation(np.flatnonzero((group_class == cls) & (sizes > 0)))
+        total = sizes[gs].sum()
+        taken = 0
+        for split, frac in (("test", test_frac), ("val", val_frac)):
+            # leave at least one group for every later split (val, then train)
+            spare = len(gs) - taken - (2 if split == "test" and val_frac > 0 else 1)
+            if frac <= 0 or spare <= 0:
+                continue
+            chosen, flows = [], 0
+            while len(chosen) < spare and (
+                not chosen or flows + sizes[gs[taken + len(chosen)]] / 2 <= frac * total
+            ):
+                flows += sizes[gs[taken + len(chosen)]]
+                chosen.append(gs[taken + len(chosen)])
+            out[np.isin(g, chosen)] = split
+            taken += len(chosen)
     return out
 
 
