@@ -44,10 +44,9 @@ bench: $(BSTAMP)
 	@mkdir -p bench-results
 	$(PY) benchmarks/run_all.py --out-dir bench-results
 
-# Regenerates the embedded lab capture (needs root, tcpdump and the servers; see scripts/).
+# Regenerates the embedded lab capture (needs root, tcpdump and the servers; about 3 minutes).
 demo-capture:
-	sudo -n true 2>/dev/null || true
-	$(PY) scripts/make_demo_capture.py --out demo/captures
+	sudo $(PYTHON) scripts/make_demo_capture.py --out demo/captures
 
 clean:
 	rm -rf $(VENV) runs bench-results .pytest_cache .ruff_cache .hypothesis
