@@ -93,3 +93,24 @@ def test_bad_inputs_give_one_line_errors_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "ds").exists()
     assert main(["prepare", str(p), "-o", str(tmp_path / "ds"), "--views", "seq,nope"]) == 2
     assert "--views" in capsys.readouterr().err
+
+
+def test_extract_views_reproduces_the_dataset_rows_of_a_capture(tmp_path):
+    from flowsplit.data.prepare import extract_views
+    from tests.conftest import DEMO_CAPTURES
+
+    cls = sorted(p for p in DEMO_CAPTURES.iterdir() if p.is_dir())[:3]
+    src = tmp_path / "caps"
+    for c in cls:  # 3 classes x 3 files: enough for a file split
+        (src / c.name).mkdir(parents=True)
+        for f in sorted(c.glob("*.pcap"))[:3]:
+            (src / c.name / f.name).symlink_to(f)
+    assert main(["prepare", str(src), "-o", str(tmp_path / "ds"), "--quiet", "--no-dedup"]) == 0
+    ds = load_dataset(tmp_path / "ds")
+    one = sorted((src / cls[0].name).glob("*.pcap"))[0]
+    meta, views, stats = extract_views([one], ds.manifest["options"])
+    rows = np.flatnonzero(ds.meta["source"].to_numpy() == f"{cls[0].name}/{one.name}")
+    assert len(meta) == len(rows) > 0
+    np.testing.assert_array_equal(views["bytes"], ds.view("bytes")[rows])
+    np.testing.assert_array_equal(views["seq"], ds.view("seq")[rows])
+    np.testing.assert_array_equal(stats.to_numpy(np.float32), ds.view("stats")[rows])

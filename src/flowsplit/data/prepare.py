@@ -461,3 +461,60 @@ def _progress(files, enabled: bool):
 
     total = sum(f.size for f in files)
     return tqdm(total=total, unit="B", unit_scale=True, desc="prepare", leave=False)
+
+
+def extract_views(
+    paths: list[str | Path], options: dict[str, Any]
+) -> tuple[pd.DataFrame, dict[str, np.ndarray], pd.DataFrame | None]:
+    """Flows of new captures with the views a dataset was prepared with (for predict).
+
+    ``options`` is a dataset manifest's ``options``; no labels, no dedup, no split.
+    Returns (meta, tensor views, stats); stats columns follow the options' mask.
+    """
+    from flowsplit.data.flows import ReadReport, iter_flows_many
+
+    known = {k: v for k, v in options.items() if k in PrepareOptions.__dataclass_fields__}
+    known.pop("labels", None)
+    opts = PrepareOptions(**{**known, "views": tuple(known.get("views", PrepareOptions.views))})
+    files = src_mod.discover(paths)
+    if any(f.kind != "capture" for f in files):
+        bad = next(f for f in files if f.kind != "capture")
+        raise InputError(bad.path, "predict reads captures (pcap/pcapng) only")
+    report = ReadReport()
+    metas, views, stats = [], {}, []
+    for batch in iter_flows_many(
+        [f.path for f in files], opts.flow_options(), report, on_error="skip"
+    ):
+        metas.append(
+            pd.DataFrame(
+                {
+                    "source": np.array([files[i].rel for i in batch.source], dtype=object),
+                    "proto": batch.proto,
+                    "ip_a": batch.ip_a,
+                    "port_a": batch.port_a,
+                    "ip_b": batch.ip_b,
+                    "port_b": batch.port_b,
+                    "first_ts": batch.first_ts,
+                    "last_ts": batch.last_ts,
+                    "n_packets": batch.n_packets,
+                    "n_bytes": batch.n_bytes,
+                }
+            )  # fmt: skip
+        )
+        for k, v in batch.views.items():
+            views.setdefault(k, []).append(v)
+        if batch.stats is not None:
+            stats.append(batch.stats)
+    for path, problem in report.file_errors:
+        log.warning("skipped %s: %s", path, problem)
+    if len(report.file_errors) == len(files):
+        path, problem = report.file_errors[0]
+        raise InputError(path, problem)
+    if not metas:
+        raise InputError(files[0].path, "no TCP/UDP flows in the capture(s)")
+    meta = pd.concat(metas, ignore_index=True)
+    return (
+        meta,
+        {k: np.concatenate(v) for k, v in views.items()},
+        pd.concat(stats, ignore_index=True) if stats else None,
+    )
