@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,8 +148,9 @@ class Labeller:
 
 def folder_label(capture: Path, root: Path) -> str | None:
     """The class folder of a capture: the first folder below the input root."""
+    # abspath, not resolve: a symlinked capture belongs to the folder it is linked in
     try:
-        rel = capture.resolve().relative_to(root.resolve())
+        rel = Path(os.path.abspath(capture)).relative_to(os.path.abspath(root))
     except ValueError:
         return None
     return rel.parts[0] if len(rel.parts) >= 2 else None
@@ -156,7 +158,7 @@ def folder_label(capture: Path, root: Path) -> str | None:
 
 def _rel(capture: Path, root: Path) -> str:
     try:
-        return str(capture.resolve().relative_to(root.resolve()))
+        return str(Path(os.path.abspath(capture)).relative_to(os.path.abspath(root)))
     except ValueError:
         return capture.name
 
