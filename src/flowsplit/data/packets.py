@@ -54,6 +54,7 @@ _PPP_TO_ET = {0x0021: ET_IPV4, 0x0057: ET_IPV6, 0x0281: 0x8847, 0x0283: 0x8848}
 _IPV6_EXT = np.array([0, 43, 60, 44, 51, 135, 139, 140])
 _MAX_CHAIN = 8  # VLAN/MPLS/PPPoE headers, and IPv6 extension headers, followed per packet
 _V4_MAPPED = np.uint64(0xFFFF00000000)
+_MALFORMED_CODES = np.array([_TRUNC, _BAD_IP, _BAD_EXT, _BAD_TCP, _BAD_UDP])
 _LINK_DECODERS = frozenset({0, 1, 9, 12, 14, 101, 104, 108, 113, 228, 229, 276})
 
 
@@ -300,20 +301,17 @@ def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason) -> None:
 
 
 def _count(report, reason, recs, chunk, strict, caplen) -> None:
-    """Add the reasons to the report (strict mode: raise on a malformed packet)."""
+    """Add the reasons to the report (strict mode: raise on the first malformed packet)."""
+    if strict:
+        malformed = np.isin(reason, _MALFORMED_CODES)
+        # Cut by the snapshot length is normal; shorter than its own wire length is not.
+        malformed &= (reason != _TRUNC) | (caplen >= recs.wirelen)
+        if malformed.any():
+            i = int(np.argmax(malformed))
+            name = REASONS[reason[i]]
+            report.skip(name, 1, chunk.paths[int(recs.src[i])], strict=True,
+                        where=f" (record {int(recs.index[i])})")  # fmt: skip
     counts = np.bincount(reason.astype(np.int64), minlength=len(REASONS))
     for code in np.flatnonzero(counts).tolist():
-        if code in (_OK, _BAD_LT):
-            continue
-        name = REASONS[code]
-        is_code = reason == code
-        if code == _TRUNC:
-            # Cut by the snapshot length is normal; shorter than its own wire length is not.
-            is_code = is_code & (caplen >= recs.wirelen)
-            report.skipped[name] += int(counts[code] - is_code.sum())
-            if not is_code.any():
-                continue
-        i = int(np.argmax(is_code))
-        path = chunk.paths[int(recs.src[i])]
-        report.skip(name, int(is_code.sum()), path, strict=strict,
-                    where=f" (record {int(recs.index[i])})")  # fmt: skip
+        if code not in (_OK, _BAD_LT):
+            report.skipped[REASONS[code]] += int(counts[code])

@@ -247,6 +247,15 @@ class PcapngSource(Source):
             except struct.error:
                 break
             # Slow path: any other block, or an EPB that needs a closer look.
+            if btype == _SHB:
+                if off + 12 > data_end:
+                    break
+                self._register(batch, epbs, n0, others)
+                self._set_section(mv, off, where=f"offset {self.offset + off - pos}")
+                hdr = self._hdr
+                blen = hdr(mv, off)[1]  # the length in the new section's byte order
+                epbs = batch.ng_starts(self.endian)
+                n0 = len(epbs)
             if blen < 12 or blen % 4:
                 self._register(batch, epbs, n0, others)
                 self.fail(f"block at offset {self.offset + off - pos} has impossible length {blen}")
@@ -259,11 +268,6 @@ class PcapngSource(Source):
             if off + blen > data_end:
                 break
             if btype == _SHB:
-                self._register(batch, epbs, n0, others)
-                self._set_section(mv, off, where=f"offset {self.offset + off - pos}")
-                hdr = self._hdr
-                epbs = batch.ng_starts(self.endian)
-                n0 = len(epbs)
                 self.interfaces = []
             elif btype == 1:
                 self._add_interface(mv, off, blen)
