@@ -1,0 +1,377 @@
+"""The engine's cost model, decomposed per client and per aggregator for the planner.
+
+:func:`flowsplit.federated.predict.predict_ledger` computes a round's ledger for one
+assignment; :func:`flowsplit.federated.costs.round_delay` turns it into the delay.
+The planner must compare many assignments and cut pairs, so this module rewrites the
+same closed form as arrays that separate what a client contributes at each
+aggregator from what an aggregator contributes by being used:
+
+per client ``i`` placed on aggregator ``j`` (features, in this order):
+
+- ``chain_a``, ``chain_b``: the client's chain is ``max(chain_a, chain_b)``; end to
+  end (sfl, hsfl) ``chain_a`` is everything done for it (its compute, its transfers
+  on both hops with their latencies, aggregator and server compute) and
+  ``chain_b = 0``; under local losses ``chain_a`` is its compute and ``chain_b`` its
+  link's busy time (bytes / bandwidth);
+- ``agg``: aggregator compute on its batches (a FIFO queue: summed per aggregator);
+- ``bb``: busy time of the aggregator-server link for its batches (a queue too);
+- ``down``, ``up``: model download and upload on its link (latency + bytes / bandwidth);
+- ``count``: 1 when it takes part (a non-empty shard), else 0.
+
+Every feature is a linear form ``coef[i, p] @ basis[i, :, j]`` over a small basis
+(the client's latency and inverse bandwidth to ``j``, ``j``'s inverse speed, backbone
+latency and inverse bandwidth, 1), so the greedy evaluates all aggregators of all cut
+pairs with one batched matrix product per client.
+
+per aggregator ``j`` with ``k_j`` participants (``active_j = k_j > 0``):
+
+- download ``D_j = max down + active_j * d_fix_j + k_j * d_lin_j``;
+- train ``T_j = max(max chain, sum agg, sum bb)``;
+- upload ``U_j = max up + active_j * u_fix_j + k_j * u_lin_j``;
+
+and the round delay is ``max_j D_j + max(max_j T_j, server_load) + max_j U_j +
+server_avg_fix + n_active * server_avg_per_agg``, bytes ``bytes_fix + n_active *
+bytes_per_agg``: exactly ``round_delay(predict_ledger(...))`` (the tests check it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from flowsplit.federated.costs import n_batches
+from flowsplit.federated.predict import COUNT_BYTES, FLOAT_BYTES, LABEL_BYTES, predict_ledger
+from flowsplit.federated.profile import PartCosts
+from flowsplit.federated.protocol import HEADER_NBYTES
+from flowsplit.federated.topology import Topology
+
+FEATURES = ("chain_a", "chain_b", "agg", "bb", "down", "up", "count")
+CHAIN_A, CHAIN_B, AGG, BB, DOWN, UP, COUNT = range(len(FEATURES))
+BASIS = ("latency", "inv_bandwidth", "inv_agg_speed", "backbone_latency", "inv_backbone_bw", "one")
+N_BASIS = len(BASIS)
+
+
+@dataclass(frozen=True)
+class SchemeFlags:
+    """What a scheme changes in the cost model (the class attributes of its Scheme)."""
+
+    end_to_end: bool = True
+    """Gradients travel down and clients wait for them (sfl, hsfl)."""
+    edge_averaging: bool = True
+    """Aggregators average their clients' parts (hsfl, hsfl-ll); False: sfl relays."""
+    server_copies: bool = False
+    """sfl v1: the server averages one server part per client."""
+
+    @property
+    def local_loss(self) -> bool:
+        return not self.end_to_end
+
+    @classmethod
+    def of(cls, scheme: str, sfl_version: str = "v1") -> SchemeFlags:
+        """Flags of ``sfl``, ``hsfl`` or ``hsfl-ll``."""
+        if scheme == "sfl":
+            return cls(True, False, sfl_version == "v1")
+        if scheme == "hsfl":
+            return cls(True, True, False)
+        if scheme == "hsfl-ll":
+            return cls(False, True, False)
+        raise ValueError(f"unknown scheme {scheme!r}")
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Per-client and per-aggregator cost terms of ``P`` cut pairs on one topology."""
+
+    cuts: tuple[tuple[int, int], ...]
+    """(P,) the cut pairs, in the order of every ``P`` axis."""
+    coef: np.ndarray
+    """(N, P, F, K) coefficients of each feature on the basis."""
+    latency: np.ndarray
+    """(N, A) client-aggregator latency (basis row 0)."""
+    inv_bandwidth: np.ndarray
+    """(N, A) 1 / bandwidth, 0 where there is no link (basis row 1)."""
+    agg_basis: np.ndarray
+    """(4, A) basis rows 2..5, the same for every client."""
+    linked: np.ndarray
+    """(N, A) bool: a link exists."""
+    d_fix: np.ndarray
+    """(P, A) download time an active aggregator adds (its backbone model messages)."""
+    d_lin: np.ndarray
+    """(P, A) download time per participant (sfl relays one copy per client)."""
+    u_fix: np.ndarray
+    """(P, A) upload time an active aggregator adds."""
+    u_lin: np.ndarray
+    """(P, A) upload time per participant (averaging at the edge, or sfl relays)."""
+    server_load: np.ndarray
+    """(P,) server training compute of the round."""
+    server_avg_fix: np.ndarray
+    """(P,) server averaging time that does not depend on the assignment."""
+    server_avg_per_agg: np.ndarray
+    """(P,) server averaging time per active aggregator."""
+    bytes_fix: np.ndarray
+    """(P,) bytes of the round that do not depend on the assignment."""
+    bytes_per_agg: np.ndarray
+    """(P,) model bytes each active aggregator adds on the backbone."""
+    flags: SchemeFlags
+
+    @property
+    def n_clients(self) -> int:
+        return self.coef.shape[0]
+
+    @property
+    def n_pairs(self) -> int:
+        return self.coef.shape[1]
+
+    @property
+    def n_aggregators(self) -> int:
+        return self.latency.shape[1]
+
+    def basis(self, clients: np.ndarray | int) -> np.ndarray:
+        """(..., K, A) basis of ``clients`` for every aggregator."""
+        lat = self.latency[clients]
+        inv = self.inv_bandwidth[clients]
+        shape = lat.shape[:-1]
+        rest = np.broadcast_to(self.agg_basis, (*shape, 4, self.n_aggregators))
+        return np.concatenate([lat[..., None, :], inv[..., None, :], rest], axis=-2)
+
+    def features(self, pair: int, clients: np.ndarray) -> np.ndarray:
+        """(n, F, A) features of ``clients`` at every aggregator, cut pair ``pair``."""
+        clients = np.asarray(clients, dtype=np.int64)
+        return np.matmul(self.coef[clients, pair], self.basis(clients))
+
+    def assigned_features(self, pair: int, assignment: np.ndarray) -> np.ndarray:
+        """(N, F) features of every client at its assigned aggregator."""
+        j = np.asarray(assignment, dtype=np.int64)
+        rows = np.arange(self.n_clients)
+        col = np.empty((self.n_clients, N_BASIS))
+        col[:, 0] = self.latency[rows, j]
+        col[:, 1] = self.inv_bandwidth[rows, j]
+        col[:, 2:] = self.agg_basis[:, j].T
+        return np.matmul(self.coef[:, pair], col[:, :, None])[:, :, 0]
+
+
+def build_cost_table(
+    part_costs: Sequence[PartCosts],
+    topology: Topology,
+    flags: SchemeFlags,
+    *,
+    batch_size: int,
+    local_epochs: int = 1,
+    samples: np.ndarray | None = None,
+) -> CostTable:
+    """The cost terms of every cut pair in ``part_costs`` (same keywords as predict_ledger)."""
+    n = topology.n_clients
+    samples = np.asarray(topology.client_samples if samples is None else samples, dtype=np.int64)
+    part = samples > 0
+    m = np.where(part, n_batches(samples, batch_size, local_epochs), 0).astype(np.float64)
+    s = np.where(part, samples * local_epochs, 0).astype(np.float64)
+    one = part.astype(np.float64)
+    H = float(HEADER_NBYTES)
+    e2e = flags.end_to_end
+    n_msgs = 3.0 if e2e else 2.0  # activations, labels (, gradients) on each hop
+    n_pairs = len(part_costs)
+    coef = np.zeros((n, n_pairs, len(FEATURES), N_BASIS))
+    inv_speed = 1.0 / topology.client_speed
+    for p, costs in enumerate(part_costs):
+        alpha, gamma = (float(v) for v in costs.act_bytes)
+        tf = np.asarray(costs.train_flops, dtype=np.float64)
+        pc = float(costs.state_numel[0])
+        per_sample_ca = alpha * (2.0 if e2e else 1.0) + LABEL_BYTES
+        per_sample_as = gamma * (2.0 if e2e else 1.0) + LABEL_BYTES
+        compute = tf[0] * s * inv_speed
+        server = tf[2] * s / topology.server_speed
+        # Chains pay latency + bytes / bandwidth per message; queues only the busy time.
+        busy = np.zeros((n, N_BASIS))
+        busy[:, 1] = n_msgs * m * H + s * per_sample_ca
+        link = busy.copy()
+        link[:, 0] = n_msgs * m
+        agg = np.zeros((n, N_BASIS))
+        if costs.three_tier:
+            agg[:, 2] = tf[1] * s
+        bb = np.zeros((n, N_BASIS))
+        bb[:, 4] = n_msgs * m * H + s * per_sample_as
+        bb_chain = bb.copy()
+        bb_chain[:, 3] = n_msgs * m
+        model_c = H + FLOAT_BYTES * pc
+        c = coef[:, p]
+        if e2e:
+            c[:, CHAIN_A] = link + agg + bb_chain
+            c[:, CHAIN_A, 5] += compute + server
+        else:
+            c[:, CHAIN_A, 5] = compute
+            c[:, CHAIN_B] = busy
+        c[:, AGG] = agg
+        c[:, BB] = bb
+        c[:, DOWN, 0] = one
+        c[:, DOWN, 1] = one * model_c
+        c[:, UP, 0] = one
+        c[:, UP, 1] = one * (model_c + H + COUNT_BYTES)
+        c[:, COUNT, 5] = one
+    agg_terms = _aggregator_terms(part_costs, topology, flags, samples, part)
+    bw = topology.ca_bandwidth
+    linked = bw > 0
+    return CostTable(
+        cuts=tuple(tuple(int(v) for v in pc.cuts) for pc in part_costs),
+        coef=coef,
+        latency=np.asarray(topology.ca_latency, dtype=np.float64),
+        inv_bandwidth=np.divide(1.0, bw, out=np.zeros_like(bw, dtype=np.float64), where=linked),
+        agg_basis=np.stack(
+            [
+                1.0 / topology.aggregator_speed,
+                topology.as_latency,
+                1.0 / topology.as_bandwidth,
+                np.ones(topology.n_aggregators),
+            ]
+        ),
+        linked=linked,
+        flags=flags,
+        bytes_fix=_bytes_fix(
+            part_costs, topology, flags, samples, batch_size, local_epochs, agg_terms
+        ),
+        **agg_terms,
+    )
+
+
+def _aggregator_terms(
+    part_costs: Sequence[PartCosts],
+    topology: Topology,
+    flags: SchemeFlags,
+    samples: np.ndarray,
+    part: np.ndarray,
+) -> dict[str, np.ndarray]:
+    H = float(HEADER_NBYTES)
+    bl = topology.as_latency
+    inv_bb = 1.0 / topology.as_bandwidth
+    inv_as = 1.0 / topology.aggregator_speed
+    n_pairs, n_aggs = len(part_costs), topology.n_aggregators
+    out = {k: np.zeros((n_pairs, n_aggs)) for k in ("d_fix", "d_lin", "u_fix", "u_lin")}
+    for k in ("server_load", "server_avg_fix", "server_avg_per_agg", "bytes_per_agg"):
+        out[k] = np.zeros(n_pairs)
+    count = H + COUNT_BYTES
+    n_part = float(part.sum())
+    s_total = float(np.where(part, samples, 0).sum())
+    for p, costs in enumerate(part_costs):
+        pc, pg, ps = (float(v) for v in costs.state_numel)
+        three = costs.three_tier
+        model_c, model_g = H + FLOAT_BYTES * pc, H + FLOAT_BYTES * pg
+        out["server_load"][p] = float(costs.train_flops[2]) * s_total / topology.server_speed
+        # A used backbone link pays its latency once per phase (messages stream).
+        out["d_fix"][p] = bl
+        out["u_fix"][p] = bl
+        if flags.edge_averaging:
+            down_bytes = model_c + (model_g if three else 0.0)
+            up_bytes = model_c + (model_g if three else 0.0) + count
+            out["d_fix"][p] += down_bytes * inv_bb
+            out["u_fix"][p] += up_bytes * inv_bb
+            out["u_lin"][p] = 2.0 * pc * inv_as
+            out["server_avg_per_agg"][p] = (
+                2.0 * (pc + (pg if three else 0.0)) / topology.server_speed
+            )
+            out["bytes_per_agg"][p] = down_bytes + up_bytes
+        else:
+            out["d_lin"][p] = model_c * inv_bb
+            out["u_lin"][p] = (model_c + count) * inv_bb
+            avg = 2.0 * pc * n_part + (2.0 * ps * n_part if flags.server_copies else 0.0)
+            out["server_avg_fix"][p] = avg / topology.server_speed
+    return out
+
+
+def _bytes_fix(part_costs, topology, flags, samples, batch_size, local_epochs, agg_terms):
+    # Bytes hardly depend on the assignment (only through which aggregators are used),
+    # so take them from the engine's own prediction for one assignment and remove the
+    # per-aggregator part: no second copy of the byte formulas to keep in step.
+    probe = np.argmax(topology.ca_bandwidth > 0, axis=1)
+    n_active = len(np.unique(probe[samples > 0]))
+    out = np.zeros(len(part_costs))
+    for p, costs in enumerate(part_costs):
+        led = predict_ledger(
+            costs,
+            topology,
+            probe,
+            end_to_end=flags.end_to_end,
+            edge_averaging=flags.edge_averaging,
+            server_copies=flags.server_copies,
+            batch_size=batch_size,
+            local_epochs=local_epochs,
+            samples=samples,
+        )
+        out[p] = float(led.bytes.sum()) - n_active * agg_terms["bytes_per_agg"][p]
+    return out
+
+
+# --- evaluation of complete assignments ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AggregatorState:
+    """Per-aggregator sums and maxima of an assignment, for one cut pair."""
+
+    chain: np.ndarray
+    """(A,) longest chain."""
+    agg: np.ndarray
+    """(A,) aggregator queue."""
+    bb: np.ndarray
+    """(A,) backbone queue."""
+    down: np.ndarray
+    """(A,) longest model download."""
+    up: np.ndarray
+    """(A,) longest model upload."""
+    count: np.ndarray
+    """(A,) participants."""
+
+
+def aggregator_state(table: CostTable, pair: int, assignment: np.ndarray) -> AggregatorState:
+    """Sums and maxima per aggregator of ``assignment`` under cut pair ``pair``."""
+    j = np.asarray(assignment, dtype=np.int64)
+    f = table.assigned_features(pair, j)
+    n_aggs = table.n_aggregators
+
+    def gmax(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(n_aggs)
+        np.maximum.at(out, j, values)
+        return out
+
+    def gsum(values: np.ndarray) -> np.ndarray:
+        return np.bincount(j, weights=values, minlength=n_aggs)
+
+    return AggregatorState(
+        chain=gmax(np.maximum(f[:, CHAIN_A], f[:, CHAIN_B])),
+        agg=gsum(f[:, AGG]),
+        bb=gsum(f[:, BB]),
+        down=gmax(f[:, DOWN]),
+        up=gmax(f[:, UP]),
+        count=gsum(f[:, COUNT]),
+    )
+
+
+def phase_terms(table: CostTable, pair: int, state: AggregatorState):
+    """(D, T, U) per aggregator, each (A,), from an :class:`AggregatorState`."""
+    active = (state.count > 0).astype(np.float64)
+    d = state.down + active * table.d_fix[pair] + state.count * table.d_lin[pair]
+    t = np.maximum(state.chain, np.maximum(state.agg, state.bb))
+    u = state.up + active * table.u_fix[pair] + state.count * table.u_lin[pair]
+    return d, t, u
+
+
+def delay_from_terms(table: CostTable, pair: int, d, t, u, n_active) -> np.ndarray:
+    """Round delay from per-aggregator phase maxima (arrays broadcast)."""
+    train = np.maximum(t, table.server_load[pair])
+    return (
+        np.maximum(d, 0.0)
+        + train
+        + np.maximum(u, 0.0)
+        + table.server_avg_fix[pair]
+        + n_active * table.server_avg_per_agg[pair]
+    )
+
+
+def evaluate_assignment(table: CostTable, pair: int, assignment: np.ndarray) -> tuple[float, float]:
+    """(round delay s, round bytes) of ``assignment`` under cut pair ``pair``."""
+    state = aggregator_state(table, pair, assignment)
+    d, t, u = phase_terms(table, pair, state)
+    n_active = float((state.count > 0).sum())
+    delay = delay_from_terms(table, pair, d.max(), t.max(), u.max(), n_active)
+    nbytes = table.bytes_fix[pair] + n_active * table.bytes_per_agg[pair]
+    return float(delay), float(nbytes)

@@ -1,0 +1,340 @@
+"""The accuracy-aware split and assignment planner, and the plans it is compared with.
+
+:func:`plan_split` chooses cut points ``(a, c)`` and a client -> aggregator
+assignment minimising the objective of :mod:`flowsplit.planner.objective`:
+
+1. every legal cut pair whose client part fits every client's memory is a candidate;
+2. the cost terms of every candidate come from the engine's cost model
+   (:mod:`flowsplit.planner.costs`);
+3. a lower bound of each candidate's objective (every client on its best link, queues
+   spread over all aggregators by speed) orders them; on large instances candidates
+   whose bound cannot beat the best plan found so far are skipped;
+4. the greedy assigns clients for the remaining candidates (all in one pass), the
+   ``refine_top`` best are improved by local search, and the best plan wins.
+
+:func:`plan_fixed` evaluates the baselines' plans (fixed cuts, a rule assignment).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flowsplit.errors import ConfigError
+from flowsplit.federated.profile import BlockProfile, client_memory_bytes, part_costs
+from flowsplit.federated.topology import Topology, assign_clients
+from flowsplit.planner.assign import (
+    check_capacity,
+    client_work,
+    greedy_assign,
+    improve_assignment,
+)
+from flowsplit.planner.costs import (
+    AGG,
+    BB,
+    CHAIN_A,
+    CHAIN_B,
+    DOWN,
+    UP,
+    CostTable,
+    SchemeFlags,
+    build_cost_table,
+    evaluate_assignment,
+)
+from flowsplit.planner.objective import REFERENCES, Objective, Weights
+
+FAMILIES = ("hsfl", "hsfl-ll")
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Options of the planner (the decision itself comes from the data)."""
+
+    weights: Weights = field(default_factory=Weights)
+    """Objective weights (loss, delay, bytes)."""
+    family: str = "hsfl"
+    """Scheme the planned cuts are trained with: ``hsfl`` (end to end) or ``hsfl-ll``."""
+    reference: str = "hsfl"
+    """Delay and bytes references: ``hsfl`` (fixed cuts, random assignment) or ``median``."""
+    fixed_cuts: tuple[int, int] = (1, 2)
+    """Cuts of the HSFL baseline (and of the ``hsfl`` reference)."""
+    batch_size: int = 32
+    """Client batch size (sets the number of messages per round)."""
+    local_epochs: int = 1
+    """Local epochs per round."""
+    capacity: tuple[int, ...] | None = None
+    """Most clients per aggregator, one value per aggregator (None: unlimited)."""
+    check_memory: bool = True
+    """Skip cut pairs whose client part does not fit some client's memory."""
+    refine_top: int = 2
+    """Local search improves the greedy plans of this many best cut pairs."""
+    local_search_iters: int = 50
+    """Most improving moves or swaps per refined cut pair."""
+    chunk: int | None = None
+    """Clients per greedy step (default A // 4; 1 is the plain sequential greedy)."""
+    prune: bool | None = None
+    """Skip cut pairs by lower bound (default: when N * A >= 100,000)."""
+    seed: int = 0
+    """Seed of the random assignment of the HSFL reference."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
+        if self.reference not in REFERENCES:
+            raise ConfigError(f"--reference {self.reference!r}: choose hsfl or median")
+        if self.batch_size < 1 or self.local_epochs < 1 or self.refine_top < 0:
+            raise ConfigError("batch size and local epochs must be >= 1, refine-top >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weights"] = self.weights.to_dict()
+        d["fixed_cuts"] = list(self.fixed_cuts)
+        return d
+
+
+@dataclass
+class Plan:
+    """Cuts, an assignment and what the cost model and the surrogate predict for them."""
+
+    scheme: str
+    cuts: tuple[int, int]
+    assignment: np.ndarray
+    predicted_loss: float
+    delay_s: float
+    """Predicted round delay (s)."""
+    bytes: float
+    """Predicted bytes per round."""
+    objective: float
+    planning_s: float = 0.0
+    objective_def: Objective | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    """One row per legal cut pair: loss, delay, bytes, objective, status."""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "cuts": list(self.cuts),
+            "predicted_loss": _num(self.predicted_loss),
+            "delay_s": self.delay_s,
+            "bytes": self.bytes,
+            "objective": _num(self.objective),
+            "planning_s": self.planning_s,
+            "objective_def": self.objective_def.to_dict() if self.objective_def else None,
+            "assignment": [int(a) for a in self.assignment],
+            "clients_per_aggregator": np.bincount(
+                self.assignment, minlength=int(self.info.get("n_aggregators", 0))
+            ).tolist(),
+            "candidates": self.candidates,
+            **self.info,
+        }
+
+
+def _num(x: float) -> float | None:
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def legal_part_costs(profile: BlockProfile, flags: SchemeFlags):
+    """(cuts, part costs) of every legal pair under ``flags``."""
+    cuts = profile.legal_cuts()
+    return cuts, [part_costs(profile, a, c, local_loss=flags.local_loss) for a, c in cuts]
+
+
+def memory_ok(costs, topology: Topology, batch_size: int) -> bool:
+    """Every client with data can hold the client part (weights, optimiser, activations)."""
+    need = client_memory_bytes(costs, batch_size)
+    part = topology.client_samples > 0
+    return bool(np.all(topology.client_memory[part] >= need))
+
+
+def make_objective(
+    profile: BlockProfile, topology: Topology, config: PlannerConfig, table: CostTable, cuts
+) -> Objective:
+    """The objective with references chosen as ``config.reference`` says."""
+    if config.reference == "hsfl":
+        if tuple(config.fixed_cuts) not in cuts:
+            raise ConfigError(f"fixed cuts {config.fixed_cuts} are not legal for this model")
+        pair = cuts.index(tuple(config.fixed_cuts))
+        assign = assign_clients(topology, "random", config.seed)
+        delay, nbytes = evaluate_assignment(table, pair, assign)
+    else:
+        assign = assign_clients(topology, "round-robin", config.seed)
+        vals = np.array([evaluate_assignment(table, p, assign) for p in range(table.n_pairs)])
+        delay, nbytes = (float(v) for v in np.median(vals, axis=0))
+    return Objective(config.weights, delay, nbytes, config.reference)
+
+
+def lower_bounds(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
+    """(P,) lower bounds of each pair's round delay and bytes over all assignments."""
+    pairs = np.arange(table.n_pairs)
+    lat = np.where(table.linked, table.latency, np.inf).min(axis=1)
+    inv = np.where(table.linked, table.inv_bandwidth, np.inf).min(axis=1)
+    best = np.column_stack([lat, inv, np.broadcast_to(table.agg_basis.min(axis=1), (len(lat), 4))])
+    coef = table.coef.reshape(table.n_clients, -1, best.shape[1])
+    f = np.matmul(coef, best[:, :, None]).reshape(table.n_clients, table.n_pairs, -1)
+    part = table.coef[:, 0, -1, -1] > 0  # count feature: takes part
+    chain = np.maximum(f[:, :, CHAIN_A], f[:, :, CHAIN_B]).max(axis=0, initial=0.0)
+    # Queues: sum_j speed_j * load_j = total work, so the busiest load >= work / total speed.
+    agg_work = table.coef[:, :, AGG, 2].sum(axis=0)
+    bb_work = table.coef[:, :, BB, 4].sum(axis=0)
+    agg_lb = agg_work / (1.0 / table.agg_basis[0]).sum()
+    bb_lb = bb_work / (1.0 / table.agg_basis[2]).sum()
+    train = np.maximum.reduce([chain, agg_lb, bb_lb, table.server_load])
+    any_part = bool(part.any())
+    down = f[part][:, :, DOWN].max(axis=0, initial=0.0) if any_part else np.zeros(len(pairs))
+    up = f[part][:, :, UP].max(axis=0, initial=0.0) if any_part else np.zeros(len(pairs))
+    d_lb = down + (table.d_fix + table.d_lin).min(axis=1) * any_part
+    u_lb = up + (table.u_fix + table.u_lin).min(axis=1) * any_part
+    n_act = float(any_part)
+    delay = d_lb + train + u_lb + table.server_avg_fix + n_act * table.server_avg_per_agg
+    nbytes = table.bytes_fix + n_act * table.bytes_per_agg
+    return delay, nbytes
+
+
+def plan_split(
+    profile: BlockProfile,
+    topology: Topology,
+    predicted_loss: dict[tuple[int, int], float] | None = None,
+    config: PlannerConfig | None = None,
+    *,
+    objective: Objective | None = None,
+) -> Plan:
+    """The best cuts and assignment for ``topology`` (shard sizes filled in).
+
+    ``predicted_loss`` maps cut pairs to the surrogate's loss (needed when the loss
+    weight is not 0); ``objective`` overrides the references of ``config``.
+    """
+    config = config or PlannerConfig()
+    t0 = time.perf_counter()
+    flags = SchemeFlags.of(config.family)
+    cuts, pcs = legal_part_costs(profile, flags)
+    table = build_cost_table(pcs, topology, flags, batch_size=config.batch_size,
+                             local_epochs=config.local_epochs)  # fmt: skip
+    cap = check_capacity(table, None if config.capacity is None else np.array(config.capacity))
+    obj = objective or make_objective(profile, topology, config, table, cuts)
+    loss = np.array([np.nan if predicted_loss is None else predicted_loss.get(c, np.nan)
+                     for c in cuts])  # fmt: skip
+    if config.weights.loss > 0 and not np.all(np.isfinite(loss)):
+        raise ConfigError("the loss weight is > 0 but some cut pairs have no predicted loss")
+    fits = np.array([not config.check_memory or memory_ok(pc, topology, config.batch_size)
+                     for pc in pcs])  # fmt: skip
+    if not fits.any():
+        raise ConfigError(
+            "no cut pair's client part fits every client's memory; give clients more "
+            "memory, a smaller batch, or run with --no-memory-check"
+        )
+    lb_delay, lb_bytes = lower_bounds(table)
+    lb_obj = obj.value(np.nan_to_num(loss), lb_delay, lb_bytes)
+    prune = config.prune
+    if prune is None:
+        prune = table.n_clients * table.n_aggregators >= 100_000
+    status = np.where(fits, "candidate", "client memory too small").astype(object)
+    assign = np.full((table.n_pairs, table.n_clients), -1, dtype=np.int64)
+    value = np.full(table.n_pairs, np.inf)
+    delay = np.full(table.n_pairs, np.nan)
+    nbytes = np.full(table.n_pairs, np.nan)
+
+    def run_greedy(pairs: np.ndarray) -> None:
+        if len(pairs) == 0:
+            return
+        assign[pairs] = greedy_assign(table, pairs, cap, chunk=config.chunk)
+        for p in pairs:
+            delay[p], nbytes[p] = evaluate_assignment(table, p, assign[p])
+            value[p] = obj.value(np.nan_to_num(loss[p]), delay[p], nbytes[p])
+            status[p] = "greedy"
+
+    order = [int(p) for p in np.argsort(lb_obj, kind="stable") if fits[p]]
+    if prune:
+        run_greedy(np.array(order[:1]))
+        rest = [p for p in order[1:] if lb_obj[p] < value.min()]
+        for p in order[1:]:
+            if p not in rest:
+                status[p] = "skipped: lower bound above the best plan"
+        run_greedy(np.array(rest, dtype=np.int64))
+    else:
+        run_greedy(np.array(order, dtype=np.int64))
+    for p in [int(p) for p in np.argsort(value, kind="stable")[: config.refine_top]]:
+        if not np.isfinite(value[p]):
+            continue
+        better = improve_assignment(table, p, assign[p], delay_coef=obj.delay_coef,
+                                    bytes_coef=obj.bytes_coef, capacity=cap,
+                                    max_iters=config.local_search_iters)  # fmt: skip
+        d, b = evaluate_assignment(table, p, better)
+        v = obj.value(np.nan_to_num(loss[p]), d, b)
+        if v < value[p]:
+            assign[p], delay[p], nbytes[p], value[p] = better, d, b, v
+        status[p] = "greedy + local search"
+    best = int(np.argmin(value))
+    candidates = [
+        {"cuts": list(c), "predicted_loss": _num(loss[p]), "delay_s": _num(delay[p]),
+         "bytes": _num(nbytes[p]), "objective": _num(value[p]),
+         "lower_bound": _num(lb_obj[p]), "status": str(status[p]), "chosen": p == best}
+        for p, c in enumerate(cuts)
+    ]  # fmt: skip
+    return Plan(
+        scheme=config.family,
+        cuts=cuts[best],
+        assignment=assign[best].copy(),
+        predicted_loss=float(loss[best]),
+        delay_s=float(delay[best]),
+        bytes=float(nbytes[best]),
+        objective=float(value[best]),
+        planning_s=time.perf_counter() - t0,
+        objective_def=obj,
+        candidates=candidates,
+        info={"n_clients": table.n_clients, "n_aggregators": table.n_aggregators},
+    )
+
+
+def plan_fixed(
+    profile: BlockProfile,
+    topology: Topology,
+    scheme: str,
+    cuts: tuple[int, int],
+    *,
+    rule: str = "random",
+    seed: int = 0,
+    batch_size: int = 32,
+    local_epochs: int = 1,
+    predicted_loss: float = float("nan"),
+    objective: Objective | None = None,
+) -> Plan:
+    """A baseline plan: fixed ``cuts`` and a rule assignment (``random``, ``round-robin``)."""
+    t0 = time.perf_counter()
+    flags = SchemeFlags.of(scheme)
+    pc = part_costs(profile, *cuts, local_loss=flags.local_loss)
+    table = build_cost_table([pc], topology, flags, batch_size=batch_size,
+                             local_epochs=local_epochs)  # fmt: skip
+    assign = assign_clients(topology, rule, seed)
+    delay, nbytes = evaluate_assignment(table, 0, assign)
+    value = objective.value(predicted_loss, delay, nbytes) if objective else float("nan")
+    return Plan(
+        scheme=scheme,
+        cuts=tuple(cuts),
+        assignment=assign,
+        predicted_loss=predicted_loss,
+        delay_s=delay,
+        bytes=nbytes,
+        objective=float(value),
+        planning_s=time.perf_counter() - t0,
+        objective_def=objective,
+        info={"n_clients": table.n_clients, "n_aggregators": table.n_aggregators,
+              "assignment_rule": rule},
+    )  # fmt: skip
+
+
+__all__ = [
+    "FAMILIES",
+    "Plan",
+    "PlannerConfig",
+    "client_work",
+    "legal_part_costs",
+    "lower_bounds",
+    "make_objective",
+    "memory_ok",
+    "plan_fixed",
+    "plan_split",
+]

@@ -1,0 +1,147 @@
+"""The accuracy surrogate: predict the loss of every legal cut pair from a few pilots.
+
+Pilot runs (:mod:`flowsplit.planner.pilots`) train a round or two at a few cut pairs
+chosen to span the legal triangle ``1 <= a <= c < L`` (:func:`choose_pilot_cuts`:
+its three corners first, then farthest-point sampling). A ridge regression
+(:class:`LossSurrogate`) on features of each cut (:func:`cut_features`) then
+predicts the validation loss of every legal pair. The ridge penalty is chosen by
+exact leave-one-out error, which the hat matrix gives in closed form, so even four
+pilots yield an honest estimate of the surrogate's own error (``loo_rmse_``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowsplit.federated.parts import legal_cuts
+from flowsplit.federated.profile import BlockProfile, cut_table
+
+FEATURE_NAMES = (
+    "depth_client",
+    "depth_aggregator",
+    "param_frac_client",
+    "param_frac_aggregator",
+    "log_act_a",
+    "log_act_c",
+)
+ALPHAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+
+
+def cut_features(profile: BlockProfile) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """(legal cuts, (P, 6) features): depth fraction of the client and aggregator
+    parts, their share of the parameters, and the log of the activation bytes at each
+    cut relative to the input."""
+    t = cut_table(profile)
+    total = max(float(np.sum(profile.params)), 1.0)
+    x = np.stack(
+        [
+            t["depth_client"],
+            t["depth_aggregator"],
+            t["client_params"] / total,
+            t["aggregator_params"] / total,
+            np.log(t["act_a_bytes"] / profile.input_bytes),
+            np.log(t["act_c_bytes"] / profile.input_bytes),
+        ],
+        axis=1,
+    ).astype(np.float64)
+    cuts = [(int(a), int(c)) for a, c in zip(t["a"], t["c"], strict=True)]
+    return cuts, x
+
+
+def choose_pilot_cuts(n_blocks: int, n_pilots: int) -> list[tuple[int, int]]:
+    """``n_pilots`` legal cut pairs spanning the triangle of legal pairs (deterministic).
+
+    The corners (1, 1), (1, L-1), (L-1, L-1) come first (client-light two-tier,
+    aggregator-heavy three-tier, client-heavy two-tier), then each next pair is the
+    legal pair farthest from those chosen (ties: the earlier pair in ``legal_cuts``).
+    """
+    cuts = legal_cuts(n_blocks)
+    if n_pilots >= len(cuts):
+        return cuts
+    last = n_blocks - 1
+    chosen = []
+    for corner in ((1, 1), (1, last), (last, last)):
+        if corner not in chosen and len(chosen) < n_pilots:
+            chosen.append(corner)
+    pts = np.array(cuts, dtype=np.float64) / max(last, 1)
+    while len(chosen) < n_pilots:
+        picked = np.array([cuts.index(c) for c in chosen])
+        dist = np.linalg.norm(pts[:, None, :] - pts[None, picked, :], axis=2).min(axis=1)
+        dist[picked] = -1.0
+        chosen.append(cuts[int(np.argmax(dist))])
+    return chosen
+
+
+class LossSurrogate:
+    """Ridge regression of pilot loss on cut features (scikit-learn style).
+
+    Features are standardised on the training rows (constant ones dropped); the
+    intercept is not penalised; the penalty ``alpha`` is the one of ``alphas`` with
+    the least leave-one-out squared error (given ``alpha`` fixes it instead).
+    """
+
+    def __init__(self, *, alpha: float | None = None, alphas: tuple[float, ...] = ALPHAS):
+        self.alpha = alpha
+        self.alphas = alphas
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> LossSurrogate:
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[0] < 1:
+            raise ValueError(f"need x (n, d) and y (n,) with n >= 1, got {x.shape}, {y.shape}")
+        if not np.all(np.isfinite(y)):
+            raise ValueError("pilot losses must be finite")
+        self.mean_ = x.mean(axis=0)
+        scale = x.std(axis=0)
+        self.keep_ = scale > 1e-12
+        self.scale_ = np.where(self.keep_, scale, 1.0)
+        z = ((x - self.mean_) / self.scale_)[:, self.keep_]
+        self.intercept_ = float(y.mean())
+        yc = y - self.intercept_
+        candidates = (self.alpha,) if self.alpha is not None else self.alphas
+        best = None
+        for alpha in candidates:
+            coef, loo = _ridge(z, yc, float(alpha))
+            if best is None or loo < best[2] - 1e-15:
+                best = (float(alpha), coef, loo)
+        self.alpha_, coef, loo = best
+        self.coef_ = np.zeros(x.shape[1])
+        self.coef_[self.keep_] = coef
+        self.loo_rmse_ = float(np.sqrt(loo))
+        self.n_train_ = int(x.shape[0])
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        if not hasattr(self, "coef_"):
+            raise RuntimeError("LossSurrogate is not fitted yet; call fit(x, y) first")
+        z = (np.asarray(x, dtype=np.float64) - self.mean_) / self.scale_
+        return self.intercept_ + z @ self.coef_
+
+    def to_dict(self) -> dict:
+        return {
+            "alpha": self.alpha_,
+            "intercept": self.intercept_,
+            "coef": dict(zip(FEATURE_NAMES, self.coef_.tolist(), strict=False)),
+            "loo_rmse": self.loo_rmse_,
+            "n_pilots": self.n_train_,
+        }
+
+
+def _ridge(z: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
+    """Ridge coefficients on centred data and the mean leave-one-out squared error."""
+    n, d = z.shape
+    if d == 0:
+        resid = y
+        h = np.full(n, 1.0 / n)
+        coef = np.zeros(0)
+    else:
+        zc = z - z.mean(axis=0)
+        a = zc.T @ zc + alpha * np.eye(d)
+        coef = np.linalg.solve(a, zc.T @ y)
+        resid = y - zc @ coef
+        # Leverage of each row, the intercept's 1/n included.
+        h = 1.0 / n + np.einsum("ij,ji->i", zc, np.linalg.solve(a, zc.T))
+    if n < 2:
+        return coef, float("inf")
+    loo = resid / np.clip(1.0 - h, 1e-9, None)
+    return coef, float(np.mean(loo**2))
