@@ -144,17 +144,22 @@ class FlowAssembler:
         touched[cont_g[matched]] = True
 
         # Rule 1 inside the chunk: the latest time seen since the key's previous packet.
-        src_change = pk.src[1:] != pk.src[:-1]
-        in_order = bool(np.all((pk.ts[1:] >= pk.ts[:-1]) | src_change))
         prev = np.empty(n)
         prev[0] = np.nan
         prev[1:] = ts[:-1]
-        if in_order:
-            latest = ts
-        else:
-            latest = np.full(n, np.nan)
+        latest = ts
+        same_file = pk.src[1:] == pk.src[:-1]
+        back = np.flatnonzero((pk.ts[1:] < pk.ts[:-1]) & same_file)  # time goes backwards
+        if len(back):
+            # Files whose timestamps are not in order: the latest time between the
+            # key's previous packet and this one is a range maximum over capture order.
+            rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
+            at = np.full(n, -1)
+            at[rows] = np.arange(len(rows))
             j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
-            latest[j] = RangeMax(pk.ts)(order[j - 1], order[j])
+            j = j[at[order[j]] >= 0]
+            latest = ts.copy()
+            latest[j] = RangeMax(pk.ts[rows])(at[order[j - 1]], at[order[j]])
         new = latest - prev > opts.idle_timeout
         new[g] = True
         pure_syn = (flags & 0x12) == 0x02
@@ -240,7 +245,7 @@ class FlowAssembler:
         size = pk.ip_len[order].astype(np.float64)
         pay = pk.pay_len[order].astype(np.float64)
         is_tcp = f["proto"] == 6
-        acc = V.accumulate(fs, f["n"] - n_before, fwd, ts, size, pay, flags,
+        acc = V.accumulate(fs, fid, fwd, ts, size, pay, flags,
                            pk.window[order], is_tcp[fid], prev_ts, prev_dir)  # fmt: skip
         rst = np.add.reduceat((flags & 4) > 0, fs, dtype=np.int64) > 0
         fin = (flags & 1) > 0

@@ -177,11 +177,11 @@ def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = Fal
     tcp = proto == 6
     _set(reason, ~tcp & (proto != 17), _OTHER_L4)
     _set(reason, ip_cap < l4_rel + np.where(tcp, 20, 8), _TRUNC)
-    alive = np.flatnonzero(reason == _OK)
-    if len(alive) < n:
+    idx = np.flatnonzero(reason == _OK)  # the records still in play
+    if len(idx) < n:
         _count(report, reason, recs, chunk, strict, caplen)
-        tcp, ip_off, ip_cap, ip_len = tcp[alive], ip_off[alive], ip_cap[alive], ip_len[alive]
-        l4_rel, proto, is6, recs = l4_rel[alive], proto[alive], is6[alive], recs.take(alive)
+        tcp, ip_off, ip_cap, ip_len = tcp[idx], ip_off[idx], ip_cap[idx], ip_len[idx]
+        l4_rel, proto, is6 = l4_rel[idx], proto[idx], is6[idx]
     l4 = ip_off + l4_rel
     ports = word(l4, ">u4")
     tw = word(l4 + 12, ">u4")  # data offset, flags, window
@@ -189,11 +189,12 @@ def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = Fal
     pay_rel = l4_rel + thl
     bad = np.where(tcp, (thl < 20) | (ip_len < pay_rel), ip_len < pay_rel)
     if bad.any():
-        code = np.where(bad, np.where(tcp, _BAD_TCP, _BAD_UDP), _OK).astype(np.int8)
-        _count(report, code, recs, chunk, strict, recs.caplen)
+        code = np.zeros(n, dtype=np.int8)
+        code[idx[bad]] = np.where(tcp[bad], _BAD_TCP, _BAD_UDP)
+        _count(report, code, recs, chunk, strict, caplen)
         keep = np.flatnonzero(~bad)
         tcp, ip_off, ip_cap, ip_len = tcp[keep], ip_off[keep], ip_cap[keep], ip_len[keep]
-        l4_rel, proto, is6, recs = l4_rel[keep], proto[keep], is6[keep], recs.take(keep)
+        l4_rel, proto, is6, idx = l4_rel[keep], proto[keep], is6[keep], idx[keep]
         ports, tw, pay_rel = ports[keep], tw[keep], pay_rel[keep]
     w1 = word(ip_off + 8, ">u8").view(np.uint64)  # IPv4: ..., source; IPv6: source high
     w2 = word(ip_off + 16, ">u8").view(np.uint64)  # IPv4: destination, ...
@@ -207,9 +208,9 @@ def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = Fal
         da_lo[i6] = word(ip_off[i6] + 32, ">u8").view(np.uint64)
     ip_cap = np.minimum(ip_cap, ip_len)
     return Packets(
-        src=recs.src,
-        index=recs.index,
-        ts=recs.ts,
+        src=recs.src[idx],
+        index=recs.index[idx],
+        ts=recs.ts[idx],
         ver=np.where(is6, 6, 4).astype(np.uint8),
         proto=proto.astype(np.uint8),
         sa_hi=sa_hi,

@@ -157,7 +157,7 @@ class PcapSource(Source):
 
     def walk(self, mv, pos, data_end, stop, at_eof, batch):
         last = min(stop - 1, data_end - 16)  # the last offset a record may start at
-        starts = batch.pcap_starts(self.endian)
+        starts = batch.starts
         n0 = len(starts)
         off = pos
         if last >= pos:
@@ -229,14 +229,13 @@ class PcapngSource(Source):
     def walk(self, mv, pos, data_end, stop, at_eof, batch):
         stop = min(stop, data_end - 8)  # blocks start before this (a header must fit)
         hdr = self._hdr
-        epbs = batch.ng_starts(self.endian)
+        epbs = batch.starts
         n0 = len(epbs)
-        others: list[tuple[int, int]] = []
         off = pos
         mvl = mv[: max(stop, 0) + 7]  # unpacking a header at off fails exactly at off >= stop
+        append = epbs.append
         while True:
             # Fast path: a run of enhanced packet blocks.
-            append = epbs.append
             try:
                 while True:
                     btype, blen = hdr(mvl, off)
@@ -250,14 +249,12 @@ class PcapngSource(Source):
             if btype == _SHB:
                 if off + 12 > data_end:
                     break
-                self._register(batch, epbs, n0, others)
+                n0 = self._register(batch, n0)
                 self._set_section(mv, off, where=f"offset {self.offset + off - pos}")
                 hdr = self._hdr
                 blen = hdr(mv, off)[1]  # the length in the new section's byte order
-                epbs = batch.ng_starts(self.endian)
-                n0 = len(epbs)
             if blen < 12 or blen % 4:
-                self._register(batch, epbs, n0, others)
+                self._register(batch, n0)
                 self.fail(f"block at offset {self.offset + off - pos} has impossible length {blen}")
                 return off
             if blen > MAX_RECORD:
@@ -270,14 +267,18 @@ class PcapngSource(Source):
             if btype == _SHB:
                 self.interfaces = []
             elif btype == 1:
+                n0 = self._register(batch, n0)  # packets before an interface use the old table
                 self._add_interface(mv, off, blen)
             elif btype in _PACKET_BLOCKS:
                 if btype == 6 or (btype == 2 and blen < 32) or (btype == 3 and blen < 16):
+                    n0 = self._register(batch, n0)
                     self.lost_record("bad_caplen", f": {blen}-byte block", ends_file=False)
-                else:
-                    others.append((off, btype))
+                else:  # simple or obsolete packet block: a run of its own
+                    n0 = self._register(batch, n0)
+                    append(off)
+                    n0 = self._register(batch, n0, btype)
             off += blen  # other block types (name resolution, statistics, ...) are skipped
-        self._register(batch, epbs, n0, others)
+        self._register(batch, n0)
         if self.skip_bytes:
             return off
         if at_eof and off >= data_end:
@@ -310,20 +311,14 @@ class PcapngSource(Source):
         self.interfaces.append((linktype, snaplen, max(div, 1), tsoff))
         self._any_supported |= linktype in SUPPORTED_LINKTYPES
 
-    def _register(self, batch, epbs: list, n0: int, others: list) -> None:
-        """Hand the packet blocks of one section run to the batch."""
-        n = len(epbs) - n0
-        if others:
-            # Rare block types: this run is decoded on its own, in block order.
-            blocks = sorted([(o, 6) for o in epbs[n0:]] + others)
-            del epbs[n0:]
-            others.clear()
-            n = len(blocks)
-            batch.add_ng_blocks(self, blocks)
-        elif n:
-            batch.add_ng(self, n)
-        self.n_records += n
-        self.report.n_packets += n
+    def _register(self, batch, n0: int, kind: int = 6) -> int:
+        """Hand the packet blocks appended since ``n0`` to the batch; the new ``n0``."""
+        n = len(batch.starts) - n0
+        if n:
+            batch.add_ng(self, n, kind)
+            self.n_records += n
+            self.report.n_packets += n
+        return len(batch.starts)
 
 
 def open_capture(path: str | Path, report: ReadReport, *, strict: bool = False) -> Source:

@@ -91,86 +91,96 @@ class StagingBuffer:
         return win[offsets]
 
 
-class RecordBatch:
-    """Record offsets collected by the walks of one chunk, decoded together."""
+class _Segments:
+    """The segment table, read one column at a time (per record: column[segment])."""
 
+    def __init__(self, table: np.ndarray):
+        self.cols = np.ascontiguousarray(table.T)  # (8, n_seg)
+
+    def col(self, k: int) -> np.ndarray:
+        return self.cols[k]
+
+    def at(self, k: int, rep: np.ndarray):
+        """Column k for each record (a scalar when every segment agrees)."""
+        c = self.cols[k]
+        return c[0] if (c == c[0]).all() else c[rep]
+
+
+class RecordBatch:
+    """Record offsets collected by the walks of one chunk, decoded together.
+
+    Walkers append record offsets to ``starts`` (files in order, each file's records
+    in capture order) and describe each run of records of one kind with a segment;
+    :meth:`build` then gathers every header field of the chunk at once.
+    """
+
+    # Segment layout: (file, n, kind, big-endian, p1, p2, p3, first record number);
+    # kind 0 is a pcap record (p1 tick, p2 link type, p3 snaplen), 2/3/6 a pcapng
+    # block (p1 first interface in the table, p2 interfaces, p3 last timestamp).
     def __init__(self, sb: StagingBuffer, report: ReadReport, strict: bool):
         self.sb, self.report, self.strict = sb, report, strict
         self.src = 0  # the file being walked
-        self._starts: dict[tuple[str, str], list[int]] = {}
-        self._segs: dict[tuple[str, str], list[tuple]] = {}
+        self.starts: list[int] = []
+        self._segs: list[tuple] = []
+        self._ng_sources: list[tuple[int, Source]] = []
         self._ifaces: list[tuple[int, int, int, float]] = []
-        self._ready: list[Records] = []
-        self._last_key: dict[int, tuple[str, str]] = {}
         self._paths: dict[int, str] = {}
-        self._needs_sort = False
-
-    def _seg(self, key: tuple[str, str], source: Source, seg: tuple) -> None:
-        self._segs.setdefault(key, []).append(seg)
-        self._paths[self.src] = source.path
-        if self._last_key.setdefault(self.src, key) != key:
-            self._needs_sort = True  # this file's records sit in two lists
-
-    def pcap_starts(self, endian: str) -> list[int]:
-        return self._starts.setdefault(("pcap", endian), [])
-
-    def ng_starts(self, endian: str) -> list[int]:
-        return self._starts.setdefault(("ng", endian), [])
 
     def add_pcap(self, s, n: int) -> None:
-        self._seg(("pcap", s.endian), s, (self.src, n, s.tick, s.linktype, s.snaplen, s.n_records))
+        self._paths[self.src] = s.path
+        seg = (self.src, n, 0, s.endian == ">", s.tick, s.linktype, s.snaplen, s.n_records)
+        self._segs.append(seg)
 
-    def add_ng(self, s, n: int) -> None:
+    def add_ng(self, s, n: int, kind: int = 6) -> None:
+        self._paths[self.src] = s.path
         base = len(self._ifaces)
         self._ifaces.extend(s.interfaces)
-        self._seg(("ng", s.endian), s, (self.src, n, base, len(s.interfaces), s.n_records))
-
-    def add_ng_blocks(self, s, blocks: list[tuple[int, int]]) -> None:
-        """Packet blocks of mixed types from one file: decoded now, on their own."""
-        self._paths[self.src] = s.path
-        if self._last_key.setdefault(self.src, ("ready", "")) != ("ready", ""):
-            self._needs_sort = True
-        arr = np.array(blocks, dtype=np.int64)  # (n, 2): offset, block type
-        n = len(arr)
-        src = np.full(n, self.src, dtype=np.int32)
-        one = np.ones(n, dtype=np.int64)
-        recs = self._ng_records(
-            arr[:, 0], arr[:, 1], src, s.n_records + np.arange(n), 0 * one,
-            len(s.interfaces) * one, list(s.interfaces), s.endian, source=s,
-        )  # fmt: skip
-        if recs is not None:
-            self._ready.append(recs)
+        self._ng_sources.append((len(self._segs), s))
+        big = s.endian == ">"
+        self._segs.append((self.src, n, kind, big, base, len(s.interfaces), s.last_ts, s.n_records))
 
     def build(self) -> Records:
         """Gather and check the header fields of every record collected."""
-        parts = []
-        for key, starts in self._starts.items():
-            if not starts:
-                continue
-            segs = np.array(self._segs[key], dtype=np.float64)  # (n_seg, k)
-            counts = segs[:, 1].astype(np.int64)
-            starts_a = np.array(starts, dtype=np.int64)
-            rep = np.repeat(np.arange(len(segs)), counts)
-            first = np.cumsum(counts) - counts
-            index = segs[rep, -1].astype(np.int64) + np.arange(len(starts_a)) - first[rep]
-            src = segs[rep, 0].astype(np.int32)
-            if key[0] == "pcap":
-                recs = self._pcap_records(starts_a, segs, rep, src, index, key[1])
-            else:
-                base, n_if = segs[rep, 2].astype(np.int64), segs[rep, 3].astype(np.int64)
-                btype = np.full(len(starts_a), 6, dtype=np.int64)
-                recs = self._ng_records(
-                    starts_a, btype, src, index, base, n_if, self._ifaces, key[1]
-                )
-            if recs is not None:
-                parts.append(recs)
-        recs = Records.concat(parts + self._ready)
-        if self._needs_sort:
-            recs = recs.take(np.lexsort((recs.index, recs.src)))
-        elif len(recs) and np.any(recs.src[1:] < recs.src[:-1]):
-            # Files of different formats sit in different lists: put them back in order.
-            recs = recs.take(np.argsort(recs.src, kind="stable"))
-        return recs
+        n = len(self.starts)
+        if n == 0:
+            return Records.concat([])
+        starts = np.fromiter(self.starts, dtype=np.int64, count=n)
+        segs = _Segments(np.array(self._segs, dtype=np.float64))
+        counts = segs.col(1).astype(np.int64)
+        rep = np.repeat(np.arange(len(counts)), counts)
+        first = np.cumsum(counts) - counts
+        index = (segs.col(7).astype(np.int64) - first)[rep] + np.arange(n)
+        src = segs.col(0).astype(np.int32)[rep]
+        kind = segs.col(2).astype(np.int64)[rep]
+        big = segs.col(3)[rep] > 0 if segs.col(3).any() else None
+        is_pcap = kind == 0
+        if is_pcap.all():
+            fields, keep = self._pcap(starts, segs, rep, big, src, index)
+        elif not is_pcap.any():
+            fields, keep = self._pcapng(starts, segs, rep, big, src, index, kind)
+        else:  # both formats in this chunk: decode each on its own rows
+            fields = [np.empty(n, dtype=np.int64) for _ in range(3)] + [
+                np.empty(n), np.empty(n, dtype=np.int32)
+            ]  # fmt: skip
+            keep = np.empty(n, dtype=bool)
+            for rows, fn in ((np.flatnonzero(is_pcap), self._pcap),
+                             (np.flatnonzero(~is_pcap), self._pcapng)):  # fmt: skip
+                sub = [starts[rows], segs, rep[rows], None if big is None else big[rows],
+                       src[rows], index[rows]]  # fmt: skip
+                part, ok = fn(*sub) if fn == self._pcap else fn(*sub, kind[rows])
+                for full, value in zip(fields, part, strict=True):
+                    full[rows] = value
+                keep[rows] = True if ok is None else ok
+            keep = None if keep.all() else keep
+        recs = Records(src, *fields, index)
+        return recs if keep is None else recs.take(keep)
+
+    def _u32(self, offsets, big) -> np.ndarray:
+        value = self.sb.word(offsets, "<u4")
+        if big is None:
+            return value
+        swapped = value.astype("<u4").byteswap().astype(np.int64)
+        return np.where(big, swapped, value)
 
     def _drop(self, reason: str, bad: np.ndarray, src: np.ndarray, index: np.ndarray) -> None:
         if bad.any():
@@ -179,38 +189,38 @@ class RecordBatch:
             self.report.skip(reason, int(bad.sum()), self._paths[src[i]], strict=self.strict,
                              where=where)  # fmt: skip
 
-    def _pcap_records(self, starts, segs, rep, src, index, endian) -> Records | None:
-        word, code = self.sb.word, endian + "u4"
-        caplen = word(starts + 8, code)
-        bad = caplen > segs[rep, 4]
+    def _pcap(self, starts, segs, rep, big, src, index):
+        caplen = self._u32(starts + 8, big)
+        bad = caplen > segs.at(6, rep)
         self._drop("caplen_gt_snaplen", bad, src, index)
-        ts = word(starts, code) + word(starts + 4, code) * segs[rep, 2]
-        linktype = segs[rep, 3].astype(np.int32)
-        recs = Records(src, starts + 16, caplen, word(starts + 12, code), ts, linktype, index)
-        return recs.take(~bad) if bad.any() else recs
+        ts = self._u32(starts, big) + self._u32(starts + 4, big) * segs.at(4, rep)
+        linktype = np.broadcast_to(segs.at(5, rep), starts.shape).astype(np.int32)
+        fields = (starts + 16, caplen, self._u32(starts + 12, big), ts, linktype)
+        return fields, (~bad if bad.any() else None)
 
-    def _ng_records(self, starts, btype, src, index, if_base, n_if, ifaces, endian, source=None):
+    def _pcapng(self, starts, segs, rep, big, src, index, kind):
+        u32 = self._u32
         n = len(starts)
-        word, code = self.sb.word, endian + "u4"
-        blen = word(starts + 4, code)
-        spb = btype == 3
-        if_id = word(starts + 8, code)
-        if (btype == 2).any():
-            if_id = np.where(btype == 2, word(starts + 8, endian + "u2"), if_id)
-        if_id = np.where(spb, 0, if_id)
-        table = np.array(ifaces or [(0, 0, 1, 0.0)], dtype=np.float64)  # (n_ifaces, 4)
-        ok_if = if_id < n_if
-        gi = np.minimum(if_base + np.where(ok_if, if_id, 0), len(table) - 1)
+        blen = u32(starts + 4, big)
+        spb, opb = kind == 3, kind == 2
+        if_id = u32(starts + 8, big)
+        if opb.any():  # an obsolete packet block has a 16-bit interface and drop count
+            if_id = np.where(opb, np.where(big, if_id >> 16, if_id & 0xFFFF) if big is not None
+                             else if_id & 0xFFFF, if_id)  # fmt: skip
+        table = np.array(self._ifaces or [(0, 0, 1, 0.0)], dtype=np.float64)  # (n_ifaces, 4)
+        n_if = segs.at(5, rep).astype(np.int64)
+        ok_if = np.where(spb, n_if > 0, if_id < n_if)
+        gi = segs.at(4, rep).astype(np.int64) + np.where(ok_if & ~spb, if_id, 0)
+        gi = np.minimum(gi, len(table) - 1)
         snap = table[gi, 1].astype(np.int64)
-        caplen, wirelen, data_off = word(starts + 20, code), word(starts + 24, code), starts + 28
-        if spb.any():
-            orig = word(starts + 8, code)
-            caplen = np.where(spb, np.minimum(orig, blen - 16), caplen)
+        caplen, wirelen, data_off = u32(starts + 20, big), u32(starts + 24, big), starts + 28
+        if spb.any():  # a simple packet block: original length only, data at +12
+            caplen = np.where(spb, np.minimum(if_id, blen - 16), caplen)
             caplen = np.where(spb & (snap > 0), np.minimum(caplen, snap), caplen)
-            wirelen = np.where(spb, orig, wirelen)
+            wirelen = np.where(spb, if_id, wirelen)
             data_off = starts + np.where(spb, 12, 28)
         ok_cap = spb | (caplen <= blen - 32)
-        ok_trailer = word(starts + blen - 4, code) == blen
+        ok_trailer = u32(starts + blen - 4, big) == blen
         ok_snap = spb | (snap <= 0) | (caplen <= snap)
         keep = ok_if & ok_cap & ok_snap & ok_trailer
         if not keep.all():
@@ -218,26 +228,24 @@ class RecordBatch:
             self._drop("bad_block_trailer", ok_if & ~ok_trailer, src, index)
             self._drop("bad_caplen", ok_if & ok_trailer & ~ok_cap, src, index)
             self._drop("caplen_gt_snaplen", ok_if & ok_trailer & ok_cap & ~ok_snap, src, index)
-        ticks = (word(starts + 12, code).astype(np.uint64) << np.uint64(32)) | word(
-            starts + 16, code
-        ).astype(np.uint64)
-        if len(table) == 1 or (table[:, 2] == table[0, 2]).all():
+        hi = u32(starts + 12, big).astype(np.uint64)
+        ticks = (hi << np.uint64(32)) | u32(starts + 16, big).astype(np.uint64)
+        if (table[:, 2] == table[0, 2]).all():
             div = np.uint64(table[0, 2])
         else:
             div = table[gi, 2].astype(np.uint64)
         ts = (ticks // div).astype(np.float64) + (ticks % div) / div
         if table[:, 3].any():
             ts += table[gi, 3]
-        if source is not None and n:
-            # Simple packet blocks carry no timestamp: they take the last one seen.
-            idx = np.maximum.accumulate(np.where(spb, -1, np.arange(n)))
-            ts = np.where(idx >= 0, ts[np.maximum(idx, 0)], source.last_ts)
-            source.last_ts = float(ts[-1])
+        if spb.any():
+            # Simple packet blocks carry no timestamp: they take the previous record's.
+            prev = np.maximum.accumulate(np.where(spb, -1, np.arange(n)))
+            same = (prev >= 0) & (src[np.maximum(prev, 0)] == src)
+            ts = np.where(spb, np.where(same, ts[np.maximum(prev, 0)], segs.at(6, rep)), ts)
+        for seg, source in self._ng_sources:  # the last timestamp of each file, for later
+            source.last_ts = float(ts[np.searchsorted(rep, seg, side="right") - 1])
         linktype = table[gi, 0].astype(np.int32)
-        recs = Records(src, data_off, caplen, wirelen, ts, linktype, index)
-        if not keep.all():
-            recs = recs.take(keep)
-        return recs if len(recs) else None
+        return (data_off, caplen, wirelen, ts, linktype), (None if keep.all() else keep)
 
 
 @dataclass
@@ -335,5 +343,5 @@ def iter_record_chunks(
         ended.append(i)
         if pos >= sb.chunk_bytes:
             yield flush()
-    if len(batch._starts) or batch._ready or ended:
+    if batch.starts or ended:
         yield flush()

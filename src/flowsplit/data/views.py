@@ -91,71 +91,73 @@ def empty_acc(n: int) -> np.ndarray:
     return acc
 
 
-def accumulate(fs, count, fwd, ts, size, pay, flags, window, tcp, prev_ts, prev_dir) -> np.ndarray:
+def accumulate(fs, fid, fwd, ts, size, pay, flags, window, tcp, prev_ts, prev_dir) -> np.ndarray:
     """Accumulators of the packets of each flow (flows contiguous, starting at ``fs``).
 
-    ``count``: packets per flow; ``tcp``: per packet, whether its flow is TCP;
+    ``fid``: each packet's flow; ``tcp``: per packet, whether its flow is TCP;
     ``prev_ts``/``prev_dir``: time of the flow's previous packet overall / in the
     same direction (NaN when none; carried over from earlier chunks).
     """
     n, nf = len(ts), len(fs)
-    acc = np.empty((nf, len(ACC_COLS)))
     if n == 0:
         return empty_acc(nf)
-
-    def put(name, x, op=np.add):
-        acc[:, A[name]] = op.reduceat(x, fs)
-
-    ff = fwd.astype(np.float64)
+    acc = np.empty((nf, len(ACC_COLS)))
     bwd = ~fwd
-    sf = size * ff
-    sq = size * size
-    put("n_fwd", ff)
-    acc[:, A["n_bwd"]] = count - acc[:, A["n_fwd"]]
-    put("bytes_fwd", sf)
-    acc[:, A["bytes_bwd"]] = np.add.reduceat(size, fs) - acc[:, A["bytes_fwd"]]
-    put("sq_fwd", sq * ff)
-    acc[:, A["sq_bwd"]] = np.add.reduceat(sq, fs) - acc[:, A["sq_fwd"]]
-    pf = pay * ff
-    put("pay_fwd", pf)
-    acc[:, A["pay_bwd"]] = np.add.reduceat(pay, fs) - acc[:, A["pay_fwd"]]
-    has_pay = (pay > 0).astype(np.float64)
-    put("paypk_fwd", has_pay * ff)
-    acc[:, A["paypk_bwd"]] = np.add.reduceat(has_pay, fs) - acc[:, A["paypk_fwd"]]
+    fid2 = 2 * fid + bwd  # (flow, direction) bins: even forward, odd backward
+
+    def by_dir(weights=None, sel=None) -> np.ndarray:  # (nf, 2) sums per direction
+        bins = fid2 if sel is None else fid2[sel]
+        w = weights if sel is None or weights is None else weights[sel]
+        return np.bincount(bins, weights=w, minlength=2 * nf).reshape(nf, 2)
+
+    def put2(names, values) -> None:
+        acc[:, A[names[0]]], acc[:, A[names[1]]] = values[:, 0], values[:, 1]
+
+    put2(("n_fwd", "n_bwd"), by_dir())
+    put2(("bytes_fwd", "bytes_bwd"), by_dir(size))
+    put2(("sq_fwd", "sq_bwd"), by_dir(size * size))
+    put2(("pay_fwd", "pay_bwd"), by_dir(pay))
+    put2(("paypk_fwd", "paypk_bwd"), by_dir(sel=pay > 0))
     inf = np.inf
-    put("min_fwd", np.where(fwd, size, inf), np.minimum)
-    put("min_bwd", np.where(bwd, size, inf), np.minimum)
-    put("max_fwd", np.where(fwd, size, -inf), np.maximum)
-    put("max_bwd", np.where(bwd, size, -inf), np.maximum)
+    for name, x, op in (("min_fwd", np.where(fwd, size, inf), np.minimum),
+                        ("min_bwd", np.where(bwd, size, inf), np.minimum),
+                        ("max_fwd", np.where(fwd, size, -inf), np.maximum),
+                        ("max_bwd", np.where(bwd, size, -inf), np.maximum),
+                        ("last_ts", ts, np.maximum)):  # fmt: skip
+        acc[:, A[name]] = op.reduceat(x, fs)
     # Inter-arrival times; a timestamp going backwards counts as no time passed.
-    for p, prev, sel in (("iat", prev_ts, None), ("iatf", prev_dir, fwd), ("iatb", prev_dir, bwd)):
-        iat = np.maximum(ts - prev, 0.0)
-        has = ~np.isnan(iat)
-        if sel is not None:
-            has &= sel
-        iat0 = np.where(has, iat, 0.0)
-        put(f"{p}_n", has.astype(np.float64))
-        put(f"{p}_sum", iat0)
-        put(f"{p}_sq", iat0 * iat0)
-        put(f"{p}_min", np.where(has, iat, inf), np.minimum)
-        put(f"{p}_max", iat0, np.maximum)
-    for name in _FLAG_NAMES:
-        acc[:, A[name]] = 0
+    iat = np.maximum(ts - prev_ts, 0.0)  # NaN: a flow's first packet
+    has = ~np.isnan(iat)
+    iat0 = np.where(has, iat, 0.0)
+    acc[:, A["iat_n"]] = np.add.reduceat(has, fs, dtype=np.float64)
+    acc[:, A["iat_sum"]] = np.add.reduceat(iat0, fs)
+    acc[:, A["iat_sq"]] = np.add.reduceat(iat0 * iat0, fs)
+    acc[:, A["iat_min"]] = np.minimum.reduceat(np.where(has, iat, inf), fs)
+    acc[:, A["iat_max"]] = np.maximum.reduceat(iat0, fs)
+    iat = np.maximum(ts - prev_dir, 0.0)
+    has = ~np.isnan(iat)
+    iat0 = np.where(has, iat, 0.0)
+    put2(("iatf_n", "iatb_n"), by_dir(sel=has))
+    put2(("iatf_sum", "iatb_sum"), by_dir(iat0))
+    put2(("iatf_sq", "iatb_sq"), by_dir(iat0 * iat0))
+    lone = np.where(has, iat, inf)
+    acc[:, A["iatf_min"]] = np.minimum.reduceat(np.where(fwd, lone, inf), fs)
+    acc[:, A["iatb_min"]] = np.minimum.reduceat(np.where(bwd, lone, inf), fs)
+    acc[:, A["iatf_max"]] = np.maximum.reduceat(np.where(fwd, iat0, 0.0), fs)
+    acc[:, A["iatb_max"]] = np.maximum.reduceat(np.where(bwd, iat0, 0.0), fs)
     if n < (1 << _LANE_BITS):
         # Three flag bits per 64-bit word, one 21-bit lane each: 3 sums instead of 8.
         for w, lut in enumerate(_FLAG_LUTS):
             sums = np.add.reduceat(lut[flags], fs)
             for lane in range(3):
-                bit = 3 * w + lane
-                if bit < 8:
+                if 3 * w + lane < 8:
                     field = (sums >> np.uint64(_LANE_BITS * lane)) & _LANE_MASK
-                    acc[:, A[_FLAG_NAMES[bit]]] = field
+                    acc[:, A[_FLAG_NAMES[3 * w + lane]]] = field
     else:
         for bit, name in enumerate(_FLAG_NAMES):
             acc[:, A[name]] = np.add.reduceat((flags >> bit) & 1, fs, dtype=np.int64)
-    put("last_ts", ts, np.maximum)
     # Firsts and lasts per direction, by position in the flow.
-    pos = np.arange(n, dtype=np.float64)
+    pos = np.arange(n)
     tcp_pos = np.where(tcp, pos, n)
     ends = np.empty((4, nf), dtype=np.int64)
     ends[0] = np.minimum.reduceat(np.where(fwd, tcp_pos, n), fs)
@@ -218,8 +220,8 @@ def stats_frame(acc: np.ndarray, first_ts, is_tcp, port_a, port_b, mask_port) ->
     out["bytes_per_s"] = np.where(pos, (bf + bb) / safe, 0.0)
     out["down_up_ratio"] = nb / np.maximum(nf, 1)
     out["bytes_down_up_ratio"] = bb / np.maximum(bf, 1)
-    out["init_win_fwd"] = np.nan_to_num(c["win_fwd"], nan=0.0)
-    out["init_win_bwd"] = np.nan_to_num(c["win_bwd"], nan=0.0)
+    out["init_win_fwd"] = np.where(np.isnan(c["win_fwd"]), 0.0, c["win_fwd"])
+    out["init_win_bwd"] = np.where(np.isnan(c["win_bwd"]), 0.0, c["win_bwd"])
     out["is_tcp"] = is_tcp.astype(np.float64)
     if not mask_port:
         out["port_server"] = port_b

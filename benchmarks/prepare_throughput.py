@@ -1,0 +1,268 @@
+"""Packets per second of preparing a capture corpus, against NFStream and dpkt.
+
+On the nDPI test captures (all 543 files), one core, in one run:
+
+- flowsplit: ``flowsplit.data.prepare.prepare_dataset`` (flows, labels by port,
+  splits, the dataset store) when it exists, and the reading pipeline alone
+  (``iter_flows_many``: records, flows and the four views);
+- NFStream (statistical_analysis, splt_analysis=32, no DPI), file by file;
+- a dpkt-based extractor of the same flows and four views
+  (:mod:`flowsplit.data.reference`), file by file.
+
+All rates use the same denominator: the packet records of the corpus. Medians of
+several runs (``--runs`` for flowsplit, ``--baseline-runs`` for the slow baselines).
+Peak memory: a fresh process reads the corpus written as one pcapng capture 1x and
+8x (every decodable packet, timestamps shifted per file and copy so that no flows
+merge) and reports its ru_maxrss.
+
+    .venv/bin/python benchmarks/prepare_throughput.py --out bench-results/prepare.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import _common as C
+
+C.single_thread()
+
+sys.path.insert(0, str(C.ROOT / "src"))
+import numpy as np  # noqa: E402
+
+from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many  # noqa: E402
+
+DEFAULT_CORPUS = C.ROOT.parent / "shared" / "data" / "ndpi" / "pcap"
+OPTIONS = FlowOptions()  # all four views, default sizes and masks
+
+
+def run_pipeline(paths: list[Path]) -> dict:
+    report = ReadReport()
+    n_flows = sum(len(b) for b in iter_flows_many(paths, OPTIONS, report, on_error="skip"))
+    return {"n_packets": report.n_packets, "n_flows": n_flows,
+            "n_flow_packets": report.n_flow_packets, "file_errors": len(report.file_errors)}  # fmt: skip
+
+
+def run_prepare(corpus: Path, work: Path):
+    try:
+        from flowsplit.data.labels import LabelSpec
+        from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+    except ImportError:
+        return None
+
+    def fn() -> dict:
+        out = work / "prepared"
+        shutil.rmtree(out, ignore_errors=True)
+        manifest = prepare_dataset([corpus], out, PrepareOptions(labels=LabelSpec(by="port")))
+        return {"n_flows_stored": manifest.get("n_flows")}
+
+    return fn
+
+
+def run_nfstream(paths: list[Path]) -> dict:
+    from nfstream import NFStreamer
+
+    n_flows, failed = 0, 0
+    for p in paths:
+        try:
+            streamer = NFStreamer(source=str(p), statistical_analysis=True, splt_analysis=32,
+                                  n_dissections=0, n_meters=1)  # fmt: skip
+            n_flows += sum(1 for _ in streamer)
+        except Exception:  # noqa: BLE001 - NFStream refuses some malformed files
+            failed += 1
+    return {"n_flows": n_flows, "files_failed": failed}
+
+
+def run_dpkt(paths: list[Path]) -> dict:
+    from flowsplit.data.reference import reference_flows, reference_stats, reference_views
+
+    n_flows = 0
+    for p in paths:
+        res = reference_flows(p, OPTIONS)
+        for f in res.flows:
+            reference_views(f, OPTIONS)
+            reference_stats(f, OPTIONS.mask_port)
+        n_flows += len(res.flows)
+    return {"n_flows": n_flows}
+
+
+def write_concatenated(paths: list[Path], out: Path, copies: int) -> int:
+    """The corpus's decodable packets as one pcapng, ``copies`` times; records written.
+
+    One interface per link type; every file of every copy gets its own stretch of
+    time (its first packet at base + (copy * files + file) * 1e7 s), so that flows of
+    different files or copies never merge.
+    """
+    from flowsplit.data.pcap import SUPPORTED_LINKTYPES
+    from flowsplit.data.staging import iter_record_chunks
+
+    shb = struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + struct.pack("<I", 28)
+    iface: dict[int, int] = {}
+    t0: dict[int, float] = {}
+    n = 0
+    with open(out, "wb") as fh:
+        fh.write(shb)
+        for copy in range(copies):
+            for chunk in iter_record_chunks(paths, ReadReport(), on_error="skip"):
+                r, mv = chunk.records, chunk.buffer.mv
+                for src, off, cap, wire, ts, lt in zip(
+                    r.src.tolist(), r.data_off.tolist(), r.caplen.tolist(), r.wirelen.tolist(),
+                    r.ts.tolist(), r.linktype.tolist(), strict=True,
+                ):  # fmt: skip
+                    if lt not in SUPPORTED_LINKTYPES:
+                        continue
+                    if lt not in iface:
+                        iface[lt] = len(iface)
+                        fh.write(struct.pack("<IIHHII", 1, 20, lt, 0, 0, 20))
+                    base = t0.setdefault(src, ts)
+                    t = 2e12 + (copy * len(paths) + src) * 1e7 + (ts - base)
+                    ticks = max(int(t * 1e6), 0)
+                    pad = -cap % 4
+                    blen = 32 + cap + pad
+                    fh.write(struct.pack("<IIIIIII", 6, blen, iface[lt], ticks >> 32,
+                                         ticks & 0xFFFFFFFF, cap, wire))  # fmt: skip
+                    fh.write(mv[off : off + cap])
+                    fh.write(b"\0" * pad + struct.pack("<I", blen))
+                    n += 1
+    return n
+
+
+# Peak memory of a fresh process: VmHWM, since ru_maxrss survives fork + exec on Linux
+# and would report the (larger) benchmark process that started the child.
+_PEAK = "int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]) / 1024"
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, {src!r})
+from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+t = time.perf_counter()
+report, n = ReadReport(), 0
+for b in iter_flows({path!r}, FlowOptions(), report):
+    n += len(b)
+print(json.dumps({{"seconds": time.perf_counter() - t, "n_packets": report.n_packets,
+                  "n_flows": n, "peak_rss_mb": PEAK}}))
+""".replace("PEAK", _PEAK)
+_IMPORT_ONLY = """
+import json, sys
+sys.path.insert(0, {src!r})
+from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+print(json.dumps({{"peak_rss_mb": PEAK}}))
+""".replace("PEAK", _PEAK)
+_NFSTREAM = """
+import json, time
+from nfstream import NFStreamer
+t = time.perf_counter()
+n = sum(1 for _ in NFStreamer(source={path!r}, statistical_analysis=True, splt_analysis=32,
+                              n_dissections=0, n_meters=1))
+print(json.dumps({{"seconds": time.perf_counter() - t, "n_flows": n}}))
+"""
+
+
+def child(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, **C.SINGLE_THREAD_ENV})  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="JSON results file")
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--runs", type=int, default=5, help="timed runs of flowsplit")
+    ap.add_argument("--baseline-runs", type=int, default=3, help="timed runs of NFStream, dpkt")
+    ap.add_argument("--quick", action="store_true", help="2 and 1 runs, no 8x memory test")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["nfstream", "dpkt", "prepare", "rss"])
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.baseline_runs = 2, 1
+    if not args.corpus.is_dir():
+        print(f"corpus not found: {args.corpus}", file=sys.stderr)
+        return 2
+    paths = sorted(p for p in args.corpus.iterdir() if p.is_file())
+    work = Path(tempfile.mkdtemp(prefix="fs-bench-"))
+    res: dict = {"corpus": {"path": str(args.corpus), "files": len(paths)}}
+    try:
+        pipe = C.measure(lambda: run_pipeline(paths), args.runs)
+        n_packets = pipe["result"]["n_packets"]
+        res["corpus"].update(pipe.pop("result"))
+
+        def rate(m: dict) -> dict:
+            m.pop("result", None)
+            return {"packets_per_s": n_packets / m["median_wall_s"],
+                    "packets_per_cpu_s": n_packets / m["median_cpu_s"], **m}  # fmt: skip
+
+        res["flowsplit_pipeline"] = {"what": "iter_flows_many: read, flows, 4 views", **rate(pipe)}
+        prep = None if "prepare" in args.skip else run_prepare(args.corpus, work)
+        if prep is not None:
+            m = C.measure(prep, args.runs)
+            extra = m["result"]
+            res["flowsplit_prepare"] = {"what": "prepare_dataset, --label-by port", **rate(m),
+                                        **extra}  # fmt: skip
+        res["flowsplit"] = dict(res.get("flowsplit_prepare") or res["flowsplit_pipeline"])
+        if "nfstream" not in args.skip:
+            m = C.measure(lambda: run_nfstream(paths), args.baseline_runs)
+            info = m["result"]
+            res["nfstream"] = {"what": "NFStreamer(statistical_analysis, splt_analysis=32, "
+                               "n_dissections=0, n_meters=1) per file", **rate(m), **info}  # fmt: skip
+        if "dpkt" not in args.skip:
+            m = C.measure(lambda: run_dpkt(paths), args.baseline_runs, warmup=0)
+            info = m["result"]
+            res["dpkt"] = {"what": "dpkt reader, same flows and 4 views in Python", **rate(m),
+                           **info}  # fmt: skip
+        speed = {}
+        for base in ("nfstream", "dpkt"):
+            if base in res:
+                for ours in ("flowsplit", "flowsplit_pipeline"):
+                    key = f"{ours}_vs_{base}"
+                    speed[key] = res[ours]["packets_per_s"] / res[base]["packets_per_s"]
+        res["speedup"] = speed
+        if "rss" not in args.skip:
+            src = str(C.ROOT / "src")
+            rss = {"import_only": child(_IMPORT_ONLY.format(src=src))["peak_rss_mb"]}
+            runs = {}
+            for copies in (1,) if args.quick else (1, 8):
+                big = work / f"corpus-{copies}x.pcapng"
+                n = write_concatenated(paths, big, copies)
+                got = child(_CHILD.format(src=src, path=str(big)))
+                got.update(records_written=n, file_mb=big.stat().st_size / 2**20)
+                got["packets_per_s"] = got["n_packets"] / got["seconds"]
+                if copies == 1 and "nfstream" not in args.skip:
+                    # One big file: NFStream without its per-file start-up cost.
+                    nfs = child(_NFSTREAM.format(path=str(big)))
+                    got["nfstream_packets_per_s"] = got["n_packets"] / nfs["seconds"]
+                    got["nfstream_n_flows"] = nfs["n_flows"]
+                runs[f"{copies}x"] = got
+                rss[f"{copies}x"] = got["peak_rss_mb"]
+                big.unlink()
+            res["peak_rss_mb"] = rss
+            res["concatenated"] = runs
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    res["environment"] = C.environment(
+        note="shared machine: other processes ran at the same time; compare rows of one run",
+        flow_options={
+            "views": list(OPTIONS.views),
+            "seq_len": OPTIONS.seq_len,
+            "n_bytes": OPTIONS.n_bytes,
+            "n_pkts": OPTIONS.n_pkts,
+            "pkt_len": OPTIONS.pkt_len,
+        },  # fmt: skip
+    )
+    C.write_json(args.out, res)
+    for k in ("flowsplit", "flowsplit_pipeline", "nfstream", "dpkt"):
+        if k in res:
+            print(f"{k:20s} {res[k]['packets_per_s']:>12,.0f} packets/s")
+    if "peak_rss_mb" in res:
+        print("peak RSS MB:", {k: round(v, 1) for k, v in res["peak_rss_mb"].items()})
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
