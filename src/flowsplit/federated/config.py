@@ -76,11 +76,14 @@ class SFLConfig:
     threads: int = 1
     """torch threads per process."""
     exit_clients: dict[int, int] = field(default_factory=dict)
-    """Fault injection, dist only: client index -> round at whose start its process exits."""
+    """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
+    hang_clients: dict[int, int] = field(default_factory=dict)
+    """Fault injection, dist only: client index -> round at whose start it stops answering."""
 
     def __post_init__(self) -> None:
         self.cuts = (int(self.cuts[0]), int(self.cuts[1]))
         self.exit_clients = {int(k): int(v) for k, v in dict(self.exit_clients).items()}
+        self.hang_clients = {int(k): int(v) for k, v in dict(self.hang_clients).items()}
         self.validate()
 
     def validate(self) -> None:
@@ -125,6 +128,7 @@ class SFLConfig:
         d = asdict(self)
         d["cuts"] = list(self.cuts)
         d["exit_clients"] = {str(k): v for k, v in self.exit_clients.items()}
+        d["hang_clients"] = {str(k): v for k, v in self.hang_clients.items()}
         return d
 
     @classmethod

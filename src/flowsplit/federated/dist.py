@@ -21,6 +21,7 @@ Two ways to start it:
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import multiprocessing as mp
@@ -51,8 +52,9 @@ from flowsplit.federated.protocol import (
     address_of,
 )
 from flowsplit.federated.results import SFLResult, read_run, write_run
-from flowsplit.federated.roles import Client, CloudServer, Coroutine, EdgeAggregator
+from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
+from flowsplit.federated.server import CloudServer
 from flowsplit.federated.setup import ModelFn, RunSetup, prepare_run, role_seed
 from flowsplit.federated.topology import Topology, topology_from_toml, topology_to_toml
 from flowsplit.federated.transport import (
@@ -97,22 +99,42 @@ class DistRuntime:
             self.role = EdgeAggregator(index, ctx, agg_tpl)
         else:
             self.role = Client(index, ctx, client_tpl, *setup.client_data(index))
+        self._warm_up()
         torch.manual_seed(role_seed(setup.config.seed, me))
+
+    def _warm_up(self) -> None:
+        # One forward and backward pass of a throwaway copy pays the first-call costs
+        # (kernels, allocator, autograd threads) before anyone starts a drop timer.
+        model = copy.deepcopy(self.setup.model)
+        x = torch.randint(0, 256, (2, *model.input_shape)).to(torch.float32)
+        model(x).sum().backward()
+
+    def handshake(self) -> None:
+        """Clients report ready to their aggregator (after warming up), with a long timeout."""
+        kind, index = self.me
+        ready = torch.zeros(1)
+        if kind == CLIENT:
+            agg = (AGGREGATOR, int(self.assignment[index]))
+            self.transport.send(Send(agg, ready, CONTROL), telemetry=True)
+        elif kind == AGGREGATOR:
+            for i in np.flatnonzero(self.assignment == index):
+                got = self.transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
+                if got is None:
+                    self.role.lost.add(int(i))
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
+        log.debug("%s: round %d starts", role_name(self.me), plan.round + 1)
         self.ctx.meter.start_round(plan.slowdown)
         self.transport.received[...] = 0
         kind, index = self.me
         if kind == CLIENT:
-            if self.setup.config.exit_clients.get(index) == plan.round:
-                log.warning("client %d: exiting at the start of round %d (fault injection)",
-                            index, plan.round + 1)  # fmt: skip
-                os._exit(3)
+            self._inject_faults(index, plan.round)
             if plan.participants[index]:
                 drive(self.role.run_round(plan), self.transport)
         else:
             drive(self.role.run_round(plan), self.transport)
+        log.debug("%s: round %d trained", role_name(self.me), plan.round + 1)
         total = self._gather_telemetry(plan)
         self.transport.flush()
         if not self.is_server:
@@ -126,6 +148,18 @@ class DistRuntime:
             wall_s=time.perf_counter() - start,
             received_bytes=int(round(total[size:].sum())),
         )
+
+    def _inject_faults(self, index: int, round_index: int) -> None:
+        cfg = self.setup.config
+        if cfg.exit_clients.get(index) == round_index:
+            log.warning("client %d: exits at the start of round %d (fault injection)",
+                        index, round_index + 1)  # fmt: skip
+            os._exit(3)
+        if cfg.hang_clients.get(index) == round_index:
+            log.warning("client %d: stops answering at the start of round %d (fault injection)",
+                        index, round_index + 1)  # fmt: skip
+            while True:
+                time.sleep(3600)
 
     def _gather_telemetry(self, plan: RoundPlan) -> np.ndarray:
         """Sum every role's ledger (and received bytes) at the server."""
@@ -180,10 +214,12 @@ def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout:
 def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     """Entry point of one process (spawned by :func:`launch_local` or started by torchrun)."""
     quiet = payload.get("quiet", False)
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
     config = SFLConfig.from_dict(payload["config"])
-    torch.set_num_threads(config.threads)
     topology = topology_from_toml(payload["topology"])
+    me = address_of(rank, topology.n_aggregators)
+    _setup_logging(Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log",
+                   quiet)  # fmt: skip
+    torch.set_num_threads(config.threads)
     expected = 1 + topology.n_aggregators + topology.n_clients
     if world_size != expected:
         raise ConfigError(
@@ -201,7 +237,6 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
         profile=profile,
         assignment=assignment,
     )
-    me = address_of(rank, topology.n_aggregators)
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context()
@@ -216,8 +251,10 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     transport = GlooTransport(
         me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
     )
+    log.debug("%s: connected", role_name(me))
     try:
         runtime = DistRuntime(setup, me, transport, ctx)
+        runtime.handshake()
         bar = _progress(config.rounds, quiet) if runtime.is_server else None
 
         def on_round(record: dict[str, Any]) -> None:
@@ -244,6 +281,19 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     finally:
         transport.close()
     log.debug("%s: done", role_name(me))
+
+
+def _setup_logging(path: Path, quiet: bool) -> None:
+    """Log to stderr (quiet: warnings only) and, in full, to ``OUT/logs/<role>.log``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG)
+    to_stderr = logging.StreamHandler()
+    to_stderr.setLevel(logging.WARNING if quiet else logging.INFO)
+    to_file = logging.FileHandler(path, mode="w", encoding="utf-8")
+    to_file.setLevel(logging.DEBUG)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    root.handlers = [to_stderr, to_file]
 
 
 def _progress(total: int, quiet: bool):
@@ -317,8 +367,10 @@ def launch_local(
         for p in procs:
             p.start()
         procs[0].join(deadline_s)
+        # The others finish within moments of the server; a hung one is ended below.
+        grace = time.monotonic() + 3.0
         for p in procs[1:]:
-            p.join(10.0)
+            p.join(max(0.0, grace - time.monotonic()))
     finally:
         for p in procs:
             if p.is_alive():

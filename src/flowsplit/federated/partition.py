@@ -4,7 +4,9 @@
 - ``dirichlet:ALPHA``: for every class, client proportions drawn from
   Dirichlet(ALPHA); small ALPHA gives each client few classes (the usual non-IID
   benchmark of Hsu et al., 2019). Draws repeat (seeded) until every client holds at
-  least ``min_samples`` rows, at most ``max_tries`` times;
+  least ``min_samples`` rows, at most ``max_tries`` times; if none succeeds, the
+  last draw is repaired by moving random rows from the largest shards to the short
+  ones (with very small ALPHA and few classes most clients would otherwise be empty);
 - ``site`` / ``site:COLUMN``: one capture site per client, where a site is a value
   of the meta column ``group`` (default) or ``source``. With more sites than
   clients, sites go largest first to the client with the fewest rows so far; with
@@ -107,10 +109,18 @@ def partition_dirichlet(
         out = [np.sort(np.concatenate(s)) for s in shards]
         if min(len(s) for s in out) >= min_samples:
             return out
-    raise ConfigError(
-        f"dirichlet:{alpha:g} left a client with fewer than {min_samples} samples after "
-        f"{max_tries} draws; raise alpha or use fewer clients"
-    )
+    return _repair(out, min_samples, rng)
+
+
+def _repair(shards: list[np.ndarray], min_samples: int, rng: np.random.Generator):
+    shards = [s.copy() for s in shards]
+    for client in range(len(shards)):
+        while len(shards[client]) < min_samples:
+            donor = int(np.argmax([len(s) for s in shards]))
+            pick = int(rng.integers(len(shards[donor])))
+            shards[client] = np.sort(np.append(shards[client], shards[donor][pick]))
+            shards[donor] = np.delete(shards[donor], pick)
+    return shards
 
 
 def partition_by_site(indices: np.ndarray, sites: np.ndarray, n_clients: int) -> list[np.ndarray]:

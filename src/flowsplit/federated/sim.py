@@ -22,8 +22,9 @@ from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.protocol import Address, Recv, Send, message_nbytes
 from flowsplit.federated.results import SFLResult
-from flowsplit.federated.roles import Client, CloudServer, Coroutine, EdgeAggregator
+from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
+from flowsplit.federated.server import CloudServer
 from flowsplit.federated.setup import RunSetup, role_seed
 
 
