@@ -438,7 +438,8 @@ def improve_assignment(
 def _critical(d, tt, u) -> np.ndarray:
     crit = set()
     for x in (d, tt, u):
-        crit.update(np.flatnonzero(x >= x.max() * (1 - 1e-12)).tolist())
+        if x.max() > 0:  # a phase that costs nothing sets nothing
+            crit.update(np.flatnonzero(x >= x.max() * (1 - 1e-12)).tolist())
     return np.array(sorted(crit), dtype=np.int64)
 
 
@@ -497,9 +498,8 @@ def _best_move(table, ev, st, assign, cands, tops, n_active, cap):
 
 def _best_swap(table, ev, st, assign, cands, tops, n_active, max_evals):
     pair = ev.pair
-    others = np.flatnonzero(~np.isin(np.arange(table.n_clients), cands))
-    if len(others) == 0:
-        return np.inf, []
+    # Partners: clients anywhere (same-aggregator pairs are masked below).
+    others = np.arange(table.n_clients)
     limit = max(1, max_evals // len(cands))
     if len(others) > limit:  # an even spread of partners, deterministic
         others = others[np.linspace(0, len(others) - 1, limit).astype(np.int64)]

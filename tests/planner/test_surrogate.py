@@ -1,0 +1,54 @@
+"""The accuracy surrogate: pilot choice, ridge fit, leave-one-out error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowsplit.planner.surrogate import LossSurrogate, choose_pilot_cuts, cut_features
+from tests.planner.helpers import small_profile
+
+
+def test_pilots_start_at_the_corners_then_fill_the_middle():
+    # By hand, 4 blocks: legal pairs (1,1) (1,2) (1,3) (2,2) (2,3) (3,3). Corners first;
+    # then (2,2) is sqrt(2)/3 from every corner, (1,2) and (2,3) only 1/3 from one.
+    assert choose_pilot_cuts(4, 3) == [(1, 1), (1, 3), (3, 3)]
+    assert choose_pilot_cuts(4, 4) == [(1, 1), (1, 3), (3, 3), (2, 2)]
+    assert len(choose_pilot_cuts(4, 10)) == 6
+    assert choose_pilot_cuts(2, 2) == [(1, 1)]
+
+
+def test_cut_features_by_hand():
+    # small_profile: blocks 4, params 100 / 2000 / 20000 / 400, outputs 800 / 400 / 128 /
+    # 16 bytes, input 400 bytes. Pair (1, 2): client depth 1/4, aggregator depth 1/4,
+    # parameter shares 100/22500 and 2000/22500, log(800/400) and log(400/400).
+    cuts, x = cut_features(small_profile())
+    row = x[cuts.index((1, 2))]
+    assert row == pytest.approx([0.25, 0.25, 100 / 22500, 2000 / 22500, np.log(2.0), 0.0])
+
+
+def test_ridge_recovers_a_linear_loss_and_reports_leave_one_out_error():
+    # Prepare: loss = 1 + 2 * x0 exactly, x1 noise-free but irrelevant.
+    x = np.array([[0.0, 1.0], [1.0, 0.0], [2.0, 1.0], [3.0, 0.0]])
+    y = 1 + 2 * x[:, 0]
+    # Execute
+    model = LossSurrogate(alpha=1e-9).fit(x, y)
+    # Assert: exact fit, zero leave-one-out error, x1 ignored.
+    assert model.predict(np.array([[1.5, 0.5]])) == pytest.approx([4.0])
+    assert model.loo_rmse_ == pytest.approx(0.0, abs=1e-6)
+    assert model.coef_[1] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ridge_chooses_the_penalty_by_leave_one_out_and_handles_constants():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([rng.random(6), np.ones(6)])  # second column constant
+    y = 0.5 + rng.normal(0, 1, 6)  # pure noise: a large penalty predicts best
+    model = LossSurrogate().fit(x, y)
+    assert model.alpha_ == 100.0
+    assert model.coef_[1] == 0.0
+    assert np.all(np.isfinite(model.predict(x)))
+
+
+def test_unfitted_surrogate_says_so():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        LossSurrogate().predict(np.zeros((1, 6)))
