@@ -538,3 +538,45 @@ def _best_swap(table, ev, st, assign, cands, tops, n_active, max_evals):
     k = int(np.argmin(obj))
     c, o = divmod(k, len(others))
     return float(obj.flat[k]), [(int(cands[c]), int(h[o])), (int(others[o]), int(g[c]))]
+
+
+def close_aggregators(
+    table: CostTable,
+    pair: int,
+    assignment: np.ndarray,
+    *,
+    delay_coef: float,
+    bytes_coef: float,
+    capacity: np.ndarray | None = None,
+) -> np.ndarray:
+    """Try emptying each used aggregator (small instances): its clients, largest first,
+    each to the other aggregator where the exact objective grows least. Returns the
+    best assignment found (the input when no closure helps).
+
+    Single moves cannot find this: the bytes and backbone time an aggregator costs
+    only vanish when its last client leaves, so every step before that looks neutral.
+    """
+    best = np.array(assignment, dtype=np.int64)
+    best_value = assignment_objective(table, pair, best, delay_coef, bytes_coef)
+    work = client_work(table, np.array([pair]))[0]
+    for j in np.unique(best):
+        trial = best.copy()
+        members = np.flatnonzero(trial == j)
+        others = np.flatnonzero(np.arange(table.n_aggregators) != j)
+        ok = True
+        for c in members[np.argsort(-work[members], kind="stable")]:
+            choices = [k for k in others if table.linked[c, k]
+                       and (capacity is None or np.sum(trial == k) < capacity[k])]  # fmt: skip
+            if not choices:
+                ok = False
+                break
+            values = []
+            for k in choices:
+                trial[c] = k
+                values.append(assignment_objective(table, pair, trial, delay_coef, bytes_coef))
+            trial[c] = choices[int(np.argmin(values))]
+        if ok:
+            value = assignment_objective(table, pair, trial, delay_coef, bytes_coef)
+            if value < best_value * (1 - 1e-12):
+                best, best_value = trial, value
+    return best

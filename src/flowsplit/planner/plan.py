@@ -29,6 +29,7 @@ from flowsplit.federated.topology import Topology, assign_clients
 from flowsplit.planner.assign import (
     check_capacity,
     client_work,
+    close_aggregators,
     greedy_assign,
     improve_assignment,
 )
@@ -77,6 +78,9 @@ class PlannerConfig:
     """Clients per greedy step (default A // 4; 1 is the plain sequential greedy)."""
     prune: bool | None = None
     """Skip cut pairs by lower bound (default: when N * A >= 100,000)."""
+    restarts: int = 4
+    """Extra local searches from seeded random assignments on small instances
+    (N * A <= 5,000, no capacities), to step out of a poor local optimum."""
     seed: int = 0
     """Seed of the random assignment of the HSFL reference."""
 
@@ -259,9 +263,7 @@ def plan_split(
     for p in [int(p) for p in np.argsort(value, kind="stable")[: config.refine_top]]:
         if not np.isfinite(value[p]):
             continue
-        better = improve_assignment(table, p, assign[p], delay_coef=obj.delay_coef,
-                                    bytes_coef=obj.bytes_coef, capacity=cap,
-                                    max_iters=config.local_search_iters)  # fmt: skip
+        better = refine_assignment(table, p, assign[p], obj, config, cap)
         d, b = evaluate_assignment(table, p, better)
         v = obj.value(np.nan_to_num(loss[p]), d, b)
         if v < value[p]:
@@ -287,6 +289,36 @@ def plan_split(
         candidates=candidates,
         info={"n_clients": table.n_clients, "n_aggregators": table.n_aggregators},
     )
+
+
+def refine_assignment(
+    table: CostTable, pair: int, greedy: np.ndarray, obj: Objective, config: PlannerConfig, cap
+) -> np.ndarray:
+    """Local search from the greedy assignment and, on small instances without
+    capacities, from ``config.restarts`` seeded random ones; the best result."""
+    starts = [greedy.copy()]
+    if cap is None and table.n_clients * table.n_aggregators <= 5_000:
+        rng = np.random.default_rng([config.seed, 4242])
+        for _ in range(config.restarts):
+            scores = np.where(table.linked, rng.random(table.linked.shape), -1.0)
+            starts.append(scores.argmax(axis=1))
+    best, best_value = greedy, np.inf
+    for start in starts:
+        cand = improve_assignment(table, pair, start, delay_coef=obj.delay_coef,
+                                  bytes_coef=obj.bytes_coef, capacity=cap,
+                                  max_iters=config.local_search_iters)  # fmt: skip
+        value = obj.value(0.0, *evaluate_assignment(table, pair, cand))
+        if value < best_value:
+            best, best_value = cand, value
+    # Emptying an aggregator saves its backbone messages only once its last client
+    # leaves, which single moves never see; on small instances try it outright.
+    kw = {"delay_coef": obj.delay_coef, "bytes_coef": obj.bytes_coef, "capacity": cap}
+    for _ in range(table.n_aggregators - 1 if table.n_clients <= 200 else 0):
+        closed = close_aggregators(table, pair, best, **kw)
+        if np.array_equal(closed, best):
+            break
+        best = improve_assignment(table, pair, closed, max_iters=config.local_search_iters, **kw)
+    return best
 
 
 def plan_fixed(
@@ -337,4 +369,5 @@ __all__ = [
     "memory_ok",
     "plan_fixed",
     "plan_split",
+    "refine_assignment",
 ]
