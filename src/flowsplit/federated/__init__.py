@@ -1,1 +1,61 @@
-"""flowsplit.federated"""
+"""Split federated learning: clients, edge aggregators and a cloud server.
+
+Public API (imported lazily, so ``import flowsplit.federated`` stays cheap):
+
+- parts: :func:`split_model`, :func:`legal_cuts`, :class:`AuxHead`;
+- profiles: :func:`profile_model` -> :class:`BlockProfile`, :func:`part_costs`,
+  :func:`cut_table`;
+- topology: :class:`Topology`, :func:`resolve_topology` (presets), :func:`generate_topology`,
+  :func:`read_topology` / :func:`write_topology`, :func:`assign_clients`;
+- partitions: :func:`make_partition`;
+- maths: :func:`fedavg`;
+- cost model: :class:`CostMeter`, :class:`Ledger`, :func:`round_delay`,
+  :func:`predict_ledger`, :func:`predict_round`, :func:`bytes_per_round`;
+- runs: :class:`SFLConfig`, :func:`prepare_run`, :func:`run_simulation`,
+  :func:`launch_local`, :class:`SFLResult`.
+
+See ``README.md`` in this package for the system model and the choices made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "split_model": "parts",
+    "legal_cuts": "parts",
+    "AuxHead": "parts",
+    "BlockProfile": "profile",
+    "profile_model": "profile",
+    "part_costs": "profile",
+    "cut_table": "profile",
+    "PartCosts": "profile",
+    "Topology": "topology",
+    "assign_clients": "topology",
+    "read_topology": "topology",
+    "write_topology": "topology",
+    "resolve_topology": "presets",
+    "generate_topology": "presets",
+    "make_partition": "partition",
+    "fedavg": "aggregate",
+    "CostMeter": "costs",
+    "Ledger": "costs",
+    "round_delay": "costs",
+    "predict_ledger": "predict",
+    "predict_round": "predict",
+    "bytes_per_round": "predict",
+    "SFLConfig": "config",
+    "prepare_run": "setup",
+    "run_simulation": "sim",
+    "launch_local": "dist",
+    "SFLResult": "results",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"flowsplit.federated.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'flowsplit.federated' has no attribute {name!r}")

@@ -123,6 +123,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--straggler-prob", type=float, default=0.0)
     p.add_argument("--straggler-slowdown", type=float, default=4.0)
     p.add_argument("--aux-head", default="auto", choices=("auto", "flatten", "last", "mean"))
+    p.add_argument("--aux-max-features", type=int, default=1024, help="hsfl-ll head input cap")
     p.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
     p.add_argument("--train-limit", type=int, default=None, help="use at most this many rows")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
@@ -154,6 +155,7 @@ def _config_from_args(args: argparse.Namespace):
         straggler_prob=args.straggler_prob,
         straggler_slowdown=args.straggler_slowdown,
         aux_head=args.aux_head,
+        aux_max_features=args.aux_max_features,
         timeout_s=args.timeout,
         eval_split=args.eval_split,
         train_limit=args.train_limit,
@@ -184,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     torch.set_num_threads(config.threads)
     setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
-    if not args.quiet:
+    if writes and not args.quiet:
         log.info(
             "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",
             config.scheme,

@@ -20,6 +20,8 @@ so :func:`round_delay` of a prediction is the delay the simulation will report.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from flowsplit.federated.costs import Ledger, RoundDelay, n_batches, round_delay
@@ -185,3 +187,125 @@ def bytes_per_round(
     """Bytes of one round by hop, direction and message type (same arguments as
     :func:`predict_ledger`)."""
     return predict_ledger(costs, topology, assignment, **kw).bytes_breakdown()
+
+
+@dataclass(frozen=True)
+class AssignmentCosts:
+    """Every client's round costs at every aggregator, for assignment search (the planner).
+
+    With ``x`` an assignment (client -> aggregator), :func:`assignment_delay` gives the
+    same delay as :func:`predict_round` (no faults). Arrays are ``(N, A)`` unless noted;
+    all in seconds.
+    """
+
+    chain: np.ndarray
+    """Client i's chain if served by aggregator j (``round_delay``'s chain_i)."""
+    aggregator_work: np.ndarray
+    """Compute client i adds to aggregator j's queue."""
+    backbone_work: np.ndarray
+    """Busy time client i adds to aggregator j's server link."""
+    server_work: np.ndarray
+    """(N,) compute client i adds to the server's queue."""
+    client_down: np.ndarray
+    """Latency + busy time of client i's model download from aggregator j."""
+    client_up: np.ndarray
+    """Latency + busy time of client i's model upload to aggregator j."""
+    down_fixed: np.ndarray
+    """(A,) backbone download of an active aggregator (latency + its own messages)."""
+    down_per_client: np.ndarray
+    """(A,) extra backbone download per client (sfl relays one copy each)."""
+    up_fixed: np.ndarray
+    """(A,) backbone upload of an active aggregator."""
+    up_per_client: np.ndarray
+    """(A,) extra backbone upload and averaging per client."""
+    server_averaging_per_aggregator: float
+    server_averaging_per_client: float
+
+
+def assignment_costs(
+    costs: PartCosts,
+    topology: Topology,
+    *,
+    end_to_end: bool,
+    edge_averaging: bool,
+    server_copies: bool = False,
+    batch_size: int,
+    local_epochs: int = 1,
+    samples: np.ndarray | None = None,
+) -> AssignmentCosts:
+    """The terms of :func:`round_delay` for every (client, aggregator) pair at once."""
+    samples = np.asarray(topology.client_samples if samples is None else samples, dtype=np.int64)
+    m = n_batches(samples, batch_size, local_epochs).astype(np.float64)[:, None]  # (N, 1)
+    s = (samples * local_epochs).astype(np.float64)[:, None]
+    H = float(HEADER_NBYTES)
+    alpha, gamma = (float(v) for v in costs.act_bytes)
+    pc, pg, ps = (float(v) for v in costs.state_numel)
+    lat = topology.ca_latency  # (N, A)
+    bw = np.where(topology.ca_bandwidth > 0, topology.ca_bandwidth, np.nan)  # nan: no link
+    blat, bbw = topology.as_latency[None, :], topology.as_bandwidth[None, :]
+    n_msgs = 3 if end_to_end else 2  # activations, labels (and gradients) per batch
+    ca_bytes = m * H * n_msgs + s * (alpha * (2 if end_to_end else 1) + LABEL_BYTES)
+    as_bytes = m * H * n_msgs + s * (gamma * (2 if end_to_end else 1) + LABEL_BYTES)
+    compute = costs.train_flops[0] * s / topology.client_speed[:, None]
+    agg = (costs.train_flops[1] * s / topology.aggregator_speed[None, :]) * costs.three_tier
+    server = costs.train_flops[2] * s[:, 0] / topology.server_speed
+    if end_to_end:
+        chain = (compute + n_msgs * m * lat + ca_bytes / bw + agg
+                 + n_msgs * m * blat + as_bytes / bbw + server[:, None])  # fmt: skip
+    else:
+        chain = np.maximum(compute, ca_bytes / bw)
+    model_c, model_g, count = H + FLOAT_BYTES * pc, H + FLOAT_BYTES * pg, H + COUNT_BYTES
+    bl, bb = topology.as_latency, topology.as_bandwidth
+    if edge_averaging:
+        down_fixed = bl + (model_c + model_g * costs.three_tier) / bb
+        down_per = np.zeros_like(bl)
+        up_fixed = bl + (model_c + model_g * costs.three_tier + count) / bb
+        up_per = 2.0 * pc / topology.aggregator_speed
+        srv_agg, srv_client = 2.0 * (pc + pg * costs.three_tier), 0.0
+    else:
+        down_fixed, up_fixed = bl.copy(), bl.copy()
+        down_per, up_per = model_c / bb, (model_c + count) / bb
+        srv_agg, srv_client = 0.0, 2.0 * (pc + ps * server_copies)
+    return AssignmentCosts(
+        chain=chain,
+        aggregator_work=np.broadcast_to(agg, chain.shape).copy(),
+        backbone_work=np.broadcast_to(as_bytes / bbw, chain.shape).copy(),
+        server_work=server,
+        client_down=lat + model_c / bw,
+        client_up=lat + (model_c + count) / bw,
+        down_fixed=down_fixed,
+        down_per_client=down_per,
+        up_fixed=up_fixed,
+        up_per_client=up_per,
+        server_averaging_per_aggregator=srv_agg / topology.server_speed,
+        server_averaging_per_client=srv_client / topology.server_speed,
+    )
+
+
+def assignment_delay(ac: AssignmentCosts, assignment: np.ndarray) -> float:
+    """The round delay of ``assignment`` (every client with samples takes part)."""
+    x = np.asarray(assignment, dtype=np.int64)
+    n_aggs = len(ac.down_fixed)
+    rows = np.arange(len(x))
+
+    def gmax(v: np.ndarray) -> np.ndarray:
+        out = np.zeros(n_aggs)
+        np.maximum.at(out, x, v)
+        return out
+
+    k = np.bincount(x, minlength=n_aggs).astype(np.float64)
+    active = k > 0
+    T = np.maximum.reduce([
+        gmax(ac.chain[rows, x]),
+        np.bincount(x, ac.aggregator_work[rows, x], n_aggs),
+        np.bincount(x, ac.backbone_work[rows, x], n_aggs),
+    ])  # fmt: skip
+    train = max(float(T.max(initial=0)), float(ac.server_work.sum()))
+    down = np.where(
+        active, ac.down_fixed + k * ac.down_per_client + gmax(ac.client_down[rows, x]), 0
+    )
+    up = np.where(active, gmax(ac.client_up[rows, x]) + ac.up_fixed + k * ac.up_per_client, 0)
+    srv = ac.server_averaging_per_aggregator * active.sum() + ac.server_averaging_per_client * len(
+        x
+    )
+    return float(down.max(initial=0)) + train + float(up.max(initial=0)) + srv
