@@ -214,13 +214,18 @@ def _to_batch(t: FlowTable, options: FlowOptions, report: ReadReport) -> FlowBat
     )
 
 
+_V4_NAMES: dict[int, str] = {}  # IPv4 address -> text, reused across batches (bounded)
+
+
 def format_ips(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """Addresses as strings (object array); IPv4 is stored as ::ffff:a.b.c.d."""
     out = np.empty(len(ver), dtype=object)
     v4 = ver == 4
     if v4.any():
         u, inv = np.unique(lo[v4] & np.uint64(0xFFFFFFFF), return_inverse=True)
-        names = [socket.inet_ntoa(x.to_bytes(4, "big")) for x in u.tolist()]
+        cache = _V4_NAMES if len(_V4_NAMES) < 1 << 16 else _V4_NAMES.clear() or _V4_NAMES
+        names = [cache.get(x) or cache.setdefault(x, socket.inet_ntoa(x.to_bytes(4, "big")))
+                 for x in u.tolist()]  # fmt: skip
         out[v4] = np.array(names, dtype=object)[inv]
     if not v4.all():
         v6 = np.flatnonzero(~v4)
