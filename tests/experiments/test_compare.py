@@ -120,3 +120,42 @@ def test_cli_compare_and_report(study, fast_figures, monkeypatch, capsys):
     assert "report:" in capsys.readouterr().out
     assert main(["report", str(out)]) == 0
     assert main(["report", str(out / "nope")]) == 2
+
+
+def _fake_timed(shares: dict):
+    """Replace the contention meter: each call of a cell reports the next given share."""
+
+    def timed(cell, cfg, run_cell_fn):
+        ok, msg = run_cell_fn(cell, cfg)
+        share = shares[cell.name].pop(0)
+        return ok, msg, {"cell": cell.name, "contention": {"foreign_share": share, "wall_s": 1.0}}
+
+    return timed
+
+
+def test_rerun_contended_keeps_the_less_disturbed_run(study, fast_figures, monkeypatch):
+    # Prepare: seed 0 of the 2-worker cell was badly disturbed the first time.
+    ds, out = study
+    shares = {"cnn/w1/seed0": [0.0], "cnn/w2/seed0": [0.6, 0.9, 0.05]}
+    monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed(shares))
+    kw = dict(models=["cnn"], workers=[2], seeds=1, quick=True, progress=False,
+              run_cell_fn=fake_runner())  # fmt: skip
+    run_compare(ds, out, **kw)
+    run_dir = out / "runs" / "cnn" / "w2" / "seed0"
+
+    def share():
+        return json.loads((run_dir / "compare_cell.json").read_text())["contention"][
+            "foreign_share"
+        ]
+
+    assert share() == 0.6
+    # Execute: a rerun that is disturbed even more keeps the first run ...
+    run_compare(ds, out, rerun_contended=True, **kw)
+    assert share() == 0.6
+    # ... and one that is quieter replaces it; the others stay beside it for inspection.
+    run_compare(ds, out, rerun_contended=True, **kw)
+    assert share() == 0.05
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == [
+        "seed0", "seed0.contended-1", "seed0.contended-2",
+    ]  # fmt: skip
+    assert shares["cnn/w2/seed0"] == [] and shares["cnn/w1/seed0"] == []

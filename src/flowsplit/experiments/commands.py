@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-foreign", type=float, default=None, metavar="F",
                    help="run again (once) a run during which other processes used more "
                         "than this fraction of the CPUs")  # fmt: skip
+    p.add_argument("--rerun-contended", action="store_true",
+                   help="run again finished runs that other processes disturbed (more than "
+                        "--max-foreign, default 0.15, of the CPUs); keep the less disturbed")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_compare)
 
@@ -88,7 +91,8 @@ def _compare(args: argparse.Namespace) -> int:
         quick=args.quick, threads=args.threads, patience=args.patience,
         margin=args.margin / 100, alpha=args.alpha, cell_timeout_s=args.cell_timeout,
         train_args=args.train_arg, quiet_wait_s=args.quiet_wait, max_busy=args.max_busy,
-        max_foreign=args.max_foreign, progress=not args.quiet,
+        max_foreign=args.max_foreign, rerun_contended=args.rerun_contended,
+        progress=not args.quiet,
     )  # fmt: skip
     _print_summary(path)
     return 0
