@@ -145,3 +145,10 @@ def test_metadata_is_unmasked(tmp_path):
     assert (b.ip_a[0], b.port_a[0], b.ip_b[0], b.port_b[0]) == (A, 4000, B, 80)
     assert b.proto[0] == 6 and b.n_packets[0] == 4 and b.n_bytes[0] == 171
     assert b.first_ts[0] == pytest.approx(10.0) and b.last_ts[0] == pytest.approx(10.07)
+
+
+def test_wide_pkt_bytes_rows(tmp_path):
+    opts = FlowOptions(n_pkts=2, pkt_len=300, mask_checksum=False)
+    pkts = conversation()
+    pb = one_flow(tmp_path, pkts, opts).views["pkt_bytes"][0]
+    np.testing.assert_array_equal(pb[1], _masked(pkts[1][1], 300, [(12, 20), (20, 24)]))

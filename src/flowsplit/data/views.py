@@ -263,29 +263,34 @@ def pkt_rows(sb, ip_off, ip_cap, l4_rel, ver, proto, options) -> np.ndarray:
     """Rows of the ``pkt_bytes`` view for some packets: uint8 (m, B), masked."""
     width = options.pkt_len
     rows = sb.rows(ip_off, width)  # (m, B)
-    cols = np.arange(width)
-    keep = cols[None, :] < ip_cap[:, None]  # (m, B): nothing past the captured IP packet
-    # Fields to zero depend only on (IP version, protocol, transport offset): few patterns.
+    # What to zero depends only on (IP version, protocol, transport offset) -- a few
+    # kinds -- and on the captured length: one row of a small mask table per packet.
     kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == 6)
     kinds, inv = np.unique(kind, return_inverse=True)
-    pattern = np.ones((len(kinds), width), dtype=bool)
+    small = width <= 256  # else the (kinds, length, B) table would be too large
+    table = np.tril(np.ones((width + 1 if small else 1, width), dtype=np.uint8), -1)
+    masks = np.empty((len(kinds), len(table), width), dtype=np.uint8)  # (kinds, length, B)
     for i, k in enumerate(kinds.tolist()):
         rel, v6, tcp = k >> 2, (k >> 1) & 1, k & 1
-        p = pattern[i]
+        p = np.ones(width, dtype=np.uint8)
         if options.mask_ip:
             if v6:
-                p[8:40] = False
+                p[8:40] = 0
             else:
-                p[12:20] = False
+                p[12:20] = 0
         if options.mask_checksum:
             if not v6:
-                p[10:12] = False
-            p[rel + (16 if tcp else 6) : rel + (18 if tcp else 8)] = False
+                p[10:12] = 0
+            p[rel + (16 if tcp else 6) : rel + (18 if tcp else 8)] = 0
         if options.mask_port:
-            p[rel : rel + 4] = False
-    if len(kinds) > 1 or not pattern.all():
-        keep &= pattern[inv] if len(kinds) > 1 else pattern[0]
-    return np.multiply(rows, keep, out=rows)
+            p[rel : rel + 4] = 0
+        masks[i] = table * p if small else p
+    if small:
+        which = inv * (width + 1) + np.minimum(ip_cap, width)
+        return np.multiply(rows, masks.reshape(-1, width)[which], out=rows)
+    rows *= masks[inv, 0]
+    rows *= np.arange(width)[None, :] < ip_cap[:, None]  # nothing past the captured packet
+    return rows
 
 
 _BLOCK = 128  # payload copied in blocks of this many bytes, then power-of-two tails
