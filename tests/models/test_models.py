@@ -149,7 +149,7 @@ def test_registry_contract():
         "stats",
     ]
     assert MODEL_SPECS["xgboost"].kind == "xgboost" and MODEL_SPECS["cnn"].kind == "torch"
-    assert model_options("cnn")["channels"] == (32, 64)
+    assert model_options("cnn")["channels"] == (64, 128)
     assert model_options("xgboost")["n_estimators"] == 300
     assert build_estimator("xgboost", max_depth=3).max_depth == 3
 

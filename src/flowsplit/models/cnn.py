@@ -1,25 +1,42 @@
-"""Convolutional network over payload bytes (1-D signal or 2-D image) or packet sequences.
+"""Convolutional network over payload bytes (1-D or as a 2-D image) or packet sequences.
 
-Blocks: ``conv1`` (input scaling + conv + pool), ``conv2`` (conv + pool), ``fc``
-(flatten + dense), ``head`` (logits). No batch normalisation: its statistics are
-per-process, so data-parallel training would no longer be the centralised
+Blocks: ``conv1`` (input embedding or scaling + conv + pool), ``conv2`` (conv),
+``fc`` (global mean and max pooling + dense), ``head`` (logits).
+
+Bytes go through a learned embedding (one vector per byte value: bytes are
+symbols such as TLS record types, not intensities), then two convolutions; the
+global mean and max over positions make the features independent of where a
+pattern sits and of the input length. No batch normalisation: its statistics
+are per-process, so data-parallel training would no longer be the centralised
 optimisation on the same global batches.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
-from flowsplit.models.layers import ByteInput, SeqInput, image_side
+from flowsplit.models.layers import ByteEmbedding, ByteInput, SeqInput, image_side
 
 
-def _pool_1d(length: int) -> int:
-    # Long byte signals shrink faster than short packet sequences.
-    return 4 if length >= 64 else 2 if length >= 4 else 1
+class GlobalPool(nn.Module):
+    """``(B, C, *S)`` -> ``(B, 2C)``: mean and max over all positions."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(2)  # (B, C, S)
+        return torch.cat([x.mean(2), x.amax(2)], dim=1)
+
+
+class _Transpose(nn.Module):
+    """``(B, T, F)`` -> ``(B, F, T)``: features become channels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2)
 
 
 def build_cnn(
@@ -27,85 +44,72 @@ def build_cnn(
     view: str,
     input_shape: Sequence[int],
     n_classes: int,
-    dims: int | None = None,
-    channels: Sequence[int] = (32, 64),
-    kernel: int = 3,
+    dims: int = 1,
+    embed: int = 32,
+    channels: Sequence[int] = (64, 128),
+    kernel: int = 5,
+    pool: int = 4,
     hidden: int = 128,
     dropout: float = 0.2,
 ) -> BlockModel:
     """Build the CNN.
 
     Args:
-        view: ``bytes`` (raw payload, ``(L,)`` or ``(S, S)``) or ``seq`` (``(T, F)``).
+        view: ``bytes`` (``(L,)`` or ``(S, S)`` payload bytes) or ``seq`` (``(T, F)``).
         input_shape: shape of one stored sample.
         n_classes: number of classes.
-        dims: 2 for an image over ``bytes`` (default when L is a square, e.g. 784 ->
-            28x28), 1 for a 1-D convolution (default otherwise and for ``seq``).
+        dims: 1 for a 1-D convolution along the bytes (or packets), 2 for a 2-D
+            convolution over the bytes as a square image (784 bytes -> 28x28).
+        embed: size of the byte embedding; 0 feeds bytes / 255 as one channel.
         channels: output channels of ``conv1`` and ``conv2``.
-        kernel: convolution kernel size (odd; padding keeps the size before pooling).
+        kernel: convolution kernel size (odd; 2-D uses ``min(kernel, 3)``).
+        pool: max-pool after ``conv1`` (1-D; 2-D pools 2x2; ``seq`` pools 2).
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
     """
     input_shape = tuple(int(s) for s in input_shape)
     c1, c2 = (int(c) for c in channels)
-    n_in = 1
-    for s in input_shape:
-        n_in *= s
+    n_in = math.prod(input_shape)
+    if kernel % 2 == 0:
+        raise ConfigError(f"cnn kernel must be odd so convolutions keep the size, got {kernel}")
+    if dims not in (1, 2):
+        raise ConfigError(f"cnn dims must be 1 or 2, got {dims}")
     if view == "bytes":
         side = image_side(n_in)
-        dims = dims if dims is not None else (2 if side else 1)
         if dims == 2 and side is None:
             raise ConfigError(
                 f"cnn dims=2 needs a square byte image, but the bytes view has {n_in} bytes; "
                 "use dims=1"
             )
+        shape = (side, side) if dims == 2 else (n_in,)
+        stem = ByteEmbedding(embed, shape) if embed else ByteInput((1, *shape))
+        in_ch = embed or 1
     elif view == "seq":
         if len(input_shape) != 2:
             raise ConfigError(f"cnn over seq needs (T, F) samples, got shape {input_shape}")
-        if dims not in (None, 1):
-            raise ConfigError("cnn over seq is 1-D over time; drop dims or use dims=1")
-        dims = 1
+        if dims != 1:
+            raise ConfigError("cnn over seq is 1-D over packets; use dims=1")
+        stem, in_ch = nn.Sequential(SeqInput(input_shape[1]), _Transpose()), input_shape[1]
+        pool = min(pool, 2)  # a few dozen packets: keep resolution
     else:
         raise ConfigError(f"cnn reads the bytes or seq view, not {view!r}")
-    if dims not in (1, 2):
-        raise ConfigError(f"cnn dims must be 1 or 2, got {dims}")
-    pad = kernel // 2
 
     if dims == 2:
-        stem = ByteInput((1, side, side))  # (B, 1, S, S)
-        conv, pool = nn.Conv2d, nn.MaxPool2d(2)
-        p = 2
-        out_len = (side // p // p) ** 2
+        k = min(kernel, 3)
+        conv1 = nn.Conv2d(in_ch, c1, k, padding=k // 2)
+        conv2 = nn.Conv2d(c1, c2, k, padding=k // 2)
+        pool_layer: nn.Module = nn.MaxPool2d(2)
     else:
-        if view == "bytes":
-            stem, n_ch, length = ByteInput((1, n_in)), 1, n_in  # (B, 1, L)
-        else:
-            t, f = input_shape
-            # (B, T, F) -> (B, F, T): features are channels, the convolution runs over time.
-            stem, n_ch, length = nn.Sequential(SeqInput(f), _Transpose()), f, t
-        p = _pool_1d(length)
-        conv, pool = nn.Conv1d, nn.MaxPool1d(p)
-        out_len = length // p // p
-    in_ch = 1 if dims == 2 else n_ch
-    if out_len < 1:
-        raise ConfigError(f"cnn input {input_shape} is too small for two pooling stages")
-
+        conv1 = nn.Conv1d(in_ch, c1, kernel, padding=kernel // 2)
+        conv2 = nn.Conv1d(c1, c2, kernel, padding=kernel // 2)
+        pool_layer = nn.MaxPool1d(pool) if pool > 1 else nn.Identity()
     blocks = [
-        ("conv1", nn.Sequential(stem, conv(in_ch, c1, kernel, padding=pad), nn.ReLU(), pool)),
-        ("conv2", nn.Sequential(conv(c1, c2, kernel, padding=pad), nn.ReLU(), pool)),
+        ("conv1", nn.Sequential(stem, conv1, nn.ReLU(), pool_layer)),  # (B, C1, L/pool)
+        ("conv2", nn.Sequential(conv2, nn.ReLU())),  # (B, C2, L/pool)
         (
             "fc",
-            nn.Sequential(
-                nn.Flatten(), nn.Linear(c2 * out_len, hidden), nn.ReLU(), nn.Dropout(dropout)
-            ),
+            nn.Sequential(GlobalPool(), nn.Linear(2 * c2, hidden), nn.ReLU(), nn.Dropout(dropout)),
         ),
         ("head", nn.Linear(hidden, n_classes)),
     ]
     return BlockModel(blocks, view=view, input_shape=input_shape, n_classes=n_classes, name="cnn")
-
-
-class _Transpose(nn.Module):
-    """``(B, T, F)`` -> ``(B, F, T)``."""
-
-    def forward(self, x):
-        return x.transpose(1, 2)

@@ -7,6 +7,7 @@ and by split learning alike:
 
 - :class:`ByteInput` turns payload bytes (0..255, any dtype) into floats in
   ``[0, 1]`` and reshapes them (to a 1-D signal, an image or a frame sequence);
+- :class:`ByteEmbedding` maps each byte value to a learned vector instead;
 - :class:`SeqInput` maps per-packet features through ``sign(x) * log1p(|x|)``
   (sizes in bytes and gaps in seconds span orders of magnitude) and then
   standardises each feature with buffers fitted on the training split by
@@ -52,6 +53,23 @@ class ByteInput(nn.Module):
 
     def extra_repr(self) -> str:
         return f"out_shape={self.out_shape}"
+
+
+class ByteEmbedding(nn.Module):
+    """Payload bytes -> a learned vector per byte value, channels first: ``(B, d, *out_shape)``.
+
+    Byte values are symbols (0x16 opens a TLS handshake, 0x17 a record), not
+    intensities: an embedding lets the first convolution see them as such.
+    """
+
+    def __init__(self, dim: int, out_shape: Sequence[int]):
+        super().__init__()
+        self.embed = nn.Embedding(256, dim)
+        self.out_shape = tuple(int(s) for s in out_shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = x.reshape(x.shape[0], *self.out_shape).to(torch.long).clamp_(0, 255)
+        return self.embed(idx).movedim(-1, 1)  # (B, d, *out_shape)
 
 
 class SeqInput(nn.Module):

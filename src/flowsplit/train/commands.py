@@ -1,18 +1,4 @@
-"""Sub-commands ``train``, ``evaluate`` and ``predict`` (registered by flowsplit.cli).
-
-Across machines, the same training runs under torchrun (one command per node)::
-
-    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
-        --master-addr 10.0.0.1 --master-port 29500 \\
-        -m flowsplit.train DATASET --model cnn -o RUN
-    torchrun --nnodes 2 --node-rank 1 ... (same arguments)
-
-World size and ranks then come from torchrun, ``--workers`` is ignored, and each
-node's workers share its cores. Set ``GLOO_SOCKET_IFNAME`` (or
-``NCCL_SOCKET_IFNAME``) to the interface the nodes reach each other on. Rank 0
-writes the run directory; ``torchrun --max-restarts K`` restarts a failed group,
-which resumes from the last checkpoint in RUN.
-"""
+"""Sub-commands ``train``, ``evaluate`` and ``predict`` (registered by flowsplit.cli)."""
 
 from __future__ import annotations
 
@@ -24,6 +10,32 @@ from pathlib import Path
 import numpy as np
 
 from flowsplit.errors import ConfigError, InputError
+
+TRAIN_DESCRIPTION = """\
+Train one model and write RUN/: config.json, train.log, checkpoint.pt (each epoch),
+weights.safetensors (or model.ubj for XGBoost) and metrics.json (one schema for every
+engine: times, communication, memory, accuracy, macro-F1, per-class F1, predictions).
+
+--workers 1 trains in this process; --workers N starts N local processes with
+PyTorch DDP (gloo on CPU, NCCL on CUDA; rendezvous on 127.0.0.1), or, for xgboost,
+a Dask LocalCluster of N workers. The global batch and learning rate stay those of
+the centralised run (each worker takes batch/N), so N workers follow the same
+optimisation; --scale-lr keeps the batch per worker and multiplies the lr by N.
+Uneven shards: every rank takes floor(n/N) rows an epoch (DistributedSampler with
+drop_last; at most N-1 rows sit out, different ones each epoch).
+
+Across machines, run the same training under torchrun, one command per node:
+
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
+        --master-addr 10.0.0.1 --master-port 29500 \\
+        -m flowsplit.train DATASET --model cnn -o RUN
+    torchrun --nnodes 2 --node-rank 1 ... (same arguments)
+
+Ranks and world size then come from torchrun and --workers is ignored; each node's
+workers share its cores. Set GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) to the interface
+the nodes reach each other on. Rank 0 writes RUN; with torchrun --max-restarts K a
+failed group restarts and resumes from the last checkpoint.
+"""
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,6 +57,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="batch size per worker and lr x workers (linear scaling)",
+    )
+    p.add_argument(
+        "--lr-schedule",
+        choices=("cosine", "constant"),
+        help="cosine: lr decays to 0 over --epochs (default); constant",
     )
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (default 0)")
     p.add_argument(
@@ -84,6 +101,7 @@ _ARG_TO_FIELD = {
     "batch_size": "batch_size",
     "lr": "lr",
     "scale_lr": "scale_lr",
+    "lr_schedule": "lr_schedule",
     "weight_decay": "weight_decay",
     "patience": "patience",
     "seed": "seed",
@@ -280,7 +298,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train a model centralised or data-parallel",
-        description=__doc__,
+        description=TRAIN_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_train_arguments(p)

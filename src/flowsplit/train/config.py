@@ -48,6 +48,8 @@ class TrainConfig:
     """Global batch size: each of N workers takes batch_size / N per step."""
     lr: float | None = None
     """Learning rate for the global batch; None: 1e-3 (Adam) for neural models, 0.1 (eta) for XGBoost."""
+    lr_schedule: str = "cosine"
+    """cosine (decay per epoch from lr to 0 over --epochs) or constant."""
     scale_lr: bool = False
     """Keep batch_size per worker and multiply lr by the number of workers (linear scaling)."""
     weight_decay: float = 0.0
@@ -93,6 +95,8 @@ class TrainConfig:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.lr_schedule not in ("cosine", "constant"):
+            raise ConfigError(f"--lr-schedule must be cosine or constant, got {self.lr_schedule!r}")
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.patience is not None and self.patience < 0:

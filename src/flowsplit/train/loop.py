@@ -22,6 +22,7 @@ to floating-point summation order (dropout masks aside: seeded per rank).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import signal
@@ -148,6 +149,8 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         if stopped_early:
             break
         sampler.set_epoch(epoch)  # data order depends on (seed, epoch) only
+        for group in optimizer.param_groups:  # a function of the epoch: resumes exactly
+            group["lr"] = epoch_lr(layout.lr, epoch, cfg.epochs, cfg.lr_schedule)
         torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # dropout masks
         meter.reset()
         ddp_model.train()
@@ -266,6 +269,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
             "comm_calls_last_epoch": meter.n_calls,
             "uneven_shards": "drop_last",
             "resumed": bool(resume),
+            "n_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         },
     )
     result.to_json(out / METRICS_NAME)
@@ -288,6 +292,13 @@ def _layout_record(layout: ParallelLayout) -> dict:
         "device": layout.device,
         "backend": layout.backend,
     }
+
+
+def epoch_lr(base: float, epoch: int, epochs: int, schedule: str) -> float:
+    """Learning rate of ``epoch``: constant, or cosine from ``base`` towards 0 over ``epochs``."""
+    if schedule == "constant":
+        return base
+    return base * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
 
 
 def _seed_for(seed: int, rank: int, epoch: int) -> int:
