@@ -193,3 +193,13 @@ def test_flow_rules_match_the_packet_by_packet_reference(tmp_path, seed):
     ref = reference_flows(path, opts, keep_packets=False)
     want = sorted((f.key, f.n_packets, f.first_index) for f in ref.flows)
     assert sorted(flows_of(path, opts, chunk_bytes=3000)) == want
+
+
+def test_batches_can_be_subset(tmp_path):
+    pkts = [dgram(1, A, B, 1, 2), dgram(2, A, C, 3, 4), dgram(3, B, C, 5, 6)]
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
+    (batch,) = list(iter_flows(path, FlowOptions(), ReadReport()))
+    sub = batch.take(np.array([False, True, True]))
+    assert len(sub) == 2 and sub.keys() == batch.keys()[1:]
+    assert sub.views["seq"].shape == (2, 32, 10) and len(sub.stats) == 2
+    np.testing.assert_array_equal(sub.first_index, [1, 2])

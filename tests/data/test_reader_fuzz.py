@@ -82,7 +82,7 @@ def _read_all(path, **kw) -> None:
         assert len(batch.views["seq"]) == len(batch)
 
 
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=300, deadline=10_000, suppress_health_check=[HealthCheck.too_slow,
           HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(data=damaged(), strict=st.booleans(), chunk=st.sampled_from([200, 4096, 1 << 20]))
 def test_damaged_captures_yield_or_raise_input_error(tmp_path, data, strict, chunk):

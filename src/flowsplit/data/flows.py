@@ -107,6 +107,14 @@ class FlowBatch:
     def __len__(self) -> int:
         return len(self.proto)
 
+    def take(self, idx) -> FlowBatch:
+        """The flows at ``idx`` (indices or a boolean mask), every array and view alike."""
+        idx = np.asarray(idx)
+        pick = np.flatnonzero(idx) if idx.dtype == bool else idx
+        arrays = {k: getattr(self, k)[pick] for k in _ROW_FIELDS if getattr(self, k) is not None}
+        stats = None if self.stats is None else self.stats.iloc[pick].reset_index(drop=True)
+        return FlowBatch(**arrays, views={k: v[pick] for k, v in self.views.items()}, stats=stats)
+
     def keys(self) -> list[str]:
         """``L4|ipA|portA|ipB|portB`` per flow (initiator first)."""
         l4 = np.where(self.proto == 6, "TCP", "UDP")
@@ -121,6 +129,10 @@ class FlowBatch:
                 strict=True,
             )  # fmt: skip
         ]
+
+
+_ROW_FIELDS = ("proto", "ip_a", "port_a", "ip_b", "port_b", "first_ts", "last_ts", "n_packets",
+               "n_bytes", "source", "first_index")  # fmt: skip
 
 
 def stats_columns(options: FlowOptions | None = None) -> tuple[str, ...]:
