@@ -28,9 +28,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import _common  # benchmark helpers (environment record, medians, JSON)
-import numpy as np
 
+# One compute thread for every library loaded from here on (numpy is imported below).
 _common.single_thread()
+
+import numpy as np  # noqa: E402
 
 
 def _profile():

@@ -21,10 +21,22 @@ def test_pilots_start_at_the_corners_then_fill_the_middle():
 def test_cut_features_by_hand():
     # small_profile: blocks 4, params 100 / 2000 / 20000 / 400, outputs 800 / 400 / 128 /
     # 16 bytes, input 400 bytes. Pair (1, 2): client depth 1/4, aggregator depth 1/4,
-    # parameter shares 100/22500 and 2000/22500, log(800/400) and log(400/400).
+    # log(800/400) and log(400/400), parameter shares 100/22500 and 2000/22500.
     cuts, x = cut_features(small_profile())
     row = x[cuts.index((1, 2))]
-    assert row == pytest.approx([0.25, 0.25, 100 / 22500, 2000 / 22500, np.log(2.0), 0.0])
+    assert row == pytest.approx([0.25, 0.25, np.log(2.0), 0.0, 100 / 22500, 2000 / 22500])
+
+
+def test_three_pilots_fit_the_two_depth_features_exactly():
+    # By hand: pilots (1, 1), (1, 3), (3, 3) of a 4-block model have depths
+    # (1/4, 0), (1/4, 1/2), (3/4, 0) and losses 1.5, 1.9, 2.0, so
+    # loss = 1.5 + 1.0 * (client depth - 1/4) + 0.8 * aggregator depth, and (2, 3),
+    # depths (1/2, 1/4), is predicted 1.5 + 0.25 + 0.2 = 1.95 (penalty 0.01: close).
+    cuts, x = cut_features(small_profile())
+    rows = [cuts.index(c) for c in ((1, 1), (1, 3), (3, 3))]
+    model = LossSurrogate().fit(x[rows], [1.5, 1.9, 2.0])
+    assert model.to_dict()["features"] == ["depth_client", "depth_aggregator"]
+    assert model.predict(x[[cuts.index((2, 3))]])[0] == pytest.approx(1.95, abs=0.02)
 
 
 def test_ridge_recovers_a_linear_loss_and_reports_leave_one_out_error():
@@ -41,8 +53,8 @@ def test_ridge_recovers_a_linear_loss_and_reports_leave_one_out_error():
 
 def test_ridge_chooses_the_penalty_by_leave_one_out_and_handles_constants():
     rng = np.random.default_rng(0)
-    x = np.column_stack([rng.random(6), np.ones(6)])  # second column constant
-    y = 0.5 + rng.normal(0, 1, 6)  # pure noise: a large penalty predicts best
+    x = np.column_stack([rng.random(8), np.ones(8)])  # second column constant
+    y = 0.5 + rng.normal(0, 1, 8)  # pure noise: a large penalty predicts best
     model = LossSurrogate().fit(x, y)
     assert model.alpha_ == 100.0
     assert model.coef_[1] == 0.0

@@ -19,28 +19,31 @@ from flowsplit.federated.profile import BlockProfile, cut_table
 FEATURE_NAMES = (
     "depth_client",
     "depth_aggregator",
-    "param_frac_client",
-    "param_frac_aggregator",
     "log_act_a",
     "log_act_c",
+    "param_frac_client",
+    "param_frac_aggregator",
 )
+N_DEPTH = 2
+"""The first two features: enough with few pilots (see :class:`LossSurrogate`)."""
+FIXED_ALPHA = 1e-2
 ALPHAS = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 
 
 def cut_features(profile: BlockProfile) -> tuple[list[tuple[int, int]], np.ndarray]:
     """(legal cuts, (P, 6) features): depth fraction of the client and aggregator
-    parts, their share of the parameters, and the log of the activation bytes at each
-    cut relative to the input."""
+    parts, the log of the activation bytes at each cut relative to the input, and the
+    two parts' share of the parameters (the order of :data:`FEATURE_NAMES`)."""
     t = cut_table(profile)
     total = max(float(np.sum(profile.params)), 1.0)
     x = np.stack(
         [
             t["depth_client"],
             t["depth_aggregator"],
-            t["client_params"] / total,
-            t["aggregator_params"] / total,
             np.log(t["act_a_bytes"] / profile.input_bytes),
             np.log(t["act_c_bytes"] / profile.input_bytes),
+            t["client_params"] / total,
+            t["aggregator_params"] / total,
         ],
         axis=1,
     ).astype(np.float64)
@@ -75,14 +78,26 @@ def choose_pilot_cuts(n_blocks: int, n_pilots: int) -> list[tuple[int, int]]:
 class LossSurrogate:
     """Ridge regression of pilot loss on cut features (scikit-learn style).
 
-    Features are standardised on the training rows (constant ones dropped); the
-    intercept is not penalised; the penalty ``alpha`` is the one of ``alphas`` with
-    the least leave-one-out squared error (given ``alpha`` fixes it instead).
+    Few pilots cannot support many features: with fewer than six pilots only the
+    first ``N_DEPTH`` columns (depth of the client and of the aggregator part, which
+    set how much of the model is averaged across clients, across aggregators, or
+    trained sequentially at the server) are used, all of them from six on
+    (``n_features`` fixes it). Features are standardised on the training rows
+    (constant ones dropped); the intercept is not penalised; the penalty is the one
+    of ``alphas`` with the least leave-one-out squared error when there are at least
+    two more pilots than features, else ``FIXED_ALPHA`` (``alpha`` fixes it).
     """
 
-    def __init__(self, *, alpha: float | None = None, alphas: tuple[float, ...] = ALPHAS):
+    def __init__(
+        self,
+        *,
+        alpha: float | None = None,
+        alphas: tuple[float, ...] = ALPHAS,
+        n_features: int | None = None,
+    ):
         self.alpha = alpha
         self.alphas = alphas
+        self.n_features = n_features
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> LossSurrogate:
         x = np.asarray(x, dtype=np.float64)
@@ -91,14 +106,21 @@ class LossSurrogate:
             raise ValueError(f"need x (n, d) and y (n,) with n >= 1, got {x.shape}, {y.shape}")
         if not np.all(np.isfinite(y)):
             raise ValueError("pilot losses must be finite")
+        n, d = x.shape
+        k = self.n_features or (d if n >= 6 else min(N_DEPTH, d))
         self.mean_ = x.mean(axis=0)
         scale = x.std(axis=0)
-        self.keep_ = scale > 1e-12
+        self.keep_ = (scale > 1e-12) & (np.arange(d) < k)
         self.scale_ = np.where(self.keep_, scale, 1.0)
         z = ((x - self.mean_) / self.scale_)[:, self.keep_]
         self.intercept_ = float(y.mean())
         yc = y - self.intercept_
-        candidates = (self.alpha,) if self.alpha is not None else self.alphas
+        if self.alpha is not None:
+            candidates = (self.alpha,)
+        elif n >= int(self.keep_.sum()) + 2:
+            candidates = self.alphas
+        else:
+            candidates = (FIXED_ALPHA,)
         best = None
         for alpha in candidates:
             coef, loo = _ridge(z, yc, float(alpha))
@@ -122,6 +144,7 @@ class LossSurrogate:
             "alpha": self.alpha_,
             "intercept": self.intercept_,
             "coef": dict(zip(FEATURE_NAMES, self.coef_.tolist(), strict=False)),
+            "features": [n for n, k in zip(FEATURE_NAMES, self.keep_, strict=False) if k],
             "loo_rmse": self.loo_rmse_,
             "n_pilots": self.n_train_,
         }

@@ -1,0 +1,206 @@
+"""``flowsplit sfl plan`` and ``flowsplit sfl compare`` (added to the ``sfl`` group).
+
+Wire them in with ``add_plan_parser(sfl_subparsers)`` and
+``add_compare_parser(sfl_subparsers)``; each adds its sub-parser and sets ``func``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+from flowsplit.errors import ConfigError
+
+log = logging.getLogger("flowsplit.planner")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """``"5"`` -> (0, 1, 2, 3, 4); ``"0,3,7"`` -> (0, 3, 7)."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise ConfigError(f"--seeds {text!r}: give a count (5) or a list (0,1,2)")
+    if len(values) == 1 and "," not in str(text):
+        if values[0] < 1:
+            raise ConfigError("--seeds: the count must be >= 1")
+        return tuple(range(values[0]))
+    return tuple(values)
+
+
+def _pair(text: str) -> tuple[int, int]:
+    from flowsplit.federated.config import parse_cuts
+
+    return parse_cuts(text)
+
+
+def _capacity(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--capacity {text!r}: give one integer per aggregator") from None
+
+
+def _weights(text: str) -> tuple[float, float, float]:
+    from flowsplit.planner.objective import Weights
+
+    w = Weights.parse(text)
+    return (w.loss, w.delay, w.bytes)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
+    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument("--topology", default="heterogeneous", help="preset name or TOML file")
+    p.add_argument("--clients", type=int, default=None, help="clients N (default: preset's)")
+    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
+    p.add_argument("--topology-seed", type=int, default=0, help="seed of a generated topology")
+    p.add_argument("--family", default="hsfl", choices=("hsfl", "hsfl-ll"),
+                   help="scheme the three-tier runs train with")  # fmt: skip
+    p.add_argument("--weights", default="1,1,1", type=_weights,
+                   help="objective weights loss,delay,bytes")  # fmt: skip
+    p.add_argument("--reference", default="hsfl", choices=("hsfl", "median"),
+                   help="delay/bytes references: the HSFL baseline or the median cut pair")  # fmt: skip
+    p.add_argument("--fixed-cuts", default="1,2", type=_pair, help="HSFL baseline cuts a,c")
+    p.add_argument("--sfl-cut", type=int, default=1, help="SFL baseline cut")
+    p.add_argument("--capacity", default=None, help="most clients per aggregator, comma list")
+    p.add_argument("--pilots", type=int, default=None, help="pilot cut pairs (default 4; quick 3)")
+    p.add_argument("--pilot-rounds", type=int, default=1, help="rounds per pilot")
+    p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--local-epochs", type=int, default=1)
+    p.add_argument("--partition", default="iid", help="iid, dirichlet:ALPHA or site")
+    p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--quick", action="store_true",
+                   help="small defaults (2 seeds, 3 rounds, 600 rows, 8 clients, 3 aggregators)")  # fmt: skip
+    p.add_argument("--quiet", action="store_true", help="no per-run log")
+
+
+def _options(args: argparse.Namespace) -> dict:
+    return {
+        "view": args.view,
+        "n_clients": args.clients,
+        "n_aggregators": args.aggregators,
+        "topology_seed": args.topology_seed,
+        "family": args.family,
+        "weights": args.weights,
+        "reference": args.reference,
+        "fixed_cuts": args.fixed_cuts,
+        "sfl_cut": args.sfl_cut,
+        "capacity": _capacity(args.capacity),
+        "n_pilots": args.pilots,
+        "pilot_rounds": args.pilot_rounds,
+        "pilot_train_limit": args.pilot_train_limit,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "local_epochs": args.local_epochs,
+        "partition": args.partition,
+        "train_limit": args.train_limit,
+        "threads": args.threads,
+    }
+
+
+def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``flowsplit sfl plan``: choose cuts and an assignment, write plan.json."""
+    p = sfl_subparsers.add_parser(
+        "plan",
+        help="choose cut points and a client -> aggregator assignment (accuracy-aware)",
+        description=(
+            "Run short pilots at a few cut pairs, fit the loss surrogate, and choose the cuts "
+            "and assignment minimising w_loss * loss + w_delay * delay / delay_ref + "
+            "w_bytes * bytes / bytes_ref; write the plan (with the baselines' predicted "
+            "costs) as JSON."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_common(p)
+    p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON to write")
+    p.add_argument("--seed", type=int, default=0, help="partition and pilot seed")
+    p.add_argument("--no-pilots", action="store_true",
+                   help="no pilots: plan for delay and bytes only (the loss weight must be 0)")  # fmt: skip
+    p.set_defaults(func=cmd_plan)
+    return p
+
+
+def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``flowsplit sfl compare``: train every scheme on the same seeds and write the report."""
+    p = sfl_subparsers.add_parser(
+        "compare",
+        help="compare sfl, hsfl, the delay-only and the accuracy-aware planner",
+        description=(
+            "Train each scheme on the same data, topology and seeds (in-process simulation) "
+            "and write OUT/report.html, report.md and results.json: accuracy and macro-F1 per "
+            "round, delay per round and to a target accuracy, bytes per tier and message "
+            "type, and differences against HSFL with paired confidence intervals."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_common(p)
+    p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
+    p.add_argument("--schemes", default="sfl,hsfl,delay,acc-aware",
+                   help="comma list of sfl, hsfl, delay, acc-aware (hsfl always runs)")  # fmt: skip
+    p.add_argument("--seeds", default=None, type=_int_list,
+                   help="number of seeds (5) or a list (0,1,2); default 5, quick 2")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=None, help="rounds per run (default 5, quick 3)")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="accuracy to time (default: 0.95 x HSFL's mean final accuracy)")  # fmt: skip
+    p.set_defaults(func=cmd_compare)
+    return p
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from flowsplit.planner.compare import run_sfl_compare
+
+    schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
+    path = run_sfl_compare(
+        args.dataset, args.out, model=args.model, schemes=schemes, topology=args.topology,
+        seeds=args.seeds, rounds=args.rounds, quick=args.quick, quiet=args.quiet,
+        target_accuracy=args.target_accuracy, **_options(args),
+    )  # fmt: skip
+    print(f"report: {path}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from flowsplit.data.store import atomic_write_json
+    from flowsplit.planner.compare import make_study, plan_seed, resolve_config
+    from flowsplit.planner.report import _jsonable
+
+    weights = args.weights
+    if args.no_pilots and weights[0] > 0:
+        raise ConfigError("--no-pilots needs a loss weight of 0, e.g. --weights 0,1,1")
+    options = _options(args)
+    cfg = resolve_config(args.quick, model=args.model, topology=args.topology,
+                         seeds=(args.seed,), schemes=("hsfl", "sfl", "delay", "acc-aware"),
+                         **options)  # fmt: skip
+    t0 = time.perf_counter()
+    study = make_study(args.dataset, cfg, quiet=args.quiet, pilots=not args.no_pilots)
+    plans = plan_seed(study, args.seed)
+    chosen = plans["acc-aware"]
+    doc = {
+        **chosen.to_dict(),
+        "baselines": {k: {f: v for f, v in p.to_dict().items() if f not in ("assignment",)}
+                      for k, p in plans.items() if p is not chosen},  # fmt: skip
+        "surrogate": study.surrogate or None,
+        "topology": {"name": study.topology.name, "n_clients": study.topology.n_clients,
+                     "n_aggregators": study.topology.n_aggregators, "seed": study.topology.seed},
+        "config": cfg.to_dict(),
+        "total_s": time.perf_counter() - t0,
+    }  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out, _jsonable(doc))
+    print(
+        f"plan: cuts {tuple(chosen.cuts)}, clients per aggregator "
+        f"{doc['clients_per_aggregator']}, predicted loss {chosen.predicted_loss:.4f}, "
+        f"delay {chosen.delay_s:.3f} s/round, {chosen.bytes / 1e6:.2f} MB/round, objective "
+        f"{chosen.objective:.4f}, planned in {1e3 * chosen.planning_s:.0f} ms -> {args.out}"
+    )
+    return 0

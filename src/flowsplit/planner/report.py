@@ -1,0 +1,300 @@
+"""The SFL comparison as ``results.json``, ``report.md`` and ``report.html``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flowsplit.data.store import atomic_write_json, atomic_write_text
+from flowsplit.report import figures, html, markdown
+from flowsplit.report.tables import Column, fmt_ci, fmt_float
+
+TITLE = "SFL, HSFL and the accuracy-aware planner"
+
+METHODS = [
+    "Every scheme trains the same model on the same dataset, topology and seeds in the "
+    "in-process simulation; the simulated delay and bytes are charged message by message "
+    "by the engine's cost model (compute = FLOPs / speed; a message = latency + bytes / "
+    "bandwidth; aggregator compute and backbone links are FIFO queues).",
+    "sfl: SplitFed v1 at one cut, through a seeded random relay aggregator. hsfl: fixed cuts, "
+    "seeded random assignment (the reference). delay: the planner with weights (0, 1, 0). "
+    "acc-aware: the planner with the objective w_loss * predicted loss + w_delay * delay / "
+    "delay_ref + w_bytes * bytes / bytes_ref.",
+    "Planner: every legal cut pair whose client part fits the clients' memory; a greedy "
+    "assignment (largest client work first, each to the aggregator with the earliest finish "
+    "time), then local search (moves, swaps; on small instances restarts and aggregator "
+    "closing); cut pairs pruned by a lower bound on large instances.",
+    "Surrogate: pilot runs at a few cut pairs spanning the legal range (validation split, "
+    "first seed), ridge regression on depth fraction, parameter share and log activation "
+    "size, penalty by exact leave-one-out; pilot cost is reported and not added to the runs.",
+    "Statistics: means with 95 % t intervals over seeds; against HSFL paired by seed: "
+    "accuracy as a difference (paired t interval), delay and bytes as ratios (geometric mean "
+    "of per-seed ratios, interval on the log ratio). Delay to target: simulated clock at the "
+    "first round whose test accuracy reaches the target.",
+]
+
+
+def _ci(iv: Mapping, scale: float = 1.0, digits: int = 1) -> str:
+    return fmt_ci(iv["mean"], iv["low"], iv["high"], scale, digits)
+
+
+def _ratio(iv: Mapping) -> str:
+    if not math.isfinite(iv["mean"]):
+        return "–"
+    mean = f"{100 * (iv['mean'] - 1):+.1f} %"
+    if not math.isfinite(iv["low"]):
+        return mean
+    return f"{mean} ({100 * (iv['low'] - 1):+.1f} to {100 * (iv['high'] - 1):+.1f})"
+
+
+def results_rows(results: Mapping) -> list[dict]:
+    rows = []
+    for s, v in results["schemes"].items():
+        rows.append({
+            "scheme": s,
+            "cuts": ", ".join(str(tuple(c)) for c in v["cuts"]),
+            "acc": _ci(v["final_accuracy"], 100, 2),
+            "f1": _ci(v["final_macro_f1"], 100, 2),
+            "delay": _ci(v["delay_total_s"], 1, 2),
+            "per_round": _ci(v["delay_per_round_s"], 1, 3),
+            "target": _ci(v["delay_to_target_s"], 1, 2)
+            + f" [{v['reached_target']}/{len(v['seeds'])}]",
+            "mb": _ci(v["bytes_total"], 1e-6, 1),
+        })  # fmt: skip
+    return rows
+
+
+RESULT_COLS = [
+    Column("scheme", "scheme"), Column("cuts", "cuts (a, c)"),
+    Column("acc", "final accuracy, %", align="right"),
+    Column("f1", "final macro-F1, %", align="right"),
+    Column("delay", "total delay, s", align="right"),
+    Column("per_round", "delay per round, s", align="right"),
+    Column("target", "delay to target, s [seeds reached]", align="right"),
+    Column("mb", "bytes, MB", align="right"),
+]  # fmt: skip
+
+
+def versus_rows(results: Mapping) -> list[dict]:
+    rows = []
+    for s, v in results["vs_hsfl"].items():
+        rows.append({
+            "scheme": s,
+            "acc": _ci(v["accuracy_diff"], 100, 2),
+            "f1": _ci(v["macro_f1_diff"], 100, 2),
+            "delay": _ratio(v["delay_ratio"]),
+            "target": _ratio(v["delay_to_target_ratio"]),
+            "bytes": _ratio(v["bytes_ratio"]),
+            "p": v["accuracy_test"]["t_p"],
+        })  # fmt: skip
+    p = results["paper"]
+    rows.append({"scheme": "paper's planner (reported)", "acc": f"+{p['accuracy_pts']:g}",
+                 "f1": "–", "delay": f"{100 * p['delay_change']:+.0f} %", "target": "–",
+                 "bytes": f"{100 * p['bytes_change']:+.0f} %", "p": None})  # fmt: skip
+    return rows
+
+
+VERSUS_COLS = [
+    Column("scheme", "scheme"),
+    Column("acc", "accuracy diff, pts (95 % CI)", align="right"),
+    Column("f1", "macro-F1 diff, pts", align="right"),
+    Column("delay", "total delay change", align="right"),
+    Column("target", "delay-to-target change", align="right"),
+    Column("bytes", "bytes change", align="right"),
+    Column("p", "paired t p (accuracy)", fmt_float(3), "right"),
+]
+
+
+def bytes_rows(results: Mapping) -> list[dict]:
+    rows = []
+    for s, v in results["schemes"].items():
+        row: dict[str, Any] = {"scheme": s}
+        row.update({h: v["bytes_by_hop"][h] / 1e6 for h in v["bytes_by_hop"]})
+        row.update({t: v["bytes_by_type"][t] / 1e6 for t in v["bytes_by_type"]})
+        rows.append(row)
+    return rows
+
+
+def bytes_cols(results: Mapping) -> list[Column]:
+    first = next(iter(results["schemes"].values()))
+    keys = list(first["bytes_by_hop"]) + list(first["bytes_by_type"])
+    return [Column("scheme", "scheme")] + [
+        Column(k, f"{k}, MB", fmt_float(2), "right") for k in keys
+    ]
+
+
+def plan_rows(results: Mapping) -> list[dict]:
+    seed = next(iter(results["plans"]))
+    rows = []
+    for s, p in results["plans"][seed].items():
+        rows.append({
+            "scheme": s, "cuts": str(tuple(p["cuts"])),
+            "clients": " / ".join(map(str, p["clients_per_aggregator"])),
+            "loss": p["predicted_loss"], "delay": p["delay_s"],
+            "mb": (p["bytes"] or 0) / 1e6, "objective": p["objective"],
+            "ms": 1e3 * p["planning_s"],
+        })  # fmt: skip
+    return rows
+
+
+PLAN_COLS = [
+    Column("scheme", "scheme"), Column("cuts", "cuts"),
+    Column("clients", "clients per aggregator"),
+    Column("loss", "predicted loss", fmt_float(3), "right"),
+    Column("delay", "predicted delay / round, s", fmt_float(3), "right"),
+    Column("mb", "predicted MB / round", fmt_float(2), "right"),
+    Column("objective", "objective (acc-aware weights)", fmt_float(3), "right"),
+    Column("ms", "planning, ms", fmt_float(1), "right"),
+]  # fmt: skip
+
+SURROGATE_COLS = [
+    Column("cuts", "cuts (a, c)"),
+    Column("measured_loss", "pilot loss (val)", fmt_float(3), "right"),
+    Column("predicted_loss", "predicted loss", fmt_float(3), "right"),
+]
+
+
+def conditions_rows(results: Mapping) -> list[dict]:
+    c, d, t = results["config"], results["dataset"], results["topology"]
+    obj = None
+    for p in next(iter(results["plans"].values())).values():
+        obj = obj or p.get("objective_def")
+    rows = [
+        ("dataset", f"{d['path']} ({d['n_train']} train / {d['n_val']} val / {d['n_test']} test "
+                    f"flows, {len(d['classes'])} classes)"),
+        ("model, blocks", f"{c['model']}: {', '.join(results['profile']['blocks'])}"),
+        ("topology", f"{t['name']} ({t['n_clients']} clients, {t['n_aggregators']} aggregators, "
+                     f"seed {t['seed']}): {t['description']}"),
+        ("seeds, rounds", f"{', '.join(map(str, c['seeds']))}; {c['rounds']} rounds, batch "
+                          f"{c['batch_size']}, lr {c['lr']:g}, {c['local_epochs']} local epoch(s), "
+                          f"partition {c['partition']}, training rows "
+                          f"{c['train_limit'] or 'all'}"),
+        ("three-tier family", c["family"]),
+        ("baselines", f"sfl cut {c['sfl_cut']}; hsfl cuts {tuple(c['fixed_cuts'])}, random "
+                      "assignment"),
+        ("objective", f"weights (loss, delay, bytes) = {tuple(c['weights'])}; references: "
+                      + (f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
+                         f"{obj['bytes_ref'] / 1e6:.2f} MB / round" if obj else "–")),
+        ("target accuracy", f"{100 * results['target_accuracy']:.2f} %"),
+        ("host", f"{results['environment']['host']}, {results['environment']['cores']} cores, "
+                 f"torch {results['environment']['torch']}, {c['threads']} thread(s)"),
+        ("flowsplit, generated, wall", f"{results['flowsplit_version']}, {results['generated']}, "
+                                       f"{results['wall_s']:.0f} s"),
+    ]  # fmt: skip
+    return [{"what": k, "value": v} for k, v in rows]
+
+
+COND_COLS = [Column("what", "condition"), Column("value", "value")]
+
+
+def _figures(results: Mapping) -> list[tuple[Any, str]]:
+    schemes = results["schemes"]
+    acc = figures.line_chart(
+        [{"label": s, "x": v["curve"]["round"], "y": [100 * a for a in v["curve"]["accuracy"]]}
+         for s, v in schemes.items()],
+        xlabel="round", ylabel="test accuracy, %", title="Accuracy per round (mean over seeds)",
+    )  # fmt: skip
+    clock = figures.line_chart(
+        [{"label": s, "x": v["curve"]["clock_s"], "y": [100 * a for a in v["curve"]["accuracy"]]}
+         for s, v in schemes.items()],
+        xlabel="simulated time, s", ylabel="test accuracy, %",
+        title="Accuracy against simulated training time",
+    )  # fmt: skip
+    delay = figures.line_chart(
+        [{"label": s, "x": v["curve"]["round"], "y": v["curve"]["delay_s"]}
+         for s, v in schemes.items()],
+        xlabel="round", ylabel="round delay, s", title="Simulated delay per round",
+    )  # fmt: skip
+    hops = list(next(iter(schemes.values()))["bytes_by_hop"])
+    by_hop = figures.bar_chart(
+        list(schemes),
+        {h: [v["bytes_by_hop"][h] / 1e6 for v in schemes.values()] for h in hops},
+        ylabel="MB (all rounds, mean over seeds)", title="Bytes per tier",
+    )  # fmt: skip
+    return [
+        (acc, "Test accuracy per round"),
+        (clock, "Test accuracy against simulated time"),
+        (delay, "Simulated delay per round"),
+        (by_hop, "Bytes per hop"),
+    ]
+
+
+def _surrogate_parts(results: Mapping) -> tuple[list[dict], str]:
+    sur = results.get("surrogate") or {}
+    if not sur:
+        return [], "No pilots: the accuracy-aware planner was not run."
+    cost = sur["cost"]
+    text = (f"{cost['n_pilots']} pilots x {sur['pilots'][0]['rounds']} round(s) on the "
+            f"{sur['eval_split']} split: {cost['wall_s']:.1f} s wall, {cost['delay_s']:.1f} s "
+            f"simulated delay, {cost['bytes'] / 1e6:.1f} MB. Ridge alpha {sur['alpha']:g}, "
+            f"leave-one-out RMSE {sur['loo_rmse']:.3f} nats.")  # fmt: skip
+    rows = [{**r, "cuts": str(tuple(r["cuts"]))} for r in sur["table"]]
+    return rows, text
+
+
+def render_html(results: Mapping) -> str:
+    sur_rows, sur_text = _surrogate_parts(results)
+    parts = [
+        html.section("Summary", f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
+                     html.table(versus_rows(results), VERSUS_COLS,
+                                caption="Against HSFL, paired by seed"), anchor="summary"),
+        html.section("Results per scheme", html.table(results_rows(results), RESULT_COLS),
+                     anchor="results"),
+        html.section("Curves", *(html.figure(f, cap) for f, cap in _figures(results))),
+        html.section("Bytes by hop and message type",
+                     html.table(bytes_rows(results), bytes_cols(results))),
+        html.section("Plans (first seed)", html.table(plan_rows(results), PLAN_COLS)),
+        html.section("Accuracy surrogate", html.paragraph(sur_text),
+                     html.table(sur_rows, SURROGATE_COLS) if sur_rows else ""),
+        html.section("Conditions", html.table(conditions_rows(results), COND_COLS)),
+        html.section("Methods", html.bullet_list(METHODS)),
+    ]  # fmt: skip
+    return html.page(TITLE, *parts, subtitle=f"flowsplit {results['flowsplit_version']}, "
+                     f"{results['generated']}")  # fmt: skip
+
+
+def render_markdown(results: Mapping) -> str:
+    sur_rows, sur_text = _surrogate_parts(results)
+    return markdown.document(
+        f"# {TITLE}\n",
+        markdown.heading("Summary"),
+        markdown.bullet_list(results["summary"]),
+        markdown.table(versus_rows(results), VERSUS_COLS),
+        markdown.heading("Results per scheme"),
+        markdown.table(results_rows(results), RESULT_COLS),
+        markdown.heading("Bytes by hop and message type"),
+        markdown.table(bytes_rows(results), bytes_cols(results)),
+        markdown.heading("Plans (first seed)"),
+        markdown.table(plan_rows(results), PLAN_COLS),
+        markdown.heading("Accuracy surrogate"),
+        markdown.paragraph(sur_text),
+        markdown.table(sur_rows, SURROGATE_COLS) if sur_rows else "",
+        markdown.heading("Conditions"),
+        markdown.table(conditions_rows(results), COND_COLS),
+        markdown.heading("Methods"),
+        markdown.bullet_list(METHODS),
+    )
+
+
+def write_report(out: str | Path, results: Mapping) -> Path:
+    """Write results.json, report.md and report.html under ``out``; returns report.html."""
+    out = Path(out)
+    atomic_write_json(out / "results.json", _jsonable(results))
+    atomic_write_text(out / "report.md", render_markdown(results))
+    path = out / "report.html"
+    atomic_write_text(path, render_html(results))
+    return path
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

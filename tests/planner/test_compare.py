@@ -1,0 +1,81 @@
+"""``sfl compare`` and ``sfl plan`` end to end on a toy dataset (seconds)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from flowsplit.errors import ConfigError
+from flowsplit.planner.analysis import delay_to_target
+from flowsplit.planner.commands import _int_list, add_compare_parser, add_plan_parser
+from flowsplit.planner.compare import resolve_config, run_sfl_compare
+from tests.federated._toy import ToyFactory, write_toy_dataset
+
+
+def test_delay_to_target_is_the_clock_of_the_first_round_reaching_it():
+    history = [{"accuracy": 0.5, "clock_s": 2.0}, {"accuracy": 0.8, "clock_s": 4.5},
+               {"accuracy": 0.9, "clock_s": 7.0}]  # fmt: skip
+    assert delay_to_target(history, 0.8) == 4.5
+    assert np.isnan(delay_to_target(history, 0.95))
+
+
+def test_config_adds_the_reference_and_quick_defaults_yield_to_explicit_values():
+    cfg = resolve_config(True, schemes=("acc-aware",), rounds=7)
+    assert cfg.schemes == ("hsfl", "acc-aware")
+    assert cfg.rounds == 7 and cfg.seeds == (0, 1) and cfg.train_limit == 600
+    with pytest.raises(ConfigError, match="unknown"):
+        resolve_config(schemes=("magic",))
+    assert _int_list("3") == (0, 1, 2) and _int_list("4,9") == (4, 9)
+
+
+def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_path):
+    # Prepare: a toy dataset, 5 clients on 2 aggregators, 2 seeds, 2 rounds.
+    data = write_toy_dataset(tmp_path / "toy", n=150)
+    out = tmp_path / "cmp"
+    # Execute
+    report = run_sfl_compare(data, out, model="toy", model_fn=ToyFactory("mlp"), seeds=(0, 1),
+                             rounds=2, n_clients=5, n_aggregators=2, n_pilots=3,
+                             quiet=True)  # fmt: skip
+    # Assert: the three files, every scheme x seed, and exact cost predictions.
+    assert report == out / "report.html" and (out / "report.md").is_file()
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["schemes"]) == {"sfl", "hsfl", "delay", "acc-aware"}
+    assert {(r["scheme"], r["seed"]) for r in results["runs"]} == {
+        (s, k) for s in results["schemes"] for k in (0, 1)
+    }
+    assert set(results["vs_hsfl"]) == {"sfl", "delay", "acc-aware"}
+    assert results["prediction_check"]["max_rel_delay_error"] < 1e-9
+    assert results["prediction_check"]["max_rel_bytes_error"] < 1e-12
+    assert results["surrogate"]["cost"]["n_pilots"] == 3
+    text = report.read_text()
+    assert "paper" in text and "<img" in text
+    for scheme in ("sfl", "delay", "acc-aware"):
+        assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
+
+
+def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
+    # Prepare: the CLI parser as the sfl group would build it, with a toy registry model.
+    from flowsplit.planner import compare
+
+    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("cnn"))
+    data = write_toy_dataset(tmp_path / "toy", n=120)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    add_plan_parser(sub)
+    add_compare_parser(sub)
+    out = tmp_path / "plan.json"
+    args = parser.parse_args(["plan", str(data), "--model", "toy", "--topology", "heterogeneous",
+                              "--clients", "6", "--aggregators", "2", "--pilots", "2",
+                              "-o", str(out), "--quiet"])  # fmt: skip
+    # Execute
+    assert args.func(args) == 0
+    # Assert
+    plan = json.loads(out.read_text())
+    assert len(plan["assignment"]) == 6 and len(plan["cuts"]) == 2
+    assert plan["objective_def"]["reference"] == "hsfl"
+    assert set(plan["baselines"]) == {"sfl", "hsfl", "delay"}
+    assert plan["surrogate"]["cost"]["n_pilots"] == 2
+    assert plan["planning_s"] > 0
