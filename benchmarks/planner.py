@@ -95,7 +95,7 @@ def bench_time(profile, runs: int) -> dict:
 
 def bench_gap(profile, n_instances: int, seed: int) -> dict:
     from flowsplit.federated.presets import generate_topology
-    from flowsplit.planner.assign import assignment_objective, greedy_assign
+    from flowsplit.planner.assign import greedy_assign
     from flowsplit.planner.costs import SchemeFlags, build_cost_table
     from flowsplit.planner.exact import solve_exact
     from flowsplit.planner.plan import (
@@ -105,6 +105,7 @@ def bench_gap(profile, n_instances: int, seed: int) -> dict:
         plan_split,
         refine_assignment,
     )
+    from flowsplit.planner.search import assignment_objective
 
     rng = np.random.default_rng(seed)
     rows = []

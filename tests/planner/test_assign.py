@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowsplit.errors import ConfigError
-from flowsplit.planner.assign import assignment_objective, greedy_assign, improve_assignment
+from flowsplit.planner.assign import greedy_assign
 from flowsplit.planner.costs import SchemeFlags, build_cost_table, evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments, solve_exact
+from flowsplit.planner.search import assignment_objective, improve_assignment
 from tests.planner.helpers import queue_table, random_topology, small_profile
 
 

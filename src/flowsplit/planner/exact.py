@@ -19,8 +19,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsplit.planner.assign import assignment_objective, greedy_assign
-from flowsplit.planner.costs import AGG, BB, CHAIN_A, CHAIN_B, COUNT, DOWN, UP, CostTable
+from flowsplit.planner.assign import greedy_assign
+from flowsplit.planner.costs import (
+    AGG,
+    BB,
+    CHAIN_A,
+    CHAIN_B,
+    COUNT,
+    DOWN,
+    UP,
+    CostTable,
+    evaluate_assignment,
+)
+from flowsplit.planner.search import assignment_objective
 
 SCALE_STEPS = 1e7
 
@@ -53,8 +64,6 @@ def solve_exact(
     chain = np.maximum(f[:, CHAIN_A], f[:, CHAIN_B])
     one = f[:, COUNT, 0] > 0
     start = greedy_assign(table, np.array([pair]), capacity)[0]
-    from flowsplit.planner.costs import evaluate_assignment
-
     ub = max(evaluate_assignment(table, pair, start)[0], 1e-12)
     scale = SCALE_STEPS / ub
     big = int(round(50 * SCALE_STEPS))

@@ -26,13 +26,7 @@ import numpy as np
 from flowsplit.errors import ConfigError
 from flowsplit.federated.profile import BlockProfile, client_memory_bytes, part_costs
 from flowsplit.federated.topology import Topology, assign_clients
-from flowsplit.planner.assign import (
-    check_capacity,
-    client_work,
-    close_aggregators,
-    greedy_assign,
-    improve_assignment,
-)
+from flowsplit.planner.assign import check_capacity, client_work, greedy_assign
 from flowsplit.planner.costs import (
     AGG,
     BB,
@@ -46,6 +40,7 @@ from flowsplit.planner.costs import (
     evaluate_assignment,
 )
 from flowsplit.planner.objective import REFERENCES, Objective, Weights
+from flowsplit.planner.search import close_aggregators, improve_assignment
 
 FAMILIES = ("hsfl", "hsfl-ll")
 
