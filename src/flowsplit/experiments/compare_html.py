@@ -30,7 +30,8 @@ METHODS = [
     "Each model is trained once per seed centralised (1 worker) and data-parallel "
     "(N workers, DDP on torch.distributed, XGBoost through Dask), on the same splits and "
     "test set; every worker gets the same number of threads.",
-    "Accuracy and macro-F1: mean with 95 % t confidence interval over seeds; data-parallel "
+    "Accuracy and macro-F1: mean with 95 % t confidence interval over seeds (shown clipped "
+    "to 0-100 %); data-parallel "
     "against centralised paired by seed with a paired t-test, a Wilcoxon signed-rank test "
     "and a TOST equivalence test; McNemar's test on each seed's test predictions.",
     "Verdict: 'equivalent' when TOST rejects a difference beyond the margin; 'different' "

@@ -172,11 +172,18 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
         )
     n_runs = sum(g["n_runs"] for e in models.values() for g in e["by_workers"].values())
     n_cont = sum(g["n_contended"] for e in models.values() for g in e["by_workers"].values())
+    fallback = any(g["timing_contended"] for e in models.values() for g in e["by_workers"].values())
     if n_cont:
         lines.append(
             f"{n_cont} of {n_runs} runs shared the CPUs with other processes (more than "
-            f"{100 * CONTENDED_SHARE:.0f} % of the cores' time): their accuracy counts, their "
-            "timing is left out of speedups and of the scaling fit."
+            f"{100 * CONTENDED_SHARE:.0f} % of the cores' time): their accuracy counts; their "
+            "timing is left out of speedups and of the scaling fit"
+            + (
+                ", except where no undisturbed run exists: those timings (and the speedups and "
+                "fit built on them) are unreliable; rerun with --rerun-contended on a quiet machine."
+                if fallback
+                else "."
+            )
         )
     errs = {m: e["scaling"]["max_abs_error"] for m, e in models.items()
             if "max_abs_error" in (e.get("scaling") or {})}  # fmt: skip
@@ -209,6 +216,15 @@ def _ci(d: dict | None, scale: float = 1.0, digits: int = 1) -> str:
     return fmt_ci(d["mean"], d["low"], d["high"], scale, digits) if d else "–"
 
 
+def _score_ci(d: dict | None) -> str:
+    """A score's mean and CI in %, the interval clipped to [0, 100] (a t-interval over a
+    few seeds can overshoot a bounded score)."""
+    if not d:
+        return "–"
+    clip = {k: min(1.0, max(0.0, d[k])) if d[k] == d[k] else d[k] for k in ("low", "high")}
+    return fmt_ci(d["mean"], clip["low"], clip["high"], 100, 1)
+
+
 def summary_rows(analysis: dict) -> list[dict]:
     rows = []
     for model, e in analysis["models"].items():
@@ -219,11 +235,11 @@ def summary_rows(analysis: dict) -> list[dict]:
             rows.append({
                 "model": model, "workers": f"{n}" + (" (oversubscribed)" if v["oversubscribed"]
                                                       else ""),
-                "acc_c": _ci(central and central["accuracy"], 100),
-                "acc_p": _ci(g["accuracy"], 100), "diff": _ci(acc["diff"], 100, 2),
+                "acc_c": _score_ci(central and central["accuracy"]),
+                "acc_p": _score_ci(g["accuracy"]), "diff": _ci(acc["diff"], 100, 2),
                 "tost": acc["tost_p"], "verdict": acc["verdict"],
-                "f1_c": _ci(central and central["macro_f1"], 100),
-                "f1_p": _ci(g["macro_f1"], 100), "f1_verdict": v["macro_f1"]["verdict"],
+                "f1_c": _score_ci(central and central["macro_f1"]),
+                "f1_p": _score_ci(g["macro_f1"]), "f1_verdict": v["macro_f1"]["verdict"],
                 "speedup": _ci(v["speedup"], 1, 2), "eff": v["efficiency"]["mean"],
                 "comm": g["comm_share"]["mean"],
             })  # fmt: skip
