@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci
-from flowsplit.federated.protocol import HOPS, MESSAGE_TYPES
+from flowsplit.federated.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
 """Margins over HSFL the HSFL paper reports (CIFAR-10/FEMNIST, simulation)."""
@@ -127,6 +127,8 @@ def _scheme_summary(rows: list[dict], target: float) -> dict:
     by_hop = {h: float(np.mean([r["totals"]["bytes_by_hop"][h] for r in rows])) for h in HOPS}
     by_type = {t: float(np.mean([r["totals"]["bytes_by_type"][t] for r in rows]))
                for t in MESSAGE_TYPES}  # fmt: skip
+    nested = {h: {d: {t: float(np.mean([r["totals"]["bytes"][h][d][t] for r in rows]))
+                      for t in MESSAGE_TYPES} for d in DIRECTIONS} for h in HOPS}  # fmt: skip
     n_rounds = min(len(r["history"]) for r in rows)
     curve = {
         "round": list(range(1, n_rounds + 1)),
@@ -151,6 +153,7 @@ def _scheme_summary(rows: list[dict], target: float) -> dict:
         "bytes_total": _interval(nbytes),
         "bytes_by_hop": by_hop,
         "bytes_by_type": by_type,
+        "bytes_by_hop_direction_type": nested,
         "wall_s": float(np.sum([r["wall_s"] for r in rows])),
         "per_seed": {
             "final_accuracy": final_acc,
