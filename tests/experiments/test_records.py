@@ -52,3 +52,21 @@ def test_workload_from_records():
             "config": {"model_options": {"max_depth": 4}}}  # fmt: skip
     xw = workload_from_records([xrec])
     assert (xw.kind, xw.max_depth, xw.n_rounds, xw.trees_per_round) == ("xgboost", 4, 1, 3)
+
+
+def test_xgboost_workload_counts_bins_and_histogram_bytes(tmp_path):
+    # Prepare: 4 statistics with 60 distinct training values each -> 60 bins < max_bin;
+    # the 2-worker run counted 1.2 MB of histograms over 4 rounds.
+    from flowsplit.data.store import load_dataset
+    from tests.experiments.helpers import make_dataset
+
+    ds = load_dataset(make_dataset(tmp_path / "ds"))
+    base = record_from_metrics(fake_metrics(Cell("xgboost", 1, 0)), cores=2)
+    central = {**base, "engine": "centralised", "view": "stats", "comm_bytes": 0}
+    dist = {**central, "workers": 2, "engine": "xgboost-dask", "comm_bytes": 1_200_000,
+            "epochs_run": 4}  # fmt: skip
+    # Execute
+    wl = workload_from_records([central, dist], ds)
+    # Assert
+    assert (wl.n_features, wl.n_bins) == (4, 60)
+    assert wl.hist_bytes_per_round == 300_000

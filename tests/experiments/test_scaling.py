@@ -65,6 +65,10 @@ def test_xgboost_histogram_messages_per_level():
     full = Workload("xgb", 500, kind="xgboost", n_features=10, max_depth=3,
                     subtraction_trick=False)  # fmt: skip
     assert [b for b, _ in messages_per_epoch(full, 2)] == [40960.0, 81920.0, 163840.0]
+    # Counted bytes (trees that stopped early): 3 levels x 2 trees share 60 kB per round.
+    counted = Workload("xgb", 500, kind="xgboost", max_depth=3, n_rounds=1, trees_per_round=2,
+                       hist_bytes_per_round=60_000)  # fmt: skip
+    assert messages_per_epoch(counted, 2) == [(10_000.0, 2)] * 3
 
 
 def _synthetic(wl, c, h, sync, ns, net, cores=0, threads=1):

@@ -51,6 +51,18 @@ def write_workloads(out: Path, dataset) -> None:
     atomic_write_json(out / "workloads.json", result)
 
 
+def _refresh_workloads(out: Path) -> None:
+    """Recount the workloads from the runs when the dataset is still where it was."""
+    from flowsplit.data.store import load_dataset
+
+    cfg = _read_json(out / "compare.json")["config"]
+    try:
+        dataset = load_dataset(cfg["dataset"])
+    except InputError:
+        return  # dataset moved or deleted: keep the workloads stored with the study
+    write_workloads(out, dataset)
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -363,6 +375,7 @@ def render_report(out: str | Path) -> Path:
     from flowsplit.experiments.compare_html import render_html, render_markdown
 
     out = Path(out)
+    _refresh_workloads(out)
     results = build_results(out)
     records = results.pop("_records")
     atomic_write_json(out / "results.json", _finite(results))

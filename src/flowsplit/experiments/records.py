@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flowsplit.experiments.scaling import Workload
 
 CELL_INFO = "compare_cell.json"  # written beside metrics.json by `flowsplit compare`
@@ -130,16 +132,25 @@ def workload_from_records(records: list[Mapping], dataset=None) -> Workload | No
     n_train = int(r.get("n_train") or 0)
     if r.get("engine") == "xgboost-dask" or r["model"] == "xgboost":
         opts = cfg.get("model_options") or {}
-        n_features = _n_features(dataset, r.get("view") or "stats")
+        max_bin = int(opts.get("max_bin", 256))
+        n_features, n_bins = _features_and_bins(dataset, r.get("view") or "stats", max_bin)
+        # The engine counts the histograms its trees really built (bytes_are_estimate):
+        # per round, from the data-parallel runs.
+        per_round = [
+            rec["comm_bytes"] / rec["epochs_run"]
+            for rec in records
+            if rec["workers"] > 1 and rec.get("comm_bytes") and rec.get("epochs_run")
+        ]
         return Workload(
             r["model"],
             n_samples=n_train,
             kind="xgboost",
             n_features=n_features,
-            n_bins=int(opts.get("max_bin", 256)),
+            n_bins=n_bins,
             max_depth=int(opts.get("max_depth", 6)),
             n_rounds=1,
             trees_per_round=max(1, len(r.get("classes") or [])),
+            hist_bytes_per_round=float(np.median(per_round)) if per_round else 0.0,
         )
     n_params = _param_count(r, dataset)
     if n_params is None:
@@ -155,11 +166,17 @@ def workload_from_records(records: list[Mapping], dataset=None) -> Workload | No
     )
 
 
-def _n_features(dataset, view: str) -> int:
+def _features_and_bins(dataset, view: str, max_bin: int) -> tuple[int, int]:
+    """Feature columns and the mean bins per feature XGBoost can use (a column with
+    fewer distinct training values than ``max_bin`` gets one bin per value)."""
     if dataset is None or not dataset.has_view(view):
-        return 0
-    shape = dataset.view_shape(view)
-    return int(math.prod(shape)) if shape else 0
+        return 0, max_bin
+    x = np.asarray(dataset.view(view)[dataset.split_indices("train")])
+    x = x.reshape(len(x), -1)
+    if x.shape[1] == 0:
+        return 0, max_bin
+    bins = [min(max_bin, len(np.unique(x[:, j]))) for j in range(x.shape[1])]
+    return int(x.shape[1]), max(1, round(sum(bins) / len(bins)))
 
 
 def _param_count(record: Mapping, dataset) -> int | None:

@@ -121,6 +121,9 @@ class Workload:
     subtraction_trick: bool = True
     """XGBoost: only the smaller child's histogram is built and reduced; the sibling
     is the parent minus it, so level d>0 reduces 2**(d-1) node histograms."""
+    hist_bytes_per_round: float = 0.0
+    """XGBoost: histogram bytes all-reduced per round as counted from the trees actually
+    grown (0: the full-tree upper bound from features x bins x 2 x bytes x nodes)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -146,6 +149,11 @@ def messages_per_epoch(workload: Workload, n_workers: int) -> list[tuple[float, 
     if workload.kind == "xgboost":
         per_node = workload.n_features * workload.n_bins * 2 * workload.bytes_per_value
         trees = workload.n_rounds * workload.trees_per_round
+        if workload.hist_bytes_per_round > 0:
+            # Real trees stop early: keep one all-reduce per level and tree (latency), the
+            # counted bytes spread over them (bandwidth).
+            size = workload.hist_bytes_per_round / (workload.max_depth * workload.trees_per_round)
+            return [(float(size), trees)] * workload.max_depth
         out = []
         for depth in range(workload.max_depth):
             nodes = 2 ** max(depth - 1, 0) if workload.subtraction_trick else 2**depth
