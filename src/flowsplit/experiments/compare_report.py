@@ -281,7 +281,9 @@ def stats_rows(analysis: dict) -> list[dict]:
                     "diff": _ci(c["diff"], 100, 2), "t_p": c["t_p"], "w_p": c["wilcoxon_p"],
                     "tost": c["tost_p"], "verdict": c["verdict"],
                     "mcnemar": (f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
-                                f"{analysis['alpha']:g}" if metric == "accuracy" and mc else "–"),
+                                f"{analysis['alpha']:g} (p: "
+                                + ", ".join(fmt_p(m["p"]) for m in mc) + ")"
+                                if metric == "accuracy" and mc else "–"),
                     "note": c["note"],
                 })  # fmt: skip
     return rows
