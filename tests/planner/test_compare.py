@@ -79,3 +79,20 @@ def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
     assert set(plan["baselines"]) == {"sfl", "hsfl", "delay"}
     assert plan["surrogate"]["cost"]["n_pilots"] == 2
     assert plan["planning_s"] > 0
+
+
+def test_plan_without_pilots_needs_a_zero_loss_weight(tmp_path, monkeypatch):
+    from flowsplit.planner import compare
+
+    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("mlp"))
+    data = write_toy_dataset(tmp_path / "toy", n=90)
+    parser = argparse.ArgumentParser()
+    add_plan_parser(parser.add_subparsers())
+    base = ["plan", str(data), "--clients", "4", "--aggregators", "2", "--no-pilots", "--quiet"]
+    args = parser.parse_args([*base, "-o", str(tmp_path / "p.json")])
+    with pytest.raises(ConfigError, match="loss weight of 0"):
+        args.func(args)
+    args = parser.parse_args([*base, "--weights", "0,1,1", "-o", str(tmp_path / "p.json")])
+    assert args.func(args) == 0
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["surrogate"] is None and plan["predicted_loss"] is None
