@@ -77,9 +77,13 @@ class CompareConfig:
     pilot_train_limit: int | None = None
     """Training rows per pilot (default: as the runs)."""
     batch_size: int = 32
+    """Client batch size."""
     lr: float = 1e-3
+    """Learning rate of every tier (Adam)."""
     local_epochs: int = 1
+    """Local epochs per round."""
     partition: str = "iid"
+    """``iid``, ``dirichlet:ALPHA`` or ``site``."""
     train_limit: int | None = None
     """Training rows per run (a seeded subset), for quick runs."""
     target_accuracy: float | None = None
@@ -89,6 +93,7 @@ class CompareConfig:
     threads: int = 1
     """torch threads."""
     quick: bool = False
+    """Quick-mode defaults (see :data:`QUICK`)."""
 
     def validate(self) -> None:
         bad = [s for s in self.schemes if s not in SCHEMES]
