@@ -69,6 +69,11 @@ def test_markdown_table_escapes_pipes_and_html():
     assert lines[3] == "| ok | 0.250 |"
 
 
+def test_formatters_drop_the_sign_of_zero():
+    assert fmt_pct(1)(-1e-9) == "0.0 %"
+    assert fmt_pct(1)(-0.002) == "-0.2 %"
+
+
 def test_fmt_ci_and_missing_values():
     assert fmt_ci(0.95, 0.94, 0.96, scale=100) == "95.0 (94.0–96.0)"
     assert fmt_ci(0.95, float("nan"), float("nan"), scale=100) == "95.0"

@@ -25,9 +25,14 @@ def fmt_float(digits: int = 3) -> Callable[[Any], str]:
     def f(v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "–"
-        return f"{float(v):.{digits}f}"
+        return _no_negative_zero(f"{float(v):.{digits}f}")
 
     return f
+
+
+def _no_negative_zero(text: str) -> str:
+    """``-0.0`` -> ``0.0``: a value that rounds to zero has no sign worth showing."""
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 def fmt_pct(digits: int = 1) -> Callable[[Any], str]:
@@ -36,7 +41,7 @@ def fmt_pct(digits: int = 1) -> Callable[[Any], str]:
     def f(v: Any) -> str:
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "–"
-        return f"{100 * float(v):.{digits}f} %"
+        return _no_negative_zero(f"{100 * float(v):.{digits}f}") + " %"
 
     return f
 
