@@ -135,28 +135,40 @@ def fit_model_scaling(
 
     Oversubscribed runs stay out of the fit (their time measures core sharing, not
     scaling) but their error is still shown, against the host model that charges
-    the sharing. The error is reported per worker count on the mean over seeds.
+    the sharing. The error is reported per worker count on the mean over seeds, both
+    for the fit and leaving that worker count out of the fit (when two others remain).
     """
     threads = max((r.get("threads_per_worker") or 1) for r in runs)
     fit_runs = [r for r in timing_runs(runs)[0] if not r.get("oversubscribed")] or list(runs)
-    # Fit to the mean over seeds at each worker count, the same numbers the errors are
-    # reported on (a per-seed fit on relative residuals leans towards the fastest seeds).
-    fit_groups = sorted(_by(fit_runs, "workers").items())
-    model = fit_scaling(
-        workload,
-        [n for n, _ in fit_groups],
-        [float(np.mean([r["epoch_time_s"] for r in g])) for _, g in fit_groups],
-        host,
-        comm_times_s=[float(np.nanmean([_comm_per_epoch(r) for r in g])) for _, g in fit_groups],
-        cores=cores,
-        threads_per_worker=threads,
-    )
+
+    def fit(group_runs: Sequence[Mapping]):
+        # Fit to the mean over seeds at each worker count, the numbers the errors are
+        # reported on (a per-seed fit on relative residuals leans towards the fastest seeds).
+        groups = sorted(_by(group_runs, "workers").items())
+        return fit_scaling(
+            workload,
+            [n for n, _ in groups],
+            [float(np.mean([r["epoch_time_s"] for r in g])) for _, g in groups],
+            host,
+            comm_times_s=[float(np.nanmean([_comm_per_epoch(r) for r in g])) for _, g in groups],
+            cores=cores,
+            threads_per_worker=threads,
+        )
+
+    model = fit(fit_runs)
+    timed = timing_runs(runs)[0]
     points = []
     for n, group in sorted(_by(runs, "workers").items()):
         group = timing_runs(group)[0]
         measured = float(np.mean([r["epoch_time_s"] for r in group]))
         err = relative_errors(model, [n], [measured])[0]
         pred = model.predict(n)
+        # Leave this worker count out, fit to the others (oversubscribed ones included,
+        # charged for core sharing), predict it: the check the fit cannot game.
+        others = [r for r in timed if r["workers"] != n]
+        loo = math.nan
+        if len({r["workers"] for r in others}) >= 2:
+            loo = relative_errors(fit(others), [n], [measured])[0]
         comm = [r.get("comm_share") for r in group if r.get("comm_share") is not None]
         points.append(
             {
@@ -164,6 +176,7 @@ def fit_model_scaling(
                 "measured_s": measured,
                 "predicted_s": pred["epoch_time_s"],
                 "rel_error": err,
+                "loo_error": loo,
                 "in_fit": any(r in fit_runs for r in group),
                 "oversubscribed": any(r.get("oversubscribed") for r in group),
                 "measured_comm_share": float(np.mean(comm)) if comm else math.nan,
@@ -192,6 +205,10 @@ def fit_model_scaling(
         "points": points,
         "max_abs_error": max(abs(p["rel_error"]) for p in points),
         "max_abs_error_fit": max((abs(p["rel_error"]) for p in points if p["in_fit"]), default=0),
+        "max_abs_loo_error": max(
+            (abs(p["loo_error"]) for p in points if not math.isnan(p["loo_error"])),
+            default=math.nan,
+        ),
         "speedup_cap_fixed_batch": base / serial if serial > 0 else math.inf,
         "cluster_batch": "per worker" if cluster is not model else "global",
         "predictions": predictions,

@@ -202,10 +202,19 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
     if errs:
         worst = max(errs, key=errs.get)
         ok = "within" if errs[worst] <= ERROR_LIMIT else "outside"
-        lines.append(
+        line = (
             f"Scaling model error on the measured points: at most {100 * errs[worst]:.1f} % "
-            f"({worst}), {ok} the +-{100 * ERROR_LIMIT:.0f} % target."
+            f"({worst}), {ok} the +-{100 * ERROR_LIMIT:.0f} % target"
         )
+        loo = {m: models[m]["scaling"]["max_abs_loo_error"] for m in errs}
+        loo = {m: v for m, v in loo.items() if not math.isnan(v)}
+        if loo:
+            lw = max(loo, key=loo.get)
+            line += (
+                f"; predicting each worker count from the others: at most "
+                f"{100 * loo[lw]:.1f} % ({lw})"
+            )
+        lines.append(line + ".")
         for key in ("10gbe", "ib100"):
             reach = {m: _reach(models[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
@@ -333,6 +342,7 @@ def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
             fit_rows.append({
                 "model": model, "workers": p["n_workers"], "measured": p["measured_s"],
                 "predicted": p["predicted_s"], "error": p["rel_error"],
+                "loo": p.get("loo_error", math.nan),
                 "role": ("fit" if p["in_fit"] else "held out")
                 + (", oversubscribed" if p["oversubscribed"] else ""),
                 "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
@@ -358,6 +368,7 @@ FIT_COLS = [
     Column("measured", "measured epoch, s", fmt_float(3), "right"),
     Column("predicted", "model epoch, s", fmt_float(3), "right"),
     Column("error", "error", fmt_pct(1), "right"), Column("role", "point"),
+    Column("loo", "error, this count left out of the fit", fmt_pct(1), "right"),
     Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right"),
     Column("h_ms", "h: per step, ms", fmt_float(2), "right"),
     Column("s_ms", "s: sync per step, ms", fmt_float(2), "right"),
