@@ -54,6 +54,10 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     assert "paper" in text and "<img" in text
     for scheme in ("sfl", "delay", "acc-aware"):
         assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
+    assert any("pays them back" in line for line in results["summary"])
+    from flowsplit.planner.report import rerender
+
+    assert rerender(out).read_text() == text
 
 
 def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):

@@ -298,3 +298,27 @@ def _jsonable(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+def rerender(out: str | Path) -> Path:
+    """Rewrite report.md and report.html (and the summary) from ``out/results.json``."""
+    import json
+
+    from flowsplit.planner.analysis import summary_lines
+
+    out = Path(out)
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    results = _finite(results)
+    results["summary"] = summary_lines(results)
+    return write_report(out, results)
+
+
+def _finite(obj: Any) -> Any:
+    # results.json stores NaN as null; intervals (dicts with a "mean") need NaN back.
+    if isinstance(obj, dict):
+        if "mean" in obj and "low" in obj:
+            return {k: math.nan if v is None else v for k, v in obj.items()}
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
