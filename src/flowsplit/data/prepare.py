@@ -181,18 +181,19 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
             strict=opts.strict, on_error="raise" if opts.strict else "skip",
         )  # fmt: skip
         for batch in flows:
+            labels = np.full(len(batch), None, dtype=object)
             for si in np.unique(batch.source).tolist():
-                keep_src = batch.source == si
+                # labels depend on the file (folder, file CSV, per-file keys)
+                sel = np.flatnonzero(batch.source == si)
                 f = files[si]
-                labels = np.full(len(batch), None, dtype=object)
-                labels[keep_src] = labeller.label_flows(
-                    f.path, f.root, batch.proto[keep_src], batch.ip_a[keep_src],
-                    batch.port_a[keep_src], batch.ip_b[keep_src], batch.port_b[keep_src],
+                labels[sel] = labeller.label_flows(
+                    f.path, f.root, batch.proto[sel], batch.ip_a[sel],
+                    batch.port_a[sel], batch.ip_b[sel], batch.port_b[sel],
                 )  # fmt: skip
-                keep = keep_src & (labels != None)  # noqa: E711 - elementwise on objects
-                skipped["unlabelled"] += int(keep_src.sum() - keep.sum())
-                if keep.any():
-                    rows.add(*_capture_rows(f, batch, labels, keep))
+            keep = labels != None  # noqa: E711 - elementwise on an object array
+            skipped["unlabelled"] += int(len(keep) - keep.sum())
+            if keep.any():
+                rows.add(*_capture_rows(files, batch, labels, keep))
             if rows.n >= FLUSH_FLOWS:
                 rows.flush(writer)
             if bar is not None:
@@ -227,27 +228,29 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
     return writer, info
 
 
-def _capture_rows(f, batch, labels: np.ndarray, keep: np.ndarray):
-    n = int(keep.sum())
+def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray):
+    """Metadata, views and stats of the kept flows of one batch, with their fingerprints."""
+    b = batch.take(keep) if not keep.all() else batch
+    rel = np.array([f.rel for f in files], dtype=object)[b.source]
     meta = {
-        "source": np.full(n, f.rel, dtype=object),
-        "group": np.full(n, f.rel, dtype=object),
+        "source": rel,
+        "group": rel,
         "label_name": labels[keep],
-        "proto": batch.proto[keep].astype(np.uint8),
-        "ip_a": batch.ip_a[keep].astype(object),
-        "port_a": batch.port_a[keep].astype(np.int32),
-        "ip_b": batch.ip_b[keep].astype(object),
-        "port_b": batch.port_b[keep].astype(np.int32),
-        "first_ts": batch.first_ts[keep].astype(np.float64),
-        "last_ts": batch.last_ts[keep].astype(np.float64),
-        "n_packets": batch.n_packets[keep].astype(np.int64),
-        "n_bytes": batch.n_bytes[keep].astype(np.int64),
+        "proto": b.proto.astype(np.uint8),
+        "ip_a": b.ip_a.astype(object),
+        "port_a": b.port_a.astype(np.int32),
+        "ip_b": b.ip_b.astype(object),
+        "port_b": b.port_b.astype(np.int32),
+        "first_ts": b.first_ts.astype(np.float64),
+        "last_ts": b.last_ts.astype(np.float64),
+        "n_packets": b.n_packets.astype(np.int64),
+        "n_bytes": b.n_bytes.astype(np.int64),
     }
-    views = {k: v[keep] for k, v in batch.views.items()}
-    stats = batch.stats.loc[keep].reset_index(drop=True) if batch.stats is not None else None
-    parts = list(views.values()) + ([stats.to_numpy(np.float32)] if stats is not None else [])
+    parts = list(b.views.values())
+    if b.stats is not None:
+        parts.append(b.stats.to_numpy(np.float32))
     meta["digest"] = src_mod.row_hashes(parts)
-    return meta, views, stats
+    return meta, b.views, b.stats
 
 
 def _capture_view_info(flow_opts) -> dict[str, Any]:
@@ -413,9 +416,9 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         if class_order
         else sorted(set(labels[idx]))
     )
-    code = {c: i for i, c in enumerate(classes)}
-    meta["label"] = -1
-    meta.loc[idx, "label"] = [code[c] for c in labels[idx]]
+    label = np.full(len(meta), -1, dtype=np.int64)
+    label[idx] = pd.Categorical(labels[idx], categories=classes).codes
+    meta["label"] = label
     meta["split"] = ""
     meta.loc[idx, "split"] = splits
     meta["flow_id"] = np.arange(len(meta))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def discover(inputs: list[str | Path]) -> list[SourceFile]:
                 if not p.is_dir():
                     raise InputError(q, "not a capture (pcap/pcapng), flow CSV or IDX file")
                 continue
-            rq = q.resolve()
+            rq = Path(os.path.abspath(q))  # not resolve(): realpath costs a syscall per part
             if rq in seen:
                 continue
             seen.add(rq)
@@ -86,32 +87,36 @@ def discover(inputs: list[str | Path]) -> list[SourceFile]:
     return out
 
 
-_HASH_KEYS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_HASH_KEYS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
 def row_hashes(arrays: list[np.ndarray]) -> np.ndarray:
     """A 128-bit fingerprint of every row over several arrays (same number of rows).
 
-    Two random linear hashes over the rows' 64-bit words (wrapping arithmetic):
-    equal rows always collide, different rows collide with negligible chance.
-    Vectorised, so fingerprinting costs little beside reading the captures.
+    Two random linear hashes over the rows' 64-bit words (wrapping arithmetic),
+    summed over the arrays with a different key per array: equal rows always
+    collide, different rows collide with negligible chance. Vectorised (an integer
+    matmul per array, no concatenated copy), so it costs little beside reading.
     """
     n = arrays[0].shape[0]
-    parts = [np.ascontiguousarray(a).reshape(n, -1).view(np.uint8) for a in arrays]
-    data = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
-    width = data.shape[1]
-    pad = (-width) % 8
-    if pad:
-        data = np.concatenate([data, np.zeros((n, pad), np.uint8)], axis=1)
-    words = np.ascontiguousarray(data).view(np.uint64)  # (n, W)
-    w = words.shape[1]
-    if w not in _HASH_KEYS:
-        rng = np.random.default_rng(0x5EED + w)
-        _HASH_KEYS[w] = tuple(rng.integers(1, 2**63, size=(2, w), dtype=np.uint64) | np.uint64(1))
-    k1, k2 = _HASH_KEYS[w]
-    with np.errstate(over="ignore"):
-        h1 = (words * k1).sum(axis=1, dtype=np.uint64)
-        h2 = ((words ^ np.uint64(0x9E3779B97F4A7C15)) * k2).sum(axis=1, dtype=np.uint64)
+    h1 = np.zeros(n, dtype=np.uint64)
+    h2 = np.zeros(n, dtype=np.uint64)
+    for i, a in enumerate(arrays):
+        rows = np.ascontiguousarray(a).reshape(n, -1).view(np.uint8)
+        pad = (-rows.shape[1]) % 8
+        if pad:
+            rows = np.concatenate([rows, np.zeros((n, pad), np.uint8)], axis=1)
+        words = rows.view(np.uint64)  # (n, W)
+        key = (i, words.shape[1])
+        if key not in _HASH_KEYS:
+            rng = np.random.default_rng([0x5EED, *key])
+            k = rng.integers(1, 2**63, size=(2, words.shape[1]), dtype=np.uint64) | np.uint64(1)
+            _HASH_KEYS[key] = (k[0], k[1])
+        k1, k2 = _HASH_KEYS[key]
+        with np.errstate(over="ignore"):
+            # integer matmul wraps modulo 2**64, which is the hash we want
+            h1 += words @ k1
+            h2 += (words ^ np.uint64(0x9E3779B97F4A7C15)) @ k2
     out = np.empty((n, 2), dtype=np.uint64)
     out[:, 0], out[:, 1] = h1, h2
     return out.view("S16").ravel()
