@@ -116,3 +116,22 @@ def test_a_protocol_mismatch_is_reported_not_hung():
     # Execute / Assert
     with pytest.raises(ProtocolError, match="deadlock"):
         run_coroutines({("aggregator", 0): waiting()}, CostMeter(topo, np.array([0])))
+
+
+@pytest.mark.parametrize("kind", ["cnn", "rnn"])
+@pytest.mark.parametrize("cuts", [(1, 2), (2, 3), (1, 1)])
+def test_local_losses_train_heads_on_conv_and_sequence_outputs(dataset, kind, cuts):
+    # Prepare: hsfl-ll puts heads on (C, L) conv maps and (T, H) recurrent sequences.
+    cfg = SFLConfig(scheme="hsfl-ll", cuts=cuts, rounds=1, batch_size=32, aux_head="auto")
+    topo = resolve_topology("homogeneous", n_clients=2, n_aggregators=1)
+    setup = prepare_run(cfg, dataset=dataset, model_fn=ToyFactory(kind), topology=topo)
+    client, agg, _ = setup.tier_modules()
+    before = [p.detach().clone() for p in client.parameters()]
+    # Execute
+    result = simulate(setup)
+    # Assert: the client part moved (its own loss), no gradients travelled down.
+    assert client.aux is not None and (agg.aux is not None) == (cuts[1] > cuts[0])
+    after = dict(result.model_state)
+    first = next(iter(after))
+    assert not torch.equal(after[first], before[0])
+    assert result.history[0]["bytes"]["client-aggregator"]["down"]["gradients"] == 0
