@@ -43,6 +43,9 @@ from flowsplit.planner.objective import REFERENCES, Objective, Weights
 from flowsplit.planner.search import close_aggregators, improve_assignment
 
 FAMILIES = ("hsfl", "hsfl-ll")
+SMALL_INSTANCE = 200
+"""N * A up to which the local search adds restarts and aggregator closing (cheap there,
+and where one aggregator's fixed costs weigh most)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class PlannerConfig:
     """Skip cut pairs by lower bound (default: when N * A >= 100,000)."""
     restarts: int = 4
     """Extra local searches from seeded random assignments on small instances
-    (N * A <= 5,000, no capacities), to step out of a poor local optimum."""
+    (N * A <= SMALL_INSTANCE, no capacities), to step out of a poor local optimum."""
     seed: int = 0
     """Seed of the random assignment of the HSFL reference."""
 
@@ -223,7 +226,7 @@ def plan_split(
     if not fits.any():
         raise ConfigError(
             "no cut pair's client part fits every client's memory; give clients more "
-            "memory, a smaller batch, or run with --no-memory-check"
+            "memory or use a smaller batch"
         )
     lb_delay, lb_bytes = lower_bounds(table)
     lb_obj = obj.value(np.nan_to_num(loss), lb_delay, lb_bytes)
@@ -292,7 +295,8 @@ def refine_assignment(
     """Local search from the greedy assignment and, on small instances without
     capacities, from ``config.restarts`` seeded random ones; the best result."""
     starts = [greedy.copy()]
-    if cap is None and table.n_clients * table.n_aggregators <= 5_000:
+    small = table.n_clients * table.n_aggregators <= SMALL_INSTANCE
+    if cap is None and small:
         rng = np.random.default_rng([config.seed, 4242])
         for _ in range(config.restarts):
             scores = np.where(table.linked, rng.random(table.linked.shape), -1.0)
@@ -308,7 +312,7 @@ def refine_assignment(
     # Emptying an aggregator saves its backbone messages only once its last client
     # leaves, which single moves never see; on small instances try it outright.
     kw = {"delay_coef": obj.delay_coef, "bytes_coef": obj.bytes_coef, "capacity": cap}
-    for _ in range(table.n_aggregators - 1 if table.n_clients <= 200 else 0):
+    for _ in range(table.n_aggregators - 1 if small else 0):
         closed = close_aggregators(table, pair, best, **kw)
         if np.array_equal(closed, best):
             break
