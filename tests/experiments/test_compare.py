@@ -128,7 +128,14 @@ def _fake_timed(shares: dict):
     def timed(cell, cfg, run_cell_fn):
         ok, msg = run_cell_fn(cell, cfg)
         share = shares[cell.name].pop(0)
-        return ok, msg, {"cell": cell.name, "contention": {"foreign_share": share, "wall_s": 1.0}}
+        return (
+            ok,
+            msg,
+            {
+                "cell": cell.name,
+                "contention": {"foreign_share": share, "wall_s": 1.0, "own_cpu_s": 0.5},
+            },
+        )
 
     return timed
 

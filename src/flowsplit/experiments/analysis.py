@@ -64,7 +64,7 @@ def summarise_group(runs: Sequence[Mapping]) -> dict:
     timed, timing_contended = timing_runs(runs)
     out["n_contended"] = sum(1 for r in runs if r.get("contended"))
     out["timing_contended"] = timing_contended
-    for key in ("accuracy", "macro_f1", "peak_rss_mb"):
+    for key in ("accuracy", "macro_f1", "peak_rss_mb", "cpu_obtained"):
         vals = [r.get(key) for r in runs if r.get(key) is not None]
         out[key] = mean_ci(vals).as_dict()
     for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s"):

@@ -116,8 +116,13 @@ def _contention_text(cells: Sequence[Mapping]) -> str:
     if not shares:
         return "not measured"
     q = np.percentile(shares, [50, 90])
-    return (f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
+    got = [c["cpu_obtained"] for c in cells if c.get("cpu_obtained") is not None]
+    got = [x for x in got if x == x]
+    text = (f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
             f"({sum(c.get('contended') for c in cells)} of {len(cells)} runs contended)")  # fmt: skip
+    if got:
+        text += f"; runs got a median {100 * float(np.median(got)):.0f} % of the CPU they wanted"
+    return text
 
 
 COND_COLS = [Column("what", "condition"), Column("value", "value")]

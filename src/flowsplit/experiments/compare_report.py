@@ -317,6 +317,7 @@ def timing_rows(analysis: dict) -> list[dict]:
                 "comm": g["comm_share"]["mean"], "rss": g["peak_rss_mb"]["mean"],
                 "over": "yes" if g["oversubscribed"] else "no",
                 "cont": f"{g['n_contended']} of {g['n_runs']}",
+                "cpu": g.get("cpu_obtained", {}).get("mean", math.nan),
             })  # fmt: skip
     return rows
 
@@ -329,6 +330,7 @@ TIMING_COLS = [
     Column("rss", "peak RSS per worker, MB", fmt_float(0), "right"),
     Column("over", "oversubscribed"),
     Column("cont", "contended runs"),
+    Column("cpu", "CPU obtained per thread", fmt_pct(0), "right"),
 ]  # fmt: skip
 
 

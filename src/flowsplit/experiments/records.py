@@ -30,7 +30,8 @@ CSV_COLUMNS = (
     "model", "view", "engine", "workers", "threads_per_worker", "seed", "oversubscribed",
     "epochs_run", "epoch_time_s", "train_time_s", "wall_time_s", "samples_per_s",
     "comm_time_s", "comm_share", "comm_bytes", "data_time_s", "peak_rss_mb",
-    "accuracy", "macro_f1", "n_train", "n_test", "foreign_cpu_share", "contended", "run_dir",
+    "accuracy", "macro_f1", "n_train", "n_test", "foreign_cpu_share", "cpu_obtained", "contended",
+    "run_dir",
 )  # fmt: skip
 
 
@@ -107,13 +108,18 @@ def read_record(run_dir: str | Path, *, cores: int) -> dict | None:
         rec = record_from_metrics(metrics, cores=cores, run_dir=str(run_dir))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    share = math.nan
+    share = obtained = math.nan
     try:
         info = json.loads((Path(run_dir) / CELL_INFO).read_text(encoding="utf-8"))
-        share = float(info["contention"]["foreign_share"])
+        c = info["contention"]
+        share = float(c["foreign_share"])
+        # CPU the run's processes got, per thread it wanted: 1.0 = never waited for a core.
+        wanted = c["wall_s"] * rec["workers"] * rec["threads_per_worker"]
+        obtained = float(c["own_cpu_s"]) / wanted if wanted > 0 else math.nan
     except (OSError, ValueError, KeyError, TypeError):
         pass  # run not made by compare, or made before the meter existed: unknown
     rec["foreign_cpu_share"] = share
+    rec["cpu_obtained"] = obtained
     rec["contended"] = bool(share > CONTENDED_SHARE)
     return rec
 
