@@ -18,7 +18,15 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
-from flowsplit.models.layers import ByteInput, ConvRecurrent, LastFrame, frame_shape, image_side
+from flowsplit.models.layers import (
+    ByteEmbedding,
+    ByteInput,
+    ChannelsLast,
+    ConvRecurrent,
+    LastFrame,
+    frame_shape,
+    image_side,
+)
 
 
 def _frames(view: str, input_shape: tuple[int, ...], rows_per_frame: int):
@@ -53,6 +61,7 @@ def _build(
     input_shape: Sequence[int],
     n_classes: int,
     channels: Sequence[int],
+    embed: int,
     kernel: int,
     hidden: int,
     dropout: float,
@@ -64,11 +73,12 @@ def _build(
     # Pool only dimensions that can take it (a 1-row strip stays 1 row high).
     pool = (2 if fh >= 2 else 1, 2 if fw >= 2 else 1)
     flat = c2 * (fh // pool[0]) * (fw // pool[1])
+    if embed:  # (B, d, T, H, W) -> (B, T, d, H, W): d channels per frame
+        stem, in_ch = nn.Sequential(ByteEmbedding(embed, (t, fh, fw)), ChannelsLast()), embed
+    else:
+        stem, in_ch = ByteInput((t, 1, fh, fw)), 1
     blocks = [
-        (
-            "rnn1",
-            nn.Sequential(ByteInput((t, 1, fh, fw)), ConvRecurrent(cell, 1, c1, kernel)),
-        ),
+        ("rnn1", nn.Sequential(stem, ConvRecurrent(cell, in_ch, c1, kernel))),
         ("rnn2", ConvRecurrent(cell, c1, c2, kernel)),
         (
             "fc",
@@ -92,6 +102,7 @@ def build_convlstm(
     input_shape: Sequence[int],
     n_classes: int,
     channels: Sequence[int] = (16, 16),
+    embed: int = 8,
     kernel: int = 3,
     hidden: int = 128,
     dropout: float = 0.2,
@@ -104,6 +115,7 @@ def build_convlstm(
         input_shape: shape of one stored sample.
         n_classes: number of classes.
         channels: hidden channels of ``rnn1`` and ``rnn2``.
+        embed: size of the byte embedding (channels of each frame); 0 feeds bytes / 255.
         kernel: gate convolution kernel (odd).
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
@@ -116,6 +128,7 @@ def build_convlstm(
         input_shape=input_shape,
         n_classes=n_classes,
         channels=channels,
+        embed=embed,
         kernel=kernel,
         hidden=hidden,
         dropout=dropout,
@@ -129,6 +142,7 @@ def build_convgru(
     input_shape: Sequence[int],
     n_classes: int,
     channels: Sequence[int] = (16, 16),
+    embed: int = 8,
     kernel: int = 3,
     hidden: int = 128,
     dropout: float = 0.2,
@@ -142,6 +156,7 @@ def build_convgru(
         input_shape=input_shape,
         n_classes=n_classes,
         channels=channels,
+        embed=embed,
         kernel=kernel,
         hidden=hidden,
         dropout=dropout,

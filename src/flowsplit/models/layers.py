@@ -72,6 +72,21 @@ class ByteEmbedding(nn.Module):
         return self.embed(idx).movedim(-1, 1)  # (B, d, *out_shape)
 
 
+class ChannelsLast(nn.Module):
+    """Move the channel axis of ``(B, C, T, *S)`` after time: ``(B, T, C, *S)``.
+
+    With ``flatten``: ``(B, T, C * prod(S))``, a feature vector per step.
+    """
+
+    def __init__(self, flatten: bool = False):
+        super().__init__()
+        self.flatten = flatten
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.movedim(1, 2)  # (B, T, C, *S)
+        return x.flatten(2) if self.flatten else x
+
+
 class SeqInput(nn.Module):
     """Per-packet features ``(B, T, F)`` -> signed log, standardised per feature."""
 

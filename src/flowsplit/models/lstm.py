@@ -13,7 +13,15 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
-from flowsplit.models.layers import ByteInput, Recurrent, SeqInput, SeqPool, frame_shape
+from flowsplit.models.layers import (
+    ByteEmbedding,
+    ByteInput,
+    ChannelsLast,
+    Recurrent,
+    SeqInput,
+    SeqPool,
+    frame_shape,
+)
 
 
 def build_lstm(
@@ -21,6 +29,7 @@ def build_lstm(
     view: str,
     input_shape: Sequence[int],
     n_classes: int,
+    embed: int = 8,
     hidden_size: int = 96,
     hidden: int = 128,
     dropout: float = 0.2,
@@ -30,6 +39,8 @@ def build_lstm(
     Args:
         view: ``seq`` (``(T, F)`` per-packet features) or ``bytes`` (read as the rows
             of an image: 784 bytes -> 28 steps of 28 bytes; ``(R, C)`` as stored).
+        embed: bytes only: size of the byte embedding (a step is then a row's 28
+            embedded bytes); 0 feeds bytes / 255.
         input_shape: shape of one stored sample.
         n_classes: number of classes.
         hidden_size: LSTM state size of both layers.
@@ -47,7 +58,12 @@ def build_lstm(
             steps, n_feat = input_shape
         else:
             steps, n_feat = frame_shape(input_shape[0])
-        stem = ByteInput((steps, n_feat))  # (B, T, F): one image row per step
+        if embed:
+            # (B, d, T, C) -> (B, T, C*d): one embedded image row per step
+            stem = nn.Sequential(ByteEmbedding(embed, (steps, n_feat)), ChannelsLast(True))
+            n_feat *= embed
+        else:
+            stem = ByteInput((steps, n_feat))  # (B, T, F): one image row per step
     else:
         raise ConfigError(f"lstm reads the seq or bytes view, not {view!r}")
     h = int(hidden_size)
