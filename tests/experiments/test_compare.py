@@ -42,7 +42,7 @@ def test_plan_is_seed_major():
     assert [c.name for c in cells[:4]] == ["a/w1/seed0", "a/w2/seed0", "b/w1/seed0", "b/w2/seed0"]
 
 
-def test_compare_writes_report_and_resumes(study, monkeypatch):
+def test_compare_writes_report_and_resumes(study, fast_figures):
     # Prepare
     ds, out = study
     calls: list[str] = []
@@ -63,8 +63,7 @@ def test_compare_writes_report_and_resumes(study, monkeypatch):
     md = (out / "report.md").read_text()
     assert "## Summary" in md and "<img" not in md
 
-    # Execute again: only the failed cell runs (figures already checked above).
-    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+    # Execute again: only the failed cell runs.
     calls.clear()
     run_compare(ds, out, models=["cnn", "lstm"], workers=[2, 4], seeds=3, quick=True,
                 progress=False, run_cell_fn=fake_runner(calls=calls))  # fmt: skip
@@ -140,9 +139,12 @@ def _fake_timed(shares: dict):
     return timed
 
 
-def test_rerun_contended_keeps_the_less_disturbed_run(study, fast_figures, monkeypatch):
+def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
     # Prepare: seed 0 of the 2-worker cell was badly disturbed the first time.
     ds, out = study
+    import flowsplit.experiments.compare_report as report_mod
+
+    monkeypatch.setattr(report_mod, "render_report", lambda out: out / "report.html")
     shares = {"cnn/w1/seed0": [0.0], "cnn/w2/seed0": [0.6, 0.9, 0.05]}
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed(shares))
     kw = dict(models=["cnn"], workers=[2], seeds=1, quick=True, progress=False,
