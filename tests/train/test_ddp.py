@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 # Dropout off: its masks are seeded per rank and would differ from one process's.
 COMMON = {"epochs": 2, "batch_size": 16, "patience": 0, "quiet": True, "threads": 1}
 OPTIONS = {
-    "cnn": {"dropout": 0.0, "channels": [4, 8], "hidden": 16},
+    "cnn": {"dropout": 0.0, "channels": [4, 8], "hidden": 16, "embed": 4},
     "lstm": {"dropout": 0.0, "hidden_size": 8, "hidden": 16},
     "convlstm": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
     "convgru": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
@@ -89,23 +89,8 @@ def test_cli_two_workers_writes_one_result_with_every_rank_measured(tmp_path, ca
     data = write_synthetic(tmp_path / "data", n=80)
     run = tmp_path / "run"
     # Execute
-    rc = cli_main(
-        [
-            "train",
-            str(data),
-            "--model",
-            "cnn",
-            "-o",
-            str(run),
-            "--workers",
-            "2",
-            "--epochs",
-            "2",
-            "--batch-size",
-            "8",
-            "-q",
-        ]
-    )
+    opts = "--model cnn --workers 2 --epochs 2 --batch-size 8 -q --model-option embed=4"
+    rc = cli_main(["train", str(data), "-o", str(run), *opts.split()])
     # Assert
     assert rc == 0
     r = RunResult.from_json(run)

@@ -13,7 +13,14 @@ from flowsplit.train.checkpoint import load_checkpoint
 from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
-SMALL_CNN = ["--model-option", "channels=[4,8]", "--model-option", "hidden=16"]
+SMALL_CNN = [
+    "--model-option",
+    "channels=[4,8]",
+    "--model-option",
+    "hidden=16",
+    "--model-option",
+    "embed=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +29,19 @@ def data(tmp_path_factory):
 
 
 def _train(data, run, *extra: str) -> int:
-    args = ["train", str(data), "--model", "cnn", "-o", str(run), "-q", "--batch-size", "16"]
+    args = [
+        "train",
+        str(data),
+        "--model",
+        "cnn",
+        "-o",
+        str(run),
+        "-q",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+    ]
     return cli_main([*args, *SMALL_CNN, *extra])
 
 

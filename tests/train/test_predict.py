@@ -33,7 +33,11 @@ def demo_dataset(tmp_path_factory):
 def test_predict_classifies_new_captures(demo_dataset, tmp_path, model, capsys):
     # Prepare: a quick model of each kind
     run = tmp_path / "run"
-    extra = ["--rounds", "20"] if model == "xgboost" else ["--epochs", "2"]
+    extra = (
+        ["--rounds", "20"]
+        if model == "xgboost"
+        else ["--epochs", "2", "--model-option", "channels=[8,8]"]
+    )
     assert (
         cli_main(
             [

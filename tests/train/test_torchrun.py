@@ -7,6 +7,7 @@ check the numbers, not only that torchrun exited 0.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -22,24 +23,12 @@ from tests.train.synth import write_synthetic
 
 pytestmark = pytest.mark.slow
 
-OPTIONS = {"dropout": 0.0, "channels": [4, 8], "hidden": 16}
-TRAIN_ARGS = [
-    "--model",
-    "cnn",
-    "--epochs",
-    "2",
-    "--batch-size",
-    "16",
-    "--patience",
-    "0",
-    "-q",
-    "--model-option",
-    "dropout=0",
-    "--model-option",
-    "channels=[4,8]",
-    "--model-option",
-    "hidden=16",
-]
+OPTIONS = {"dropout": 0.0, "channels": [4, 8], "hidden": 16, "embed": 4}
+TRAIN_ARGS = shlex.split(
+    "--model cnn --epochs 2 --batch-size 16 --patience 0 -q --threads 1 "
+    "--model-option dropout=0 --model-option channels=[4,8] --model-option hidden=16 "
+    "--model-option embed=4"
+)
 
 
 @pytest.fixture(scope="module")
@@ -80,17 +69,8 @@ def test_two_node_torchrun_on_loopback(reference, tmp_path):
     data, central = reference
     port = str(free_port())
     run = tmp_path / "run"
-    node = [
-        "--nnodes",
-        "2",
-        "--nproc-per-node",
-        "1",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        port,
-    ]
-    cmd = [*node, "-m", "flowsplit.train", str(data), "-o", str(run), "--threads", "1", *TRAIN_ARGS]
+    node = f"--nnodes 2 --nproc-per-node 1 --master-addr 127.0.0.1 --master-port {port}"
+    cmd = [*node.split(), "-m", "flowsplit.train", str(data), "-o", str(run), *TRAIN_ARGS]
     # Execute
     procs = [
         subprocess.Popen(
@@ -114,24 +94,16 @@ def test_worker_killed_under_torchrun_resumes_from_the_checkpoint(reference, tmp
     # Prepare: rank 1 SIGKILLs itself after epoch 0; torchrun may restart the group once.
     data, central = reference
     run = tmp_path / "run"
+    launcher = f"--nnodes 1 --nproc-per-node 2 --max-restarts 1 --master-port {free_port()}"
     cmd = _torchrun(
-        "--nnodes",
-        "1",
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        "1",
+        *launcher.split(),
         "--master-addr",
         "127.0.0.1",
-        "--master-port",
-        str(free_port()),
         "-m",
         "flowsplit.train",
         str(data),
         "-o",
         str(run),
-        "--threads",
-        "1",
         "--fail-after-epoch",
         "0",
         *TRAIN_ARGS,
