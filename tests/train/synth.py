@@ -26,10 +26,18 @@ def write_synthetic(
     pkt_shape: tuple[int, int] = (4, 16),
     n_stats: int = 6,
     split: tuple[float, float] = (0.6, 0.2),
+    class_share: tuple[float, ...] | None = None,
 ) -> Path:
-    """Write a dataset of ``n`` flows; the first ``split[0]`` are train, then val, then test."""
+    """Write a dataset of ``n`` flows; the first ``split[0]`` are train, then val, then test.
+
+    Classes are balanced unless ``class_share`` gives each class's share of the flows.
+    """
     rng = np.random.default_rng(seed)
-    y = np.arange(n) % n_classes
+    if class_share is None:
+        y = np.arange(n) % n_classes
+    else:
+        y = np.repeat(np.arange(n_classes), np.round(np.asarray(class_share) * n).astype(int))
+        y = np.resize(y, n)
     rng.shuffle(y)
     noise = rng.integers(0, 256, size=(n, bytes_len))
     pattern = (np.arange(bytes_len)[None, :] * (y[:, None] + 1) * 37) % 256

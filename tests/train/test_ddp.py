@@ -51,13 +51,16 @@ def _last_weights(run) -> dict[str, torch.Tensor]:
 
 def test_two_gloo_workers_end_with_the_centralised_weights(tmp_path):
     # Prepare
-    data = write_synthetic(tmp_path / "data", n=80, split=(0.6, 0.2))  # 48 train rows
+    # 48 training rows, imbalanced: the balanced class weights differ from 1.
+    data = write_synthetic(tmp_path / "data", n=80, class_share=(0.6, 0.25, 0.15))
+    weighting = {"cnn": "balanced", "lstm": "balanced", "convlstm": "none", "convgru": "none"}
     cfgs = {
         m: TrainConfig(
             dataset=str(data),
             model=m,
             out=str(tmp_path / f"{m}-{{}}"),
             model_options=OPTIONS[m],
+            class_weight=weighting[m],
             **COMMON,
         )
         for m in neural_models()

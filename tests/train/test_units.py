@@ -10,7 +10,12 @@ import pytest
 from flowsplit.errors import ConfigError
 from flowsplit.train.config import TrainConfig, parse_model_options
 from flowsplit.train.distributed import CommMeter, DistEnv, ParallelLayout, read_dist_env
-from flowsplit.train.metrics import classification_summary, confusion_matrix, macro_f1
+from flowsplit.train.metrics import (
+    class_weights,
+    classification_summary,
+    confusion_matrix,
+    macro_f1,
+)
 from flowsplit.train.result import RunResult
 
 
@@ -27,6 +32,13 @@ def test_confusion_and_f1_by_hand():
     assert s["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 2)
     assert s["accuracy"] == pytest.approx(3 / 5)
     assert macro_f1(y_true, y_pred, 3) == pytest.approx(s["macro_f1"])
+
+
+def test_balanced_class_weights_by_hand():
+    # 6 rows: class 0 x3, class 1 x2, class 2 x1, class 3 absent -> n / (3 * n_c).
+    w = class_weights(np.array([0, 0, 0, 1, 1, 2]), 4, "balanced")
+    np.testing.assert_allclose(w, [6 / 9, 6 / 6, 6 / 3, 0.0])
+    assert class_weights(np.array([0, 1]), 2, "none") is None
 
 
 def test_comm_meter_counts_overlap_once():

@@ -46,8 +46,10 @@ def test_single_process_run_measures_every_round(data, tmp_path):
 @pytest.mark.slow
 def test_two_dask_workers_match_one_process_within_a_point(data, tmp_path):
     # Execute
-    assert cli_main(["train", str(data), "-o", str(tmp_path / "one"), *ARGS]) == 0
-    assert cli_main(["train", str(data), "-o", str(tmp_path / "two"), *ARGS, "--workers", "2"]) == 0
+    # Balanced class weights: the weights travel with each worker's partition too.
+    both = [*ARGS, "--class-weight", "balanced"]
+    assert cli_main(["train", str(data), "-o", str(tmp_path / "one"), *both]) == 0
+    assert cli_main(["train", str(data), "-o", str(tmp_path / "two"), *both, "--workers", "2"]) == 0
     # Assert
     one, two = RunResult.from_json(tmp_path / "one"), RunResult.from_json(tmp_path / "two")
     assert (two.engine, two.workers, two.backend, len(two.peak_rss_mb)) == (
@@ -76,3 +78,23 @@ def test_xgboost_cannot_resume_and_needs_stats(data, tmp_path, capsys):
     )
     assert cli_main(["train", str(no_stats), "-o", str(tmp_path / "r"), *ARGS]) == 2
     assert "xgboost needs one of the views stats" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_existing_dask_cluster_is_used_through_its_address(data, tmp_path):
+    # Prepare: a one-worker cluster on loopback, started outside flowsplit.
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        # Execute
+        rc = cli_main(
+            ["train", str(data), "-o", str(tmp_path / "run"), *ARGS, "--dask-scheduler", address]
+        )
+    # Assert: trained on that cluster's single worker, through the Dask engine
+    assert rc == 0
+    r = RunResult.from_json(tmp_path / "run")
+    assert (r.engine, r.workers, r.backend) == ("xgboost-dask", 1, "dask")
+    assert r.accuracy > 0.7

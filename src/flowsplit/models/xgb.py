@@ -126,6 +126,7 @@ class XGBoostClassifier:
         X: Any,
         y: Any,
         *,
+        sample_weight: Any = None,
         eval_set: tuple[Any, Any] | None = None,
         callbacks: Sequence[xgb.callback.TrainingCallback] = (),
         client: Any = None,
@@ -133,6 +134,7 @@ class XGBoostClassifier:
     ) -> XGBoostClassifier:
         """Train on ``X`` ``(N, F)`` and integer labels ``y`` ``(N,)``; returns ``self``.
 
+        ``sample_weight`` ``(N,)`` weighs each row's loss (e.g. balanced classes);
         ``eval_set=(X_val, y_val)`` enables early stopping on validation log-loss;
         ``client`` (a ``distributed.Client``) trains on its Dask workers;
         ``coll_cfg`` is passed to ``xgboost.dask.train`` (e.g. the tracker address).
@@ -143,10 +145,14 @@ class XGBoostClassifier:
             raise ValueError(f"labels go up to {y.max()}, but n_classes={n_classes}")
         if eval_set is not None:
             X_val, y_val = _check_xy(*eval_set, n_features=X.shape[1])
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float32)
+            if sample_weight.shape != y.shape or (sample_weight < 0).any():
+                raise ValueError(f"sample_weight must be {y.shape} non-negative weights")
         params = self.xgb_params(n_classes)
         stop = self.early_stopping_rounds if eval_set is not None else None
         if client is None:
-            dtrain = xgb.DMatrix(X, label=y, nthread=self.n_jobs or 0)
+            dtrain = xgb.DMatrix(X, label=y, weight=sample_weight, nthread=self.n_jobs or 0)
             evals = [(dtrain, "train")]
             if eval_set is not None:
                 evals.append((xgb.DMatrix(X_val, label=y_val, nthread=self.n_jobs or 0), "val"))
@@ -166,7 +172,7 @@ class XGBoostClassifier:
             from xgboost import dask as dxgb
 
             workers = list(client.scheduler_info()["workers"])
-            dtrain = _dask_matrix(client, workers, X, y, self.random_state)
+            dtrain = _dask_matrix(client, workers, X, y, self.random_state, sample_weight)
             evals = [(dtrain, "train")]
             if eval_set is not None:
                 evals.append(
@@ -263,7 +269,9 @@ def _check_xy(X: Any, y: Any, *, n_features: int | None = None):
     return X, y.astype(np.int64)
 
 
-def _dask_matrix(client: Any, workers: list[str], X: np.ndarray, y: np.ndarray, seed: int):
+def _dask_matrix(
+    client: Any, workers: list[str], X: np.ndarray, y: np.ndarray, seed: int, weight=None
+):
     """A ``DaskDMatrix`` with one shuffled partition of the rows placed on each worker."""
     import dask.array as da
     from xgboost import dask as dxgb
@@ -271,10 +279,14 @@ def _dask_matrix(client: Any, workers: list[str], X: np.ndarray, y: np.ndarray, 
     order = np.random.default_rng(seed).permutation(len(X))
     n_parts = max(1, min(len(workers), len(X)))
     parts = np.array_split(order, n_parts)
-    xs, ys = [], []
+    xs, ys, ws = [], [], []
     for part, worker in zip(parts, workers, strict=False):
         fx = client.scatter(X[part], workers=[worker], direct=True)
         fy = client.scatter(y[part], workers=[worker], direct=True)
         xs.append(da.from_delayed(fx, shape=(len(part), X.shape[1]), dtype=X.dtype))
         ys.append(da.from_delayed(fy, shape=(len(part),), dtype=y.dtype))
-    return dxgb.DaskDMatrix(client, da.concatenate(xs), da.concatenate(ys))
+        if weight is not None:
+            fw = client.scatter(weight[part], workers=[worker], direct=True)
+            ws.append(da.from_delayed(fw, shape=(len(part),), dtype=weight.dtype))
+    w = da.concatenate(ws) if ws else None
+    return dxgb.DaskDMatrix(client, da.concatenate(xs), da.concatenate(ys), weight=w)

@@ -63,6 +63,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         choices=("cosine", "constant"),
         help="cosine: lr decays to 0 over --epochs (default); constant",
     )
+    p.add_argument(
+        "--class-weight",
+        choices=("none", "balanced"),
+        help="balanced: weight the loss by inverse class frequency (default none)",
+    )
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (default 0)")
     p.add_argument(
         "--patience",
@@ -102,6 +107,7 @@ _ARG_TO_FIELD = {
     "lr": "lr",
     "scale_lr": "scale_lr",
     "lr_schedule": "lr_schedule",
+    "class_weight": "class_weight",
     "weight_decay": "weight_decay",
     "patience": "patience",
     "seed": "seed",

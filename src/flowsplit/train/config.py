@@ -52,6 +52,8 @@ class TrainConfig:
     """cosine (decay per epoch from lr to 0 over --epochs) or constant."""
     scale_lr: bool = False
     """Keep batch_size per worker and multiply lr by the number of workers (linear scaling)."""
+    class_weight: str = "none"
+    """none, or balanced: weight each class's loss by n / (classes * n_class) (imbalanced sets)."""
     weight_decay: float = 0.0
     """Adam weight decay."""
     patience: int | None = None
@@ -97,6 +99,8 @@ class TrainConfig:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if self.lr_schedule not in ("cosine", "constant"):
             raise ConfigError(f"--lr-schedule must be cosine or constant, got {self.lr_schedule!r}")
+        if self.class_weight not in ("none", "balanced"):
+            raise ConfigError(f"--class-weight must be none or balanced, got {self.class_weight!r}")
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.patience is not None and self.patience < 0:

@@ -51,7 +51,7 @@ from flowsplit.train.distributed import (
     process_group,
     read_dist_env,
 )
-from flowsplit.train.metrics import classification_summary, macro_f1
+from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
 from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
     LOG_NAME,
@@ -105,6 +105,8 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
     patience = cfg.effective_patience("torch")
+    weights = class_weights(y_train.numpy(), ds.n_classes, cfg.class_weight)
+    weights = None if weights is None else torch.from_numpy(weights).to(device)
 
     # History of everything measured per epoch; a checkpoint carries it across restarts.
     hist: dict = {
@@ -164,7 +166,9 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
             xb = x_train[rows].to(device, non_blocking=True)  # (b, *view_shape)
             yb = y_train[rows].to(device, non_blocking=True)  # (b,)
             data_time += time.perf_counter() - td
-            loss = F.cross_entropy(ddp_model(xb), yb)
+            # Sum over the batch / its size (not a weighted mean): equal on every rank, so
+            # the all-reduce average is the centralised loss even with class weights.
+            loss = F.cross_entropy(ddp_model(xb), yb, weight=weights, reduction="sum") / len(rows)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
             optimizer.step()

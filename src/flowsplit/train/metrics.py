@@ -50,3 +50,14 @@ def classification_summary(
         },
         "confusion_matrix": cm.tolist(),
     }
+
+
+def class_weights(y: np.ndarray, n_classes: int, mode: str) -> np.ndarray | None:
+    """Per-class loss weights: ``balanced`` gives n / (C * n_c) (absent classes 0), ``none`` None."""
+    if mode == "none":
+        return None
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)
+    present = counts > 0
+    w = np.zeros(n_classes)
+    w[present] = len(y) / (present.sum() * counts[present])
+    return w.astype(np.float32)

@@ -40,7 +40,7 @@ from flowsplit.errors import ConfigError
 from flowsplit.models.registry import build_estimator
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import available_cores
-from flowsplit.train.metrics import classification_summary, macro_f1
+from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
 from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
     BOOSTER_NAME,
@@ -115,16 +115,23 @@ def dask_client(cfg: TrainConfig, n_workers: int, threads: int) -> Iterator[tupl
         with client:
             yield client, None
         return
-    cluster = LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=threads,
-        processes=True,
-        host=cfg.master_addr,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    )
-    with cluster, Client(cluster) as client:
-        yield client, CollConfig(tracker_host_ip=cfg.master_addr)
+    # The scheduler runs in this process: keep its INFO chatter out of the CLI's log.
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(max(level, logging.WARNING))
+    try:
+        cluster = LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=threads,
+            processes=True,
+            host=cfg.master_addr,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+        with cluster, Client(cluster) as client:
+            yield client, CollConfig(tracker_host_ip=cfg.master_addr)
+    finally:
+        quiet.setLevel(level)
 
 
 def train_xgboost(cfg: TrainConfig) -> RunResult:
@@ -158,16 +165,19 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
     }
     write_run_config(out, cfg, ds, view=view, layout=layout)
     timer = RoundTimer()
+    weights = class_weights(y_tr, ds.n_classes, cfg.class_weight)
+    sample_weight = None if weights is None else weights[y_tr]
     extra: dict = {"load_time_s": load_time, "sync_time_is_estimate": distributed}
     t_fit = time.perf_counter()
     if not distributed:
-        est.fit(X_tr, y_tr, eval_set=(X_val, y_val), callbacks=[timer])
+        est.fit(X_tr, y_tr, sample_weight=sample_weight, eval_set=(X_val, y_val), callbacks=[timer])
         rss = [_peak_rss_mb()]
     else:
         with dask_client(cfg, cfg.workers, threads) as (client, coll_cfg):
             est.fit(
                 X_tr,
                 y_tr,
+                sample_weight=sample_weight,
                 eval_set=(X_val, y_val),
                 callbacks=[timer],
                 client=client,
