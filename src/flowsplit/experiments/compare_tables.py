@@ -1,0 +1,184 @@
+"""Tables of the data-parallel study (rows and column specs), from ``results.json`` content.
+
+Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.compare_html`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from flowsplit.experiments.scaling import NETWORK_PRESETS
+from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
+
+EFFICIENCY_AT = (8, 64, 1024)
+
+
+def _ci(d: dict | None, scale: float = 1.0, digits: int = 1) -> str:
+    return fmt_ci(d["mean"], d["low"], d["high"], scale, digits) if d else "–"
+
+
+def _score_ci(d: dict | None) -> str:
+    """A score's mean and CI in %, the interval clipped to [0, 100] (a t-interval over a
+    few seeds can overshoot a bounded score)."""
+    if not d:
+        return "–"
+    clip = {k: min(1.0, max(0.0, d[k])) if d[k] == d[k] else d[k] for k in ("low", "high")}
+    return fmt_ci(d["mean"], clip["low"], clip["high"], 100, 1)
+
+
+def summary_rows(analysis: dict) -> list[dict]:
+    rows = []
+    for model, e in analysis["models"].items():
+        central = e["by_workers"].get("1")
+        for n, v in e["vs_central"].items():
+            g = e["by_workers"][n]
+            acc = v["accuracy"]
+            rows.append({
+                "model": model, "workers": f"{n}" + (" (oversubscribed)" if v["oversubscribed"]
+                                                      else ""),
+                "acc_c": _score_ci(central and central["accuracy"]),
+                "acc_p": _score_ci(g["accuracy"]), "diff": _ci(acc["diff"], 100, 2),
+                "tost": acc["tost_p"], "verdict": acc["verdict"],
+                "f1_c": _score_ci(central and central["macro_f1"]),
+                "f1_p": _score_ci(g["macro_f1"]), "f1_verdict": v["macro_f1"]["verdict"],
+                "speedup": _ci(v["speedup"], 1, 2), "eff": v["efficiency"]["mean"],
+                "comm": g["comm_share"]["mean"],
+            })  # fmt: skip
+    return rows
+
+
+SUMMARY_COLS = [
+    Column("model", "model"), Column("workers", "workers"),
+    Column("acc_c", "accuracy centralised %"), Column("acc_p", "accuracy data-parallel %"),
+    Column("diff", "difference, pt"), Column("tost", "TOST p", fmt_p, "right"),
+    Column("verdict", "accuracy verdict"), Column("f1_c", "macro-F1 centralised %"),
+    Column("f1_p", "macro-F1 data-parallel %"), Column("f1_verdict", "macro-F1 verdict"),
+    Column("speedup", "speedup (epoch)"), Column("eff", "efficiency", fmt_pct(0), "right"),
+    Column("comm", "comm share", fmt_pct(1), "right"),
+]  # fmt: skip
+
+
+def stats_rows(analysis: dict) -> list[dict]:
+    rows = []
+    for model, e in analysis["models"].items():
+        for n, v in e["vs_central"].items():
+            for metric in ("accuracy", "macro_f1"):
+                c = v[metric]
+                mc = v["mcnemar"]
+                rows.append({
+                    "model": model, "workers": n, "metric": metric, "n": c["n"],
+                    "diff": _ci(c["diff"], 100, 2), "t_p": c["t_p"], "w_p": c["wilcoxon_p"],
+                    "tost": c["tost_p"], "verdict": c["verdict"],
+                    "mcnemar": (f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
+                                f"{analysis['alpha']:g} (p: "
+                                + ", ".join(fmt_p(m["p"]) for m in mc) + ")"
+                                if metric == "accuracy" and mc else "–"),
+                    "note": c["note"],
+                })  # fmt: skip
+    return rows
+
+
+STATS_COLS = [
+    Column("model", "model"), Column("workers", "workers"), Column("metric", "metric"),
+    Column("n", "seeds", align="right"), Column("diff", "mean diff, pt (95 % CI)"),
+    Column("t_p", "paired t p", fmt_p, "right"), Column("w_p", "Wilcoxon p", fmt_p, "right"),
+    Column("tost", "TOST p", fmt_p, "right"), Column("verdict", "verdict"),
+    Column("mcnemar", "McNemar"), Column("note", "note"),
+]  # fmt: skip
+
+
+def timing_rows(analysis: dict) -> list[dict]:
+    rows = []
+    for model, e in analysis["models"].items():
+        for n, g in e["by_workers"].items():
+            rows.append({
+                "model": model, "workers": n, "runs": g["n_runs"],
+                "epoch": _ci(g["epoch_time_s"], 1, 3), "sps": g["samples_per_s"]["mean"],
+                "comm": g["comm_share"]["mean"], "rss": g["peak_rss_mb"]["mean"],
+                "over": "yes" if g["oversubscribed"] else "no",
+                "cont": f"{g['n_contended']} of {g['n_runs']}",
+                "cpu": g.get("cpu_obtained", {}).get("mean", math.nan),
+            })  # fmt: skip
+    return rows
+
+
+TIMING_COLS = [
+    Column("model", "model"), Column("workers", "workers"), Column("runs", "runs", align="right"),
+    Column("epoch", "time per epoch, s (95 % CI)"),
+    Column("sps", "samples/s", fmt_float(0), "right"),
+    Column("comm", "comm share", fmt_pct(1), "right"),
+    Column("rss", "peak RSS per worker, MB", fmt_float(0), "right"),
+    Column("over", "oversubscribed"),
+    Column("cont", "contended runs"),
+    Column("cpu", "CPU obtained per thread", fmt_pct(0), "right"),
+]  # fmt: skip
+
+
+def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
+    fit_rows, pred_rows = [], []
+    for model, e in analysis["models"].items():
+        s = e.get("scaling")
+        if not s or "points" not in s:
+            continue
+        for p in s["points"]:
+            fit_rows.append({
+                "model": model, "workers": p["n_workers"], "measured": p["measured_s"],
+                "predicted": p["predicted_s"], "error": p["rel_error"],
+                "loo": p.get("loo_error", math.nan),
+                "role": ("fit" if p["in_fit"] else "held out")
+                + (", oversubscribed" if p["oversubscribed"] else ""),
+                "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
+                "h_ms": 1e3 * s["model"]["per_step_s"],
+                "s_ms": 1e3 * s["model"]["sync_per_step_s"],
+                "cap": s.get("speedup_cap_fixed_batch", math.nan),
+                "comm_m": p["measured_comm_share"], "comm_p": p["predicted_comm_share"],
+            })  # fmt: skip
+        for key, rows in s["predictions"].items():
+            if key == "host":
+                continue
+            by_n = {r["n_workers"]: r for r in rows}
+            row = {"model": model, "network": NETWORK_PRESETS[key].name}
+            for n in EFFICIENCY_AT:
+                row[f"eff{n}"] = by_n[n]["efficiency"] if n in by_n else math.nan
+            row["comm1024"] = by_n.get(1024, {}).get("comm_share", math.nan)
+            pred_rows.append(row)
+    return fit_rows, pred_rows
+
+
+FIT_COLS = [
+    Column("model", "model"), Column("workers", "workers", align="right"),
+    Column("measured", "measured epoch, s", fmt_float(3), "right"),
+    Column("predicted", "model epoch, s", fmt_float(3), "right"),
+    Column("error", "error", fmt_pct(1), "right"), Column("role", "point"),
+    Column("loo", "error, this count left out of the fit", fmt_pct(1), "right"),
+    Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right"),
+    Column("h_ms", "h: per step, ms", fmt_float(2), "right"),
+    Column("s_ms", "s: sync per step, ms", fmt_float(2), "right"),
+    Column("cap", "speedup cap, fixed batch", fmt_float(1), "right"),
+    Column("comm_m", "comm share measured", fmt_pct(1), "right"),
+    Column("comm_p", "comm share model", fmt_pct(1), "right"),
+]  # fmt: skip
+PRED_COLS = [
+    Column("model", "model"), Column("network", "network"),
+    *[Column(f"eff{n}", f"efficiency at {n}", fmt_pct(0), "right") for n in EFFICIENCY_AT],
+    Column("comm1024", "comm share at 1024", fmt_pct(0), "right"),
+]  # fmt: skip
+
+
+def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:
+    """Rows = classes; columns = each model centralised and at its headline worker count."""
+    classes = results["dataset"]["classes"] or []
+    cols = [Column("class", "class")]
+    rows = [{"class": c} for c in classes]
+    for model, by_n in results["per_class_f1"].items():
+        entry = results["analysis"]["models"][model]
+        ok = [int(n) for n, v in entry["vs_central"].items() if not v["oversubscribed"]]
+        for n in ("1", str(max(ok)) if ok else None):
+            if n is None or n not in by_n:
+                continue
+            key = f"{model}@{n}"
+            label = f"{model} {'centralised' if n == '1' else n + ' workers'}"
+            cols.append(Column(key, label, fmt_pct(1), "right"))
+            for row in rows:
+                row[key] = by_n[n].get(row["class"], math.nan)
+    return rows, cols
