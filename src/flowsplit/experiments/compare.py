@@ -344,9 +344,7 @@ def run_compare(
         out / "compare.json",
         {"config": asdict(cfg), "fingerprint": cfg.fingerprint(), "cores": available_cores()},
     )
-    status = run_cells(cfg, run_cell_fn=run_cell_fn, progress=progress)
-    atomic_write_json(out / "status.json", status)
-
+    # Measured first, so a report rendered while cells still run has its scaling model.
     bench_path = out / "allreduce.json"
     if not bench_path.is_file() and max(cfg.workers) > 1:
         if progress:
@@ -354,5 +352,8 @@ def run_compare(
         sizes = QUICK_ALLREDUCE_SIZES if cfg.quick else None
         kwargs = {"sizes": sizes, "repeats": 3} if sizes else {}
         atomic_write_json(bench_path, run_allreduce_benchmark(**kwargs))
+    status = run_cells(cfg, run_cell_fn=run_cell_fn, progress=progress)
+    atomic_write_json(out / "status.json", status)
+
     write_workloads(out, dataset)
     return render_report(out)

@@ -199,6 +199,11 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             net = NETWORK_PRESETS[key].name
             lines.append(f"Predicted on {net}: scaling efficiency stays >= 50 % up to " + ", ".join(
                 f"{n} workers for {m}" for m, n in reach.items()) + ".")  # fmt: skip
+    if max(cfg["workers"]) > 1 and not errs and not any(e.get("scaling") for e in models.values()):
+        lines.append(
+            "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
+            "missing; `flowsplit compare` runs it."
+        )
     if failures:
         lines.append(f"{len(failures)} run(s) failed and are missing from the statistics: "
                      + ", ".join(sorted(failures)) + ".")  # fmt: skip
