@@ -40,6 +40,16 @@ def _ci(iv: Mapping, scale: float = 1.0, digits: int = 1) -> str:
     return fmt_ci(iv["mean"], iv["low"], iv["high"], scale, digits)
 
 
+def _diff(iv: Mapping, scale: float = 100.0, digits: int = 2) -> str:
+    """A signed difference with its interval: ``+0.14 (-0.25 to +0.54)``."""
+    if not math.isfinite(iv["mean"]):
+        return "–"
+    mean = f"{scale * iv['mean']:+.{digits}f}"
+    if not math.isfinite(iv["low"]):
+        return mean
+    return f"{mean} ({scale * iv['low']:+.{digits}f} to {scale * iv['high']:+.{digits}f})"
+
+
 def _ratio(iv: Mapping) -> str:
     if not math.isfinite(iv["mean"]):
         return "–"
@@ -82,8 +92,8 @@ def versus_rows(results: Mapping) -> list[dict]:
     for s, v in results["vs_hsfl"].items():
         rows.append({
             "scheme": s,
-            "acc": _ci(v["accuracy_diff"], 100, 2),
-            "f1": _ci(v["macro_f1_diff"], 100, 2),
+            "acc": _diff(v["accuracy_diff"]),
+            "f1": _diff(v["macro_f1_diff"]),
             "delay": _ratio(v["delay_ratio"]),
             "target": _ratio(v["delay_to_target_ratio"]),
             "bytes": _ratio(v["bytes_ratio"]),
