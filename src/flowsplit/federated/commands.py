@@ -178,7 +178,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     torchrun = read_dist_env() if args.backend == "dist" else None
     writes = torchrun is None or torchrun.rank == 0
-    if writes and out.exists() and any(out.iterdir()) and not args.overwrite:
+    # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
+    previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
+    if writes and previous and not args.overwrite:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
     model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
     topology = resolve_topology(

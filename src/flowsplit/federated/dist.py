@@ -71,12 +71,22 @@ def drive(coro: Coroutine, transport: GlooTransport) -> None:
     """Run one role coroutine, answering its requests over the network."""
     value = None
     while True:
+        start, cpu = time.monotonic(), time.thread_time()
         try:
             op = coro.send(value)
         except StopIteration:
             return
+        busy = time.monotonic() - start
+        if busy > 1.0:  # the role's own work between two messages (debug log only)
+            log.debug("%s: %.2f s (%.2f s CPU) of work before %s", role_name(transport.me), busy,
+                      time.thread_time() - cpu, type(op).__name__)  # fmt: skip
         if type(op) is Send:
+            start = time.monotonic()
             transport.send(op)
+            if time.monotonic() - start > 1.0:
+                log.debug(
+                    "%s: sending took %.2f s", role_name(transport.me), time.monotonic() - start
+                )
             value = None
         else:
             value = transport.recv(op)
@@ -104,10 +114,12 @@ class DistRuntime:
 
     def _warm_up(self) -> None:
         # One forward and backward pass of a throwaway copy pays the first-call costs
-        # (kernels, allocator, autograd threads) before anyone starts a drop timer.
+        # before anyone starts a drop timer. The backward takes an explicit gradient,
+        # as behind a cut: the first such call imports sympy through torch.fx (seconds).
         model = copy.deepcopy(self.setup.model)
         x = torch.randint(0, 256, (2, *model.input_shape)).to(torch.float32)
-        model(x).sum().backward()
+        out = model(x)
+        out.backward(torch.ones_like(out))
 
     def handshake(self) -> None:
         """Clients report ready to their aggregator (after warming up), with a long timeout."""
@@ -361,7 +373,11 @@ def launch_local(
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
     payload.update(store=("127.0.0.1", port), bind="127.0.0.1")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "flowsplit.federated.dist"])
+    # Imported once in the fork server instead of in every role: torch, this package,
+    # and what the first backward with an explicit gradient imports (sympy via torch.fx).
+    ctx.set_forkserver_preload(
+        ["torch", "torch.fx.experimental.symbolic_shapes", "flowsplit.federated.dist"]
+    )
     procs = [ctx.Process(target=role_main, args=(r, world, payload)) for r in range(world)]
     try:
         for p in procs:

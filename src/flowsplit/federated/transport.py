@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,8 +216,12 @@ class GlooTransport:
 
     def _wait_recv(self, tensor: torch.Tensor, peer: Address, timeout: float) -> bool:
         pg, rank = self.peers[peer]
+        start = time.monotonic()
         try:
             pg.recv([tensor], rank, 0).wait(dt.timedelta(seconds=timeout))
+            waited = time.monotonic() - start
+            if waited > 1.0:
+                log.debug("%s: waited %.2f s for %s", role_name(self.me), waited, role_name(peer))
             return True
         except RuntimeError as exc:
             text = str(exc)
