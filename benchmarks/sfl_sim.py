@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scheme", default="hsfl", choices=("hsfl",))
     p.add_argument("--cuts", default="1,2")
     p.add_argument("--model", default="cnn")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--train-limit", type=int, default=2000, help="training rows (0: all)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -191,13 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         topo = resolve_topology(
             "many-clients", n_clients=args.clients, n_aggregators=args.aggregators
         )
-        model_fn = RegistryModel(args.model, None, options)
+        model_fn = RegistryModel(args.model, args.view, options)
         setup = prepare_run(cfg, dataset=ds_path, model_fn=model_fn, topology=topo)
         samples = {}
         for label in ("full", "no_meter", "plain"):
             samples[label] = {"wall": [], "cpu": []}
-        for _ in range(args.repeats):
-            for label in ("full", "no_meter", "plain"):
+        labels = ["full", "no_meter", "plain"]
+        for rep in range(args.repeats):
+            # Rotate the order, so that no variant always runs first (or last) in a repeat.
+            for label in labels[rep % 3 :] + labels[: rep % 3]:
                 rt = SimRuntime(setup, meter_enabled=label != "no_meter")
                 if label == "plain":
                     fn = lambda plan, rt=rt: _plain_round(rt, plan)  # noqa: E731
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "training_rows": int(setup.n_samples.sum()),
         "config": {
             **cfg.to_dict(), "clients": args.clients, "aggregators": args.aggregators,
-            "model": args.model, "model_options": options, "timed_rounds": args.rounds,
+            "model": args.model, "view": setup.view, "model_options": options, "timed_rounds": args.rounds,
             "repeats": args.repeats, "dataset": str(ds_path) if args.dataset else ds_kind,
             "topology": "many-clients",
         },

@@ -261,3 +261,11 @@ def test_assignment_costs_give_the_predicted_delay_of_any_assignment(
         x = rng.integers(0, 5, 40)
         # Assert: the (N, A) tables reproduce the ledger-based delay exactly.
         assert assignment_delay(ac, x) == pytest.approx(predict_round(costs, topo, x, **kw).total)
+
+
+def test_meter_hop_table_agrees_with_the_protocol():
+    from flowsplit.federated.costs import _HOP_DIR
+    from flowsplit.federated.protocol import DIRECTIONS, HOPS, hop_of
+
+    for (a, b), (h, d) in _HOP_DIR.items():
+        assert hop_of((a, 0), (b, 0)) == (HOPS[h], DIRECTIONS[d])

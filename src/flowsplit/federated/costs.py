@@ -50,7 +50,6 @@ import numpy as np
 from flowsplit.federated.protocol import (
     AGGREGATOR,
     CLIENT,
-    CLIENT_AGGREGATOR,
     DIRECTIONS,
     DOWNLOAD,
     HOPS,
@@ -58,11 +57,17 @@ from flowsplit.federated.protocol import (
     SERVER,
     TRAIN,
     Address,
-    hop_of,
 )
 from flowsplit.federated.topology import Topology
 
 _HOP = {h: k for k, h in enumerate(HOPS)}
+# (sender kind, receiver kind) -> (hop index, direction index), as protocol.hop_of says.
+_HOP_DIR = {
+    (CLIENT, AGGREGATOR): (0, 0),
+    (AGGREGATOR, CLIENT): (0, 1),
+    (AGGREGATOR, SERVER): (1, 0),
+    (SERVER, AGGREGATOR): (1, 1),
+}
 _DIR = {d: k for k, d in enumerate(DIRECTIONS)}
 _TYPE = {t: k for k, t in enumerate(MESSAGE_TYPES)}
 _SHAPE = (len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES))
@@ -215,12 +220,21 @@ class CostMeter:
         self.topology = topology
         self.assignment = np.asarray(assignment, dtype=np.int64)
         self.enabled = enabled
-        self.slowdown = np.ones(topology.n_clients)
-        self.ledger = Ledger.zeros(topology.n_clients, topology.n_aggregators)
+        # Plain Python numbers: charging runs per message, and NumPy scalar indexing
+        # costs several times more than list indexing (same float64 arithmetic).
+        self._ca_latency = topology.ca_latency.tolist()
+        self._ca_bandwidth = topology.ca_bandwidth.tolist()
+        self._as_latency = topology.as_latency.tolist()
+        self._as_bandwidth = topology.as_bandwidth.tolist()
+        self._client_speed = topology.client_speed.tolist()
+        self._aggregator_speed = topology.aggregator_speed.tolist()
+        self._server_speed = float(topology.server_speed)
+        self.start_round()
 
     def start_round(self, slowdown: np.ndarray | None = None) -> None:
-        self.slowdown = np.ones(self.topology.n_clients) if slowdown is None else slowdown
-        self.ledger = Ledger.zeros(self.topology.n_clients, self.topology.n_aggregators)
+        n = self.topology.n_clients
+        self._slowdown = [1.0] * n if slowdown is None else np.asarray(slowdown, float).tolist()
+        self.ledger = Ledger.zeros(n, self.topology.n_aggregators)
 
     def charge_message(
         self, src: Address, dst: Address, nbytes: int, kind: str, client: int, phase: str
@@ -228,14 +242,14 @@ class CostMeter:
         """Charge one message of ``nbytes`` (header included) from ``src`` to ``dst``."""
         if not self.enabled:
             return
-        hop, direction = hop_of(src, dst)
-        led, topo = self.ledger, self.topology
-        key = (_HOP[hop], _DIR[direction], _TYPE[kind])
+        hop, direction = _HOP_DIR[src[0], dst[0]]
+        led = self.ledger
+        key = (hop, direction, _TYPE[kind])
         led.bytes[key] += nbytes
         led.messages[key] += 1
-        if hop == CLIENT_AGGREGATOR:
+        if hop == 0:  # client-aggregator
             i, j = (src[1], dst[1]) if src[0] == CLIENT else (dst[1], src[1])
-            latency, busy = topo.ca_latency[i, j], nbytes / topo.ca_bandwidth[i, j]
+            latency, busy = self._ca_latency[i][j], nbytes / self._ca_bandwidth[i][j]
             if phase == TRAIN:
                 led.client_link[i] += latency + busy
                 led.client_busy[i] += busy
@@ -247,7 +261,7 @@ class CostMeter:
                 led.link_up_latency[i] = latency
             return
         j = src[1] if src[0] == AGGREGATOR else dst[1]
-        latency, busy = topo.as_latency[j], nbytes / topo.as_bandwidth[j]
+        latency, busy = self._as_latency[j], nbytes / self._as_bandwidth[j]
         if phase == TRAIN:
             led.backbone_load[j] += busy
             if client >= 0:
@@ -263,19 +277,19 @@ class CostMeter:
         """Charge ``flops`` run by ``node`` (for ``client``'s batch in the train phase)."""
         if not self.enabled:
             return
-        led, topo = self.ledger, self.topology
+        led = self.ledger
         kind, index = node
         if kind == CLIENT:
-            led.client_compute[index] += flops * self.slowdown[index] / topo.client_speed[index]
+            led.client_compute[index] += flops * self._slowdown[index] / self._client_speed[index]
         elif kind == AGGREGATOR:
-            seconds = flops / topo.aggregator_speed[index]
+            seconds = flops / self._aggregator_speed[index]
             if phase == TRAIN:
                 led.aggregator_load[index] += seconds
                 led.aggregator_for[client] += seconds
             else:
                 led.averaging[index] += seconds
         elif kind == SERVER:
-            seconds = flops / topo.server_speed
+            seconds = flops / self._server_speed
             if phase == TRAIN:
                 led.server_load[0] += seconds
                 led.server_for[client] += seconds
