@@ -7,6 +7,11 @@ import socket
 from pathlib import Path
 
 import pytest
+import torch
+
+# Tests run side by side on 2 cores: one intra-op thread per test process. Setting
+# OMP_NUM_THREADS here would be too late (torch is already imported), so set torch's.
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FLOWSPLIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -31,5 +36,5 @@ def free_port() -> int:
 
 @pytest.fixture(autouse=True)
 def _quiet_threads(monkeypatch):
-    # Tests run side by side on 2 cores: keep each process to its own thread budget.
+    # Child processes started by tests inherit one thread each.
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
