@@ -3,12 +3,24 @@
 Stages, each writing under ``OUT``:
 
 1. ``OUT/dataset``: prepare the lab capture that ships in ``demo/captures``
-   (one folder per class), and print the dataset summary.
+   (one folder per class) and print the dataset summary;
+2. ``OUT/data-parallel``: the five models trained centralised and with 2
+   data-parallel workers over a few seeds (`flowsplit compare`, quick settings);
+3. ``OUT/split-learning``: SFL, HSFL, the delay-only planner and the
+   accuracy-aware planner on a heterogeneous topology (`flowsplit sfl compare`,
+   quick settings);
+4. ``OUT/report.html`` (+ ``.md``, ``.json``): one page that links both studies and
+   says in plain words what to use.
+
+Finished stages are reused when the demo is run again (both comparisons resume
+cell by cell); ``--fresh`` starts over.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +28,7 @@ from flowsplit.errors import InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CAPTURES = REPO_ROOT / "demo" / "captures"
+MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,13 +36,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
         help="run the main job on the embedded lab capture",
-        description="Prepare the embedded lab capture and run the main job on it.",
+        description=(
+            "Prepare the embedded lab capture, compare centralised and data-parallel "
+            "training of the five models, compare split federated learning schemes, "
+            "and write one report that says what to use."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("-o", "--out", default="runs/demo", type=Path, help="output directory")
     p.add_argument("--captures", default=DEFAULT_CAPTURES, type=Path, help="lab capture folder")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per cell of each comparison")
+    p.add_argument("--models", default=",".join(MODELS), help="models of the data-parallel study")
+    p.add_argument("--sfl-model", default="cnn", help="model cut for split learning")
+    p.add_argument(
+        "--skip", default="", help="comma-separated stages to skip: data-parallel, split-learning"
+    )
+    p.add_argument("--fresh", action="store_true", help="delete OUT first instead of resuming")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
 
@@ -43,16 +66,60 @@ def run_demo(args: argparse.Namespace) -> int:
             args.captures, "lab capture folder not found (run from a flowsplit checkout)"
         )
     out: Path = args.out
+    if args.fresh and out.exists():
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     t0 = time.perf_counter()
-    _stage("1. prepare the lab capture", args.quiet)
+    timings: dict[str, float] = {}
+
+    _stage("1/4 prepare the lab capture", args.quiet)
     dataset_dir = out / "dataset"
-    prepare_dataset(
-        [args.captures], dataset_dir, PrepareOptions(seed=args.seed), progress=not args.quiet
-    )
+    t = time.perf_counter()
+    if not (dataset_dir / "manifest.json").exists():
+        prepare_dataset([args.captures], dataset_dir, PrepareOptions(), progress=not args.quiet)
     ds = load_dataset(dataset_dir)
-    print(format_summary(ds.manifest, dataset_dir, meta=ds.meta))
-    print(f"\ndemo finished in {time.perf_counter() - t0:.1f} s; outputs under {out}/")
+    print(format_summary(ds.manifest, dataset_dir, meta=ds.meta), flush=True)
+    timings["prepare"] = time.perf_counter() - t
+
+    dp_report = sfl_report = None
+    if "data-parallel" not in skip:
+        from flowsplit.experiments.compare import run_compare
+
+        _stage("2/4 centralised vs data-parallel training (5 models, 1 and 2 workers)", args.quiet)
+        t = time.perf_counter()
+        models = [m.strip() for m in args.models.split(",") if m.strip()]
+        dp_report = run_compare(
+            dataset_dir, out / "data-parallel", models=models, workers=(1, 2),
+            seeds=args.seeds, quick=True, progress=not args.quiet,
+        )  # fmt: skip
+        timings["data-parallel"] = time.perf_counter() - t
+        print(f"report: {dp_report}", flush=True)
+    if "split-learning" not in skip:
+        from flowsplit.planner.compare import run_sfl_compare
+
+        _stage("3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware", args.quiet)
+        t = time.perf_counter()
+        sfl_report = run_sfl_compare(
+            dataset_dir, out / "split-learning", model=args.sfl_model,
+            topology="heterogeneous", seeds=tuple(range(args.seeds)), quick=True,
+            quiet=args.quiet,
+        )  # fmt: skip
+        timings["split-learning"] = time.perf_counter() - t
+        print(f"report: {sfl_report}", flush=True)
+
+    _stage("4/4 the report", args.quiet)
+    from flowsplit.report.overview import write_overview
+
+    timings["total"] = time.perf_counter() - t0
+    page = write_overview(
+        out, manifest=ds.manifest, dp_dir=dp_report and dp_report.parent,
+        sfl_dir=sfl_report and sfl_report.parent, timings=timings,
+    )  # fmt: skip
+    summary = json.loads((out / "report.json").read_text())["advice"]
+    for line in summary:
+        print(f"- {line}")
+    print(f"\ndemo finished in {timings['total']:.0f} s; open {page}")
     return 0
 
 
