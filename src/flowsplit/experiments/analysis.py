@@ -271,13 +271,19 @@ def headline(model: str, entry: Mapping, margin: float) -> str | None:
         time_part += f" (95 % CI {lo:.2f}-{hi:.2f}x)"
     pts = f"+-{100 * margin:g} pt"
     tost = acc["tost_p"]
-    p_txt = f"TOST p = {tost:.3f}" if not math.isnan(tost) else acc["note"] or "no test"
+    p_txt = (
+        ("TOST p < 0.001" if tost < 0.001 else f"TOST p = {tost:.3f}")
+        if not math.isnan(tost)
+        else acc["note"] or "no test"
+    )
     verdict = acc["verdict"]
     diff = 100 * acc["diff"]["mean"]
     if verdict == "equivalent":
         acc_part = f"accuracy equivalent within {pts} ({p_txt})"
     elif verdict == "different":
-        acc_part = f"accuracy differs by {diff:+.2f} pt (paired t p = {acc['t_p']:.3f})"
+        t_p = acc["t_p"]
+        t_txt = "< 0.001" if t_p < 0.001 else f"= {t_p:.3f}"
+        acc_part = f"accuracy differs by {diff:+.2f} pt (paired t p {t_txt})"
     else:
         acc_part = f"accuracy not shown equivalent within {pts} ({p_txt}; mean diff {diff:+.2f} pt)"
     return f"{time_part}; {acc_part}."
