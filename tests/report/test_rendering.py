@@ -62,7 +62,7 @@ def test_markdown_table_escapes_pipes_and_html():
     lines = out.strip().split("\n")
     # Assert: header, rule, two rows, each with exactly 3 unescaped pipes
     assert lines[1] == "|---|---:|"
-    assert "<script>" not in out and "&lt;script&gt;" in out
+    assert "<script>" not in out and "&lt;script>" in out
     assert "\\|a\\*b\\_c" in out
     assert lines[2].endswith("| < 0.001 |") is False  # '<' is escaped too
     assert lines[2].endswith("| &lt; 0.001 |")

@@ -11,11 +11,12 @@ from flowsplit.report.tables import Column, cell_text, resolve_columns
 def md_escape(value: Any) -> str:
     """Make text safe inside Markdown (and inside a table cell).
 
-    Pipes would end a cell and newlines a row; ``<`` and ``&`` would let a class
-    name carry HTML into renderers that allow it; backslash-escape the characters
-    that start emphasis or links.
+    Pipes would end a cell and newlines a row; ``<`` would let a class name open an
+    HTML tag in renderers that allow it (an entity decodes to text, never to a tag, so
+    ``&`` and ``>`` stay readable); backslash-escape the characters that start
+    emphasis or links.
     """
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = str(value).replace("<", "&lt;")
     text = text.replace("\r", " ").replace("\n", " ")
     for ch in ("\\", "|", "*", "_", "`", "["):
         text = text.replace(ch, "\\" + ch)
