@@ -100,3 +100,22 @@ def test_plan_without_pilots_needs_a_zero_loss_weight(tmp_path, monkeypatch):
     assert args.func(args) == 0
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["surrogate"] is None and plan["predicted_loss"] is None
+
+
+def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch, capsys):
+    # Prepare: the toy model stands in for the registry; the command goes through cli.main.
+    from flowsplit.cli import main
+    from flowsplit.planner import compare
+
+    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("mlp"))
+    data = write_toy_dataset(tmp_path / "toy", n=90)
+    out = tmp_path / "plan.json"
+    # Execute
+    rc = main(["sfl", "plan", str(data), "--clients", "4", "--aggregators", "2", "--no-pilots",
+               "--weights", "0,1,1", "--quiet", "-o", str(out)])  # fmt: skip
+    bad = main(["sfl", "plan", str(data), "--no-pilots", "--quiet", "-o", str(out)])
+    # Assert: the plan is written, and the bad option is a one-line error with exit 2.
+    assert rc == 0 and len(json.loads(out.read_text())["assignment"]) == 4
+    assert bad == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("flowsplit: error:") and "loss weight of 0" in err[-1]

@@ -311,3 +311,14 @@ def format_profile(profile, view: str) -> str:
             f"{table['act_c_bytes'][r] / 1024:>9.2f}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _register_planner_commands() -> None:
+    """``flowsplit sfl plan`` and ``flowsplit sfl compare`` live in flowsplit.planner."""
+    from flowsplit.planner.commands import add_compare_parser, add_plan_parser
+
+    add_sfl_command("plan")(add_plan_parser)
+    add_sfl_command("compare")(add_compare_parser)
+
+
+_register_planner_commands()
