@@ -1,4 +1,4 @@
-"""Sub-commands of flowsplit.federated: ``flowsplit sfl run|profile`` (registered by flowsplit.cli).
+"""``flowsplit sfl run|profile`` (here) and ``plan|compare`` (flowsplit.planner), via flowsplit.cli.
 
 ``flowsplit sfl`` is a command group; later sub-commands (``plan``, ``compare``) add
 themselves to :data:`SFL_COMMANDS` through :func:`add_sfl_command`.
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``sfl`` command group to the CLI."""
     parser = sub.add_parser(
         "sfl",
-        help="split federated learning: run sfl/hsfl/hsfl-ll, profile a model's cuts",
+        help="split federated learning: run, profile, plan and compare sfl/hsfl/hsfl-ll",
         description="Split federated learning across clients, edge aggregators and a server.",
     )
     sfl_sub = parser.add_subparsers(dest="sfl_command", metavar="SFL_COMMAND")
