@@ -72,3 +72,14 @@ def test_bad_label_options_say_what_to_do(tmp_path):
     bad.write_text('{"http": "eighty"}')
     with pytest.raises(InputError, match="not a port number"):
         read_port_map(bad)
+
+
+def test_file_csv_prefers_the_relative_path_over_an_ambiguous_name(tmp_path):
+    csv = tmp_path / "files.csv"
+    csv.write_text("file,label\na/x.pcap,A\nb/x.pcap,B\nc/y.pcap,C\n")
+    spec = LabelSpec(by="file-csv", labels=csv)
+    assert _label(spec, capture=Path("/d/b/x.pcap")) == ["B"] * 3
+    assert _label(spec, capture=Path("/d/a/x.pcap")) == ["A"] * 3
+    # x.pcap elsewhere is ambiguous (A or B): unlabelled; y.pcap is unique: labelled.
+    assert _label(spec, capture=Path("/d/z/x.pcap")) == [None] * 3
+    assert _label(spec, capture=Path("/d/z/y.pcap")) == ["C"] * 3

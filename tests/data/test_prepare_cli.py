@@ -114,3 +114,37 @@ def test_extract_views_reproduces_the_dataset_rows_of_a_capture(tmp_path):
     np.testing.assert_array_equal(views["bytes"], ds.view("bytes")[rows])
     np.testing.assert_array_equal(views["seq"], ds.view("seq")[rows])
     np.testing.assert_array_equal(stats.to_numpy(np.float32), ds.view("stats")[rows])
+
+
+def test_flow_csv_without_times_splits_by_flow_not_by_row_order(tmp_path, capsys):
+    # Prepare: one CSV, 60 rows of class A then 60 of B, no timestamp column.
+    p = tmp_path / "nf.csv"
+    rows = ["duration,bytes,label"] + [
+        f"{i},{i * 7 % 50},{'A' if i < 60 else 'B'}" for i in range(120)
+    ]
+    p.write_text("\n".join(rows) + "\n")
+    # Execute
+    assert main(["prepare", str(p), "-o", str(tmp_path / "ds"), "--label-column", "label",
+                 "--quiet"]) == 0  # fmt: skip
+    bad = main(["prepare", str(p), "-o", str(tmp_path / "ds2"), "--label-column", "label",
+                "--split-by", "time", "--quiet"])  # fmt: skip
+    # Assert: both classes in every split (a row-order split would put only B in val/test).
+    ds = load_dataset(tmp_path / "ds")
+    assert ds.manifest["split_by"] == "flow"
+    for split in ("train", "val", "test"):
+        assert set(ds.meta.loc[ds.meta.split == split, "label_name"]) == {"A", "B"}
+    assert bad == 2 and "no flow start times" in capsys.readouterr().err
+
+
+def test_labels_file_missing_and_output_that_is_a_file_are_one_line_errors(tmp_path, capsys):
+    from tests.conftest import DEMO_CAPTURES
+
+    capture = next(DEMO_CAPTURES.glob("dns/*.pcap"))
+    rc = main(["prepare", str(capture), "-o", str(tmp_path / "ds"),
+               "--labels", str(tmp_path / "none.csv")])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == [f"flowsplit: error: {tmp_path / 'none.csv'}: labels file not found"]
+    (tmp_path / "notes.txt").write_text("keep me")
+    rc = main(["prepare", str(capture), "-o", str(tmp_path / "notes.txt"), "--label-by", "port"])
+    assert rc == 2 and "not a directory" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "keep me"

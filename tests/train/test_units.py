@@ -132,3 +132,34 @@ def test_run_result_round_trips_and_is_strict_json():
     assert back.model == "cnn" and back.schema_version == 1
     with pytest.raises(ValueError, match="lack fields"):
         RunResult.from_dict({"model": "cnn"})
+
+
+def test_a_torchrun_restart_resumes_only_this_jobs_unfinished_run(tmp_path):
+    from flowsplit.train.commands import check_restart
+
+    # Prepare: RUN holds the config attempt 0 wrote.
+    cfg = TrainConfig(dataset="ds", model="cnn", out=str(tmp_path), epochs=5, seed=1)
+    (tmp_path / "config.json").write_text(json.dumps({"train": cfg.to_dict()}))
+    # Execute / Assert: the same job (or a resumable change) passes ...
+    check_restart(cfg)
+    check_restart(TrainConfig(dataset="ds", model="cnn", out=str(tmp_path), epochs=9, seed=1))
+    # ... another experiment in the same directory does not ...
+    other = TrainConfig(dataset="ds", model="lstm", out=str(tmp_path), epochs=5, seed=2)
+    with pytest.raises(ConfigError, match="differs in model, seed"):
+        check_restart(other)
+    # ... nor does a finished run.
+    (tmp_path / "metrics.json").write_text("{}")
+    with pytest.raises(ConfigError, match="finished run"):
+        check_restart(cfg)
+
+
+def test_rank_zero_values_cross_as_tensors_when_not_distributed():
+    from flowsplit.train.distributed import broadcast_checkpoint, broadcast_flag, gather_floats
+
+    layout = ParallelLayout.from_config(
+        TrainConfig(dataset="d", model="cnn", out="o"),
+        DistEnv(0, 1, 0, 1, "127.0.0.1", 0, 0, False),
+    )
+    assert broadcast_flag(1, layout) is True and gather_floats(3, layout) == [3.0]
+    ckpt = {"epoch": 2}
+    assert broadcast_checkpoint(ckpt, layout) is ckpt

@@ -129,7 +129,8 @@ class Labeller:
         if by == "folder":
             out[:] = folder_label(capture, root)
         elif by == "file-csv":
-            out[:] = self._file_map.get(capture.name, self._file_map.get(_rel(capture, root)))
+            # The relative path first: a bare name may be ambiguous (a/x.pcap, b/x.pcap).
+            out[:] = self._file_map.get(_rel(capture, root), self._file_map.get(capture.name))
         elif by == "flow-csv":
             fname = capture.name
             for i in range(n):
@@ -180,12 +181,17 @@ def _read_csv(path: Path, needed: list[str]) -> pd.DataFrame:
 
 def _read_file_map(spec: LabelSpec) -> dict[str, str]:
     df = _read_csv(spec.labels, [spec.file_column, spec.label_column])
-    out = {}
+    out: dict[str, str] = {}
+    by_name: dict[str, set[str]] = {}
     for f, lab in zip(df[spec.file_column], df[spec.label_column], strict=True):
         f, lab = f.strip(), lab.strip()
         if f and lab:
             out[f] = lab
-            out.setdefault(Path(f).name, lab)
+            by_name.setdefault(Path(f).name, set()).add(lab)
+    # A bare file name matches too, unless rows with that name disagree on the label.
+    for name, labs in by_name.items():
+        if len(labs) == 1:
+            out.setdefault(name, next(iter(labs)))
     return out
 
 

@@ -274,7 +274,13 @@ def _resolve_label_spec(spec: LabelSpec, files) -> LabelSpec:
     if spec.by != "auto":
         return spec
     if spec.labels is not None:
-        head = pd.read_csv(spec.labels, nrows=0, dtype=str).columns.str.strip()
+        path = Path(spec.labels)
+        if not path.is_file():
+            raise InputError(path, "labels file not found")
+        try:
+            head = pd.read_csv(path, nrows=0, dtype=str).columns.str.strip()
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"cannot read labels CSV ({str(exc).splitlines()[0]})") from None
         by = "flow-csv" if spec.key_column in head else "file-csv"
         return LabelSpec(**{**asdict(spec), "by": by})
     if all(folder_label(f.path, f.root) is not None for f in files):
@@ -404,7 +410,10 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         raise FlowsplitError(
             "every flow was dropped by the class filters (see --min-flows-per-class)"
         )
-    split_by = _resolve_split_by(opts.split_by, kind, len(files), np.unique(groups[idx]).size)
+    split_by = _resolve_split_by(
+        opts.split_by, kind, len(files), np.unique(groups[idx]).size,
+        has_times=info.get("has_times", True),
+    )  # fmt: skip
     times = meta["first_ts"].to_numpy()[idx] if "first_ts" in meta else None
     splits = assign_splits(
         labels[idx], by=split_by, groups=groups[idx], times=times,
@@ -444,15 +453,23 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     return load_dataset(writer.out_dir).manifest
 
 
-def _resolve_split_by(split_by: str, kind: str, n_files: int, n_groups: int) -> str:
+def _resolve_split_by(
+    split_by: str, kind: str, n_files: int, n_groups: int, *, has_times: bool = True
+) -> str:
+    """The split to use: ``auto`` is by file, else by time, else by flow."""
     if split_by != "auto":
         if split_by == "file" and kind == "idx":
             raise ConfigError("--split-by file: IDX files carry no capture of origin; use flow")
+        if split_by == "time" and (kind == "idx" or not has_times):
+            raise ConfigError("--split-by time: the input has no flow start times; use file or flow")
         return split_by
     if kind == "idx":
         return "flow"
     if n_files >= 3 and n_groups >= 3:
         return "file"
+    if not has_times:
+        log.warning("only %d input file(s) and no flow times: splitting by flow", n_files)
+        return "flow"
     log.warning("only %d input file(s): splitting by time instead of by file", n_files)
     return "time"
 

@@ -253,6 +253,8 @@ class DatasetWriter:
         self.out_dir = Path(out_dir)
         if self.out_dir.exists() and not overwrite:
             raise InputError(self.out_dir, "exists (use --overwrite to replace it)")
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise InputError(self.out_dir, "exists and is not a directory; choose another -o")
         is_foreign = self.out_dir.is_dir() and not (self.out_dir / "manifest.json").exists()
         if is_foreign and any(self.out_dir.iterdir()):
             raise InputError(

@@ -5,8 +5,10 @@
         -m flowsplit.train DATASET --model cnn -o RUN
 
 Ranks and world size come from torchrun; ``--workers`` is ignored. Rank 0 checks
-the options and writes RUN; after a torchrun restart (``--max-restarts``) the
-workers resume from RUN's last checkpoint.
+the options and writes RUN (which need not be on a shared disk: rank 0 sends the
+checkpoint to the others); after a torchrun restart (``--max-restarts``) the workers
+resume from RUN's last checkpoint, provided RUN holds this job's run (same options)
+and it has not finished.
 """
 
 from __future__ import annotations
@@ -14,15 +16,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from flowsplit.errors import ConfigError, FlowsplitError
 
 
 def main(argv: list[str] | None = None) -> int:
     from flowsplit.models.registry import get_spec
-    from flowsplit.train.commands import add_train_arguments, check_before_launch, config_from_args
+    from flowsplit.train.commands import (
+        add_train_arguments,
+        check_before_launch,
+        check_restart,
+        config_from_args,
+    )
     from flowsplit.train.distributed import read_dist_env
     from flowsplit.train.loop import train_worker
+    from flowsplit.train.runs import CONFIG_NAME
 
     parser = argparse.ArgumentParser(
         prog="python -m flowsplit.train",
@@ -40,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
                 "or --dask-scheduler"
             )
         cfg = dataclasses.replace(cfg, workers=env.world_size)
-        if env.rank == 0 and env.restart_count == 0:
-            check_before_launch(cfg, resume)
+        if env.rank == 0:
+            if env.restart_count > 0 and (Path(cfg.out) / CONFIG_NAME).is_file():
+                check_restart(cfg)  # this job wrote RUN before it failed: resume it
+            else:
+                check_before_launch(cfg, resume)
         train_worker(cfg, resume)
     except FlowsplitError as exc:
         print(f"flowsplit.train: error: {exc}", file=sys.stderr)

@@ -181,6 +181,27 @@ def check_before_launch(cfg, resume: bool) -> None:
         )
 
 
+def check_restart(cfg) -> None:
+    """Under a torchrun restart: RUN must hold this job's unfinished run, else refuse.
+
+    Attempt 0 may have failed on a check (say, RUN held another run); the restart must
+    not then resume that other run under this job's options.
+    """
+    from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig
+    from flowsplit.train.runs import METRICS_NAME
+
+    out = Path(cfg.out)
+    if (out / METRICS_NAME).exists():
+        raise ConfigError(f"{out} holds a finished run; choose another -o")
+    stored, current = TrainConfig.load(out).to_dict(), cfg.to_dict()
+    ignore = {"out", "workers", "quiet", *RESUMABLE_OPTIONS}
+    differ = sorted(k for k in current if k not in ignore and stored.get(k) != current[k])
+    if differ:
+        raise ConfigError(
+            f"{out} holds another run (it differs in {', '.join(differ)}); choose another -o"
+        )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from flowsplit.models.registry import get_spec
     from flowsplit.train.loop import run_logging, train_worker

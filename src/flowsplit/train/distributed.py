@@ -16,6 +16,7 @@ interface as ``TCPStore`` would. Under torchrun the agent's store is used.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import time
@@ -290,22 +291,51 @@ def apply_ddp(
     return ddp
 
 
-def broadcast_object(obj: Any, layout: ParallelLayout) -> Any:
-    """Rank 0's ``obj`` on every rank (identity when not distributed)."""
+def broadcast_flag(flag: bool, layout: ParallelLayout) -> bool:
+    """Rank 0's ``flag`` on every rank (an int tensor: nothing is pickled)."""
     if not layout.ddp_enabled:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+        return bool(flag)
+    t = torch.tensor([int(flag)], dtype=torch.int64, device=layout.device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
 
 
-def gather_objects(obj: Any, layout: ParallelLayout) -> list[Any]:
-    """Every rank's ``obj``, by rank, on every rank."""
+def gather_floats(value: float, layout: ParallelLayout) -> list[float]:
+    """Every rank's ``value``, by rank, on every rank (a float tensor)."""
     if not layout.ddp_enabled:
-        return [obj]
-    out: list[Any] = [None] * layout.world_size
-    dist.all_gather_object(out, obj)
-    return out
+        return [float(value)]
+    mine = torch.tensor([float(value)], dtype=torch.float64, device=layout.device)
+    out = [torch.zeros_like(mine) for _ in range(layout.world_size)]
+    dist.all_gather(out, mine)
+    return [float(t.item()) for t in out]
+
+
+def broadcast_checkpoint(ckpt: dict[str, Any] | None, layout: ParallelLayout) -> dict[str, Any]:
+    """Rank 0's checkpoint on every rank, so that RUN need not be on a shared disk.
+
+    It travels as the bytes of ``torch.save`` in a uint8 tensor and is read back with
+    ``torch.load(weights_only=True)``, the restricted loader that admits tensors and
+    plain containers only: what crosses the network is never unpickled freely.
+    """
+    if not layout.ddp_enabled:
+        assert ckpt is not None
+        return ckpt
+    size = torch.zeros(1, dtype=torch.int64, device=layout.device)
+    if layout.is_main:
+        buf = io.BytesIO()
+        torch.save(ckpt, buf)
+        payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        size[0] = payload.numel()
+    dist.broadcast(size, src=0)
+    if not layout.is_main:
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+    data = payload.to(layout.device)
+    dist.broadcast(data, src=0)
+    if layout.is_main:
+        return ckpt  # type: ignore[return-value]
+    return torch.load(
+        io.BytesIO(data.cpu().numpy().tobytes()), map_location="cpu", weights_only=True
+    )
 
 
 def all_reduce_sum(values: list[float], layout: ParallelLayout) -> list[float]:

@@ -46,8 +46,9 @@ from flowsplit.train.distributed import (
     ParallelLayout,
     all_reduce_sum,
     apply_ddp,
-    broadcast_object,
-    gather_objects,
+    broadcast_checkpoint,
+    broadcast_flag,
+    gather_floats,
     process_group,
     read_dist_env,
 )
@@ -72,9 +73,14 @@ def train_worker(cfg: TrainConfig, resume: bool = False) -> None:
     env = read_dist_env()
     layout = ParallelLayout.from_config(cfg, env)
     torch.set_num_threads(layout.threads_per_worker)
-    # torchrun restarted us after a failure: continue from the last checkpoint if any.
-    resume = resume or (env.restart_count > 0 and (Path(cfg.out) / CHECKPOINT_NAME).exists())
     with process_group(layout, env), run_logging(cfg.out, quiet=cfg.quiet, is_main=layout.is_main):
+        # torchrun restarted us after a failure: continue from the last checkpoint if any.
+        # Rank 0 decides (only it writes RUN, which need not be on a shared disk).
+        if layout.is_main:
+            resume = resume or (
+                env.restart_count > 0 and (Path(cfg.out) / CHECKPOINT_NAME).exists()
+            )
+        resume = broadcast_flag(resume, layout)
         run_training(cfg, layout, env, resume=resume)
 
 
@@ -122,7 +128,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     best = {"epoch": -1, "val_f1": -1.0, "state": None, "stale": 0}
     start_epoch = 0
     if resume:
-        ckpt = broadcast_object(
+        ckpt = broadcast_checkpoint(
             load_checkpoint(out / CHECKPOINT_NAME) if layout.is_main else None, layout
         )
         model.load_state_dict(ckpt["model"])
@@ -221,14 +227,14 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
                 hist["comm_time"][-1],
                 hist["comm_bytes"][-1] / 2**20,
             )
-        stopped_early = broadcast_object(stop, layout)  # same decision on every rank
+        stopped_early = broadcast_flag(stop, layout)  # same decision on every rank
         _maybe_simulate_crash(cfg, env, epoch, resumed=resume)
         if stopped_early:
             log.info("early stop: no better validation macro-F1 for %d epochs", patience)
             break
     epochs.close()
 
-    rss = gather_objects(_peak_rss_mb(), layout)
+    rss = gather_floats(_peak_rss_mb(), layout)
     if not layout.is_main:
         return
     model.load_state_dict(best["state"])
