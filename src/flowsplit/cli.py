@@ -52,7 +52,15 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # --debug may come anywhere on the line, also after the sub-command's options.
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        args = parser.parse_args(argv)  # option parsers may raise FlowsplitError too
+    except FlowsplitError as exc:
+        if debug:
+            raise
+        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -24,7 +24,7 @@ import shutil
 import time
 from pathlib import Path
 
-from flowsplit.errors import InputError
+from flowsplit.errors import ConfigError, InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CAPTURES = REPO_ROOT / "demo" / "captures"
@@ -67,7 +67,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     out: Path = args.out
     if args.fresh and out.exists():
-        shutil.rmtree(out)
+        _clear_demo_outputs(out)
     out.mkdir(parents=True, exist_ok=True)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     t0 = time.perf_counter()
@@ -121,6 +121,28 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"- {line}")
     print(f"\ndemo finished in {timings['total']:.0f} s; open {page}")
     return 0
+
+
+DEMO_OUTPUTS = ("dataset", "data-parallel", "split-learning", "report.html", "report.md",
+                "report.json")  # fmt: skip
+
+
+def _clear_demo_outputs(out: Path) -> None:
+    """``--fresh``: delete what an earlier demo wrote in OUT, and refuse if OUT holds more."""
+    if not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a directory; choose another -o")
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS)
+    if foreign:
+        raise ConfigError(
+            f"{out} holds more than a demo's outputs ({', '.join(foreign[:5])}); "
+            "--fresh deletes only a demo directory: choose another -o"
+        )
+    for name in DEMO_OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def _stage(title: str, quiet: bool) -> None:

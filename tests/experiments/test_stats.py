@@ -173,3 +173,19 @@ def test_compare_paired_rejects_bad_input():
         compare_paired([1, 2], [1])
     with pytest.raises(ValueError, match="margin"):
         compare_paired([1, 2], [1, 2], margin=0)
+
+
+def test_tost_verdict_matches_its_own_one_minus_two_alpha_interval():
+    # The reviewer's case: the 95 % CI crosses -1 pt, yet TOST (alpha 0.05) shows
+    # equivalence, because TOST is the 90 % interval lying inside the margin.
+    a = np.full(5, 0.9)
+    b = a + np.array([-0.002, -0.012, 0.0, -0.006, -0.001])
+    res = compare_paired(a, b, margin=0.01)
+    d = b - a
+    half90 = sps.t.ppf(0.95, 4) * d.std(ddof=1) / math.sqrt(5)
+    assert res.verdict == EQUIVALENT and res.tost_p < 0.05
+    assert res.diff.low < -0.01  # the 95 % interval alone would look inconclusive
+    assert res.diff_tost.low == pytest.approx(d.mean() - half90, rel=1e-9)
+    assert -0.01 < res.diff_tost.low and res.diff_tost.high < 0.01
+    with pytest.raises(ValueError, match="alpha"):
+        compare_paired(a, b, alpha=0.7)

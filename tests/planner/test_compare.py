@@ -119,3 +119,18 @@ def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch
     assert bad == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("flowsplit: error:") and "loss weight of 0" in err[-1]
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [("--weights", "foo", "--weights 'foo'"), ("--seeds", "0", "count must be >= 1"),
+     ("--fixed-cuts", "a", "--fixed-cuts 'a'")],
+)  # fmt: skip
+def test_bad_option_values_are_one_line_errors(tmp_path, capsys, option, value, message):
+    from flowsplit.cli import main
+
+    command = "compare" if option == "--seeds" else "plan"
+    rc = main(["sfl", command, str(tmp_path), option, value, "-o", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert err[0].startswith("flowsplit: error:") and message in err[0]

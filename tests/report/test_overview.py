@@ -64,3 +64,20 @@ def test_overview_writes_three_files_escaping_capture_names(tmp_path):
     assert doc["data_parallel"] == [] and doc["split_learning"][0]["scheme"] == "hsfl"
     assert doc["advice"][0].startswith("For split learning use hsfl (cuts 1,2)")
     assert (tmp_path / "out" / "report.md").read_text().count("not run") == 1
+
+
+def test_rows_read_nulls_as_nan_and_skip_oversubscribed_worker_counts():
+    import math
+
+    from flowsplit.report.overview import data_parallel_rows
+
+    res = {"config": {"margin": 0.02}, "analysis": {"models": {"cnn": {
+        "by_workers": {"1": {"accuracy": {"mean": 0.9}, "macro_f1": {"mean": 0.8}}},
+        "vs_central": {
+            "2": {"speedup": {"mean": 1.8}, "accuracy": {"verdict": "equivalent", "tost_p": None,
+                                                         "diff": {"mean": None}}},
+            "4": {"speedup": {"mean": 2.5}, "oversubscribed": True, "accuracy": {}},
+        }}}}}  # fmt: skip
+    (row,) = data_parallel_rows(res)
+    assert row["workers"] == 2 and row["speedup"] == 1.8 and row["margin_pts"] == 2.0
+    assert math.isnan(row["tost_p"]) and math.isnan(row["diff_pts"])

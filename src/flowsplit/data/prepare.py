@@ -461,7 +461,9 @@ def _resolve_split_by(
         if split_by == "file" and kind == "idx":
             raise ConfigError("--split-by file: IDX files carry no capture of origin; use flow")
         if split_by == "time" and (kind == "idx" or not has_times):
-            raise ConfigError("--split-by time: the input has no flow start times; use file or flow")
+            raise ConfigError(
+                "--split-by time: the input has no flow start times; use file or flow"
+            )
         return split_by
     if kind == "idx":
         return "flow"

@@ -84,6 +84,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     if not 0 < args.margin < 100:
         raise ConfigError(f"--margin is in percentage points, in (0, 100); got {args.margin}")
+    if not 0 < args.alpha < 0.5:
+        raise ConfigError(f"--alpha must be in (0, 0.5); got {args.alpha}")
     path = run_compare(
         args.dataset, args.out,
         models=[m.strip() for m in args.models.split(",") if m.strip()],

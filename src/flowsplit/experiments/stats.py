@@ -61,6 +61,10 @@ class PairedComparison:
     alpha: float
     verdict: str
     note: str = ""
+    diff_tost: Interval | None = None
+    """Mean of ``b - a`` with its (1 - 2 alpha) interval: TOST shows equivalence exactly
+    when this interval lies inside (-margin, margin), so it is the one to show beside the
+    verdict (90 % for alpha = 0.05)."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -153,11 +157,14 @@ def compare_paired(
         raise ValueError(f"paired inputs must be 1-D of equal length, got {xa.shape}, {xb.shape}")
     if margin <= 0:
         raise ValueError(f"equivalence margin must be positive, got {margin}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     ok = np.isfinite(xa) & np.isfinite(xb)
     xa, xb = xa[ok], xb[ok]
     n = int(xa.size)
     d = xb - xa
     diff = mean_ci(d, confidence)
+    diff_tost = mean_ci(d, 1 - 2 * alpha)
     nan = math.nan
     t_stat = t_p = w_stat = w_p = tost_p = nan
     note = ""
@@ -169,8 +176,9 @@ def compare_paired(
         note = "all paired differences are identical; tests undefined, verdict from the margin"
         verdict = EQUIVALENT if abs(d[0]) < margin else DIFFERENT
         return PairedComparison(
-            n, mean_ci(xa), mean_ci(xb), diff, nan, nan, nan, nan, margin, nan, alpha, verdict, note
-        )
+            n, mean_ci(xa, confidence), mean_ci(xb, confidence), diff, nan, nan, nan, nan,
+            margin, nan, alpha, verdict, note, diff_tost,
+        )  # fmt: skip
     else:
         t_res = sps.ttest_rel(xb, xa)
         t_stat, t_p = float(t_res.statistic), float(t_res.pvalue)
@@ -199,6 +207,7 @@ def compare_paired(
         alpha=alpha,
         verdict=equivalence_verdict(tost_p, t_p, alpha),
         note=note,
+        diff_tost=diff_tost,
     )
 
 

@@ -14,7 +14,7 @@ SFL_VERSIONS = ("v1", "v2")
 OPTIMIZERS = ("sgd", "adam")
 
 
-def parse_cuts(text: str) -> tuple[int, int]:
+def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
     """``"2"`` -> (2, 2); ``"2,4"`` -> (2, 4)."""
     try:
         values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
@@ -23,7 +23,7 @@ def parse_cuts(text: str) -> tuple[int, int]:
     if len(values) == 1:
         values = values * 2
     if len(values) != 2:
-        raise ConfigError(f"--cuts {text!r}: give one cut (sfl: '2') or two ('2,4')")
+        raise ConfigError(f"{option} {text!r}: give one cut (sfl: '2') or two ('2,4')")
     return values[0], values[1]
 
 

@@ -34,7 +34,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 def _pair(text: str) -> tuple[int, int]:
     from flowsplit.federated.config import parse_cuts
 
-    return parse_cuts(text)
+    return parse_cuts(text, "--fixed-cuts")
 
 
 def _capacity(text: str | None) -> tuple[int, ...] | None:
