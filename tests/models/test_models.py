@@ -24,7 +24,7 @@ CASES = [
     ("cnn", "bytes", (784,)),
     ("cnn", "bytes", (28, 28)),
     ("cnn", "bytes", (100,)),
-    ("cnn", "bytes", (60,)),  # not a square: 1-D
+    ("cnn", "bytes", (60,)),  # not a square (1-D is the default anyway)
     ("cnn", "seq", (16, 5)),
     ("lstm", "seq", (16, 5)),
     ("lstm", "bytes", (64,)),
@@ -184,6 +184,16 @@ def test_registry_contract():
             "divisor",
         ),
         (lambda: build_estimator("xgboost", depth=3), "no option depth"),
+        (
+            lambda: build_model(
+                "convlstm", view="pkt_bytes", input_shape=(6, 64), n_classes=3, kernel=2
+            ),
+            "convlstm cannot be built with kernel=2",
+        ),
+        (
+            lambda: build_model("cnn", view="bytes", input_shape=(784,), n_classes=3, channels=[8]),
+            "cnn cannot be built with channels=",
+        ),
     ],
 )
 def test_bad_model_requests_say_what_to_do(call, message):
@@ -199,3 +209,10 @@ def test_same_seed_same_initial_weights():
     b = build_model("convgru", view="pkt_bytes", input_shape=(4, 16), n_classes=3)
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert ka == kb and torch.equal(va, vb)
+
+
+def test_cnn_two_d_reads_the_payload_as_a_28x28_image():
+    model = build_model("cnn", view="bytes", input_shape=(784,), n_classes=4, dims=2)
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    out = model(_raw_batch("bytes", (784,)))
+    assert convs and out.shape == (3, 4) and torch.isfinite(out).all()

@@ -92,7 +92,7 @@ def test_cli_two_workers_writes_one_result_with_every_rank_measured(tmp_path, ca
     data = write_synthetic(tmp_path / "data", n=80)
     run = tmp_path / "run"
     # Execute
-    opts = "--model cnn --workers 2 --epochs 2 --batch-size 8 -q --model-option embed=4"
+    opts = "--model cnn --workers 2 --threads 1 --epochs 2 --batch-size 8 -q --model-option embed=4"
     rc = cli_main(["train", str(data), "-o", str(run), *opts.split()])
     # Assert
     assert rc == 0

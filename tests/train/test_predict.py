@@ -9,9 +9,7 @@ import pytest
 from flowsplit.cli import main as cli_main
 from tests.conftest import DEMO_CAPTURES
 
-prepare = pytest.importorskip("flowsplit.data.prepare")
 pytestmark = [
-    pytest.mark.skipif(not hasattr(prepare, "extract_views"), reason="no extract_views yet"),
     pytest.mark.skipif(not (DEMO_CAPTURES / "dns").is_dir(), reason="demo captures missing"),
 ]
 
@@ -71,3 +69,35 @@ def test_predict_refuses_a_run_that_did_not_finish(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     assert cli_main(["predict", str(tmp_path / "run"), "x.pcap"]) == 2
     assert "not a flowsplit run directory" in capsys.readouterr().err
+
+
+def test_predict_refuses_a_model_trained_on_idx_sessions(tmp_path, capsys):
+    # Prepare: a tiny IDX set, a one-epoch CNN on it.
+    from tests.data.test_prepare_cli import _idx_inputs
+
+    assert cli_main(["prepare", str(_idx_inputs(tmp_path)), "-o", str(tmp_path / "ds"),
+                     "--quiet"]) == 0  # fmt: skip
+    run = tmp_path / "run"
+    assert cli_main(["train", str(tmp_path / "ds"), "--model", "cnn", "--epochs", "1",
+                     "--model-option", "channels=[4,4]", "-q", "-o", str(run)]) == 0  # fmt: skip
+    capsys.readouterr()
+    # Execute
+    capture = next(DEMO_CAPTURES.glob("dns/*.pcap"))
+    rc = cli_main(["predict", str(run), str(capture)])
+    # Assert
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "trained on a dataset of idx files" in err[0]
+
+
+def test_train_refuses_a_dataset_without_a_val_split(demo_dataset, tmp_path, capsys):
+    import shutil
+
+    import pandas as pd
+
+    ds = tmp_path / "ds"
+    shutil.copytree(demo_dataset, ds)
+    meta = pd.read_parquet(ds / "meta.parquet")
+    meta.loc[meta.split == "val", "split"] = "train"
+    meta.to_parquet(ds / "meta.parquet")
+    rc = cli_main(["train", str(ds), "--model", "cnn", "-q", "-o", str(tmp_path / "run")])
+    assert rc == 2 and "the val split is empty" in capsys.readouterr().err

@@ -70,7 +70,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             "torch",
             ("bytes", "seq"),
             build_cnn,
-            "CNN: 2-D over the 28x28 payload image (1-D when not square) or 1-D over packets",
+            "CNN: 1-D over the payload bytes or over packets (dims=2: 2-D over the 28x28 "
+            "payload image)",
         ),
         ModelSpec(
             "lstm",
@@ -168,9 +169,15 @@ def build_model(
     if n_classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, got n_classes={n_classes}")
     _check_options(name, overrides)
-    return spec.builder(
-        view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
-    )
+    try:
+        return spec.builder(
+            view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
+        )
+    except (TypeError, ValueError) as exc:
+        # An option of the right name but a wrong value (an even kernel, one channel
+        # count where two are needed, a string for a number): say which model and options.
+        given = ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "defaults"
+        raise ConfigError(f"{name} cannot be built with {given}: {exc}") from None
 
 
 def build_estimator(name: str = "xgboost", **params: Any):

@@ -164,6 +164,11 @@ def check_before_launch(cfg, resume: bool) -> None:
     n_train = len(ds.split_indices("train"))
     if n_train == 0:
         raise InputError(ds.root, "the train split is empty")
+    if len(ds.split_indices("val")) == 0:
+        raise InputError(
+            ds.root,
+            "the val split is empty; training selects its weights on it (prepare with --val > 0)",
+        )
     if cfg.workers > n_train:
         raise ConfigError(
             f"--workers {cfg.workers} is more than the {n_train} training samples; "
@@ -285,16 +290,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from flowsplit.data.prepare import extract_views
     from flowsplit.train.runs import load_trained_model, predict_proba
 
-    try:
-        from flowsplit.data.prepare import extract_views
-    except ImportError:
-        raise ConfigError(
-            "predict needs flowsplit.data.prepare.extract_views, which this version lacks"
-        ) from None
     model, doc = load_trained_model(args.run)
     info = doc["model"]
+    kind = doc["dataset"].get("kind", "capture")
+    if kind != "capture":
+        raise ConfigError(
+            f"{args.run} was trained on a dataset of {kind} files, whose features are not computed from "
+            "captures the same way; predict classifies captures with models trained on captures"
+        )
     missing = [p for p in args.captures if not Path(p).exists()]
     if missing:
         raise InputError(missing[0], "no such file")

@@ -113,6 +113,7 @@ def write_run_config(
         "dataset": {
             "path": str(Path(ds.root).resolve()),
             "n_flows": ds.n_flows,
+            "kind": ds.manifest.get("kind", "capture"),
             "splits": ds.manifest.get("splits"),
             "options": ds.manifest.get("options", {}),
             "view_columns": ds.manifest["views"].get(view, {}).get("columns"),
