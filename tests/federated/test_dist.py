@@ -128,6 +128,12 @@ def test_headers_round_trip_and_announce_dropped_clients():
     for t in (torch.zeros(2, 3, 4, 5, 6, 7, 1), torch.zeros((), dtype=torch.int64)):
         assert decode_header(encode_header(t)) == (t.dtype, tuple(t.shape))
     assert decode_header(encode_header(None)) is None
+    # A corrupt header (negative or huge dimensions) is refused, not allocated.
+    for dims in ((-1, 4), (1 << 20, 1 << 20)):
+        bad = encode_header(torch.zeros(1, 1))
+        bad[3], bad[4] = dims
+        with pytest.raises(ValueError, match="corrupt message header"):
+            decode_header(bad)
 
 
 def test_dist_env_is_read_from_torchrun_variables():

@@ -134,3 +134,18 @@ def test_bad_option_values_are_one_line_errors(tmp_path, capsys, option, value, 
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert err[0].startswith("flowsplit: error:") and message in err[0]
+
+
+def test_illegal_baseline_cuts_are_refused_before_any_pilot(tmp_path, monkeypatch):
+    from flowsplit.planner import compare
+
+    ran = []
+    monkeypatch.setattr(compare, "_fit_surrogate", lambda *a, **k: ran.append(1))
+    data = write_toy_dataset(tmp_path / "toy", n=60)
+    cfg = resolve_config(True, model="toy", n_clients=4, n_aggregators=2, fixed_cuts=(1, 9))
+    with pytest.raises(ConfigError, match="not legal"):
+        compare.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
+    cfg = resolve_config(True, model="toy", n_clients=4, n_aggregators=2, capacity=(1, 1))
+    with pytest.raises(ConfigError, match="--capacity 1,1"):
+        compare.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
+    assert ran == []

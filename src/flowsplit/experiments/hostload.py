@@ -21,19 +21,30 @@ _STEAL_FIELD = 7
 
 
 def read_cpu_ticks() -> tuple[float, float, float] | None:
-    """(busy, total, steal) CPU seconds summed over all CPUs since boot, or None."""
+    """(busy, total, steal) CPU seconds since boot, summed over the CPUs this process may
+    run on (its affinity mask, the same CPUs the capacity counts), or None."""
     try:
         with open("/proc/stat", encoding="ascii") as fh:
-            first = fh.readline().split()
+            lines = [ln.split() for ln in fh if ln.startswith("cpu")]
     except OSError:
         return None
-    if not first or first[0] != "cpu":
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+    except (AttributeError, OSError):
+        allowed = None
+    rows = [ln for ln in lines if ln[0] != "cpu" and (allowed is None or ln[0] in allowed)]
+    if not rows:  # no per-CPU lines: the aggregate line
+        rows = [ln for ln in lines if ln[0] == "cpu"]
+    if not rows:
         return None
-    ticks = [int(x) for x in first[1:9]] + [0] * max(0, 8 - len(first[1:9]))
     hz = os.sysconf("SC_CLK_TCK")
-    busy = sum(ticks[i] for i in _BUSY_FIELDS)
-    total = sum(ticks[:8])
-    return busy / hz, total / hz, ticks[_STEAL_FIELD] / hz
+    busy = total = steal = 0
+    for ln in rows:
+        ticks = [int(x) for x in ln[1:9]] + [0] * max(0, 8 - len(ln[1:9]))
+        busy += sum(ticks[i] for i in _BUSY_FIELDS)
+        total += sum(ticks[:8])
+        steal += ticks[_STEAL_FIELD]
+    return busy / hz, total / hz, steal / hz
 
 
 def _children_cpu_s() -> float:

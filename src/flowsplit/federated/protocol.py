@@ -122,15 +122,30 @@ def encode_header(tensor: torch.Tensor | None) -> torch.Tensor:
     return header
 
 
+MAX_NUMEL = 1 << 31
+"""Largest tensor a header may announce (elements): a corrupt or hostile header must not
+make the receiver allocate without bound."""
+
+
 def decode_header(header: torch.Tensor) -> tuple[torch.dtype, tuple[int, ...]] | None:
     """(dtype, shape) announced by ``header``, or ``None`` for a dropped-client notice."""
     values = header.tolist()
     if values[0] == CODE_DROPPED:
         return None
-    if values[0] != CODE_DATA or not 0 <= values[1] < len(_DTYPES) or values[2] > MAX_NDIM:
+    if (
+        values[0] != CODE_DATA
+        or not 0 <= values[1] < len(_DTYPES)
+        or not 0 <= values[2] <= MAX_NDIM
+    ):
         raise ValueError(f"corrupt message header {values}")
     ndim = values[2]
-    return _DTYPES[values[1]], tuple(values[3 : 3 + ndim])
+    shape = tuple(values[3 : 3 + ndim])
+    numel = 1
+    for d in shape:
+        numel *= d
+    if any(d < 0 for d in shape) or numel > MAX_NUMEL:
+        raise ValueError(f"corrupt message header {values} (shape {shape})")
+    return _DTYPES[values[1]], shape
 
 
 def rank_of(address: Address, n_aggregators: int) -> int:

@@ -203,7 +203,11 @@ class GlooTransport:
         header = torch.empty(HEADER_NUMEL, dtype=torch.int64)
         if not self._wait_recv(header, peer, timeout):
             return None
-        decoded = decode_header(header)
+        try:
+            decoded = decode_header(header)
+        except ValueError as exc:
+            self._lose(peer, str(exc))
+            return None
         if decoded is None:
             self._count(peer, header.nbytes, CONTROL, telemetry)
             return None

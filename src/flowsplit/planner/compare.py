@@ -215,9 +215,27 @@ def make_study(
     torch.manual_seed(0)
     profile = profile_model(fn(input_shape=ds.view_shape(view), n_classes=ds.n_classes))
     study = Study(cfg, ds, fn, profile, _topology(cfg))
+    _check_options_early(study)  # before minutes of pilots, not after
     if pilots:
         _fit_surrogate(study, view, quiet)
     return study
+
+
+def _check_options_early(study: Study) -> None:
+    """The baselines' cuts and the capacities, checked as soon as the model is known."""
+    from flowsplit.federated.parts import check_cuts
+
+    cfg, n_blocks = study.config, study.profile.n_blocks
+    check_cuts(n_blocks, *cfg.fixed_cuts)
+    check_cuts(n_blocks, cfg.sfl_cut, cfg.sfl_cut)
+    capacity = cfg.capacity
+    if capacity is not None:
+        n, a = study.topology.n_clients, study.topology.n_aggregators
+        if len(capacity) != a or min(capacity) < 0 or sum(capacity) < n:
+            raise ConfigError(
+                f"--capacity {','.join(map(str, capacity))}: give {a} non-negative integers "
+                f"summing to at least the {n} clients"
+            )
 
 
 def _registry_model(name: str, view: str | None):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowsplit.errors import ConfigError
 from flowsplit.federated.parts import legal_cuts
 from flowsplit.federated.profile import BlockProfile, cut_table
 
@@ -105,7 +106,10 @@ class LossSurrogate:
         if x.ndim != 2 or y.shape != (x.shape[0],) or x.shape[0] < 1:
             raise ValueError(f"need x (n, d) and y (n,) with n >= 1, got {x.shape}, {y.shape}")
         if not np.all(np.isfinite(y)):
-            raise ValueError("pilot losses must be finite")
+            raise ConfigError(
+                "a pilot run diverged (its loss is not finite); try a lower --lr or more "
+                "--pilot-rounds"
+            )
         n, d = x.shape
         k = self.n_features or (d if n >= 6 else min(N_DEPTH, d))
         self.mean_ = x.mean(axis=0)

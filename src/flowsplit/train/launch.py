@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,6 +46,21 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to send this worker SIGTERM when its launcher dies (even by SIGKILL, as a
+    timeout does): workers in their own sessions would otherwise outlive it and hold
+    the cores."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
+
+
 def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
     # Each worker leads its own session, as under torchrun. With the kernel's autogroup
     # scheduling (a fair share per session) workers sharing the launcher's session
@@ -52,6 +68,7 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
     # torchrun's workers for no reason of their own.
     with contextlib.suppress(OSError):
         os.setsid()
+    _die_with_parent()
     os.environ["RANK"] = str(local_rank)
     os.environ["LOCAL_RANK"] = str(local_rank)
     fn(*args)
@@ -105,9 +122,9 @@ def launch_local(
                 if exc.exit_code is not None and exc.exit_code < 0
                 else f"exited with code {exc.exit_code}"
             )
-            raise RuntimeError(
-                f"worker {exc.error_index} {how}; the other workers were stopped "
-                "(continue from the last checkpoint with --resume RUN)"
+            raise FlowsplitError(
+                f"worker {exc.error_index} {how} (out of memory?); the other workers were "
+                "stopped (continue from the last checkpoint with --resume RUN)"
             ) from None
 
 
