@@ -11,7 +11,7 @@ import numpy as np
 from flowsplit.data.idx import is_idx_file
 from flowsplit.errors import InputError
 
-CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp", ".pcap.gz"}
+CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp"}
 _CAPTURE_MAGICS = {
     b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
     b"\x0a\x0d\x0d\x0a",

@@ -9,7 +9,6 @@ Everything is deterministic for a seed.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 
 import numpy as np
@@ -18,22 +17,6 @@ import pandas as pd
 from flowsplit.errors import ConfigError
 
 SPLIT_BY = ("file", "flow", "time")
-
-
-def row_digests(arrays: list[np.ndarray]) -> np.ndarray:
-    """A 16-byte digest per row over several arrays with the same number of rows.
-
-    Used to find identical flows (same views, byte for byte) before splitting.
-    """
-    n = arrays[0].shape[0] if arrays else 0
-    flat = [np.ascontiguousarray(a).reshape(n, -1).view(np.uint8) for a in arrays]
-    out = np.empty(n, dtype="S16")
-    for i in range(n):
-        h = hashlib.blake2b(digest_size=16)
-        for a in flat:
-            h.update(a[i].data)
-        out[i] = h.digest()
-    return out
 
 
 def dedup_mask(digests: np.ndarray) -> np.ndarray:

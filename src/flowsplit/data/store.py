@@ -224,7 +224,15 @@ def load_dataset(path: str | Path) -> Dataset:
         raise InputError(
             manifest_path, f"schema version {version}, this flowsplit reads {SCHEMA_VERSION}"
         )
-    meta = pd.read_parquet(root / "meta.parquet")
+    meta_path = root / "meta.parquet"
+    if not meta_path.is_file():
+        raise InputError(meta_path, "missing: the dataset is incomplete (prepare it again)")
+    try:
+        meta = pd.read_parquet(meta_path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
+        raise InputError(
+            meta_path, f"unreadable ({type(exc).__name__}); prepare it again"
+        ) from None
     return Dataset(root=root, manifest=manifest, meta=meta)
 
 

@@ -95,7 +95,8 @@ def versus_rows(results: Mapping) -> list[dict]:
             "acc": _diff(v["accuracy_diff"]),
             "f1": _diff(v["macro_f1_diff"]),
             "delay": _ratio(v["delay_ratio"]),
-            "target": _ratio(v["delay_to_target_ratio"]),
+            "target": _ratio(v["delay_to_target_ratio"])
+            + f" [{v['delay_to_target_ratio'].get('n', 0)} of {v['n_seeds']} pairs]",
             "bytes": _ratio(v["bytes_ratio"]),
             "p": v["accuracy_test"]["t_p"],
         })  # fmt: skip
@@ -111,7 +112,7 @@ VERSUS_COLS = [
     Column("acc", "accuracy diff, pts (95 % CI)", align="right"),
     Column("f1", "macro-F1 diff, pts", align="right"),
     Column("delay", "total delay change", align="right"),
-    Column("target", "delay-to-target change", align="right"),
+    Column("target", "delay-to-target change [pairs where both reached it]", align="right"),
     Column("bytes", "bytes change", align="right"),
     Column("p", "paired t p (accuracy)", fmt_float(3), "right"),
 ]

@@ -161,7 +161,10 @@ class TrainConfig:
             path = path / "config.json"
         if not path.is_file():
             raise ConfigError(f"{path.parent}: not a flowsplit run (no config.json)")
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
         return cls.from_dict(doc.get("train", doc))
 
 

@@ -128,7 +128,10 @@ def read_run_config(run: str | Path) -> dict[str, Any]:
     path = Path(run) / CONFIG_NAME
     if not path.is_file():
         raise InputError(run, f"not a flowsplit run directory (no {CONFIG_NAME})")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
 
 
 def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> None:
