@@ -62,6 +62,8 @@ def test_two_dask_workers_match_one_process_within_a_point(data, tmp_path):
     assert two.comm_bytes > 0 and two.comm_time_s >= 0
     extra = two.extra
     assert extra["sync_time_is_estimate"] and 0 <= extra["sync_fraction"] <= 1
+    # Communication is the calibrated share of the rounds' time, never more than they took.
+    assert two.comm_time_s == pytest.approx(extra["sync_fraction"] * sum(two.epoch_times_s))
     assert len(extra["calibration_round_times_s"]) == min(20, two.epochs_run)
     assert np.all(np.asarray(two.epoch_times_s) > 0)
 

@@ -114,7 +114,8 @@ def busy_share(sample_s: float = 1.0) -> float:
     b = read_cpu_ticks()
     if a is None or b is None or b[1] <= a[1]:
         return math.nan
-    return (b[0] - a[0]) / (b[1] - a[1])
+    # Per-CPU idle counters may step back a tick on tickless kernels: clamp to [0, 1].
+    return min(1.0, max(0.0, (b[0] - a[0]) / (b[1] - a[1])))
 
 
 def wait_for_quiet(
