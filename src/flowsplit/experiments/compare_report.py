@@ -193,6 +193,11 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 f"; predicting each worker count from the others: at most "
                 f"{100 * loo[lw]:.1f} % ({lw})"
             )
+        elif len(cfg["workers"]) <= 2:
+            line += (
+                " (with two worker counts the fit is exact by construction; run three or more, "
+                "e.g. --workers 1,2,4, for a held-out check)"
+            )
         lines.append(line + ".")
         for key in ("10gbe", "ib100"):
             reach = {m: _reach(models[m], key) for m in errs}
