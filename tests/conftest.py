@@ -38,3 +38,7 @@ def free_port() -> int:
 def _quiet_threads(monkeypatch):
     # Child processes started by tests inherit one thread each.
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+    # An in-process training run sets torch's threads to its layout (cores / workers);
+    # put them back so that later tests keep one thread.
+    yield
+    torch.set_num_threads(1)
