@@ -27,8 +27,9 @@ METHODS = [
     "time), then local search (moves, swaps; on small instances restarts and aggregator "
     "closing); cut pairs pruned by a lower bound on large instances.",
     "Surrogate: pilot runs at a few cut pairs spanning the legal range (validation split, "
-    "first seed), ridge regression on depth fraction, parameter share and log activation "
-    "size, penalty by exact leave-one-out; pilot cost is reported and not added to the runs.",
+    "first seed), ridge regression on the cut depths (with 6 or more pilots also parameter "
+    "share and log activation size), penalty by exact leave-one-out; pilot cost is reported "
+    "and not added to the runs.",
     "Statistics: means with 95 % t intervals over seeds; against HSFL paired by seed: "
     "accuracy as a difference (paired t interval), delay and bytes as ratios (geometric mean "
     "of per-seed ratios, interval on the log ratio). Delay to target: simulated clock at the "
