@@ -5,7 +5,7 @@ Stages, each writing under ``OUT``:
 1. ``OUT/dataset``: prepare the lab capture that ships in ``demo/captures``
    (one folder per class) and print the dataset summary;
 2. ``OUT/data-parallel``: CNN, LSTM and XGBoost (``--models`` adds ConvLSTM and
-   ConvGRU, about 4 more minutes on 2 cores) trained centralised and with 2
+   ConvGRU, about 4 to 5 more minutes on 2 cores) trained centralised and with 2
    data-parallel workers over 3 seeds and 3 epochs (`flowsplit compare`);
 3. ``OUT/split-learning``: SFL, HSFL, the delay-only planner and the
    accuracy-aware planner on a heterogeneous topology (`flowsplit sfl compare`,

@@ -234,35 +234,6 @@ def test_a_real_round_charges_exactly_what_its_roles_send(toy_dataset):
     assert SERVER_ADDRESS in coros
 
 
-@pytest.mark.parametrize(
-    ("cuts", "end_to_end", "edge", "copies", "local"),
-    [((1, 2), True, True, False, False), ((2, 2), True, False, True, False),
-     ((1, 3), False, True, False, True)],
-)  # fmt: skip
-def test_assignment_costs_give_the_predicted_delay_of_any_assignment(
-    cuts, end_to_end, edge, copies, local
-):
-    # Prepare: 40 heterogeneous clients, 5 aggregators, a few random assignments.
-    from flowsplit.federated.predict import assignment_costs, assignment_delay, predict_round
-
-    prof = BlockProfile.from_dict({**HAND_PROFILE.to_dict(), "block_names": ["b1", "b2", "b3", "b4"],
-                                   "block_types": ["t"] * 4, "fwd_flops": [100.0, 200.0, 50.0, 5.0],
-                                   "params": [10, 20, 5, 3], "state_numel": [10, 20, 5, 3],
-                                   "out_shapes": [[10], [5], [3], [2]], "out_bytes": [40, 20, 12, 8]})  # fmt: skip
-    costs = part_costs(prof, *cuts, local_loss=local)
-    topo = resolve_topology("heterogeneous", n_clients=40, n_aggregators=5, seed=2)
-    topo = topo.with_samples(np.random.default_rng(0).integers(1, 200, 40))
-    kw = {"end_to_end": end_to_end, "edge_averaging": edge, "server_copies": copies,
-          "batch_size": 16, "local_epochs": 2}  # fmt: skip
-    # Execute
-    ac = assignment_costs(costs, topo, **kw)
-    rng = np.random.default_rng(1)
-    for _ in range(5):
-        x = rng.integers(0, 5, 40)
-        # Assert: the (N, A) tables reproduce the ledger-based delay exactly.
-        assert assignment_delay(ac, x) == pytest.approx(predict_round(costs, topo, x, **kw).total)
-
-
 def test_meter_hop_table_agrees_with_the_protocol():
     from flowsplit.federated.costs import _HOP_DIR
     from flowsplit.federated.protocol import DIRECTIONS, HOPS, hop_of

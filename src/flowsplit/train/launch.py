@@ -57,7 +57,8 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:  # the launcher died before prctl took effect
+        launcher = os.environ.get("FLOWSPLIT_LAUNCHER_PID")
+        if launcher and os.getppid() != int(launcher):  # it died before prctl took effect
             os._exit(1)
 
 
@@ -89,6 +90,7 @@ def launch_local(
     """
     port = free_port(master_addr)
     env = {
+        "FLOWSPLIT_LAUNCHER_PID": str(os.getpid()),
         "WORLD_SIZE": str(n_workers),
         "LOCAL_WORLD_SIZE": str(n_workers),
         "MASTER_ADDR": master_addr,
