@@ -91,10 +91,13 @@ def test_two_node_torchrun_on_loopback(reference, tmp_path):
 
 
 def test_worker_killed_under_torchrun_resumes_from_the_checkpoint(reference, tmp_path):
-    # Prepare: rank 1 SIGKILLs itself after epoch 0; torchrun may restart the group once.
+    # Prepare: rank 1 SIGKILLs itself after epoch 0 (only in a run that did not resume);
+    # torchrun may restart the group. One spare restart absorbs a rendezvous hiccup on a
+    # loaded machine (seen once in about eight suite runs); the assertions below still
+    # require that the run resumed from the checkpoint and ended on the right weights.
     data, central = reference
     run = tmp_path / "run"
-    launcher = f"--nnodes 1 --nproc-per-node 2 --max-restarts 1 --master-port {free_port()}"
+    launcher = f"--nnodes 1 --nproc-per-node 2 --max-restarts 2 --master-port {free_port()}"
     cmd = _torchrun(
         *launcher.split(),
         "--master-addr",
