@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    """Run the four stages (see the module docstring); 0 when all finished."""
+    # Imported here, not at the top: the CLI imports this module to register the
+    # sub-command, and these pull in pandas, matplotlib and torch (seconds), which
+    # `flowsplit --help` does not need. No cycle is involved.
     from flowsplit.data.commands import format_summary
     from flowsplit.data.prepare import PrepareOptions, prepare_dataset
     from flowsplit.data.store import load_dataset
@@ -100,7 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
         timings["data-parallel"] = time.perf_counter() - t
         print(f"report: {dp_report}", flush=True)
     if "split-learning" not in skip:
-        from flowsplit.planner.compare import run_sfl_compare
+        from flowsplit.experiments.sfl_compare import run_sfl_compare
 
         _stage("3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware", args.quiet)
         t = time.perf_counter()

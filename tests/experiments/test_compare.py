@@ -142,9 +142,7 @@ def _fake_timed(shares: dict):
 def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
     # Prepare: seed 0 of the 2-worker cell was badly disturbed the first time.
     ds, out = study
-    import flowsplit.experiments.compare_report as report_mod
-
-    monkeypatch.setattr(report_mod, "render_report", lambda out: out / "report.html")
+    monkeypatch.setattr(compare_mod, "render_report", lambda out: out / "report.html")
     shares = {"cnn/w1/seed0": [0.0], "cnn/w2/seed0": [0.6, 0.9, 0.05]}
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed(shares))
     kw = dict(models=["cnn"], workers=[2], seeds=1, quick=True, progress=False,

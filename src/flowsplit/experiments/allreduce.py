@@ -8,6 +8,7 @@ on a small machine a second thread pool would time-share the cores it measures.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -18,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 DEFAULT_SIZES = (4, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20)
 
@@ -36,8 +39,6 @@ def _iterations_for(n_bytes: int) -> int:
 def _worker(
     rank: int, world: int, port: int, backend: str, sizes, repeats: int, threads: int, out: str
 ):
-    import torch.distributed as dist
-
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     dist.init_process_group(
@@ -69,8 +70,6 @@ def _worker(
                 }
             )
         if rank == 0:
-            import json
-
             Path(out).write_text(json.dumps(rows))
     finally:
         dist.destroy_process_group()
@@ -89,10 +88,6 @@ def run_allreduce_benchmark(
     The record holds one row per size (median over ``repeats`` of the slowest rank's
     mean time per call) plus the conditions: backend, workers, threads, host, versions.
     """
-    import json
-
-    import torch.multiprocessing as mp
-
     sizes = [int(s) for s in sizes]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "allreduce.json")

@@ -32,6 +32,7 @@ from flowsplit.experiments.stats import (
 )
 
 PREDICT_WORKERS = tuple(2**k for k in range(11))  # 1 ... 1024
+ERROR_LIMIT = 0.15  # the scaling model is trusted on measured points within +-15 %
 
 
 def _by(records: Iterable[Mapping], *keys: str) -> dict:

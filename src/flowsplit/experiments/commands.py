@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from flowsplit.errors import ConfigError
@@ -79,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_report)
 
 
+# The runner and the report are imported when a command runs, not at registration:
+# they pull in torch, which takes seconds to import, and `flowsplit --help` should not.
 def _compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.compare import run_compare
 
@@ -108,8 +111,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _print_summary(path: Path) -> None:
-    import json
-
     results = json.loads((path.parent / "results.json").read_text(encoding="utf-8"))
     for line in results["summary"]:
         print(f"- {line}")

@@ -6,10 +6,14 @@ loses nothing already finished, and a rerun skips every cell whose ``metrics.jso
 is there. All cells read the same prepared dataset, hence the same splits and test
 set. Afterwards the all-reduce micro-benchmark measures the backend, and
 :func:`flowsplit.experiments.compare_report.render_report` writes the report.
+
+Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_tables``,
+``compare_plots`` <- ``compare_html`` <- ``compare_report`` <- this module <- ``commands``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,9 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tqdm import tqdm
+
 from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE
+from flowsplit.experiments.allreduce import run_allreduce_benchmark
+from flowsplit.experiments.compare_report import render_report, write_workloads
+from flowsplit.experiments.hostload import ContentionMeter, wait_for_quiet
+from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
+from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
 
 log = logging.getLogger(__name__)
 
@@ -109,29 +119,6 @@ class CompareConfig:
         return {k: d[k] for k in FINGERPRINT_KEYS}
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One run of the matrix."""
-
-    model: str
-    workers: int
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.model}/w{self.workers}/seed{self.seed}"
-
-
-def plan_cells(models: Sequence[str], workers: Sequence[int], seeds: Sequence[int]) -> list[Cell]:
-    """All cells, seed-major: after each seed every model has a complete set of worker
-    counts, so an interrupted study still has paired results to analyse."""
-    return [Cell(m, n, s) for s in seeds for m in models for n in workers]
-
-
-def cell_dir(out: str | Path, cell: Cell) -> Path:
-    return Path(out) / "runs" / cell.model / f"w{cell.workers}" / f"seed{cell.seed}"
-
-
 def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
     """The ``flowsplit train`` command line of one cell."""
     cmd = [
@@ -177,8 +164,6 @@ def _check_fingerprint(cfg: CompareConfig) -> None:
     path = Path(cfg.out) / "compare.json"
     if not path.is_file():
         return
-    import json
-
     old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
     new = cfg.fingerprint()
     changed = [k for k in FINGERPRINT_KEYS if k in old and old[k] != new[k]]
@@ -204,8 +189,6 @@ def _set_aside(run: Path, why: str) -> Path | None:
 
 def _timed_cell(cell: Cell, cfg: CompareConfig, run_cell_fn) -> tuple[bool, str, dict]:
     """Run one cell under the contention meter, after waiting for quiet if asked."""
-    from flowsplit.experiments.hostload import ContentionMeter, wait_for_quiet
-
     quiet, busy = (True, math.nan)
     if cfg.quiet_wait_s > 0:
         quiet, busy = wait_for_quiet(cfg.max_busy, cfg.quiet_wait_s)
@@ -230,10 +213,6 @@ def run_cells(
     progress: bool = True,
 ) -> dict:
     """Run every unfinished cell; return counts of done, skipped and failed cells."""
-    from tqdm import tqdm
-
-    from flowsplit.experiments.records import read_record
-
     cells = plan_cells(cfg.models, cfg.workers, cfg.seeds)
     failures: dict[str, str] = {}
     n_skipped = 0
@@ -268,8 +247,6 @@ def run_cells(
 
 def _keep_least_contended(run: Path, aside: Path) -> None:
     """Of the run in ``run`` and the one set aside, leave the less disturbed in ``run``."""
-    from flowsplit.experiments.records import read_record
-
     new = read_record(run, cores=0)
     old = read_record(aside, cores=0)
     if new is not None and (old is None or new["foreign_cpu_share"] <= old["foreign_cpu_share"]):
@@ -280,8 +257,6 @@ def _keep_least_contended(run: Path, aside: Path) -> None:
 
 def _run_cell_once(cell: Cell, cfg: CompareConfig, run_cell_fn, run: Path, bar, failures) -> None:
     """Run one cell into an empty ``run`` directory and record how it went."""
-    from flowsplit.experiments.records import read_record
-
     _set_aside(run, "failed")
     ok, message, info = _timed_cell(cell, cfg, run_cell_fn)
     rec = read_record(run, cores=0) if ok else None
@@ -325,9 +300,6 @@ def run_compare(
     ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds. Finished cells are skipped;
     failed ones are retried on the next call and listed in the report meanwhile.
     """
-    from flowsplit.experiments.allreduce import run_allreduce_benchmark
-    from flowsplit.experiments.compare_report import render_report, write_workloads
-
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     cfg = CompareConfig(
         dataset=str(dataset_dir), out=str(out_dir), models=list(models), workers=list(workers),

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from flowsplit.experiments import compare_plots as plots
-from flowsplit.experiments.compare_report import ERROR_LIMIT
+from flowsplit.experiments.analysis import ERROR_LIMIT
 from flowsplit.experiments.compare_tables import (
     FIT_COLS,
     PRED_COLS,

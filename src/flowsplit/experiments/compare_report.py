@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from flowsplit import __version__
-from flowsplit.data.store import atomic_write_json, atomic_write_text
+from flowsplit.data.store import atomic_write_json, atomic_write_text, load_dataset
 from flowsplit.errors import InputError
-from flowsplit.experiments.analysis import analyse, headline
-from flowsplit.experiments.compare import cell_dir, plan_cells
+from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, headline
+from flowsplit.experiments.compare_html import render_html, render_markdown
+from flowsplit.experiments.layout import cell_dir, plan_cells
 from flowsplit.experiments.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
@@ -33,8 +34,6 @@ from flowsplit.experiments.records import (
     workload_from_records,
 )
 from flowsplit.experiments.scaling import NETWORK_PRESETS, Network, Workload, fit_allreduce
-
-ERROR_LIMIT = 0.15  # the scaling model is trusted on measured points within +-15 %
 
 
 def write_workloads(out: Path, dataset) -> None:
@@ -51,8 +50,6 @@ def write_workloads(out: Path, dataset) -> None:
 
 def _refresh_workloads(out: Path) -> None:
     """Recount the workloads from the runs when the dataset is still where it was."""
-    from flowsplit.data.store import load_dataset
-
     cfg = _read_json(out / "compare.json")["config"]
     try:
         dataset = load_dataset(cfg["dataset"])
@@ -223,8 +220,6 @@ def _reach(entry: dict, network: str) -> int:
 
 def render_report(out: str | Path) -> Path:
     """Write results.json, results.csv, report.md and report.html; return the HTML path."""
-    from flowsplit.experiments.compare_html import render_html, render_markdown
-
     out = Path(out)
     _refresh_workloads(out)
     results = build_results(out)

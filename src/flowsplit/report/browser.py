@@ -18,6 +18,7 @@ import struct
 import subprocess
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -166,8 +167,6 @@ class _DevTools:
 
 
 def _page_ws_url(port: int, deadline: float) -> str:
-    import urllib.request
-
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     while time.monotonic() < deadline:
         try:

@@ -12,6 +12,8 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
 from flowsplit.report.tables import Column, cell_text, resolve_columns
 
 CSS = """
@@ -38,8 +40,6 @@ def esc(value: Any) -> str:
 
 def figure_to_base64(fig, *, dpi: int = 100) -> str:
     """Render a matplotlib Figure to PNG and return it base64-encoded (ASCII)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     buf = io.BytesIO()
