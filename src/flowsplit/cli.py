@@ -23,6 +23,13 @@ COMMAND_MODULES = (
     "flowsplit.federated.commands",
     "flowsplit.demo",
 )
+# Modules with an ``sfl_commands()`` function (name -> builder) adding ``flowsplit sfl``
+# sub-commands defined outside flowsplit.federated; registered here, not at import time,
+# so that flowsplit.federated never imports the packages built on it.
+SFL_COMMAND_MODULES = (
+    "flowsplit.planner.commands",
+    "flowsplit.experiments.sfl_commands",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the full traceback when something fails"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_sfl_command = importlib.import_module("flowsplit.federated.commands").add_sfl_command
+    for name in SFL_COMMAND_MODULES:
+        for command, build in importlib.import_module(name).sfl_commands().items():
+            add_sfl_command(command)(build)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

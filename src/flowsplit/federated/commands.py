@@ -1,7 +1,9 @@
-"""``flowsplit sfl run|profile`` (here) and ``plan|compare`` (flowsplit.planner), via flowsplit.cli.
+"""``flowsplit sfl run|profile`` (here); ``plan`` and ``compare`` come from flowsplit.cli.
 
-``flowsplit sfl`` is a command group; later sub-commands (``plan``, ``compare``) add
-themselves to :data:`SFL_COMMANDS` through :func:`add_sfl_command`.
+``flowsplit sfl`` is a command group; sub-commands defined in other packages
+(``plan`` in flowsplit.planner, ``compare`` in flowsplit.experiments) are added to
+:data:`SFL_COMMANDS` through :func:`add_sfl_command` by :mod:`flowsplit.cli`, so this
+package imports neither.
 """
 
 from __future__ import annotations
@@ -311,14 +313,3 @@ def format_profile(profile, view: str) -> str:
             f"{table['act_c_bytes'][r] / 1024:>9.2f}"
         )
     return "\n".join(lines) + "\n"
-
-
-def _register_planner_commands() -> None:
-    """``flowsplit sfl plan`` and ``flowsplit sfl compare`` live in flowsplit.planner."""
-    from flowsplit.planner.commands import add_compare_parser, add_plan_parser
-
-    add_sfl_command("plan")(add_plan_parser)
-    add_sfl_command("compare")(add_compare_parser)
-
-
-_register_planner_commands()

@@ -7,5 +7,11 @@
 - :mod:`~flowsplit.planner.surrogate` and :mod:`~flowsplit.planner.pilots`: the
   accuracy surrogate fitted on short pilot runs;
 - :mod:`~flowsplit.planner.plan`: :func:`plan_split` and the baselines' plans;
-- :mod:`~flowsplit.planner.compare`: ``flowsplit sfl compare`` (run_sfl_compare).
+- :mod:`~flowsplit.planner.study`: the shared inputs of a plan (data, profile,
+  topology, pilots) and :func:`plan_seed`;
+- :mod:`~flowsplit.planner.commands`: ``flowsplit sfl plan``.
+
+``flowsplit sfl compare``, which trains the plans and compares them, is an experiment:
+:mod:`flowsplit.experiments.sfl_compare`. This package never imports
+:mod:`flowsplit.experiments`, and :mod:`flowsplit.federated` never imports this one.
 """

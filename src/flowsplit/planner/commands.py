@@ -1,7 +1,8 @@
-"""``flowsplit sfl plan`` and ``flowsplit sfl compare`` (added to the ``sfl`` group).
+"""``flowsplit sfl plan`` (added to the ``sfl`` group by :mod:`flowsplit.cli`).
 
-Wire them in with ``add_plan_parser(sfl_subparsers)`` and
-``add_compare_parser(sfl_subparsers)``; each adds its sub-parser and sets ``func``.
+:func:`sfl_commands` names the builders; ``add_plan_parser(sfl_subparsers)`` adds the
+sub-parser and sets ``func``. The options shared with ``sfl compare``
+(:mod:`flowsplit.experiments.sfl_commands`) are :func:`add_common` and :func:`options`.
 """
 
 from __future__ import annotations
@@ -14,21 +15,6 @@ from pathlib import Path
 from flowsplit.errors import ConfigError
 
 log = logging.getLogger("flowsplit.planner")
-
-
-def _int_list(text: str) -> tuple[int, ...]:
-    """``"5"`` -> (0, 1, 2, 3, 4); ``"0,3,7"`` -> (0, 3, 7)."""
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise ConfigError(f"--seeds {text!r}: give a count (5) or a list (0,1,2)")
-    if len(values) == 1 and "," not in str(text):
-        if values[0] < 1:
-            raise ConfigError("--seeds: the count must be >= 1")
-        return tuple(range(values[0]))
-    return tuple(values)
 
 
 def _pair(text: str) -> tuple[int, int]:
@@ -53,7 +39,7 @@ def _weights(text: str) -> tuple[float, float, float]:
     return (w.loss, w.delay, w.bytes)
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
@@ -84,7 +70,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no per-run log")
 
 
-def _options(args: argparse.Namespace) -> dict:
+def options(args: argparse.Namespace) -> dict:
     return {
         "view": args.view,
         "n_clients": args.clients,
@@ -121,7 +107,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    _add_common(p)
+    add_common(p)
     p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON to write")
     p.add_argument("--seed", type=int, default=0, help="partition and pilot seed")
     p.add_argument("--no-pilots", action="store_true",
@@ -130,59 +116,19 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
     return p
 
 
-def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``flowsplit sfl compare``: train every scheme on the same seeds and write the report."""
-    p = sfl_subparsers.add_parser(
-        "compare",
-        help="compare sfl, hsfl, the delay-only and the accuracy-aware planner",
-        description=(
-            "Train each scheme on the same data, topology and seeds (in-process simulation) "
-            "and write OUT/report.html, report.md and results.json: accuracy and macro-F1 per "
-            "round, delay per round and to a target accuracy, bytes per tier and message "
-            "type, and differences against HSFL with paired confidence intervals."
-        ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    _add_common(p)
-    p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
-    p.add_argument("--schemes", default="sfl,hsfl,delay,acc-aware",
-                   help="comma list of sfl, hsfl, delay, acc-aware (hsfl always runs)")  # fmt: skip
-    p.add_argument("--seeds", default=None, type=_int_list,
-                   help="number of seeds (5) or a list (0,1,2); default 5, quick 2")  # fmt: skip
-    p.add_argument("--rounds", type=int, default=None, help="rounds per run (default 5, quick 3)")
-    p.add_argument("--target-accuracy", type=float, default=None,
-                   help="accuracy to time (default: 0.95 x HSFL's mean final accuracy)")  # fmt: skip
-    p.set_defaults(func=cmd_compare)
-    return p
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from flowsplit.planner.compare import run_sfl_compare
-
-    schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
-    path = run_sfl_compare(
-        args.dataset, args.out, model=args.model, schemes=schemes, topology=args.topology,
-        seeds=args.seeds, rounds=args.rounds, quick=args.quick, quiet=args.quiet,
-        target_accuracy=args.target_accuracy, **_options(args),
-    )  # fmt: skip
-    print(f"report: {path}")
-    return 0
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.data.store import atomic_write_json
-    from flowsplit.planner.compare import make_study, plan_seed, resolve_config
-    from flowsplit.planner.report import _jsonable
+    from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     weights = args.weights
     if args.no_pilots and weights[0] > 0:
         raise ConfigError("--no-pilots needs a loss weight of 0, e.g. --weights 0,1,1")
-    options = _options(args)
-    cfg = resolve_config(args.quick, model=args.model, topology=args.topology,
-                         seeds=(args.seed,), schemes=("hsfl", "sfl", "delay", "acc-aware"),
-                         **options)  # fmt: skip
+    cfg = resolve_study_config(args.quick, model=args.model, topology=args.topology,
+                               **options(args))  # fmt: skip
     t0 = time.perf_counter()
-    study = make_study(args.dataset, cfg, quiet=args.quiet, pilots=not args.no_pilots)
+    study = make_study(
+        args.dataset, cfg, quiet=args.quiet, pilots=not args.no_pilots, seed=args.seed
+    )
     plans = plan_seed(study, args.seed)
     chosen = plans["acc-aware"]
     doc = {
@@ -196,7 +142,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "total_s": time.perf_counter() - t0,
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, _jsonable(doc))
+    atomic_write_json(args.out, jsonable(doc))
     print(
         f"plan: cuts {tuple(chosen.cuts)}, clients per aggregator "
         f"{doc['clients_per_aggregator']}, predicted loss {chosen.predicted_loss:.4f}, "
@@ -204,3 +150,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"{chosen.objective:.4f}, planned in {1e3 * chosen.planning_s:.0f} ms -> {args.out}"
     )
     return 0
+
+
+def sfl_commands() -> dict:
+    """``flowsplit sfl`` sub-commands defined here: name -> builder(sfl_subparsers)."""
+    return {"plan": add_plan_parser}

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.planner.analysis import delay_to_target
-from flowsplit.planner.commands import _int_list, add_compare_parser, add_plan_parser
-from flowsplit.planner.compare import resolve_config, run_sfl_compare
+from flowsplit.experiments.sfl_analysis import delay_to_target
+from flowsplit.experiments.sfl_commands import _seed_list, add_compare_parser
+from flowsplit.experiments.sfl_compare import resolve_config, run_sfl_compare
+from flowsplit.planner import study
+from flowsplit.planner.commands import add_plan_parser
 from tests.federated._toy import ToyFactory, write_toy_dataset
 
 
@@ -28,7 +30,7 @@ def test_config_adds_the_reference_and_quick_defaults_yield_to_explicit_values()
     assert cfg.rounds == 7 and cfg.seeds == (0, 1) and cfg.train_limit == 600
     with pytest.raises(ConfigError, match="unknown"):
         resolve_config(schemes=("magic",))
-    assert _int_list("3") == (0, 1, 2) and _int_list("4,9") == (4, 9)
+    assert _seed_list("3") == (0, 1, 2) and _seed_list("4,9") == (4, 9)
 
 
 def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_path):
@@ -55,16 +57,14 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     for scheme in ("sfl", "delay", "acc-aware"):
         assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
     assert any("pays them back" in line for line in results["summary"])
-    from flowsplit.planner.report import rerender
+    from flowsplit.experiments.sfl_report import rerender
 
     assert rerender(out).read_text() == text
 
 
 def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
     # Prepare: the CLI parser as the sfl group would build it, with a toy registry model.
-    from flowsplit.planner import compare
-
-    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("cnn"))
+    monkeypatch.setattr(study, "registry_model", lambda name, view: ToyFactory("cnn"))
     data = write_toy_dataset(tmp_path / "toy", n=120)
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -86,9 +86,7 @@ def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
 
 
 def test_plan_without_pilots_needs_a_zero_loss_weight(tmp_path, monkeypatch):
-    from flowsplit.planner import compare
-
-    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("mlp"))
+    monkeypatch.setattr(study, "registry_model", lambda name, view: ToyFactory("mlp"))
     data = write_toy_dataset(tmp_path / "toy", n=90)
     parser = argparse.ArgumentParser()
     add_plan_parser(parser.add_subparsers())
@@ -105,9 +103,8 @@ def test_plan_without_pilots_needs_a_zero_loss_weight(tmp_path, monkeypatch):
 def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch, capsys):
     # Prepare: the toy model stands in for the registry; the command goes through cli.main.
     from flowsplit.cli import main
-    from flowsplit.planner import compare
 
-    monkeypatch.setattr(compare, "_registry_model", lambda name, view: ToyFactory("mlp"))
+    monkeypatch.setattr(study, "registry_model", lambda name, view: ToyFactory("mlp"))
     data = write_toy_dataset(tmp_path / "toy", n=90)
     out = tmp_path / "plan.json"
     # Execute
@@ -137,15 +134,13 @@ def test_bad_option_values_are_one_line_errors(tmp_path, capsys, option, value, 
 
 
 def test_illegal_baseline_cuts_are_refused_before_any_pilot(tmp_path, monkeypatch):
-    from flowsplit.planner import compare
-
     ran = []
-    monkeypatch.setattr(compare, "_fit_surrogate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(study, "fit_surrogate", lambda *a, **k: ran.append(1))
     data = write_toy_dataset(tmp_path / "toy", n=60)
     cfg = resolve_config(True, model="toy", n_clients=4, n_aggregators=2, fixed_cuts=(1, 9))
     with pytest.raises(ConfigError, match="not legal"):
-        compare.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
+        study.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
     cfg = resolve_config(True, model="toy", n_clients=4, n_aggregators=2, capacity=(1, 1))
     with pytest.raises(ConfigError, match="--capacity 1,1"):
-        compare.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
+        study.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
     assert ran == []

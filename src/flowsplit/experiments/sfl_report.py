@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from flowsplit.data.store import atomic_write_json, atomic_write_text
+from flowsplit.experiments.sfl_analysis import summary_lines
+from flowsplit.planner.study import jsonable
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
 
@@ -293,31 +296,15 @@ def render_markdown(results: Mapping) -> str:
 def write_report(out: str | Path, results: Mapping) -> Path:
     """Write results.json, report.md and report.html under ``out``; returns report.html."""
     out = Path(out)
-    atomic_write_json(out / "results.json", _jsonable(results))
+    atomic_write_json(out / "results.json", jsonable(results))
     atomic_write_text(out / "report.md", render_markdown(results))
     path = out / "report.html"
     atomic_write_text(path, render_html(results))
     return path
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "item"):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def rerender(out: str | Path) -> Path:
     """Rewrite report.md and report.html (and the summary) from ``out/results.json``."""
-    import json
-
-    from flowsplit.planner.analysis import summary_lines
-
     out = Path(out)
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     results = _finite(results)

@@ -1,0 +1,305 @@
+"""The inputs every plan of one study shares: data, model profile, topology, pilots.
+
+A *study* is what ``flowsplit sfl plan`` (one seed) and ``flowsplit sfl compare``
+(many seeds, in :mod:`flowsplit.experiments.sfl_compare`) plan from: the dataset, the
+model and its block profile, the topology, and the accuracy surrogate fitted on
+pilot runs (:mod:`flowsplit.planner.pilots`, :mod:`flowsplit.planner.surrogate`).
+:func:`plan_seed` turns a study into the plans of the planner and of its baselines
+for one seed's partition.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flowsplit.errors import ConfigError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.parts import check_cuts
+from flowsplit.federated.presets import resolve_topology
+from flowsplit.federated.profile import profile_model
+from flowsplit.federated.setup import RegistryModel, prepare_run
+
+QUICK = {"rounds": 3, "train_limit": 600, "n_pilots": 3, "pilot_train_limit": None,
+         "n_clients": 8, "n_aggregators": 3}  # fmt: skip
+"""Quick-mode defaults (explicit options win)."""
+FULL = {"rounds": 5, "train_limit": None, "n_pilots": 4, "pilot_train_limit": None,
+        "n_clients": None, "n_aggregators": None}  # fmt: skip
+"""Defaults otherwise."""
+PLANS = ("acc-aware", "delay", "hsfl", "sfl")
+"""Plans :func:`plan_seed` can make."""
+
+
+@dataclass
+class StudyConfig:
+    """Everything that decides what is planned (saved next to every plan)."""
+
+    model: str = "cnn"
+    """Neural model (cnn, lstm, convlstm, convgru)."""
+    view: str | None = None
+    """Dataset view (default: the model's)."""
+    topology: str = "heterogeneous"
+    """Topology preset or TOML file."""
+    n_clients: int | None = None
+    """Clients (default: the preset's, or QUICK's in quick mode)."""
+    n_aggregators: int | None = None
+    """Aggregators (default: the preset's, or QUICK's)."""
+    topology_seed: int = 0
+    """Seed of a generated topology (the same for every run seed)."""
+    rounds: int = 5
+    """Federated rounds of the planned run (the budget the surrogate predicts for)."""
+    family: str = "hsfl"
+    """Scheme of the three-tier runs: ``hsfl`` or ``hsfl-ll``."""
+    fixed_cuts: tuple[int, int] = (1, 2)
+    """HSFL baseline cuts."""
+    sfl_cut: int = 1
+    """SFL baseline cut."""
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Objective weights loss, delay, bytes of the accuracy-aware planner."""
+    reference: str = "hsfl"
+    """Objective references: ``hsfl`` or ``median``."""
+    n_pilots: int = 4
+    """Pilot cut pairs."""
+    pilot_rounds: int = 1
+    """Rounds per pilot."""
+    pilot_train_limit: int | None = None
+    """Training rows per pilot (default: as the runs)."""
+    batch_size: int = 32
+    """Client batch size."""
+    lr: float = 1e-3
+    """Learning rate of every tier (Adam)."""
+    local_epochs: int = 1
+    """Local epochs per round."""
+    partition: str = "iid"
+    """``iid``, ``dirichlet:ALPHA`` or ``site``."""
+    train_limit: int | None = None
+    """Training rows per run (a seeded subset), for quick runs."""
+    capacity: tuple[int, ...] | None = None
+    """Most clients per aggregator (the planners honour it)."""
+    threads: int = 1
+    """torch threads."""
+    quick: bool = False
+    """Quick-mode defaults (see :data:`QUICK`)."""
+
+    def validate(self) -> None:
+        if self.family not in ("hsfl", "hsfl-ll"):
+            raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
+        if self.rounds < 1 or self.n_pilots < 1 or self.pilot_rounds < 1:
+            raise ConfigError("--rounds, --pilots and --pilot-rounds must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TUPLE_FIELDS = ("schemes", "seeds", "fixed_cuts", "weights", "capacity")
+
+
+def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any]):
+    """An instance of the config class ``cls`` from ``defaults`` and keyword
+    ``options`` (``None`` takes the default), validated."""
+    known = set(cls.__dataclass_fields__)
+    unknown = set(options) - known
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    merged = dict(defaults)
+    merged.update({k: v for k, v in options.items() if v is not None})
+    merged["quick"] = quick
+    for key in TUPLE_FIELDS:
+        if merged.get(key) is not None:
+            merged[key] = tuple(merged[key])
+    cfg = cls(**merged)
+    cfg.validate()
+    return cfg
+
+
+def resolve_study_config(quick: bool = False, **options: Any) -> StudyConfig:
+    """A :class:`StudyConfig`; ``quick`` picks :data:`QUICK` over :data:`FULL`."""
+    return resolve(StudyConfig, QUICK if quick else FULL, quick, options)
+
+
+@dataclass
+class Study:
+    """Shared inputs of every plan and run of a study."""
+
+    config: StudyConfig
+    dataset: Any
+    model_fn: Any
+    profile: Any
+    topology: Any
+    predicted_loss: dict = field(default_factory=dict)
+    pilots: list = field(default_factory=list)
+    surrogate: dict = field(default_factory=dict)
+
+
+def make_study(
+    dataset_dir,
+    cfg: StudyConfig,
+    *,
+    model_fn=None,
+    quiet: bool = False,
+    pilots: bool = True,
+    seed: int = 0,
+) -> Study:
+    """Load the data, build and profile the model, resolve the topology, run the pilots
+    (with ``seed``'s partition and initial weights)."""
+    import torch
+
+    from flowsplit.data.store import load_dataset
+
+    torch.set_num_threads(cfg.threads)
+    ds = load_dataset(dataset_dir)
+    fn = model_fn if model_fn is not None else registry_model(cfg.model, cfg.view)
+    view = cfg.view or getattr(fn, "view", None) or RegistryModel(cfg.model).resolved_view()
+    if not ds.has_view(view):
+        raise ConfigError(f"dataset {dataset_dir} has no view {view!r}; choose another --view")
+    torch.manual_seed(0)
+    profile = profile_model(fn(input_shape=ds.view_shape(view), n_classes=ds.n_classes))
+    study = Study(cfg, ds, fn, profile, _topology(cfg))
+    check_options_early(study)  # before minutes of pilots, not after
+    if pilots:
+        fit_surrogate(study, quiet, seed=seed)
+    return study
+
+
+def check_options_early(study: Study) -> None:
+    """The baselines' cuts and the capacities, checked as soon as the model is known."""
+    cfg, n_blocks = study.config, study.profile.n_blocks
+    check_cuts(n_blocks, *cfg.fixed_cuts)
+    check_cuts(n_blocks, cfg.sfl_cut, cfg.sfl_cut)
+    capacity = cfg.capacity
+    if capacity is not None:
+        n, a = study.topology.n_clients, study.topology.n_aggregators
+        if len(capacity) != a or min(capacity) < 0 or sum(capacity) < n:
+            raise ConfigError(
+                f"--capacity {','.join(map(str, capacity))}: give {a} non-negative integers "
+                f"summing to at least the {n} clients"
+            )
+
+
+def registry_model(name: str, view: str | None):
+    """The registry's neural model ``name`` (a one-line error for any other name)."""
+    from flowsplit.models.registry import neural_models
+
+    if name not in neural_models():
+        raise ConfigError(f"--model {name!r}: choose a neural model ({', '.join(neural_models())})")
+    return RegistryModel(name, view)
+
+
+def _topology(cfg: StudyConfig):
+    return resolve_topology(cfg.topology, n_clients=cfg.n_clients,
+                            n_aggregators=cfg.n_aggregators, seed=cfg.topology_seed)  # fmt: skip
+
+
+def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
+    """The SFLConfig every run of a study shares (scheme and cuts set per run)."""
+    values = {"scheme": cfg.family, "cuts": tuple(cfg.fixed_cuts), "rounds": cfg.rounds,
+              "batch_size": cfg.batch_size, "lr": cfg.lr, "local_epochs": cfg.local_epochs,
+              "partition": cfg.partition, "seed": seed, "train_limit": cfg.train_limit,
+              "threads": cfg.threads, "assign": "random", "eval_split": "test"}  # fmt: skip
+    values.update(kw)
+    return SFLConfig(**values)
+
+
+def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
+    """Run the pilots (first seed) and fit the surrogate; fills the study's
+    ``predicted_loss``, ``pilots`` and ``surrogate``."""
+    from flowsplit.planner.pilots import PilotCost, eval_split_for, run_pilots
+    from flowsplit.planner.surrogate import LossSurrogate, choose_pilot_cuts, cut_features
+
+    cfg = study.config
+    cuts = choose_pilot_cuts(study.profile.n_blocks, cfg.n_pilots)
+    base = base_config(cfg, seed)
+    limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.train_limit
+    records = run_pilots(cuts, dataset=study.dataset, model_fn=study.model_fn,
+                         topology=study.topology, base=base, rounds=cfg.pilot_rounds,
+                         train_limit=limit, quiet=quiet)  # fmt: skip
+    legal, x = cut_features(study.profile)
+    rows = [legal.index(r.cuts) for r in records]
+    model = LossSurrogate().fit(x[rows], [r.loss for r in records])
+    pred = model.predict(x)
+    study.predicted_loss = {c: float(v) for c, v in zip(legal, pred, strict=True)}
+    study.pilots = records
+    measured = {r.cuts: r.loss for r in records}
+    study.surrogate = {
+        **model.to_dict(),
+        "cost": PilotCost.of(records).to_dict(),
+        "pilots": [r.to_dict() for r in records],
+        "table": [{"cuts": list(c), "measured_loss": measured.get(c),
+                   "predicted_loss": float(v)} for c, v in zip(legal, pred, strict=True)],
+        "eval_split": eval_split_for(study.dataset),
+    }  # fmt: skip
+
+
+def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
+    """The plans named in ``plans`` (of :data:`PLANS`; ``hsfl`` always) for one seed
+    (shard sizes of that seed's partition)."""
+    from flowsplit.planner.objective import Weights
+    from flowsplit.planner.plan import PlannerConfig, plan_fixed, plan_split
+
+    cfg = study.config
+    setup = prepare_run(base_config(cfg, seed), dataset=study.dataset, model_fn=study.model_fn,
+                        topology=study.topology, profile=study.profile)  # fmt: skip
+    topo = setup.topology  # shard sizes filled in
+    common = {"family": cfg.family, "fixed_cuts": tuple(cfg.fixed_cuts), "seed": seed,
+              "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
+              "reference": cfg.reference, "capacity": cfg.capacity}  # fmt: skip
+    out = {}
+    acc = None
+    if "acc-aware" in plans:
+        acc = plan_split(study.profile, topo, study.predicted_loss or None,
+                         PlannerConfig(weights=Weights(*cfg.weights), **common))  # fmt: skip
+        out["acc-aware"] = acc
+    if "delay" in plans:
+        out["delay"] = plan_split(study.profile, topo, study.predicted_loss or None,
+                                  PlannerConfig(weights=Weights(0.0, 1.0, 0.0), **common))  # fmt: skip
+    objective = acc.objective_def if acc is not None else None
+    if objective is not None and "delay" in out:
+        # Every plan scored by the same (accuracy-aware) objective, to compare them.
+        d = out["delay"]
+        d.objective = float(objective.value(d.predicted_loss, d.delay_s, d.bytes))
+    kw = {"seed": seed, "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
+          "objective": objective}  # fmt: skip
+    out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, tuple(cfg.fixed_cuts),
+                             predicted_loss=study.predicted_loss.get(tuple(cfg.fixed_cuts),
+                                                                     float("nan")), **kw)  # fmt: skip
+    if "sfl" in plans:
+        c = int(cfg.sfl_cut)
+        out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), **{**kw, "objective": None})
+    return out
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with NumPy scalars as Python numbers, tuples as lists and non-finite
+    floats as ``None`` (strict JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+__all__ = [
+    "FULL",
+    "PLANS",
+    "QUICK",
+    "Study",
+    "StudyConfig",
+    "base_config",
+    "check_options_early",
+    "fit_surrogate",
+    "jsonable",
+    "make_study",
+    "plan_seed",
+    "registry_model",
+    "resolve",
+    "resolve_study_config",
+]
