@@ -23,7 +23,10 @@ CONTENDED_SHARE = 0.15
 "contended": its accuracy counts, its timing is kept out of speedups and the fit."""
 
 # Kept per run in results.json beyond the CSV columns (lists and dicts).
-JSON_EXTRA = ("epoch_times_s", "loss_per_epoch", "per_class_f1", "confusion_matrix")
+JSON_EXTRA = (
+    "epoch_times_s", "loss_per_epoch", "val_macro_f1_per_epoch", "per_class_f1",
+    "confusion_matrix",
+)  # fmt: skip
 
 # Columns of results.csv, in order: the run's identity, then time, then quality.
 CSV_COLUMNS = (
@@ -97,6 +100,7 @@ def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str 
         "env": metrics.get("env") or {},
         "epoch_times_s": epochs,
         "loss_per_epoch": metrics.get("loss_per_epoch") or [],
+        "val_macro_f1_per_epoch": metrics.get("val_macro_f1_per_epoch") or [],
     }
 
 
