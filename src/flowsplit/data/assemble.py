@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsplit.data import protocols as P
 from flowsplit.data import views as V
 from flowsplit.data.packets import Packets
 
@@ -87,6 +88,53 @@ def _sort_by_key(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, h[order]
 
 
+@dataclass
+class _KeyGroups:
+    """A chunk's packets sorted by flow key, capture order kept within a key."""
+
+    order: np.ndarray  # int64, decoded-packet position of each sorted packet
+    hs: np.ndarray  # uint64, key hash of each sorted packet
+    low: np.ndarray  # bool, sent by the endpoint with the lower hash
+    gs: np.ndarray  # bool, first packet of its key in the chunk
+    g: np.ndarray  # int64, positions where gs holds
+
+
+# Columns a continued flow keeps from its open state rather than from this chunk.
+_CARRIED_COLUMNS = (
+    "vlan",
+    "a_hi",
+    "a_lo",
+    "b_hi",
+    "b_lo",
+    "port_a",
+    "port_b",
+    "init_low",
+    "first_index",
+    "first_ts",
+)
+
+
+def _latest_since_previous(pk: Packets, order, gs, ts) -> np.ndarray:
+    """Per sorted packet: the file's latest time since the key's previous packet.
+
+    In time-ordered files this is the packet's own time. Where timestamps go
+    backwards, it is a range maximum over capture order.
+    """
+    same_file = pk.src[1:] == pk.src[:-1]
+    back = np.flatnonzero((pk.ts[1:] < pk.ts[:-1]) & same_file)
+    if not len(back):
+        return ts
+    n = len(pk)
+    rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
+    at = np.full(n, -1)
+    at[rows] = np.arange(len(rows))
+    j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
+    j = j[at[order[j]] >= 0]
+    latest = ts.copy()
+    latest[j] = RangeMax(pk.ts[rows])(at[order[j - 1]], at[order[j]])
+    return latest
+
+
 class RangeMax:
     """Maximum of ``x[lo+1 .. hi]`` for many (lo, hi) pairs: a sparse table."""
 
@@ -118,58 +166,87 @@ class FlowAssembler:
         The first table holds the chunk's finished flows ordered by (file, first
         packet); a second one, if any, flows left open earlier that are now done.
         """
-        opts, op = self.opts, self.open
-        n = len(pk)
-        if n == 0:
+        op = self.open
+        if len(pk) == 0:
             return self._retire_open(pk, ended, np.zeros(len(op) if op else 0, dtype=bool), None)
+        keys = self._group_by_key(pk)
+        cont_g = self._match_open(keys)
+        touched = np.zeros(len(op) if op else 0, dtype=bool)
+        touched[cont_g[cont_g >= 0]] = True
+        new, cont_at = self._flow_starts(pk, keys, cont_g)
+        starts = new | keys.gs
+        fs = np.flatnonzero(starts)
+        f, fp, cc, is_cont = self._chunk_flows(pk, keys, starts, fs, cont_at)
+        fill_before = np.zeros(len(fs), dtype=np.int64)
+        if is_cont.any():
+            fill_before[is_cont] = op.cols["fill"][cc]
+        f["fill"] = np.minimum(fill_before + np.add.reduceat(fp.pay_cap, fs), self.opts.n_bytes)
+
+        # Which flows are finished: superseded in the chunk, timed out, or file ended.
+        last_of_key = np.append(keys.gs[fs[1:]], True)
+        final = ~last_of_key | self._expired(f, ended)
+        # Output rows: finished flows by (file, first packet) first, then open ones.
+        fin_idx = np.flatnonzero(final)
+        fin_idx = fin_idx[np.lexsort((f["first_index"][fin_idx], f["src"][fin_idx]))]
+        perm = np.concatenate([fin_idx, np.flatnonzero(~final)])
+        row = np.empty(len(fs), dtype=np.int64)
+        row[perm] = np.arange(len(fs))
+        cols = {k: v[perm] for k, v in f.items()}
+        views = [v for v in _TENSOR_VIEWS if v in self.opts.views]
+        carried = {v: op.cols[v][cc] for v in views} if len(cc) else {}
+        rows = V.FlowRows(row[fp.fid], fill_before, row[is_cont], carried)
+        cols.update(V.build_views(self.opts, sb, pk, fp, rows))
+
+        n_fin = len(fin_idx)
+        done = FlowTable({k: v[:n_fin] for k, v in cols.items()})
+        keep = FlowTable({k: v[n_fin:].copy() for k, v in cols.items()})
+        continued = np.zeros(len(touched), dtype=bool)
+        continued[cc] = True
+        return [done, *self._retire_open(pk, ended, touched, keep, continued)]
+
+    def _group_by_key(self, pk: Packets) -> _KeyGroups:
         es = endpoint_hash(pk.sa_hi, pk.sa_lo, pk.sport)
         ed = endpoint_hash(pk.da_hi, pk.da_lo, pk.dport)
         low = es < ed  # sent by the endpoint with the lower hash: a fixed side of each key
         small = (pk.src.astype(np.uint64) << np.uint64(8)) | pk.proto.astype(np.uint64)
+        if self.opts.vlan_key:
+            small ^= _mix(pk.vlan.astype(np.uint64) + _K2)
         h = _mix((es + ed) ^ (small * _K3))
         order, hs = _sort_by_key(h)
-        ts, flags, low = pk.ts[order], pk.flags[order], low[order]
-        gs = np.empty(n, dtype=bool)
+        gs = np.empty(len(pk), dtype=bool)
         gs[0] = True
         np.not_equal(hs[1:], hs[:-1], out=gs[1:])
-        g = np.flatnonzero(gs)
+        return _KeyGroups(order, hs, low[order], gs, np.flatnonzero(gs))
 
-        # Join each key group with the flow of that key still open from earlier chunks.
-        cont_g = np.full(len(g), -1, dtype=np.int64)
-        if op is not None:
-            at = np.minimum(np.searchsorted(op.cols["h"], hs[g]), len(op) - 1)
-            cont_g = np.where(op.cols["h"][at] == hs[g], at, -1)
-        matched = cont_g >= 0
-        touched = np.zeros(len(op) if op else 0, dtype=bool)
-        touched[cont_g[matched]] = True
+    def _match_open(self, keys: _KeyGroups) -> np.ndarray:
+        """For each key group, the open flow of that key from earlier chunks (-1: none)."""
+        op, hs, g = self.open, keys.hs, keys.g
+        if op is None:
+            return np.full(len(g), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(op.cols["h"], hs[g]), len(op) - 1)
+        return np.where(op.cols["h"][at] == hs[g], at, -1)
 
+    def _flow_starts(self, pk: Packets, keys: _KeyGroups, cont_g: np.ndarray):
+        """Packets that start a new flow, and the open flow each group start continues."""
+        opts, op, order, gs, g = self.opts, self.open, keys.order, keys.gs, keys.g
+        ts, flags = pk.ts[order], pk.flags[order]
+        n = len(pk)
         # Rule 1 inside the chunk: the latest time seen since the key's previous packet.
         prev = np.empty(n)
         prev[0] = np.nan
         prev[1:] = ts[:-1]
-        latest = ts
-        same_file = pk.src[1:] == pk.src[:-1]
-        back = np.flatnonzero((pk.ts[1:] < pk.ts[:-1]) & same_file)  # time goes backwards
-        if len(back):
-            # Files whose timestamps are not in order: the latest time between the
-            # key's previous packet and this one is a range maximum over capture order.
-            rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
-            at = np.full(n, -1)
-            at[rows] = np.arange(len(rows))
-            j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
-            j = j[at[order[j]] >= 0]
-            latest = ts.copy()
-            latest[j] = RangeMax(pk.ts[rows])(at[order[j - 1]], at[order[j]])
+        latest = _latest_since_previous(pk, order, gs, ts)
         new = latest - prev > opts.idle_timeout
         new[g] = True
-        pure_syn = (flags & 0x12) == 0x02
+        pure_syn = P.is_pure_syn(flags)
         cont_at = np.full(n, -1, dtype=np.int64)  # open flow continued at position j
+        matched = cont_g >= 0
         if matched.any():
             # All rules at group starts, against the state of the open flow.
             gm, c = g[matched], cont_g[matched]
             oc = op.cols
             seen = np.maximum(oc["seen_max"][c], np.maximum.accumulate(pk.ts)[order[gm]])
-            max_ts = np.maximum(oc["acc"][c, V.A["last_ts"]], ts[gm])
+            max_ts = np.maximum(oc["acc"][c, V.ACC["last_ts"]], ts[gm])
             done_before = oc["rst"][c] | (oc["fin_lo"][c] & oc["fin_hi"][c])
             new[gm] = (
                 (seen - oc["last_pkt_ts"][c] > opts.idle_timeout)
@@ -177,30 +254,32 @@ class FlowAssembler:
                 | (done_before & pure_syn[gm])
             )
             cont_at[gm] = np.where(new[gm], -1, c)
-        self._replay(new, gs, ts, flags, low, pure_syn, cont_at)
+        self._replay(new, gs, ts, flags, keys.low, pure_syn, cont_at)
+        return new, cont_at
 
-        # Chunk flows: runs of packets between flow starts and group starts.
-        starts = new | gs
-        fs = np.flatnonzero(starts)
-        nfc = len(fs)
+    def _chunk_flows(self, pk: Packets, keys: _KeyGroups, starts, fs, cont_at):
+        """Columns of the chunk's flows (runs between flow starts) and their packets."""
+        op, order, n = self.open, keys.order, len(pk)
         fid = np.cumsum(starts) - 1
         fe = np.append(fs[1:], n)
         cont = cont_at[fs]
         is_cont = cont >= 0
         cc = cont[is_cont]
+        ts = pk.ts[order]
         p0 = order[fs]
         f = {
-            "h": hs[fs],
+            "h": keys.hs[fs],
             "src": pk.src[p0],
             "ver": pk.ver[p0],
             "proto": pk.proto[p0],
+            "vlan": pk.vlan[p0],
             "a_hi": pk.sa_hi[p0],
             "a_lo": pk.sa_lo[p0],
             "b_hi": pk.da_hi[p0],
             "b_lo": pk.da_lo[p0],
             "port_a": pk.sport[p0],
             "port_b": pk.dport[p0],
-            "init_low": low[fs],
+            "init_low": keys.low[fs],
             "first_index": pk.index[p0],
             "first_ts": ts[fs],
             "last_pkt_ts": ts[fe - 1],
@@ -212,43 +291,17 @@ class FlowAssembler:
         after[-1] = -np.inf
         after[:-1] = np.maximum.accumulate(pk.ts[:0:-1])[::-1]
         f["seen_max"] = after[order[fe - 1]]
-        n_before = np.zeros(nfc, dtype=np.int64)
-        fill_before = np.zeros(nfc, dtype=np.int64)
+        n_before = np.zeros(len(fs), dtype=np.int64)
         if is_cont.any():
-            oc = op.cols
-            for k in ("a_hi", "a_lo", "b_hi", "b_lo", "port_a", "port_b", "init_low",
-                      "first_index", "first_ts"):  # fmt: skip
-                f[k][is_cont] = oc[k][cc]
-            n_before[is_cont] = oc["n"][cc]
-            fill_before[is_cont] = oc["fill"][cc]
+            for k in _CARRIED_COLUMNS:
+                f[k][is_cont] = op.cols[k][cc]
+            n_before[is_cont] = op.cols["n"][cc]
             f["n"] += n_before
-
-        # Per packet: direction, rank in its flow, times of previous packets.
-        fwd = low == f["init_low"][fid]
-        rank = np.arange(n) - fs[fid] + n_before[fid]
-        prev_ts = prev
-        prev_ts[fs] = np.nan
-        prev_f = self._prev_dir(fwd, fs, fid, ts)
-        prev_b = self._prev_dir(~fwd, fs, fid, ts)
-        if is_cont.any():
-            oc = op.cols
-            prev_ts[fs[is_cont]] = oc["last_pkt_ts"][cc]
-            last_dir = np.full((nfc, 2), np.nan)
-            last_dir[is_cont, 0] = oc["acc"][cc, V.A["last_fwd_ts"]]
-            last_dir[is_cont, 1] = oc["acc"][cc, V.A["last_bwd_ts"]]
-            need = np.isnan(prev_f)
-            prev_f[need] = last_dir[fid[need], 0]
-            need = np.isnan(prev_b)
-            prev_b[need] = last_dir[fid[need], 1]
-        prev_dir = np.where(fwd, prev_f, prev_b)
-
-        size = pk.ip_len[order].astype(np.float64)
-        pay = pk.pay_len[order].astype(np.float64)
-        is_tcp = f["proto"] == 6
-        acc = V.accumulate(fs, fid, fwd, ts, size, pay, flags,
-                           pk.window[order], is_tcp[fid], prev_ts, prev_dir)  # fmt: skip
-        rst = np.add.reduceat((flags & 4) > 0, fs, dtype=np.int64) > 0
-        fin = (flags & 1) > 0
+        fp = self._flow_packets(pk, keys, fs, fid, f["init_low"], n_before, is_cont, cc)
+        acc = V.accumulate(fp)
+        flags, low = fp.flags, keys.low
+        rst = np.add.reduceat((flags & P.TCP_RST) > 0, fs, dtype=np.int64) > 0
+        fin = (flags & P.TCP_FIN) > 0
         fin_lo = np.add.reduceat(fin & low, fs, dtype=np.int64) > 0
         fin_hi = np.add.reduceat(fin & ~low, fs, dtype=np.int64) > 0
         if is_cont.any():
@@ -258,31 +311,46 @@ class FlowAssembler:
             fin_lo[is_cont] |= oc["fin_lo"][cc]
             fin_hi[is_cont] |= oc["fin_hi"][cc]
         f.update(acc=acc, rst=rst, fin_lo=fin_lo, fin_hi=fin_hi)
-        pay_cap = pk.pay_cap[order]
-        f["fill"] = np.minimum(fill_before + np.add.reduceat(pay_cap, fs), opts.n_bytes)
+        return f, fp, cc, is_cont
 
-        # Which flows are finished: superseded in the chunk, timed out, or file ended.
-        last_of_key = np.append(gs[fs[1:]], True)
-        final = ~last_of_key | self._expired(f, ended)
-        # Output rows: finished flows by (file, first packet) first, then open ones.
-        fin_idx = np.flatnonzero(final)
-        fin_idx = fin_idx[np.lexsort((f["first_index"][fin_idx], f["src"][fin_idx]))]
-        perm = np.concatenate([fin_idx, np.flatnonzero(~final)])
-        row = np.empty(nfc, dtype=np.int64)
-        row[perm] = np.arange(nfc)
-        cols = {k: v[perm] for k, v in f.items()}
-        carried = {v: op.cols[v][cc] for v in _TENSOR_VIEWS if v in opts.views} if len(cc) else {}
-        cols.update(V.build_views(
-            opts, sb, pk, order, row[fid], rank, fwd, ts, prev_ts, size, pay, flags, pay_cap,
-            fs, fid, fill_before, row[is_cont], carried,
-        ))  # fmt: skip
-
-        n_fin = len(fin_idx)
-        done = FlowTable({k: v[:n_fin] for k, v in cols.items()})
-        keep = FlowTable({k: v[n_fin:].copy() for k, v in cols.items()})
-        continued = np.zeros(len(touched), dtype=bool)
-        continued[cc] = True
-        return [done, *self._retire_open(pk, ended, touched, keep, continued)]
+    def _flow_packets(self, pk, keys, fs, fid, init_low, n_before, is_cont, cc) -> V.FlowPackets:
+        """Per packet: direction, rank in its flow, times of previous packets."""
+        op, order, n = self.open, keys.order, len(pk)
+        ts = pk.ts[order]
+        fwd = keys.low == init_low[fid]
+        prev_ts = np.empty(n)
+        prev_ts[0] = np.nan
+        prev_ts[1:] = ts[:-1]
+        prev_ts[fs] = np.nan
+        prev_f = self._prev_dir(fwd, fs, fid, ts)
+        prev_b = self._prev_dir(~fwd, fs, fid, ts)
+        if is_cont.any():
+            oc = op.cols
+            prev_ts[fs[is_cont]] = oc["last_pkt_ts"][cc]
+            last_dir = np.full((len(fs), 2), np.nan)
+            last_dir[is_cont, 0] = oc["acc"][cc, V.ACC["last_fwd_ts"]]
+            last_dir[is_cont, 1] = oc["acc"][cc, V.ACC["last_bwd_ts"]]
+            need = np.isnan(prev_f)
+            prev_f[need] = last_dir[fid[need], 0]
+            need = np.isnan(prev_b)
+            prev_b[need] = last_dir[fid[need], 1]
+        flags = pk.flags[order]
+        return V.FlowPackets(
+            order=order,
+            fs=fs,
+            fid=fid,
+            fwd=fwd,
+            rank=np.arange(n) - fs[fid] + n_before[fid],
+            ts=ts,
+            prev_ts=prev_ts,
+            prev_dir=np.where(fwd, prev_f, prev_b),
+            size=pk.ip_len[order].astype(np.float64),
+            pay=pk.pay_len[order].astype(np.float64),
+            pay_cap=pk.pay_cap[order],
+            flags=flags,
+            window=pk.window[order],
+            tcp=(pk.proto[order[fs]] == P.PROTO_TCP)[fid],
+        )
 
     def finish(self) -> FlowTable | None:
         """All flows still open (end of input), by (file, first packet)."""
@@ -304,11 +372,11 @@ class FlowAssembler:
         carried = np.zeros((len(fs), 3), dtype=bool)
         if cm.any():
             first[cm] = op.cols["first_ts"][c[cm]]
-            top[cm] = np.maximum(top[cm], op.cols["acc"][c[cm], V.A["last_ts"]])
+            top[cm] = np.maximum(top[cm], op.cols["acc"][c[cm], V.ACC["last_ts"]])
             carried[cm] = np.stack([op.cols[k][c[cm]] for k in ("rst", "fin_lo", "fin_hi")], 1)
         flagged = top - first > opts.active_timeout
         cand = np.flatnonzero(pure_syn & ~starts)
-        rst, fin = (flags & 4) > 0, (flags & 1) > 0
+        rst, fin = (flags & P.TCP_RST) > 0, (flags & P.TCP_FIN) > 0
         if len(cand):
             # Has the run ended before each candidate SYN?
             fid = np.cumsum(starts) - 1
@@ -326,7 +394,7 @@ class FlowAssembler:
             b, e = int(fs[k]), int(fe[k])
             t0 = float(first[k])
             # The latest time of the flow so far (a carried flow: before this chunk).
-            t_max = float(op.cols["acc"][c[k], V.A["last_ts"]]) if cm[k] else t0
+            t_max = float(op.cols["acc"][c[k], V.ACC["last_ts"]]) if cm[k] else t0
             r_, fl_, fh_ = (bool(x) for x in carried[k])
             for j in range(b, e):
                 t_max = max(t_max, float(ts[j]))
@@ -354,7 +422,7 @@ class FlowAssembler:
         opts = self.opts
         done = np.isin(c["src"], ended)
         done |= c["seen_max"] - c["last_pkt_ts"] > opts.idle_timeout
-        done |= c["acc"][:, V.A["last_ts"]] - c["first_ts"] > opts.active_timeout
+        done |= c["acc"][:, V.ACC["last_ts"]] - c["first_ts"] > opts.active_timeout
         return done
 
     def _retire_open(self, pk, ended, touched, keep, continued=None) -> list[FlowTable]:
@@ -368,12 +436,16 @@ class FlowAssembler:
             c = op.cols
             if len(pk):
                 # Untouched flows saw the chunk's packets of their file go by.
-                top = {s: float(pk.ts[pk.src == s].max()) for s in np.unique(c["src"]).tolist()
-                       if (pk.src == s).any()}  # fmt: skip
+                top = {
+                    s: float(pk.ts[pk.src == s].max())
+                    for s in np.unique(c["src"]).tolist()
+                    if (pk.src == s).any()
+                }
                 if top:
                     seen = np.array([top.get(s, -np.inf) for s in c["src"].tolist()])
-                    c["seen_max"] = np.where(untouched, np.maximum(c["seen_max"], seen),
-                                             c["seen_max"])  # fmt: skip
+                    c["seen_max"] = np.where(
+                        untouched, np.maximum(c["seen_max"], seen), c["seen_max"]
+                    )
             fin_o = untouched & self._expired(c, ended)
             done = np.flatnonzero((touched & ~continued) | fin_o)
             if len(done):

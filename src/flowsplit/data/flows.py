@@ -69,6 +69,8 @@ class FlowOptions:
     """Zero the IPv4 header checksum and the TCP/UDP checksum in ``pkt_bytes``."""
     views: tuple[str, ...] = ("seq", "bytes", "pkt_bytes", "stats")
     """Views to build, among seq, bytes, pkt_bytes and stats."""
+    vlan_key: bool = True
+    """Put the VLAN ids (802.1Q, QinQ) in the flow key: one 5-tuple in two VLANs is two flows."""
 
     def __post_init__(self):
         for name in ("idle_timeout", "active_timeout"):
@@ -127,12 +129,23 @@ class FlowBatch:
                 self.ip_b.tolist(),
                 self.port_b.tolist(),
                 strict=True,
-            )  # fmt: skip
+            )
         ]
 
 
-_ROW_FIELDS = ("proto", "ip_a", "port_a", "ip_b", "port_b", "first_ts", "last_ts", "n_packets",
-               "n_bytes", "source", "first_index")  # fmt: skip
+_ROW_FIELDS = (
+    "proto",
+    "ip_a",
+    "port_a",
+    "ip_b",
+    "port_b",
+    "first_ts",
+    "last_ts",
+    "n_packets",
+    "n_bytes",
+    "source",
+    "first_index",
+)
 
 
 def stats_columns(options: FlowOptions | None = None) -> tuple[str, ...]:
@@ -204,11 +217,12 @@ def _to_batch(t: FlowTable, options: FlowOptions, report: ReadReport) -> FlowBat
     c = t.cols  # already ordered by (file, first packet)
     acc = c["acc"]
     report.n_flows += len(acc)
-    bytes_ = acc[:, V.A["bytes_fwd"]] + acc[:, V.A["bytes_bwd"]]
+    bytes_ = acc[:, V.ACC["bytes_fwd"]] + acc[:, V.ACC["bytes_bwd"]]
     stats = None
     if "stats" in options.views:
-        stats = V.stats_frame(acc, c["first_ts"], c["proto"] == 6, c["port_a"], c["port_b"],
-                              options.mask_port)  # fmt: skip
+        stats = V.stats_frame(
+            acc, c["first_ts"], c["proto"] == 6, c["port_a"], c["port_b"], options.mask_port
+        )
     return FlowBatch(
         proto=c["proto"].astype(np.uint8),
         ip_a=format_ips(c["ver"], c["a_hi"], c["a_lo"]),
@@ -216,7 +230,7 @@ def _to_batch(t: FlowTable, options: FlowOptions, report: ReadReport) -> FlowBat
         ip_b=format_ips(c["ver"], c["b_hi"], c["b_lo"]),
         port_b=c["port_b"].astype(np.uint16),
         first_ts=c["first_ts"],
-        last_ts=acc[:, V.A["last_ts"]].copy(),
+        last_ts=acc[:, V.ACC["last_ts"]].copy(),
         n_packets=c["n"].astype(np.int64),
         n_bytes=bytes_.astype(np.int64),
         views={v: c[v] for v in ("seq", "bytes", "pkt_bytes") if v in options.views},
@@ -236,8 +250,10 @@ def format_ips(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     if v4.any():
         u, inv = np.unique(lo[v4] & np.uint64(0xFFFFFFFF), return_inverse=True)
         cache = _V4_NAMES if len(_V4_NAMES) < 1 << 16 else _V4_NAMES.clear() or _V4_NAMES
-        names = [cache.get(x) or cache.setdefault(x, socket.inet_ntoa(x.to_bytes(4, "big")))
-                 for x in u.tolist()]  # fmt: skip
+        names = [
+            cache.get(x) or cache.setdefault(x, socket.inet_ntoa(x.to_bytes(4, "big")))
+            for x in u.tolist()
+        ]
         out[v4] = np.array(names, dtype=object)[inv]
     if not v4.all():
         v6 = np.flatnonzero(~v4)

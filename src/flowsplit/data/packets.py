@@ -82,6 +82,7 @@ class Packets:
     l4_rel: np.ndarray  # int64, offset of the transport header from the IP header
     pay_off: np.ndarray  # int64, offset of the payload in the staging buffer
     pay_cap: np.ndarray  # int64, payload bytes captured
+    vlan: np.ndarray  # int64, the VLAN ids met on the way in (0: none), for the flow key
 
     def __len__(self) -> int:
         return len(self.src)
@@ -228,6 +229,7 @@ def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = Fal
         l4_rel=l4_rel,
         pay_off=ip_off + pay_rel,
         pay_cap=np.maximum(ip_cap - pay_rel, 0),
+        vlan=np.zeros(len(idx), dtype=np.int64),
     )
 
 
@@ -272,8 +274,9 @@ def _follow_tunnels(sb, data_off, l3, et) -> None:
         v = (w >> 28) & 15  # version nibble after a 4-byte MPLS label
         inner = np.where(v == 4, ET_IPV4, np.where(v == 6, ET_IPV6, 0))
         after_mpls = np.where(((w >> 40) & 1) == 1, inner, e)  # bottom of the label stack?
-        et[sub] = np.where(vlan, (w >> 32) & 0xFFFF,
-                           np.where(mpls, after_mpls, _ppp_to_ethertype(w & 0xFFFF)))  # fmt: skip
+        et[sub] = np.where(
+            vlan, (w >> 32) & 0xFFFF, np.where(mpls, after_mpls, _ppp_to_ethertype(w & 0xFFFF))
+        )
         l3[sub] += np.where(vlan | mpls, 4, 8)
     et[np.isin(et, _TUNNELS)] = 0  # too deep: not followed further
 
@@ -310,8 +313,13 @@ def _count(report, reason, recs, chunk, strict, caplen) -> None:
         if malformed.any():
             i = int(np.argmax(malformed))
             name = REASONS[reason[i]]
-            report.skip(name, 1, chunk.paths[int(recs.src[i])], strict=True,
-                        where=f" (record {int(recs.index[i])})")  # fmt: skip
+            report.skip(
+                name,
+                1,
+                chunk.paths[int(recs.src[i])],
+                strict=True,
+                where=f" (record {int(recs.index[i])})",
+            )
     counts = np.bincount(reason.astype(np.int64), minlength=len(REASONS))
     for code in np.flatnonzero(counts).tolist():
         if code not in (_OK, _BAD_LT):

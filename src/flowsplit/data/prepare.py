@@ -177,9 +177,12 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
         # Small captures share the reader's chunks, so the corpus is read as one stream;
         # batch.source says which file each flow came from.
         flows = iter_flows_many(
-            [f.path for f in files], flow_opts, report,
-            strict=opts.strict, on_error="raise" if opts.strict else "skip",
-        )  # fmt: skip
+            [f.path for f in files],
+            flow_opts,
+            report,
+            strict=opts.strict,
+            on_error="raise" if opts.strict else "skip",
+        )
         for batch in flows:
             labels = np.full(len(batch), None, dtype=object)
             for si in np.unique(batch.source).tolist():
@@ -187,9 +190,14 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
                 sel = np.flatnonzero(batch.source == si)
                 f = files[si]
                 labels[sel] = labeller.label_flows(
-                    f.path, f.root, batch.proto[sel], batch.ip_a[sel],
-                    batch.port_a[sel], batch.ip_b[sel], batch.port_b[sel],
-                )  # fmt: skip
+                    f.path,
+                    f.root,
+                    batch.proto[sel],
+                    batch.ip_a[sel],
+                    batch.port_a[sel],
+                    batch.ip_b[sel],
+                    batch.port_b[sel],
+                )
             keep = labels != None  # noqa: E711 - elementwise on an object array
             skipped["unlabelled"] += int(len(keep) - keep.sum())
             if keep.any():
@@ -390,10 +398,12 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         keep = dedup_mask(meta["digest"].to_numpy())
         skipped["duplicate_flow"] += int((~keep).sum())
     sel, dropped = select_classes(
-        labels[keep], groups[keep],
+        labels[keep],
+        groups[keep],
         include=list(opts.classes) if opts.classes else None,
-        exclude=list(opts.exclude_classes), top=None,
-    )  # fmt: skip
+        exclude=list(opts.exclude_classes),
+        top=None,
+    )
     skipped.update(dropped)
     idx = np.flatnonzero(keep)[sel]
     if opts.max_flows_per_group:
@@ -401,9 +411,12 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         skipped["over_group_cap"] += int((~capped).sum())
         idx = idx[capped]
     sel, dropped = select_classes(
-        labels[idx], groups[idx], min_flows=opts.min_flows_per_class,
-        min_groups=opts.min_groups_per_class, top=opts.top_classes,
-    )  # fmt: skip
+        labels[idx],
+        groups[idx],
+        min_flows=opts.min_flows_per_class,
+        min_groups=opts.min_groups_per_class,
+        top=opts.top_classes,
+    )
     skipped.update(dropped)
     idx = idx[sel]
     if len(idx) == 0:
@@ -411,14 +424,22 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
             "every flow was dropped by the class filters (see --min-flows-per-class)"
         )
     split_by = _resolve_split_by(
-        opts.split_by, kind, len(files), np.unique(groups[idx]).size,
+        opts.split_by,
+        kind,
+        len(files),
+        np.unique(groups[idx]).size,
         has_times=info.get("has_times", True),
-    )  # fmt: skip
+    )
     times = meta["first_ts"].to_numpy()[idx] if "first_ts" in meta else None
     splits = assign_splits(
-        labels[idx], by=split_by, groups=groups[idx], times=times,
-        val_frac=opts.val_frac, test_frac=opts.test_frac, seed=opts.seed,
-    )  # fmt: skip
+        labels[idx],
+        by=split_by,
+        groups=groups[idx],
+        times=times,
+        val_frac=opts.val_frac,
+        test_frac=opts.test_frac,
+        seed=opts.seed,
+    )
     class_order = info.get("class_order")
     classes = (
         [c for c in class_order if c in set(labels[idx])]
@@ -521,7 +542,7 @@ def extract_views(
                     "n_packets": batch.n_packets,
                     "n_bytes": batch.n_bytes,
                 }
-            )  # fmt: skip
+            )
         )
         for k, v in batch.views.items():
             views.setdefault(k, []).append(v)

@@ -208,8 +208,19 @@ def reference_flows(path: str | Path, options, *, keep_packets: bool = True) -> 
         f.fin_b |= bool(flags & 1) and not from_a
         if keep_packets:
             win = l4.win if proto == 6 else 0
-            f.packets.append((ts, f.last_pkt_ts if f.n_packets > 1 else None, from_a,
-                              ip_len, pay_len, flags, win, raw, l4_rel))  # fmt: skip
+            f.packets.append(
+                (
+                    ts,
+                    f.last_pkt_ts if f.n_packets > 1 else None,
+                    from_a,
+                    ip_len,
+                    pay_len,
+                    flags,
+                    win,
+                    raw,
+                    l4_rel,
+                )
+            )
         f.last_pkt_ts = ts
     return res
 
@@ -264,20 +275,29 @@ def reference_stats(flow: RefFlow, mask_port: bool = True) -> dict[str, float]:
     bwd = [p for p in pk if not p[2]]
     out["duration"] = dur
     out.update(pkts=len(pk), pkts_fwd=len(fwd), pkts_bwd=len(bwd))
-    out.update(bytes=sum(p[3] for p in pk), bytes_fwd=sum(p[3] for p in fwd),
-               bytes_bwd=sum(p[3] for p in bwd))  # fmt: skip
-    out.update(payload_bytes=sum(p[4] for p in pk), payload_bytes_fwd=sum(p[4] for p in fwd),
-               payload_bytes_bwd=sum(p[4] for p in bwd),
-               payload_pkts_fwd=sum(p[4] > 0 for p in fwd),
-               payload_pkts_bwd=sum(p[4] > 0 for p in bwd))  # fmt: skip
+    out.update(
+        bytes=sum(p[3] for p in pk),
+        bytes_fwd=sum(p[3] for p in fwd),
+        bytes_bwd=sum(p[3] for p in bwd),
+    )
+    out.update(
+        payload_bytes=sum(p[4] for p in pk),
+        payload_bytes_fwd=sum(p[4] for p in fwd),
+        payload_bytes_bwd=sum(p[4] for p in bwd),
+        payload_pkts_fwd=sum(p[4] > 0 for p in fwd),
+        payload_pkts_bwd=sum(p[4] > 0 for p in bwd),
+    )
 
     def summary(prefix, xs):
         if not xs:
             return {f"{prefix}_{s}": 0.0 for s in ("min", "mean", "std", "max")}
         m = sum(xs) / len(xs)
-        return {f"{prefix}_min": min(xs), f"{prefix}_mean": m,
-                f"{prefix}_std": math.sqrt(max(sum(x * x for x in xs) / len(xs) - m * m, 0.0)),
-                f"{prefix}_max": max(xs)}  # fmt: skip
+        return {
+            f"{prefix}_min": min(xs),
+            f"{prefix}_mean": m,
+            f"{prefix}_std": math.sqrt(max(sum(x * x for x in xs) / len(xs) - m * m, 0.0)),
+            f"{prefix}_max": max(xs),
+        }
 
     for d, group in (("", pk), ("_fwd", fwd), ("_bwd", bwd)):
         out.update(summary(f"size{d}", [p[3] for p in group]))

@@ -13,9 +13,12 @@ from flowsplit.errors import InputError
 
 CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp"}
 _CAPTURE_MAGICS = {
-    b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
+    b"\xd4\xc3\xb2\xa1",
+    b"\xa1\xb2\xc3\xd4",
+    b"\x4d\x3c\xb2\xa1",
+    b"\xa1\xb2\x3c\x4d",
     b"\x0a\x0d\x0d\x0a",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,11 @@ class StagingBuffer:
         if view is None:
             dt = np.dtype(code)
             view = np.ndarray(
-                shape=(len(self.array) - dt.itemsize + 1,), dtype=dt, buffer=self.array,
+                shape=(len(self.array) - dt.itemsize + 1,),
+                dtype=dt,
+                buffer=self.array,
                 strides=(1,),
-            )  # fmt: skip
+            )
             self._typed[code] = view
         return view[offsets].astype(np.int64)
 
@@ -160,13 +162,22 @@ class RecordBatch:
             fields, keep = self._pcapng(starts, segs, rep, big, src, index, kind)
         else:  # both formats in this chunk: decode each on its own rows
             fields = [np.empty(n, dtype=np.int64) for _ in range(3)] + [
-                np.empty(n), np.empty(n, dtype=np.int32)
-            ]  # fmt: skip
+                np.empty(n),
+                np.empty(n, dtype=np.int32),
+            ]
             keep = np.empty(n, dtype=bool)
-            for rows, fn in ((np.flatnonzero(is_pcap), self._pcap),
-                             (np.flatnonzero(~is_pcap), self._pcapng)):  # fmt: skip
-                sub = [starts[rows], segs, rep[rows], None if big is None else big[rows],
-                       src[rows], index[rows]]  # fmt: skip
+            for rows, fn in (
+                (np.flatnonzero(is_pcap), self._pcap),
+                (np.flatnonzero(~is_pcap), self._pcapng),
+            ):
+                sub = [
+                    starts[rows],
+                    segs,
+                    rep[rows],
+                    None if big is None else big[rows],
+                    src[rows],
+                    index[rows],
+                ]
                 part, ok = fn(*sub) if fn == self._pcap else fn(*sub, kind[rows])
                 for full, value in zip(fields, part, strict=True):
                     full[rows] = value
@@ -186,8 +197,9 @@ class RecordBatch:
         if bad.any():
             i = int(np.argmax(bad))
             where = f" (record {index[i]})"
-            self.report.skip(reason, int(bad.sum()), self._paths[src[i]], strict=self.strict,
-                             where=where)  # fmt: skip
+            self.report.skip(
+                reason, int(bad.sum()), self._paths[src[i]], strict=self.strict, where=where
+            )
 
     def _pcap(self, starts, segs, rep, big, src, index):
         caplen = self._u32(starts + 8, big)
@@ -205,8 +217,11 @@ class RecordBatch:
         spb, opb = kind == 3, kind == 2
         if_id = u32(starts + 8, big)
         if opb.any():  # an obsolete packet block has a 16-bit interface and drop count
-            if_id = np.where(opb, np.where(big, if_id >> 16, if_id & 0xFFFF) if big is not None
-                             else if_id & 0xFFFF, if_id)  # fmt: skip
+            if_id = np.where(
+                opb,
+                np.where(big, if_id >> 16, if_id & 0xFFFF) if big is not None else if_id & 0xFFFF,
+                if_id,
+            )
         table = np.array(self._ifaces or [(0, 0, 1, 0.0)], dtype=np.float64)  # (n_ifaces, 4)
         n_if = segs.at(5, rep).astype(np.int64)
         ok_if = np.where(spb, n_if > 0, if_id < n_if)

@@ -24,9 +24,13 @@ mask a switch. ``stats``: see :func:`stats_columns` (over all packets of the flo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
+
+from flowsplit.data import protocols as P
 
 SEQ_FEATURES = ("size", "log_iat", "fin", "syn", "rst", "psh", "ack", "urg", "payload", "mask")
 _FLAG_NAMES = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")
@@ -34,12 +38,14 @@ _LANE_BITS = 21
 _LANE_MASK = np.uint64((1 << _LANE_BITS) - 1)
 _FLAG_LUTS = [
     np.array(
-        [sum(((v >> (3 * w + k)) & 1) << (_LANE_BITS * k) for k in range(3) if 3 * w + k < 8)
-         for v in range(256)],
+        [
+            sum(((v >> (3 * w + k)) & 1) << (_LANE_BITS * k) for k in range(3) if 3 * w + k < 8)
+            for v in range(256)
+        ],
         dtype=np.uint64,
     )
     for w in range(3)
-]  # fmt: skip
+]
 
 _STATS_BASE = (
     "duration",
@@ -73,115 +79,172 @@ MAX_COLS = ("max_fwd", "max_bwd", "iat_max", "iatf_max", "iatb_max", "last_ts")
 FIRST_COLS = ("win_fwd", "win_bwd")  # NaN until seen
 LAST_COLS = ("last_fwd_ts", "last_bwd_ts")  # NaN until seen
 ACC_COLS = (*SUM_COLS, *MIN_COLS, *MAX_COLS, *FIRST_COLS, *LAST_COLS)
-A = {name: i for i, name in enumerate(ACC_COLS)}
-_S = slice(0, len(SUM_COLS))
-_MIN = slice(_S.stop, _S.stop + len(MIN_COLS))
-_MAX = slice(_MIN.stop, _MIN.stop + len(MAX_COLS))
-_FIRST = slice(_MAX.stop, _MAX.stop + len(FIRST_COLS))
-_LAST = slice(_FIRST.stop, _FIRST.stop + len(LAST_COLS))
+ACC = {name: i for i, name in enumerate(ACC_COLS)}
+"""Column of each accumulator in the (flows, len(ACC_COLS)) accumulator array."""
+_SUMS = slice(0, len(SUM_COLS))
+_MINS = slice(_SUMS.stop, _SUMS.stop + len(MIN_COLS))
+_MAXES = slice(_MINS.stop, _MINS.stop + len(MAX_COLS))
+_FIRSTS = slice(_MAXES.stop, _MAXES.stop + len(FIRST_COLS))
+_LASTS = slice(_FIRSTS.stop, _FIRSTS.stop + len(LAST_COLS))
 
 
 def empty_acc(n: int) -> np.ndarray:
     """Accumulators of n flows with no packets: float64 (n, len(ACC_COLS))."""
     acc = np.zeros((n, len(ACC_COLS)))
-    acc[:, _MIN] = np.inf
-    acc[:, _MAX] = -np.inf
-    acc[:, _FIRST] = np.nan
-    acc[:, _LAST] = np.nan
+    acc[:, _MINS] = np.inf
+    acc[:, _MAXES] = -np.inf
+    acc[:, _FIRSTS] = np.nan
+    acc[:, _LASTS] = np.nan
     return acc
 
 
-def accumulate(fs, fid, fwd, ts, size, pay, flags, window, tcp, prev_ts, prev_dir) -> np.ndarray:
-    """Accumulators of the packets of each flow (flows contiguous, starting at ``fs``).
+@dataclass
+class FlowPackets:
+    """A chunk's packets grouped by flow: each flow's packets contiguous, in capture order.
 
-    ``fid``: each packet's flow; ``tcp``: per packet, whether its flow is TCP;
-    ``prev_ts``/``prev_dir``: time of the flow's previous packet overall / in the
-    same direction (NaN when none; carried over from earlier chunks).
+    All arrays have one entry per packet (length n) except ``fs`` (one per flow).
     """
-    n, nf = len(ts), len(fs)
+
+    order: np.ndarray  # int64, position of each packet in the chunk's decoded Packets
+    fs: np.ndarray  # int64 (flows,), position of each flow's first packet
+    fid: np.ndarray  # int64, each packet's flow (index into fs)
+    fwd: np.ndarray  # bool, sent by the flow's initiator
+    rank: np.ndarray  # int64, place in its flow, counted from the flow's very first packet
+    ts: np.ndarray  # float64, seconds
+    prev_ts: np.ndarray  # float64, time of the flow's previous packet (NaN: none)
+    prev_dir: np.ndarray  # float64, ... of its previous packet in the same direction
+    size: np.ndarray  # float64, IP length
+    pay: np.ndarray  # float64, transport payload length on the wire
+    pay_cap: np.ndarray  # int64, payload bytes captured
+    flags: np.ndarray  # uint8, TCP flags (0 for UDP)
+    window: np.ndarray  # int64, TCP window (0 for UDP)
+    tcp: np.ndarray  # bool, the packet's flow is TCP
+
+
+@dataclass
+class FlowRows:
+    """Where a chunk's flows go in the output, and what continuing flows bring along."""
+
+    row: np.ndarray  # int64, output row of each packet's flow
+    fill_before: np.ndarray  # int64 (flows,), ``bytes`` already filled by earlier chunks
+    cont_rows: np.ndarray  # int64, output rows of the flows continued from earlier chunks
+    carried: dict[str, np.ndarray]  # view -> those flows' partial views, in cont_rows order
+
+
+def accumulate(fp: FlowPackets) -> np.ndarray:
+    """Accumulators of the packets of each flow of ``fp`` (one row per flow)."""
+    n, nf = len(fp.ts), len(fp.fs)
     if n == 0:
         return empty_acc(nf)
     acc = np.empty((nf, len(ACC_COLS)))
-    bwd = ~fwd
-    fid2 = 2 * fid + bwd  # (flow, direction) bins: even forward, odd backward
+    _acc_sizes(acc, fp)
+    _acc_iats(acc, fp)
+    _acc_flags(acc, fp.flags, fp.fs)
+    _acc_firsts_lasts(acc, fp)
+    return acc
 
-    def by_dir(weights=None, sel=None) -> np.ndarray:  # (nf, 2) sums per direction
-        bins = fid2 if sel is None else fid2[sel]
+
+class _ByDirection:
+    """Sums per (flow, direction): even bins forward, odd bins backward."""
+
+    def __init__(self, acc: np.ndarray, fp: FlowPackets):
+        self.acc, self.nf = acc, len(fp.fs)
+        self.bins = 2 * fp.fid + ~fp.fwd
+
+    def put(self, names: tuple[str, str], weights=None, sel=None) -> None:
+        bins = self.bins if sel is None else self.bins[sel]
         w = weights if sel is None or weights is None else weights[sel]
-        return np.bincount(bins, weights=w, minlength=2 * nf).reshape(nf, 2)
+        sums = np.bincount(bins, weights=w, minlength=2 * self.nf).reshape(self.nf, 2)
+        self.acc[:, ACC[names[0]]], self.acc[:, ACC[names[1]]] = sums[:, 0], sums[:, 1]
 
-    def put2(names, values) -> None:
-        acc[:, A[names[0]]], acc[:, A[names[1]]] = values[:, 0], values[:, 1]
 
-    put2(("n_fwd", "n_bwd"), by_dir())
-    put2(("bytes_fwd", "bytes_bwd"), by_dir(size))
-    put2(("sq_fwd", "sq_bwd"), by_dir(size * size))
-    put2(("pay_fwd", "pay_bwd"), by_dir(pay))
-    put2(("paypk_fwd", "paypk_bwd"), by_dir(sel=pay > 0))
-    inf = np.inf
-    for name, x, op in (("min_fwd", np.where(fwd, size, inf), np.minimum),
-                        ("min_bwd", np.where(bwd, size, inf), np.minimum),
-                        ("max_fwd", np.where(fwd, size, -inf), np.maximum),
-                        ("max_bwd", np.where(bwd, size, -inf), np.maximum),
-                        ("last_ts", ts, np.maximum)):  # fmt: skip
-        acc[:, A[name]] = op.reduceat(x, fs)
-    # Inter-arrival times; a timestamp going backwards counts as no time passed.
-    iat = np.maximum(ts - prev_ts, 0.0)  # NaN: a flow's first packet
+def _acc_sizes(acc: np.ndarray, fp: FlowPackets) -> None:
+    by_dir = _ByDirection(acc, fp)
+    size, fwd, bwd, inf = fp.size, fp.fwd, ~fp.fwd, np.inf
+    by_dir.put(("n_fwd", "n_bwd"))
+    by_dir.put(("bytes_fwd", "bytes_bwd"), size)
+    by_dir.put(("sq_fwd", "sq_bwd"), size * size)
+    by_dir.put(("pay_fwd", "pay_bwd"), fp.pay)
+    by_dir.put(("paypk_fwd", "paypk_bwd"), sel=fp.pay > 0)
+    extremes = (
+        ("min_fwd", np.where(fwd, size, inf), np.minimum),
+        ("min_bwd", np.where(bwd, size, inf), np.minimum),
+        ("max_fwd", np.where(fwd, size, -inf), np.maximum),
+        ("max_bwd", np.where(bwd, size, -inf), np.maximum),
+        ("last_ts", fp.ts, np.maximum),
+    )
+    for name, x, op in extremes:
+        acc[:, ACC[name]] = op.reduceat(x, fp.fs)
+
+
+def _acc_iats(acc: np.ndarray, fp: FlowPackets) -> None:
+    """Inter-arrival times; a timestamp going backwards counts as no time passed."""
+    fs, fwd, bwd, inf = fp.fs, fp.fwd, ~fp.fwd, np.inf
+    iat = np.maximum(fp.ts - fp.prev_ts, 0.0)  # NaN: a flow's first packet
     has = ~np.isnan(iat)
     iat0 = np.where(has, iat, 0.0)
-    acc[:, A["iat_n"]] = np.add.reduceat(has, fs, dtype=np.float64)
-    acc[:, A["iat_sum"]] = np.add.reduceat(iat0, fs)
-    acc[:, A["iat_sq"]] = np.add.reduceat(iat0 * iat0, fs)
-    acc[:, A["iat_min"]] = np.minimum.reduceat(np.where(has, iat, inf), fs)
-    acc[:, A["iat_max"]] = np.maximum.reduceat(iat0, fs)
-    iat = np.maximum(ts - prev_dir, 0.0)
+    acc[:, ACC["iat_n"]] = np.add.reduceat(has, fs, dtype=np.float64)
+    acc[:, ACC["iat_sum"]] = np.add.reduceat(iat0, fs)
+    acc[:, ACC["iat_sq"]] = np.add.reduceat(iat0 * iat0, fs)
+    acc[:, ACC["iat_min"]] = np.minimum.reduceat(np.where(has, iat, inf), fs)
+    acc[:, ACC["iat_max"]] = np.maximum.reduceat(iat0, fs)
+    iat = np.maximum(fp.ts - fp.prev_dir, 0.0)
     has = ~np.isnan(iat)
     iat0 = np.where(has, iat, 0.0)
-    put2(("iatf_n", "iatb_n"), by_dir(sel=has))
-    put2(("iatf_sum", "iatb_sum"), by_dir(iat0))
-    put2(("iatf_sq", "iatb_sq"), by_dir(iat0 * iat0))
+    by_dir = _ByDirection(acc, fp)
+    by_dir.put(("iatf_n", "iatb_n"), sel=has)
+    by_dir.put(("iatf_sum", "iatb_sum"), iat0)
+    by_dir.put(("iatf_sq", "iatb_sq"), iat0 * iat0)
     lone = np.where(has, iat, inf)
-    acc[:, A["iatf_min"]] = np.minimum.reduceat(np.where(fwd, lone, inf), fs)
-    acc[:, A["iatb_min"]] = np.minimum.reduceat(np.where(bwd, lone, inf), fs)
-    acc[:, A["iatf_max"]] = np.maximum.reduceat(np.where(fwd, iat0, 0.0), fs)
-    acc[:, A["iatb_max"]] = np.maximum.reduceat(np.where(bwd, iat0, 0.0), fs)
-    if n < (1 << _LANE_BITS):
-        # Three flag bits per 64-bit word, one 21-bit lane each: 3 sums instead of 8.
+    acc[:, ACC["iatf_min"]] = np.minimum.reduceat(np.where(fwd, lone, inf), fs)
+    acc[:, ACC["iatb_min"]] = np.minimum.reduceat(np.where(bwd, lone, inf), fs)
+    acc[:, ACC["iatf_max"]] = np.maximum.reduceat(np.where(fwd, iat0, 0.0), fs)
+    acc[:, ACC["iatb_max"]] = np.maximum.reduceat(np.where(bwd, iat0, 0.0), fs)
+
+
+def _acc_flags(acc: np.ndarray, flags: np.ndarray, fs: np.ndarray) -> None:
+    """Count of each TCP flag per flow."""
+    if len(flags) < (1 << _LANE_BITS):
+        # Three flag bits per 64-bit word, one 21-bit lane each: 3 sums instead of 8
+        # (a lane cannot overflow below 2**21 packets per chunk).
         for w, lut in enumerate(_FLAG_LUTS):
             sums = np.add.reduceat(lut[flags], fs)
             for lane in range(3):
                 if 3 * w + lane < 8:
                     field = (sums >> np.uint64(_LANE_BITS * lane)) & _LANE_MASK
-                    acc[:, A[_FLAG_NAMES[3 * w + lane]]] = field
+                    acc[:, ACC[_FLAG_NAMES[3 * w + lane]]] = field
     else:
         for bit, name in enumerate(_FLAG_NAMES):
-            acc[:, A[name]] = np.add.reduceat((flags >> bit) & 1, fs, dtype=np.int64)
-    # Firsts and lasts per direction, by position in the flow.
+            acc[:, ACC[name]] = np.add.reduceat((flags >> bit) & 1, fs, dtype=np.int64)
+
+
+def _acc_firsts_lasts(acc: np.ndarray, fp: FlowPackets) -> None:
+    """First TCP window and last timestamp per direction, by position in the flow."""
+    n, fs, fwd, bwd = len(fp.ts), fp.fs, fp.fwd, ~fp.fwd
     pos = np.arange(n)
-    tcp_pos = np.where(tcp, pos, n)
-    ends = np.empty((4, nf), dtype=np.int64)
+    tcp_pos = np.where(fp.tcp, pos, n)
+    ends = np.empty((4, len(fs)), dtype=np.int64)
     ends[0] = np.minimum.reduceat(np.where(fwd, tcp_pos, n), fs)
     ends[1] = np.minimum.reduceat(np.where(bwd, tcp_pos, n), fs)
     ends[2] = np.maximum.reduceat(np.where(fwd, pos, -1), fs)
     ends[3] = np.maximum.reduceat(np.where(bwd, pos, -1), fs)
     ends[ends < 0] = n
-    win = np.append(window.astype(np.float64), np.nan)
-    tsx = np.append(ts, np.nan)
-    acc[:, A["win_fwd"]] = win[ends[0]]
-    acc[:, A["win_bwd"]] = win[ends[1]]
-    acc[:, A["last_fwd_ts"]] = tsx[ends[2]]
-    acc[:, A["last_bwd_ts"]] = tsx[ends[3]]
-    return acc
+    win = np.append(fp.window.astype(np.float64), np.nan)
+    tsx = np.append(fp.ts, np.nan)
+    acc[:, ACC["win_fwd"]] = win[ends[0]]
+    acc[:, ACC["win_bwd"]] = win[ends[1]]
+    acc[:, ACC["last_fwd_ts"]] = tsx[ends[2]]
+    acc[:, ACC["last_bwd_ts"]] = tsx[ends[3]]
 
 
 def merge_acc(old: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Accumulators of a flow's earlier packets (``old``) followed by later ones."""
     out = np.empty_like(old)
-    out[:, _S] = old[:, _S] + new[:, _S]
-    out[:, _MIN] = np.minimum(old[:, _MIN], new[:, _MIN])
-    out[:, _MAX] = np.maximum(old[:, _MAX], new[:, _MAX])
-    out[:, _FIRST] = np.where(np.isnan(old[:, _FIRST]), new[:, _FIRST], old[:, _FIRST])
-    out[:, _LAST] = np.where(np.isnan(new[:, _LAST]), old[:, _LAST], new[:, _LAST])
+    out[:, _SUMS] = old[:, _SUMS] + new[:, _SUMS]
+    out[:, _MINS] = np.minimum(old[:, _MINS], new[:, _MINS])
+    out[:, _MAXES] = np.maximum(old[:, _MAXES], new[:, _MAXES])
+    out[:, _FIRSTS] = np.where(np.isnan(old[:, _FIRSTS]), new[:, _FIRSTS], old[:, _FIRSTS])
+    out[:, _LASTS] = np.where(np.isnan(new[:, _LASTS]), old[:, _LASTS], new[:, _LASTS])
     return out
 
 
@@ -202,16 +265,24 @@ def stats_frame(acc: np.ndarray, first_ts, is_tcp, port_a, port_b, mask_port) ->
         payload_pkts_bwd=c["paypk_bwd"],
     )
     sizes = {
-        "": (n, bf + bb, c["sq_fwd"] + c["sq_bwd"],
-             np.minimum(c["min_fwd"], c["min_bwd"]), np.maximum(c["max_fwd"], c["max_bwd"])),
+        "": (
+            n,
+            bf + bb,
+            c["sq_fwd"] + c["sq_bwd"],
+            np.minimum(c["min_fwd"], c["min_bwd"]),
+            np.maximum(c["max_fwd"], c["max_bwd"]),
+        ),
         "_fwd": (nf, bf, c["sq_fwd"], c["min_fwd"], c["max_fwd"]),
         "_bwd": (nb, bb, c["sq_bwd"], c["min_bwd"], c["max_bwd"]),
-    }  # fmt: skip
+    }
     for d, moments in sizes.items():
         out.update(_summary(f"size{d}", *moments))
     for d, p in (("", "iat"), ("_fwd", "iatf"), ("_bwd", "iatb")):
-        out.update(_summary(f"iat{d}", c[f"{p}_n"], c[f"{p}_sum"], c[f"{p}_sq"],
-                            c[f"{p}_min"], c[f"{p}_max"]))  # fmt: skip
+        out.update(
+            _summary(
+                f"iat{d}", c[f"{p}_n"], c[f"{p}_sum"], c[f"{p}_sq"], c[f"{p}_min"], c[f"{p}_max"]
+            )
+        )
     for f in _FLAG_NAMES:
         out[f"{f}_count"] = c[f]
     pos = dur > 0
@@ -265,32 +336,36 @@ def pkt_rows(sb, ip_off, ip_cap, l4_rel, ver, proto, options) -> np.ndarray:
     rows = sb.rows(ip_off, width)  # (m, B)
     # What to zero depends only on (IP version, protocol, transport offset) -- a few
     # kinds -- and on the captured length: one row of a small mask table per packet.
-    kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == 6)
+    kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == P.PROTO_TCP)
     kinds, inv = np.unique(kind, return_inverse=True)
     small = width <= 256  # else the (kinds, length, B) table would be too large
     table = np.tril(np.ones((width + 1 if small else 1, width), dtype=np.uint8), -1)
     masks = np.empty((len(kinds), len(table), width), dtype=np.uint8)  # (kinds, length, B)
     for i, k in enumerate(kinds.tolist()):
-        rel, v6, tcp = k >> 2, (k >> 1) & 1, k & 1
-        p = np.ones(width, dtype=np.uint8)
-        if options.mask_ip:
-            if v6:
-                p[8:40] = 0
-            else:
-                p[12:20] = 0
-        if options.mask_checksum:
-            if not v6:
-                p[10:12] = 0
-            p[rel + (16 if tcp else 6) : rel + (18 if tcp else 8)] = 0
-        if options.mask_port:
-            p[rel : rel + 4] = 0
-        masks[i] = table * p if small else p
+        masks[i] = (table if small else 1) * _header_mask(
+            width, k >> 2, (k >> 1) & 1, k & 1, options
+        )
     if small:
         which = inv * (width + 1) + np.minimum(ip_cap, width)
         return np.multiply(rows, masks.reshape(-1, width)[which], out=rows)
     rows *= masks[inv, 0]
     rows *= np.arange(width)[None, :] < ip_cap[:, None]  # nothing past the captured packet
     return rows
+
+
+def _header_mask(width: int, l4_rel: int, v6: bool, tcp: bool, options) -> np.ndarray:
+    """1 where a ``pkt_bytes`` row keeps its byte, 0 where a mask zeroes it."""
+    keep = np.ones(width, dtype=np.uint8)
+    if options.mask_ip:
+        keep[P.IPV6_ADDRESSES if v6 else P.IPV4_ADDRESSES] = 0
+    if options.mask_checksum:
+        if not v6:
+            keep[P.IPV4_CHECKSUM] = 0
+        at = l4_rel + (P.TCP_CHECKSUM_AT if tcp else P.UDP_CHECKSUM_AT)
+        keep[at : at + 2] = 0
+    if options.mask_port:
+        keep[l4_rel + P.PORTS.start : l4_rel + P.PORTS.stop] = 0
+    return keep
 
 
 _BLOCK = 128  # payload copied in blocks of this many bytes, then power-of-two tails
@@ -336,70 +411,64 @@ def excl_cumsum_in_runs(x: np.ndarray, fs: np.ndarray, fid: np.ndarray) -> np.nd
     return c - c[fs][fid]
 
 
-def build_views(
-    opts,
-    sb,
-    pk,
-    order,
-    fid_row,
-    rank,
-    fwd,
-    ts,
-    prev_ts,
-    size,
-    pay,
-    flags,
-    pay_cap,
-    fs,
-    fid,
-    fill_before,
-    cont_rows,
-    carried,
-) -> dict[str, np.ndarray]:
-    """Tensor views of a chunk's flows (one row per flow, ``fid_row`` gives each packet's).
+def build_views(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> dict[str, np.ndarray]:
+    """Tensor views of a chunk's flows (one row per flow; ``rows.row`` gives each packet's).
 
-    Packets are the chunk's in flow order (``order`` maps them to decoded packets);
-    ``rank`` counts each packet's place in its flow from the flow's very first packet;
-    flows that continue from earlier chunks start from their ``carried`` rows.
+    ``pk`` are the chunk's decoded packets, ``fp`` the same packets grouped by flow;
+    flows that continue from earlier chunks start from their carried rows.
     """
-    nfc = len(fs)
     out: dict[str, np.ndarray] = {}
     if "seq" in opts.views:
-        n_feat = len(SEQ_FEATURES)
-        # One spare row past the end takes the packets beyond the first T of their flow:
-        # when most packets have a row, writing all beats selecting them first.
-        flat = np.zeros((nfc * opts.seq_len + 1, n_feat), dtype=np.float32)
-        seq = flat[:-1].reshape(nfc, opts.seq_len, n_feat)
-        if len(cont_rows):
-            seq[cont_rows] = carried["seq"]
-        in_seq = rank < opts.seq_len
-        if in_seq.mean() > 0.5:
-            dst = np.where(in_seq, fid_row * opts.seq_len + rank, len(flat) - 1)
-            flat[dst] = seq_rows(fwd, size, ts - prev_ts, flags, pay)
-        else:
-            sel = np.flatnonzero(in_seq)
-            flat[fid_row[sel] * opts.seq_len + rank[sel]] = seq_rows(
-                fwd[sel], size[sel], ts[sel] - prev_ts[sel], flags[sel], pay[sel]
-            )
-        out["seq"] = seq
+        out["seq"] = _seq_view(opts, fp, rows)
     if "pkt_bytes" in opts.views:
-        pb = np.zeros((nfc, opts.n_pkts, opts.pkt_len), dtype=np.uint8)
-        if len(cont_rows):
-            pb[cont_rows] = carried["pkt_bytes"]
-        sel = np.flatnonzero(rank < opts.n_pkts)
-        o = order[sel]
-        pb.reshape(-1, opts.pkt_len)[fid_row[sel] * opts.n_pkts + rank[sel]] = pkt_rows(
-            sb, pk.ip_off[o], pk.ip_cap[o], pk.l4_rel[o], pk.ver[o], pk.proto[o], opts
-        )
-        out["pkt_bytes"] = pb
+        out["pkt_bytes"] = _pkt_bytes_view(opts, sb, pk, fp, rows)
     if "bytes" in opts.views:
-        by = np.zeros((nfc, opts.n_bytes), dtype=np.uint8)
-        if len(cont_rows):
-            by[cont_rows] = carried["bytes"]
-        at = excl_cumsum_in_runs(pay_cap, fs, fid) + fill_before[fid]
-        sel = np.flatnonzero((at < opts.n_bytes) & (pay_cap > 0))
-        if len(sel):
-            length = np.minimum(pay_cap[sel], opts.n_bytes - at[sel])
-            fill_bytes(by, sb, fid_row[sel], at[sel], pk.pay_off[order[sel]], length)
-        out["bytes"] = by
+        out["bytes"] = _bytes_view(opts, sb, pk, fp, rows)
     return out
+
+
+def _seq_view(opts, fp: FlowPackets, rows: FlowRows) -> np.ndarray:
+    T, n_feat = opts.seq_len, len(SEQ_FEATURES)
+    # One spare row past the end takes the packets beyond the first T of their flow:
+    # when most packets have a row, writing all beats selecting them first.
+    flat = np.zeros((len(fp.fs) * T + 1, n_feat), dtype=np.float32)
+    seq = flat[:-1].reshape(len(fp.fs), T, n_feat)
+    if len(rows.cont_rows):
+        seq[rows.cont_rows] = rows.carried["seq"]
+    rank, iat = fp.rank, fp.ts - fp.prev_ts
+    in_seq = rank < T
+    if in_seq.mean() > 0.5:
+        dst = np.where(in_seq, rows.row * T + rank, len(flat) - 1)
+        flat[dst] = seq_rows(fp.fwd, fp.size, iat, fp.flags, fp.pay)
+    else:
+        sel = np.flatnonzero(in_seq)
+        flat[rows.row[sel] * T + rank[sel]] = seq_rows(
+            fp.fwd[sel], fp.size[sel], iat[sel], fp.flags[sel], fp.pay[sel]
+        )
+    return seq
+
+
+def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray:
+    P, B = opts.n_pkts, opts.pkt_len
+    pb = np.zeros((len(fp.fs), P, B), dtype=np.uint8)
+    if len(rows.cont_rows):
+        pb[rows.cont_rows] = rows.carried["pkt_bytes"]
+    sel = np.flatnonzero(fp.rank < P)
+    o = fp.order[sel]
+    pb.reshape(-1, B)[rows.row[sel] * P + fp.rank[sel]] = pkt_rows(
+        sb, pk.ip_off[o], pk.ip_cap[o], pk.l4_rel[o], pk.ver[o], pk.proto[o], opts
+    )
+    return pb
+
+
+def _bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray:
+    K = opts.n_bytes
+    by = np.zeros((len(fp.fs), K), dtype=np.uint8)
+    if len(rows.cont_rows):
+        by[rows.cont_rows] = rows.carried["bytes"]
+    at = excl_cumsum_in_runs(fp.pay_cap, fp.fs, fp.fid) + rows.fill_before[fp.fid]
+    sel = np.flatnonzero((at < K) & (fp.pay_cap > 0))
+    if len(sel):
+        length = np.minimum(fp.pay_cap[sel], K - at[sel])
+        fill_bytes(by, sb, rows.row[sel], at[sel], pk.pay_off[fp.order[sel]], length)
+    return by
