@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ from flowsplit.train.metrics import (
     confusion_matrix,
     macro_f1,
 )
-from flowsplit.train.result import RunResult
+from flowsplit.train.result import COMMON_FIELDS, TRAIN_FIELDS, RunResult
 
 
 def test_confusion_and_f1_by_hand():
@@ -111,8 +112,16 @@ def test_model_options_parse_json_values():
 
 def test_run_result_round_trips_and_is_strict_json():
     # Prepare: a result with a NaN (undefined metric) and numpy scalars.
-    fields = {f: 0 for f in RunResult.__dataclass_fields__ if f not in ("extra", "schema_version")}
+    # (every field of a training result; the SFL-only ones stay null)
+    zero = {"list": [], "dict": {}, "str": "", "int": 0, "float": 0.0, "bool": False}
+    hints = {f.name: str(f.type) for f in dataclasses.fields(RunResult)}
+    fields = {
+        f: next(v for k, v in zero.items() if k in hints[f])
+        for f in (*COMMON_FIELDS, *TRAIN_FIELDS)
+        if f not in ("extra", "schema_version")
+    }
     fields.update(
+        kind="train",
         model="cnn",
         view="bytes",
         engine="ddp",
@@ -129,7 +138,7 @@ def test_run_result_round_trips_and_is_strict_json():
     # Assert
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert back.epoch_times_s == [1.0, None] and back.comm_time_s == 0.5
-    assert back.model == "cnn" and back.schema_version == 1
+    assert back.model == "cnn" and back.schema_version == 2
     with pytest.raises(ValueError, match="lack fields"):
         RunResult.from_dict({"model": "cnn"})
 

@@ -51,7 +51,7 @@ from flowsplit.federated.protocol import (
     Send,
     address_of,
 )
-from flowsplit.federated.results import SFLResult, read_run, write_run
+from flowsplit.federated.results import SFLResult, read_run, run_facts, write_run
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
 from flowsplit.federated.server import CloudServer
@@ -275,7 +275,7 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
                 if not quiet:
                     bar.write(format_round(record, config.rounds), file=sys.stderr)
 
-        history = setup.scheme.run(runtime, on_round=on_round)
+        history = setup.scheme.run(runtime, setup.config, on_round=on_round)
         if bar is not None:
             bar.close()
         if runtime.is_server:
@@ -287,6 +287,7 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
                 topology=setup.topology,
                 assignment=setup.assignment,
                 model_state=runtime.role.global_model().state_dict(),
+                **run_facts(setup),
                 info={"world_size": world_size, "telemetry_bytes": transport.telemetry_bytes},
             )
             write_run(payload["out_dir"], result)

@@ -1,8 +1,9 @@
 """The result of a split federated run and the files written to its directory.
 
-``OUT/metrics.json``: run metadata, one record per round (accuracy, macro-F1, loss,
-simulated delay, bytes by hop/direction/type) and totals (``bytes_total`` among
-them); ``OUT/topology.toml``: the topology with shard sizes (rerunnable with
+``OUT/metrics.json``: the run's :class:`~flowsplit.train.result.RunResult` (kind
+``sfl``, the schema every run writes): run metadata, one record per round (accuracy,
+macro-F1, loss, simulated delay, bytes by hop/direction/type), ``bytes_total`` and the
+other totals; ``OUT/topology.toml``: the topology with shard sizes (rerunnable with
 ``--topology OUT/topology.toml``); ``OUT/config.json``: the resolved configuration
 and the assignment; ``OUT/profile.json``: the block profile; ``OUT/model.pt``: the
 final global model's state dict (tensors only: ``torch.load(..., weights_only=True)``).
@@ -11,6 +12,7 @@ final global model's state dict (tensors only: ``torch.load(..., weights_only=Tr
 from __future__ import annotations
 
 import datetime as dt
+import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +23,10 @@ import torch
 
 from flowsplit import __version__
 from flowsplit.data.store import atomic_write_json
+from flowsplit.errors import InputError
 from flowsplit.federated.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
-from flowsplit.federated.topology import Topology, write_topology
+from flowsplit.federated.topology import Topology, read_topology, write_topology
+from flowsplit.train.result import RoundRecord, RunResult, read_result
 
 
 @dataclass
@@ -37,6 +41,12 @@ class SFLResult:
     assignment: np.ndarray
     model_state: dict[str, torch.Tensor]
     """State dict of the final global model (client, aggregator, server parts in a row)."""
+    view: str
+    """Dataset view the model read."""
+    classes: list[str]
+    """Class names of the dataset, index = label."""
+    n_test: int
+    """Rows of the evaluation split every round is scored on."""
     info: dict[str, Any] = field(default_factory=dict)
 
     def totals(self) -> dict[str, Any]:
@@ -71,26 +81,58 @@ class SFLResult:
             out["bytes_received_total"] = sum(r["bytes_received_total"] for r in self.history)
         return out
 
-    def to_metrics(self) -> dict[str, Any]:
-        return {
-            "flowsplit_version": __version__,
-            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "backend": self.backend,
-            "scheme": self.config["scheme"],
-            "cuts": self.config["cuts"],
-            "topology": self.topology.name,
-            "n_clients": self.topology.n_clients,
-            "n_aggregators": self.topology.n_aggregators,
-            "seed": self.config["seed"],
-            "host": {
+    def to_result(self) -> RunResult:
+        """The run as the one result schema (``kind="sfl"``), as ``metrics.json`` holds it."""
+        totals = self.totals()
+        last = self.history[-1] if self.history else None
+        return RunResult(
+            kind="sfl",
+            model=str(self.profile["model"]),
+            view=self.view,
+            engine=f"sfl-{self.backend}",
+            workers=int(self.info.get("world_size", 1)),  # sim: every role in one process
+            threads_per_worker=int(self.config["threads"]),
+            device="cpu",
+            backend=self.backend,
+            seed=int(self.config["seed"]),
+            wall_time_s=float(totals["wall_total_s"]),
+            accuracy=float(last["accuracy"]) if last else float("nan"),
+            macro_f1=float(last["macro_f1"]) if last else float("nan"),
+            classes=list(self.classes),
+            n_train=int(np.asarray(self.topology.client_samples).sum()),
+            n_test=int(self.n_test),
+            config=self.config,
+            env={
+                "flowsplit": __version__,
                 "python": platform.python_version(),
                 "torch": torch.__version__,
                 "machine": platform.machine(),
+                "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             },
-            **self.info,
-            "rounds": self.history,
-            "totals": self.totals(),
-        }
+            extra=dict(self.info),
+            scheme=str(self.config["scheme"]),
+            cuts=[int(c) for c in self.config["cuts"]],
+            topology=self.topology.name,
+            n_clients=int(self.topology.n_clients),
+            n_aggregators=int(self.topology.n_aggregators),
+            rounds=[RoundRecord.from_dict(r, f"round {i + 1}") for i, r in enumerate(self.history)],
+            bytes_total=int(totals["bytes_total"]),
+            delay_total_s=float(totals["delay_total_s"]),
+            totals=totals,
+        )
+
+    def to_metrics(self) -> dict[str, Any]:
+        """``metrics.json`` as a dict (see :meth:`to_result`)."""
+        return self.to_result().to_dict()
+
+
+def run_facts(setup: Any) -> dict[str, Any]:
+    """The dataset facts an :class:`SFLResult` states, from a run's ``RunSetup``."""
+    return {
+        "view": setup.view,
+        "classes": list(setup.dataset.classes),
+        "n_test": len(setup.dataset.split_indices(setup.config.eval_split)),
+    }
 
 
 def write_run(out_dir: str | Path, result: SFLResult) -> Path:
@@ -107,7 +149,7 @@ def write_run(out_dir: str | Path, result: SFLResult) -> Path:
     torch.save({k: v.detach().cpu() for k, v in result.model_state.items()}, tmp)
     tmp.replace(out / "model.pt")
     path = out / "metrics.json"
-    atomic_write_json(path, result.to_metrics())
+    result.to_result().to_json(path)
     return path
 
 
@@ -117,24 +159,27 @@ def read_model_state(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def read_run(out_dir: str | Path) -> SFLResult:
-    """Read a run directory written by :func:`write_run` back into an :class:`SFLResult`."""
-    import json
+    """Read a run directory written by :func:`write_run` back into an :class:`SFLResult`.
 
-    from flowsplit.federated.topology import read_topology
-
+    ``metrics.json`` is read by :func:`~flowsplit.train.result.read_result`: a file of
+    another schema, or of a training run, is a one-line :class:`~flowsplit.errors.InputError`.
+    """
     out = Path(out_dir)
-    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    result = read_result(out)
+    if result.kind != "sfl":
+        raise InputError(out / "metrics.json", f"a {result.kind} result, not a split federated run")
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     assignment = np.asarray(config.pop("assignment"), dtype=np.int64)
-    known = {"rounds", "totals", "flowsplit_version", "created", "backend", "scheme", "cuts",
-             "topology", "n_clients", "n_aggregators", "seed", "host"}  # fmt: skip
     return SFLResult(
-        backend=metrics["backend"],
+        backend=str(result.backend),
         config=config,
-        history=metrics["rounds"],
+        history=[r.to_dict() for r in result.rounds or []],
         profile=json.loads((out / "profile.json").read_text(encoding="utf-8")),
         topology=read_topology(out / "topology.toml"),
         assignment=assignment,
         model_state=read_model_state(out / "model.pt"),
-        info={k: v for k, v in metrics.items() if k not in known},
+        view=result.view,
+        classes=result.classes,
+        n_test=result.n_test,
+        info=dict(result.extra),
     )

@@ -21,7 +21,7 @@ import torch
 from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.protocol import Address, Recv, Send, message_nbytes
-from flowsplit.federated.results import SFLResult
+from flowsplit.federated.results import SFLResult, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
@@ -150,7 +150,7 @@ def run_simulation(
     """Train ``setup`` with every role in this process; returns the run's result."""
     torch.set_num_threads(setup.config.threads)
     runtime = SimRuntime(setup, meter_enabled=meter_enabled)
-    history = setup.scheme.run(runtime, on_round=on_round)
+    history = setup.scheme.run(runtime, setup.config, on_round=on_round)
     return SFLResult(
         backend="sim",
         config=setup.config.to_dict(),
@@ -159,4 +159,5 @@ def run_simulation(
         topology=setup.topology,
         assignment=setup.assignment,
         model_state=runtime.server.global_model().state_dict(),
+        **run_facts(setup),
     )
