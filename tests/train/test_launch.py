@@ -32,6 +32,7 @@ def _alive(pid: int) -> bool:
     return "State:\tZ" not in state  # a zombie has exited
 
 
+@pytest.mark.slow  # three processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_workers_die_when_the_launcher_is_killed(tmp_path):
     # Prepare: a launcher with two sleeping workers, each leading its own session.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -38,6 +39,7 @@ def _worker(rank: int, port: int) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two gloo processes
 def test_checkpoint_flag_and_floats_reach_every_rank():
     # A worker's failed assertion comes back as an exception from spawn.
     mp.spawn(_worker, args=(free_port(),), nprocs=2, join=True)
