@@ -11,7 +11,9 @@ from scipy import stats as sps
 from flowsplit.experiments.stats import (
     DIFFERENT,
     EQUIVALENT,
+    NOT_ENOUGH_SEEDS,
     NOT_SHOWN,
+    SCORE_BOUNDS,
     compare_paired,
     equivalence_verdict,
     mcnemar_test,
@@ -77,8 +79,8 @@ def test_compare_paired_consistent_drop_is_different():
 
 def test_compare_paired_noisy_is_not_shown_equivalent():
     # Prepare: differences of +-4 points around zero: neither equal nor different.
-    a = np.array([0.90, 0.90, 0.90, 0.90])
-    b = a + np.array([0.04, -0.04, 0.03, -0.035])
+    a = np.array([0.90, 0.90, 0.90, 0.90, 0.90])
+    b = a + np.array([0.04, -0.04, 0.03, -0.035, 0.01])
     # Execute
     res = compare_paired(a, b, margin=0.01)
     # Assert
@@ -87,17 +89,47 @@ def test_compare_paired_noisy_is_not_shown_equivalent():
 
 
 def test_compare_paired_identical_runs_decide_from_margin():
-    a = [0.9, 0.92, 0.91]
+    a = [0.9, 0.92, 0.91, 0.93, 0.94]
     res = compare_paired(a, a, margin=0.01)
     assert res.verdict == EQUIVALENT
     assert math.isnan(res.t_p) and "identical" in res.note
     shifted = compare_paired(a, [x - 0.02 for x in a], margin=0.01)
     assert shifted.verdict == DIFFERENT
+    # Three identical seeds are not enough to call it equivalent.
+    few = compare_paired(a[:3], a[:3], margin=0.01)
+    assert few.verdict == NOT_ENOUGH_SEEDS and "at least 5 paired seeds, this has 3" in few.note
 
 
 def test_compare_paired_one_seed_is_not_tested():
     res = compare_paired([0.9], [0.91])
-    assert res.verdict == NOT_SHOWN and math.isnan(res.t_p)
+    assert res.verdict == NOT_ENOUGH_SEEDS and math.isnan(res.t_p)
+
+
+def test_three_seeds_get_no_equivalence_verdict_even_when_tost_rejects():
+    # Prepare: three seeds that agree to 0.1 pt: TOST alone would call them equivalent.
+    a = np.array([0.90, 0.91, 0.92])
+    b = a + np.array([0.001, -0.001, 0.0005])
+    # Execute
+    res = compare_paired(a, b, margin=0.01)
+    # Assert: the test is reported, the verdict withheld; with 3 allowed it would pass.
+    assert res.tost_p < 0.05
+    assert res.verdict == NOT_ENOUGH_SEEDS
+    assert compare_paired(a, b, margin=0.01, min_seeds=3).verdict == EQUIVALENT
+    # A clear difference is still reported with few seeds.
+    assert compare_paired(a, a - 0.05 + b - a, margin=0.01).verdict == DIFFERENT
+
+
+def test_score_intervals_are_clipped_to_their_range():
+    # Prepare: three seeds near 100 %: the t-interval's upper end passes 100 %.
+    values = [0.99, 1.0, 1.0]
+    # Execute
+    raw = mean_ci(values)
+    clipped = mean_ci(values, bounds=SCORE_BOUNDS)
+    # Assert
+    assert raw.high > 1.0 and clipped.high == 1.0
+    assert clipped.low == pytest.approx(raw.low) and clipped.mean == pytest.approx(raw.mean)
+    res = compare_paired([0.99, 1.0, 1.0], [1.0, 1.0, 0.99])
+    assert res.mean_a.high <= 1.0 and res.mean_b.high <= 1.0
 
 
 def test_equivalence_verdict_prefers_equivalence():

@@ -25,6 +25,11 @@ from flowsplit.experiments.scaling import (
     steps_per_epoch,
 )
 from flowsplit.experiments.stats import (
+    DIFFERENT,
+    EQUIVALENT,
+    MIN_EQUIVALENCE_SEEDS,
+    NOT_ENOUGH_SEEDS,
+    SCORE_BOUNDS,
     compare_paired,
     mcnemar_test,
     mean_ci,
@@ -33,6 +38,30 @@ from flowsplit.experiments.stats import (
 
 PREDICT_WORKERS = tuple(2**k for k in range(11))  # 1 ... 1024
 ERROR_LIMIT = 0.15  # the scaling model is trusted on measured points within +-15 %
+FLOW_STATS_MODEL = "xgboost"
+"""The flow-statistics baseline every table carries: XGBoost on per-flow statistics."""
+BELOW_MAJORITY = "not above the majority class"
+"""Verdict of a model whose accuracy is not above the majority-class rate: it has not
+learned enough for its data-parallel twin's equivalence to mean anything."""
+
+# Why a measured speedup is not claimed (codes in results.json, text in the reports).
+OVERSUBSCRIBED = "oversubscribed"
+CONTENDED = "contended"
+FEW_TIMINGS = "too few undisturbed seeds"
+SUPERLINEAR = "efficiency above 100 %"
+NO_TIMING = "no timing"
+WITHHELD_WHY = {
+    OVERSUBSCRIBED: "the workers' threads outnumber the cores, so the workers time-shared "
+    "them: the time measures core sharing, not scaling",
+    CONTENDED: "other processes used the CPUs while the runs were timed (no undisturbed "
+    "pair of runs exists), so the times measure the CPU the runs were given, not scaling",
+    FEW_TIMINGS: "fewer than two seeds have undisturbed timings on both sides, too few for "
+    "an interval",
+    SUPERLINEAR: "N workers cannot be more than N times faster on the same per-worker work; "
+    "an efficiency above 100 % points at a measurement problem (most often centralised runs "
+    "slowed by other load), not a gain",
+    NO_TIMING: "no epoch times were recorded",
+}
 
 
 def _by(records: Iterable[Mapping], *keys: str) -> dict:
@@ -56,10 +85,14 @@ def timing_runs(runs: Sequence[Mapping]) -> tuple[list[Mapping], bool]:
     return (clean, False) if clean else (list(runs), bool(runs))
 
 
+_BOUNDED = {"accuracy": SCORE_BOUNDS, "macro_f1": SCORE_BOUNDS, "comm_share": SCORE_BOUNDS}
+
+
 def summarise_group(runs: Sequence[Mapping]) -> dict:
     """Means and CIs of one (model, workers) group over its seeds.
 
-    Accuracy uses every run; times use the runs that were not contended.
+    Accuracy uses every run; times use the runs that were not contended. Intervals of
+    scores and shares are clipped to [0, 1].
     """
     out = {"n_runs": len(runs), "seeds": sorted(r["seed"] for r in runs)}
     timed, timing_contended = timing_runs(runs)
@@ -67,10 +100,12 @@ def summarise_group(runs: Sequence[Mapping]) -> dict:
     out["timing_contended"] = timing_contended
     for key in ("accuracy", "macro_f1", "peak_rss_mb", "cpu_obtained"):
         vals = [r.get(key) for r in runs if r.get(key) is not None]
-        out[key] = mean_ci(vals).as_dict()
+        out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
     for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s"):
         vals = [r.get(key) for r in timed if r.get(key) is not None]
-        out[key] = mean_ci(vals).as_dict()
+        out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
+    shares = [r["foreign_cpu_share"] for r in runs if _finite(r.get("foreign_cpu_share"))]
+    out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
     out["oversubscribed"] = any(r.get("oversubscribed") for r in runs)
     out["threads_per_worker"] = max((r.get("threads_per_worker") or 1) for r in runs)
     return out
@@ -83,8 +118,13 @@ def compare_to_central(
     *,
     margin: float,
     alpha: float,
+    majority_rate: float | None = None,
 ) -> dict:
-    """Data-parallel runs on ``n_workers`` against centralised runs, paired by seed."""
+    """Data-parallel runs on ``n_workers`` against centralised runs, paired by seed.
+
+    ``claims`` says what the reports may claim from it (see :func:`judge`); the
+    statistics stay as computed, for the reader who wants them.
+    """
     out: dict = {"n_workers": n_workers}
     for key in ("accuracy", "macro_f1"):
         seeds, a, b = _paired(central, parallel, key)
@@ -113,7 +153,95 @@ def compare_to_central(
         mc.append({"seed": r["seed"], **res})
     out["mcnemar"] = mc
     out["mcnemar_significant"] = sum(1 for m in mc if m["p"] < alpha)
+    shares = [r["foreign_cpu_share"] for r in (*central, *parallel)
+              if _finite(r.get("foreign_cpu_share"))]  # fmt: skip
+    out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
+    out["claims"] = judge(out, central, parallel, majority_rate)
     return out
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def above_rate(values: Sequence[float], rate: float | None) -> bool:
+    """Whether scores are above ``rate``: the lower end of their 95 % CI (the mean, for one
+    seed) must exceed it. No rate known: True."""
+    if rate is None or math.isnan(rate):
+        return True
+    iv = mean_ci(values, bounds=SCORE_BOUNDS)
+    if iv.n == 0:
+        return False
+    low = iv.mean if math.isnan(iv.low) else iv.low
+    return low > rate
+
+
+def judge(
+    v: Mapping, central: Sequence[Mapping], parallel: Sequence[Mapping], majority_rate
+) -> dict:
+    """What may be claimed from one comparison (the rules every report applies):
+
+    - a speedup only from timings that are neither oversubscribed nor contended, over at
+      least two paired seeds, and not above N-fold (efficiency > 1 is a measurement problem);
+    - an accuracy verdict only for a model above the majority-class rate in both modes
+      (else :data:`BELOW_MAJORITY`); "equivalent" needs the seeds :func:`compare_paired`
+      asks for (else "not enough seeds").
+    """
+    withheld = []
+    speed, eff = v["speedup"], v["efficiency"]
+    if math.isnan(speed["mean"]):
+        withheld.append(NO_TIMING)
+    else:
+        if v["oversubscribed"]:
+            withheld.append(OVERSUBSCRIBED)
+        if v["timing_contended"]:
+            withheld.append(CONTENDED)
+        elif speed["n"] < 2:
+            withheld.append(FEW_TIMINGS)
+        if eff["mean"] > 1:
+            withheld.append(SUPERLINEAR)
+    above = above_rate([r["accuracy"] for r in central], majority_rate) and above_rate(
+        [r["accuracy"] for r in parallel], majority_rate
+    )
+    verdicts = {
+        key: (v[key]["verdict"] if above else BELOW_MAJORITY) for key in ("accuracy", "macro_f1")
+    }
+    return {
+        "speedup_claimed": not withheld,
+        "speedup_withheld": withheld,
+        "efficiency_above_1": bool(eff["mean"] > 1),
+        "above_majority": above,
+        "majority_rate": math.nan if majority_rate is None else float(majority_rate),
+        "accuracy_verdict": verdicts["accuracy"],
+        "macro_f1_verdict": verdicts["macro_f1"],
+        "equivalent": verdicts["accuracy"] == EQUIVALENT,
+    }
+
+
+def majority_baseline(records: Sequence[Mapping]) -> dict | None:
+    """The majority-class baseline on the test split: always predict the most frequent
+    test class, the best any constant prediction can score there (so a model at or
+    below it has learned nothing a constant would not). None without test labels."""
+    rec = next((r for r in records if r.get("y_true")), None)
+    if rec is None:
+        return None
+    y = np.asarray(rec["y_true"], dtype=int)
+    classes = list(rec.get("classes") or [])
+    counts = np.bincount(y, minlength=len(classes))
+    k = int(counts.argmax())
+    rate = float(counts[k] / len(y))
+    # Predicting k everywhere: precision = rate, recall = 1 for k; F1 0 for every other
+    # class present; macro-F1 over the classes present (the engines' convention).
+    f1_k = 2 * rate / (1 + rate)
+    present = [i for i in range(len(counts)) if counts[i] > 0]
+    names = [classes[i] if i < len(classes) else str(i) for i in range(len(counts))]
+    return {
+        "class": names[k],
+        "accuracy": rate,
+        "macro_f1": f1_k / len(present),
+        "n_test": int(len(y)),
+        "per_class_f1": {names[i]: (f1_k if i == k else 0.0) for i in present},
+    }
 
 
 def _comm_per_epoch(run: Mapping) -> float:
@@ -226,7 +354,10 @@ def analyse(
     alpha: float = 0.05,
     networks: Mapping[str, Network] = NETWORK_PRESETS,
 ) -> dict:
-    """All findings per model: groups, comparisons to centralised, scaling fit."""
+    """All findings per model: groups, comparisons to centralised, scaling fit; and the
+    baselines every table carries (majority class, XGBoost on flow statistics)."""
+    majority = majority_baseline(records)
+    rate = majority["accuracy"] if majority else None
     models: dict = {}
     for model, runs in _by(records, "model").items():
         by_n = _by(runs, "workers")
@@ -238,7 +369,7 @@ def analyse(
         for n, group in sorted(by_n.items()):
             if n != 1 and central:
                 entry["vs_central"][str(n)] = compare_to_central(
-                    central, group, n, margin=margin, alpha=alpha
+                    central, group, n, margin=margin, alpha=alpha, majority_rate=rate
                 )
         if host is not None and model in workloads:
             try:
@@ -247,29 +378,54 @@ def analyse(
                 )
             except ValueError as exc:
                 entry["scaling"] = {"error": str(exc)}
+        central_acc = [r["accuracy"] for r in central]
+        entry["above_majority"] = bool(central) and above_rate(central_acc, rate)
         models[model] = entry
-    return {"margin": margin, "alpha": alpha, "cores": cores, "models": models}
+    flow = models.get(FLOW_STATS_MODEL, {}).get("by_workers", {}).get("1")
+    baselines = {
+        "majority": majority,
+        "flow_stats": None
+        if flow is None
+        else {"model": FLOW_STATS_MODEL, "accuracy": flow["accuracy"], "macro_f1": flow["macro_f1"],
+              "n_runs": flow["n_runs"]},
+    }  # fmt: skip
+    return {"margin": margin, "alpha": alpha, "cores": cores, "models": models,
+            "baselines": baselines}  # fmt: skip
 
 
-def headline(model: str, entry: Mapping, margin: float) -> str | None:
-    """One plain sentence for a model, from its largest non-oversubscribed comparison."""
-    cands = [v for v in entry["vs_central"].values() if not v["oversubscribed"]]
-    if not cands:
-        return None
-    best = max(cands, key=lambda v: v["n_workers"])
-    s = best["speedup"]
-    acc = best["accuracy"]
-    n = best["n_workers"]
-    if math.isnan(s["mean"]):
-        return None
+def _pts_ci(iv: Mapping | None, label: str) -> str:
+    """``label -0.30 to +0.40 pt`` from a difference interval (fractions), or ''."""
+    if not iv or iv.get("low") is None or math.isnan(iv["low"]):
+        return ""
+    return f"{label} {100 * iv['low']:+.2f} to {100 * iv['high']:+.2f} pt"
+
+
+def speedup_text(model: str, v: Mapping) -> str:
+    """The time half of a headline: the speedup with its CI, or why none is claimed."""
+    s, n = v["speedup"], v["n_workers"]
+    claims = v["claims"]
+    if not claims["speedup_claimed"]:
+        why = ", ".join(claims["speedup_withheld"])
+        measured = "" if math.isnan(s["mean"]) else f"; measured {s['mean']:.2f}x"
+        if SUPERLINEAR in claims["speedup_withheld"]:
+            measured += f", {100 * v['efficiency']['mean']:.0f} % efficiency"
+        return f"{n} workers: no speedup claimed for {model} ({why}{measured})"
     if s["mean"] >= 1:
-        time_part = f"{n} workers cut {model}'s epoch time {s['mean']:.2f}x"
+        text = f"{n} workers cut {model}'s epoch time {s['mean']:.2f}x"
         lo, hi = s["low"], s["high"]
     else:  # say "slower" and invert the interval with it
-        time_part = f"{n} workers made {model}'s epochs {1 / s['mean']:.2f}x slower"
+        text = f"{n} workers made {model}'s epochs {1 / s['mean']:.2f}x slower"
         lo, hi = 1 / s["high"], 1 / s["low"]
     if not math.isnan(lo):
-        time_part += f" (95 % CI {lo:.2f}-{hi:.2f}x)"
+        text += f" (95 % CI {lo:.2f}-{hi:.2f}x)"
+    return text
+
+
+def accuracy_text(v: Mapping, margin: float) -> str:
+    """The accuracy half of a headline, from the claims' verdict, with its interval."""
+    acc = v["accuracy"]
+    claims = v["claims"]
+    verdict = claims["accuracy_verdict"]
     pts = f"+-{100 * margin:g} pt"
     tost = acc["tost_p"]
     p_txt = (
@@ -277,14 +433,41 @@ def headline(model: str, entry: Mapping, margin: float) -> str | None:
         if not math.isnan(tost)
         else acc["note"] or "no test"
     )
-    verdict = acc["verdict"]
     diff = 100 * acc["diff"]["mean"]
-    if verdict == "equivalent":
-        acc_part = f"accuracy equivalent within {pts} ({p_txt})"
-    elif verdict == "different":
+    if verdict == BELOW_MAJORITY:
+        a = acc["mean_a"]
+        return (
+            f"accuracy {100 * a['mean']:.1f} % (centralised) is not above the majority-class "
+            f"rate of {100 * claims['majority_rate']:.1f} %: the model has not learned, so no "
+            "accuracy verdict"
+        )
+    ci90 = _pts_ci(acc.get("diff_tost"), f"{100 * (1 - 2 * acc['alpha']):.0f} % CI")
+    if verdict == EQUIVALENT:
+        return f"accuracy equivalent within {pts} ({p_txt}; {ci90})"
+    if verdict == DIFFERENT:
         t_p = acc["t_p"]
         t_txt = "< 0.001" if t_p < 0.001 else f"= {t_p:.3f}"
-        acc_part = f"accuracy differs by {diff:+.2f} pt (paired t p {t_txt})"
-    else:
-        acc_part = f"accuracy not shown equivalent within {pts} ({p_txt}; mean diff {diff:+.2f} pt)"
-    return f"{time_part}; {acc_part}."
+        ci95 = _pts_ci(acc["diff"], "95 % CI")
+        return f"accuracy differs by {diff:+.2f} pt ({ci95}; paired t p {t_txt})"
+    ci = f"; {ci90}" if ci90 else ""
+    if verdict == NOT_ENOUGH_SEEDS:
+        return (
+            f"accuracy equivalence not judged: {acc['n']} paired seed(s), at least "
+            f"{MIN_EQUIVALENCE_SEEDS} needed (mean diff {diff:+.2f} pt{ci})"
+        )
+    return f"accuracy not shown equivalent within {pts} ({p_txt}; mean diff {diff:+.2f} pt{ci})"
+
+
+def headline_comparison(entry: Mapping) -> Mapping | None:
+    """The comparison a model's headline reports: its largest worker count that does not
+    oversubscribe the cores (None when every one does)."""
+    cands = [v for v in entry["vs_central"].values() if not v["oversubscribed"]]
+    return max(cands, key=lambda v: v["n_workers"]) if cands else None
+
+
+def headline(model: str, entry: Mapping, margin: float) -> str | None:
+    """One plain sentence for a model, from its largest non-oversubscribed comparison."""
+    best = headline_comparison(entry)
+    if best is None:
+        return None
+    return f"{speedup_text(model, best)}; {accuracy_text(best, margin)}."

@@ -34,9 +34,19 @@ METHODS = [
     "to 0-100 %); data-parallel "
     "against centralised paired by seed with a paired t-test, a Wilcoxon signed-rank test "
     "and a TOST equivalence test; McNemar's test on each seed's test predictions.",
-    "Verdict: 'equivalent' when TOST rejects a difference beyond the margin; 'different' "
-    "when the paired t-test finds a difference and equivalence is not shown; else 'not "
-    "shown equivalent' (too few seeds or too much noise to tell).",
+    "Verdict: 'equivalent' when TOST rejects a difference beyond the margin over at least "
+    "5 paired seeds ('not enough seeds' with fewer); 'different' when the paired t-test "
+    "finds a difference and equivalence is not shown; else 'not shown equivalent' (too much "
+    "noise to tell); 'not above the majority class' when the model's accuracy (the lower end "
+    "of its 95 % CI over seeds) is not above the majority-class rate, centralised or "
+    "data-parallel: such a model has not learned, and no verdict is given.",
+    "Baselines in every accuracy table: the majority class (always predicting the most "
+    "frequent test class, the best a constant can do) and XGBoost on per-flow statistics.",
+    "A speedup is claimed only from timings that are neither oversubscribed (more worker "
+    "threads than cores) nor contended (other processes took more than 15 % of the CPUs "
+    "while a run was timed; such runs are left out, and when no undisturbed pair of runs "
+    "remains nothing is claimed), over at least two paired seeds; an efficiency above 100 % "
+    "(more than N-fold from N workers) is flagged as a measurement problem, not claimed.",
     "Speedup: time per epoch (XGBoost: per boosting round; the first epoch left out when "
     "three or more ran) centralised over data-parallel, geometric mean over seeds with a "
     "95 % CI on the log ratio; efficiency = speedup / N.",

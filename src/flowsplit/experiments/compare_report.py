@@ -144,7 +144,7 @@ def _first(records: list[dict], key: str) -> Any:
 
 def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list[str]:
     """Plain-language findings, most important first."""
-    lines = []
+    lines = baseline_lines(analysis)
     models = analysis["models"]
     for model, entry in models.items():
         line = headline(model, entry, cfg["margin"])
@@ -167,8 +167,8 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             f"{100 * CONTENDED_SHARE:.0f} % of the cores' time): their accuracy counts; their "
             "timing is left out of speedups and of the scaling fit"
             + (
-                ", except where no undisturbed run exists: those timings (and the speedups and "
-                "fit built on them) are unreliable; rerun with --rerun-contended on a quiet machine."
+                ", and where no undisturbed run exists no speedup is claimed (the scaling fit "
+                f"there is unreliable). {QUIET_ADVICE}"
                 if fallback
                 else "."
             )
@@ -209,6 +209,47 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
     if failures:
         lines.append(f"{len(failures)} run(s) failed and are missing from the statistics: "
                      + ", ".join(sorted(failures)) + ".")  # fmt: skip
+    return lines
+
+
+QUIET_ADVICE = (
+    "Rerun on a quiet machine (`flowsplit compare ... --rerun-contended`, optionally with "
+    "`--quiet-wait 60`): while other processes take CPU time, an epoch time measures the CPU a "
+    "run was given, not how training scales, and the centralised and data-parallel runs are "
+    "slowed by different amounts."
+)
+
+
+def _pct_ci(iv: dict) -> str:
+    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions)."""
+    text = f"{100 * iv['mean']:.1f} %"
+    if iv.get("low") is not None and not math.isnan(iv["low"]):
+        text += f" (95 % CI {100 * iv['low']:.1f}-{100 * iv['high']:.1f})"
+    return text
+
+
+def baseline_lines(analysis: dict) -> list[str]:
+    """The two baselines every verdict is read against, in words."""
+    base = analysis.get("baselines") or {}
+    maj, flow = base.get("majority"), base.get("flow_stats")
+    lines = []
+    if maj:
+        lines.append(
+            f"Majority-class baseline: always predicting {maj['class']!r}, the most frequent "
+            f"test class, scores {100 * maj['accuracy']:.1f} % accuracy and "
+            f"{100 * maj['macro_f1']:.1f} % macro-F1; a model not above it gets no verdict."
+        )
+    if flow:
+        lines.append(
+            f"Flow-statistics baseline: XGBoost on per-flow statistics, centralised, "
+            f"{_pct_ci(flow['accuracy'])} accuracy and {_pct_ci(flow['macro_f1'])} macro-F1 "
+            f"over {flow['n_runs']} seed(s)."
+        )
+    else:
+        lines.append(
+            "Flow-statistics baseline (XGBoost) not run: add xgboost to --models to see what "
+            "per-flow statistics alone achieve."
+        )
     return lines
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from flowsplit.experiments.analysis import FLOW_STATS_MODEL
 from flowsplit.experiments.scaling import NETWORK_PRESETS
 from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
 
@@ -26,23 +27,59 @@ def _score_ci(d: dict | None) -> str:
     return fmt_ci(d["mean"], clip["low"], clip["high"], 100, 1)
 
 
-def summary_rows(analysis: dict) -> list[dict]:
+def model_label(model: str) -> str:
+    """A model's name in tables; the flow-statistics baseline says what it is."""
+    return f"{model} (flow-statistics baseline)" if model == FLOW_STATS_MODEL else model
+
+
+def speedup_cell(v: dict) -> str:
+    """The measured speedup with its CI, and why it is not claimed when it is not."""
+    text = _ci(v["speedup"], 1, 2)
+    withheld = v["claims"]["speedup_withheld"]
+    return f"{text}, not claimed: {', '.join(withheld)}" if withheld else text
+
+
+def baseline_rows(analysis: dict) -> list[dict]:
+    """The majority-class row, and a placeholder for XGBoost when the study lacks it."""
+    base = analysis.get("baselines") or {}
     rows = []
+    maj = base.get("majority")
+    if maj:
+        rows.append({
+            "model": f"majority class (always {maj['class']!r})", "workers": "–",
+            "acc_c": f"{100 * maj['accuracy']:.1f}", "f1_c": f"{100 * maj['macro_f1']:.1f}",
+            "verdict": "baseline", "f1_verdict": "baseline",
+        })  # fmt: skip
+    if FLOW_STATS_MODEL not in analysis["models"]:
+        rows.append({"model": model_label(FLOW_STATS_MODEL), "workers": "–",
+                     "verdict": "not run (add xgboost to --models)"})  # fmt: skip
+    return rows
+
+
+def summary_rows(analysis: dict) -> list[dict]:
+    """One row per model and data-parallel worker count, after the baseline rows."""
+    rows = baseline_rows(analysis)
     for model, e in analysis["models"].items():
         central = e["by_workers"].get("1")
+        if not e["vs_central"]:  # centralised only: still a row, for its scores
+            rows.append({"model": model_label(model), "workers": "1",
+                         "acc_c": _score_ci(central and central["accuracy"]),
+                         "f1_c": _score_ci(central and central["macro_f1"]),
+                         "verdict": "centralised only"})  # fmt: skip
         for n, v in e["vs_central"].items():
             g = e["by_workers"][n]
             acc = v["accuracy"]
+            claims = v["claims"]
             rows.append({
-                "model": model, "workers": f"{n}" + (" (oversubscribed)" if v["oversubscribed"]
-                                                      else ""),
+                "model": model_label(model), "workers": f"{n}" + (" (oversubscribed)"
+                                                                  if v["oversubscribed"] else ""),
                 "acc_c": _score_ci(central and central["accuracy"]),
                 "acc_p": _score_ci(g["accuracy"]),
                 "diff": _ci(acc.get("diff_tost") or acc["diff"], 100, 2),
-                "tost": acc["tost_p"], "verdict": acc["verdict"],
+                "tost": acc["tost_p"], "verdict": claims["accuracy_verdict"],
                 "f1_c": _score_ci(central and central["macro_f1"]),
-                "f1_p": _score_ci(g["macro_f1"]), "f1_verdict": v["macro_f1"]["verdict"],
-                "speedup": _ci(v["speedup"], 1, 2), "eff": v["efficiency"]["mean"],
+                "f1_p": _score_ci(g["macro_f1"]), "f1_verdict": claims["macro_f1_verdict"],
+                "speedup": speedup_cell(v), "eff": v["efficiency"]["mean"],
                 "comm": g["comm_share"]["mean"],
             })  # fmt: skip
     return rows
@@ -67,10 +104,10 @@ def stats_rows(analysis: dict) -> list[dict]:
                 c = v[metric]
                 mc = v["mcnemar"]
                 rows.append({
-                    "model": model, "workers": n, "metric": metric, "n": c["n"],
+                    "model": model_label(model), "workers": n, "metric": metric, "n": c["n"],
                     "diff": _ci(c["diff"], 100, 2), "t_p": c["t_p"], "w_p": c["wilcoxon_p"],
                     "diff_tost": _ci(c.get("diff_tost"), 100, 2),
-                    "tost": c["tost_p"], "verdict": c["verdict"],
+                    "tost": c["tost_p"], "verdict": v["claims"][f"{metric}_verdict"],
                     "mcnemar": (f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
                                 f"{analysis['alpha']:g} (p: "
                                 + ", ".join(fmt_p(m["p"]) for m in mc) + ")"
@@ -94,7 +131,7 @@ def timing_rows(analysis: dict) -> list[dict]:
     for model, e in analysis["models"].items():
         for n, g in e["by_workers"].items():
             rows.append({
-                "model": model, "workers": n, "runs": g["n_runs"],
+                "model": model_label(model), "workers": n, "runs": g["n_runs"],
                 "epoch": _ci(g["epoch_time_s"], 1, 3), "sps": g["samples_per_s"]["mean"],
                 "comm": g["comm_share"]["mean"], "rss": g["peak_rss_mb"]["mean"],
                 "over": "yes" if g["oversubscribed"] else "no",
@@ -172,6 +209,11 @@ def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:
     classes = results["dataset"]["classes"] or []
     cols = [Column("class", "class")]
     rows = [{"class": c} for c in classes]
+    maj = (results["analysis"].get("baselines") or {}).get("majority")
+    if maj:
+        cols.append(Column("majority", f"majority class ({maj['class']})", fmt_pct(1), "right"))
+        for row in rows:
+            row["majority"] = maj["per_class_f1"].get(row["class"], math.nan)
     for model, by_n in results["per_class_f1"].items():
         entry = results["analysis"]["models"][model]
         ok = [int(n) for n, v in entry["vs_central"].items() if not v["oversubscribed"]]
@@ -179,7 +221,7 @@ def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:
             if n is None or n not in by_n:
                 continue
             key = f"{model}@{n}"
-            label = f"{model} {'centralised' if n == '1' else n + ' workers'}"
+            label = f"{model_label(model)} {'centralised' if n == '1' else n + ' workers'}"
             cols.append(Column(key, label, fmt_pct(1), "right"))
             for row in rows:
                 row[key] = by_n[n].get(row["class"], math.nan)

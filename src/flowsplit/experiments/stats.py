@@ -24,6 +24,16 @@ from statsmodels.stats.weightstats import ttost_paired
 EQUIVALENT = "equivalent"
 NOT_SHOWN = "not shown equivalent"
 DIFFERENT = "different"
+NOT_ENOUGH_SEEDS = "not enough seeds"
+MIN_EQUIVALENCE_SEEDS = 5
+"""TOST over fewer paired seeds is not trusted: with 2-4 seeds the seed-to-seed spread is
+estimated from 1-3 degrees of freedom, and one lucky draw of near-identical seeds makes a
+tiny interval. Below this many seeds the verdict is :data:`NOT_ENOUGH_SEEDS` (a difference
+the paired t-test finds is still reported as :data:`DIFFERENT`)."""
+SCORE_BOUNDS = (0.0, 1.0)
+"""Range of a score (accuracy, macro-F1, a share): its intervals are clipped to it."""
+DIFF_BOUNDS = (-1.0, 1.0)
+"""Range of a difference of two scores."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,31 @@ class McNemarResult:
         return asdict(self)
 
 
-def mean_ci(values, confidence: float = 0.95) -> Interval:
-    """Mean and Student-t confidence interval; NaN bounds when fewer than two values."""
+def clip_interval(iv: Interval, bounds: tuple[float, float] | None) -> Interval:
+    """``iv`` with its bounds clipped to ``bounds`` (a t-interval over a few seeds can
+    overshoot the range of a bounded quantity, e.g. an accuracy above 100 %)."""
+    if bounds is None:
+        return iv
+    lo, hi = bounds
+
+    def clip(x: float) -> float:
+        return x if math.isnan(x) else min(hi, max(lo, x))
+
+    return Interval(iv.mean, clip(iv.low), clip(iv.high), iv.n, iv.confidence)
+
+
+def mean_ci(
+    values, confidence: float = 0.95, *, bounds: tuple[float, float] | None = None
+) -> Interval:
+    """Mean and Student-t confidence interval; NaN bounds when fewer than two values.
+
+    ``bounds``: the range of the quantity; the interval is clipped to it.
+    """
+    iv = _mean_ci(values, confidence)
+    return clip_interval(iv, bounds)
+
+
+def _mean_ci(values, confidence: float) -> Interval:
     x = np.asarray(values, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
@@ -148,9 +181,20 @@ def equivalence_verdict(tost_p: float, t_p: float, alpha: float = 0.05) -> str:
 
 
 def compare_paired(
-    a, b, *, margin: float = 0.01, alpha: float = 0.05, confidence: float = 0.95
+    a,
+    b,
+    *,
+    margin: float = 0.01,
+    alpha: float = 0.05,
+    confidence: float = 0.95,
+    min_seeds: int = MIN_EQUIVALENCE_SEEDS,
 ) -> PairedComparison:
-    """Paired t-test, Wilcoxon signed-rank and TOST of ``b`` against ``a`` (one pair per seed)."""
+    """Paired t-test, Wilcoxon signed-rank and TOST of ``b`` against ``a`` (one pair per seed).
+
+    Scores are fractions, so the intervals of the means are clipped to [0, 1] and those
+    of the difference to [-1, 1]. With fewer than ``min_seeds`` pairs the verdict is
+    :data:`NOT_ENOUGH_SEEDS` unless the t-test shows a difference (the p-values stay).
+    """
     xa = np.asarray(a, dtype=float)
     xb = np.asarray(b, dtype=float)
     if xa.shape != xb.shape or xa.ndim != 1:
@@ -163,8 +207,8 @@ def compare_paired(
     xa, xb = xa[ok], xb[ok]
     n = int(xa.size)
     d = xb - xa
-    diff = mean_ci(d, confidence)
-    diff_tost = mean_ci(d, 1 - 2 * alpha)
+    diff = mean_ci(d, confidence, bounds=DIFF_BOUNDS)
+    diff_tost = mean_ci(d, 1 - 2 * alpha, bounds=DIFF_BOUNDS)
     nan = math.nan
     t_stat = t_p = w_stat = w_p = tost_p = nan
     note = ""
@@ -175,8 +219,10 @@ def compare_paired(
         # The sample is then a constant, so decide against the margin directly.
         note = "all paired differences are identical; tests undefined, verdict from the margin"
         verdict = EQUIVALENT if abs(d[0]) < margin else DIFFERENT
+        verdict, note = _enough_seeds(verdict, note, n, min_seeds)
         return PairedComparison(
-            n, mean_ci(xa, confidence), mean_ci(xb, confidence), diff, nan, nan, nan, nan,
+            n, mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
+            mean_ci(xb, confidence, bounds=SCORE_BOUNDS), diff, nan, nan, nan, nan,
             margin, nan, alpha, verdict, note, diff_tost,
         )  # fmt: skip
     else:
@@ -193,10 +239,11 @@ def compare_paired(
                 f"with n = {n} seeds the Wilcoxon test cannot reach p < 0.05 "
                 f"(smallest two-sided p = {2 / 2**n:.3f})"
             )
+    verdict, note = _enough_seeds(equivalence_verdict(tost_p, t_p, alpha), note, n, min_seeds)
     return PairedComparison(
         n=n,
-        mean_a=mean_ci(xa, confidence),
-        mean_b=mean_ci(xb, confidence),
+        mean_a=mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
+        mean_b=mean_ci(xb, confidence, bounds=SCORE_BOUNDS),
         diff=diff,
         t_stat=t_stat,
         t_p=t_p,
@@ -205,10 +252,18 @@ def compare_paired(
         margin=margin,
         tost_p=tost_p,
         alpha=alpha,
-        verdict=equivalence_verdict(tost_p, t_p, alpha),
+        verdict=verdict,
         note=note,
         diff_tost=diff_tost,
     )
+
+
+def _enough_seeds(verdict: str, note: str, n: int, min_seeds: int) -> tuple[str, str]:
+    """Withhold every verdict but a shown difference when fewer than ``min_seeds`` pairs."""
+    if n >= min_seeds or verdict == DIFFERENT:
+        return verdict, note
+    why = f"equivalence needs at least {min_seeds} paired seeds, this has {n}"
+    return NOT_ENOUGH_SEEDS, f"{why}; {note}" if note else why
 
 
 def mcnemar_test(y_true, pred_a, pred_b, *, exact_below: int = 25) -> McNemarResult:
