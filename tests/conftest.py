@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from flowsplit.report.browser import find_chromium
+
 # Tests run side by side on 2 cores: one intra-op thread per test process. Setting
 # OMP_NUM_THREADS here would be too late (torch is already imported), so set torch's.
 torch.set_num_threads(1)
@@ -25,6 +27,16 @@ needs_ndpi = pytest.mark.skipif(
 needs_ustc = pytest.mark.skipif(
     not USTC_DIR.is_dir(), reason=f"USTC-TFC2016 IDX files not found at {USTC_DIR}"
 )
+
+
+def pytest_configure(config):
+    # CI (.ci/run) installs Chromium and sets this, so the reports' browser checks can
+    # never be skipped there unnoticed; elsewhere they skip with a reason.
+    if os.environ.get("FLOWSPLIT_REQUIRE_CHROMIUM") == "1" and find_chromium() is None:
+        raise pytest.UsageError(
+            "FLOWSPLIT_REQUIRE_CHROMIUM=1 but no headless Chromium was found "
+            "(install the chromium package, or set FLOWSPLIT_CHROMIUM to its path)"
+        )
 
 
 def free_port() -> int:
