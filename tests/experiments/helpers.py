@@ -50,7 +50,7 @@ def fake_metrics(cell: Cell, *, n_train: int = 60, cores: int = 2) -> dict:
     for t, p in zip(y_true, y_pred, strict=True):
         cm[t, p] += 1
     return {
-        "model": cell.model, "view": "bytes", "engine": "ddp" if n > 1 else "centralised",
+        "schema_version": 2, "kind": "train", "model": cell.model, "view": "bytes", "engine": "ddp" if n > 1 else "centralised",
         "workers": n, "threads_per_worker": 1, "device": "cpu", "backend": "gloo",
         "seed": cell.seed, "wall_time_s": 5 * epoch + 1, "epoch_times_s": [epoch * 1.5] +
         [epoch * (1 + 0.01 * rng.standard_normal()) for _ in range(4)],
@@ -61,7 +61,7 @@ def fake_metrics(cell: Cell, *, n_train: int = 60, cores: int = 2) -> dict:
         "best_epoch": 4, "epochs_run": 5, "stopped_early": False, "n_train": n_train,
         "n_test": 15, "test_labels": y_true, "test_predictions": y_pred,
         "test_flow_ids": [str(i) for i in range(75, 90)],
-        "config": {"batch_size": 64, "model_options": {}}, "env": {},
+        "config": {"batch_size": 64, "scale_lr": False, "model_options": {}}, "env": {},
         "extra": {"n_params": 100_000},
     }  # fmt: skip
 

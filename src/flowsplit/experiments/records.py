@@ -1,8 +1,11 @@
 """One flat record per finished run, read from the engines' ``RUN/metrics.json``.
 
-The engines write one schema (:class:`flowsplit.train.result.RunResult`); this module
-reduces it to what the comparison needs: one number per measurement, the test
-predictions for McNemar, and the facts the scaling model needs about the workload.
+The engines write one schema (:class:`flowsplit.train.result.RunResult`, read by
+:func:`~flowsplit.train.result.read_result`); this module reduces it to what the
+comparison needs: one number per measurement, the test predictions for McNemar, and the
+facts the scaling model needs about the workload. A record is a :class:`RunRecord`:
+every key is always present (a value the engine did not measure is NaN, never a silent
+0), so readers index it and never need a default.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
+from flowsplit.errors import InputError
 from flowsplit.experiments.scaling import Workload
+from flowsplit.models.registry import build_model, model_options
+from flowsplit.train.result import METRICS_NAME, RunResult, read_result
 
 CELL_INFO = "compare_cell.json"  # written beside metrics.json by `flowsplit compare`
 CONTENDED_SHARE = 0.15
@@ -38,6 +44,54 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
+class RunRecord(TypedDict):
+    """One finished training run, flattened (a row of ``results.csv`` plus the lists)."""
+
+    model: str
+    view: str
+    engine: str
+    workers: int
+    threads_per_worker: int
+    seed: int
+    oversubscribed: bool
+    epochs_run: int
+    epoch_time_s: float
+    """Typical epoch time (see :func:`typical_epoch_time`)."""
+    train_time_s: float
+    """Sum of the epoch times."""
+    wall_time_s: float
+    samples_per_s: float
+    comm_time_s: float
+    comm_share: float
+    """comm_time_s / train_time_s (NaN without training time)."""
+    comm_bytes: int
+    data_time_s: float
+    peak_rss_mb: float
+    """Largest peak resident memory over the workers (NaN when none was measured)."""
+    accuracy: float
+    macro_f1: float
+    n_train: int
+    n_test: int
+    run_dir: str
+    y_true: list[int]
+    y_pred: list[int]
+    test_flow_ids: list[str]
+    classes: list[str]
+    confusion_matrix: list[list[int]]
+    per_class_f1: dict[str, float | None]
+    config: dict[str, Any]
+    extra: dict[str, Any]
+    env: dict[str, Any]
+    epoch_times_s: list[float | None]
+    loss_per_epoch: list[float | None]
+    val_macro_f1_per_epoch: list[float | None]
+    foreign_cpu_share: float
+    """Share of the CPUs other processes used during the run (NaN: not metered)."""
+    cpu_obtained: float
+    """CPU the run's processes got per thread they wanted (1.0 = never waited; NaN: unknown)."""
+    contended: bool
+
+
 def typical_epoch_time(epoch_times: list[float]) -> float:
     """Mean epoch time, leaving out the first epoch when there are at least three.
 
@@ -57,61 +111,76 @@ def is_oversubscribed(workers: int, threads_per_worker: int, cores: int) -> bool
     return cores > 0 and workers * max(1, threads_per_worker) > cores
 
 
-def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str = "") -> dict:
-    """Flatten one ``metrics.json`` dict into a comparison record."""
-    epochs = list(metrics.get("epoch_times_s") or [])
+def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str = "") -> RunRecord:
+    """Flatten one ``metrics.json`` dict (checked against the schema) into a record."""
+    return record_from_result(RunResult.from_dict(dict(metrics)), cores=cores, run_dir=run_dir)
+
+
+def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRecord:
+    """Flatten one training :class:`RunResult` into a comparison record (no CPU metering)."""
+    if r.kind != "train":
+        raise ValueError(f"a {r.kind} result, not a training run")
+    assert r.epoch_times_s is not None and r.comm_time_s is not None  # kind "train" has them
+    epochs = list(r.epoch_times_s)
     train_time = float(sum(t for t in epochs if t is not None))
-    comm = float(metrics.get("comm_time_s") or 0.0)
-    rss = metrics.get("peak_rss_mb") or []
-    workers = int(metrics["workers"])
-    threads = int(metrics.get("threads_per_worker") or 1)
+    comm = float(r.comm_time_s)
     return {
-        "model": str(metrics["model"]),
-        "view": metrics.get("view"),
-        "engine": metrics.get("engine"),
-        "workers": workers,
-        "threads_per_worker": threads,
-        "seed": int(metrics["seed"]),
-        "oversubscribed": is_oversubscribed(workers, threads, cores),
-        "epochs_run": int(metrics.get("epochs_run") or len(epochs)),
+        "model": r.model,
+        "view": r.view,
+        "engine": r.engine,
+        "workers": r.workers,
+        "threads_per_worker": r.threads_per_worker,
+        "seed": r.seed,
+        "oversubscribed": is_oversubscribed(r.workers, r.threads_per_worker, cores),
+        "epochs_run": int(r.epochs_run),
         "epoch_time_s": typical_epoch_time(epochs),
         "train_time_s": train_time,
-        "wall_time_s": float(metrics.get("wall_time_s") or math.nan),
-        "samples_per_s": float(metrics.get("samples_per_s") or math.nan),
+        "wall_time_s": float(r.wall_time_s),
+        "samples_per_s": float(r.samples_per_s),
         "comm_time_s": comm,
         "comm_share": comm / train_time if train_time > 0 else math.nan,
-        "comm_bytes": int(metrics.get("comm_bytes") or 0),
-        "data_time_s": float(metrics.get("data_time_s") or 0.0),
-        "peak_rss_mb": max(rss) if isinstance(rss, list) and rss else rss or math.nan,
-        "accuracy": float(metrics["accuracy"]),
-        "macro_f1": float(metrics["macro_f1"]),
-        "n_train": int(metrics.get("n_train") or 0),
-        "n_test": int(metrics.get("n_test") or 0),
+        "comm_bytes": int(r.comm_bytes),
+        "data_time_s": float(r.data_time_s),
+        "peak_rss_mb": max(r.peak_rss_mb) if r.peak_rss_mb else math.nan,
+        "accuracy": float(r.accuracy),
+        "macro_f1": float(r.macro_f1),
+        "n_train": r.n_train,
+        "n_test": r.n_test,
         "run_dir": run_dir,
         # Not in the CSV: kept for McNemar, confusion matrices and the scaling model.
-        "y_true": metrics.get("test_labels"),
-        "y_pred": metrics.get("test_predictions"),
-        "test_flow_ids": metrics.get("test_flow_ids"),
-        "classes": metrics.get("classes") or [],
-        "confusion_matrix": metrics.get("confusion_matrix"),
-        "per_class_f1": metrics.get("per_class_f1") or {},
-        "config": metrics.get("config") or {},
-        "extra": metrics.get("extra") or {},
-        "env": metrics.get("env") or {},
+        "y_true": list(r.test_labels),
+        "y_pred": list(r.test_predictions),
+        "test_flow_ids": list(r.test_flow_ids),
+        "classes": list(r.classes),
+        "confusion_matrix": r.confusion_matrix,
+        "per_class_f1": r.per_class_f1,
+        "config": r.config,
+        "extra": r.extra,
+        "env": r.env,
         "epoch_times_s": epochs,
-        "loss_per_epoch": metrics.get("loss_per_epoch") or [],
-        "val_macro_f1_per_epoch": metrics.get("val_macro_f1_per_epoch") or [],
+        "loss_per_epoch": list(r.loss_per_epoch),
+        "val_macro_f1_per_epoch": list(r.val_macro_f1_per_epoch),
+        # Set by read_record from compare_cell.json; unknown here.
+        "foreign_cpu_share": math.nan,
+        "cpu_obtained": math.nan,
+        "contended": False,
     }
 
 
-def read_record(run_dir: str | Path, *, cores: int) -> dict | None:
-    """The record of a finished run, or None when ``run_dir`` has no readable metrics."""
-    path = Path(run_dir) / "metrics.json"
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-        rec = record_from_metrics(metrics, cores=cores, run_dir=str(run_dir))
-    except (OSError, ValueError, KeyError, TypeError):
+def read_record(run_dir: str | Path, *, cores: int) -> RunRecord | None:
+    """The record of a finished run; None when ``run_dir`` has no ``metrics.json`` yet.
+
+    A ``metrics.json`` that is there but not a training :class:`RunResult` (another schema
+    version, a missing or mistyped field, an SFL run) is an :class:`InputError` naming it:
+    a finished run must never look unfinished and be run again.
+    """
+    if not (Path(run_dir) / METRICS_NAME).is_file():
         return None
+    result = read_result(run_dir)
+    try:
+        rec = record_from_result(result, cores=cores, run_dir=str(run_dir))
+    except ValueError as exc:
+        raise InputError(Path(run_dir) / METRICS_NAME, str(exc)) from None
     share = obtained = math.nan
     try:
         info = json.loads((Path(run_dir) / CELL_INFO).read_text(encoding="utf-8"))
@@ -128,7 +197,7 @@ def read_record(run_dir: str | Path, *, cores: int) -> dict | None:
     return rec
 
 
-def workload_from_records(records: list[Mapping], dataset=None) -> Workload | None:
+def workload_from_records(records: list[RunRecord], dataset=None) -> Workload | None:
     """The scaling model's view of one model's runs (all runs share the workload).
 
     DDP: gradient bytes per step from the parameter count (float32), the global batch
@@ -138,28 +207,28 @@ def workload_from_records(records: list[Mapping], dataset=None) -> Workload | No
     if not records:
         return None
     r = records[0]
-    cfg = r.get("config") or {}
-    n_train = int(r.get("n_train") or 0)
-    if r.get("engine") == "xgboost-dask" or r["model"] == "xgboost":
-        opts = cfg.get("model_options") or {}
-        max_bin = int(opts.get("max_bin", 256))
-        n_features, n_bins = _features_and_bins(dataset, r.get("view") or "stats", max_bin)
+    cfg = r["config"]
+    if r["engine"] == "xgboost-dask" or r["model"] == "xgboost":
+        # The options the booster was built with: the model's defaults, then the run's.
+        opts = {**model_options("xgboost"), **cfg["model_options"]}
+        max_bin = int(opts["max_bin"])
+        n_features, n_bins = _features_and_bins(dataset, r["view"], max_bin)
         # The engine counts the histograms its trees really built (bytes_are_estimate):
         # per round, from the data-parallel runs.
         per_round = [
             rec["comm_bytes"] / rec["epochs_run"]
             for rec in records
-            if rec["workers"] > 1 and rec.get("comm_bytes") and rec.get("epochs_run")
+            if rec["workers"] > 1 and rec["comm_bytes"] and rec["epochs_run"]
         ]
         return Workload(
             r["model"],
-            n_samples=n_train,
+            n_samples=r["n_train"],
             kind="xgboost",
             n_features=n_features,
             n_bins=n_bins,
-            max_depth=int(opts.get("max_depth", 6)),
+            max_depth=int(opts["max_depth"]),
             n_rounds=1,
-            trees_per_round=max(1, len(r.get("classes") or [])),
+            trees_per_round=max(1, len(r["classes"])),
             hist_bytes_per_round=float(np.median(per_round)) if per_round else 0.0,
         )
     n_params = _param_count(r, dataset)
@@ -167,12 +236,12 @@ def workload_from_records(records: list[Mapping], dataset=None) -> Workload | No
         return None
     return Workload(
         r["model"],
-        n_samples=n_train,
+        n_samples=r["n_train"],
         kind="ddp",
         param_bytes=4 * n_params,
-        batch_size=int(cfg.get("batch_size", 64)),
+        batch_size=int(cfg["batch_size"]),
         # The engines keep the global batch fixed unless told to scale it.
-        global_batch=not bool(cfg.get("scale_lr", False)),
+        global_batch=not bool(cfg["scale_lr"]),
     )
 
 
@@ -189,24 +258,21 @@ def _features_and_bins(dataset, view: str, max_bin: int) -> tuple[int, int]:
     return int(x.shape[1]), max(1, round(sum(bins) / len(bins)))
 
 
-def _param_count(record: Mapping, dataset) -> int | None:
+def _param_count(record: RunRecord, dataset) -> int | None:
     """Trainable parameters: from the engine if it says, else by building the model."""
-    extra = record.get("extra") or {}
-    for key in ("n_params", "n_parameters", "parameters"):
-        if isinstance(extra.get(key), int):
-            return int(extra[key])
+    n_params = record["extra"].get("n_params")  # extra: engine-specific, absent for XGBoost
+    if isinstance(n_params, int):
+        return n_params
     if dataset is None:
         return None
     try:
-        from flowsplit.models.registry import build_model
-
-        view = record.get("view")
+        view = record["view"]
         model = build_model(
             record["model"],
             view=view,
             input_shape=dataset.view_shape(view),
             n_classes=dataset.n_classes,
-            **((record.get("config") or {}).get("model_options") or {}),
+            **record["config"]["model_options"],
         )
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
     except Exception:  # noqa: BLE001 - without a count the scaling model is skipped, not fatal
