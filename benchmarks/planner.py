@@ -99,8 +99,9 @@ def bench_time(profile, runs: int) -> dict:
 
 def bench_gap(profile, n_instances: int, seed: int) -> dict:
     from flowsplit.federated.presets import generate_topology
+    from flowsplit.federated.schemes import get_scheme
     from flowsplit.planner.assign import greedy_assign
-    from flowsplit.planner.costs import SchemeFlags, build_cost_table
+    from flowsplit.planner.costs import build_cost_table
     from flowsplit.planner.exact import solve_exact
     from flowsplit.planner.plan import (
         PlannerConfig,
@@ -125,7 +126,7 @@ def bench_gap(profile, n_instances: int, seed: int) -> dict:
         t0 = time.perf_counter()
         plan = plan_split(profile, topo, loss, cfg)
         heur_s = time.perf_counter() - t0
-        flags = SchemeFlags.of(family)
+        flags = get_scheme(family)
         cuts, pcs = legal_part_costs(profile, flags)
         table = build_cost_table(pcs, topo, flags, batch_size=cfg.batch_size)
         obj = make_objective(profile, topo, cfg, table, cuts)

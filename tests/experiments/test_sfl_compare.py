@@ -40,18 +40,21 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     # Execute
     report = run_sfl_compare(data, out, model="toy", model_fn=ToyFactory("mlp"), seeds=(0, 1),
                              rounds=2, n_clients=5, n_aggregators=2, n_pilots=3,
-                             quiet=True)  # fmt: skip
+                             pilot_steps=4, quiet=True)  # fmt: skip
     # Assert: the three files, every scheme x seed, and exact cost predictions.
     assert report == out / "report.html" and (out / "report.md").is_file()
     results = json.loads((out / "results.json").read_text())
-    assert set(results["schemes"]) == {"sfl", "hsfl", "delay", "acc-aware"}
+    assert set(results["schemes"]) == {"sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware"}
     assert {(r["scheme"], r["seed"]) for r in results["runs"]} == {
         (s, k) for s in results["schemes"] for k in (0, 1)
     }
-    assert set(results["vs_hsfl"]) == {"sfl", "delay", "acc-aware"}
+    assert set(results["vs_hsfl"]) == {"sfl", "hsfl-greedy", "delay", "acc-aware"}
     assert results["prediction_check"]["max_rel_delay_error"] < 1e-9
     assert results["prediction_check"]["max_rel_bytes_error"] < 1e-12
     assert results["surrogate"]["cost"]["n_pilots"] == 3
+    # Pilots are budgeted in steps (at least four rounds: a curve and its backtest).
+    assert all(p["rounds"] == 4 for p in results["surrogate"]["pilots"])
+    assert results["surrogate"]["backtest"]["n"] == 3
     text = report.read_text()
     assert "paper" in text and "<img" in text
     for scheme in ("sfl", "delay", "acc-aware"):
@@ -73,31 +76,44 @@ def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
     out = tmp_path / "plan.json"
     args = parser.parse_args(["plan", str(data), "--model", "toy", "--topology", "heterogeneous",
                               "--clients", "6", "--aggregators", "2", "--pilots", "2",
-                              "-o", str(out), "--quiet"])  # fmt: skip
+                              "--pilot-steps", "4", "--rounds", "3", "-o", str(out),
+                              "--quiet"])  # fmt: skip
     # Execute
     assert args.func(args) == 0
     # Assert
     plan = json.loads(out.read_text())
     assert len(plan["assignment"]) == 6 and len(plan["cuts"]) == 2
     assert plan["objective_def"]["reference"] == "hsfl"
-    assert set(plan["baselines"]) == {"sfl", "hsfl", "delay"}
+    assert "round-robin" in plan["objective_def"]["reference_text"]
+    assert plan["objective_def"]["weights"]["loss"] == 0.0  # the guard: accuracy first
+    assert set(plan["baselines"]) == {"sfl", "hsfl", "hsfl-greedy", "delay"}
+    assert plan["predicted"]["bytes_per_round"] == plan["bytes"] > 0
+    assert plan["predicted"]["delay_s_per_round"] == plan["delay_s"] > 0
+    assert plan["tiers"] == (3 if plan["cuts"][0] < plan["cuts"][1] else 2)
+    assert plan["guard"]["tolerance"] == 0.01 and plan["guard"]["rule"]
+    assert plan["surrogate"]["target_steps"] > 0 and "separated" in plan["surrogate"]
     assert plan["surrogate"]["cost"]["n_pilots"] == 2
     assert plan["planning_s"] > 0
 
 
-def test_plan_without_pilots_needs_a_zero_loss_weight(tmp_path, monkeypatch):
+def test_plan_without_pilots_says_so_and_weighted_needs_a_zero_loss_weight(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "registry_model", lambda name, view: ToyFactory("mlp"))
     data = write_toy_dataset(tmp_path / "toy", n=90)
     parser = argparse.ArgumentParser()
     add_plan_parser(parser.add_subparsers())
     base = ["plan", str(data), "--clients", "4", "--aggregators", "2", "--no-pilots", "--quiet"]
-    args = parser.parse_args([*base, "-o", str(tmp_path / "p.json")])
+    args = parser.parse_args([*base, "--objective", "weighted", "-o", str(tmp_path / "p.json")])
     with pytest.raises(ConfigError, match="loss weight of 0"):
         args.func(args)
-    args = parser.parse_args([*base, "--weights", "0,1,1", "-o", str(tmp_path / "p.json")])
+    args = parser.parse_args([*base, "--weights", "0,1,1", "--objective", "weighted",
+                              "-o", str(tmp_path / "p.json")])  # fmt: skip
     assert args.func(args) == 0
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["surrogate"] is None and plan["predicted_loss"] is None
+    args = parser.parse_args([*base, "-o", str(tmp_path / "g.json")])
+    assert args.func(args) == 0
+    guard = json.loads((tmp_path / "g.json").read_text())["guard"]
+    assert guard["rule"].startswith("no accuracy prediction")
 
 
 def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch, capsys):
@@ -110,7 +126,8 @@ def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch
     # Execute
     rc = main(["sfl", "plan", str(data), "--clients", "4", "--aggregators", "2", "--no-pilots",
                "--weights", "0,1,1", "--quiet", "-o", str(out)])  # fmt: skip
-    bad = main(["sfl", "plan", str(data), "--no-pilots", "--quiet", "-o", str(out)])
+    bad = main(["sfl", "plan", str(data), "--no-pilots", "--objective", "weighted", "--quiet",
+                "-o", str(out)])  # fmt: skip
     # Assert: the plan is written, and the bad option is a one-line error with exit 2.
     assert rc == 0 and len(json.loads(out.read_text())["assignment"]) == 4
     assert bad == 2

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import CostMeter, Ledger, round_delay, transfer_time
+from flowsplit.federated.costs import CostMeter, Ledger, transfer_time
 from flowsplit.federated.predict import predict_ledger
 from flowsplit.federated.presets import resolve_topology
 from flowsplit.federated.profile import BlockProfile, part_costs
@@ -24,7 +24,7 @@ from flowsplit.federated.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.schemes import make_round_plan
+from flowsplit.federated.schemes import get_scheme, make_round_plan
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import SimRuntime, run_coroutines
 from flowsplit.federated.topology import Topology
@@ -71,10 +71,9 @@ def test_hsfl_round_delay_and_bytes_worked_out_by_hand():
     assert HEADER_NBYTES == 80
     # Execute
     led = predict_ledger(
-        costs, HAND_TOPOLOGY, np.array([0, 0]), end_to_end=True, edge_averaging=True,
-        batch_size=2,
-    )  # fmt: skip
-    delay = round_delay(led, np.array([0, 0]), local_loss=False)
+        costs, HAND_TOPOLOGY, np.array([0, 0]), scheme=get_scheme("hsfl"), batch_size=2
+    )
+    delay = get_scheme("hsfl").round_delay(led, np.array([0, 0]))
     # Assert, per batch of 2 on the client link (0.1 s, 1000 B/s):
     #   activations 80+80=160 B -> 0.26 s, labels 80+16=96 B -> 0.196 s, gradients 0.26 s
     # and on the backbone (0.2 s, 10 kB/s):
@@ -110,8 +109,8 @@ def test_sfl_relays_one_model_copy_per_client_over_the_backbone():
     costs = part_costs(HAND_PROFILE, 1, 1)
     # Execute
     led = predict_ledger(
-        costs, HAND_TOPOLOGY, np.array([0, 0]), end_to_end=True, edge_averaging=False,
-        server_copies=True, batch_size=2,
+        costs, HAND_TOPOLOGY, np.array([0, 0]), scheme=get_scheme("sfl", sfl_version="v1"),
+        batch_size=2,
     )  # fmt: skip
     b = led.bytes_breakdown()["aggregator-server"]
     # Assert: 2 copies of the 120 B client part down, 2 x (120 + 88) up; relayed
@@ -129,10 +128,9 @@ def test_local_loss_chain_does_not_wait_for_upper_tiers():
     costs = part_costs(HAND_PROFILE, 1, 2, local_loss=True)
     # Execute
     led = predict_ledger(
-        costs, HAND_TOPOLOGY, np.array([0, 0]), end_to_end=False, edge_averaging=True,
-        batch_size=2,
-    )  # fmt: skip
-    delay = round_delay(led, np.array([0, 0]), local_loss=True)
+        costs, HAND_TOPOLOGY, np.array([0, 0]), scheme=get_scheme("hsfl-ll"), batch_size=2
+    )
+    delay = get_scheme("hsfl-ll").round_delay(led, np.array([0, 0]))
     # Assert: no gradients anywhere; the train term is the aggregator queue, since it
     # exceeds every client's own work (compute vs. busy link).
     b = led.bytes_breakdown()
@@ -167,8 +165,7 @@ def test_simulated_ledger_equals_the_closed_form_prediction(toy_dataset, scheme,
     outcome = runtime.execute_round(plan)
     predicted = predict_ledger(
         setup.costs, setup.topology, setup.assignment,
-        end_to_end=setup.scheme.end_to_end, edge_averaging=setup.scheme.edge_averaging,
-        server_copies=setup.scheme.server_copies, batch_size=cfg.batch_size,
+        scheme=setup.scheme, batch_size=cfg.batch_size,
         participants=plan.participants, slowdown=plan.slowdown,
     )  # fmt: skip
     # Assert: every account agrees.
@@ -240,3 +237,16 @@ def test_meter_hop_table_agrees_with_the_protocol():
 
     for (a, b), (h, d) in _HOP_DIR.items():
         assert hop_of((a, 0), (b, 0)) == (HOPS[h], DIRECTIONS[d])
+
+
+def test_every_scheme_name_has_one_definition():
+    # Prepare / Execute: the names the config accepts and the scheme classes.
+    from flowsplit.federated.config import SCHEMES
+    from flowsplit.federated.schemes import SCHEME_CLASSES, HierarchicalSplitFedLocalLoss
+
+    # Assert: one class per name, and the name-to-object lookup gives that class.
+    assert tuple(SCHEME_CLASSES) == SCHEMES
+    for name in SCHEMES:
+        assert type(get_scheme(name)) is SCHEME_CLASSES[name]
+    assert get_scheme("sfl", sfl_version="v2").version == "v2"
+    assert isinstance(get_scheme("hsfl-ll"), HierarchicalSplitFedLocalLoss)

@@ -8,7 +8,8 @@ import numpy as np
 
 from flowsplit.federated.presets import generate_topology
 from flowsplit.federated.profile import BlockProfile
-from flowsplit.planner.costs import AGG, CHAIN_A, COUNT, FEATURES, N_BASIS, CostTable, SchemeFlags
+from flowsplit.federated.schemes import get_scheme
+from flowsplit.planner.costs import AGG, CHAIN_A, COUNT, FEATURES, N_BASIS, CostTable
 
 
 def queue_table(work, chain=None, inv_speed=None) -> CostTable:
@@ -41,7 +42,7 @@ def queue_table(work, chain=None, inv_speed=None) -> CostTable:
         server_avg_per_agg=np.zeros(1),
         bytes_fix=np.zeros(1),
         bytes_per_agg=np.zeros(1),
-        flags=SchemeFlags.of("hsfl"),
+        scheme=get_scheme("hsfl"),
     )
 
 

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowsplit.errors import ConfigError
+from flowsplit.federated.schemes import get_scheme
 from flowsplit.planner.assign import greedy_assign
-from flowsplit.planner.costs import SchemeFlags, build_cost_table, evaluate_assignment
+from flowsplit.planner.costs import build_cost_table, evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments, solve_exact
 from flowsplit.planner.search import assignment_objective, improve_assignment
 from tests.planner.helpers import queue_table, random_topology, small_profile
@@ -82,7 +83,7 @@ def test_cp_sat_equals_brute_force_on_real_costs():
     profile = small_profile()
     for k, scheme in enumerate(("sfl", "hsfl", "hsfl-ll")):
         topo = random_topology(6, 2, seed=10 + k, partial_links=True)
-        flags = SchemeFlags.of(scheme)
+        flags = get_scheme(scheme)
         cuts = [(1, 1)] if scheme == "sfl" else [(1, 2), (2, 3)]
         pcs = [part_costs(profile, *c, local_loss=flags.local_loss) for c in cuts]
         table = build_cost_table(pcs, topo, flags, batch_size=8)
@@ -99,7 +100,7 @@ def test_greedy_is_deterministic_and_lockstep_equals_one_pair_at_a_time():
 
     profile = small_profile()
     topo = random_topology(40, 8, seed=5)
-    flags = SchemeFlags.of("hsfl")
+    flags = get_scheme("hsfl")
     pcs = [part_costs(profile, *c) for c in profile.legal_cuts()]
     table = build_cost_table(pcs, topo, flags, batch_size=16)
     both = greedy_assign(table)
@@ -132,7 +133,7 @@ def test_capacities_and_links_are_never_violated(instance):
     seed, n, a, linked, cap = instance
     topo = random_topology(n, a, seed)
     topo = replace(topo, ca_bandwidth=np.where(linked, topo.ca_bandwidth, 0.0))
-    flags = SchemeFlags.of("hsfl-ll" if seed % 2 else "hsfl")
+    flags = get_scheme("hsfl-ll" if seed % 2 else "hsfl")
     pcs = [part_costs(small_profile(), 1, 2, local_loss=flags.local_loss)]
     table = build_cost_table(pcs, topo, flags, batch_size=8)
     for assign in (

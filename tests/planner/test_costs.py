@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowsplit.federated.costs import round_delay
 from flowsplit.federated.predict import predict_ledger
 from flowsplit.federated.profile import part_costs
-from flowsplit.planner.costs import SchemeFlags, build_cost_table, evaluate_assignment
+from flowsplit.federated.schemes import get_scheme
+from flowsplit.planner.costs import build_cost_table, evaluate_assignment
 from tests.planner.helpers import random_topology, small_profile
 
 SCHEMES = ("sfl", "hsfl", "hsfl-ll")
@@ -21,7 +21,7 @@ def test_delay_and_bytes_equal_the_engine_prediction(scheme, seed):
     profile = small_profile()
     n, a = 3 + seed * 2, 1 + seed % 3
     topo = random_topology(n, a, seed, partial_links=True)
-    flags = SchemeFlags.of(scheme)
+    flags = get_scheme(scheme)
     cuts = [(k, k) for k in (1, 2, 3)] if scheme == "sfl" else profile.legal_cuts()
     pcs = [part_costs(profile, *c, local_loss=flags.local_loss) for c in cuts]
     table = build_cost_table(pcs, topo, flags, batch_size=16, local_epochs=2)
@@ -29,28 +29,12 @@ def test_delay_and_bytes_equal_the_engine_prediction(scheme, seed):
     assign = np.array([rng.choice(np.flatnonzero(topo.ca_bandwidth[i] > 0)) for i in range(n)])
     for p, pc in enumerate(pcs):
         # Execute: the engine's ledger and delay, and the planner's decomposition.
-        led = predict_ledger(pc, topo, assign, end_to_end=flags.end_to_end,
-                             edge_averaging=flags.edge_averaging,
-                             server_copies=flags.server_copies, batch_size=16,
-                             local_epochs=2)  # fmt: skip
-        expected = round_delay(led, assign, local_loss=flags.local_loss).total
+        led = predict_ledger(pc, topo, assign, scheme=flags, batch_size=16, local_epochs=2)
+        expected = flags.round_delay(led, assign).total
         delay, nbytes = evaluate_assignment(table, p, assign)
         # Assert: the same to rounding.
         assert delay == pytest.approx(expected, rel=1e-12)
         assert nbytes == pytest.approx(led.bytes.sum(), rel=1e-12)
-
-
-def test_scheme_flags_follow_the_engine_schemes():
-    from flowsplit.federated.config import SFLConfig
-    from flowsplit.federated.schemes import Scheme
-
-    for name, cuts in (("sfl", (1, 1)), ("hsfl", (1, 2)), ("hsfl-ll", (1, 2))):
-        scheme = Scheme.from_config(SFLConfig(scheme=name, cuts=cuts))
-        flags = SchemeFlags.of(name)
-        assert flags.end_to_end == scheme.end_to_end
-        assert flags.edge_averaging == scheme.edge_averaging
-        assert flags.server_copies == scheme.server_copies
-        assert flags.local_loss == scheme.local_loss
 
 
 @pytest.mark.parametrize("scheme,cuts", [("sfl", (2, 2)), ("hsfl", (1, 2)), ("hsfl-ll", (1, 3))])
@@ -70,8 +54,7 @@ def test_planner_predicts_what_the_simulation_charges(tmp_path, scheme, cuts):
     cfg = SFLConfig(scheme=scheme, cuts=cuts, rounds=1, batch_size=16)
     setup = prepare_run(cfg, dataset=data, model_fn=ToyFactory("mlp"),
                         topology=heterogeneous(5, 2, seed=3))  # fmt: skip
-    flags = SchemeFlags.of(scheme)
-    table = build_cost_table([setup.costs], setup.topology, flags, batch_size=16)
+    table = build_cost_table([setup.costs], setup.topology, setup.scheme, batch_size=16)
     assign = greedy_assign(table)[0]
     setup = prepare_run(cfg, dataset=data, model_fn=ToyFactory("mlp"),
                         topology=setup.topology, assignment=assign)  # fmt: skip

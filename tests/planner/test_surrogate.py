@@ -64,3 +64,45 @@ def test_ridge_chooses_the_penalty_by_leave_one_out_and_handles_constants():
 def test_unfitted_surrogate_says_so():
     with pytest.raises(RuntimeError, match="not fitted"):
         LossSurrogate().predict(np.zeros((1, 6)))
+
+
+def test_learning_curve_extrapolates_a_power_law_and_reports_its_method():
+    from flowsplit.planner.surrogate import fit_curve
+
+    # By hand: acc = 0.9 - 0.5 * s ** -0.5 at s = 10, 20, 30, 40; at 400 steps it is 0.875.
+    steps = np.array([10.0, 20.0, 30.0, 40.0])
+    pred, info = fit_curve(steps, 0.9 - 0.5 * steps**-0.5, 400.0)
+    assert info["method"] == "learning curve" and info["c"] == pytest.approx(0.5)
+    assert pred == pytest.approx(0.875, abs=1e-9)
+    # The last point alone when the curve is too short to fit.
+    assert fit_curve([10.0, 20.0], [0.3, 0.4], 400.0) == (0.4, {"method": "last point"})
+    # Never beyond the clip: a steep rise does not run past 1.
+    assert fit_curve(steps, [0.2, 0.6, 0.9, 0.99], 1e6)[0] <= 1.0
+
+
+def _record(cuts, curve, n_eval=1000):
+    from flowsplit.planner.pilots import PilotRecord
+
+    return PilotRecord(cuts=cuts, loss=1.0, accuracy=curve[-1], rounds=len(curve), wall_s=0.0,
+                       delay_s=0.0, bytes=0, steps_per_round=10, curve_accuracy=tuple(curve),
+                       curve_loss=tuple(1.0 - np.array(curve)), n_eval=n_eval)  # fmt: skip
+
+
+def test_accuracy_prediction_says_whether_pilots_separate_the_cuts():
+    from flowsplit.planner.surrogate import predict_accuracy
+
+    profile = small_profile()
+    good = [0.5, 0.7, 0.8, 0.85]
+    bad = [0.3, 0.4, 0.45, 0.47]
+    pilots = [_record((1, 1), good), _record((1, 3), bad), _record((3, 3), bad)]
+    doc = predict_accuracy(pilots, profile, 200.0)
+    # Assert: piloted pairs come from their own curves, the others from the ridge.
+    assert doc["source"][(1, 1)].startswith("pilot") and doc["source"][(2, 2)] == "ridge"
+    assert doc["accuracy"][(1, 1)] > 0.85 > doc["accuracy"][(3, 3)]
+    assert doc["separated"] and doc["backtest"]["n"] == 3
+    assert doc["backtest"]["spearman"] == pytest.approx(1.0)
+    assert {"spread_kept", "flattened", "loo_rmse"} <= set(doc["ridge"])
+    # Tiny differences on a small validation split are within noise: not separated.
+    close = [_record((1, 1), [0.5, 0.6, 0.65, 0.66], 50),
+             _record((3, 3), [0.5, 0.6, 0.64, 0.655], 50)]  # fmt: skip
+    assert not predict_accuracy(close, profile, 200.0)["separated"]

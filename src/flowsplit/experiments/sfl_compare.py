@@ -5,9 +5,13 @@ Schemes (SFL.md, "The planner"):
 
 - ``sfl``: SplitFed v1, one cut ``sfl_cut``; clients reach the server through the
   aggregator of a seeded random assignment (a relay: no compute there);
-- ``hsfl``: three tiers with ``fixed_cuts`` and a seeded random assignment (the reference);
+- ``hsfl``: three tiers with ``fixed_cuts`` and a seeded random assignment (the reference,
+  the research's baseline);
+- ``hsfl-greedy``: the same cuts with the planner's delay-aware greedy assignment (so the
+  planner's gain splits into a cut-choice part and an assignment part);
 - ``delay``: the planner with weights (0, 1, 0): cuts and assignment for delay alone;
-- ``acc-aware``: the planner with the objective's weights and the pilot surrogate.
+- ``acc-aware``: the planner, accuracy first (the guard; ``objective="weighted"`` for the
+  weighted sum), with the pilot surrogate.
 
 The three-tier schemes train with ``family`` (``hsfl`` end to end, or ``hsfl-ll``).
 Pilots run once, at the first seed, on the validation split; assignments are planned
@@ -39,7 +43,7 @@ from flowsplit.planner.study import Study, StudyConfig, base_config, make_study,
 
 log = logging.getLogger("flowsplit.experiments")
 
-SCHEMES = ("sfl", "hsfl", "delay", "acc-aware")
+SCHEMES = ("sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware")
 REFERENCE = "hsfl"
 QUICK = {**study_mod.QUICK, "seeds": (0, 1)}
 FULL = {**study_mod.FULL, "seeds": (0, 1, 2, 3, 4)}

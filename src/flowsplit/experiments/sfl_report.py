@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.data.store import atomic_write_json, atomic_write_text
-from flowsplit.experiments.sfl_analysis import summary_lines
+from flowsplit.experiments.sfl_analysis import summary_lines, surrogate_text
 from flowsplit.planner.study import jsonable
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
@@ -145,7 +145,8 @@ def plan_rows(results: Mapping) -> list[dict]:
     rows = []
     for s, p in results["plans"][seed].items():
         rows.append({
-            "scheme": s, "cuts": str(tuple(p["cuts"])),
+            "scheme": s, "cuts": str(tuple(p["cuts"])), "tiers": p.get("tiers"),
+            "acc": p.get("predicted_accuracy"),
             "clients": " / ".join(map(str, p["clients_per_aggregator"])),
             "loss": p["predicted_loss"], "delay": p["delay_s"],
             "mb": (p["bytes"] or 0) / 1e6, "objective": p["objective"],
@@ -155,8 +156,9 @@ def plan_rows(results: Mapping) -> list[dict]:
 
 
 PLAN_COLS = [
-    Column("scheme", "scheme"), Column("cuts", "cuts"),
+    Column("scheme", "scheme"), Column("cuts", "cuts"), Column("tiers", "tiers"),
     Column("clients", "clients per aggregator"),
+    Column("acc", "predicted accuracy", fmt_float(4), "right"),
     Column("loss", "predicted loss", fmt_float(3), "right"),
     Column("delay", "predicted delay / round, s", fmt_float(3), "right"),
     Column("mb", "predicted MB / round", fmt_float(2), "right"),
@@ -166,8 +168,10 @@ PLAN_COLS = [
 
 SURROGATE_COLS = [
     Column("cuts", "cuts (a, c)"),
-    Column("measured_loss", "pilot loss (val)", fmt_float(3), "right"),
+    Column("pilot_accuracy", "pilot accuracy (val, last point)", fmt_float(4), "right"),
+    Column("predicted_accuracy", "predicted accuracy (run budget)", fmt_float(4), "right"),
     Column("predicted_loss", "predicted loss", fmt_float(3), "right"),
+    Column("source", "source"),
 ]
 
 
@@ -240,11 +244,7 @@ def _surrogate_parts(results: Mapping) -> tuple[list[dict], str]:
     sur = results.get("surrogate") or {}
     if not sur:
         return [], "No pilots: the accuracy-aware planner was not run."
-    cost = sur["cost"]
-    text = (f"{cost['n_pilots']} pilots x {sur['pilots'][0]['rounds']} round(s) on the "
-            f"{sur['eval_split']} split: {cost['wall_s']:.1f} s wall, {cost['delay_s']:.1f} s "
-            f"simulated delay, {cost['bytes'] / 1e6:.1f} MB. Ridge alpha {sur['alpha']:g}, "
-            f"leave-one-out RMSE {sur['loo_rmse']:.3f} nats.")  # fmt: skip
+    text = surrogate_text(sur)
     rows = [{**r, "cuts": str(tuple(r["cuts"]))} for r in sur["table"]]
     return rows, text
 

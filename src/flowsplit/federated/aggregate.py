@@ -33,3 +33,9 @@ def fedavg(vectors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.T
             raise ValueError(f"fedavg shapes differ: {tuple(vec.shape)} vs {tuple(acc.shape)}")
         acc += weight * vec.to(torch.float64)
     return acc.to(vectors[0].dtype)
+
+
+def averaging_flops(numel: int | float, n_inputs: int | float) -> float:
+    """FLOPs of averaging ``n_inputs`` copies of ``numel`` values (the cost model's charge)."""
+    # One multiply and one add per value per averaged copy.
+    return 2.0 * numel * n_inputs

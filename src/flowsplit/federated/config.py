@@ -10,6 +10,7 @@ from flowsplit.federated.partition import parse_partition
 from flowsplit.federated.parts import AUX_MODES
 
 SCHEMES = ("sfl", "hsfl", "hsfl-ll")
+"""The scheme names (their definitions: ``flowsplit.federated.schemes``)."""
 SFL_VERSIONS = ("v1", "v2")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -119,10 +120,6 @@ class SFLConfig:
         if self.train_limit is not None and self.train_limit < 1:
             raise ConfigError("--train-limit must be >= 1")
         parse_partition(self.partition)
-
-    @property
-    def local_loss(self) -> bool:
-        return self.scheme == "hsfl-ll"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

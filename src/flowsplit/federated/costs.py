@@ -326,20 +326,34 @@ def _group_max(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndar
     return out
 
 
-def round_delay(ledger: Ledger, assignment: np.ndarray, *, local_loss: bool) -> RoundDelay:
-    """The round delay of ``ledger`` (see the module docstring for the formula)."""
+Chain = tuple[tuple[str, ...], tuple[str, ...]]
+"""Ledger accounts of a client's chain: ``max(sum of the first, sum of the second)``."""
+END_TO_END_CHAIN: Chain = (
+    ("client_compute", "client_link", "aggregator_for", "backbone_for", "server_for"),
+    (),
+)
+"""A client waits for its gradients: everything done for it is on its chain."""
+LOCAL_LOSS_CHAIN: Chain = (("client_compute",), ("client_busy",))
+"""A client never waits: its compute or its link's busy time, whichever is longer."""
+
+
+def account_sum(ledger: Ledger, names: tuple[str, ...], n: int) -> np.ndarray:
+    """(n,) the sum of the per-client accounts ``names`` (zeros when there are none)."""
+    total = np.zeros(n)
+    for name in names:
+        total = total + getattr(ledger, name)
+    return total
+
+
+def round_delay(ledger: Ledger, assignment: np.ndarray, *, chain: Chain) -> RoundDelay:
+    """The round delay of ``ledger`` (see the module docstring for the formula).
+
+    ``chain`` names the accounts of a client's chain (a scheme's ``chain``).
+    """
     assignment = np.asarray(assignment, dtype=np.int64)
     n_aggs = len(ledger.aggregator_load)
-    if local_loss:
-        chain = np.maximum(ledger.client_compute, ledger.client_busy)
-    else:
-        chain = (
-            ledger.client_compute
-            + ledger.client_link
-            + ledger.aggregator_for
-            + ledger.backbone_for
-            + ledger.server_for
-        )
+    n = len(ledger.client_compute)
+    chain = np.maximum(account_sum(ledger, chain[0], n), account_sum(ledger, chain[1], n))
     chain_max = _group_max(chain, assignment, n_aggs)
     terms = np.stack([chain_max, ledger.aggregator_load, ledger.backbone_load])  # (3, A)
     per_agg = terms.max(axis=0)

@@ -275,7 +275,7 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
                 if not quiet:
                     bar.write(format_round(record, config.rounds), file=sys.stderr)
 
-        history = setup.scheme.run(runtime, on_round=on_round)
+        history = setup.scheme.run(runtime, setup.config, on_round=on_round)
         if bar is not None:
             bar.close()
         if runtime.is_server:

@@ -18,7 +18,9 @@ Addresses are ``(kind, index)`` pairs: ``("server", 0)``, ``("aggregator", j)``,
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,6 +48,10 @@ DOWNLOAD, TRAIN, UPLOAD = "download", "train", "upload"
 HEADER_NUMEL = 10
 MAX_NDIM = HEADER_NUMEL - 3
 HEADER_NBYTES = HEADER_NUMEL * 8  # int64
+# Payload sizes of the messages the cost model predicts without tensors at hand.
+LABEL_BYTES = 8  # int64 per sample
+COUNT_BYTES = 8  # one int64 sample count
+FLOAT_BYTES = 4  # float32 model states
 CODE_DATA, CODE_DROPPED = 0, 1
 
 # Only these dtypes cross the wire (activations, labels, flat model states, counts).
@@ -81,6 +87,10 @@ class Recv:
     src: Address
     kind: str
     droppable: bool = False
+
+
+Coroutine = Generator[Any, Any, Any]
+"""A role's step: yields :class:`Send`/:class:`Recv` requests, receives the answers."""
 
 
 def hop_of(a: Address, b: Address) -> tuple[str, str]:

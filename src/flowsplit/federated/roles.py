@@ -23,16 +23,13 @@ next message, so both sides skip the client from then on.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from flowsplit.federated.aggregate import fedavg
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.optim import make_optimizer
@@ -43,18 +40,15 @@ from flowsplit.federated.protocol import (
     AGGREGATOR,
     CLIENT,
     CONTROL,
-    DOWNLOAD,
-    GRADIENTS,
     LABELS,
     MODEL,
     SERVER_ADDRESS,
     UPLOAD,
+    Coroutine,
     Recv,
     Send,
 )
 from flowsplit.federated.schemes import RoundPlan, Scheme
-
-Coroutine = Generator[Any, Any, None]
 
 
 class TierModule(nn.Module):
@@ -94,11 +88,6 @@ class RunContext:
         return torch.tensor([int(n)], dtype=torch.int64)
 
 
-def averaging_flops(numel: int, n_inputs: int) -> float:
-    # One multiply and one add per value per averaged copy.
-    return 2.0 * numel * n_inputs
-
-
 class Client:
     """An edge device: holds a shard, trains the client part (and its head under local losses)."""
 
@@ -136,13 +125,8 @@ class Client:
             yield Send(agg, act.detach(), ACTIVATIONS, i)
             yield Send(agg, yb, LABELS, i)
             opt.zero_grad(set_to_none=True)
-            if ctx.scheme.end_to_end:
-                grad = yield Recv(agg, GRADIENTS)
-                if grad is None:
-                    return
-                act.backward(grad)
-            else:
-                F.cross_entropy(self.module.aux(act), yb).backward()
+            if not (yield from ctx.scheme.client_backward(self, act, yb)):
+                return
             opt.step()
             ctx.meter.charge_compute(self.address, flops * len(yb), i)
         yield Send(agg, flatten_state(self.module), MODEL, i, UPLOAD)
@@ -152,7 +136,8 @@ class Client:
 class EdgeAggregator:
     """An edge server: runs the aggregator part for its clients and averages their parts.
 
-    In ``sfl`` it only relays its clients' messages (no compute, no averaging).
+    What it does with a batch, and whether it averages or relays, is the scheme's
+    (``scheme.aggregator_download`` / ``aggregator_step`` / ``aggregator_upload``).
     """
 
     def __init__(self, index: int, ctx: RunContext, module: TierModule):
@@ -160,14 +145,20 @@ class EdgeAggregator:
         self.address = (AGGREGATOR, index)
         self.ctx = ctx
         self.module = module
+        self.opt = None
+        """The aggregator part's optimiser, fresh each round it receives the part."""
         self.lost: set[int] = set()
         """Clients this aggregator gave up on."""
         self.notified: set[int] = set()
         """Lost clients the server has been told about (it skips them too)."""
 
+    def charge_train(self, client: int, n: int) -> None:
+        """Charge the aggregator part's training compute on ``n`` samples of ``client``."""
+        flops = float(self.ctx.costs.train_flops[1]) * n
+        self.ctx.meter.charge_compute(self.address, flops, client)
+
     def run_round(self, plan: RoundPlan) -> Coroutine:
         ctx, scheme = self.ctx, self.ctx.scheme
-        server = SERVER_ADDRESS
         # The clients the server expects this aggregator to serve this round.
         view = [
             int(i)
@@ -176,23 +167,8 @@ class EdgeAggregator:
         ]
         if not view:
             return
-        opt = None
-        cstate = None
-        if scheme.edge_averaging:
-            cstate = yield Recv(server, MODEL)
-            if scheme.three_tier:
-                astate = yield Recv(server, MODEL)
-                load_flat_state(self.module, astate)
-                opt = ctx.make_optimizer(self.module)
-            for i in view:
-                if i not in self.lost:
-                    yield Send((CLIENT, i), cstate, MODEL, i, DOWNLOAD)
-        else:
-            for i in view:
-                state = yield Recv(server, MODEL)
-                if i not in self.lost:
-                    yield Send((CLIENT, i), state, MODEL, i, DOWNLOAD)
-
+        self.opt = None
+        cstate = yield from scheme.aggregator_download(self, view)
         for step in range(plan.max_steps):
             for i in view:
                 if step >= plan.n_batches[i] or i in self.notified:
@@ -205,85 +181,8 @@ class EdgeAggregator:
                     if y is None:
                         self.lost.add(i)
                 if i in self.lost:
-                    yield Send(server, None, CONTROL, i)
+                    yield Send(SERVER_ADDRESS, None, CONTROL, i)
                     self.notified.add(i)
                     continue
-                yield from self._train_step(i, x, y, opt)
-
-        if scheme.edge_averaging:
-            yield from self._upload_average(view, cstate)
-        else:
-            yield from self._upload_relay(view)
-
-    def _train_step(self, i: int, x: torch.Tensor, y: torch.Tensor, opt) -> Coroutine:
-        ctx, scheme = self.ctx, self.ctx.scheme
-        server, client = SERVER_ADDRESS, (CLIENT, i)
-        if not scheme.three_tier:  # a relay: forward up, and gradients back down
-            yield Send(server, x, ACTIVATIONS, i)
-            yield Send(server, y, LABELS, i)
-            if scheme.end_to_end:
-                grad = yield Recv(server, GRADIENTS)
-                if grad is not None:
-                    yield Send(client, grad, GRADIENTS, i)
-            return
-        x.requires_grad_(scheme.end_to_end)
-        h = self.module.part(x)  # (B, *cut-c shape)
-        yield Send(server, h.detach(), ACTIVATIONS, i)
-        yield Send(server, y, LABELS, i)
-        opt.zero_grad(set_to_none=True)
-        if scheme.local_loss:
-            F.cross_entropy(self.module.aux(h), y).backward()
-        else:
-            grad = yield Recv(server, GRADIENTS)
-            if grad is None:
-                return
-            h.backward(grad)
-        opt.step()
-        ctx.meter.charge_compute(self.address, float(ctx.costs.train_flops[1]) * len(y), i)
-        if scheme.end_to_end:
-            yield Send(client, x.grad, GRADIENTS, i)
-
-    def _upload_average(self, view: list[int], cstate: torch.Tensor) -> Coroutine:
-        ctx, server = self.ctx, SERVER_ADDRESS
-        states, counts = [], []
-        for i in view:
-            if i in self.lost:
-                continue
-            state = yield Recv((CLIENT, i), MODEL, droppable=True)
-            count = (
-                (yield Recv((CLIENT, i), CONTROL, droppable=True)) if state is not None else None
-            )
-            if count is None:
-                self.lost.add(i)
-                continue
-            states.append(state)
-            counts.append(int(count.item()))
-        if states and sum(counts) > 0:
-            avg = fedavg(states, counts)
-            flops = averaging_flops(avg.numel(), len(states))
-            ctx.meter.charge_compute(self.address, flops, -1, UPLOAD)
-        else:  # every client lost: report the unchanged part with weight 0
-            avg, counts = cstate, [0]
-        yield Send(server, avg, MODEL, -1, UPLOAD)
-        if ctx.scheme.three_tier:
-            yield Send(server, flatten_state(self.module), MODEL, -1, UPLOAD)
-        yield Send(server, ctx.count_tensor(sum(counts)), CONTROL, -1, UPLOAD)
-
-    def _upload_relay(self, view: list[int]) -> Coroutine:
-        server = SERVER_ADDRESS
-        for i in view:
-            if i in self.notified:
-                continue
-            state = count = None
-            if i not in self.lost:
-                state = yield Recv((CLIENT, i), MODEL, droppable=True)
-                if state is not None:
-                    count = yield Recv((CLIENT, i), CONTROL, droppable=True)
-                if count is None:
-                    self.lost.add(i)
-            if i in self.lost:
-                yield Send(server, None, CONTROL, i, UPLOAD)
-                self.notified.add(i)
-                continue
-            yield Send(server, state, MODEL, i, UPLOAD)
-            yield Send(server, count, CONTROL, i, UPLOAD)
+                yield from scheme.aggregator_step(self, i, x, y)
+        yield from scheme.aggregator_upload(self, view, cstate)

@@ -1,7 +1,19 @@
-"""The schemes (strategies): what differs between sfl, hsfl and hsfl-ll, and the round loop.
+"""The schemes (strategies): the one definition of sfl, hsfl and hsfl-ll.
 
-:class:`Scheme` owns the round loop (plan a round, let the runtime execute it,
-evaluate, log a short tree); subclasses only set what differs:
+A :class:`Scheme` owns everything that differs between the schemes, the way a
+Flower ``Strategy`` does, while the maths stays in pure functions
+(:func:`~flowsplit.federated.aggregate.fedavg`, the cost formulas):
+
+- the round loop (plan a round, let the runtime execute it, evaluate, log a tree);
+- the steps the roles delegate to it: the **download** of the global parts, the
+  **aggregator step** on a client's batch (relay, end-to-end or local loss), the
+  way gradients come back (or do not), and the **upload** and averaging;
+- the same protocol as the cost model counts it: :meth:`Scheme.batch_messages`,
+  :meth:`Scheme.download_messages`, :meth:`Scheme.upload_messages`,
+  :meth:`Scheme.averaging` and :attr:`Scheme.chain`. The closed-form ledger
+  (:func:`~flowsplit.federated.predict.predict_ledger`) and the planner's cost tables
+  (:func:`flowsplit.planner.costs.build_cost_table`) are both computed from these,
+  and the equality tests check that the roles send exactly what they describe.
 
 =================  ===========  ================  ===================  ===========
 scheme             tiers        gradients down    client parts         server part
@@ -13,27 +25,111 @@ scheme             tiers        gradients down    client parts         server pa
 ``hsfl-ll``        3 (or 2)     no (local loss)   as hsfl              one, shared
 =================  ===========  ================  ===================  ===========
 
-In ``sfl`` the clients talk to the server directly: their messages travel through
-their edge aggregator as a relay (no compute there), so they cross both hops and
-are counted on both. Every round, the order in which the shared parts serve the
-clients' batches is a seeded shuffle: step ``k`` serves batch ``k`` of every client
-that has one, in that order, which makes runs deterministic and identical across
-runners.
+The base class is ``hsfl``; :class:`SplitFed` overrides the download, the upload
+and the server's copies (the aggregator is a relay), and
+:class:`HierarchicalSplitFedLocalLoss` overrides the backward steps (auxiliary heads,
+nothing travels down). In ``sfl`` the clients talk to the server directly: their
+messages travel through their edge aggregator as a relay (no compute there), so they
+cross both hops and are counted on both. Every round, the order in which the shared
+parts serve the clients' batches is a seeded shuffle: step ``k`` serves batch ``k`` of
+every client that has one, in that order, which makes runs deterministic and identical
+across runners.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
-from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import Ledger, n_batches, round_delay
+from flowsplit.errors import ConfigError
+from flowsplit.federated.aggregate import averaging_flops, fedavg
+from flowsplit.federated.config import SCHEMES, SFLConfig
+from flowsplit.federated.costs import (
+    END_TO_END_CHAIN,
+    LOCAL_LOSS_CHAIN,
+    Chain,
+    Ledger,
+    RoundDelay,
+    n_batches,
+    round_delay,
+)
+from flowsplit.federated.parts import AuxHead, flatten_state, load_flat_state
+from flowsplit.federated.profile import BlockProfile, PartCosts, make_aux_head, part_costs
+from flowsplit.federated.protocol import (
+    ACTIVATIONS,
+    AGGREGATOR,
+    AGGREGATOR_SERVER,
+    CLIENT,
+    CLIENT_AGGREGATOR,
+    CONTROL,
+    COUNT_BYTES,
+    DOWN,
+    DOWNLOAD,
+    FLOAT_BYTES,
+    GRADIENTS,
+    HEADER_NBYTES,
+    LABEL_BYTES,
+    LABELS,
+    MODEL,
+    SERVER_ADDRESS,
+    UP,
+    UPLOAD,
+    Coroutine,
+    Recv,
+    Send,
+)
 
 log = logging.getLogger("flowsplit.federated")
+
+
+# --- what a scheme's steps read and call on the roles (roles.py, server.py) -------------
+
+
+class ClientRole(Protocol):
+    """What the scheme's client steps use of ``roles.Client``."""
+
+    index: int
+    ctx: Any
+    """The run's ``RunContext``."""
+    module: Any
+    """Its ``TierModule`` (part and, under local losses, head)."""
+
+
+class AggregatorRole(Protocol):
+    """What the scheme's aggregator steps use of ``roles.EdgeAggregator``."""
+
+    address: tuple[str, int]
+    ctx: Any
+    module: Any
+    opt: Any
+    """The aggregator part's optimiser (set by the download when there is a part)."""
+    lost: set[int]
+    notified: set[int]
+
+    def charge_train(self, client: int, n: int) -> None: ...
+
+
+class ServerRole(Protocol):
+    """What the scheme's server steps use of ``server.CloudServer``."""
+
+    ctx: Any
+    client_global: Any
+    aggregator_global: Any
+    server_module: Any
+    lost: set[int]
+
+    def train_on(
+        self, i: int, x: torch.Tensor, y: torch.Tensor, module: Any, opt: Any
+    ) -> float: ...
+
+    def charge_average(self, numel: int, n_inputs: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -98,49 +194,90 @@ class Runtime(Protocol):
     def evaluate(self) -> dict[str, float]: ...
 
 
+# --- the protocol as the cost model counts it ------------------------------------------
+
+PER_BATCH, PER_CLIENT, PER_AGGREGATOR = "batch", "client", "aggregator"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a round's sequence, as the cost model counts it.
+
+    A message carrying ``b`` samples puts ``nbytes + b * per_sample`` bytes on the wire
+    (``nbytes`` includes the header). It is sent once per ``each``: per batch of every
+    participating client, once per participating client, or once per active aggregator.
+    """
+
+    hop: str
+    direction: str
+    kind: str
+    nbytes: float
+    per_sample: float = 0.0
+    each: str = PER_CLIENT
+
+
+@dataclass(frozen=True)
+class Averaging:
+    """Values averaged per input copy at each place (charged as :func:`averaging_flops`)."""
+
+    edge_per_client: float
+    """At an aggregator, per client part it averages."""
+    server_per_aggregator: float
+    """At the server, per aggregator that reports."""
+    server_per_client: float
+    """At the server, per client whose parts it averages itself."""
+
+
+def _model_message(hop: str, direction: str, numel: float, each: str) -> Message:
+    return Message(hop, direction, MODEL, HEADER_NBYTES + FLOAT_BYTES * float(numel), each=each)
+
+
+def _no_messages(value: Any = None) -> Coroutine:
+    """A step that exchanges nothing: a coroutine that returns ``value`` at once."""
+    return value
+    yield  # unreachable; makes this function a generator like the steps that do exchange
+
+
+# --- the schemes --------------------------------------------------------------------------
+
+
 class Scheme:
-    """Base strategy: the round loop; subclasses set the protocol flags."""
+    """One split federated scheme; this base class is ``hsfl`` (three tiers, end to end).
 
-    name: ClassVar[str] = ""
-    end_to_end: ClassVar[bool] = True
-    """Activation gradients travel back down to the clients."""
-    edge_averaging: ClassVar[bool] = True
-    """Aggregators average their clients' parts before the server does."""
+    Subclasses override the steps that differ. The role code (``roles.py``,
+    ``server.py``) never asks which scheme it runs: it calls these methods.
+    """
+
+    name: ClassVar[str] = "hsfl"
     local_loss: ClassVar[bool] = False
-    """Client and aggregator parts train on auxiliary heads."""
+    """Client and aggregator parts end in auxiliary heads and train on their own loss."""
+    chain: ClassVar[Chain] = END_TO_END_CHAIN
+    """Ledger accounts of a client's chain in the round delay (see ``costs.round_delay``)."""
 
-    def __init__(self, config: SFLConfig):
-        self.config = config
+    # --- configuration ---------------------------------------------------------------
 
-    @property
-    def server_copies(self) -> bool:
-        """The server keeps one server part per client (SplitFed v1)."""
-        return False
+    def part_costs(self, profile: BlockProfile, a: int, c: int, **aux: Any) -> PartCosts:
+        """Per-sample costs of the parts at cuts ``(a, c)`` under this scheme."""
+        return part_costs(profile, a, c, local_loss=self.local_loss, **aux)
 
-    @property
-    def three_tier(self) -> bool:
-        return self.config.cuts[1] > self.config.cuts[0]
+    def aux_heads(self, profile: BlockProfile, config: SFLConfig) -> tuple[AuxHead | None, ...]:
+        """The (client, aggregator) auxiliary heads; none when trained end to end."""
+        return None, None
 
-    @staticmethod
-    def from_config(config: SFLConfig) -> Scheme:
-        cls = {
-            "sfl": SplitFed,
-            "hsfl": HierarchicalSplitFed,
-            "hsfl-ll": HierarchicalSplitFedLocalLoss,
-        }
-        return cls[config.scheme](config)
+    # --- the round loop ----------------------------------------------------------------
 
     def run(
         self,
         runtime: Runtime,
+        config: SFLConfig,
         *,
         on_round: Callable[[dict[str, Any]], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Train for ``config.rounds`` rounds; the server returns one record per round."""
         history: list[dict[str, Any]] = []
         clock = 0.0
-        for r in range(self.config.rounds):
-            plan = make_round_plan(self.config, r, runtime.n_samples)
+        for r in range(config.rounds):
+            plan = make_round_plan(config, r, runtime.n_samples)
             outcome = runtime.execute_round(plan)
             if not runtime.is_server:
                 continue
@@ -151,6 +288,10 @@ class Scheme:
                 on_round(record)
         return history
 
+    def round_delay(self, ledger: Ledger, assignment: np.ndarray) -> RoundDelay:
+        """The delay of a round whose costs are ``ledger``."""
+        return round_delay(ledger, assignment, chain=self.chain)
+
     def summarise(
         self,
         plan: RoundPlan,
@@ -160,7 +301,7 @@ class Scheme:
         clock: float,
     ) -> dict[str, Any]:
         """One round's record: scores, delay, faults and bytes."""
-        delay = round_delay(outcome.ledger, runtime.assignment, local_loss=self.local_loss)
+        delay = self.round_delay(outcome.ledger, runtime.assignment)
         led = outcome.ledger
         record: dict[str, Any] = {
             "round": plan.round + 1,
@@ -182,16 +323,192 @@ class Scheme:
             record["bytes_received_total"] = outcome.received_bytes
         return record
 
+    # --- the messages, as the cost model counts them --------------------------------
 
-class SplitFed(Scheme):
-    """SplitFed (Thapa et al., 2022): two tiers, clients talk to the server via a relay."""
+    def batch_messages(self, costs: PartCosts) -> tuple[Message, ...]:
+        """Messages per client batch: forward up both hops, then what comes back."""
+        alpha, gamma = (float(v) for v in costs.act_bytes)
+        return (
+            Message(CLIENT_AGGREGATOR, UP, ACTIVATIONS, HEADER_NBYTES, alpha, PER_BATCH),
+            Message(CLIENT_AGGREGATOR, UP, LABELS, HEADER_NBYTES, LABEL_BYTES, PER_BATCH),
+            *self.gradient_messages(CLIENT_AGGREGATOR, alpha),
+            Message(AGGREGATOR_SERVER, UP, ACTIVATIONS, HEADER_NBYTES, gamma, PER_BATCH),
+            Message(AGGREGATOR_SERVER, UP, LABELS, HEADER_NBYTES, LABEL_BYTES, PER_BATCH),
+            *self.gradient_messages(AGGREGATOR_SERVER, gamma),
+        )
 
-    name = "sfl"
-    edge_averaging = False
+    def gradient_messages(self, hop: str, act_bytes: float) -> tuple[Message, ...]:
+        """Per batch on ``hop``: the activation gradients sent back down."""
+        return (Message(hop, DOWN, GRADIENTS, HEADER_NBYTES, act_bytes, PER_BATCH),)
 
-    @property
-    def server_copies(self) -> bool:
-        return self.config.sfl_version == "v1"
+    def download_messages(self, costs: PartCosts) -> tuple[Message, ...]:
+        """The download: one client part (and aggregator part) per aggregator, then to clients."""
+        pc, pg, _ = costs.state_numel
+        out = [_model_message(AGGREGATOR_SERVER, DOWN, pc, PER_AGGREGATOR)]
+        if costs.three_tier:
+            out.append(_model_message(AGGREGATOR_SERVER, DOWN, pg, PER_AGGREGATOR))
+        out.append(_model_message(CLIENT_AGGREGATOR, DOWN, pc, PER_CLIENT))
+        return tuple(out)
+
+    def upload_messages(self, costs: PartCosts) -> tuple[Message, ...]:
+        """The upload: every client's part and count; each aggregator's averages and total."""
+        pc, pg, _ = costs.state_numel
+        count = HEADER_NBYTES + COUNT_BYTES
+        out = [
+            _model_message(CLIENT_AGGREGATOR, UP, pc, PER_CLIENT),
+            Message(CLIENT_AGGREGATOR, UP, CONTROL, count, each=PER_CLIENT),
+            _model_message(AGGREGATOR_SERVER, UP, pc, PER_AGGREGATOR),
+        ]
+        if costs.three_tier:
+            out.append(_model_message(AGGREGATOR_SERVER, UP, pg, PER_AGGREGATOR))
+        out.append(Message(AGGREGATOR_SERVER, UP, CONTROL, count, each=PER_AGGREGATOR))
+        return tuple(out)
+
+    def averaging(self, costs: PartCosts) -> Averaging:
+        """Aggregators average client parts; the server averages their reports."""
+        pc, pg, _ = (float(v) for v in costs.state_numel)
+        return Averaging(pc, pc + (pg if costs.three_tier else 0.0), 0.0)
+
+    # --- client steps --------------------------------------------------------------------
+
+    def client_backward(self, client: ClientRole, act: torch.Tensor, y: torch.Tensor) -> Coroutine:
+        """Backward through the client part; returns False when the client is cut off."""
+        grad = yield Recv(client.ctx.aggregator_of(client.index), GRADIENTS)
+        if grad is None:
+            return False
+        act.backward(grad)
+        return True
+
+    # --- aggregator steps ----------------------------------------------------------------
+
+    def aggregator_download(self, agg: AggregatorRole, view: list[int]) -> Coroutine:
+        """Receive the global parts once and send the client part to every client.
+
+        Returns the client part (reported back unchanged if every client is lost).
+        """
+        cstate = yield Recv(SERVER_ADDRESS, MODEL)
+        if agg.ctx.costs.three_tier:
+            astate = yield Recv(SERVER_ADDRESS, MODEL)
+            load_flat_state(agg.module, astate)
+            agg.opt = agg.ctx.make_optimizer(agg.module)
+        for i in view:
+            if i not in agg.lost:
+                yield Send((CLIENT, i), cstate, MODEL, i, DOWNLOAD)
+        return cstate
+
+    def aggregator_step(
+        self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
+    ) -> Coroutine:
+        """One batch of client ``i``: train the aggregator part, or relay when it is empty."""
+        if agg.ctx.costs.three_tier:
+            yield from self.aggregator_train(agg, i, x, y)
+        else:
+            yield from self.relay(agg, i, x, y)
+
+    def relay(self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor) -> Coroutine:
+        """Forward a client's batch to the server unchanged, and what comes back down."""
+        yield Send(SERVER_ADDRESS, x, ACTIVATIONS, i)
+        yield Send(SERVER_ADDRESS, y, LABELS, i)
+        yield from self.relay_gradients(i)
+
+    def relay_gradients(self, i: int) -> Coroutine:
+        """Pass the server's activation gradients on to client ``i``."""
+        grad = yield Recv(SERVER_ADDRESS, GRADIENTS)
+        if grad is not None:
+            yield Send((CLIENT, i), grad, GRADIENTS, i)
+
+    def aggregator_train(
+        self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
+    ) -> Coroutine:
+        """End to end: forward, wait for the server's gradients, backward, pass them down."""
+        x.requires_grad_(True)
+        h = agg.module.part(x)  # (B, *cut-c shape)
+        yield Send(SERVER_ADDRESS, h.detach(), ACTIVATIONS, i)
+        yield Send(SERVER_ADDRESS, y, LABELS, i)
+        agg.opt.zero_grad(set_to_none=True)
+        grad = yield Recv(SERVER_ADDRESS, GRADIENTS)
+        if grad is None:
+            return
+        h.backward(grad)
+        agg.opt.step()
+        agg.charge_train(i, len(y))
+        yield Send((CLIENT, i), x.grad, GRADIENTS, i)
+
+    def aggregator_upload(
+        self, agg: AggregatorRole, view: list[int], cstate: torch.Tensor | None
+    ) -> Coroutine:
+        """Average the clients' parts (FedAvg by sample count) and report them up."""
+        states, counts = [], []
+        for i in view:
+            if i in agg.lost:
+                continue
+            state = yield Recv((CLIENT, i), MODEL, droppable=True)
+            count = (
+                (yield Recv((CLIENT, i), CONTROL, droppable=True)) if state is not None else None
+            )
+            if count is None:
+                agg.lost.add(i)
+                continue
+            states.append(state)
+            counts.append(int(count.item()))
+        if states and sum(counts) > 0:
+            avg = fedavg(states, counts)
+            agg.ctx.meter.charge_compute(
+                agg.address, averaging_flops(avg.numel(), len(states)), -1, UPLOAD
+            )
+        else:  # every client lost: report the unchanged part with weight 0
+            avg, counts = cstate, [0]
+        yield Send(SERVER_ADDRESS, avg, MODEL, -1, UPLOAD)
+        if agg.ctx.costs.three_tier:
+            yield Send(SERVER_ADDRESS, flatten_state(agg.module), MODEL, -1, UPLOAD)
+        yield Send(SERVER_ADDRESS, agg.ctx.count_tensor(sum(counts)), CONTROL, -1, UPLOAD)
+
+    # --- server steps --------------------------------------------------------------------
+
+    def server_download(self, server: ServerRole, view: list[int], aggs: list[int]) -> Coroutine:
+        """Send the global client part (and aggregator part) to every aggregator in use."""
+        cstate = flatten_state(server.client_global)
+        astate = flatten_state(server.aggregator_global)
+        for j in aggs:
+            yield Send((AGGREGATOR, j), cstate, MODEL, -1, DOWNLOAD)
+            if server.ctx.costs.three_tier:
+                yield Send((AGGREGATOR, j), astate, MODEL, -1, DOWNLOAD)
+
+    def server_parts(self, server: ServerRole, view: list[int]) -> dict[int, tuple[Any, Any]]:
+        """Per-client (server part, optimiser) copies; none: every client shares one."""
+        return {}
+
+    def server_step(
+        self, server: ServerRole, i: int, x: torch.Tensor, y: torch.Tensor, module, opt
+    ) -> Coroutine:
+        """Train the server part on client ``i``'s batch and send the gradients down."""
+        x.requires_grad_(True)
+        loss = server.train_on(i, x, y, module, opt)
+        yield Send(server.ctx.aggregator_of(i), x.grad, GRADIENTS, i)
+        return loss
+
+    def server_collect(self, server: ServerRole, view: list[int], aggs: list[int]) -> Coroutine:
+        """Average the aggregators' reports into the global parts (weights: sample totals)."""
+        cs, as_, ns = [], [], []
+        three = server.ctx.costs.three_tier
+        for j in aggs:
+            c = yield Recv((AGGREGATOR, j), MODEL)
+            a = (yield Recv((AGGREGATOR, j), MODEL)) if three and c is not None else None
+            n = None
+            if c is not None and (a is not None or not three):
+                n = yield Recv((AGGREGATOR, j), CONTROL)
+            if n is not None and int(n.item()) > 0:
+                cs.append(c)
+                as_.append(a)
+                ns.append(int(n.item()))
+        if not ns:
+            return
+        load_flat_state(server.client_global, fedavg(cs, ns))
+        numel = cs[0].numel()
+        if three:
+            load_flat_state(server.aggregator_global, fedavg(as_, ns))
+            numel += as_[0].numel()
+        server.charge_average(numel, len(ns))
 
 
 class HierarchicalSplitFed(Scheme):
@@ -200,12 +517,177 @@ class HierarchicalSplitFed(Scheme):
     name = "hsfl"
 
 
+class SplitFed(Scheme):
+    """SplitFed (Thapa et al., 2022): two tiers, clients talk to the server via a relay.
+
+    ``version`` ``v1`` keeps one server part per client and averages them each round;
+    ``v2`` keeps one shared server part.
+    """
+
+    name = "sfl"
+
+    def __init__(self, version: str = "v1"):
+        self.version = version
+
+    def download_messages(self, costs: PartCosts) -> tuple[Message, ...]:
+        """The server sends one client part per client, relayed by its aggregator."""
+        pc = costs.state_numel[0]
+        return (
+            _model_message(AGGREGATOR_SERVER, DOWN, pc, PER_CLIENT),
+            _model_message(CLIENT_AGGREGATOR, DOWN, pc, PER_CLIENT),
+        )
+
+    def upload_messages(self, costs: PartCosts) -> tuple[Message, ...]:
+        """Every client's part and count, relayed to the server."""
+        pc = costs.state_numel[0]
+        count = HEADER_NBYTES + COUNT_BYTES
+        return (
+            _model_message(CLIENT_AGGREGATOR, UP, pc, PER_CLIENT),
+            Message(CLIENT_AGGREGATOR, UP, CONTROL, count, each=PER_CLIENT),
+            _model_message(AGGREGATOR_SERVER, UP, pc, PER_CLIENT),
+            Message(AGGREGATOR_SERVER, UP, CONTROL, count, each=PER_CLIENT),
+        )
+
+    def averaging(self, costs: PartCosts) -> Averaging:
+        """The server averages every client part, and under v1 every server-part copy."""
+        pc, _, ps = (float(v) for v in costs.state_numel)
+        return Averaging(0.0, 0.0, pc + (ps if self.version == "v1" else 0.0))
+
+    def aggregator_download(self, agg: AggregatorRole, view: list[int]) -> Coroutine:
+        """Relay each client's copy of the client part."""
+        for i in view:
+            state = yield Recv(SERVER_ADDRESS, MODEL)
+            if i not in agg.lost:
+                yield Send((CLIENT, i), state, MODEL, i, DOWNLOAD)
+        return None
+
+    def aggregator_step(
+        self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
+    ) -> Coroutine:
+        """The aggregator only relays."""
+        return self.relay(agg, i, x, y)
+
+    def aggregator_upload(
+        self, agg: AggregatorRole, view: list[int], cstate: torch.Tensor | None
+    ) -> Coroutine:
+        """Relay each client's part and count (or a dropped-client notice)."""
+        for i in view:
+            if i in agg.notified:
+                continue
+            state = count = None
+            if i not in agg.lost:
+                state = yield Recv((CLIENT, i), MODEL, droppable=True)
+                if state is not None:
+                    count = yield Recv((CLIENT, i), CONTROL, droppable=True)
+                if count is None:
+                    agg.lost.add(i)
+            if i in agg.lost:
+                yield Send(SERVER_ADDRESS, None, CONTROL, i, UPLOAD)
+                agg.notified.add(i)
+                continue
+            yield Send(SERVER_ADDRESS, state, MODEL, i, UPLOAD)
+            yield Send(SERVER_ADDRESS, count, CONTROL, i, UPLOAD)
+
+    def server_download(self, server: ServerRole, view: list[int], aggs: list[int]) -> Coroutine:
+        """One copy of the global client part per client."""
+        cstate = flatten_state(server.client_global)
+        for i in view:
+            yield Send(server.ctx.aggregator_of(i), cstate, MODEL, i, DOWNLOAD)
+
+    def server_parts(self, server: ServerRole, view: list[int]) -> dict[int, tuple[Any, Any]]:
+        """v1: a fresh copy of the server part (and its optimiser) per client."""
+        if self.version != "v1":
+            return {}
+        copies = {}
+        for i in view:
+            module = copy.deepcopy(server.server_module)
+            copies[i] = (module, server.ctx.make_optimizer(module))
+        return copies
+
+    def server_collect(self, server: ServerRole, view: list[int], aggs: list[int]) -> Coroutine:
+        """Average the clients' parts, relayed one by one."""
+        cs, ns = [], []
+        for i in view:
+            if i in server.lost:
+                continue
+            agg = server.ctx.aggregator_of(i)
+            state = yield Recv(agg, MODEL)
+            count = (yield Recv(agg, CONTROL)) if state is not None else None
+            if count is None:
+                server.lost.add(i)
+                continue
+            cs.append(state)
+            ns.append(int(count.item()))
+        if ns and sum(ns) > 0:
+            load_flat_state(server.client_global, fedavg(cs, ns))
+            server.charge_average(cs[0].numel(), len(cs))
+
+
 class HierarchicalSplitFedLocalLoss(Scheme):
     """Three tiers, each trained on its own (auxiliary-head) loss; nothing travels down."""
 
     name = "hsfl-ll"
-    end_to_end = False
     local_loss = True
+    chain = LOCAL_LOSS_CHAIN
+
+    def aux_heads(self, profile: BlockProfile, config: SFLConfig) -> tuple[AuxHead | None, ...]:
+        """A head on the client part, and on the aggregator part when it has blocks."""
+        a, c = config.cuts
+        kw = {"mode": config.aux_head, "max_features": config.aux_max_features}
+        # Heads are initialised from their own seed so that every process agrees.
+        torch.manual_seed(config.seed + 1)
+        aux_c = make_aux_head(profile, a, **kw)
+        aux_g = make_aux_head(profile, c, **kw) if c > a else None
+        return aux_c, aux_g
+
+    def gradient_messages(self, hop: str, act_bytes: float) -> tuple[Message, ...]:
+        return ()
+
+    def client_backward(self, client: ClientRole, act: torch.Tensor, y: torch.Tensor) -> Coroutine:
+        """Backward from the client's own head."""
+        F.cross_entropy(client.module.aux(act), y).backward()
+        return _no_messages(True)
+
+    def relay_gradients(self, i: int) -> Coroutine:
+        return _no_messages()
+
+    def aggregator_train(
+        self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
+    ) -> Coroutine:
+        """Forward up, then backward from the aggregator's own head."""
+        x.requires_grad_(False)
+        h = agg.module.part(x)  # (B, *cut-c shape)
+        yield Send(SERVER_ADDRESS, h.detach(), ACTIVATIONS, i)
+        yield Send(SERVER_ADDRESS, y, LABELS, i)
+        agg.opt.zero_grad(set_to_none=True)
+        F.cross_entropy(agg.module.aux(h), y).backward()
+        agg.opt.step()
+        agg.charge_train(i, len(y))
+
+    def server_step(
+        self, server: ServerRole, i: int, x: torch.Tensor, y: torch.Tensor, module, opt
+    ) -> Coroutine:
+        """Train the server part; nothing goes back down."""
+        x.requires_grad_(False)
+        return _no_messages(server.train_on(i, x, y, module, opt))
+
+
+SCHEME_CLASSES: dict[str, type[Scheme]] = {
+    cls.name: cls for cls in (SplitFed, HierarchicalSplitFed, HierarchicalSplitFedLocalLoss)
+}
+"""Every scheme by its ``--scheme`` name (the names ``SFLConfig`` accepts, ``SCHEMES``)."""
+
+
+def get_scheme(name: str, *, sfl_version: str = "v1") -> Scheme:
+    """The scheme called ``name`` (``sfl_version`` matters to ``sfl`` only)."""
+    if name not in SCHEME_CLASSES:
+        raise ConfigError(f"--scheme {name!r}: choose one of {', '.join(SCHEMES)}")
+    return SplitFed(sfl_version) if name == "sfl" else SCHEME_CLASSES[name]()
+
+
+def scheme_of(config: SFLConfig) -> Scheme:
+    """The scheme ``config`` runs."""
+    return get_scheme(config.scheme, sfl_version=config.sfl_version)
 
 
 def format_round(record: dict[str, Any], n_rounds: int) -> str:

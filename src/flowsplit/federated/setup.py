@@ -22,17 +22,10 @@ from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.partition import make_partition
 from flowsplit.federated.parts import check_cuts, split_model
-from flowsplit.federated.profile import (
-    BlockProfile,
-    PartCosts,
-    client_memory_bytes,
-    make_aux_head,
-    part_costs,
-    profile_model,
-)
+from flowsplit.federated.profile import BlockProfile, PartCosts, client_memory_bytes, profile_model
 from flowsplit.federated.protocol import AGGREGATOR, CLIENT, SERVER, Address
 from flowsplit.federated.roles import RunContext, TierModule
-from flowsplit.federated.schemes import Scheme
+from flowsplit.federated.schemes import Scheme, scheme_of
 from flowsplit.federated.topology import Topology, assign_clients
 from flowsplit.models.base import BlockModel
 
@@ -100,15 +93,8 @@ class RunSetup:
 
     def tier_modules(self) -> tuple[TierModule, TierModule, TierModule]:
         """Fresh client, aggregator and server modules with the initial weights."""
-        a, c = self.config.cuts
-        split = split_model(self.model, a, c)
-        aux_c = aux_g = None
-        if self.scheme.local_loss:
-            kw = {"mode": self.config.aux_head, "max_features": self.config.aux_max_features}
-            # Heads are initialised from their own seed so that every process agrees.
-            torch.manual_seed(self.config.seed + 1)
-            aux_c = make_aux_head(self.profile, a, **kw)
-            aux_g = make_aux_head(self.profile, c, **kw) if c > a else None
+        split = split_model(self.model, *self.config.cuts)
+        aux_c, aux_g = self.scheme.aux_heads(self.profile, self.config)
         return (
             TierModule(split.client, aux_c),
             TierModule(split.aggregator, aux_g),
@@ -192,11 +178,10 @@ def prepare_run(
     check_cuts(model.n_blocks, *config.cuts)
     _fit_input_scaler(model, ds, view, train)
     profile = profile if profile is not None else profile_model(copy.deepcopy(model))
-    scheme = Scheme.from_config(config)
-    costs = part_costs(
+    scheme = scheme_of(config)
+    costs = scheme.part_costs(
         profile,
         *config.cuts,
-        local_loss=scheme.local_loss,
         aux_mode=config.aux_head,
         aux_max_features=config.aux_max_features,
     )

@@ -150,7 +150,7 @@ def run_simulation(
     """Train ``setup`` with every role in this process; returns the run's result."""
     torch.set_num_threads(setup.config.threads)
     runtime = SimRuntime(setup, meter_enabled=meter_enabled)
-    history = setup.scheme.run(runtime, on_round=on_round)
+    history = setup.scheme.run(runtime, setup.config, on_round=on_round)
     return SFLResult(
         backend="sim",
         config=setup.config.to_dict(),

@@ -39,7 +39,14 @@ def _weights(text: str) -> tuple[float, float, float]:
     return (w.loss, w.delay, w.bytes)
 
 
+def _tolerance(points: float) -> float:
+    if not (0.0 <= points <= 100.0):
+        raise ConfigError(f"--acc-tolerance {points:g}: give percentage points in [0, 100]")
+    return points / 100.0
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
+    """The options ``sfl plan`` and ``sfl compare`` share."""
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
@@ -49,15 +56,29 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology-seed", type=int, default=0, help="seed of a generated topology")
     p.add_argument("--family", default="hsfl", choices=("hsfl", "hsfl-ll"),
                    help="scheme the three-tier runs train with")  # fmt: skip
+    p.add_argument("--objective", default="guard", choices=("guard", "weighted"),
+                   help="guard: least delay/bytes among the plans within --acc-tolerance of "
+                        "the best predicted accuracy; weighted: the weighted sum with the "
+                        "predicted loss")  # fmt: skip
+    p.add_argument("--acc-tolerance", type=float, default=1.0,
+                   help="accuracy guard tolerance in percentage points")  # fmt: skip
+    p.add_argument("--three-tier", action="store_true",
+                   help="plan only cut pairs with an aggregator part (a < c); a == c is two-tier")  # fmt: skip
     p.add_argument("--weights", default="1,1,1", type=_weights,
-                   help="objective weights loss,delay,bytes")  # fmt: skip
+                   help="objective weights loss,delay,bytes (the guard uses delay,bytes)")  # fmt: skip
     p.add_argument("--reference", default="hsfl", choices=("hsfl", "median"),
-                   help="delay/bytes references: the HSFL baseline or the median cut pair")  # fmt: skip
+                   help="delay/bytes references (deterministic): HSFL at --fixed-cuts with "
+                        "the round-robin assignment, or the median cut pair")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of the planned run (default 5, quick 4): the surrogate's budget")  # fmt: skip
     p.add_argument("--fixed-cuts", default="1,2", type=_pair, help="HSFL baseline cuts a,c")
     p.add_argument("--sfl-cut", type=int, default=1, help="SFL baseline cut")
     p.add_argument("--capacity", default=None, help="most clients per aggregator, comma list")
-    p.add_argument("--pilots", type=int, default=None, help="pilot cut pairs (default 4; quick 3)")
-    p.add_argument("--pilot-rounds", type=int, default=1, help="rounds per pilot")
+    p.add_argument("--pilots", type=int, default=None,
+                   help="pilot cut pairs (default: every legal pair, at most 6)")  # fmt: skip
+    p.add_argument("--pilot-steps", type=int, default=None,
+                   help="optimiser steps (client batches) per pilot (default: 1/4 of the "
+                        "run's, at least 4 rounds)")  # fmt: skip
     p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -66,11 +87,12 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--quick", action="store_true",
-                   help="small defaults (2 seeds, 3 rounds, 600 rows, 8 clients, 3 aggregators)")  # fmt: skip
+                   help="small defaults (2 seeds, 4 rounds, 600 rows, 8 clients, 3 aggregators)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no per-run log")
 
 
 def options(args: argparse.Namespace) -> dict:
+    """The :class:`~flowsplit.planner.study.StudyConfig` fields of ``add_common``'s options."""
     return {
         "view": args.view,
         "n_clients": args.clients,
@@ -78,12 +100,16 @@ def options(args: argparse.Namespace) -> dict:
         "topology_seed": args.topology_seed,
         "family": args.family,
         "weights": args.weights,
+        "objective": args.objective,
+        "acc_tolerance": _tolerance(args.acc_tolerance),
+        "three_tier": args.three_tier,
+        "rounds": args.rounds,
         "reference": args.reference,
         "fixed_cuts": args.fixed_cuts,
         "sfl_cut": args.sfl_cut,
         "capacity": _capacity(args.capacity),
         "n_pilots": args.pilots,
-        "pilot_rounds": args.pilot_rounds,
+        "pilot_steps": args.pilot_steps,
         "pilot_train_limit": args.pilot_train_limit,
         "batch_size": args.batch_size,
         "lr": args.lr,
@@ -111,7 +137,8 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
     p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON to write")
     p.add_argument("--seed", type=int, default=0, help="partition and pilot seed")
     p.add_argument("--no-pilots", action="store_true",
-                   help="no pilots: plan for delay and bytes only (the loss weight must be 0)")  # fmt: skip
+                   help="no pilots: plan for delay and bytes only, and say so (weighted: the "
+                        "loss weight must be 0)")  # fmt: skip
     p.set_defaults(func=cmd_plan)
     return p
 
@@ -121,8 +148,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     weights = args.weights
-    if args.no_pilots and weights[0] > 0:
-        raise ConfigError("--no-pilots needs a loss weight of 0, e.g. --weights 0,1,1")
+    if args.no_pilots and args.objective == "weighted" and weights[0] > 0:
+        raise ConfigError(
+            "--no-pilots with --objective weighted needs a loss weight of 0, e.g. --weights 0,1,1"
+        )
     cfg = resolve_study_config(args.quick, model=args.model, topology=args.topology,
                                **options(args))  # fmt: skip
     t0 = time.perf_counter()

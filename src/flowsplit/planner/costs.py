@@ -2,17 +2,19 @@
 
 :func:`flowsplit.federated.predict.predict_ledger` computes a round's ledger for one
 assignment; :func:`flowsplit.federated.costs.round_delay` turns it into the delay.
-The planner must compare many assignments and cut pairs, so this module rewrites the
-same closed form as arrays that separate what a client contributes at each
-aggregator from what an aggregator contributes by being used:
+The planner must compare many assignments and cut pairs, so this module evaluates the
+same per-message description (the scheme's ``batch_messages``, ``download_messages``,
+``upload_messages``, ``averaging`` and ``chain``, summed by
+:func:`~flowsplit.federated.predict.hop_sums` as ``predict_ledger`` sums them) as
+arrays that separate what a client contributes at each aggregator from what an
+aggregator contributes by being used:
 
 per client ``i`` placed on aggregator ``j`` (features, in this order):
 
-- ``chain_a``, ``chain_b``: the client's chain is ``max(chain_a, chain_b)``; end to
-  end (sfl, hsfl) ``chain_a`` is everything done for it (its compute, its transfers
-  on both hops with their latencies, aggregator and server compute) and
-  ``chain_b = 0``; under local losses ``chain_a`` is its compute and ``chain_b`` its
-  link's busy time (bytes / bandwidth);
+- ``chain_a``, ``chain_b``: the client's chain is ``max(chain_a, chain_b)``, the sums
+  of the ledger accounts the scheme's ``chain`` names (end to end: everything done
+  for the client in ``chain_a``, ``chain_b = 0``; local losses: its compute and its
+  link's busy time);
 - ``agg``: aggregator compute on its batches (a FIFO queue: summed per aggregator);
 - ``bb``: busy time of the aggregator-server link for its batches (a queue too);
 - ``down``, ``up``: model download and upload on its link (latency + bytes / bandwidth);
@@ -41,43 +43,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsplit.federated.aggregate import averaging_flops
 from flowsplit.federated.costs import n_batches
-from flowsplit.federated.predict import COUNT_BYTES, FLOAT_BYTES, LABEL_BYTES, predict_ledger
+from flowsplit.federated.predict import hop_sums, predict_ledger
 from flowsplit.federated.profile import PartCosts
-from flowsplit.federated.protocol import HEADER_NBYTES
+from flowsplit.federated.protocol import AGGREGATOR_SERVER, CLIENT_AGGREGATOR
+from flowsplit.federated.schemes import PER_AGGREGATOR, PER_BATCH, PER_CLIENT, Scheme
 from flowsplit.federated.topology import Topology
 
 FEATURES = ("chain_a", "chain_b", "agg", "bb", "down", "up", "count")
 CHAIN_A, CHAIN_B, AGG, BB, DOWN, UP, COUNT = range(len(FEATURES))
 BASIS = ("latency", "inv_bandwidth", "inv_agg_speed", "backbone_latency", "inv_backbone_bw", "one")
 N_BASIS = len(BASIS)
-
-
-@dataclass(frozen=True)
-class SchemeFlags:
-    """What a scheme changes in the cost model (the class attributes of its Scheme)."""
-
-    end_to_end: bool = True
-    """Gradients travel down and clients wait for them (sfl, hsfl)."""
-    edge_averaging: bool = True
-    """Aggregators average their clients' parts (hsfl, hsfl-ll); False: sfl relays."""
-    server_copies: bool = False
-    """sfl v1: the server averages one server part per client."""
-
-    @property
-    def local_loss(self) -> bool:
-        return not self.end_to_end
-
-    @classmethod
-    def of(cls, scheme: str, sfl_version: str = "v1") -> SchemeFlags:
-        """Flags of ``sfl``, ``hsfl`` or ``hsfl-ll``."""
-        if scheme == "sfl":
-            return cls(True, False, sfl_version == "v1")
-        if scheme == "hsfl":
-            return cls(True, True, False)
-        if scheme == "hsfl-ll":
-            return cls(False, True, False)
-        raise ValueError(f"unknown scheme {scheme!r}")
+LAT, INV_BW, INV_AGG, BB_LAT, INV_BB, ONE = range(N_BASIS)
 
 
 @dataclass(frozen=True)
@@ -114,7 +92,7 @@ class CostTable:
     """(P,) bytes of the round that do not depend on the assignment."""
     bytes_per_agg: np.ndarray
     """(P,) model bytes each active aggregator adds on the backbone."""
-    flags: SchemeFlags
+    scheme: Scheme
 
     @property
     def n_clients(self) -> int:
@@ -152,10 +130,40 @@ class CostTable:
         return np.matmul(self.coef[:, pair], col[:, :, None])[:, :, 0]
 
 
+def client_accounts(
+    costs: PartCosts, topology: Topology, scheme: Scheme, m: np.ndarray, s: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The per-client training accounts of ``predict_ledger``, each (N, K) on the basis.
+
+    ``m``/``s``: (N,) batches and samples of each client in the round.
+    """
+    n = topology.n_clients
+    batch = scheme.batch_messages(costs)
+    ca_n, ca_fix, ca_per = hop_sums(batch, CLIENT_AGGREGATOR, PER_BATCH)
+    as_n, as_fix, as_per = hop_sums(batch, AGGREGATOR_SERVER, PER_BATCH)
+    tf = np.asarray(costs.train_flops, dtype=np.float64)
+    acc = {
+        name: np.zeros((n, N_BASIS))
+        for name in ("client_compute", "client_link", "client_busy", "aggregator_for",
+                     "backbone_for", "server_for", "backbone_busy")
+    }  # fmt: skip
+    acc["client_compute"][:, ONE] = tf[0] * s / topology.client_speed
+    # Chains pay latency + bytes / bandwidth per message; queues only the busy time.
+    acc["client_busy"][:, INV_BW] = m * ca_fix + s * ca_per
+    acc["client_link"][:, INV_BW] = m * ca_fix + s * ca_per
+    acc["client_link"][:, LAT] = ca_n * m
+    acc["aggregator_for"][:, INV_AGG] = tf[1] * s
+    acc["backbone_busy"][:, INV_BB] = m * as_fix + s * as_per
+    acc["backbone_for"][:, INV_BB] = m * as_fix + s * as_per
+    acc["backbone_for"][:, BB_LAT] = as_n * m
+    acc["server_for"][:, ONE] = tf[2] * s / topology.server_speed
+    return acc
+
+
 def build_cost_table(
     part_costs: Sequence[PartCosts],
     topology: Topology,
-    flags: SchemeFlags,
+    scheme: Scheme,
     *,
     batch_size: int,
     local_epochs: int = 1,
@@ -168,48 +176,21 @@ def build_cost_table(
     m = np.where(part, n_batches(samples, batch_size, local_epochs), 0).astype(np.float64)
     s = np.where(part, samples * local_epochs, 0).astype(np.float64)
     one = part.astype(np.float64)
-    H = float(HEADER_NBYTES)
-    e2e = flags.end_to_end
-    n_msgs = 3.0 if e2e else 2.0  # activations, labels (, gradients) on each hop
-    n_pairs = len(part_costs)
-    coef = np.zeros((n, n_pairs, len(FEATURES), N_BASIS))
-    inv_speed = 1.0 / topology.client_speed
+    coef = np.zeros((n, len(part_costs), len(FEATURES), N_BASIS))
+    chain_a, chain_b = scheme.chain
     for p, costs in enumerate(part_costs):
-        alpha, gamma = (float(v) for v in costs.act_bytes)
-        tf = np.asarray(costs.train_flops, dtype=np.float64)
-        pc = float(costs.state_numel[0])
-        per_sample_ca = alpha * (2.0 if e2e else 1.0) + LABEL_BYTES
-        per_sample_as = gamma * (2.0 if e2e else 1.0) + LABEL_BYTES
-        compute = tf[0] * s * inv_speed
-        server = tf[2] * s / topology.server_speed
-        # Chains pay latency + bytes / bandwidth per message; queues only the busy time.
-        busy = np.zeros((n, N_BASIS))
-        busy[:, 1] = n_msgs * m * H + s * per_sample_ca
-        link = busy.copy()
-        link[:, 0] = n_msgs * m
-        agg = np.zeros((n, N_BASIS))
-        if costs.three_tier:
-            agg[:, 2] = tf[1] * s
-        bb = np.zeros((n, N_BASIS))
-        bb[:, 4] = n_msgs * m * H + s * per_sample_as
-        bb_chain = bb.copy()
-        bb_chain[:, 3] = n_msgs * m
-        model_c = H + FLOAT_BYTES * pc
+        acc = client_accounts(costs, topology, scheme, m, s)
         c = coef[:, p]
-        if e2e:
-            c[:, CHAIN_A] = link + agg + bb_chain
-            c[:, CHAIN_A, 5] += compute + server
-        else:
-            c[:, CHAIN_A, 5] = compute
-            c[:, CHAIN_B] = busy
-        c[:, AGG] = agg
-        c[:, BB] = bb
-        c[:, DOWN, 0] = one
-        c[:, DOWN, 1] = one * model_c
-        c[:, UP, 0] = one
-        c[:, UP, 1] = one * (model_c + H + COUNT_BYTES)
-        c[:, COUNT, 5] = one
-    agg_terms = _aggregator_terms(part_costs, topology, flags, samples, part)
+        c[:, CHAIN_A] = sum((acc[name] for name in chain_a), np.zeros((n, N_BASIS)))
+        c[:, CHAIN_B] = sum((acc[name] for name in chain_b), np.zeros((n, N_BASIS)))
+        c[:, AGG] = acc["aggregator_for"]
+        c[:, BB] = acc["backbone_busy"]
+        for feature, msgs in ((DOWN, scheme.download_messages(costs)),
+                              (UP, scheme.upload_messages(costs))):  # fmt: skip
+            c[:, feature, LAT] = one
+            c[:, feature, INV_BW] = one * hop_sums(msgs, CLIENT_AGGREGATOR, PER_CLIENT)[1]
+        c[:, COUNT, ONE] = one
+    agg_terms = _aggregator_terms(part_costs, topology, scheme, samples, part)
     bw = topology.ca_bandwidth
     linked = bw > 0
     return CostTable(
@@ -226,9 +207,9 @@ def build_cost_table(
             ]
         ),
         linked=linked,
-        flags=flags,
+        scheme=scheme,
         bytes_fix=_bytes_fix(
-            part_costs, topology, flags, samples, batch_size, local_epochs, agg_terms
+            part_costs, topology, scheme, samples, batch_size, local_epochs, agg_terms
         ),
         **agg_terms,
     )
@@ -237,11 +218,10 @@ def build_cost_table(
 def _aggregator_terms(
     part_costs: Sequence[PartCosts],
     topology: Topology,
-    flags: SchemeFlags,
+    scheme: Scheme,
     samples: np.ndarray,
     part: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    H = float(HEADER_NBYTES)
     bl = topology.as_latency
     inv_bb = 1.0 / topology.as_bandwidth
     inv_as = 1.0 / topology.aggregator_speed
@@ -249,36 +229,33 @@ def _aggregator_terms(
     out = {k: np.zeros((n_pairs, n_aggs)) for k in ("d_fix", "d_lin", "u_fix", "u_lin")}
     for k in ("server_load", "server_avg_fix", "server_avg_per_agg", "bytes_per_agg"):
         out[k] = np.zeros(n_pairs)
-    count = H + COUNT_BYTES
     n_part = float(part.sum())
     s_total = float(np.where(part, samples, 0).sum())
     for p, costs in enumerate(part_costs):
-        pc, pg, ps = (float(v) for v in costs.state_numel)
-        three = costs.three_tier
-        model_c, model_g = H + FLOAT_BYTES * pc, H + FLOAT_BYTES * pg
+        down, up = scheme.download_messages(costs), scheme.upload_messages(costs)
+        # Model bytes an active aggregator sends once, and bytes it relays per client.
+        own_down = hop_sums(down, AGGREGATOR_SERVER, PER_AGGREGATOR)[1]
+        own_up = hop_sums(up, AGGREGATOR_SERVER, PER_AGGREGATOR)[1]
+        relayed_down = hop_sums(down, AGGREGATOR_SERVER, PER_CLIENT)[1]
+        relayed_up = hop_sums(up, AGGREGATOR_SERVER, PER_CLIENT)[1]
+        avg = scheme.averaging(costs)
         out["server_load"][p] = float(costs.train_flops[2]) * s_total / topology.server_speed
         # A used backbone link pays its latency once per phase (messages stream).
-        out["d_fix"][p] = bl
-        out["u_fix"][p] = bl
-        if flags.edge_averaging:
-            down_bytes = model_c + (model_g if three else 0.0)
-            up_bytes = model_c + (model_g if three else 0.0) + count
-            out["d_fix"][p] += down_bytes * inv_bb
-            out["u_fix"][p] += up_bytes * inv_bb
-            out["u_lin"][p] = 2.0 * pc * inv_as
-            out["server_avg_per_agg"][p] = (
-                2.0 * (pc + (pg if three else 0.0)) / topology.server_speed
-            )
-            out["bytes_per_agg"][p] = down_bytes + up_bytes
-        else:
-            out["d_lin"][p] = model_c * inv_bb
-            out["u_lin"][p] = (model_c + count) * inv_bb
-            avg = 2.0 * pc * n_part + (2.0 * ps * n_part if flags.server_copies else 0.0)
-            out["server_avg_fix"][p] = avg / topology.server_speed
+        out["d_fix"][p] = bl + own_down * inv_bb
+        out["u_fix"][p] = bl + own_up * inv_bb
+        out["d_lin"][p] = relayed_down * inv_bb
+        out["u_lin"][p] = relayed_up * inv_bb + averaging_flops(avg.edge_per_client, 1) * inv_as
+        out["server_avg_per_agg"][p] = (
+            averaging_flops(avg.server_per_aggregator, 1) / topology.server_speed
+        )
+        out["server_avg_fix"][p] = (
+            averaging_flops(avg.server_per_client, n_part) / topology.server_speed
+        )
+        out["bytes_per_agg"][p] = own_down + own_up
     return out
 
 
-def _bytes_fix(part_costs, topology, flags, samples, batch_size, local_epochs, agg_terms):
+def _bytes_fix(part_costs, topology, scheme, samples, batch_size, local_epochs, agg_terms):
     # Bytes hardly depend on the assignment (only through which aggregators are used),
     # so take them from the engine's own prediction for one assignment and remove the
     # per-aggregator part: no second copy of the byte formulas to keep in step.
@@ -290,9 +267,7 @@ def _bytes_fix(part_costs, topology, flags, samples, batch_size, local_epochs, a
             costs,
             topology,
             probe,
-            end_to_end=flags.end_to_end,
-            edge_averaging=flags.edge_averaging,
-            server_copies=flags.server_copies,
+            scheme=scheme,
             batch_size=batch_size,
             local_epochs=local_epochs,
             samples=samples,

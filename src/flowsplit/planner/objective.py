@@ -5,10 +5,11 @@
 ``delay`` and ``bytes`` are one round's simulated delay and bytes under the engine's
 cost model; ``predicted_loss`` is the accuracy surrogate's prediction (validation
 cross-entropy after the pilot budget). The references make the two cost terms
-dimensionless; by default they are those of the HSFL baseline (fixed cuts, random
-assignment) on the same topology, so a delay term of 0.8 reads "20 % faster than
-HSFL". ``reference="median"`` takes the median over every legal cut pair, each with
-round-robin assignment, instead.
+dimensionless; by default they are those of HSFL at its fixed cuts with the
+round-robin assignment on the same topology (deterministic: a random assignment
+would make the trade-off move with a seed), so a delay term of 0.8 reads "20 %
+faster than that HSFL". ``reference="median"`` takes the median over every legal cut
+pair, each with the round-robin assignment, instead.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class Objective:
     """Round bytes the bytes term is divided by."""
     reference: str = "hsfl"
     """How the references were chosen (see the module docstring)."""
+    reference_text: str = ""
+    """The references in words (written next to them in every plan)."""
 
     def __post_init__(self) -> None:
         if not (self.delay_ref > 0 and self.bytes_ref > 0):
@@ -95,4 +98,5 @@ class Objective:
             "delay_ref_s": self.delay_ref,
             "bytes_ref": self.bytes_ref,
             "reference": self.reference,
+            "reference_text": self.reference_text,
         }

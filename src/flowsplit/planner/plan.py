@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.profile import BlockProfile, client_memory_bytes, part_costs
+from flowsplit.federated.profile import BlockProfile, client_memory_bytes
+from flowsplit.federated.schemes import Scheme, get_scheme
 from flowsplit.federated.topology import Topology, assign_clients
 from flowsplit.planner.assign import check_capacity, client_work, greedy_assign
 from flowsplit.planner.costs import (
@@ -35,7 +36,6 @@ from flowsplit.planner.costs import (
     DOWN,
     UP,
     CostTable,
-    SchemeFlags,
     build_cost_table,
     evaluate_assignment,
 )
@@ -139,10 +139,10 @@ def _num(x: float) -> float | None:
     return None if x is None or not np.isfinite(x) else float(x)
 
 
-def legal_part_costs(profile: BlockProfile, flags: SchemeFlags):
-    """(cuts, part costs) of every legal pair under ``flags``."""
+def legal_part_costs(profile: BlockProfile, scheme: Scheme):
+    """(cuts, part costs) of every legal pair under ``scheme``."""
     cuts = profile.legal_cuts()
-    return cuts, [part_costs(profile, a, c, local_loss=flags.local_loss) for a, c in cuts]
+    return cuts, [scheme.part_costs(profile, a, c) for a, c in cuts]
 
 
 def memory_ok(costs, topology: Topology, batch_size: int) -> bool:
@@ -211,9 +211,9 @@ def plan_split(
     """
     config = config or PlannerConfig()
     t0 = time.perf_counter()
-    flags = SchemeFlags.of(config.family)
-    cuts, pcs = legal_part_costs(profile, flags)
-    table = build_cost_table(pcs, topology, flags, batch_size=config.batch_size,
+    scheme = get_scheme(config.family)
+    cuts, pcs = legal_part_costs(profile, scheme)
+    table = build_cost_table(pcs, topology, scheme, batch_size=config.batch_size,
                              local_epochs=config.local_epochs)  # fmt: skip
     cap = check_capacity(table, None if config.capacity is None else np.array(config.capacity))
     obj = objective or make_objective(profile, topology, config, table, cuts)
@@ -335,9 +335,9 @@ def plan_fixed(
 ) -> Plan:
     """A baseline plan: fixed ``cuts`` and a rule assignment (``random``, ``round-robin``)."""
     t0 = time.perf_counter()
-    flags = SchemeFlags.of(scheme)
-    pc = part_costs(profile, *cuts, local_loss=flags.local_loss)
-    table = build_cost_table([pc], topology, flags, batch_size=batch_size,
+    scheme_def = get_scheme(scheme)
+    pc = scheme_def.part_costs(profile, *cuts)
+    table = build_cost_table([pc], topology, scheme_def, batch_size=batch_size,
                              local_epochs=local_epochs)  # fmt: skip
     assign = assign_clients(topology, rule, seed)
     delay, nbytes = evaluate_assignment(table, 0, assign)

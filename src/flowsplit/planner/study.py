@@ -22,15 +22,31 @@ from flowsplit.federated.parts import check_cuts
 from flowsplit.federated.presets import resolve_topology
 from flowsplit.federated.profile import profile_model
 from flowsplit.federated.setup import RegistryModel, prepare_run
+from flowsplit.planner.objective import Weights
+from flowsplit.planner.pilots import (
+    PilotCost,
+    eval_split_for,
+    run_pilots,
+    steps_per_round,
+)
+from flowsplit.planner.plan import PlannerConfig, plan_fixed, plan_split
+from flowsplit.planner.surrogate import choose_pilot_cuts, predict_accuracy
 
-QUICK = {"rounds": 3, "train_limit": 600, "n_pilots": 3, "pilot_train_limit": None,
+QUICK = {"rounds": 4, "train_limit": 600, "pilot_train_limit": None,
          "n_clients": 8, "n_aggregators": 3}  # fmt: skip
 """Quick-mode defaults (explicit options win)."""
-FULL = {"rounds": 5, "train_limit": None, "n_pilots": 4, "pilot_train_limit": None,
+FULL = {"rounds": 5, "train_limit": None, "pilot_train_limit": None,
         "n_clients": None, "n_aggregators": None}  # fmt: skip
 """Defaults otherwise."""
-PLANS = ("acc-aware", "delay", "hsfl", "sfl")
-"""Plans :func:`plan_seed` can make."""
+PLANS = ("acc-aware", "delay", "hsfl", "hsfl-greedy", "sfl")
+"""Plans :func:`plan_seed` can make: the planner, the delay-only planner, HSFL at the
+fixed cuts with a seeded random assignment (the research's baseline) and with the
+planner's delay-aware greedy assignment, and SFL."""
+MAX_PILOTS = 6
+"""Default number of pilot cut pairs: every legal pair up to this many."""
+PILOT_FRACTION = 0.25
+"""Default pilot budget: this share of the run's optimiser steps (at least
+:data:`~flowsplit.planner.pilots.MIN_CURVE_POINTS` rounds)."""
 
 
 @dataclass
@@ -61,10 +77,11 @@ class StudyConfig:
     """Objective weights loss, delay, bytes of the accuracy-aware planner."""
     reference: str = "hsfl"
     """Objective references: ``hsfl`` or ``median``."""
-    n_pilots: int = 4
-    """Pilot cut pairs."""
-    pilot_rounds: int = 1
-    """Rounds per pilot."""
+    n_pilots: int | None = None
+    """Pilot cut pairs (default: every legal pair, at most :data:`MAX_PILOTS`)."""
+    pilot_steps: int | None = None
+    """Optimiser steps per pilot (client batches summed over clients; default
+    :data:`PILOT_FRACTION` of the run's)."""
     pilot_train_limit: int | None = None
     """Training rows per pilot (default: as the runs)."""
     batch_size: int = 32
@@ -81,14 +98,27 @@ class StudyConfig:
     """Most clients per aggregator (the planners honour it)."""
     threads: int = 1
     """torch threads."""
+    objective: str = "guard"
+    """``guard`` (accuracy first, see :func:`flowsplit.planner.plan.accuracy_guard`) or
+    ``weighted`` (the weighted sum with the predicted loss)."""
+    acc_tolerance: float = 0.01
+    """Accuracy guard: plans within this of the best predicted accuracy (1 point)."""
+    three_tier: bool = False
+    """Plan only cut pairs with an aggregator part (a < c)."""
     quick: bool = False
     """Quick-mode defaults (see :data:`QUICK`)."""
 
     def validate(self) -> None:
         if self.family not in ("hsfl", "hsfl-ll"):
             raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
-        if self.rounds < 1 or self.n_pilots < 1 or self.pilot_rounds < 1:
-            raise ConfigError("--rounds, --pilots and --pilot-rounds must be >= 1")
+        if self.rounds < 1 or (self.n_pilots or 1) < 1 or (self.pilot_steps or 1) < 1:
+            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
+        if self.objective not in ("guard", "weighted"):
+            raise ConfigError(f"--objective {self.objective!r}: choose guard or weighted")
+        if not (0.0 <= self.acc_tolerance <= 1.0):
+            raise ConfigError(
+                f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1]"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +160,7 @@ class Study:
     profile: Any
     topology: Any
     predicted_loss: dict = field(default_factory=dict)
+    predicted_accuracy: dict = field(default_factory=dict)
     pilots: list = field(default_factory=list)
     surrogate: dict = field(default_factory=dict)
 
@@ -204,31 +235,43 @@ def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
 
 
 def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
-    """Run the pilots (first seed) and fit the surrogate; fills the study's
-    ``predicted_loss``, ``pilots`` and ``surrogate``."""
-    from flowsplit.planner.pilots import PilotCost, eval_split_for, run_pilots
-    from flowsplit.planner.surrogate import LossSurrogate, choose_pilot_cuts, cut_features
+    """Run the pilots (``seed``'s partition) and fit the surrogate; fills the study's
+    ``predicted_accuracy``, ``predicted_loss``, ``pilots`` and ``surrogate``.
 
+    Each pilot trains :attr:`StudyConfig.pilot_steps` optimiser steps; the surrogate
+    extrapolates the pilots' validation curves to the run's budget (``rounds`` rounds
+    of the same partition), see :func:`~flowsplit.planner.surrogate.predict_accuracy`.
+    """
     cfg = study.config
-    cuts = choose_pilot_cuts(study.profile.n_blocks, cfg.n_pilots)
+    legal = study.profile.legal_cuts()
+    n_pilots = cfg.n_pilots or min(len(legal), MAX_PILOTS)
+    cuts = choose_pilot_cuts(study.profile.n_blocks, n_pilots)
     base = base_config(cfg, seed)
     limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.train_limit
+    probe = prepare_run(base, dataset=study.dataset, model_fn=study.model_fn,
+                        topology=study.topology, profile=study.profile)  # fmt: skip
+    run_steps = cfg.rounds * steps_per_round(probe)
+    steps = cfg.pilot_steps or max(1, int(math.ceil(PILOT_FRACTION * run_steps)))
     records = run_pilots(cuts, dataset=study.dataset, model_fn=study.model_fn,
-                         topology=study.topology, base=base, rounds=cfg.pilot_rounds,
+                         topology=study.topology, base=base, steps=steps,
                          train_limit=limit, quiet=quiet)  # fmt: skip
-    legal, x = cut_features(study.profile)
-    rows = [legal.index(r.cuts) for r in records]
-    model = LossSurrogate().fit(x[rows], [r.loss for r in records])
-    pred = model.predict(x)
-    study.predicted_loss = {c: float(v) for c, v in zip(legal, pred, strict=True)}
+    doc = predict_accuracy(records, study.profile, run_steps)
+    study.predicted_accuracy = dict(doc.pop("accuracy"))
+    study.predicted_loss = dict(doc.pop("loss"))
+    source = doc.pop("source")
     study.pilots = records
-    measured = {r.cuts: r.loss for r in records}
+    measured = {r.cuts: r for r in records}
     study.surrogate = {
-        **model.to_dict(),
+        **doc,
+        "pilot_steps": steps,
+        "run_steps": run_steps,
         "cost": PilotCost.of(records).to_dict(),
         "pilots": [r.to_dict() for r in records],
-        "table": [{"cuts": list(c), "measured_loss": measured.get(c),
-                   "predicted_loss": float(v)} for c, v in zip(legal, pred, strict=True)],
+        "table": [{"cuts": list(c),
+                   "pilot_accuracy": measured[c].accuracy if c in measured else None,
+                   "predicted_accuracy": study.predicted_accuracy[c],
+                   "predicted_loss": study.predicted_loss[c], "source": source[c]}
+                  for c in legal],
         "eval_split": eval_split_for(study.dataset),
     }  # fmt: skip
 
@@ -236,38 +279,60 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
 def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     """The plans named in ``plans`` (of :data:`PLANS`; ``hsfl`` always) for one seed
     (shard sizes of that seed's partition)."""
-    from flowsplit.planner.objective import Weights
-    from flowsplit.planner.plan import PlannerConfig, plan_fixed, plan_split
-
     cfg = study.config
     setup = prepare_run(base_config(cfg, seed), dataset=study.dataset, model_fn=study.model_fn,
                         topology=study.topology, profile=study.profile)  # fmt: skip
     topo = setup.topology  # shard sizes filled in
     common = {"family": cfg.family, "fixed_cuts": tuple(cfg.fixed_cuts), "seed": seed,
               "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
-              "reference": cfg.reference, "capacity": cfg.capacity}  # fmt: skip
+              "reference": cfg.reference, "capacity": cfg.capacity,
+              "three_tier": cfg.three_tier, "acc_tolerance": cfg.acc_tolerance}  # fmt: skip
+    accuracy = study.predicted_accuracy or None
+    separated = bool((study.surrogate or {}).get("separated", True))
     out = {}
     acc = None
     if "acc-aware" in plans:
         acc = plan_split(study.profile, topo, study.predicted_loss or None,
-                         PlannerConfig(weights=Weights(*cfg.weights), **common))  # fmt: skip
+                         PlannerConfig(weights=Weights(*cfg.weights), mode=cfg.objective,
+                                       **common),
+                         predicted_accuracy=accuracy, separated=separated)  # fmt: skip
+        acc.info["surrogate"] = _surrogate_summary(study.surrogate)
         out["acc-aware"] = acc
     if "delay" in plans:
         out["delay"] = plan_split(study.profile, topo, study.predicted_loss or None,
-                                  PlannerConfig(weights=Weights(0.0, 1.0, 0.0), **common))  # fmt: skip
+                                  PlannerConfig(weights=Weights(0.0, 1.0, 0.0), mode="weighted",
+                                                **common),
+                                  predicted_accuracy=accuracy)  # fmt: skip
     objective = acc.objective_def if acc is not None else None
-    if objective is not None and "delay" in out:
-        # Every plan scored by the same (accuracy-aware) objective, to compare them.
-        d = out["delay"]
-        d.objective = float(objective.value(d.predicted_loss, d.delay_s, d.bytes))
+    fixed = tuple(cfg.fixed_cuts)
     kw = {"seed": seed, "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
-          "objective": objective}  # fmt: skip
-    out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, tuple(cfg.fixed_cuts),
-                             predicted_loss=study.predicted_loss.get(tuple(cfg.fixed_cuts),
-                                                                     float("nan")), **kw)  # fmt: skip
+          "objective": objective, "predicted_loss": study.predicted_loss.get(fixed, math.nan),
+          "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan)}  # fmt: skip
+    out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, fixed, **kw)
+    if "hsfl-greedy" in plans:
+        out["hsfl-greedy"] = plan_fixed(study.profile, topo, cfg.family, fixed, rule="greedy",
+                                        capacity=cfg.capacity, **kw)  # fmt: skip
+    if objective is not None:
+        # Every plan scored by the same (accuracy-aware) objective, to compare them.
+        for p in out.values():
+            p.objective = float(objective.value(np.nan_to_num(p.predicted_loss), p.delay_s,
+                                                p.bytes))  # fmt: skip
     if "sfl" in plans:
         c = int(cfg.sfl_cut)
-        out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), **{**kw, "objective": None})
+        out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), seed=seed,
+                                batch_size=cfg.batch_size, local_epochs=cfg.local_epochs)  # fmt: skip
+    return out
+
+
+def _surrogate_summary(surrogate: dict) -> dict | None:
+    """What every plan states about the surrogate it relied on."""
+    if not surrogate:
+        return None
+    keys = ("target_steps", "pilot_steps", "noise", "spread", "separated", "backtest")
+    out = {k: surrogate.get(k) for k in keys}
+    if "ridge" in surrogate:
+        r = surrogate["ridge"]
+        out["ridge"] = {k: r.get(k) for k in ("loo_rmse", "alpha", "spread_kept", "flattened")}
     return out
 
 
@@ -289,6 +354,8 @@ def jsonable(obj: Any) -> Any:
 
 __all__ = [
     "FULL",
+    "MAX_PILOTS",
+    "PILOT_FRACTION",
     "PLANS",
     "QUICK",
     "Study",

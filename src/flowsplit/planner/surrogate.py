@@ -1,17 +1,23 @@
-"""The accuracy surrogate: predict the loss of every legal cut pair from a few pilots.
+"""The accuracy surrogate: predict the final accuracy of every legal cut pair from pilots.
 
-Pilot runs (:mod:`flowsplit.planner.pilots`) train a round or two at a few cut pairs
+Pilot runs (:mod:`flowsplit.planner.pilots`) train a step budget at a few cut pairs
 chosen to span the legal triangle ``1 <= a <= c < L`` (:func:`choose_pilot_cuts`:
-its three corners first, then farthest-point sampling). A ridge regression
-(:class:`LossSurrogate`) on features of each cut (:func:`cut_features`) then
-predicts the validation loss of every legal pair. The ridge penalty is chosen by
-exact leave-one-out error, which the hat matrix gives in closed form, so even four
-pilots yield an honest estimate of the surrogate's own error (``loo_rmse_``).
+its three corners first, then farthest-point sampling; every pair when there are
+few). Each pilot's validation curve is extrapolated to the run's step budget by a
+fitted learning curve (:func:`fit_curve`: ``y = a + b * steps ** -c``). Pairs
+without a pilot get a ridge regression (:class:`LossSurrogate`) on features of each
+cut (:func:`cut_features`), its penalty chosen by exact leave-one-out error (the hat
+matrix gives it in closed form). :func:`predict_accuracy` puts it together and says
+how far to trust it: a backtest of the extrapolation (fit on all but the last point,
+predict the last), the rank agreement of that backtest, the share of the pilots'
+spread the ridge keeps (a penalty that flattens its predictions is reported, not
+hidden) and whether the pilots separate the cut pairs beyond their sampling noise.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.parts import legal_cuts
@@ -172,3 +178,115 @@ def _ridge(z: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, floa
         return coef, float("inf")
     loo = resid / np.clip(1.0 - h, 1e-9, None)
     return coef, float(np.mean(loo**2))
+
+
+CURVE_EXPONENTS = tuple(np.round(np.arange(0.1, 2.01, 0.1), 2))
+"""Exponents ``c`` of the learning curve ``a + b * steps ** -c`` tried by :func:`fit_curve`."""
+FLAT_SPREAD = 0.5
+"""A ridge fit keeping less than this share of the pilots' spread is reported as flattened."""
+NOISE_Z = 1.96
+"""Cut pairs are separated when the pilots' spread exceeds NOISE_Z standard errors of a
+difference of two accuracies."""
+
+
+def fit_curve(steps, values, target: float, *, bounds=(0.0, 1.0)) -> tuple[float, dict]:
+    """Extrapolate a validation curve to ``target`` steps.
+
+    Least squares of ``y = a + b * s ** -c`` over ``c`` in :data:`CURVE_EXPONENTS`
+    (``a`` and ``b`` in closed form for each ``c``); the prediction is clipped to
+    ``bounds`` and, so that three noisy points cannot run away, to within the
+    curve's own range widened by its total change. With fewer than three points the
+    last value is the prediction (method ``"last point"``).
+    """
+    s = np.asarray(steps, dtype=np.float64)
+    y = np.asarray(values, dtype=np.float64)
+    if len(y) < 3 or not np.all(np.isfinite(y)):
+        return float(y[-1]), {"method": "last point"}
+    best = None
+    for c in CURVE_EXPONENTS:
+        basis = np.column_stack([np.ones_like(s), s ** -float(c)])
+        coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+        sse = float(np.sum((basis @ coef - y) ** 2))
+        if best is None or sse < best[0] - 1e-15:
+            best = (sse, float(c), coef)
+    sse, c, (a, b) = best
+    raw = float(a + b * float(target) ** -c)
+    span = float(y.max() - y.min())
+    lo, hi = max(bounds[0], y.min() - span), min(bounds[1], y.max() + span)
+    pred = float(np.clip(raw, lo, hi))
+    return pred, {"method": "learning curve", "a": float(a), "b": float(b), "c": c,
+                  "rmse": float(np.sqrt(sse / len(y))), "unclipped": raw}  # fmt: skip
+
+
+def accuracy_noise(accuracy: float, n_eval: int) -> float:
+    """Binomial standard error of an accuracy measured on ``n_eval`` rows."""
+    p = float(np.clip(accuracy, 0.0, 1.0))
+    return float(np.sqrt(max(p * (1 - p), 1e-4) / max(n_eval, 1)))
+
+
+def _spearman(a, b) -> float:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dict:
+    """Predicted validation accuracy and loss of every legal cut pair at ``target_steps``.
+
+    ``records`` are :class:`~flowsplit.planner.pilots.PilotRecord` (each with its
+    curve). Returns a JSON-ready document: ``accuracy`` and ``loss`` (cut pair ->
+    value, keyed by the tuple), ``source`` per pair, ``noise`` (standard error of one
+    accuracy measurement), ``separated`` (whether the pilots' extrapolated accuracies
+    differ by more than their noise), ``backtest`` (mean absolute error and Spearman
+    rank correlation of extrapolating each curve without its last point) and, when
+    some pairs had no pilot, the ridge's ``loo_rmse``, penalty and ``spread_kept``.
+    """
+    legal, x = cut_features(profile)
+    acc, loss, source, curves, back_pred, back_true = {}, {}, {}, {}, [], []
+    for r in records:
+        st = r.curve_steps
+        acc[r.cuts], info = fit_curve(st, r.curve_accuracy, target_steps)
+        loss[r.cuts], _ = fit_curve(st, r.curve_loss, target_steps, bounds=(0.0, np.inf))
+        source[r.cuts] = f"pilot ({info['method']})"
+        curves[r.cuts] = info
+        if len(st) >= 4:  # a backtest needs three points left to fit
+            p, _ = fit_curve(st[:-1], r.curve_accuracy[:-1], st[-1])
+            back_pred.append(p)
+            back_true.append(r.curve_accuracy[-1])
+    noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in records), default=float("nan"))
+    piloted = [c for c in legal if c in acc]
+    spread = float(np.ptp([acc[c] for c in piloted])) if piloted else 0.0
+    separated = len(piloted) >= 2 and spread > NOISE_Z * np.sqrt(2.0) * noise
+    doc = {
+        "target_steps": float(target_steps),
+        "noise": noise,
+        "spread": spread,
+        "separated": bool(separated),
+        "backtest": {
+            "n": len(back_pred),
+            "mae": float(np.mean(np.abs(np.subtract(back_pred, back_true))))
+            if back_pred
+            else None,
+            "spearman": _spearman(back_pred, back_true),
+        },
+        "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
+    }
+    missing = [c for c in legal if c not in acc]
+    if missing:
+        rows = [legal.index(c) for c in piloted]
+        ridge = LossSurrogate().fit(x[rows], [acc[c] for c in piloted])
+        ridge_loss = LossSurrogate().fit(x[rows], [loss[c] for c in piloted])
+        fitted = ridge.predict(x[rows])
+        kept = float(np.ptp(fitted) / spread) if spread > 0 else float("nan")
+        pred_acc = np.clip(ridge.predict(x), 0.0, 1.0)
+        pred_loss = ridge_loss.predict(x)
+        for c in missing:
+            k = legal.index(c)
+            acc[c], loss[c], source[c] = float(pred_acc[k]), float(pred_loss[k]), "ridge"
+        doc["ridge"] = {**ridge.to_dict(), "spread_kept": kept,
+                        "flattened": bool(np.isfinite(kept) and kept < FLAT_SPREAD)}  # fmt: skip
+    doc["accuracy"] = {c: float(acc[c]) for c in legal}
+    doc["loss"] = {c: float(loss[c]) for c in legal}
+    doc["source"] = {c: source[c] for c in legal}
+    return doc
