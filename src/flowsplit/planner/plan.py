@@ -1,9 +1,17 @@
 """The accuracy-aware split and assignment planner, and the plans it is compared with.
 
 :func:`plan_split` chooses cut points ``(a, c)`` and a client -> aggregator
-assignment minimising the objective of :mod:`flowsplit.planner.objective`:
+assignment. By default (``mode="guard"``) it is *accuracy first*: among the cut pairs
+whose predicted accuracy is within ``acc_tolerance`` of the best predicted
+(:func:`accuracy_guard`), it takes the one with the least delay/bytes objective
+``w_delay * delay / delay_ref + w_bytes * bytes / bytes_ref``. When the pilots do not
+separate the cut pairs beyond their noise, the guard says so and keeps the pairs
+with the shallowest client part (the least of the model averaged across clients)
+instead. ``mode="weighted"`` minimises the weighted sum of
+:mod:`flowsplit.planner.objective` with the predicted loss instead. In both:
 
-1. every legal cut pair whose client part fits every client's memory is a candidate;
+1. every legal cut pair whose client part fits every client's memory (and, with
+   ``three_tier``, that has an aggregator part: ``a < c``) is a candidate;
 2. the cost terms of every candidate come from the engine's cost model
    (:mod:`flowsplit.planner.costs`);
 3. a lower bound of each candidate's objective (every client on its best link, queues
@@ -43,6 +51,7 @@ from flowsplit.planner.objective import REFERENCES, Objective, Weights
 from flowsplit.planner.search import close_aggregators, improve_assignment
 
 FAMILIES = ("hsfl", "hsfl-ll")
+MODES = ("guard", "weighted")
 SMALL_INSTANCE = 200
 """N * A up to which the local search adds restarts and aggregator closing (cheap there,
 and where one aggregator's fixed costs weigh most)."""
@@ -57,9 +66,10 @@ class PlannerConfig:
     family: str = "hsfl"
     """Scheme the planned cuts are trained with: ``hsfl`` (end to end) or ``hsfl-ll``."""
     reference: str = "hsfl"
-    """Delay and bytes references: ``hsfl`` (fixed cuts, random assignment) or ``median``."""
+    """Delay and bytes references: ``hsfl`` (fixed cuts, round-robin) or ``median``."""
     fixed_cuts: tuple[int, int] = (1, 2)
-    """Cuts of the HSFL baseline (and of the ``hsfl`` reference)."""
+    """Cuts of the HSFL baseline (and of the ``hsfl`` reference, with the round-robin
+    assignment: deterministic, never a random draw)."""
     batch_size: int = 32
     """Client batch size (sets the number of messages per round)."""
     local_epochs: int = 1
@@ -80,11 +90,25 @@ class PlannerConfig:
     """Extra local searches from seeded random assignments on small instances
     (N * A <= SMALL_INSTANCE, no capacities), to step out of a poor local optimum."""
     seed: int = 0
-    """Seed of the random assignment of the HSFL reference."""
+    """Seed of the local search's random restarts."""
+    mode: str = "guard"
+    """``guard``: least delay/bytes objective among the pairs within ``acc_tolerance``
+    of the best predicted accuracy; ``weighted``: the weighted sum with the loss."""
+    acc_tolerance: float = 0.01
+    """Accuracy guard: predicted accuracy within this of the best (0.01 = 1 point)."""
+    three_tier: bool = False
+    """Only pairs with an aggregator part (``a < c``); ``a == c`` plans are two-tier."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
+        if self.mode not in MODES:
+            raise ConfigError(f"--objective {self.mode!r}: choose {' or '.join(MODES)}")
+        if not (0.0 <= self.acc_tolerance <= 1.0):
+            raise ConfigError(
+                f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1] "
+                "(0.01 = 1 point)"
+            )
         if self.reference not in REFERENCES:
             raise ConfigError(f"--reference {self.reference!r}: choose hsfl or median")
         if self.batch_size < 1 or self.local_epochs < 1 or self.refine_top < 0:
@@ -113,14 +137,29 @@ class Plan:
     planning_s: float = 0.0
     objective_def: Objective | None = None
     candidates: list[dict[str, Any]] = field(default_factory=list)
-    """One row per legal cut pair: loss, delay, bytes, objective, status."""
+    """One row per legal cut pair: loss, accuracy, delay, bytes, objective, status."""
     info: dict[str, Any] = field(default_factory=dict)
+    predicted_accuracy: float = float("nan")
+    """The surrogate's validation accuracy at the run's budget (NaN: no prediction)."""
+
+    @property
+    def tiers(self) -> int:
+        """3 with an aggregator part (``a < c``), 2 without (``a == c``; sfl)."""
+        return 3 if self.cuts[0] < self.cuts[1] else 2
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "scheme": self.scheme,
             "cuts": list(self.cuts),
+            "tiers": self.tiers,
+            "predicted": {
+                "bytes_per_round": self.bytes,
+                "delay_s_per_round": self.delay_s,
+                "accuracy": _num(self.predicted_accuracy),
+                "loss": _num(self.predicted_loss),
+            },  # fmt: skip
             "predicted_loss": _num(self.predicted_loss),
+            "predicted_accuracy": _num(self.predicted_accuracy),
             "delay_s": self.delay_s,
             "bytes": self.bytes,
             "objective": _num(self.objective),
@@ -156,17 +195,74 @@ def make_objective(
     profile: BlockProfile, topology: Topology, config: PlannerConfig, table: CostTable, cuts
 ) -> Objective:
     """The objective with references chosen as ``config.reference`` says."""
+    # Round-robin, not a random draw: the trade-off must not move with a seed.
+    assign = assign_clients(topology, "round-robin", config.seed)
     if config.reference == "hsfl":
         if tuple(config.fixed_cuts) not in cuts:
             raise ConfigError(f"fixed cuts {config.fixed_cuts} are not legal for this model")
         pair = cuts.index(tuple(config.fixed_cuts))
-        assign = assign_clients(topology, "random", config.seed)
         delay, nbytes = evaluate_assignment(table, pair, assign)
+        text = f"HSFL at cuts {tuple(config.fixed_cuts)} with the round-robin assignment"
     else:
-        assign = assign_clients(topology, "round-robin", config.seed)
         vals = np.array([evaluate_assignment(table, p, assign) for p in range(table.n_pairs)])
         delay, nbytes = (float(v) for v in np.median(vals, axis=0))
-    return Objective(config.weights, delay, nbytes, config.reference)
+        text = "median over every legal cut pair, each with the round-robin assignment"
+    weights = config.weights
+    if config.mode == "guard":
+        if weights.delay == 0 and weights.bytes == 0:
+            raise ConfigError(
+                "the accuracy guard chooses by delay and bytes: give a delay or bytes weight "
+                "> 0 (e.g. --weights 1,1,1), or --objective weighted"
+            )
+        weights = Weights(0.0, weights.delay, weights.bytes)
+    return Objective(weights, delay, nbytes, config.reference, text)
+
+
+def accuracy_guard(
+    cuts: list[tuple[int, int]],
+    accuracy: np.ndarray,
+    feasible: np.ndarray,
+    tolerance: float,
+    separated: bool = True,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """(eligible mask, what was decided) of the accuracy guard over ``feasible`` pairs.
+
+    - no prediction (NaN accuracy): every feasible pair, said so;
+    - ``separated`` False (the pilots do not tell the cuts apart beyond their noise):
+      the feasible pairs with the smallest client part (fallback rule, said so);
+    - otherwise the feasible pairs whose predicted accuracy is within ``tolerance`` of
+      the best feasible prediction.
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    a = np.array([c[0] for c in cuts])
+    info: dict[str, Any] = {"tolerance": float(tolerance), "fallback": False}
+    if not np.all(np.isfinite(acc[feasible])):
+        eligible = feasible.copy()
+        info["rule"] = (
+            "no accuracy prediction (no pilots): the least delay/bytes objective over every "
+            "feasible pair"
+        )
+        info["best_predicted_accuracy"] = None
+    elif not separated:
+        eligible = feasible & (a == a[feasible].min())
+        info["fallback"] = True
+        info["rule"] = (
+            "the pilots do not separate the cut pairs beyond their noise, so accuracy "
+            "cannot choose: fallback rule, the pairs with the shallowest client part "
+            f"(a = {int(a[feasible].min())}: the least of the model averaged across "
+            "clients), least delay/bytes objective among them"
+        )
+        info["best_predicted_accuracy"] = float(acc[feasible].max())
+    else:
+        best = float(acc[feasible].max())
+        eligible = feasible & (acc >= best - tolerance - 1e-12)
+        info["rule"] = (
+            f"the least delay/bytes objective among the pairs whose predicted accuracy is "
+            f"within {100 * tolerance:g} pt of the best predicted ({100 * best:.2f} %)"
+        )
+        info["best_predicted_accuracy"] = best
+    info["eligible"] = [list(c) for c, e in zip(cuts, eligible, strict=True) if e]
+    return eligible, info
 
 
 def lower_bounds(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
@@ -203,11 +299,16 @@ def plan_split(
     config: PlannerConfig | None = None,
     *,
     objective: Objective | None = None,
+    predicted_accuracy: dict[tuple[int, int], float] | None = None,
+    separated: bool = True,
 ) -> Plan:
     """The best cuts and assignment for ``topology`` (shard sizes filled in).
 
-    ``predicted_loss`` maps cut pairs to the surrogate's loss (needed when the loss
-    weight is not 0); ``objective`` overrides the references of ``config``.
+    ``predicted_accuracy`` maps cut pairs to the surrogate's accuracy (the guard's
+    input; ``separated`` False when the pilots do not tell the pairs apart, see
+    :func:`accuracy_guard`); ``predicted_loss`` maps them to its loss (needed in
+    ``weighted`` mode when the loss weight is not 0); ``objective`` overrides the
+    references of ``config``.
     """
     config = config or PlannerConfig()
     t0 = time.perf_counter()
@@ -219,7 +320,9 @@ def plan_split(
     obj = objective or make_objective(profile, topology, config, table, cuts)
     loss = np.array([np.nan if predicted_loss is None else predicted_loss.get(c, np.nan)
                      for c in cuts])  # fmt: skip
-    if config.weights.loss > 0 and not np.all(np.isfinite(loss)):
+    acc = np.array([np.nan if predicted_accuracy is None else predicted_accuracy.get(c, np.nan)
+                    for c in cuts])  # fmt: skip
+    if obj.weights.loss > 0 and not np.all(np.isfinite(loss)):
         raise ConfigError("the loss weight is > 0 but some cut pairs have no predicted loss")
     fits = np.array([not config.check_memory or memory_ok(pc, topology, config.batch_size)
                      for pc in pcs])  # fmt: skip
@@ -228,12 +331,27 @@ def plan_split(
             "no cut pair's client part fits every client's memory; give clients more "
             "memory or use a smaller batch"
         )
+    tier_ok = np.array([a < c or not config.three_tier for a, c in cuts])
+    if not (fits & tier_ok).any():
+        raise ConfigError("--three-tier: no cut pair with an aggregator part (a < c) fits")
+    guard = None
+    if config.mode == "guard":
+        eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance,
+                                         separated)  # fmt: skip
+    else:
+        eligible = fits & tier_ok
     lb_delay, lb_bytes = lower_bounds(table)
     lb_obj = obj.value(np.nan_to_num(loss), lb_delay, lb_bytes)
     prune = config.prune
     if prune is None:
         prune = table.n_clients * table.n_aggregators >= 100_000
     status = np.where(fits, "candidate", "client memory too small").astype(object)
+    status[fits & ~tier_ok] = "two-tier (a == c), excluded by three_tier"
+    status[fits & tier_ok & ~eligible] = (
+        "excluded by the fallback rule"
+        if guard and guard["fallback"]
+        else "predicted accuracy outside the tolerance"
+    )
     assign = np.full((table.n_pairs, table.n_clients), -1, dtype=np.int64)
     value = np.full(table.n_pairs, np.inf)
     delay = np.full(table.n_pairs, np.nan)
@@ -248,7 +366,7 @@ def plan_split(
             value[p] = obj.value(np.nan_to_num(loss[p]), delay[p], nbytes[p])
             status[p] = "greedy"
 
-    order = [int(p) for p in np.argsort(lb_obj, kind="stable") if fits[p]]
+    order = [int(p) for p in np.argsort(lb_obj, kind="stable") if eligible[p]]
     if prune:
         run_greedy(np.array(order[:1]))
         rest = [p for p in order[1:] if lb_obj[p] < value.min()]
@@ -269,11 +387,17 @@ def plan_split(
         status[p] = "greedy + local search"
     best = int(np.argmin(value))
     candidates = [
-        {"cuts": list(c), "predicted_loss": _num(loss[p]), "delay_s": _num(delay[p]),
+        {"cuts": list(c), "predicted_loss": _num(loss[p]),
+         "predicted_accuracy": _num(acc[p]), "delay_s": _num(delay[p]),
          "bytes": _num(nbytes[p]), "objective": _num(value[p]),
-         "lower_bound": _num(lb_obj[p]), "status": str(status[p]), "chosen": p == best}
+         "lower_bound": _num(lb_obj[p]), "status": str(status[p]),
+         "eligible": bool(eligible[p]), "chosen": p == best}
         for p, c in enumerate(cuts)
     ]  # fmt: skip
+    info = {"n_clients": table.n_clients, "n_aggregators": table.n_aggregators,
+            "mode": config.mode, "three_tier": config.three_tier}  # fmt: skip
+    if guard is not None:
+        info["guard"] = guard
     return Plan(
         scheme=config.family,
         cuts=cuts[best],
@@ -285,7 +409,8 @@ def plan_split(
         planning_s=time.perf_counter() - t0,
         objective_def=obj,
         candidates=candidates,
-        info={"n_clients": table.n_clients, "n_aggregators": table.n_aggregators},
+        info=info,
+        predicted_accuracy=float(acc[best]),
     )
 
 
@@ -331,15 +456,27 @@ def plan_fixed(
     batch_size: int = 32,
     local_epochs: int = 1,
     predicted_loss: float = float("nan"),
+    predicted_accuracy: float = float("nan"),
     objective: Objective | None = None,
+    capacity: tuple[int, ...] | None = None,
 ) -> Plan:
-    """A baseline plan: fixed ``cuts`` and a rule assignment (``random``, ``round-robin``)."""
+    """A baseline plan: fixed ``cuts`` and a rule assignment (``random``,
+    ``round-robin``, ``nearest``, or ``greedy``: the planner's delay-aware greedy and
+    local search for these cuts, for delay alone)."""
     t0 = time.perf_counter()
     scheme_def = get_scheme(scheme)
     pc = scheme_def.part_costs(profile, *cuts)
     table = build_cost_table([pc], topology, scheme_def, batch_size=batch_size,
                              local_epochs=local_epochs)  # fmt: skip
-    assign = assign_clients(topology, rule, seed)
+    if rule == "greedy":
+        cap = check_capacity(table, None if capacity is None else np.array(capacity))
+        config = PlannerConfig(weights=Weights(0.0, 1.0, 0.0), seed=seed, mode="weighted",
+                               capacity=capacity)  # fmt: skip
+        delay_only = Objective(config.weights, 1.0, 1.0, "none", "delay alone (s)")
+        assign = greedy_assign(table, np.array([0]), cap)[0]
+        assign = refine_assignment(table, 0, assign, delay_only, config, cap)
+    else:
+        assign = assign_clients(topology, rule, seed)
     delay, nbytes = evaluate_assignment(table, 0, assign)
     value = objective.value(predicted_loss, delay, nbytes) if objective else float("nan")
     return Plan(
@@ -347,6 +484,7 @@ def plan_fixed(
         cuts=tuple(cuts),
         assignment=assign,
         predicted_loss=predicted_loss,
+        predicted_accuracy=predicted_accuracy,
         delay_s=delay,
         bytes=nbytes,
         objective=float(value),
@@ -359,8 +497,10 @@ def plan_fixed(
 
 __all__ = [
     "FAMILIES",
+    "MODES",
     "Plan",
     "PlannerConfig",
+    "accuracy_guard",
     "client_work",
     "legal_part_costs",
     "lower_bounds",
