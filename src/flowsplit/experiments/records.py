@@ -119,7 +119,7 @@ def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str 
 def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRecord:
     """Flatten one training :class:`RunResult` into a comparison record (no CPU metering)."""
     if r.kind != "train":
-        raise ValueError(f"a {r.kind} result, not a training run")
+        raise ValueError(f"the result of a {r.kind!r} run, not of a training run")
     assert r.epoch_times_s is not None and r.comm_time_s is not None  # kind "train" has them
     epochs = list(r.epoch_times_s)
     train_time = float(sum(t for t in epochs if t is not None))

@@ -167,7 +167,9 @@ def read_run(out_dir: str | Path) -> SFLResult:
     out = Path(out_dir)
     result = read_result(out)
     if result.kind != "sfl":
-        raise InputError(out / "metrics.json", f"a {result.kind} result, not a split federated run")
+        raise InputError(
+            out / "metrics.json", f"the result of a {result.kind!r} run, not of an SFL run"
+        )
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     assignment = np.asarray(config.pop("assignment"), dtype=np.int64)
     return SFLResult(
