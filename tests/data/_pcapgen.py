@@ -337,3 +337,100 @@ def tcp_conversation(
         seg = tcp(sp, dp, flags, data, src=s, dst=d)
         out.append(Packet(t0 + i * dt, ether(ip(s, d, 6, seg), et)))
     return out
+
+
+# --- tunnels and other encapsulations ----------------------------------------------
+
+
+def gre(payload: bytes, proto: int = 0x0800, *, key: int | None = None, seq: int | None = None):
+    """A GRE header (RFC 2784/2890) and its payload."""
+    flags = (0x2000 if key is not None else 0) | (0x1000 if seq is not None else 0)
+    out = struct.pack("!HH", flags, proto)
+    if key is not None:
+        out += struct.pack("!I", key)
+    if seq is not None:
+        out += struct.pack("!I", seq)
+    return out + payload
+
+
+def erspan2(frame: bytes, session: int = 1) -> bytes:
+    """An ERSPAN type II header (8 bytes) and the mirrored Ethernet frame."""
+    return struct.pack("!HHI", (1 << 12) | 0, session, 0) + frame
+
+
+def erspan3(frame: bytes, session: int = 1, *, subheader: bool = False) -> bytes:
+    """An ERSPAN type III header (12 bytes, + 8 with the O bit) and the mirrored frame."""
+    hdr = struct.pack("!HHIHH", (2 << 12), session, 0, 0, 1 if subheader else 0)
+    return hdr + (b"\0" * 8 if subheader else b"") + frame
+
+
+def vxlan(frame: bytes, vni: int = 42) -> bytes:
+    return struct.pack("!II", 0x08000000, vni << 8) + frame
+
+
+def geneve(payload: bytes, proto: int = 0x6558, options: bytes = b"") -> bytes:
+    return struct.pack("!BBHI", len(options) // 4, 0, proto, 42 << 8) + options + payload
+
+
+def gtp_u(packet: bytes, teid: int = 7, *, ext: bool = False) -> bytes:
+    """A GTP-U G-PDU; with ``ext`` one PDU session container extension header."""
+    if not ext:
+        return struct.pack("!BBHI", 0x30, 0xFF, len(packet), teid) + packet
+    opt = struct.pack("!HBB", 0, 0, 0x85)  # sequence, N-PDU, next extension: PDU session
+    ext_hdr = struct.pack("!BBBB", 1, 0, 9, 0)  # length 1 (4 bytes), content, next: none
+    body = opt + ext_hdr + packet
+    return struct.pack("!BBHI", 0x34, 0xFF, len(body), teid) + body
+
+
+def llc_snap_frame(payload: bytes, ethertype: int = 0x0800) -> bytes:
+    """An 802.3 frame with an LLC/SNAP header (the length field instead of an ethertype)."""
+    llc = b"\xaa\xaa\x03\0\0\0" + struct.pack("!H", ethertype) + payload
+    return b"\x02\0\0\0\0\2\x02\0\0\0\0\1" + struct.pack("!H", len(llc)) + llc
+
+
+def radiotap_wlan(payload: bytes, ethertype: int = 0x0800, *, qos: bool = True) -> bytes:
+    """A radiotap header, an 802.11 data frame (QoS or not) and LLC/SNAP."""
+    rt = struct.pack("<BBHI", 0, 0, 8, 0)
+    fc = 0x0088 if qos else 0x0008  # type data, subtype QoS data / data
+    hdr = struct.pack("<HH", fc | 0x0100, 0) + b"\x02\0\0\0\0\1" * 3 + b"\0\0"
+    if qos:
+        hdr += b"\0\0"
+    return rt + hdr + b"\xaa\xaa\x03\0\0\0" + struct.pack("!H", ethertype) + payload
+
+
+def nflog(packet: bytes, family: int = 2) -> bytes:
+    """An NFLOG record: header, a prefix TLV, then the payload TLV."""
+    prefix = b"test\0"
+    tlv1 = struct.pack("<HH", 4 + len(prefix), 10) + prefix
+    tlv1 += b"\0" * (-len(tlv1) % 4)
+    tlv2 = struct.pack("<HH", 4 + len(packet), 9) + packet
+    return struct.pack("<BBH", family, 0, 0) + tlv1 + tlv2
+
+
+def pppoe(packet: bytes, proto: int = 0x0021, *, short: bool = False) -> bytes:
+    """A PPPoE session header and a PPP protocol field (one byte with ``short``)."""
+    ppp_proto = struct.pack("!B", proto) if short else struct.pack("!H", proto)
+    body = ppp_proto + packet
+    return struct.pack("!BBHH", 0x11, 0, 1, len(body)) + body
+
+
+def ipv4_fragments(
+    src: str, dst: str, proto: int, payload: bytes, size: int, *, ident: int = 1
+) -> list[bytes]:
+    """The fragments of one IPv4 datagram, ``size`` payload bytes each (a multiple of 8)."""
+    out = []
+    for off in range(0, len(payload), size):
+        more = off + size < len(payload)
+        piece = payload[off : off + size]
+        out.append(ipv4(src, dst, proto, piece, frag=off // 8, mf=more, df=False, ident=ident))
+    return out
+
+
+def ipv6_fragments(src: str, dst: str, nh: int, payload: bytes, size: int, ident: int = 9):
+    """The fragments of one IPv6 packet, ``size`` payload bytes each (a multiple of 8)."""
+    out = []
+    for off in range(0, len(payload), size):
+        more = off + size < len(payload)
+        body = struct.pack("!HI", off | int(more), ident)
+        out.append(ipv6(src, dst, nh, payload[off : off + size], ext=[(44, body)]))
+    return out

@@ -46,5 +46,7 @@ def test_eight_protocol_set_is_split_by_file(tmp_path):
     meta = pd.read_parquet(tmp_path / "ndpi8" / "meta.parquet")
     assert (meta.groupby("group")["split"].nunique() == 1).all()  # no capture in two splits
     assert meta.groupby(["group", "label_name"]).size().max() <= 30
-    assert manifest["skipped"]["packets:ip_fragment"] > 0  # counted, not reassembled
+    assert manifest["read"]["n_fragments_merged"] > 0  # fragments reassembled
+    assert "packets:ip_fragment" not in manifest["skipped"]
+    print(manifest["skipped"], manifest["read"])
     assert "port_a" not in manifest["views"]["stats"]["columns"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -123,13 +124,13 @@ def test_pcapng_second_section_with_other_byte_order(tmp_path):
 
 def test_pcapng_unsupported_interface_is_counted(tmp_path):
     pkts = [g.Packet(1.0, b"\x00" * 40, iface=0), g.Packet(2.0, g.ether(ip4_udp()), iface=1)]
-    path = g.write_pcapng(tmp_path / "a.pcapng", pkts, linktypes=(105, 1))
+    path = g.write_pcapng(tmp_path / "a.pcapng", pkts, linktypes=(147, 1))
     flows, report = read(path)
-    assert report.skipped["unsupported_linktype:105"] == 1 and len(flows) == 1
+    assert report.skipped["unsupported_linktype:147"] == 1 and len(flows) == 1
 
 
 def test_pcapng_with_only_unsupported_interfaces_is_an_input_error(tmp_path):
-    path = g.write_pcapng(tmp_path / "a.pcapng", [g.Packet(1.0, b"\0" * 40)], linktypes=(105,))
+    path = g.write_pcapng(tmp_path / "a.pcapng", [g.Packet(1.0, b"\0" * 40)], linktypes=(147,))
     with pytest.raises(InputError, match="no interface with a supported link type"):
         read(path)
 
@@ -177,8 +178,8 @@ def test_link_types(tmp_path, linktype, frame):
 
 
 def test_unsupported_link_type_for_the_whole_file(tmp_path):
-    path = g.write_pcap(tmp_path / "a.pcap", [(1.0, b"\0" * 30)], linktype=105)
-    with pytest.raises(InputError, match="unsupported link type 105"):
+    path = g.write_pcap(tmp_path / "a.pcap", [(1.0, b"\0" * 30)], linktype=147)
+    with pytest.raises(InputError, match="unsupported link type 147"):
         read(path)
 
 
@@ -198,7 +199,7 @@ def test_ipv4_options_move_the_transport_header(tmp_path):
     assert flows[0]["key"] == f"UDP|{A}|1000|{B}|53" and flows[0]["bytes"] == 20 + 12 + 8 + 3
 
 
-def test_ip_fragments_are_counted_not_reassembled(tmp_path):
+def test_ip_fragments_are_reassembled_or_counted(tmp_path):
     seg = g.udp(1000, 53, b"x" * 40)
     pkts = [
         (1.0, g.ether(g.ipv4(A, B, 17, seg[:24], mf=True, df=False))),  # first fragment
@@ -207,8 +208,15 @@ def test_ip_fragments_are_counted_not_reassembled(tmp_path):
         (1.3, g.ether(ip6_udp(ext=[(44, struct.pack("!HI", 0, 7))]), 0x86DD)),  # atomic
     ]
     flows, report = read(g.write_pcap(tmp_path / "a.pcap", pkts))
-    assert report.skipped["ip_fragment"] == 3
-    assert report.n_flow_packets == 1 and flows[0]["key"].startswith(f"UDP|{A6}|1000|")
+    # The IPv4 pair is one datagram; the IPv6 first fragment never gets its rest.
+    assert report.n_merged == 1 and report.skipped["ip_fragment_incomplete"] == 1
+    assert report.n_flow_packets == 2
+    by_key = {f["key"]: f for f in flows}
+    assert by_key[f"UDP|{A}|1000|{B}|53"]["bytes"] == 20 + 8 + 40
+    assert any(k.startswith(f"UDP|{A6}|1000|") for k in by_key)
+    no_reassembly = dataclasses.replace(OPTS, reassemble=False)
+    flows, report = read(g.write_pcap(tmp_path / "a.pcap", pkts), options=no_reassembly)
+    assert report.skipped["ip_fragment"] == 3 and report.n_flow_packets == 1
 
 
 def test_ipv6_extension_headers(tmp_path):

@@ -24,7 +24,7 @@ import pandas as pd
 
 from flowsplit.data import views as V
 from flowsplit.data.assemble import FlowAssembler, FlowTable
-from flowsplit.data.packets import decode_packets
+from flowsplit.data.packets import TUNNEL_MODES, PacketDecoder
 from flowsplit.data.pcap import ReadReport
 from flowsplit.data.staging import WINDOW_PAD, iter_record_chunks
 from flowsplit.errors import ConfigError
@@ -71,9 +71,20 @@ class FlowOptions:
     """Views to build, among seq, bytes, pkt_bytes and stats."""
     vlan_key: bool = True
     """Put the VLAN ids (802.1Q, QinQ) in the flow key: one 5-tuple in two VLANs is two flows."""
+    tunnels: str = "inner"
+    """inner: open IP-in-IP, GRE/ERSPAN, VXLAN, Geneve and GTP-U, classify the inner flows;
+    outer: keep the tunnel's own flow."""
+    reassemble: bool = True
+    """Reassemble IPv4/IPv6 fragments (else they are counted as ``ip_fragment``)."""
+    fragment_timeout: float = 30.0
+    """Seconds (capture time) a datagram's fragments are held for the rest to arrive."""
 
     def __post_init__(self):
-        for name in ("idle_timeout", "active_timeout"):
+        if self.tunnels not in TUNNEL_MODES:
+            raise ConfigError(
+                f"tunnels must be one of {', '.join(TUNNEL_MODES)}, got {self.tunnels!r}"
+            )
+        for name in ("idle_timeout", "active_timeout", "fragment_timeout"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)}")
         for name in ("seq_len", "n_bytes", "n_pkts", "pkt_len"):
@@ -200,12 +211,20 @@ def iter_flows_many(
     the problem is; the flows read before it are kept.
     """
     assembler = FlowAssembler(options)
+    decoder = PacketDecoder(
+        report,
+        strict=strict,
+        vlan_key=options.vlan_key,
+        tunnels=options.tunnels,
+        reassemble=options.reassemble,
+        fragment_timeout=options.fragment_timeout,
+    )
     for chunk in iter_record_chunks(
         paths, report, strict=strict, chunk_bytes=chunk_bytes, on_error=on_error
     ):
-        pk = decode_packets(chunk, report, strict=strict)
+        pk, sb = decoder.decode(chunk)
         report.n_flow_packets += len(pk)
-        for done in assembler.add_chunk(pk, chunk.buffer, chunk.ended):
+        for done in assembler.add_chunk(pk, sb, chunk.ended):
             if len(done):
                 yield _to_batch(done, options, report)
     done = assembler.finish()

@@ -1,23 +1,34 @@
 """Vectorised decoding of link, IP and transport headers of a chunk of records.
 
-Every header field is read with NumPy over all records at once: fixed-width rows
-are copied out of the staging buffer at each record's header offset (one memcpy
-per row) and fields are columns of those rows. Records we cannot use get a reason
-code, counted in the report, and drop out at the end.
+Every header field is read with NumPy over all records at once: fixed-width words
+are loaded from the staging buffer at each record's header offset, and fields are
+bits of those words. Records we cannot use get a reason code, counted in the
+report, and drop out at the end. The layers, outside in:
+
+1. link layer (:func:`_link_layer`): Ethernet, Linux cooked v1/v2, BSD loopback,
+   raw IP, PPP, Cisco HDLC, PPI, 802.11 (with or without radiotap) and NFLOG, then
+   VLAN tags, MPLS labels, PPPoE sessions and LLC/SNAP down to an IP header; the
+   VLAN ids met go into the flow key;
+2. IP (:func:`_ip_layer`): IPv4 with options, IPv6 with extension headers;
+3. tunnels (:func:`_tunnel_inner`): IP-in-IP, GRE (with ERSPAN I-III and
+   transparent Ethernet), VXLAN, Geneve and GTP-U are opened and the inner
+   packet decoded again from the link layer, so inner flows are classified (with
+   ``tunnels="outer"`` the outer flow is kept instead);
+4. fragments: IPv4 and IPv6 fragments go to a
+   :class:`~flowsplit.data.fragments.Reassembler`; a completed datagram is decoded
+   like a raw IP packet;
+5. TCP/UDP: ports, flags, window, payload offsets.
 
 Decisions worth knowing:
 
-- IP fragments are never reassembled: any IPv4 packet with MF set or a non-zero
-  fragment offset, and any IPv6 packet with a fragment header other than an atomic
-  one (offset 0, M clear), is skipped as ``ip_fragment`` (even a first fragment
-  that still carries the ports), so a flow's packet and byte counts never mix
-  whole packets with pieces.
 - Sizes are IP lengths: the IPv4 total length, or 40 + the IPv6 payload length.
   A length of 0 (segmentation offload in loopback captures) is replaced by the
   length on the wire. Link-layer padding after the IP packet is ignored.
 - A packet cut short by the snapshot length is kept if its transport header is
   complete; its payload counts at its declared length, the ``bytes`` views see
   only what was captured.
+- A tunnelled packet counts as one packet of its inner flow; its size is the inner
+  IP length.
 """
 
 from __future__ import annotations
@@ -26,8 +37,10 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from flowsplit.data import protocols as P
+from flowsplit.data.fragments import Fragment, Reassembler
 from flowsplit.data.pcap import ReadReport
-from flowsplit.data.staging import RecordChunk
+from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
 
 REASONS = (
     "",
@@ -40,22 +53,36 @@ REASONS = (
     "bad_tcp_header",
     "bad_udp_header",
     "unsupported_linktype",
+    "tunnel_too_deep",
+    "bad_tunnel_header",
 )
-(_OK, _TRUNC, _NON_IP, _BAD_IP, _FRAG, _OTHER_L4, _BAD_EXT, _BAD_TCP, _BAD_UDP, _BAD_LT) = range(
-    len(REASONS)
-)
+_OK, _TRUNC, _NON_IP, _BAD_IP, _FRAG, _OTHER_L4, _BAD_EXT, _BAD_TCP, _BAD_UDP = range(9)
+_BAD_LT, _DEEP, _BAD_TUNNEL = 9, 10, 11
+_MALFORMED_CODES = np.array([_TRUNC, _BAD_IP, _BAD_EXT, _BAD_TCP, _BAD_UDP, _BAD_TUNNEL])
 
-ET_IPV4, ET_IPV6 = 0x0800, 0x86DD
-_VLAN = (0x8100, 0x88A8, 0x9100)
-_MPLS = (0x8847, 0x8848)
-_PPPOE = 0x8864
-_TUNNELS = np.array([*_VLAN, *_MPLS, _PPPOE])
-_PPP_TO_ET = {0x0021: ET_IPV4, 0x0057: ET_IPV6, 0x0281: 0x8847, 0x0283: 0x8848}
-_IPV6_EXT = np.array([0, 43, 60, 44, 51, 135, 139, 140])
+_SHIMS = np.array([*P.ET_VLAN, *P.ET_MPLS, P.ET_PPPOE_SESSION])
+_IPV6_EXT = np.array(P.IPV6_EXTENSIONS)
 _MAX_CHAIN = 8  # VLAN/MPLS/PPPoE headers, and IPv6 extension headers, followed per packet
+_MAX_TUNNEL_DEPTH = 4  # tunnels inside tunnels opened per packet
 _V4_MAPPED = np.uint64(0xFFFF00000000)
-_MALFORMED_CODES = np.array([_TRUNC, _BAD_IP, _BAD_EXT, _BAD_TCP, _BAD_UDP])
-_LINK_DECODERS = frozenset({0, 1, 9, 12, 14, 101, 104, 108, 113, 228, 229, 276})
+_LINK_DECODERS = frozenset(
+    {
+        P.LT_NULL,
+        P.LT_ETHERNET,
+        P.LT_PPP,
+        *P.LT_RAW_IP,
+        P.LT_C_HDLC,
+        P.LT_IEEE802_11,
+        P.LT_LOOP,
+        P.LT_LINUX_SLL,
+        P.LT_IEEE802_11_RADIOTAP,
+        P.LT_IPV4,
+        P.LT_IPV6,
+        P.LT_NFLOG,
+        P.LT_LINUX_SLL2,
+    }
+)
+TUNNEL_MODES = ("inner", "outer")
 
 
 @dataclass
@@ -83,6 +110,7 @@ class Packets:
     pay_off: np.ndarray  # int64, offset of the payload in the staging buffer
     pay_cap: np.ndarray  # int64, payload bytes captured
     vlan: np.ndarray  # int64, the VLAN ids met on the way in (0: none), for the flow key
+    pos: np.ndarray  # int64, position of the packet's record in the chunk
 
     def __len__(self) -> int:
         return len(self.src)
@@ -90,113 +118,264 @@ class Packets:
     def take(self, idx: np.ndarray) -> Packets:
         return Packets(*(getattr(self, f.name)[idx] for f in fields(self)))
 
+    @staticmethod
+    def concat(parts: list[Packets]) -> Packets:
+        """Packets of several decodes, put back in record order."""
+        parts = [p for p in parts if len(p)] or parts[:1]
+        if len(parts) == 1:
+            return parts[0]
+        joined = Packets(
+            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Packets))
+        )
+        return joined.take(np.argsort(joined.pos, kind="stable"))
 
-def _ppp_to_ethertype(proto: np.ndarray) -> np.ndarray:
-    et = np.zeros(len(proto), dtype=np.int64)
-    for ppp, eth in _PPP_TO_ET.items():
-        et[proto == ppp] = eth
-    return et
+
+@dataclass
+class _Ip:
+    """IP-layer fields of the records still in play (all arrays of one length)."""
+
+    ip_off: np.ndarray  # offset of the IP header in the buffer
+    ip_cap: np.ndarray  # bytes of the IP packet captured
+    ip_len: np.ndarray  # IP length (header included)
+    is6: np.ndarray
+    proto: np.ndarray  # transport protocol (after IPv6 extension headers)
+    l4_rel: np.ndarray  # offset of the transport header from the IP header
+    frag: np.ndarray  # bool: a fragment (IPv4 MF or offset, IPv6 non-atomic fragment header)
+    frag_rel: np.ndarray  # IPv6: offset of the fragment header (0 for IPv4)
 
 
-def _link(lt: int, sb, off: np.ndarray) -> tuple[np.ndarray | int, np.ndarray]:
-    """(offset of the network header, ethertype) for frames of one link type."""
-    n = len(off)
-    if lt == 1:  # Ethernet
-        return 14, sb.word(off + 12, ">u2")
-    if lt == 113:  # Linux cooked v1
-        return 16, sb.word(off + 14, ">u2")
-    if lt == 276:  # Linux cooked v2
-        return 20, sb.word(off, ">u2")
-    if lt in (0, 108):  # BSD loopback: address family in either byte order
-        fam = np.minimum(sb.word(off, "<u4"), sb.word(off, ">u4"))
-        et = np.where(fam == 2, ET_IPV4, np.where(np.isin(fam, (24, 28, 30)), ET_IPV6, 0))
-        return 4, et
-    if lt in (12, 14, 101):  # raw IP: the version nibble decides
-        v = sb.word(off, "u1") >> 4
-        return 0, np.where(v == 4, ET_IPV4, np.where(v == 6, ET_IPV6, 0))
-    if lt in (228, 229):
-        return 0, np.full(n, ET_IPV4 if lt == 228 else ET_IPV6)
-    if lt == 104:  # Cisco HDLC: address, control, ethertype
-        return 4, sb.word(off + 2, ">u2")
-    if lt == 9:  # PPP, with or without address/control; some writers put C-HDLC here
-        w = sb.word(off, ">u4")
-        b0, b1 = w >> 24, (w >> 16) & 0xFF
-        hdlc = (b0 == 0x0F) | (b0 == 0x8F)
-        ac = (b0 == 0xFF) & (b1 == 0x03)
-        short = (b0 & 1) == 1  # protocol-field compression: a one-byte protocol
-        proto = np.where(ac, w & 0xFFFF, np.where(short, b0, w >> 16))
-        et = np.where(hdlc, w & 0xFFFF, _ppp_to_ethertype(proto))
-        return np.where(hdlc | ac, 4, np.where(short, 1, 2)), et
-    raise AssertionError(f"link type {lt} has no decoder")
+class PacketDecoder:
+    """Decodes chunks into TCP/UDP packets; holds the fragments that span chunks."""
+
+    def __init__(
+        self,
+        report: ReadReport,
+        *,
+        strict: bool = False,
+        vlan_key: bool = True,
+        tunnels: str = "inner",
+        reassemble: bool = True,
+        fragment_timeout: float = 30.0,
+    ):
+        if tunnels not in TUNNEL_MODES:
+            raise ValueError(f"tunnels must be one of {TUNNEL_MODES}, not {tunnels!r}")
+        self.report, self.strict = report, strict
+        self.vlan_key, self.tunnels = vlan_key, tunnels
+        self.reassembler = Reassembler(report, timeout=fragment_timeout) if reassemble else None
+
+    def decode(self, chunk: RecordChunk) -> tuple[Packets, StagingBuffer]:
+        """The chunk's TCP/UDP packets and the buffer their offsets point into.
+
+        The buffer is the chunk's, or a copy of it with reassembled datagrams
+        appended when fragments completed in this chunk.
+        """
+        recs, sb = chunk.records, chunk.buffer
+        pos = np.arange(len(recs), dtype=np.int64)
+        vlan = np.zeros(len(recs), dtype=np.int64)
+        completed: list[tuple[int, bytes, int]] = []  # (record position, datagram, VLAN key)
+        parts = [self._decode(chunk, sb, recs, pos, vlan, 0, completed)]
+        for _ in range(_MAX_TUNNEL_DEPTH):  # a datagram may hold a tunnel of fragments
+            if not completed:
+                break
+            sb, completed, pk = self._decode_reassembled(chunk, sb, recs, completed)
+            parts.append(pk)
+        if completed:
+            self.report.skipped["tunnel_too_deep"] += len(completed)
+        if self.reassembler is not None and len(self.reassembler) and len(recs):
+            latest = {}
+            for s in np.unique(recs.src).tolist():
+                latest[s] = float(recs.ts[recs.src == s].max())
+            self.reassembler.expire(latest, chunk.ended)
+        elif self.reassembler is not None and len(self.reassembler):
+            self.reassembler.expire({}, chunk.ended)
+        return Packets.concat(parts), sb
+
+    def _decode_reassembled(self, chunk, sb, recs: Records, completed):
+        """Decode datagrams completed in this chunk as raw IP packets, at the place of
+        the fragment that completed each."""
+        sb, offsets = sb.with_extra([data for _, data, _ in completed])
+        at = np.array([p for p, _, _ in completed], dtype=np.int64)
+        lengths = np.array([len(data) for _, data, _ in completed], dtype=np.int64)
+        inner = Records(
+            src=recs.src[at],
+            data_off=offsets,
+            caplen=lengths,
+            wirelen=lengths,
+            ts=recs.ts[at],
+            linktype=np.full(len(at), P.LT_RAW, dtype=np.int32),
+            index=recs.index[at],
+        )
+        vlan = np.array([v for _, _, v in completed], dtype=np.int64)
+        more: list[tuple[int, bytes, int]] = []
+        pk = self._decode(chunk, sb, inner, at, vlan, 1, more)
+        return sb, more, pk
+
+    def _decode(self, chunk, sb, recs: Records, pos, vlan, depth: int, completed) -> Packets:
+        """Decode ``recs`` (records, or inner packets of tunnels) down to TCP/UDP."""
+        n = len(recs)
+        reason = np.zeros(n, dtype=np.int8)
+        data_off, caplen, lt = recs.data_off, recs.caplen, recs.linktype
+        if n and (lt == P.LT_PPI).any():
+            data_off, caplen, lt = _strip_ppi(sb, recs, reason)
+        l3, et, vlan_ids = _link_layer(sb, data_off, caplen, lt, reason, self.report)
+        if self.vlan_key:
+            vlan = np.where(vlan_ids != 0, (vlan << 24) ^ vlan_ids, vlan)
+        ip = _ip_layer(sb, recs, data_off, l3, caplen, et, reason)
+        parts = []
+        if self.tunnels == "inner":
+            tun = _tunnel_inner(sb, ip, reason)
+            if tun is not None:
+                rows, rel, inner_lt = tun
+                if depth >= _MAX_TUNNEL_DEPTH:
+                    reason[rows] = _DEEP
+                else:
+                    reason[rows] = -1  # handed to the inner decode: counted there
+                    inner = Records(
+                        src=recs.src[rows],
+                        data_off=ip.ip_off[rows] + rel,
+                        caplen=np.maximum(ip.ip_cap[rows] - rel, 0),
+                        wirelen=np.maximum(ip.ip_len[rows] - rel, 0),
+                        ts=recs.ts[rows],
+                        linktype=inner_lt.astype(np.int32),
+                        index=recs.index[rows],
+                    )
+                    parts.append(
+                        self._decode(chunk, sb, inner, pos[rows], vlan[rows], depth + 1, completed)
+                    )
+        frag = ip.frag & (reason == _OK)
+        if frag.any():
+            if self.reassembler is None:
+                reason[frag] = _FRAG
+            else:
+                self._fragments(chunk, sb, recs, ip, np.flatnonzero(frag), pos, vlan, completed)
+                reason[frag] = -1  # counted by the reassembler
+        parts.insert(0, self._transport(chunk, sb, recs, ip, reason, pos, vlan, caplen))
+        return Packets.concat(parts)
+
+    def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, completed) -> None:
+        """Hand fragments to the reassembler; note the datagrams they complete."""
+        buf = sb.array
+        w0 = sb.word(ip.ip_off[rows], ">u8")
+        v6_frag = sb.word(ip.ip_off[rows] + ip.frag_rel[rows], ">u8")
+        for k, r in enumerate(rows.tolist()):
+            off, cap, length = int(ip.ip_off[r]), int(ip.ip_cap[r]), int(ip.ip_len[r])
+            if cap < length:
+                self.report.skipped["ip_fragment_truncated"] += 1
+                continue
+            src = int(recs.src[r])
+            if ip.is6[r]:
+                rel = int(ip.frag_rel[r])
+                w = int(v6_frag[k])
+                proto = w >> 56
+                field = (w >> 32) & 0xFFFF
+                offset, more, ident = field & ~7, bool(field & 1), w & 0xFFFFFFFF
+                data_at = rel + P.IPV6_FRAG_HEADER
+                addr = bytes(buf[off + P.IPV6_SRC_AT : off + P.IPV6_HEADER])
+                header = bytes(buf[off : off + P.IPV6_HEADER]) if offset == 0 else b""
+            else:
+                w = int(w0[k])
+                proto = int(buf[off + P.IPV4_PROTO_AT])
+                offset = (w & P.IPV4_OFFSET_MASK) * 8
+                more, ident = bool(w & P.IPV4_MF), (w >> 16) & 0xFFFF
+                data_at = int(ip.l4_rel[r])
+                addr = bytes(buf[off + P.IPV4_SRC_AT : off + P.IPV4_SRC_AT + 8])
+                header = bytes(buf[off : off + data_at]) if offset == 0 else b""
+            if proto not in _REASSEMBLED_PROTOS:
+                self.report.skipped["non_tcp_udp"] += 1
+                continue
+            key = (src, int(vlan[r]), addr, ident, proto)
+            data = bytes(buf[off + data_at : off + length])
+            got = self.reassembler.add(
+                Fragment(key, src, float(recs.ts[r]), offset, more, data, header, proto)
+            )
+            if got is not None:
+                self.report.n_merged += got.n_fragments - 1
+                completed.append((int(pos[r]), got.packet, int(vlan[r])))
+
+    def _transport(self, chunk, sb, recs, ip: _Ip, reason, pos, vlan, caplen) -> Packets:
+        """TCP/UDP fields of the records still fine; count the others."""
+        n = len(recs)
+        word = sb.word
+        tcp = ip.proto == P.PROTO_TCP
+        _set(reason, ~tcp & (ip.proto != P.PROTO_UDP), _OTHER_L4)
+        l4_min = np.where(tcp, P.TCP_MIN_HEADER, P.UDP_HEADER)
+        _set(reason, ip.ip_cap < ip.l4_rel + l4_min, _TRUNC)
+        idx = np.flatnonzero(reason == _OK)  # the records still in play
+        if len(idx) < n:
+            self._count(reason, recs, chunk, caplen)
+        tcp = tcp[idx]
+        ip_off, ip_cap, ip_len = ip.ip_off[idx], ip.ip_cap[idx], ip.ip_len[idx]
+        l4_rel, proto, is6 = ip.l4_rel[idx], ip.proto[idx], ip.is6[idx]
+        l4 = ip_off + l4_rel
+        ports = word(l4, ">u4")
+        tw = word(l4 + 12, ">u4")  # TCP data offset, flags, window
+        thl = np.where(tcp, ((tw >> 28) & 15) * 4, P.UDP_HEADER)
+        pay_rel = l4_rel + thl
+        bad = np.where(tcp, (thl < P.TCP_MIN_HEADER) | (ip_len < pay_rel), ip_len < pay_rel)
+        if bad.any():
+            code = np.zeros(n, dtype=np.int8)
+            code[idx[bad]] = np.where(tcp[bad], _BAD_TCP, _BAD_UDP)
+            self._count(code, recs, chunk, caplen)
+            keep = np.flatnonzero(~bad)
+            tcp, ip_off, ip_cap, ip_len = tcp[keep], ip_off[keep], ip_cap[keep], ip_len[keep]
+            l4_rel, proto, is6, idx = l4_rel[keep], proto[keep], is6[keep], idx[keep]
+            ports, tw, pay_rel = ports[keep], tw[keep], pay_rel[keep]
+        sa_hi, sa_lo, da_hi, da_lo = _addresses(sb, ip_off, is6)
+        ip_cap = np.minimum(ip_cap, ip_len)
+        return Packets(
+            src=recs.src[idx],
+            index=recs.index[idx],
+            ts=recs.ts[idx],
+            ver=np.where(is6, 6, 4).astype(np.uint8),
+            proto=proto.astype(np.uint8),
+            sa_hi=sa_hi,
+            sa_lo=sa_lo,
+            da_hi=da_hi,
+            da_lo=da_lo,
+            sport=ports >> 16,
+            dport=ports & 0xFFFF,
+            flags=np.where(tcp, (tw >> 16) & 0xFF, 0).astype(np.uint8),
+            window=np.where(tcp, tw & 0xFFFF, 0),
+            ip_len=ip_len,
+            pay_len=ip_len - pay_rel,
+            ip_off=ip_off,
+            ip_cap=ip_cap,
+            l4_rel=l4_rel,
+            pay_off=ip_off + pay_rel,
+            pay_cap=np.maximum(ip_cap - pay_rel, 0),
+            vlan=vlan[idx],
+            pos=pos[idx],
+        )
+
+    def _count(self, reason, recs, chunk, caplen) -> None:
+        """Add the reasons to the report (strict mode: raise on the first malformed packet)."""
+        report = self.report
+        if self.strict:
+            malformed = np.isin(reason, _MALFORMED_CODES)
+            # Cut by the snapshot length is normal; shorter than its own wire length is not.
+            malformed &= (reason != _TRUNC) | (caplen >= recs.wirelen)
+            if malformed.any():
+                i = int(np.argmax(malformed))
+                name = REASONS[reason[i]]
+                where = f" (record {int(recs.index[i])})"
+                report.skip(name, 1, chunk.paths[int(recs.src[i])], strict=True, where=where)
+        counts = np.bincount(reason[reason > 0].astype(np.int64), minlength=len(REASONS))
+        for code in np.flatnonzero(counts).tolist():
+            if code != _BAD_LT:  # counted by link type where it was found
+                report.skipped[REASONS[code]] += int(counts[code])
+
+
+_REASSEMBLED_PROTOS = frozenset({P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE})
 
 
 def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = False) -> Packets:
-    """Decode the records of a chunk; count and drop those that are not TCP/UDP over IP."""
-    recs, sb = chunk.records, chunk.buffer
-    word = sb.word
-    n = len(recs)
-    data_off, caplen, lt = recs.data_off, recs.caplen, recs.linktype
-    reason = np.zeros(n, dtype=np.int8)
-    if n and (lt == 192).any():
-        data_off, caplen, lt = _strip_ppi(sb, recs, reason)
-    if n and (lt == lt[0]).all():
-        l3, et = _link_group(int(lt[0]), sb, data_off, reason, report)
-        l3 = np.full(n, l3) if np.ndim(l3) == 0 else l3
-    else:
-        l3, et = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        for value in np.unique(lt).tolist():
-            idx = np.flatnonzero(lt == value)
-            l3[idx], et[idx] = _link_group(value, sb, data_off[idx], reason, report, idx)
-    if np.isin(et, _TUNNELS).any():
-        _follow_tunnels(sb, data_off, l3, et)
-    ip_cap = caplen - l3
-    is4, is6 = et == ET_IPV4, et == ET_IPV6
-    _set(reason, ~is4 & ~is6, _NON_IP)
-    _set(reason, ip_cap < 0, _TRUNC)
+    """Decode one chunk on its own (no fragment state kept across chunks)."""
+    return PacketDecoder(report, strict=strict).decode(chunk)[0]
 
-    ip_off = data_off + l3
-    w0 = word(ip_off, ">u8")  # IP header bytes 0-7
-    ver = (w0 >> 60) & 15
-    ihl4 = ((w0 >> 56) & 15) * 4
-    wire_ip = recs.wirelen - l3
-    tot4 = (w0 >> 32) & 0xFFFF
-    tot4 = np.where(tot4 == 0, wire_ip, tot4)  # 0: segmentation offload
-    tot6 = ((w0 >> 16) & 0xFFFF) + 40
-    tot6 = np.where(tot6 == 40, np.maximum(wire_ip, 40), tot6)
-    ip_len = np.where(is6, tot6, tot4)
-    _set(reason, np.where(is6, ip_cap < 40, ip_cap < 20), _TRUNC)
-    _set(reason, np.where(is6, ver != 6, (ver != 4) | (ihl4 < 20)), _BAD_IP)
-    _set(reason, is4 & (ip_cap < ihl4), _TRUNC)
-    _set(reason, is4 & (tot4 < ihl4), _BAD_IP)
-    _set(reason, is4 & ((w0 & 0x3FFF) != 0), _FRAG)  # MF set or a fragment offset
-    proto = np.where(is6, (w0 >> 8) & 0xFF, word(ip_off + 9, "u1"))
-    l4_rel = np.where(is6, 40, ihl4)
-    if is6.any():
-        chain = is6 & (reason == _OK) & np.isin(proto, _IPV6_EXT)
-        if chain.any():
-            _ipv6_chain(sb, np.flatnonzero(chain), ip_off, ip_cap, proto, l4_rel, reason)
-    tcp = proto == 6
-    _set(reason, ~tcp & (proto != 17), _OTHER_L4)
-    _set(reason, ip_cap < l4_rel + np.where(tcp, 20, 8), _TRUNC)
-    idx = np.flatnonzero(reason == _OK)  # the records still in play
-    if len(idx) < n:
-        _count(report, reason, recs, chunk, strict, caplen)
-        tcp, ip_off, ip_cap, ip_len = tcp[idx], ip_off[idx], ip_cap[idx], ip_len[idx]
-        l4_rel, proto, is6 = l4_rel[idx], proto[idx], is6[idx]
-    l4 = ip_off + l4_rel
-    ports = word(l4, ">u4")
-    tw = word(l4 + 12, ">u4")  # data offset, flags, window
-    thl = np.where(tcp, ((tw >> 28) & 15) * 4, 8)
-    pay_rel = l4_rel + thl
-    bad = np.where(tcp, (thl < 20) | (ip_len < pay_rel), ip_len < pay_rel)
-    if bad.any():
-        code = np.zeros(n, dtype=np.int8)
-        code[idx[bad]] = np.where(tcp[bad], _BAD_TCP, _BAD_UDP)
-        _count(report, code, recs, chunk, strict, caplen)
-        keep = np.flatnonzero(~bad)
-        tcp, ip_off, ip_cap, ip_len = tcp[keep], ip_off[keep], ip_cap[keep], ip_len[keep]
-        l4_rel, proto, is6, idx = l4_rel[keep], proto[keep], is6[keep], idx[keep]
-        ports, tw, pay_rel = ports[keep], tw[keep], pay_rel[keep]
+
+def _addresses(sb, ip_off, is6):
+    """Source and destination addresses as (hi, lo) uint64 pairs; IPv4 v4-mapped."""
+    word = sb.word
     w1 = word(ip_off + 8, ">u8").view(np.uint64)  # IPv4: ..., source; IPv6: source high
     w2 = word(ip_off + 16, ">u8").view(np.uint64)  # IPv4: destination, ...
     mask32 = np.uint64(0xFFFFFFFF)
@@ -205,36 +384,33 @@ def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = Fal
     if is6.any():
         i6 = np.flatnonzero(is6)
         sa_hi[i6], sa_lo[i6] = w1[i6], w2[i6]
-        da_hi[i6] = word(ip_off[i6] + 24, ">u8").view(np.uint64)
-        da_lo[i6] = word(ip_off[i6] + 32, ">u8").view(np.uint64)
-    ip_cap = np.minimum(ip_cap, ip_len)
-    return Packets(
-        src=recs.src[idx],
-        index=recs.index[idx],
-        ts=recs.ts[idx],
-        ver=np.where(is6, 6, 4).astype(np.uint8),
-        proto=proto.astype(np.uint8),
-        sa_hi=sa_hi,
-        sa_lo=sa_lo,
-        da_hi=da_hi,
-        da_lo=da_lo,
-        sport=ports >> 16,
-        dport=ports & 0xFFFF,
-        flags=np.where(tcp, (tw >> 16) & 0xFF, 0).astype(np.uint8),
-        window=np.where(tcp, tw & 0xFFFF, 0),
-        ip_len=ip_len,
-        pay_len=ip_len - pay_rel,
-        ip_off=ip_off,
-        ip_cap=ip_cap,
-        l4_rel=l4_rel,
-        pay_off=ip_off + pay_rel,
-        pay_cap=np.maximum(ip_cap - pay_rel, 0),
-        vlan=np.zeros(len(idx), dtype=np.int64),
-    )
+        da_hi[i6] = word(ip_off[i6] + P.IPV6_DST_AT, ">u8").view(np.uint64)
+        da_lo[i6] = word(ip_off[i6] + P.IPV6_DST_AT + 8, ">u8").view(np.uint64)
+    return sa_hi, sa_lo, da_hi, da_lo
+
+
+# ----------------------------------------------------------------------- link layer
+def _link_layer(sb, data_off, caplen, lt, reason, report):
+    """(offset of the network header from the frame, ethertype, VLAN ids) per record."""
+    n = len(data_off)
+    if n and (lt == lt[0]).all():
+        l3, et = _link_group(int(lt[0]), sb, data_off, reason, report)
+        l3 = np.full(n, l3, dtype=np.int64) if np.ndim(l3) == 0 else l3.astype(np.int64)
+    else:
+        l3, et = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        for value in np.unique(lt).tolist():
+            idx = np.flatnonzero(lt == value)
+            l3[idx], et[idx] = _link_group(value, sb, data_off[idx], reason, report, idx)
+    vlan = np.zeros(n, dtype=np.int64)
+    llc = (et > 0) & (et <= P.ETH_MAX_LENGTH)
+    if np.isin(et, _SHIMS).any() or llc.any():
+        _follow_shims(sb, data_off, l3, et, vlan)
+    _set(reason, (et != P.ET_IPV4) & (et != P.ET_IPV6), _NON_IP)
+    return l3, et, vlan
 
 
 def _link_group(lt, sb, off, reason, report, idx=slice(None)):
-    if lt == -1:  # a PPI header already found broken
+    if lt == P.LT_BROKEN:
         return 0, np.zeros(len(off), dtype=np.int64)
     if lt not in _LINK_DECODERS:
         reason[idx] = _BAD_LT
@@ -243,46 +419,189 @@ def _link_group(lt, sb, off, reason, report, idx=slice(None)):
     return _link(lt, sb, off)
 
 
-def _set(reason: np.ndarray, cond: np.ndarray, code: int) -> None:
-    """Give ``code`` to the records still fine where ``cond`` holds (first reason wins)."""
-    reason[cond & (reason == _OK)] = code
+def _link(lt: int, sb, off: np.ndarray) -> tuple[np.ndarray | int, np.ndarray]:
+    """(offset of the network header, ethertype) for frames of one link type."""
+    n = len(off)
+    if lt == P.LT_ETHERNET:
+        return P.ETH_HEADER, sb.word(off + P.ETH_TYPE_AT, ">u2")
+    if lt == P.LT_LINUX_SLL:
+        return P.SLL_HEADER, sb.word(off + P.SLL_TYPE_AT, ">u2")
+    if lt == P.LT_LINUX_SLL2:
+        return P.SLL2_HEADER, sb.word(off + P.SLL2_TYPE_AT, ">u2")
+    if lt in P.LT_LOOPBACK:  # the address family in either byte order
+        fam = np.minimum(sb.word(off, "<u4"), sb.word(off, ">u4"))
+        is6 = np.isin(fam, P.AF_INET6_BSD)
+        et = np.where(fam == P.AF_INET, P.ET_IPV4, np.where(is6, P.ET_IPV6, 0))
+        return P.LOOP_HEADER, et
+    if lt in P.LT_RAW_IP:
+        return 0, _ethertype_of_version(sb.word(off, "u1") >> 4)
+    if lt in (P.LT_IPV4, P.LT_IPV6):
+        return 0, np.full(n, P.ET_IPV4 if lt == P.LT_IPV4 else P.ET_IPV6)
+    if lt == P.LT_C_HDLC:
+        return P.C_HDLC_HEADER, sb.word(off + P.C_HDLC_TYPE_AT, ">u2")
+    if lt == P.LT_PPP:
+        return _ppp(sb, off)
+    if lt == P.LT_IEEE802_11_RADIOTAP:
+        rlen = sb.word(off + 2, "<u2")  # radiotap header length
+        l3, et = _wlan(sb, off + rlen)
+        return rlen + l3, et
+    if lt == P.LT_IEEE802_11:
+        return _wlan(sb, off)
+    if lt == P.LT_NFLOG:
+        return _nflog(sb, off)
+    raise AssertionError(f"link type {lt} has no decoder")
+
+
+def _ethertype_of_version(v: np.ndarray) -> np.ndarray:
+    return np.where(v == 4, P.ET_IPV4, np.where(v == 6, P.ET_IPV6, 0))
+
+
+def _ppp_to_ethertype(proto: np.ndarray) -> np.ndarray:
+    et = np.zeros(len(proto), dtype=np.int64)
+    for ppp, eth in P.PPP_TO_ETHERTYPE.items():
+        et[proto == ppp] = eth
+    return et
+
+
+def _ppp(sb, off):
+    """PPP, with or without address/control bytes; some writers put C-HDLC here."""
+    w = sb.word(off, ">u4")
+    b0, b1 = w >> 24, (w >> 16) & 0xFF
+    hdlc = (b0 == P.C_HDLC_UNICAST) | (b0 == P.C_HDLC_MULTICAST)
+    ac = (b0 == P.PPP_ADDRESS) & (b1 == P.PPP_CONTROL)
+    short = (b0 & 1) == 1  # protocol-field compression: a one-byte protocol
+    proto = np.where(ac, w & 0xFFFF, np.where(short, b0, w >> 16))
+    et = np.where(hdlc, w & 0xFFFF, _ppp_to_ethertype(proto))
+    return np.where(hdlc | ac, 4, np.where(short, 1, 2)), et
+
+
+def _wlan(sb, off):
+    """802.11 data frames: the header (its size set by its flags), then LLC/SNAP."""
+    fc = sb.word(off, "<u2")  # frame control, little-endian on the air
+    ftype, subtype = (fc >> 2) & 3, (fc >> 4) & 15
+    to_ds, from_ds, order = (fc >> 8) & 1, (fc >> 9) & 1, (fc >> 15) & 1
+    qos = (ftype == P.WLAN_TYPE_DATA) & ((subtype & 8) != 0)
+    hlen = (
+        P.WLAN_HEADER
+        + np.where(to_ds & from_ds, P.WLAN_ADDR4, 0)
+        + np.where(qos, P.WLAN_QOS, 0)
+        + np.where(qos & (order == 1), P.WLAN_HT_CONTROL, 0)
+    )
+    protected = ((fc >> 14) & 1) == 1  # encrypted: nothing to read
+    snap = sb.word(off + hlen, ">u4") >> 8
+    is_snap = snap == (P.LLC_SNAP_SAP << 16 | P.LLC_SNAP_SAP << 8 | 3)
+    et = sb.word(off + hlen + P.LLC_SNAP - 2, ">u2")
+    ok = (ftype == P.WLAN_TYPE_DATA) & ~protected & is_snap & ((subtype & 4) == 0)
+    return hlen + P.LLC_SNAP, np.where(ok, et, 0)
+
+
+def _nflog(sb, off):
+    """NFLOG: a 4-byte header, then TLVs; the packet is the payload TLV's value."""
+    fam = sb.word(off, "u1")
+    et = np.where(fam == P.AF_INET, P.ET_IPV4, np.where(fam == P.AF_INET6_LINUX, P.ET_IPV6, 0))
+    tlv = np.full(len(off), P.NFLOG_HEADER, dtype=np.int64)
+    found = np.zeros(len(off), dtype=bool)
+    for _ in range(16):  # a handful of TLVs precede the payload in practice
+        todo = np.flatnonzero(~found)
+        if not len(todo):
+            break
+        length = sb.word(off[todo] + tlv[todo], "<u2")
+        kind = sb.word(off[todo] + tlv[todo] + 2, "<u2") & 0x3FFF  # less nesting flags
+        hit = kind == P.NFLOG_TLV_PAYLOAD
+        found[todo[hit]] = True
+        stuck = (length < 4) & ~hit
+        tlv[todo[~hit]] += (length[~hit] + 3) & ~3
+        et[todo[stuck]] = 0
+        found[todo[stuck]] = True
+    et[~found] = 0
+    return tlv + 4, et
+
+
+def _follow_shims(sb, data_off, l3, et, vlan) -> None:
+    """Step through VLAN tags, MPLS labels, PPPoE sessions and LLC/SNAP to the IP header."""
+    for _ in range(_MAX_CHAIN):
+        llc = (et > 0) & (et <= P.ETH_MAX_LENGTH)
+        sub = np.flatnonzero(np.isin(et, _SHIMS) | llc)
+        if not len(sub):
+            return
+        w = sb.word(data_off[sub] + l3[sub], ">u8")
+        e = et[sub]
+        is_vlan, is_mpls, is_llc = np.isin(e, P.ET_VLAN), np.isin(e, P.ET_MPLS), llc[sub]
+        is_pppoe = e == P.ET_PPPOE_SESSION
+        vlan[sub] = np.where(is_vlan, (vlan[sub] << 12) | ((w >> 48) & P.VLAN_ID_MASK), vlan[sub])
+        v = (w >> 28) & 15  # version nibble after a 4-byte MPLS label
+        after_mpls = np.where(((w >> 40) & 1) == 1, _ethertype_of_version(v), e)  # bottom?
+        # PPPoE: 6 bytes, then a PPP protocol of two bytes, or one when compressed (odd).
+        ppp_hi = (w >> 8) & 0xFF
+        short = (ppp_hi & 1) == 1
+        ppp_proto = np.where(short, ppp_hi, w & 0xFFFF)
+        snap_ok = ((w >> 40) & 0xFFFFFF) == (P.LLC_SNAP_SAP << 16 | P.LLC_SNAP_SAP << 8 | 3)
+        new = np.select(
+            [is_vlan, is_mpls, is_pppoe, is_llc],
+            [(w >> 32) & 0xFFFF, after_mpls, _ppp_to_ethertype(ppp_proto), w & 0xFFFF],
+        )
+        et[sub] = np.where(is_llc & ~snap_ok, 0, new)
+        step = np.select(
+            [is_vlan, is_mpls, is_pppoe, is_llc],
+            [P.VLAN_TAG, P.MPLS_LABEL, P.PPPOE_HEADER + np.where(short, 1, 2), P.LLC_SNAP],
+        )
+        l3[sub] += step
+    et[np.isin(et, _SHIMS)] = 0  # too deep: not followed further
 
 
 def _strip_ppi(sb, recs, reason):
     """Step over PPI headers: the frame inside has the link type the header names."""
     data_off, caplen, lt = recs.data_off.copy(), recs.caplen.copy(), recs.linktype.copy()
-    idx = np.flatnonzero(lt == 192)
+    idx = np.flatnonzero(lt == P.LT_PPI)
     hlen = sb.word(data_off[idx] + 2, "<u2")
     dlt = sb.word(data_off[idx] + 4, "<u4")
     bad = (hlen < 8) | (hlen > caplen[idx])
     reason[idx[bad]] = _TRUNC
     data_off[idx] += np.where(bad, 0, hlen)
     caplen[idx] -= np.where(bad, 0, hlen)
-    lt[idx] = np.where(bad, -1, dlt)  # a PPI inside PPI stays 192: not decoded
+    lt[idx] = np.where(bad, P.LT_BROKEN, dlt)  # a PPI inside PPI stays 192: not decoded
     return data_off, caplen, lt
 
 
-def _follow_tunnels(sb, data_off, l3, et) -> None:
-    """Step through VLAN tags, MPLS labels and PPPoE sessions to the IP header."""
-    for _ in range(_MAX_CHAIN):
-        sub = np.flatnonzero(np.isin(et, _TUNNELS))
-        if not len(sub):
-            return
-        w = sb.word(data_off[sub] + l3[sub], ">u8")
-        e = et[sub]
-        vlan, mpls = np.isin(e, _VLAN), np.isin(e, _MPLS)
-        v = (w >> 28) & 15  # version nibble after a 4-byte MPLS label
-        inner = np.where(v == 4, ET_IPV4, np.where(v == 6, ET_IPV6, 0))
-        after_mpls = np.where(((w >> 40) & 1) == 1, inner, e)  # bottom of the label stack?
-        et[sub] = np.where(
-            vlan, (w >> 32) & 0xFFFF, np.where(mpls, after_mpls, _ppp_to_ethertype(w & 0xFFFF))
-        )
-        l3[sub] += np.where(vlan | mpls, 4, 8)
-    et[np.isin(et, _TUNNELS)] = 0  # too deep: not followed further
+# ------------------------------------------------------------------------------- IP
+def _ip_layer(sb, recs, data_off, l3, caplen, et, reason) -> _Ip:
+    """IPv4/IPv6 header fields, and the transport header offset."""
+    word = sb.word
+    ip_cap = caplen - l3
+    is4, is6 = et == P.ET_IPV4, et == P.ET_IPV6
+    _set(reason, ip_cap < 0, _TRUNC)
+    ip_off = data_off + l3
+    w0 = word(ip_off, ">u8")  # IP header bytes 0-7
+    ver = (w0 >> 60) & 15
+    ihl4 = ((w0 >> 56) & 15) * 4
+    wire_ip = recs.wirelen - l3
+    tot4 = (w0 >> 32) & 0xFFFF
+    tot4 = np.where(tot4 == 0, wire_ip, tot4)  # 0: segmentation offload
+    tot6 = ((w0 >> 16) & 0xFFFF) + P.IPV6_HEADER
+    tot6 = np.where(tot6 == P.IPV6_HEADER, np.maximum(wire_ip, P.IPV6_HEADER), tot6)
+    ip_len = np.where(is6, tot6, tot4)
+    _set(reason, np.where(is6, ip_cap < P.IPV6_HEADER, ip_cap < P.IPV4_MIN_HEADER), _TRUNC)
+    _set(reason, np.where(is6, ver != 6, (ver != 4) | (ihl4 < P.IPV4_MIN_HEADER)), _BAD_IP)
+    _set(reason, is4 & (ip_cap < ihl4), _TRUNC)
+    _set(reason, is4 & (tot4 < ihl4), _BAD_IP)
+    frag = is4 & ((w0 & P.IPV4_FLAGS_OFFSET_MASK) != 0)  # MF set or a fragment offset
+    proto = np.where(is6, (w0 >> 8) & 0xFF, word(ip_off + P.IPV4_PROTO_AT, "u1"))
+    l4_rel = np.where(is6, P.IPV6_HEADER, ihl4)
+    frag_rel = np.zeros(len(ip_off), dtype=np.int64)
+    if is6.any():
+        chain = is6 & (reason == _OK) & np.isin(proto, _IPV6_EXT)
+        if chain.any():
+            sub = np.flatnonzero(chain)
+            _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag, frag_rel)
+    return _Ip(ip_off, ip_cap, ip_len, is6, proto, l4_rel, frag, frag_rel)
 
 
-def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason) -> None:
-    """Follow IPv6 extension headers of the packets in ``sub`` to the transport header."""
+def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag_out, frag_rel) -> None:
+    """Follow IPv6 extension headers of the packets in ``sub`` to the transport header.
+
+    A non-atomic fragment header ends the walk: the packet is marked a fragment,
+    ``proto`` is the fragment header's next header and ``frag_rel`` its offset.
+    """
     for _ in range(_MAX_CHAIN):
         nh = proto[sub]
         ext = np.isin(nh, _IPV6_EXT)
@@ -294,33 +613,124 @@ def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason) -> None:
         reason[sub[short]] = _TRUNC
         w = sb.word(ip_off[sub] + off, ">u8")
         frag_field = (w >> 32) & 0xFFFF
-        frag = (nh == 44) & (((frag_field >> 3) != 0) | ((frag_field & 1) != 0))
-        reason[sub[frag & ~short]] = _FRAG
+        is_frag_hdr = nh == P.PROTO_IPV6_FRAG
+        frag = is_frag_hdr & (((frag_field >> 3) != 0) | ((frag_field & 1) != 0))
+        frag_out[sub[frag & ~short]] = True
+        frag_rel[sub[frag & ~short]] = off[frag & ~short]
         hlen = (w >> 48) & 0xFF
-        size = np.where(nh == 44, 8, np.where(nh == 51, (hlen + 2) * 4, (hlen + 1) * 8))
+        size = np.where(
+            is_frag_hdr,
+            P.IPV6_FRAG_HEADER,
+            np.where(nh == P.PROTO_AH, (hlen + 2) * 4, (hlen + 1) * 8),
+        )
         proto[sub] = (w >> 56) & 0xFF
         l4_rel[sub] = off + size
         sub = sub[~short & ~frag]
     reason[sub[np.isin(proto[sub], _IPV6_EXT)]] = _BAD_EXT
 
 
-def _count(report, reason, recs, chunk, strict, caplen) -> None:
-    """Add the reasons to the report (strict mode: raise on the first malformed packet)."""
-    if strict:
-        malformed = np.isin(reason, _MALFORMED_CODES)
-        # Cut by the snapshot length is normal; shorter than its own wire length is not.
-        malformed &= (reason != _TRUNC) | (caplen >= recs.wirelen)
-        if malformed.any():
-            i = int(np.argmax(malformed))
-            name = REASONS[reason[i]]
-            report.skip(
-                name,
-                1,
-                chunk.paths[int(recs.src[i])],
-                strict=True,
-                where=f" (record {int(recs.index[i])})",
-            )
-    counts = np.bincount(reason.astype(np.int64), minlength=len(REASONS))
-    for code in np.flatnonzero(counts).tolist():
-        if code not in (_OK, _BAD_LT):
-            report.skipped[REASONS[code]] += int(counts[code])
+# --------------------------------------------------------------------------- tunnels
+def _tunnel_inner(sb, ip: _Ip, reason):
+    """Records that carry a tunnel: (rows, inner offset from the IP header, inner link type).
+
+    Malformed tunnel headers are marked ``bad_tunnel_header``; None when no record
+    of this set is a tunnel.
+    """
+    ok = (reason == _OK) & ~ip.frag
+    proto = ip.proto
+    l4 = ip.ip_off + ip.l4_rel
+    ipip = ok & ((proto == P.PROTO_IPIP) | (proto == P.PROTO_IPV6))
+    gre = ok & (proto == P.PROTO_GRE)
+    udp = ok & (proto == P.PROTO_UDP) & (ip.ip_cap >= ip.l4_rel + P.UDP_HEADER)
+    dport = np.where(udp, sb.word(l4 + 2, ">u2"), 0)
+    sport = np.where(udp, sb.word(l4, ">u2"), 0)
+    vxlan = udp & (dport == P.UDP_PORT_VXLAN)
+    geneve = udp & (dport == P.UDP_PORT_GENEVE)
+    gtp = udp & ((dport == P.UDP_PORT_GTP_U) | (sport == P.UDP_PORT_GTP_U))
+    if not (ipip.any() or gre.any() or vxlan.any() or geneve.any() or gtp.any()):
+        return None
+    n = len(proto)
+    rel = np.zeros(n, dtype=np.int64)  # inner packet offset from the IP header
+    lt = np.full(n, P.LT_RAW, dtype=np.int64)
+    bad = np.zeros(n, dtype=bool)
+    rel[ipip] = ip.l4_rel[ipip]
+    _gre(sb, np.flatnonzero(gre), l4, ip.l4_rel, rel, lt, bad)
+    for rows, fn in ((vxlan, _vxlan), (geneve, _geneve), (gtp, _gtp)):
+        if rows.any():
+            fn(sb, np.flatnonzero(rows), l4, ip.l4_rel, rel, lt, bad)
+    tunnel = (ipip | gre | vxlan | geneve | gtp) & ~bad
+    # UDP on a tunnel port that is not a tunnel stays an ordinary UDP flow.
+    udp_miss = (vxlan | geneve | gtp) & bad
+    _set(reason, (ipip | gre) & bad & ~udp_miss, _BAD_TUNNEL)
+    rel = np.where(tunnel & (rel > ip.ip_cap), ip.ip_cap, rel)
+    rows = np.flatnonzero(tunnel)
+    if not len(rows):
+        return None
+    return rows, rel[rows], lt[rows]
+
+
+def _gre(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
+    if not len(rows):
+        return
+    at = l4[rows]
+    flags, ptype = sb.word(at, ">u2"), sb.word(at + 2, ">u2")
+    hlen = (
+        P.GRE_HEADER
+        + np.where(flags & P.GRE_C, 4, 0)
+        + np.where(flags & P.GRE_K, 4, 0)
+        + np.where(flags & P.GRE_S, 4, 0)
+    )
+    version = flags & 7
+    inner = l4_rel[rows] + hlen
+    eth = ptype == P.ET_TEB
+    # ERSPAN type I has no header and no sequence number; type II has both.
+    erspan2 = ptype == P.ET_ERSPAN_2
+    erspan2_hdr = np.where(flags & P.GRE_S, P.ERSPAN_2_HEADER, 0)
+    erspan3 = ptype == P.ET_ERSPAN_3
+    o_bit = sb.word(at + hlen + P.ERSPAN_3_HEADER - 1, "u1") & 1
+    erspan3_hdr = P.ERSPAN_3_HEADER + np.where(o_bit == 1, P.ERSPAN_3_SUBHEADER, 0)
+    inner = inner + np.where(erspan2, erspan2_hdr, 0) + np.where(erspan3, erspan3_hdr, 0)
+    is_ip = (ptype == P.ET_IPV4) | (ptype == P.ET_IPV6)
+    known = is_ip | eth | erspan2 | erspan3
+    rel[rows] = inner
+    lt[rows] = np.where(is_ip, P.LT_RAW, P.LT_ETHERNET)
+    bad[rows] = (version != 0) | ~known
+
+
+def _vxlan(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
+    flags = sb.word(l4[rows] + P.UDP_HEADER, "u1")
+    rel[rows] = l4_rel[rows] + P.UDP_HEADER + P.VXLAN_HEADER
+    lt[rows] = P.LT_ETHERNET
+    bad[rows] = (flags & 0x08) == 0  # the I flag: a valid VNI
+
+
+def _geneve(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
+    at = l4[rows] + P.UDP_HEADER
+    b0, ptype = sb.word(at, "u1"), sb.word(at + 2, ">u2")
+    rel[rows] = l4_rel[rows] + P.UDP_HEADER + P.GENEVE_HEADER + (b0 & 0x3F) * 4
+    is_ip = (ptype == P.ET_IPV4) | (ptype == P.ET_IPV6)
+    lt[rows] = np.where(is_ip, P.LT_RAW, P.LT_ETHERNET)
+    bad[rows] = ((b0 >> 6) != 0) | ~(is_ip | (ptype == P.ET_TEB))
+
+
+def _gtp(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
+    at = l4[rows] + P.UDP_HEADER
+    flags, msg = sb.word(at, "u1"), sb.word(at + 1, "u1")
+    hlen = P.GTP_HEADER + np.where(flags & P.GTP_EXT_FLAGS, 4, 0)
+    nxt = np.where(flags & P.GTP_E_FLAG, sb.word(at + hlen - 1, "u1"), 0)
+    for _ in range(4):  # extension headers: length in 4-byte units, next type last
+        more = nxt != 0
+        if not more.any():
+            break
+        length = np.where(more, sb.word(at + hlen, "u1") * 4, 0)
+        nxt = np.where(more & (length > 0), sb.word(at + hlen + length - 1, "u1"), 0)
+        hlen = hlen + length
+    rel[rows] = l4_rel[rows] + P.UDP_HEADER + hlen
+    lt[rows] = P.LT_RAW
+    ok = ((flags >> 5) == 1) & ((flags & 0x10) != 0) & (msg == P.GTP_G_PDU) & (nxt == 0)
+    bad[rows] = ~ok
+
+
+def _set(reason: np.ndarray, cond: np.ndarray, code: int) -> None:
+    """Give ``code`` to the records still fine where ``cond`` holds (first reason wins)."""
+    reason[cond & (reason == _OK)] = code

@@ -40,9 +40,12 @@ LINKTYPE_NAMES = {
     192: "PPI",
     228: "IPV4",
     229: "IPV6",
+    239: "NFLOG",
     276: "LINUX_SLL2",
 }
-SUPPORTED_LINKTYPES = frozenset({0, 1, 9, 12, 14, 101, 104, 108, 113, 192, 228, 229, 276})
+SUPPORTED_LINKTYPES = frozenset(
+    {0, 1, 9, 12, 14, 101, 104, 105, 108, 113, 127, 192, 228, 229, 239, 276}
+)
 
 # Per-record problems that strict mode turns into an InputError; the other reasons
 # (non-IP frames, fragments, other protocols, ...) are normal traffic we do not use.
@@ -80,7 +83,10 @@ class ReadReport:
     n_packets: int = 0
     """Packet records read (every record, used or not)."""
     n_flow_packets: int = 0
-    """TCP/UDP packets assigned to flows."""
+    """TCP/UDP packets assigned to flows (a reassembled datagram counts once)."""
+    n_merged: int = 0
+    """Fragment records joined into a reassembled datagram beyond the one it counts as:
+    ``n_packets == n_flow_packets + n_merged + sum(skipped.values())``."""
     skipped: collections.Counter = field(default_factory=collections.Counter)
     """Reason -> number of records not used (non_ip, ip_fragment, non_tcp_udp, ...)."""
     n_files: int = 0

@@ -230,6 +230,7 @@ def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter,
     info = {
         "n_packets": int(report.n_packets),
         "n_flow_packets": int(report.n_flow_packets),
+        "n_fragments_merged": int(report.n_merged),
         "n_flows_read": int(report.n_flows),
         "view_info": _capture_view_info(flow_opts),
     }

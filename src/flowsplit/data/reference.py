@@ -63,6 +63,16 @@ def _ip_str(raw: bytes) -> str:
     return socket.inet_ntop(socket.AF_INET6 if len(raw) == 16 else socket.AF_INET, raw)
 
 
+def _vlan_key(dpkt, linktype: int, frame: bytes) -> int:
+    """The 802.1Q/QinQ ids of an Ethernet frame as one number, outermost first."""
+    if linktype != 1:
+        return 0
+    key = 0
+    for tag in getattr(dpkt.ethernet.Ethernet(frame), "vlan_tags", None) or ():
+        key = (key << 12) | tag.id
+    return key
+
+
 def _network_layer(dpkt, linktype: int, frame: bytes):
     """The dpkt IP/IP6 object of a frame, or a reason string."""
     if linktype == 1:
@@ -111,6 +121,10 @@ def _transport(dpkt, ip, frame: bytes):
         )
         head = ip.pack_hdr()[:8]
         l4_rel = 40 + sum(e.length for e in ip.all_extension_headers)
+    if getattr(ip, "p", getattr(ip, "nxt", None)) in (4, 41) and isinstance(
+        ip.data, dpkt.ip.IP | dpkt.ip6.IP6
+    ):
+        return _transport(dpkt, ip.data, frame)  # IP-in-IP: the inner packet's flow
     if getattr(ip, "p", None) not in (6, 17):
         return "non_tcp_udp"
     l4 = ip.data
@@ -153,6 +167,7 @@ def _decode_all(path, res: RefResult) -> list[tuple]:
             index += 1
             res.n_packets += 1
             try:
+                vlan = _vlan_key(dpkt, linktype, frame)
                 ip = _network_layer(dpkt, linktype, frame)
                 got = ip if isinstance(ip, str) else _transport(dpkt, ip, frame)
             except (dpkt.UnpackError, dpkt.NeedData, struct_error, IndexError):
@@ -162,7 +177,7 @@ def _decode_all(path, res: RefResult) -> list[tuple]:
             if isinstance(got, str):
                 res.skipped[got] += 1
             else:
-                out.append((index, float(ts), *got))
+                out.append((index, float(ts), vlan, *got))
     return out
 
 
@@ -171,7 +186,7 @@ def reference_flows(path: str | Path, options, *, keep_packets: bool = True) -> 
     flows: list[RefFlow] = []
     res = RefResult(flows)
     packets = _decode_all(path, res)
-    times = [p[1] for p in packets]
+    times = [p[1] for p in packets]  # (index, ts, vlan, ...)
     # Sparse table: latest time among the TCP/UDP packets in positions (q, p].
     table = [times]
     while 2 ** len(table) <= len(times):
@@ -183,8 +198,8 @@ def reference_flows(path: str | Path, options, *, keep_packets: bool = True) -> 
         return max(table[k][q + 1], table[k][p - (1 << k) + 1])
 
     open_: dict[tuple, tuple[RefFlow, int]] = {}  # key -> (flow, position of its last packet)
-    for pos, (index, ts, proto, src, dst, l4, ip_len, l4_rel, raw) in enumerate(packets):
-        key = (proto, *sorted([(src, l4.sport), (dst, l4.dport)]))
+    for pos, (index, ts, vlan, proto, src, dst, l4, ip_len, l4_rel, raw) in enumerate(packets):
+        key = (proto, vlan if options.vlan_key else 0, *sorted([(src, l4.sport), (dst, l4.dport)]))
         flags = l4.flags if proto == 6 else 0
         pure_syn = (flags & 0x12) == 0x02
         pay_len = ip_len - (l4_rel + len(l4) - len(l4.data))

@@ -92,6 +92,25 @@ class StagingBuffer:
             win = self._windows[width] = sliding_window_view(self.array, width)
         return win[offsets]
 
+    def with_extra(self, blobs: list[bytes]) -> tuple[StagingBuffer, np.ndarray]:
+        """A copy of this buffer with ``blobs`` appended; their offsets in the copy.
+
+        Used for reassembled IP datagrams, so that every packet of a chunk is read
+        from one buffer. Only chunks where fragments completed pay for the copy.
+        """
+        used = self.capacity
+        lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+        offsets = used + np.cumsum(lengths) - lengths
+        out = StagingBuffer.__new__(StagingBuffer)
+        out.chunk_bytes, out.capacity = self.chunk_bytes, used + int(lengths.sum())
+        out.array = np.zeros(out.capacity + WINDOW_PAD, dtype=np.uint8)
+        out.array[:used] = self.array[:used]
+        for at, blob in zip(offsets.tolist(), blobs, strict=True):
+            out.array[at : at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+        out.mv = memoryview(out.array)
+        out._windows, out._typed = {}, {}
+        return out, offsets
+
 
 class _Segments:
     """The segment table, read one column at a time (per record: column[segment])."""

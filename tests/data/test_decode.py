@@ -1,0 +1,248 @@
+"""Decoding beyond plain Ethernet/IP: VLAN keys, tunnels, fragments, other link layers.
+
+Every capture here is written by the test itself (tests/data/_pcapgen.py), so each
+states exactly what is on the wire and what the reader must make of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+from tests.data import _pcapgen as g
+
+A, B, C, D = "10.0.0.1", "10.0.0.2", "192.168.7.1", "192.168.7.2"
+A6, B6 = "2001:db8::1", "2001:db8::2"
+OPTS = FlowOptions(views=("seq", "bytes"), n_bytes=128)
+
+
+def read(path, options=OPTS):
+    report = ReadReport()
+    flows = {}
+    for b in iter_flows(path, options, report):
+        for i, key in enumerate(b.keys()):
+            flows.setdefault(key, []).append(
+                {
+                    "n": int(b.n_packets[i]),
+                    "bytes": int(b.n_bytes[i]),
+                    "payload": b.views["bytes"][i],
+                }
+            )
+    used = report.n_flow_packets + report.n_merged + sum(report.skipped.values())
+    assert used == report.n_packets  # every record is a packet, merged, or skipped
+    return flows, report
+
+
+def inner_udp(payload=b"inner", sport=5000, dport=53):
+    return g.ipv4(C, D, 17, g.udp(sport, dport, payload))
+
+
+# --- VLAN ------------------------------------------------------------------------------
+
+
+def test_one_five_tuple_in_three_vlans_is_three_flows(tmp_path):
+    pkts = [
+        (1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q")), vlans=[(0x8100, vid)]))
+        for i, vid in enumerate((10, 20, 30, 10))
+    ]
+    path = g.write_pcap(tmp_path / "v.pcap", pkts)
+    flows, _ = read(path)
+    assert [f["n"] for f in flows[f"UDP|{A}|1000|{B}|53"]] == [2, 1, 1]
+    flows, _ = read(path, dataclasses.replace(OPTS, vlan_key=False))
+    assert [f["n"] for f in flows[f"UDP|{A}|1000|{B}|53"]] == [4]
+
+
+def test_qinq_inner_id_separates_flows(tmp_path):
+    frame = lambda inner: g.ether(  # noqa: E731
+        g.ipv4(A, B, 6, g.tcp(1000, 80)), vlans=[(0x88A8, 100), (0x8100, inner)]
+    )
+    path = g.write_pcap(tmp_path / "q.pcap", [(1.0, frame(5)), (2.0, frame(6)), (3.0, frame(5))])
+    flows, _ = read(path)
+    assert sorted(f["n"] for f in flows[f"TCP|{A}|1000|{B}|80"]) == [1, 2]
+
+
+# --- tunnels ---------------------------------------------------------------------------
+
+TUNNELS = {
+    "ipip": lambda p: g.ether(g.ipv4(A, B, 4, p)),
+    "6in4": lambda p: g.ether(g.ipv4(A, B, 41, g.ipv6(A6, B6, 17, g.udp(5000, 53, b"inner")))),
+    "gre": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(p, key=7, seq=1))),
+    "gre_teb": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.ether(p), 0x6558))),
+    "erspan1": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.ether(p), 0x88BE))),
+    "erspan2": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.erspan2(g.ether(p)), 0x88BE, seq=3))),
+    "erspan3": lambda p: g.ether(
+        g.ipv4(A, B, 47, g.gre(g.erspan3(g.ether(p), subheader=True), 0x22EB, seq=3))
+    ),
+    "vxlan": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(40000, 4789, g.vxlan(g.ether(p))))),
+    "geneve": lambda p: g.ether(
+        g.ipv4(A, B, 17, g.udp(40000, 6081, g.geneve(g.ether(p), options=b"\0" * 8)))
+    ),
+    "geneve_ip": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(40000, 6081, g.geneve(p, 0x0800)))),
+    "gtp_u": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(2152, 2152, g.gtp_u(p)))),
+    "gtp_u_ext": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(2152, 2152, g.gtp_u(p, ext=True)))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TUNNELS))
+def test_tunnels_are_opened_and_inner_flows_kept_apart(tmp_path, name):
+    wrap = TUNNELS[name]
+    # Two inner flows in one tunnel: one outer 5-tuple, two inner ones.
+    pkts = [(1.0, wrap(inner_udp(sport=5000))), (1.5, wrap(inner_udp(sport=5001)))]
+    pkts += [(2.0, wrap(inner_udp(sport=5000)))]
+    flows, report = read(g.write_pcap(tmp_path / "t.pcap", pkts))
+    if name == "6in4":
+        assert flows[f"UDP|{A6}|5000|{B6}|53"][0]["n"] == 3
+        return
+    assert set(flows) == {f"UDP|{C}|5000|{D}|53", f"UDP|{C}|5001|{D}|53"}, name
+    assert flows[f"UDP|{C}|5000|{D}|53"][0]["n"] == 2
+    assert flows[f"UDP|{C}|5000|{D}|53"][0]["bytes"] == 2 * (20 + 8 + 5)  # inner IP lengths
+    assert bytes(flows[f"UDP|{C}|5000|{D}|53"][0]["payload"][:10]) == b"innerinner"
+
+
+def test_outer_mode_keeps_the_tunnel_flow(tmp_path):
+    wrap = TUNNELS["vxlan"]
+    pkts = [(1.0, wrap(inner_udp(sport=5000))), (1.5, wrap(inner_udp(sport=5001)))]
+    flows, _ = read(
+        g.write_pcap(tmp_path / "t.pcap", pkts), dataclasses.replace(OPTS, tunnels="outer")
+    )
+    assert (
+        list(flows) == [f"UDP|{A}|40000|{B}|4789"] and flows[f"UDP|{A}|40000|{B}|4789"][0]["n"] == 2
+    )
+
+
+def test_udp_on_a_tunnel_port_that_is_no_tunnel_stays_udp(tmp_path):
+    pkts = [(1.0, g.ether(g.ipv4(A, B, 17, g.udp(40000, 4789, b"\0" * 16))))]  # no I flag
+    flows, report = read(g.write_pcap(tmp_path / "t.pcap", pkts))
+    assert list(flows) == [f"UDP|{A}|40000|{B}|4789"]
+
+
+def test_unknown_gre_payload_is_counted(tmp_path):
+    pkts = [(1.0, g.ether(g.ipv4(A, B, 47, g.gre(b"\0" * 20, 0x880B))))]  # GRE with PPP
+    flows, report = read(g.write_pcap(tmp_path / "t.pcap", pkts))
+    assert flows == {} and report.skipped["bad_tunnel_header"] == 1
+
+
+# --- fragments -------------------------------------------------------------------------
+
+
+def _datagram(n=300):
+    body = bytes(random.Random(1).randrange(256) for _ in range(n))
+    return g.udp(1000, 53, body, src=A, dst=B), body
+
+
+@pytest.mark.parametrize("order", ["in_order", "reversed", "shuffled"])
+def test_ipv4_fragments_reassembled_in_any_order(tmp_path, order):
+    seg, body = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    idx = list(range(len(frags)))
+    if order == "reversed":
+        idx.reverse()
+    elif order == "shuffled":
+        random.Random(3).shuffle(idx)
+    pkts = [(1.0 + 0.01 * k, g.ether(frags[i])) for k, i in enumerate(idx)]
+    pkts.append((2.0, g.ether(g.ipv4(B, A, 17, g.udp(53, 1000, b"reply")))))
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    f = flows[f"UDP|{A}|1000|{B}|53"][0]
+    assert f["n"] == 2 and f["bytes"] == 20 + len(seg) + 20 + 8 + 5
+    assert bytes(f["payload"][:128]) == body[:128]  # the payload joined in datagram order
+    assert report.n_merged == len(frags) - 1 and not report.skipped
+
+
+def test_ipv6_fragments_reassembled(tmp_path):
+    seg = g.udp(1000, 53, b"z" * 200, src=A6, dst=B6)
+    frags = g.ipv6_fragments(A6, B6, 17, seg, 72)
+    pkts = [(1.0 + 0.1 * i, g.ether(f, 0x86DD)) for i, f in enumerate(reversed(frags))]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    f = flows[f"UDP|{A6}|1000|{B6}|53"][0]
+    assert f["n"] == 1 and f["bytes"] == 40 + len(seg) and report.n_merged == len(frags) - 1
+
+
+def test_missing_fragment_drops_the_datagram_counted(tmp_path):
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    del frags[2]
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows == {} and report.skipped["ip_fragment_incomplete"] == len(frags)
+
+
+def test_fragments_time_out(tmp_path):
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    # The last fragment comes 60 s after the first: past the 30 s timeout.
+    pkts = [(1.0, g.ether(f)) for f in frags[:-1]] + [(61.0, g.ether(frags[-1]))]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows == {} and report.skipped["ip_fragment_incomplete"] == len(frags)
+
+
+def test_overlapping_fragments_drop_the_datagram(tmp_path):
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    evil = g.ipv4(A, B, 17, b"X" * 64, frag=4, mf=True, df=False)  # bytes 32-96: overlaps
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate([frags[0], evil, *frags[1:]])]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows == {} and report.skipped["ip_fragment_overlap"] == len(frags) + 1
+
+
+def test_duplicate_fragment_is_ignored(tmp_path):
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate([frags[0], *frags])]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows[f"UDP|{A}|1000|{B}|53"][0]["n"] == 1
+    assert report.skipped["ip_fragment_duplicate"] == 1
+
+
+def test_fragments_across_chunks(tmp_path):
+    seg, body = _datagram(3000)
+    frags = g.ipv4_fragments(A, B, 17, seg, 1024)
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
+    report = ReadReport()
+    path = g.write_pcap(tmp_path / "f.pcap", pkts)
+    batches = list(iter_flows(path, OPTS, report, chunk_bytes=1500))
+    assert [int(b.n_packets[0]) for b in batches] == [1]
+    assert bytes(batches[0].views["bytes"][0]) == body[:128] and report.n_merged == 2
+
+
+def test_fragmented_tunnel_is_reassembled_then_opened(tmp_path):
+    inner = g.ipv4(C, D, 17, g.udp(5000, 53, b"i" * 400))
+    outer_payload = g.gre(inner)
+    frags = g.ipv4_fragments(A, B, 47, outer_payload, 128)
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows[f"UDP|{C}|5000|{D}|53"][0]["bytes"] == len(inner)
+
+
+# --- other link layers -------------------------------------------------------------------
+
+
+def test_llc_snap_frames(tmp_path):
+    pkts = [(1.0, g.llc_snap_frame(g.ipv4(A, B, 17, g.udp(1000, 53, b"q"))))]
+    flows, _ = read(g.write_pcap(tmp_path / "l.pcap", pkts))
+    assert list(flows) == [f"UDP|{A}|1000|{B}|53"]
+
+
+@pytest.mark.parametrize("qos", [True, False])
+def test_radiotap_80211_data_frames(tmp_path, qos):
+    pkts = [(1.0, g.radiotap_wlan(g.ipv4(A, B, 17, g.udp(1000, 53, b"q")), qos=qos))]
+    flows, _ = read(g.write_pcap(tmp_path / "w.pcap", pkts, linktype=127))
+    assert list(flows) == [f"UDP|{A}|1000|{B}|53"]
+
+
+def test_nflog_records(tmp_path):
+    pkts = [
+        (1.0, g.nflog(g.ipv4(A, B, 6, g.tcp(1000, 80)))),
+        (2.0, g.nflog(g.ipv6(A6, B6, 17, g.udp(1000, 53, b"q")), family=10)),
+    ]
+    flows, _ = read(g.write_pcap(tmp_path / "n.pcap", pkts, linktype=239))
+    assert set(flows) == {f"TCP|{A}|1000|{B}|80", f"UDP|{A6}|1000|{B6}|53"}
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_pppoe_with_one_and_two_byte_protocols(tmp_path, short):
+    frame = g.ether(g.pppoe(g.ipv4(A, B, 17, g.udp(1000, 53, b"q")), short=short), 0x8864)
+    flows, _ = read(g.write_pcap(tmp_path / "p.pcap", [(1.0, frame)]))
+    assert list(flows) == [f"UDP|{A}|1000|{B}|53"]
