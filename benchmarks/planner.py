@@ -5,7 +5,8 @@
 1. Planning time: ``plan_split`` for 10,000 clients and 100 aggregators (seeded
    heterogeneous topology, shard sizes log-normal around 100 samples), the CNN's
    block profile (784-byte payload view, 20 classes), weights (1, 1, 1), both
-   families; median wall time of ``--runs`` runs after one warm-up (the first, cold
+   families, the default being the accuracy guard (random predicted accuracies
+   around 0.8, 1 pt tolerance; ``weighted`` is the weighted sum); median wall time of ``--runs`` runs after one warm-up (the first, cold
    run is recorded too), with and without lower-bound pruning, and the plan's objective
    with chunked and sequential greedy. ``plan_time_s`` is the slower family's median
    wall time, ``plan_cpu_s`` its CPU time (the same unless other processes share the
@@ -13,7 +14,7 @@
 2. Optimality gap: on random instances (N in 4..12 clients, A in 2..3 aggregators,
    random links, shards and predicted losses) the planner's objective against the
    exact optimum (every cut pair, assignment by CP-SAT). ``gap = planner / exact - 1``
-   on the full objective; ``assignment_gap_*`` compares, cut pair by cut pair, the
+   on the full weighted objective (``mode="weighted"``); ``assignment_gap_*`` compares, cut pair by cut pair, the
    assignment cost alone (delay and bytes terms, greedy + local search vs exact),
    which the loss term cannot dilute (local search from the greedy and, as the planner
    does on small instances, from a few seeded random starts); ``greedy_gap_*`` is the
@@ -52,6 +53,12 @@ def _losses(profile, rng) -> dict:
     return {c: float(1.0 + 0.3 * rng.standard_normal()) for c in profile.legal_cuts()}
 
 
+def _accuracies(profile, rng) -> dict:
+    # Plausible predicted accuracies: around 0.8, spread 3 points (the guard's input).
+    return {c: float(np.clip(0.8 + 0.03 * rng.standard_normal(), 0, 1))
+            for c in profile.legal_cuts()}  # fmt: skip
+
+
 def bench_time(profile, runs: int) -> dict:
     from flowsplit.federated.presets import generate_topology
     from flowsplit.planner.plan import PlannerConfig, plan_split
@@ -62,18 +69,26 @@ def bench_time(profile, runs: int) -> dict:
     samples = np.maximum(1, rng.lognormal(np.log(100), 0.5, n)).astype(np.int64)
     topo = replace(topo, client_samples=samples)
     loss = _losses(profile, rng)
-    out = {"n_clients": n, "n_aggregators": a, "model": "cnn (bytes, 784)", "families": {}}
+    acc = _accuracies(profile, rng)
+    out = {"n_clients": n, "n_aggregators": a, "model": "cnn (bytes, 784)", "families": {},
+           "note": "default = the accuracy guard (mode guard, 1 pt) with predicted accuracies; "
+                   "weighted = the weighted sum with predicted losses"}  # fmt: skip
     for family in ("hsfl", "hsfl-ll"):
         rows = {}
         for label, cfg in (
             ("default", PlannerConfig(family=family)),
+            ("weighted", PlannerConfig(family=family, mode="weighted")),
             ("no_pruning", PlannerConfig(family=family, prune=False)),
             ("sequential_greedy", PlannerConfig(family=family, chunk=1)),
         ):
+
+            def run(c=cfg):
+                return plan_split(profile, topo, loss, c, predicted_accuracy=acc)
+
             t0 = time.perf_counter()
-            first = plan_split(profile, topo, loss, cfg)
+            first = run()
             cold = time.perf_counter() - t0
-            m = _common.measure(lambda c=cfg: plan_split(profile, topo, loss, c), runs, warmup=0)
+            m = _common.measure(run, runs, warmup=0)
             plan = m.pop("result")
             rows[label] = {
                 **m,
@@ -122,7 +137,7 @@ def bench_gap(profile, n_instances: int, seed: int) -> dict:
         topo = replace(topo, ca_bandwidth=bw, client_samples=rng.integers(20, 400, n))
         family = ("hsfl", "hsfl-ll")[k % 2]
         loss = _losses(profile, rng)
-        cfg = PlannerConfig(family=family, seed=k)
+        cfg = PlannerConfig(family=family, seed=k, mode="weighted")
         t0 = time.perf_counter()
         plan = plan_split(profile, topo, loss, cfg)
         heur_s = time.perf_counter() - t0
