@@ -1,4 +1,4 @@
-# Two commands on a fresh machine: `make demo` and `make test`.
+# Two commands on a fresh machine: `make demo` and `make test` (`make test-fast` while editing).
 # Every target creates .venv when missing and installs what it needs:
 # torch pinned to 2.13.0 first (the CPU build), then flowsplit with its extras.
 
@@ -12,13 +12,23 @@ BSTAMP := $(VENV)/.installed-bench
 DEMO_OUT ?= runs/demo
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: demo test lint pytest bench install clean demo-capture
+.PHONY: demo test test-fast lint pytest pytest-fast bench install clean demo-capture
+
+# Outside macOS, pyproject.toml installs the CPU-only `xgboost-cpu` wheel. A venv made
+# before that holds the CUDA `xgboost` wheel and its NCCL (about 700 MB); both provide
+# the same `xgboost` package, so that wheel is removed before the new one goes in.
+ifeq ($(shell uname -s),Darwin)
+DROP_CUDA_XGBOOST := true
+else
+DROP_CUDA_XGBOOST := ! $(PIP) show -q xgboost 2>/dev/null || $(PIP) uninstall -q -y xgboost nvidia-nccl-cu12
+endif
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
+	$(DROP_CUDA_XGBOOST)
 	$(PIP) install -q -e ".[dev]"
 	@touch $@
 
@@ -38,7 +48,13 @@ lint: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
+# Everything but the tests marked `slow` (multi-process runs, the browser checks).
+pytest-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
 test: lint pytest
+
+test-fast: lint pytest-fast
 
 bench: $(BSTAMP)
 	@mkdir -p bench-results

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -73,15 +74,24 @@ def check_run_dir(out: str | Path, *, resume: bool) -> None:
         raise ConfigError(f"{out} exists and is not a directory; choose another -o")
 
 
+def _installed_version(*distributions: str) -> str | None:
+    """Version of the first of these distributions that is installed (without importing it)."""
+    for name in distributions:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
 def environment() -> dict[str, Any]:
     """Versions, host and cores, for every result and benchmark."""
-    from importlib.metadata import version
-
     return {
         "flowsplit": __version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "xgboost": version("xgboost"),
+        # The CPU-only wheel (Linux, Windows) or the full one (macOS): both import as xgboost.
+        "xgboost": _installed_version("xgboost-cpu", "xgboost"),
         "numpy": np.__version__,
         "platform": platform.platform(),
         "machine": platform.machine(),
