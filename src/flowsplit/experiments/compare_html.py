@@ -155,11 +155,22 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
             html.table(timing_rows(a), TIMING_COLS), anchor="time"))  # fmt: skip
         parts.append(html.section(
             "Accuracy with confidence intervals",
-            html.figure(plots.quality_chart(models, "accuracy", "Test accuracy, mean and 95 % CI"),
+            html.figure(plots.quality_chart(models, "accuracy", "Test accuracy, mean and 95 % CI",
+                                            a.get("baselines")),
                         "Test accuracy by model and workers"),
-            html.figure(plots.quality_chart(models, "macro_f1", "Test macro-F1, mean and 95 % CI"),
+            html.figure(plots.quality_chart(models, "macro_f1", "Test macro-F1, mean and 95 % CI",
+                                            a.get("baselines")),
                         "Test macro-F1 by model and workers"),
             html.table(stats_rows(a), STATS_COLS), anchor="accuracy"))  # fmt: skip
+        curves = [html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
+                  for m in models if any(r["model"] == m and r.get("loss_per_epoch")
+                                         for r in records)]  # fmt: skip
+        if curves:
+            parts.append(html.section(
+                "Learning curves", html.paragraph(
+                    "Training loss and validation macro-F1 of every run (one line per seed), "
+                    "against epoch and against training time, per worker count."),
+                *curves, anchor="learning-curves"))  # fmt: skip
     comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
     bench = results["allreduce"].get("benchmark")
     fit = results["allreduce"].get("fit")
@@ -195,6 +206,8 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
         cms.insert(0, html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"))
+        if results["per_class_f1"]:
+            cms.insert(0, html.figure(plots.per_class_chart(results), "Test F1 per class"))
     if cms:
         parts.append(html.section("Per-class results", *cms, anchor="per-class"))
     parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))

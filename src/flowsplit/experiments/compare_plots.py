@@ -48,12 +48,27 @@ def epoch_time_chart(models: Mapping):
     return fig
 
 
-def quality_chart(models: Mapping, key: str, title: str):
+def quality_chart(models: Mapping, key: str, title: str, baselines: Mapping | None = None):
+    """Bars of a score (mean and 95 % CI) from 0 to 100 %, with the majority-class rate and
+    the flow-statistics baseline (XGBoost, centralised) as horizontal lines."""
     names, series, lows, highs = _grouped(models, key, scale=100.0)
-    vals = [v for s in lows.values() for v in s if not math.isnan(v)]
-    bottom = max(0.0, math.floor(min(vals) / 5) * 5 - 5) if vals else 0.0
-    return figures.bar_chart(names, series, lows=lows, highs=highs, ylabel="%",
-                             title=title, ylim=(bottom, 100.5))  # fmt: skip
+    fig = figures.bar_chart(names, series, lows=lows, highs=highs, ylabel="%",
+                            title=title, ylim=(0.0, 100.5))  # fmt: skip
+    ax = fig.axes[0]
+    base = baselines or {}
+    if base.get("majority"):
+        ax.axhline(100 * base["majority"][key], color="crimson", ls="--", lw=1,
+                   label=f"majority class ({base['majority']['class']})")  # fmt: skip
+    if base.get("flow_stats"):
+        ax.axhline(100 * base["flow_stats"][key]["mean"], color="dimgrey", ls=":", lw=1.2,
+                   label="XGBoost on flow statistics (centralised)")  # fmt: skip
+    _legend_below(ax)
+    return fig
+
+
+def _legend_below(ax, ncol: int = 3) -> None:
+    """The legend under the axes, where it cannot hide a bar."""
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=ncol)
 
 
 def comm_share_chart(models: Mapping):
@@ -64,37 +79,123 @@ def comm_share_chart(models: Mapping):
 
 
 def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
-    """Measured speedup (with CI) against the model's predictions on each network."""
-    lines = []
-    scaling = entry.get("scaling") or {}
-    for key, rows in (scaling.get("predictions") or {}).items():
-        label = "model, this machine" if key == "host" else f"model, {network_names.get(key, key)}"
-        xs = [r["n_workers"] for r in rows]
-        ys = [r["speedup"] for r in rows]
-        lines.append({"label": label, "x": xs, "y": ys, "style": "-" if key == "host" else "--"})
-    pts = [(1, 1.0, 1.0, 1.0, False)]
+    """Two panels: the measured speedup (with its CI, on linear axes, against the ideal N;
+    hollow markers where no speedup is claimed) and, separately, the scaling model's
+    predictions for larger clusters (log-log), so the measurement is not dwarfed by them."""
+    fig = figures.new_figure(11.0, 4.0)
+    measured, predicted = fig.subplots(1, 2)
+    pts = [(1, 1.0, 1.0, 1.0, True)]
     for n, v in entry["vs_central"].items():
         s = v["speedup"]
-        pts.append((int(n), s["mean"], s["low"], s["high"], v["oversubscribed"]))
+        claimed = bool((v.get("claims") or {}).get("speedup_claimed"))
+        pts.append((int(n), s["mean"], s["low"], s["high"], claimed))
     pts.sort()
-    ideal_x = [1, max(1024, max(p[0] for p in pts))]
-    lines.append({"label": "ideal (N)", "x": ideal_x, "y": ideal_x, "style": ":", "color": "grey"})
-    fig = figures.line_chart(lines, xlabel="workers", ylabel="speedup over 1 worker",
-                             title=f"{model}: speedup, measured and predicted",
-                             logx=True, logy=True)  # fmt: skip
-    ax = fig.axes[0]
-    for over in (False, True):
-        sel = [p for p in pts if p[4] == over]
+    top = max(p[0] for p in pts)
+    measured.plot([1, top], [1, top], ":", color="grey", label="ideal (N)")
+    for claimed in (True, False):
+        sel = [p for p in pts if p[4] == claimed and not math.isnan(p[1])]
         if not sel:
             continue
         x = np.array([p[0] for p in sel], dtype=float)
         y = np.array([p[1] for p in sel])
         lo = np.nan_to_num(y - np.array([p[2] for p in sel]), nan=0.0).clip(min=0)
         hi = np.nan_to_num(np.array([p[3] for p in sel]) - y, nan=0.0).clip(min=0)
-        ax.errorbar(x, y, yerr=[lo, hi], fmt="o", color="black", capsize=3,
-                    mfc="white" if over else "black",
-                    label="measured (oversubscribed)" if over else "measured")  # fmt: skip
-    ax.legend(fontsize="x-small", loc="upper left")
+        measured.errorbar(x, y, yerr=[lo, hi], fmt="o", color="black", capsize=3,
+                          mfc="black" if claimed else "white",
+                          label="measured, 95 % CI" if claimed
+                          else "measured, not claimed (see the summary)")  # fmt: skip
+    measured.set_xticks(sorted({p[0] for p in pts}))
+    measured.set_xlim(0.5, top + 0.5)
+    measured.set_ylim(0, max(top, *(p[3] for p in pts if not math.isnan(p[3])), 1) * 1.1)
+    measured.set_xlabel("workers")
+    measured.set_ylabel("speedup over 1 worker")
+    measured.set_title(f"{model}: measured on this machine", fontsize="medium")
+    measured.grid(alpha=0.3)
+    measured.legend(fontsize="x-small", loc="upper left")
+    scaling = entry.get("scaling") or {}
+    for key, rows in (scaling.get("predictions") or {}).items():
+        label = "this machine" if key == "host" else network_names.get(key, key)
+        predicted.plot([r["n_workers"] for r in rows], [r["speedup"] for r in rows],
+                       "-" if key == "host" else "--", label=label)  # fmt: skip
+    ideal = [1, max(1024, top)]
+    predicted.plot(ideal, ideal, ":", color="grey", label="ideal (N)")
+    predicted.set_xscale("log", base=2)
+    predicted.set_yscale("log")
+    predicted.set_xlabel("workers")
+    predicted.set_ylabel("predicted speedup")
+    predicted.set_title(f"{model}: scaling model, predicted", fontsize="medium")
+    predicted.grid(alpha=0.3, which="both")
+    predicted.legend(fontsize="x-small", loc="upper left")
+    return fig
+
+
+def learning_curves_chart(model: str, records: Sequence[Mapping]):
+    """Training loss and validation macro-F1 against epoch and against training time, one
+    colour per worker count, one line per seed (the per-epoch history of each run)."""
+    runs = [r for r in records if r["model"] == model and r.get("loss_per_epoch")]
+    fig = figures.new_figure(11.0, 6.4)
+    axes = fig.subplots(2, 2, sharey="row")
+    workers = sorted({int(r["workers"]) for r in runs})
+    colours = {n: f"C{i}" for i, n in enumerate(workers)}
+    for r in sorted(runs, key=lambda r: (r["workers"], r["seed"])):
+        n = int(r["workers"])
+        loss = np.array([np.nan if v is None else v for v in r["loss_per_epoch"]], dtype=float)
+        f1 = np.array([np.nan if v is None else v for v in r.get("val_macro_f1_per_epoch") or []],
+                      dtype=float)  # fmt: skip
+        times = np.array([0.0 if t is None else t for t in r.get("epoch_times_s") or []])
+        clock = np.cumsum(times)
+        first = r["seed"] == min(q["seed"] for q in runs if int(q["workers"]) == n)
+        label = _label(n, bool(r.get("oversubscribed"))) if first else None
+        style = {
+            "color": colours[n],
+            "alpha": 0.8,
+            "lw": 1.2,
+            "marker": "." if len(loss) < 30 else None,
+        }
+        for ax_row, y in ((0, loss), (1, f1)):
+            if not len(y):
+                continue
+            axes[ax_row][0].plot(np.arange(1, len(y) + 1), y, label=label, **style)
+            k = min(len(y), len(clock))
+            if k:
+                axes[ax_row][1].plot(clock[:k], y[:k], **style)
+    axes[0][0].set_ylabel("training loss")
+    axes[1][0].set_ylabel("validation macro-F1")
+    axes[1][0].set_ylim(0, 1.02)
+    axes[0][0].set_ylim(bottom=0)
+    for ax in axes[1]:
+        ax.set_xlabel("")
+    axes[1][0].set_xlabel("epoch (XGBoost: round)")
+    axes[1][1].set_xlabel("training time, s (sum of epoch times; validation excluded)")
+    axes[0][0].set_title(f"{model}: against epoch", fontsize="medium")
+    axes[0][1].set_title(f"{model}: against training time", fontsize="medium")
+    for row in axes:
+        for ax in row:
+            ax.grid(alpha=0.3)
+    if runs:
+        axes[0][0].legend(fontsize="x-small", title="one line per seed", title_fontsize="x-small")
+    return fig
+
+
+def per_class_chart(results: Mapping):
+    """Test F1 per class (mean over seeds) of each model, centralised, from 0 to 100 %,
+    beside the majority-class baseline."""
+    classes = list(results["dataset"]["classes"] or [])
+    series = {}
+    maj = (results["analysis"].get("baselines") or {}).get("majority")
+    for model, by_n in results["per_class_f1"].items():
+        if "1" in by_n:
+            series[f"{model} (centralised)"] = [100 * by_n["1"].get(c, math.nan) for c in classes]
+    if maj:
+        series[f"majority class ({maj['class']})"] = [
+            100 * maj["per_class_f1"].get(c, math.nan) for c in classes
+        ]
+    fig = figures.bar_chart(classes, series, ylabel="test F1, %", ylim=(0.0, 100.5),
+                            title="Test F1 per class, mean over seeds")  # fmt: skip
+    ax = fig.axes[0]
+    if len(classes) > 6:
+        ax.tick_params(axis="x", labelrotation=45)
+    _legend_below(ax)
     return fig
 
 
