@@ -101,3 +101,35 @@ def test_train_refuses_a_dataset_without_a_val_split(demo_dataset, tmp_path, cap
     meta.to_parquet(ds / "meta.parquet")
     rc = cli_main(["train", str(ds), "--model", "cnn", "-q", "-o", str(tmp_path / "run")])
     assert rc == 2 and "the val split is empty" in capsys.readouterr().err
+
+
+def test_predict_min_confidence_labels_the_unsure_flows_unknown(demo_dataset, tmp_path, capsys):
+    # Prepare: a quick XGBoost model and its predictions without a threshold
+    run = tmp_path / "run"
+    assert cli_main(["train", str(demo_dataset), "--model", "xgboost", "--rounds", "20",
+                     "--threads", "1", "-q", "-o", str(run)]) == 0  # fmt: skip
+    # Flows of the two trained classes and of others (https, mqtt): unsure ones among them.
+    captures = [str(sorted((DEMO_CAPTURES / c).glob("*.pcap"))[0])
+                for c in ("dns", "http", "https", "mqtt")]  # fmt: skip
+    assert cli_main(["predict", str(run), *captures, "-o", str(tmp_path / "all.csv")]) == 0
+    plain = list(csv.DictReader((tmp_path / "all.csv").open()))
+    levels = sorted({float(r["confidence"]) for r in plain})
+    assert len(levels) >= 2, "need flows of two confidence levels"
+    threshold = (levels[0] + levels[-1]) / 2  # between two levels: no rounding doubt
+    # Execute
+    argv = ["predict", str(run), *captures, "-o", str(tmp_path / "p.csv"),
+            "--min-confidence", str(threshold)]  # fmt: skip
+    assert cli_main(argv) == 0
+    # Assert: the sure flows keep their class, the others are "unknown", nothing else moves
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert len(rows) == len(plain)
+    for before, after in zip(plain, rows, strict=True):
+        sure = float(before["confidence"]) >= threshold
+        assert after["predicted"] == (before["predicted"] if sure else "unknown")
+        assert after["confidence"] == before["confidence"]
+    n_unknown = sum(r["predicted"] == "unknown" for r in rows)
+    assert 0 < n_unknown < len(rows)
+    assert f"({n_unknown} below --min-confidence: unknown)" in capsys.readouterr().out
+    # A value that is no probability is a one-line usage error.
+    assert cli_main(["predict", str(run), captures[0], "--min-confidence", "1.5"]) == 2
+    assert "not a probability between 0 and 1" in capsys.readouterr().err

@@ -10,6 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.train.evaluation import SPLIT_CHOICES
+
+UNKNOWN = "unknown"
+"""``predict --min-confidence``: the label of a flow the model is not confident about."""
 
 TRAIN_DESCRIPTION = """\
 Train one model and write RUN/: config.json, train.log, checkpoint.pt (each epoch),
@@ -244,8 +248,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from flowsplit.data.store import load_dataset
-    from flowsplit.train.metrics import classification_summary
+    from flowsplit.data.store import atomic_write_json, load_dataset
+    from flowsplit.train.evaluation import ClassMapping, model_input, score_by_name, split_rows
     from flowsplit.train.runs import load_trained_model, predict_labels
 
     model, doc = load_trained_model(args.run)
@@ -254,35 +258,47 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     view = info["view"]
     if not ds.has_view(view):
         raise InputError(ds.root, f"dataset has no view {view!r}, which the model reads")
-    if list(ds.view_shape(view)) != list(info["input_shape"]):
+    if view != "stats" and list(ds.view_shape(view)) != list(info["input_shape"]):
         raise InputError(
             ds.root,
             f"{view} samples are {ds.view_shape(view)}, "
             f"the model was trained on {tuple(info['input_shape'])}",
         )
-    if ds.classes != info["classes"]:
-        raise InputError(ds.root, "its classes differ from the ones the model was trained on")
-    x, y = ds.xy(view, args.split)
-    summary = classification_summary(y, predict_labels(model, x), ds.classes)
-    summary = {
-        "run": str(args.run),
-        "dataset": str(args.dataset),
-        "split": args.split,
-        "n": int(len(y)),
-        **summary,
-    }
+    mapping = ClassMapping(list(info["classes"]), list(ds.classes))
+    if not mapping.shared:
+        raise InputError(
+            ds.root,
+            f"none of its classes ({', '.join(ds.classes)}) is one the model was trained on "
+            f"({', '.join(info['classes'])})",
+        )
+    rows = split_rows(ds, args.split)
+    y = ds.labels[rows]
+    x = model_input(ds, view, rows, doc["dataset"].get("view_columns"))
+    if len(rows) and not (mapping.to_model_labels(y) >= 0).any():
+        raise InputError(
+            ds.root,
+            f"its {args.split} split has no flows of a class the model knows "
+            f"({len(rows)} flows of {', '.join(mapping.unseen)})",
+        )
+    scores = score_by_name(y, predict_labels(model, x), mapping)
+    summary = {"run": str(args.run), "dataset": str(args.dataset), "split": args.split,
+               "n": int(len(rows)), "classes": mapping.model_classes, **scores}  # fmt: skip
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         print(
-            f"{info['name']} on {args.dataset} ({args.split}, {len(y)} samples): "
-            f"accuracy {summary['accuracy']:.4f}, macro-F1 {summary['macro_f1']:.4f}"
+            f"{info['name']} on {args.dataset} ({args.split}, {summary['n_scored']} of "
+            f"{len(rows)} samples scored): accuracy {summary['accuracy']:.4f}, "
+            f"macro-F1 {summary['macro_f1']:.4f}"
         )
         for name, f1 in summary["per_class_f1"].items():
-            print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}")
+            note = "  (not in the dataset)" if name in mapping.absent else ""
+            print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}{note}")
+        for name, count in summary["unseen_classes"].items():
+            called = ", ".join(f"{c} {k}" for c, k in summary["unseen_predicted_as"][name].items())
+            print(f"  {name:<24} not scored: {count} flows of a class the model was not "
+                  f"trained on (predicted as: {called})")  # fmt: skip
     if args.output:
-        from flowsplit.data.store import atomic_write_json
-
         atomic_write_json(args.output, summary)
     return 0
 
@@ -312,11 +328,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
         x = views[info["view"]]
     proba = predict_proba(model, x)
     table = meta.reset_index(drop=True).copy()
-    table["predicted"] = [info["classes"][i] for i in proba.argmax(1)]
-    table["confidence"] = proba.max(1).round(4)
+    names = np.asarray(info["classes"], dtype=object)[proba.argmax(1)]
+    confidence = proba.max(1)
+    if args.min_confidence is not None:
+        # Below the threshold the model's best guess is not trusted: the flow is unknown.
+        names = np.where(confidence >= args.min_confidence, names, UNKNOWN)
+    table["predicted"] = names
+    table["confidence"] = confidence.round(4)
     if args.output:
-        table.to_csv(args.output, index=False)
-        print(f"{len(table)} flows classified -> {args.output}")
+        from flowsplit.data.store import atomic_write_text
+
+        atomic_write_text(args.output, table.to_csv(index=False))
+        unknown = int((names == UNKNOWN).sum()) if args.min_confidence is not None else 0
+        note = f" ({unknown} below --min-confidence: {UNKNOWN})" if unknown else ""
+        print(f"{len(table)} flows classified{note} -> {args.output}")
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
     else:
@@ -340,7 +365,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)
     p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"))
+    p.add_argument(
+        "--split",
+        default="test",
+        choices=SPLIT_CHOICES,
+        help="split to score; all = every flow (for a dataset the model never trained on)",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--output", metavar="FILE", help="also write the metrics to FILE (JSON)")
     p.set_defaults(func=cmd_evaluate)
@@ -350,4 +380,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
     p.add_argument("--format", choices=("table", "csv"), default="table")
     p.add_argument("--output", "-o", metavar="FILE", help="write CSV to FILE")
+    p.add_argument(
+        "--min-confidence",
+        type=_probability,
+        metavar="P",
+        help=f"label flows whose top class probability is below P (0..1) {UNKNOWN!r}",
+    )
     p.set_defaults(func=cmd_predict)
+
+
+def _probability(text: str) -> float:
+    """The value of ``--min-confidence``: a probability in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"--min-confidence {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"--min-confidence {text} is not a probability between 0 and 1")
+    return value
