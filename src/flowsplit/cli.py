@@ -29,6 +29,7 @@ COMMAND_MODULES = (
 SFL_COMMAND_MODULES = (
     "flowsplit.planner.commands",
     "flowsplit.experiments.sfl_commands",
+    "flowsplit.privacy.commands",
 )
 
 

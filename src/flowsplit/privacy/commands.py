@@ -1,0 +1,220 @@
+"""``flowsplit sfl privacy``: leakage at every cut, with and without defences.
+
+Registered under the ``sfl`` group by :mod:`flowsplit.cli` through
+:func:`add_privacy_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from flowsplit.errors import ConfigError, InputError
+
+log = logging.getLogger("flowsplit.privacy")
+
+DEFAULT_DEFENCES = "nopeek:0.5,noise:0.5,quant:2"
+ATTACK_EPOCHS = 12  # AttackConfig.epochs, repeated so --help needs no torch
+
+
+def _cuts(text: str) -> tuple[int, ...] | None:
+    if text.strip() == "all":
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values:
+        raise ConfigError(f"--cuts {text!r}: give 'all' or a comma list of cuts, e.g. 1,2")
+    return values
+
+
+def _model_options(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--model-option {item!r}: use KEY=VALUE, e.g. hidden=64")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _limit(text: str) -> int | None:
+    if text in ("none", "all"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"row limit {text!r}: give a positive integer or 'all'") from None
+    if value < 1:
+        raise ConfigError(f"row limit {value}: must be >= 1")
+    return value
+
+
+def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``flowsplit sfl privacy`` to the ``sfl`` command group."""
+    p = sfl_subparsers.add_parser(
+        "privacy",
+        help="measure what crosses each cut reveals (inversion, probes), with defences",
+        description=(
+            "For every legal cut, an honest-but-curious attacker at the next tier, with "
+            "auxiliary rows of the same dataset, inverts the activations back to the input "
+            "and probes them for the label; label leakage from the gradients sent down is "
+            "measured too. Each defence (nopeek, noise, quant) is trained and attacked the "
+            "same way. Writes OUT/privacy.json (the planner's --leakage-file) and "
+            "OUT/pareto.png (delay, accuracy and leakage per cut pair)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
+    p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--cuts", default="all", type=_cuts, help="'all' or a comma list of cuts k")
+    p.add_argument("--weights", type=Path, default=None,
+                   help="an `sfl run` directory whose model to attack (default: train one)")  # fmt: skip
+    p.add_argument("--epochs", type=int, default=3, help="training epochs of each model")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--train-limit", type=_limit, default=None, help="training rows (or 'all')")
+    p.add_argument("--aux-split", default="val", choices=("train", "val", "test"),
+                   help="the attacker's auxiliary rows")  # fmt: skip
+    p.add_argument("--aux-limit", type=_limit, default=None, help="auxiliary rows (or 'all')")
+    p.add_argument("--eval-split", default="test", choices=("train", "val", "test"),
+                   help="the victim's rows the attacks are scored on")  # fmt: skip
+    p.add_argument("--eval-limit", type=_limit, default=None, help="evaluated rows (or 'all')")
+    p.add_argument("--attack-epochs", type=int, default=ATTACK_EPOCHS,
+                   help="epochs of the inversion decoder over the auxiliary rows")  # fmt: skip
+    p.add_argument("--defences", default=DEFAULT_DEFENCES,
+                   help="comma list of nopeek:ALPHA, noise:RATIO, quant:BITS, or 'none'")  # fmt: skip
+    p.add_argument("--no-gradients", action="store_true", help="skip the gradient label attack")
+    p.add_argument("--topology", default="heterogeneous", help="topology of the Pareto picture")
+    p.add_argument("--clients", type=int, default=None)
+    p.add_argument("--aggregators", type=int, default=None)
+    p.add_argument("--leakage-measure", default=None,
+                   help="measure of the picture and budget (default bytes_recovered, "
+                        "seq_recovered for seq)")  # fmt: skip
+    p.add_argument("--max-leakage", type=float, default=None,
+                   help="mark the least-delay pair with leakage at most this")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_privacy)
+    return p
+
+
+def sfl_commands() -> dict:
+    """``flowsplit sfl`` sub-commands defined here: name -> builder(sfl_subparsers)."""
+    return {"privacy": add_privacy_parser}
+
+
+def cmd_privacy(args: argparse.Namespace) -> int:
+    """Run the study, write OUT/privacy.json and OUT/pareto.png."""
+    # Loaded here, not at the top: torch, scikit-learn and matplotlib would slow
+    # every `flowsplit` invocation, and only this command needs them.
+    import torch
+
+    from flowsplit.data.store import atomic_write_json
+    from flowsplit.federated.presets import resolve_topology
+    from flowsplit.federated.profile import profile_model
+    from flowsplit.privacy.attack import AttackConfig
+    from flowsplit.privacy.defences import parse_defences
+    from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
+    from flowsplit.privacy.study import (
+        PrivacyConfig,
+        build_study_model,
+        load_study_data,
+        run_study,
+    )
+
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise InputError(out, "exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not args.overwrite:
+            raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
+        shutil.rmtree(out)
+    defences = parse_defences(args.defences)
+    if args.weights is not None and defences:
+        log.info("note: defences are trained afresh; only the undefended cuts use --weights")
+    torch.set_num_threads(args.threads)
+    config = PrivacyConfig(
+        model=args.model, view=args.view, model_options=_model_options(args.model_option),
+        cuts=args.cuts, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        train_limit=args.train_limit, aux_split=args.aux_split, aux_limit=args.aux_limit,
+        eval_split=args.eval_split, eval_limit=args.eval_limit,
+        attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed), defences=defences,
+        gradients=not args.no_gradients, seed=args.seed,
+    )  # fmt: skip
+    say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
+    result = run_study(args.dataset, config, weights=args.weights, progress=say)
+    measure = args.leakage_measure or ("bytes_recovered" if "bytes_recovered" in result["cuts"][
+        next(iter(result["cuts"]))] else "seq_recovered")  # fmt: skip
+    # The picture needs the model's block profile and a topology for the delays.
+    data = load_study_data(args.dataset, config)
+    profile = profile_model(build_study_model(data, config))
+    topology = resolve_topology(args.topology, n_clients=args.clients,
+                                n_aggregators=args.aggregators, seed=args.seed)  # fmt: skip
+    try:
+        rows = pair_table(result, profile, topology, measure=measure, batch_size=args.batch_size)
+    except ValueError as exc:
+        raise ConfigError(f"--leakage-measure {measure!r}: {exc}") from None
+    chosen = choose(rows, args.max_leakage)
+    unconstrained = choose(rows, None)
+    result["pareto"] = {
+        "measure": measure, "topology": topology.name, "max_leakage": args.max_leakage,
+        "pairs": rows, "chosen": chosen, "unconstrained": unconstrained,
+    }  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "privacy.json", result)
+    draw_pareto(result, rows, out / "pareto.png", measure=measure, max_leakage=args.max_leakage,
+                chosen=chosen, unconstrained=unconstrained)  # fmt: skip
+    print(format_summary(result))
+    if args.max_leakage is not None:
+        if chosen is None:
+            print(f"no cut pair has {measure} <= {args.max_leakage}")
+        else:
+            print(f"least delay with {measure} <= {args.max_leakage}: cuts {tuple(chosen['cuts'])}, "
+                  f"{chosen['delay_s']:.3f} s/round, leakage {chosen['leakage']:.3f} "
+                  f"(unconstrained: {tuple(unconstrained['cuts'])}, {unconstrained['delay_s']:.3f} "
+                  f"s/round, leakage {unconstrained['leakage']:.3f})")  # fmt: skip
+    print(f"wrote {out / 'privacy.json'} and {out / 'pareto.png'}")
+    return 0
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    """A plain table of the per-cut measures, undefended and per defence."""
+    keys = [k for k in ("accuracy", "bytes_recovered", "ascii_recovered", "seq_nrmse", "dcor",
+                        "label_probe_acc", "grad_label_acc")
+            if any(k in rec for rec in result["cuts"].values())]  # fmt: skip
+    head = f"{'defence':<8} {'cut':>3} {'block':<8} " + " ".join(f"{k:>15}" for k in keys)
+    lines = [
+        f"{result['model']} on {result['view']} of {result['dataset']}: accuracy "
+        f"{result['accuracy']:.3f} (majority {result['majority_acc']:.3f}); rows {result['rows']}",
+        head,
+    ]
+
+    def row(name: str, k: str, rec: dict[str, Any]) -> str:
+        vals = " ".join(f"{rec[key]:>15.3f}" if isinstance(rec.get(key), float) else f"{'-':>15}"
+                        for key in keys)  # fmt: skip
+        return f"{name:<8} {k:>3} {rec.get('block', ''):<8} {vals}"
+
+    if "reference" in result:
+        lines.append(row("stem", "-", {**result["reference"], "block": "input"}))
+    for k, rec in result["cuts"].items():
+        lines.append(row("none", k, rec))
+    for name, entry in result.get("defences", {}).items():
+        for k, rec in entry["cuts"].items():
+            lines.append(row(name, k, rec))
+    prior = ", ".join(f"{k} {v:.3f}" for k, v in result.get("prior", {}).items())
+    lines.append(f"an attacker without activations (per-position guess): {prior}")
+    return "\n".join(lines)
