@@ -117,12 +117,14 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"report: {sfl_report}", flush=True)
 
     _stage("4/4 the report", args.quiet)
+    from flowsplit.experiments.advice import overview_content
     from flowsplit.report.overview import write_overview
 
     timings["total"] = time.perf_counter() - t0
+    dp_dir, sfl_dir = dp_report and dp_report.parent, sfl_report and sfl_report.parent
     page = write_overview(
-        out, manifest=ds.manifest, dp_dir=dp_report and dp_report.parent,
-        sfl_dir=sfl_report and sfl_report.parent, timings=timings,
+        out, manifest=ds.manifest, dp_dir=dp_dir, sfl_dir=sfl_dir, timings=timings,
+        content=overview_content(dp_dir, sfl_dir),
     )  # fmt: skip
     summary = json.loads((out / "report.json").read_text())["advice"]
     for line in summary:

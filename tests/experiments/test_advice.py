@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import math
 
-from flowsplit.report.overview import (
+from flowsplit.experiments.advice import (
     advise,
     advise_sfl,
     data_parallel_rows,
+    overview_content,
     sfl_rows,
-    write_overview,
 )
+from flowsplit.report.overview import write_overview
 from tests.experiments.synthetic import paired_runs, study_results
 
 
@@ -169,7 +170,8 @@ def test_overview_writes_three_files_escaping_capture_names(tmp_path):
     (sfl_dir / "results.json").write_text(json.dumps(SFL_RES))
     # Execute
     page = write_overview(tmp_path / "out", manifest=manifest, dp_dir=None, sfl_dir=sfl_dir,
-                          timings={"prepare": 1.0})  # fmt: skip
+                          timings={"prepare": 1.0},
+                          content=overview_content(None, sfl_dir))  # fmt: skip
     # Assert
     html = page.read_text()
     assert "<script>x</script>" not in html and "&lt;script&gt;" in html

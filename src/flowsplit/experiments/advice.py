@@ -1,0 +1,427 @@
+"""What the demo's overview advises, from the two studies' ``results.json``: rules and rows.
+
+Reads the results of a data-parallel comparison (`flowsplit compare`) and of a
+split-learning comparison (`flowsplit sfl compare`) and returns the overview's content
+(tables as rows, advice as sentences, the rules in words); :mod:`flowsplit.report.overview`
+renders it. The advice is a small set of rules over the measured figures, stated on the
+page so a reader can disagree with them:
+
+- the model to use is the one with the best centralised macro-F1 among those above the
+  majority-class rate, named beside the flow-statistics baseline (XGBoost) and the
+  majority class;
+- data parallelism is worth it for a model when its speedup is *claimed* (the study's
+  rules: timings neither contended nor oversubscribed, efficiency at most 100 %), is
+  >= 1.2x with a 95 % CI above 1x, at the largest worker count that does not
+  oversubscribe the cores, and its accuracy is shown equivalent (TOST over at least 5
+  seeds, model above the majority class); a withheld speedup says why and what to do;
+- among the split-learning schemes, the one with the lowest total delay among those
+  within 1 point of the best final accuracy, measured against the fair baselines the
+  study ran (HSFL with the greedy assignment, the best fixed cut, HSFL), paired by seed.
+
+Every figure in the advice and the tables carries its 95 % interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from flowsplit.experiments.stats import DIFF_BOUNDS, MIN_EQUIVALENCE_SEEDS, mean_ci, ratio_ci
+
+SPEEDUP_WORTH_IT = 1.2
+ACCURACY_TIE_PTS = 1.0
+MIN_SEEDS = MIN_EQUIVALENCE_SEEDS
+FAIR_SFL_BASELINES = ("hsfl-greedy", "best-fixed", "hsfl")
+"""What the chosen split-learning scheme is measured against, fairest first: HSFL with the
+delay-aware greedy assignment, the best fixed cut in hindsight, HSFL as the research runs it
+(random assignment). Each that the study ran gets a paired line with its intervals."""
+SFL_BASELINE_SCHEMES = ("majority", "centralised", "fedavg")
+"""Reference rows of ``sfl compare`` that are not split-learning schemes to pick from."""
+
+
+def _load(path: Path | None) -> dict[str, Any] | None:
+    if path is None or not (path / "results.json").is_file():
+        return None
+    return json.loads((path / "results.json").read_text(encoding="utf-8"))
+
+
+def _num(value: Any) -> float:
+    """A figure from results.json (NaN is written as null) as a float."""
+    return math.nan if value is None else float(value)
+
+
+def _iv(d: dict[str, Any] | None) -> tuple[float, float, float]:
+    """(mean, low, high) of an interval dict from results.json, NaN where missing."""
+    d = d or {}
+    return _num(d.get("mean")), _num(d.get("low")), _num(d.get("high"))
+
+
+def pct_ci(d: dict[str, Any] | None) -> str:
+    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions)."""
+    m, lo, hi = _iv(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * m:.1f} %"
+    return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
+
+
+def times_ci(d: dict[str, Any] | None) -> str:
+    """``1.70x (95 % CI 1.60-1.80)``."""
+    m, lo, hi = _iv(d)
+    if math.isnan(m):
+        return "–"
+    return f"{m:.2f}x" + ("" if math.isnan(lo) else f" (95 % CI {lo:.2f}-{hi:.2f})")
+
+
+def pts_ci(d: dict[str, Any] | None, label: str = "95 % CI") -> str:
+    """``+0.10 pt (90 % CI -0.20 to +0.40)`` from a difference interval (fractions)."""
+    m, lo, hi = _iv(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * m:+.2f} pt"
+    return text if math.isnan(lo) else text + f" ({label} {100 * lo:+.2f} to {100 * hi:+.2f})"
+
+
+def change_ci(d: dict[str, Any] | None) -> str:
+    """``-30 % (95 % CI -35 to -25 %)`` from a ratio interval."""
+    m, lo, hi = _iv(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * (m - 1):+.0f} %"
+    return (
+        text
+        if math.isnan(lo)
+        else text + f" (95 % CI {100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f} %)"
+    )
+
+
+def _dp_choice(vs: dict[str, Any]) -> str | None:
+    """The worker count the overview reports: the largest that does not oversubscribe."""
+    if not vs:
+        return None
+    fair = [n for n, v in vs.items() if not v.get("oversubscribed")]
+    return max(fair or vs, key=int)
+
+
+def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The baselines, then per model: centralised scores, and speedup and verdict at the
+    largest worker count that is not oversubscribed (the largest measured otherwise).
+    Every figure has its interval beside it; the speedup shows only where it is claimed."""
+    analysis = res.get("analysis", {})
+    margin_pts = 100 * float(res.get("config", {}).get("margin", 0.01))
+    rows: list[dict[str, Any]] = []
+    maj = (analysis.get("baselines") or {}).get("majority")
+    if maj:
+        rows.append({
+            "model": f"majority class (always {maj['class']!r})", "baseline": True,
+            "accuracy": maj["accuracy"], "macro_f1": maj["macro_f1"],
+            "accuracy_ci": f"{100 * maj['accuracy']:.1f} %",
+            "macro_f1_ci": f"{100 * maj['macro_f1']:.1f} %", "verdict": "baseline",
+        })  # fmt: skip
+    models = analysis.get("models", {})
+    if "xgboost" not in models:
+        rows.append({"model": "xgboost (flow-statistics baseline)", "baseline": True,
+                     "verdict": "not run (add xgboost to --models)"})  # fmt: skip
+    for model, a in models.items():
+        central = a.get("by_workers", {}).get("1", {})
+        row: dict[str, Any] = {
+            "model": "xgboost (flow-statistics baseline)" if model == "xgboost" else model,
+            "name": model,
+            "baseline": model == "xgboost",
+            "accuracy": _num((central.get("accuracy") or {}).get("mean")),
+            "macro_f1": _num((central.get("macro_f1") or {}).get("mean")),
+            "accuracy_ci": pct_ci(central.get("accuracy")),
+            "macro_f1_ci": pct_ci(central.get("macro_f1")),
+            "above_majority": a.get("above_majority", True),
+            "margin_pts": margin_pts,
+        }
+        n = _dp_choice(a.get("vs_central", {}))
+        if n is not None:
+            v = a["vs_central"][n]
+            acc = v.get("accuracy") or {}
+            claims = v.get("claims") or {}
+            claimed = bool(claims.get("speedup_claimed"))
+            withheld = list(claims.get("speedup_withheld") or ["no claims recorded"])
+            row.update(
+                workers=int(n),
+                speedup=v.get("speedup"),
+                efficiency=_num((v.get("efficiency") or {}).get("mean")),
+                speedup_claimed=claimed,
+                speedup_withheld=[] if claimed else withheld,
+                speedup_ci=times_ci(v.get("speedup")) if claimed
+                else "not claimed: " + ", ".join(withheld),
+                foreign_share=_num(v.get("foreign_cpu_share_median")),
+                verdict=claims.get("accuracy_verdict", acc.get("verdict")),
+                equivalent=bool(claims.get("equivalent")),
+                n_seeds=int(acc.get("n") or 0),
+                tost_p=_num(acc.get("tost_p")),
+                alpha=_num(acc.get("alpha")),
+                diff=acc.get("diff_tost") or acc.get("diff"),
+                diff_ci=pts_ci(acc.get("diff_tost") or acc.get("diff"),
+                               f"{100 * (1 - 2 * _num(acc.get('alpha', 0.05))):.0f} % CI"),
+            )  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def _names(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(r.get("name", r["model"]) for r in rows)
+
+
+def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
+    """Advice on the data-parallel study (rules in the module docstring)."""
+    out = []
+    models = [r for r in dp if "name" in r and not math.isnan(r.get("macro_f1", math.nan))]
+    if not models:
+        return out
+    maj = next((r for r in dp if r.get("baseline") and "name" not in r and "accuracy" in r), None)
+    learned = [r for r in models if r.get("above_majority", True)]
+    flow = next((r for r in models if r["name"] == "xgboost"), None)
+    if learned:
+        best = max(learned, key=lambda r: r["macro_f1"])
+        text = (
+            f"Use {best['name']}: the best centralised macro-F1 on this data, "
+            f"{best['macro_f1_ci']} (accuracy {best['accuracy_ci']})"
+        )
+        if flow is not None and flow is not best:
+            text += f"; the flow-statistics baseline XGBoost reaches {flow['macro_f1_ci']}"
+        if maj is not None:
+            text += f"; always predicting the majority class scores {maj['accuracy_ci']} accuracy"
+        out.append(text + ".")
+    else:
+        out.append(
+            "No model is above the majority-class rate"
+            + (f" ({maj['accuracy_ci']})" if maj else "")
+            + ": none has learned from this data; train longer or check the labels."
+        )
+    below = [r for r in models if not r.get("above_majority", True)]
+    if below:
+        out.append(
+            f"{_names(below)}: accuracy "
+            + "; ".join(f"{r['accuracy_ci']} ({r.get('name')})" for r in below)
+            + " is not above the majority class"
+            + (f" ({maj['accuracy_ci']})" if maj else "")
+            + ": not learned, so no verdict on data parallelism for "
+            + ("it." if len(below) == 1 else "them.")
+        )
+    compared = [r for r in models if "workers" in r]
+    worth = [
+        r for r in compared
+        if r["speedup_claimed"] and r["equivalent"]
+        and _iv(r["speedup"])[0] >= SPEEDUP_WORTH_IT and _iv(r["speedup"])[1] > 1
+    ]  # fmt: skip
+    for r in worth:
+        out.append(
+            f"Data parallelism pays for {r['name']}: {r['workers']} workers cut its epoch time "
+            f"{r['speedup_ci']} with accuracy equivalent within +-{r['margin_pts']:g} pt "
+            f"(TOST p {_p(r['tost_p'])}; difference {r['diff_ci']})."
+        )
+    out += _withheld_advice(compared)
+    few = [r for r in compared if r["verdict"] == "not enough seeds"]
+    if few:
+        n = min(r["n_seeds"] for r in few)
+        out.append(
+            f"Accuracy equivalence is not judged for {_names(few)}: {n} paired seed(s), at "
+            f"least {MIN_SEEDS} needed (TOST over fewer seeds rests on a spread estimated from "
+            f"a handful of runs); rerun with --seeds {MIN_SEEDS}."
+        )
+    if compared and not worth:
+        out.append(
+            f"Nothing here shows that data parallelism pays (a claimed speedup >= "
+            f"{SPEEDUP_WORTH_IT}x with its 95 % CI above 1x, and accuracy shown equivalent): "
+            "until a run on a quiet machine with enough seeds shows it, train centralised."
+        )
+    return out
+
+
+def _p(p: float) -> str:
+    return "n/a" if math.isnan(p) else ("< 0.001" if p < 0.001 else f"= {p:.3f}")
+
+
+def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
+    """One line per reason a measured speedup is not claimed, with what to do about it."""
+    out = []
+    by = {
+        why: [r for r in compared if why in r["speedup_withheld"]]
+        for why in ("contended", "efficiency above 100 %", "oversubscribed", "too few undisturbed seeds")
+    }  # fmt: skip
+    if by["contended"]:
+        shares = [r["foreign_share"] for r in by["contended"] if not math.isnan(r["foreign_share"])]
+        used = (
+            f" (other processes used a median {100 * max(shares):.0f} % of the CPUs"
+            if shares
+            else ""
+        )
+        out.append(
+            f"No speedup is claimed for {_names(by['contended'])}: every run was disturbed"
+            + (used + " while they were timed)" if used else "")
+            + ". Rerun on a quiet machine (`flowsplit compare ... --rerun-contended "
+            "--quiet-wait 60`): under other load an epoch time measures the CPU a run was given, "
+            "not how training scales, and the centralised and data-parallel runs lose different "
+            "shares of it."
+        )
+    for r in by["efficiency above 100 %"]:
+        m = _iv(r["speedup"])[0]
+        out.append(
+            f"{r['name']}: {r['workers']} workers measured {m:.2f}x ({100 * r['efficiency']:.0f} % "
+            f"efficiency): more than {r['workers']}-fold from {r['workers']} workers is a "
+            "measurement problem (usually the centralised runs were slowed by other load), not a "
+            "gain; not claimed."
+        )
+    if by["oversubscribed"]:
+        out.append(
+            f"No speedup is claimed for {_names(by['oversubscribed'])}: the workers' threads "
+            "outnumber the cores, so the timing measures core sharing; use fewer workers or "
+            "threads, or more cores."
+        )
+    if by["too few undisturbed seeds"]:
+        out.append(
+            f"No speedup is claimed for {_names(by['too few undisturbed seeds'])}: fewer than two "
+            "seeds have undisturbed timings on both sides; rerun on a quiet machine."
+        )
+    return out
+
+
+def _paired(a: dict[str, Any], b: dict[str, Any], key: str) -> tuple[list[float], list[float]]:
+    """Per-seed values of ``key`` of two schemes, for the seeds both ran."""
+    sa = dict(zip(a.get("seeds", []), (a.get("per_seed") or {}).get(key, []), strict=False))
+    sb = dict(zip(b.get("seeds", []), (b.get("per_seed") or {}).get(key, []), strict=False))
+    seeds = sorted(set(sa) & set(sb))
+    return [_num(sa[s]) for s in seeds], [_num(sb[s]) for s in seeds]
+
+
+def sfl_versus(res: dict[str, Any], scheme: str, ref: str) -> dict[str, Any]:
+    """``scheme`` against ``ref``, paired by seed: accuracy difference and delay and bytes
+    ratios, each with its 95 % interval (the statistics of the data-parallel study)."""
+    a, b = res["schemes"][ref], res["schemes"][scheme]
+    ra, rb = _paired(a, b, "final_accuracy")
+    out: dict[str, Any] = {"ref": ref, "n_seeds": len(ra)}
+    out["accuracy_diff"] = (
+        mean_ci([y - x for x, y in zip(ra, rb, strict=True)], bounds=DIFF_BOUNDS).as_dict()
+        if ra
+        else None
+    )
+    for key, name in (("delay_total_s", "delay_ratio"), ("bytes_total", "bytes_ratio")):
+        xa, xb = _paired(a, b, key)
+        out[name] = ratio_ci(xb, xa).as_dict() if xa else None
+    return out
+
+
+def sfl_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per scheme: final accuracy, total delay and bytes, each with its 95 % interval."""
+    rows = []
+    for scheme, s in res.get("schemes", {}).items():
+        cuts = s.get("cuts") or [[]]
+        rows.append(
+            {
+                "scheme": scheme,
+                "baseline": scheme in SFL_BASELINE_SCHEMES,
+                "cuts": ",".join(str(c) for c in cuts[0]) if cuts and cuts[0] else "–",
+                "accuracy": _num((s.get("final_accuracy") or {}).get("mean")),
+                "accuracy_ci": pct_ci(s.get("final_accuracy")),
+                "delay_s": _num((s.get("delay_total_s") or {}).get("mean")),
+                "delay_ci": _num_ci(s.get("delay_total_s"), "s"),
+                "bytes": _num((s.get("bytes_total") or {}).get("mean")),
+                "bytes_ci": _num_ci(s.get("bytes_total"), "MB", 1e-6),
+                "n_seeds": len(s.get("seeds") or []),
+            }
+        )
+    return rows
+
+
+def _num_ci(d: dict[str, Any] | None, unit: str, scale: float = 1.0) -> str:
+    m, lo, hi = _iv(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{scale * m:.1f} {unit}"
+    return text if math.isnan(lo) else text + f" (95 % CI {scale * lo:.1f}-{scale * hi:.1f})"
+
+
+def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[str]:
+    """The lowest-delay scheme within 1 pt of the best final accuracy, against the fair
+    baselines the study ran, every change with its interval."""
+    cands = [
+        r for r in rows
+        if not r["baseline"] and not math.isnan(r["accuracy"]) and not math.isnan(r["delay_s"])
+    ]  # fmt: skip
+    if not cands:
+        return []
+    top = max(r["accuracy"] for r in cands)
+    close = [r for r in cands if 100 * (top - r["accuracy"]) <= ACCURACY_TIE_PTS]
+    pick = min(close, key=lambda r: r["delay_s"])
+    text = (
+        f"For split learning use {pick['scheme']} (cuts {pick['cuts']}): final accuracy "
+        f"{pick['accuracy_ci']}, {pick['delay_ci']} of simulated delay"
+    )
+    maj = next((r for r in rows if r["scheme"] == "majority"), None)
+    if maj is not None and not math.isnan(maj["accuracy"]) and pick["accuracy"] <= maj["accuracy"]:
+        text += f"; but it is not above the majority class ({maj['accuracy_ci']}): not learned"
+    lines = [text + "."]
+    if res is None:
+        return lines
+    for ref in FAIR_SFL_BASELINES:
+        if ref == pick["scheme"] or ref not in res.get("schemes", {}):
+            continue
+        v = sfl_versus(res, pick["scheme"], ref)
+        if not v["n_seeds"]:
+            continue
+        lines.append(
+            f"{pick['scheme']} against {ref} over {v['n_seeds']} paired seed(s): accuracy "
+            f"{pts_ci(v['accuracy_diff'])}, delay {change_ci(v['delay_ratio'])}, bytes "
+            f"{change_ci(v['bytes_ratio'])}."
+        )
+    n = min((r["n_seeds"] for r in cands), default=0)
+    if n < 2:
+        lines.append("One seed per scheme: no intervals; run more seeds before relying on it.")
+    return lines
+
+
+def advise(
+    dp: list[dict[str, Any]],
+    sfl: list[dict[str, Any]],
+    sfl_results: dict[str, Any] | None = None,
+) -> list[str]:
+    """Plain-language advice from the two tables (rules in the module docstring)."""
+    return advise_data_parallel(dp) + advise_sfl(sfl_results, sfl)
+
+
+def rules_text(margin_pts: float = 1.0) -> str:
+    """The advice's rules in one paragraph, for the page."""
+    return (
+        "How the advice is chosen: the model with the best centralised macro-F1 among those above "
+        "the majority-class rate (the lower end of their 95 % CI); data parallelism when its "
+        "speedup is claimed (timings neither contended nor oversubscribed, efficiency at most "
+        f"100 %), >= {SPEEDUP_WORTH_IT}x with a 95 % CI above 1x, and accuracy shown equivalent "
+        f"(TOST, +-{margin_pts:g} pt, at least {MIN_SEEDS} seeds); for split learning the "
+        f"lowest-delay scheme within {ACCURACY_TIE_PTS:g} pt of the best final accuracy, compared "
+        f"with {', '.join(FAIR_SFL_BASELINES)} where the study ran them. Intervals are 95 % "
+        "(the accuracy difference: the TOST interval, 90 %), scores clipped to 0-100 %."
+    )
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN and infinities as None, so the content is strict JSON."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> dict[str, Any]:
+    """Everything the overview page shows, from the studies in ``dp_dir`` and ``sfl_dir``
+    (either may be None or hold no results): rows, advice, rules and which were quick."""
+    dp_res, sfl_res = _load(dp_dir), _load(sfl_dir)
+    dp = data_parallel_rows(dp_res) if dp_res else []
+    sfl = sfl_rows(sfl_res) if sfl_res else []
+    margin = next((r["margin_pts"] for r in dp if "margin_pts" in r), 1.0)
+    quick = [name for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
+             if r and (r.get("config") or {}).get("quick")]  # fmt: skip
+    return _json_safe({
+        "advice": advise(dp, sfl, sfl_res), "rules": rules_text(margin),
+        "data_parallel": dp, "split_learning": sfl, "quick": quick,
+    })  # fmt: skip
