@@ -99,3 +99,71 @@ def test_sfl_profile_prints_blocks_and_legal_cuts(dataset, capsys):
     assert len(cut_rows) == 6  # 4 blocks -> 6 legal (a, c)
     rc = main(["sfl", "profile", *SMALL_CNN, "--dataset", str(dataset), "--json"])
     assert json.loads(capsys.readouterr().out)["block_names"] == ["conv1", "conv2", "fc", "head"]
+
+
+def test_sfl_config_from_dict_refuses_an_unknown_key_in_one_line():
+    # Prepare
+    from flowsplit.errors import ConfigError
+    from flowsplit.federated.config import SFLConfig
+
+    # Execute / Assert: a typo is an error naming the key, not a silently dropped field.
+    with pytest.raises(ConfigError) as err:
+        SFLConfig.from_dict({"scheme": "hsfl", "bogus_key": 1})
+    assert "'bogus_key'" in str(err.value) and "\n" not in str(err.value)
+    # A saved config round-trips.
+    cfg = SFLConfig(scheme="sfl", cuts=(2, 2), rounds=3, exit_clients={1: 0})
+    assert SFLConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_every_sfl_config_field_is_an_sfl_run_option_with_its_docstring(capsys):
+    # Prepare: the real parser, and the fields' docstrings.
+    from dataclasses import fields
+
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import cli_fields, field_docs
+    from flowsplit.federated.commands import _config_from_args
+    from flowsplit.federated.config import SFLConfig
+
+    argv = ["sfl", "run", "DS", "-o", "OUT", "--cuts", "2", "--scheme", "sfl", "--rounds", "3",
+            "--timeout", "5", "--train-limit", "40", "--sfl-version", "v2"]  # fmt: skip
+    # Execute
+    cfg = _config_from_args(build_parser().parse_args(argv))
+    with pytest.raises(SystemExit):
+        main(["sfl", "run", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    # Assert: the options set the fields; the rest keep the dataclass defaults.
+    assert cfg == SFLConfig(scheme="sfl", cuts=(2, 2), rounds=3, timeout_s=5.0, train_limit=40,
+                            sfl_version="v2")  # fmt: skip
+    docs = field_docs(SFLConfig)
+    cli_names = {f.name for f in cli_fields(SFLConfig)}
+    assert cli_names == {f.name for f in fields(SFLConfig)} - {"exit_clients", "hang_clients"}
+    for name in cli_names:
+        assert " ".join(docs[name].split()[:4]) in helptext, name
+    assert "(default: 1,2)" in helptext and "(default: 60.0)" in helptext
+
+
+def test_a_new_config_field_becomes_an_option_with_help_and_default():
+    # Prepare: a config with one more field than another (the one edit a new field needs).
+    import argparse
+    from dataclasses import dataclass, field
+
+    from flowsplit.config_args import add_config_arguments, cli, config_from_args
+
+    @dataclass
+    class Demo:
+        mode: str = field(default="a", metadata=cli(choices=("a", "b")))
+        """Which mode."""
+        warmup_steps: int | None = None
+        """Steps before the learning rate peaks."""
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, Demo)
+    # Execute
+    got = config_from_args(Demo, parser.parse_args(["--warmup-steps", "7"]))
+    text = " ".join(parser.format_help().split())
+    # Assert
+    assert got == Demo(mode="a", warmup_steps=7)
+    assert "Steps before the learning rate peaks. (default: none)" in text
+    assert "Which mode. (default: a)" in text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--mode", "c"])

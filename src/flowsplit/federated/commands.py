@@ -16,7 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flowsplit.config_args import add_config_arguments, config_from_args
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.federated.config import SFLConfig
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -100,69 +102,24 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, help="run directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--scheme", default="hsfl", choices=("sfl", "hsfl", "hsfl-ll"))
-    p.add_argument("--sfl-version", default="v1", choices=("v1", "v2"), help="sfl only")
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
         "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
     )
-    p.add_argument("--cuts", default="1,2", help="cut points a,c (sfl: one cut a)")
     p.add_argument("--topology", default="homogeneous", help="preset name or TOML file")
     p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
-    p.add_argument("--assign", default="round-robin", choices=("round-robin", "random", "nearest"))
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--partition", default="iid", help="iid, dirichlet:ALPHA or site[:group|source]")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--drop-prob", type=float, default=0.0, help="per-round client dropout")
-    p.add_argument("--straggler-prob", type=float, default=0.0)
-    p.add_argument("--straggler-slowdown", type=float, default=4.0)
-    p.add_argument("--aux-head", default="auto", choices=("auto", "flatten", "last", "mean"))
-    p.add_argument("--aux-max-features", type=int, default=1024, help="hsfl-ll head input cap")
-    p.add_argument("--eval-split", default="test", choices=("train", "val", "test"))
-    p.add_argument("--train-limit", type=int, default=None, help="use at most this many rows")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--backend", default="sim", choices=("sim", "dist"))
-    p.add_argument("--timeout", type=float, default=60.0, help="dist: drop a silent client after S")
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
+    # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
+    add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
     p.set_defaults(func=cmd_run)
 
 
-def _config_from_args(args: argparse.Namespace):
-    from flowsplit.federated.config import SFLConfig, parse_cuts
-
-    return SFLConfig(
-        scheme=args.scheme,
-        cuts=parse_cuts(args.cuts),
-        sfl_version=args.sfl_version,
-        rounds=args.rounds,
-        local_epochs=args.local_epochs,
-        batch_size=args.batch_size,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        momentum=args.momentum,
-        weight_decay=args.weight_decay,
-        partition=args.partition,
-        assign=args.assign,
-        seed=args.seed,
-        drop_prob=args.drop_prob,
-        straggler_prob=args.straggler_prob,
-        straggler_slowdown=args.straggler_slowdown,
-        aux_head=args.aux_head,
-        aux_max_features=args.aux_max_features,
-        timeout_s=args.timeout,
-        eval_split=args.eval_split,
-        train_limit=args.train_limit,
-        threads=args.threads,
-    )
+def _config_from_args(args: argparse.Namespace) -> SFLConfig:
+    return config_from_args(SFLConfig, args)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

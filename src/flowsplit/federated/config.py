@@ -5,14 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from flowsplit.config_args import cli
 from flowsplit.errors import ConfigError
 from flowsplit.federated.partition import parse_partition
-from flowsplit.federated.parts import AUX_MODES
+from flowsplit.federated.topology import ASSIGN_RULES
 
 SCHEMES = ("sfl", "hsfl", "hsfl-ll")
 """The scheme names (their definitions: ``flowsplit.federated.schemes``)."""
 SFL_VERSIONS = ("v1", "v2")
 OPTIMIZERS = ("sgd", "adam")
+EVAL_SPLITS = ("train", "val", "test")
+AUX_MODES = ("auto", "flatten", "last", "mean")
+"""Auxiliary heads of hsfl-ll (``parts.AuxHead``); defined here so the CLI needs no torch."""
 
 
 def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
@@ -32,11 +36,14 @@ def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
 class SFLConfig:
     """Everything that decides what a split federated run computes."""
 
-    scheme: str = "hsfl"
+    scheme: str = field(default="hsfl", metadata=cli(choices=SCHEMES))
     """``sfl`` (SplitFed, two tiers), ``hsfl`` (three tiers, end-to-end) or ``hsfl-ll`` (local losses)."""
-    cuts: tuple[int, int] = (1, 2)
+    cuts: tuple[int, int] = field(
+        default=(1, 2),
+        metadata=cli(parse=parse_cuts, show=lambda v: ",".join(map(str, v)), metavar="A[,C]"),
+    )
     """Cut points (a, c), 1-based: client = blocks 1..a, aggregator = a+1..c, server = the rest."""
-    sfl_version: str = "v1"
+    sfl_version: str = field(default="v1", metadata=cli(choices=SFL_VERSIONS))
     """sfl only: ``v1`` keeps a server part per client (averaged each round), ``v2`` one shared."""
     rounds: int = 5
     """Federated rounds."""
@@ -44,7 +51,7 @@ class SFLConfig:
     """Passes over its shard each client makes per round."""
     batch_size: int = 32
     """Samples per client batch."""
-    optimizer: str = "adam"
+    optimizer: str = field(default="adam", metadata=cli(choices=OPTIMIZERS))
     """``adam`` or ``sgd``; each tier has its own, reset when its weights are replaced by an average."""
     lr: float = 1e-3
     """Learning rate of every tier."""
@@ -54,7 +61,7 @@ class SFLConfig:
     """L2 penalty of every tier."""
     partition: str = "iid"
     """``iid``, ``dirichlet:ALPHA`` or ``site[:group|source]``."""
-    assign: str = "round-robin"
+    assign: str = field(default="round-robin", metadata=cli(choices=ASSIGN_RULES))
     """Client -> aggregator rule: ``round-robin``, ``random`` or ``nearest``."""
     seed: int = 0
     """Seeds the model, the partition, batch order, faults and the topology generator."""
@@ -64,21 +71,21 @@ class SFLConfig:
     """Probability that a participating client is a straggler in a round."""
     straggler_slowdown: float = 4.0
     """A straggler computes this many times slower."""
-    aux_head: str = "auto"
+    aux_head: str = field(default="auto", metadata=cli(choices=AUX_MODES))
     """hsfl-ll auxiliary heads: ``auto`` (flatten, pooled when large), ``flatten``, ``last``, ``mean``."""
     aux_max_features: int = 1024
     """hsfl-ll: at most this many features reach an ``auto`` auxiliary head's linear layer."""
-    timeout_s: float = 60.0
+    timeout_s: float = field(default=60.0, metadata=cli(flag="--timeout", metavar="S"))
     """dist: an aggregator drops a client that sends nothing for this long (upper tiers wait longer)."""
-    eval_split: str = "test"
+    eval_split: str = field(default="test", metadata=cli(choices=EVAL_SPLITS))
     """Split the global model is evaluated on after every round."""
     train_limit: int | None = None
     """Use at most this many training rows (a seeded subset), for quick runs."""
     threads: int = 1
     """torch threads per process."""
-    exit_clients: dict[int, int] = field(default_factory=dict)
+    exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
-    hang_clients: dict[int, int] = field(default_factory=dict)
+    hang_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round at whose start it stops answering."""
 
     def __post_init__(self) -> None:
@@ -115,7 +122,7 @@ class SFLConfig:
             raise ConfigError(f"--aux-head {self.aux_head!r}: choose one of {', '.join(AUX_MODES)}")
         if not self.timeout_s > 0:
             raise ConfigError("--timeout must be > 0 seconds")
-        if self.eval_split not in ("train", "val", "test"):
+        if self.eval_split not in EVAL_SPLITS:
             raise ConfigError("--eval-split must be train, val or test")
         if self.train_limit is not None and self.train_limit < 1:
             raise ConfigError("--train-limit must be >= 1")
@@ -130,6 +137,14 @@ class SFLConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SFLConfig:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["cuts"] = tuple(known.get("cuts", (1, 2)))
-        return cls(**known)
+        """The config saved by :meth:`to_dict`; an unknown key is a :class:`ConfigError`."""
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ConfigError(
+                f"unknown sfl config key(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(cls.__dataclass_fields__)}"
+            )
+        values = dict(d)
+        if "cuts" in values:
+            values["cuts"] = tuple(values["cuts"])
+        return cls(**values)

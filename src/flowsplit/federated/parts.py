@@ -28,9 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from flowsplit.errors import ConfigError
+from flowsplit.federated.config import AUX_MODES
 from flowsplit.models.base import BlockModel
-
-AUX_MODES = ("auto", "flatten", "last", "mean")
 
 
 def legal_cuts(n_blocks: int) -> list[tuple[int, int]]:
