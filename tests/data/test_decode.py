@@ -246,3 +246,62 @@ def test_pppoe_with_one_and_two_byte_protocols(tmp_path, short):
     frame = g.ether(g.pppoe(g.ipv4(A, B, 17, g.udp(1000, 53, b"q")), short=short), 0x8864)
     flows, _ = read(g.write_pcap(tmp_path / "p.pcap", [(1.0, frame)]))
     assert list(flows) == [f"UDP|{A}|1000|{B}|53"]
+
+
+# --- compressed captures, and corrupt ones -----------------------------------------------
+
+
+def _compress(kind: str, data: bytes) -> bytes:
+    import gzip
+    import lzma
+
+    import zstandard
+
+    if kind == "gz":
+        return gzip.compress(data[:500]) + gzip.compress(data[500:])  # two members
+    if kind == "xz":
+        return lzma.compress(data)
+    return zstandard.ZstdCompressor().compress(data)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst", "xz"])
+def test_compressed_captures_read_like_plain_ones(tmp_path, kind):
+    pkts = [
+        (1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000 + i % 4, 53, b"q" * i)))) for i in range(300)
+    ]
+    plain = g.write_pcap(tmp_path / "p.pcap", pkts)
+    packed = tmp_path / f"p.pcap.{kind}"
+    packed.write_bytes(_compress(kind, plain.read_bytes()))
+    want, _ = read(plain)
+    report = ReadReport()
+    # Small chunks: the decompressed window slides across many reads.
+    got = {}
+    for b in iter_flows(packed, OPTS, report, chunk_bytes=2048):
+        for i, key in enumerate(b.keys()):
+            got.setdefault(key, []).append(int(b.n_packets[i]))
+    assert got == {k: [f["n"] for f in v] for k, v in want.items()}
+    assert report.n_packets == 300
+
+
+def test_corrupt_gzip_is_a_file_error_naming_it(tmp_path):
+    from flowsplit.errors import InputError
+
+    pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * 50)))) for i in range(200)]
+    data = bytearray(_compress("gz", g.write_pcap(tmp_path / "p.pcap", pkts).read_bytes()))
+    data[len(data) // 2 : len(data) // 2 + 20] = b"\0" * 20
+    bad = tmp_path / "bad.pcap.gz"
+    bad.write_bytes(bytes(data[: len(data) - 8]))
+    with pytest.raises(InputError, match="bad.pcap.gz.*gzip"):
+        read(bad)
+
+
+def test_prepare_finds_compressed_captures_in_folders(tmp_path):
+    from flowsplit.data.sources import discover
+
+    plain = g.write_pcap(tmp_path / "x.pcap", [(1.0, g.ether(g.ipv4(A, B, 17, g.udp(1, 2))))])
+    folder = tmp_path / "in" / "dns"
+    folder.mkdir(parents=True)
+    (folder / "a.pcap.gz").write_bytes(_compress("gz", plain.read_bytes()))
+    (folder / "b.zst").write_bytes(_compress("zst", plain.read_bytes()))  # found by content
+    (folder / "notes.txt.gz").write_bytes(_compress("gz", b"hello"))
+    assert [f.rel for f in discover([tmp_path / "in"])] == ["dns/a.pcap.gz", "dns/b.zst"]

@@ -279,12 +279,10 @@ def test_long_ipv6_extension_chain_is_cut(tmp_path):
     assert report.skipped["bad_ipv6_ext"] == 1
 
 
-def test_caplen_beyond_snaplen_is_counted(tmp_path):
+def test_records_beyond_the_snaplen_are_kept(tmp_path):
     path = g.write_pcap(tmp_path / "a.pcap", [udp4(1.0), udp4(2.0)], snaplen=40)
-    flows, report = read(path)
-    assert report.skipped["caplen_gt_snaplen"] == 2 and flows == []
-    with pytest.raises(InputError, match="caplen gt snaplen"):
-        read(path, strict=True)
+    flows, report = read(path, strict=True)
+    assert not report.skipped and flows[0]["n"] == 2
 
 
 def test_records_cut_by_end_of_file(tmp_path):
@@ -299,14 +297,25 @@ def test_records_cut_by_end_of_file(tmp_path):
             read(p, strict=True)
 
 
-def test_insane_caplen_stops_the_file(tmp_path):
-    path = g.write_pcap(tmp_path / "a.pcap", [udp4(1.0), udp4(2.0), udp4(3.0)])
+def test_reading_resumes_after_a_corrupt_record(tmp_path):
+    pkts = [udp4(1.0 + i, sport=1000 + i % 3) for i in range(68)]
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
     data = bytearray(path.read_bytes())
-    second = 24 + 16 + len(udp4(1.0).data)
-    data[second + 8 : second + 12] = struct.pack("<I", 0x7FFFFFFF)
+    at = 24 + sum(16 + len(p.data) for p in pkts[:17])  # the 18th record's header
+    data[at + 8 : at + 12] = struct.pack("<I", 0x7FFFFFFF)
     path.write_bytes(bytes(data))
     flows, report = read(path)
-    assert report.skipped["bad_caplen"] == 1 and flows[0]["n"] == 1
+    assert report.skipped == {"bad_caplen": 1}  # one record lost, the other 67 read
+    assert sum(f["n"] for f in flows) == 67 and report.n_packets == 68
+
+
+def test_corrupt_record_with_nothing_good_after_it_ends_the_file(tmp_path):
+    path = g.write_pcap(tmp_path / "a.pcap", [udp4(1.0), udp4(2.0)])
+    data = bytearray(path.read_bytes())
+    data[24 + 16 + len(udp4(1.0).data) + 8 :] = b"\xff" * 40
+    path.write_bytes(bytes(data))
+    flows, report = read(path)
+    assert report.skipped == {"bad_caplen": 1} and flows[0]["n"] == 1
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,13 @@ walk stand still, run backwards or read outside the bytes that were read.
 from __future__ import annotations
 
 import collections
-import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from flowsplit.data.capfile import open_file
 from flowsplit.errors import InputError
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN: no sane record captures more
@@ -53,7 +55,6 @@ MALFORMED_REASONS = frozenset(
     {
         "truncated_record",
         "bad_caplen",
-        "caplen_gt_snaplen",
         "oversized_record",
         "bad_interface",
         "bad_block_trailer",
@@ -71,6 +72,7 @@ PCAP_MAGICS = {
     b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
     b"\xa1\xb2\x3c\x4d": (">", 1e-9),
 }
+_RESYNC_SECONDS = 366 * 86400  # a record found after corruption is this close in time
 _SHB = 0x0A0D0D0A
 _BOM = 0x1A2B3C4D
 _PACKET_BLOCKS = (2, 3, 6)  # obsolete packet, simple packet, enhanced packet
@@ -108,8 +110,8 @@ class ReadReport:
 class Source:
     """An open capture file, read in pieces; subclasses know the record format."""
 
-    def __init__(self, path: str, fd: int, size: int, report: ReadReport, strict: bool):
-        self.path, self.fd, self.size = path, fd, size
+    def __init__(self, path: str, file, report: ReadReport, strict: bool):
+        self.path, self.file = path, file  # a capfile.PlainFile or DecompressedFile
         self.report, self.strict = report, strict
         self.offset = 0  # file offset of the next record not consumed yet
         self.n_records = 0  # packet records met so far (numbers the next one)
@@ -140,14 +142,14 @@ class Source:
         raise NotImplementedError
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.file.close()
 
 
 class PcapSource(Source):
     """Classic pcap: a 24-byte file header, then records with 16-byte headers."""
 
-    def __init__(self, path, fd, size, report, strict, head: bytes):
-        super().__init__(path, fd, size, report, strict)
+    def __init__(self, path, file, report, strict, head: bytes):
+        super().__init__(path, file, report, strict)
         self.endian, self.tick = PCAP_MAGICS[head[:4]]
         if len(head) < 24:
             raise InputError(path, f"truncated pcap file header ({len(head)} of 24 bytes)")
@@ -159,9 +161,15 @@ class PcapSource(Source):
             raise InputError(path, f"unsupported link type {self.linktype} ({name})")
         self.snaplen = snaplen if 0 < snaplen < MAX_CAPLEN else MAX_CAPLEN
         self.offset = 24
+        self._lost_sync = False  # a corrupt record seen; looking for the next good one
+        self._last_sec: int | None = None  # seconds of the last good record
         self._caplen_at = struct.Struct(self.endian + "I").unpack_from
 
     def walk(self, mv, pos, data_end, stop, at_eof, batch):
+        if self._lost_sync:
+            found = self._resync(mv, pos, data_end, at_eof)
+            if self._lost_sync or self.done or found != pos:
+                return found
         last = min(stop - 1, data_end - 16)  # the last offset a record may start at
         starts = batch.starts
         n0 = len(starts)
@@ -182,15 +190,16 @@ class PcapSource(Source):
                 pass
             off = starts.pop()
             if off + 16 <= data_end and caplen_at(mv, off + 8)[0] > MAX_CAPLEN:
-                # A length no capture can have: the rest of the file cannot be trusted.
-                self._register(batch, starts, n0)
-                self.lost_record("bad_caplen", f": {caplen_at(mv, off + 8)[0]} bytes")
-                return off
+                # A length no capture can have: look for the next record that makes sense.
+                self._register(batch, starts, n0, mv)
+                where = f": {caplen_at(mv, off + 8)[0]} bytes"
+                self.lost_record("bad_caplen", where, ends_file=False)
+                return self._resync(mv, off + 1, data_end, at_eof)
             if len(starts) > n0:
                 last_start = starts[-1]
                 if last_start + 16 + caplen_at(mv, last_start + 8)[0] > data_end:
                     off = starts.pop()  # the last record is not all here yet
-        self._register(batch, starts, n0)
+        self._register(batch, starts, n0, mv)
         if at_eof and off >= data_end:
             self.done = True
         elif at_eof and (
@@ -199,8 +208,49 @@ class PcapSource(Source):
             self.lost_record("truncated_record", " cut by end of file")
         return off
 
-    def _register(self, batch, starts: list, n0: int) -> None:
+    def _resync(self, mv, lo: int, data_end: int, at_eof: bool) -> int:
+        """After a corrupt record: the offset of the next plausible record header.
+
+        A header is plausible when its lengths are non-zero, fit the snapshot length and each
+        other, its sub-second field fits the tick, its seconds are within a year of
+        the last good record's, and the header its length points to is plausible
+        too (or is the end of the file). Until one is found the walk keeps looking
+        in the bytes read next; none before the end of the file ends it.
+        """
+        self._lost_sync = True
+        n = data_end - lo - 16 + 1
+        if n > 0:
+            for c in np.flatnonzero(self._plausible(mv, lo, n)).tolist():
+                nxt = lo + c + 16 + self._caplen_at(mv, lo + c + 8)[0]
+                if nxt + 16 > data_end and not at_eof:
+                    return lo + c  # decided once the bytes after it are read
+                if (nxt == data_end and at_eof) or (
+                    nxt + 16 <= data_end and self._plausible(mv, nxt, 1)[0]
+                ):
+                    self._lost_sync = False
+                    return lo + c
+        if at_eof:
+            self._lost_sync, self.done = False, True
+            return data_end
+        return max(lo, data_end - 15)  # a header may start in the last 15 bytes
+
+    def _plausible(self, mv, lo: int, n: int) -> np.ndarray:
+        """Whether a record header could start at each of lo .. lo + n - 1."""
+        buf = np.frombuffer(mv, dtype=np.uint8, count=n + 15, offset=lo)
+        dt = np.dtype(self.endian + "u4")
+        sec, frac, cap, wire = (
+            np.ndarray((n,), dtype=dt, buffer=buf, offset=k, strides=(1,)) for k in (0, 4, 8, 12)
+        )
+        ok = (cap > 0) & (cap <= self.snaplen) & (cap <= wire) & (wire <= MAX_CAPLEN)
+        ok &= frac < round(1 / self.tick)
+        if self._last_sec is not None:
+            ok &= np.abs(sec.astype(np.int64) - self._last_sec) < _RESYNC_SECONDS
+        return ok
+
+    def _register(self, batch, starts: list, n0: int, mv=None) -> None:
         n = len(starts) - n0
+        if n and mv is not None:
+            self._last_sec = struct.unpack_from(self.endian + "I", mv, starts[-1])[0]
         if n:
             batch.add_pcap(self, n)
             self.n_records += n
@@ -210,8 +260,8 @@ class PcapSource(Source):
 class PcapngSource(Source):
     """pcapng: blocks of (type, length, body, length); packets in EPB, SPB and OPB."""
 
-    def __init__(self, path, fd, size, report, strict, head: bytes):
-        super().__init__(path, fd, size, report, strict)
+    def __init__(self, path, file, report, strict, head: bytes):
+        super().__init__(path, file, report, strict)
         if len(head) < 12:
             raise InputError(path, "truncated pcapng section header")
         self._set_section(head, 0, where="file header")
@@ -328,24 +378,21 @@ class PcapngSource(Source):
 
 
 def open_capture(path: str | Path, report: ReadReport, *, strict: bool = False) -> Source:
-    """Open a pcap or pcapng file and check its header; raises InputError."""
+    """Open a pcap or pcapng file (maybe gzip/zstd/xz-compressed), check its header.
+
+    Raises InputError.
+    """
     path = str(path)
+    file, head = open_file(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise InputError(path, f"cannot open ({exc.strerror or exc})") from None
-    try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, 24, 0)
-        if size == 0:
-            raise InputError(path, "empty file")
         if head[:4] in PCAP_MAGICS:
-            return PcapSource(path, fd, size, report, strict, head)
+            return PcapSource(path, file, report, strict, head)
         if head[:4] == b"\x0a\x0d\x0d\x0a":
-            return PcapngSource(path, fd, size, report, strict, head)
+            return PcapngSource(path, file, report, strict, head)
+        what = f"{file.compression}-compressed file" if file.compression else "capture file"
         if len(head) < 4:
-            raise InputError(path, f"not a capture file (only {size} bytes)")
-        raise InputError(path, f"not a pcap or pcapng capture (magic 0x{head[:4].hex()})")
+            raise InputError(path, f"not a {what} (only {len(head)} bytes)")
+        raise InputError(path, f"not a pcap or pcapng {what} (magic 0x{head[:4].hex()})")
     except BaseException:
-        os.close(fd)
+        file.close()
         raise

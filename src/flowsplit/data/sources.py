@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowsplit.data.capfile import COMPRESSED_SUFFIXES, open_file
 from flowsplit.data.idx import is_idx_file
 from flowsplit.errors import InputError
 
@@ -33,7 +34,11 @@ class SourceFile:
 
 
 def classify(path: Path) -> str | None:
-    """The kind of an input file, from its name and (for captures) its first bytes."""
+    """The kind of an input file, from its name and (for captures) its first bytes.
+
+    Captures may be gzip, zstd or xz-compressed (``x.pcap.gz``, or any name when the
+    decompressed bytes start like a capture).
+    """
     name = path.name.lower()
     if is_idx_file(path):
         return "idx"
@@ -41,12 +46,15 @@ def classify(path: Path) -> str | None:
         return "flowcsv"
     if path.suffix.lower() in CAPTURE_SUFFIXES:
         return "capture"
+    inner = Path(name[: -len(path.suffix)]).suffix if name.endswith(COMPRESSED_SUFFIXES) else ""
+    if inner in CAPTURE_SUFFIXES:
+        return "capture"
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4)
-    except OSError:
+        file, head = open_file(str(path))
+        file.close()
+    except InputError:
         return None
-    return "capture" if head in _CAPTURE_MAGICS else None
+    return "capture" if head[:4] in _CAPTURE_MAGICS else None
 
 
 def discover(inputs: list[str | Path]) -> list[SourceFile]:

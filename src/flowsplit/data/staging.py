@@ -9,7 +9,6 @@ header fields of every record of the chunk are then gathered in one go.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -221,13 +220,13 @@ class RecordBatch:
             )
 
     def _pcap(self, starts, segs, rep, big, src, index):
+        # A record longer than the file's snapshot length is kept: the walk has
+        # already bounded every length (MAX_CAPLEN), and such writers exist.
         caplen = self._u32(starts + 8, big)
-        bad = caplen > segs.at(6, rep)
-        self._drop("caplen_gt_snaplen", bad, src, index)
         ts = self._u32(starts, big) + self._u32(starts + 4, big) * segs.at(4, rep)
         linktype = np.broadcast_to(segs.at(5, rep), starts.shape).astype(np.int32)
         fields = (starts + 16, caplen, self._u32(starts + 12, big), ts, linktype)
-        return fields, (~bad if bad.any() else None)
+        return fields, None
 
     def _pcapng(self, starts, segs, rep, big, src, index, kind):
         u32 = self._u32
@@ -255,13 +254,11 @@ class RecordBatch:
             data_off = starts + np.where(spb, 12, 28)
         ok_cap = spb | (caplen <= blen - 32)
         ok_trailer = u32(starts + blen - 4, big) == blen
-        ok_snap = spb | (snap <= 0) | (caplen <= snap)
-        keep = ok_if & ok_cap & ok_snap & ok_trailer
+        keep = ok_if & ok_cap & ok_trailer  # longer than the snapshot length: kept
         if not keep.all():
             self._drop("bad_interface", ~ok_if, src, index)
             self._drop("bad_block_trailer", ok_if & ~ok_trailer, src, index)
             self._drop("bad_caplen", ok_if & ok_trailer & ~ok_cap, src, index)
-            self._drop("caplen_gt_snaplen", ok_if & ok_trailer & ok_cap & ~ok_snap, src, index)
         hi = u32(starts + 12, big).astype(np.uint64)
         ticks = (hi << np.uint64(32)) | u32(starts + 16, big).astype(np.uint64)
         if (table[:, 2] == table[0, 2]).all():
@@ -348,11 +345,10 @@ def _stream(paths, report, strict, on_error, sb) -> Iterator[RecordChunk]:
         try:
             while not source.done:
                 batch.src = i
-                room = min(sb.capacity - pos, source.size - source.offset)
-                n_read = os.preadv(source.fd, [sb.mv[pos : pos + room]], source.offset)
-                data_end = pos + n_read
-                at_eof = source.offset + n_read >= source.size
                 try:
+                    n_read = source.file.read_into(sb.mv[pos : sb.capacity], source.offset)
+                    data_end = pos + n_read
+                    at_eof = source.file.at_eof(source.offset + n_read)
                     next_off = source.walk(sb.mv, pos, data_end, sb.chunk_bytes, at_eof, batch)
                 except InputError as exc:
                     if on_error == "raise":
@@ -361,7 +357,7 @@ def _stream(paths, report, strict, on_error, sb) -> Iterator[RecordChunk]:
                     break
                 source.offset += next_off - pos
                 if source.skip_bytes:  # a block too large to read: step over it unread
-                    if source.offset + source.skip_bytes > source.size:
+                    if not source.file.reaches(source.offset + source.skip_bytes):
                         source.lost_record("truncated_record", " cut by end of file")
                     source.offset += source.skip_bytes
                     source.skip_bytes = 0

@@ -1,0 +1,147 @@
+"""Positional reads of a capture file, plain or compressed (gzip, zstd, xz).
+
+The record walk reads a capture front to back in pieces, re-reading at most the
+unfinished tail of the previous piece. A plain file is read with ``pread``; a
+compressed one is decompressed as a stream into a window that starts at the
+oldest offset still wanted, so memory stays bounded by one chunk whatever the
+file's size. Compression is recognised by its magic bytes, not the file name.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import zlib
+
+import zstandard
+
+from flowsplit.errors import InputError
+
+COMPRESSION_MAGICS = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\xfd7zXZ\x00": "xz",
+}
+COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd", ".xz")
+_READ = 1 << 20  # compressed bytes read per step
+
+
+def compression_of(head: bytes) -> str | None:
+    """gzip, zstd or xz from a file's first bytes; None for an uncompressed file."""
+    for magic, name in COMPRESSION_MAGICS.items():
+        if head.startswith(magic):
+            return name
+    return None
+
+
+class PlainFile:
+    """An uncompressed file: positional reads straight from the descriptor."""
+
+    compression = None
+
+    def __init__(self, path: str, fd: int, size: int):
+        self.path, self.fd, self.size = path, fd, size
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        """Fill ``view`` with the bytes at ``offset``; the number read."""
+        return os.preadv(self.fd, [view], offset)
+
+    def at_eof(self, offset: int) -> bool:
+        """No byte at or after ``offset``."""
+        return offset >= self.size
+
+    def reaches(self, offset: int) -> bool:
+        """The file has at least ``offset`` bytes."""
+        return offset <= self.size
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class DecompressedFile:
+    """A compressed file read as its decompressed bytes, forwards only."""
+
+    def __init__(self, path: str, fd: int, size: int, compression: str):
+        self.path, self.fd, self.size, self.compression = path, fd, size, compression
+        self._window = bytearray()  # decompressed bytes from self._base on
+        self._base = 0
+        self._file_pos = 0  # compressed bytes consumed
+        self._done = False
+        self._decoder = self._new_decoder()
+
+    def _new_decoder(self):
+        if self.compression == "gzip":
+            return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        if self.compression == "xz":
+            return lzma.LZMADecompressor()
+        return zstandard.ZstdDecompressor().decompressobj()
+
+    def _more(self) -> None:
+        """Decompress one more step into the window (sets _done at the end)."""
+        raw = os.pread(self.fd, _READ, self._file_pos)
+        self._file_pos += len(raw)
+        try:
+            out = self._decoder.decompress(raw) if raw else b""
+            # Concatenated members (gzip, xz streams, zstd frames): start the next one.
+            unused = getattr(self._decoder, "unused_data", b"")
+            while unused and getattr(self._decoder, "eof", False):
+                self._decoder = self._new_decoder()
+                out += self._decoder.decompress(unused)
+                unused = getattr(self._decoder, "unused_data", b"")
+        except (zlib.error, lzma.LZMAError, zstandard.ZstdError, EOFError) as exc:
+            raise InputError(self.path, f"corrupt {self.compression} data ({exc})") from None
+        self._window += out
+        if not raw:
+            if not getattr(self._decoder, "eof", True) and self.compression != "zstd":
+                raise InputError(self.path, f"{self.compression} data cut short")
+            self._done = True
+
+    def _drop_before(self, offset: int) -> None:
+        if offset < self._base:
+            raise ValueError(f"{self.path}: read at {offset} before the window ({self._base})")
+        del self._window[: offset - self._base]
+        self._base = offset
+
+    def read_into(self, view: memoryview, offset: int) -> int:
+        self._drop_before(min(offset, self._base + len(self._window)))
+        while self._base + len(self._window) < offset + len(view) and not self._done:
+            self._more()
+        start = offset - self._base
+        n = max(min(len(view), len(self._window) - start), 0)
+        view[:n] = self._window[start : start + n]
+        return n
+
+    def at_eof(self, offset: int) -> bool:
+        while not self._done and self._base + len(self._window) <= offset:
+            self._more()
+        return self._done and offset >= self._base + len(self._window)
+
+    def reaches(self, offset: int) -> bool:
+        # Skipping forward: drop what is passed, so a huge skipped block costs no memory.
+        while self._base + len(self._window) < offset and not self._done:
+            self._drop_before(self._base + len(self._window))
+            self._more()
+        return self._base + len(self._window) >= offset
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def open_file(path: str) -> tuple[PlainFile | DecompressedFile, bytes]:
+    """The file, and its first 24 (decompressed) bytes; raises InputError."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise InputError(path, f"cannot open ({exc.strerror or exc})") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise InputError(path, "empty file")
+        kind = compression_of(os.pread(fd, 6, 0))
+        f = PlainFile(path, fd, size) if kind is None else DecompressedFile(path, fd, size, kind)
+        head = bytearray(24)
+        n = f.read_into(memoryview(head), 0)
+        return f, bytes(head[:n])
+    except BaseException:
+        os.close(fd)
+        raise
