@@ -14,8 +14,8 @@ Two ways to start it:
   starts one process per role (``forkserver``, torch preloaded once);
 - under ``torchrun --nproc-per-node ... -m flowsplit sfl run ... --backend dist``
   (one or many machines): each process reads its rank from the environment
-  (:func:`~flowsplit.federated.transport.read_dist_env`) and rank 0 writes the run
-  directory. Set ``GLOO_SOCKET_IFNAME`` (or ``--bind``) to the interface the
+  (:func:`flowsplit.train.distributed.read_dist_env`, the one reader of it) and rank
+  0 writes the run directory. Set ``GLOO_SOCKET_IFNAME`` (or ``--bind``) to the interface the
   machines share.
 """
 
@@ -60,9 +60,9 @@ from flowsplit.federated.topology import Topology, topology_from_toml, topology_
 from flowsplit.federated.transport import (
     GlooTransport,
     make_pair_groups,
-    read_dist_env,
     role_name,
 )
+from flowsplit.train.distributed import read_dist_env
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -417,8 +417,8 @@ def run_under_torchrun(
 ) -> SFLResult | None:
     """Run this process's role of a torchrun launch; rank 0 returns the result."""
     env = read_dist_env()
-    if env is None:
-        raise ConfigError("not started by torchrun (RANK/WORLD_SIZE unset)")
+    if not env.is_distributed:
+        raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
     payload = make_payload(
         setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
     )

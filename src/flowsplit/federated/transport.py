@@ -20,7 +20,6 @@ import datetime as dt
 import logging
 import os
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -46,33 +45,6 @@ from flowsplit.federated.protocol import (
 )
 
 log = logging.getLogger("flowsplit.federated")
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits in a torchrun launch."""
-
-    rank: int
-    world_size: int
-    master_addr: str
-    master_port: int
-
-
-def read_dist_env(environ: dict[str, str] | None = None) -> DistEnv | None:
-    """The torchrun environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-    ``MASTER_PORT``), or ``None`` when this process was not started by torchrun.
-
-    The only place that reads the distributed environment.
-    """
-    env = os.environ if environ is None else environ
-    if "RANK" not in env or "WORLD_SIZE" not in env:
-        return None
-    return DistEnv(
-        rank=int(env["RANK"]),
-        world_size=int(env["WORLD_SIZE"]),
-        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-        master_port=int(env.get("MASTER_PORT", "29500")),
-    )
 
 
 def role_name(address: Address) -> str:

@@ -55,6 +55,11 @@ class DistEnv:
     agent_store: bool
     """Whether torchrun's agent hosts the rendezvous store (then workers only connect)."""
 
+    @property
+    def is_distributed(self) -> bool:
+        """Started as one of several processes (by torchrun or another launcher)."""
+        return self.world_size > 1
+
 
 def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
     """Read the distributed environment variables; defaults describe one process."""
