@@ -46,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--out", default="runs/demo", type=Path, help="output directory")
     p.add_argument("--captures", default=DEFAULT_CAPTURES, type=Path, help="lab capture folder")
-    p.add_argument("--seeds", type=int, default=3, help="seeds per cell of each comparison")
+    p.add_argument("--seeds", type=int, default=3,
+                   help="seeds per cell of each comparison (an accuracy-equivalence verdict "
+                        "needs 5; with fewer the advice says 'not enough seeds')")  # fmt: skip
     p.add_argument("--models", default=",".join(MODELS),
                    help="models of the data-parallel study (all five: "
                         "cnn,lstm,convlstm,convgru,xgboost)")  # fmt: skip

@@ -196,3 +196,12 @@ def test_rows_read_nulls_as_nan_and_skip_oversubscribed_worker_counts():
     (row,) = [r for r in rows if r.get("name") == "cnn"]
     assert row["workers"] == 2 and row["speedup"]["mean"] == 1.8 and row["margin_pts"] == 2.0
     assert math.isnan(row["tost_p"]) and row["diff_ci"] == "–"
+
+
+def test_sfl_accuracy_intervals_are_clipped_to_100_percent():
+    res = {"schemes": {"sfl": {"cuts": [[1]], "seeds": [0, 1],
+                               "final_accuracy": {"mean": 0.99, "low": 0.95, "high": 1.03},
+                               "delay_total_s": {"mean": 1.0, "low": 0.9, "high": 1.1},
+                               "bytes_total": {"mean": 1e6, "low": 1e6, "high": 1e6}}}}  # fmt: skip
+    (row,) = sfl_rows(res)
+    assert row["accuracy_ci"] == "99.0 % (95 % CI 95.0-100.0)"

@@ -59,10 +59,13 @@ def _iv(d: dict[str, Any] | None) -> tuple[float, float, float]:
 
 
 def pct_ci(d: dict[str, Any] | None) -> str:
-    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions)."""
+    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions), the interval
+    clipped to 0-100 % (a t-interval over a few seeds can overshoot it)."""
     m, lo, hi = _iv(d)
     if math.isnan(m):
         return "–"
+    if not math.isnan(lo):
+        lo, hi = max(0.0, lo), min(1.0, hi)
     text = f"{100 * m:.1f} %"
     return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
 
