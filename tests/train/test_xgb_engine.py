@@ -84,12 +84,19 @@ def test_xgboost_cannot_resume_and_needs_stats(data, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_an_existing_dask_cluster_is_used_through_its_address(data, tmp_path):
-    # Prepare: a one-worker cluster on loopback, started outside flowsplit.
+    # Prepare: a one-worker cluster on loopback, started outside flowsplit. Its worker is a
+    # thread of this process (no second interpreter to start), reached over TCP all the same.
     from distributed import LocalCluster
 
     with LocalCluster(
-        n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp://",
+        host="127.0.0.1",
+        dashboard_address=None,
     ) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         address = cluster.scheduler_address
         # Execute
         rc = cli_main(
