@@ -76,7 +76,7 @@ def _net_names() -> dict[str, str]:
 
 def _confusions(records: Sequence[Mapping], model: str, n: int):
     mats = [np.asarray(r["confusion_matrix"]) for r in records
-            if r["model"] == model and r["workers"] == n and r.get("confusion_matrix")]  # fmt: skip
+            if r["model"] == model and r["workers"] == n and r["confusion_matrix"]]  # fmt: skip
     return (sum(mats), len(mats)) if mats else (None, 0)
 
 
@@ -163,7 +163,7 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
                         "Test macro-F1 by model and workers"),
             html.table(stats_rows(a), STATS_COLS), anchor="accuracy"))  # fmt: skip
         curves = [html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
-                  for m in models if any(r["model"] == m and r.get("loss_per_epoch")
+                  for m in models if any(r["model"] == m and r["loss_per_epoch"]
                                          for r in records)]  # fmt: skip
         if curves:
             parts.append(html.section(

@@ -30,6 +30,7 @@ from flowsplit.experiments.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
     JSON_EXTRA,
+    RunRecord,
     read_record,
     workload_from_records,
 )
@@ -65,7 +66,7 @@ def _read_json(path: Path) -> Any:
         raise InputError(path.parent, f"no {path.name}: not a `flowsplit compare` study") from None
 
 
-def _records(out: Path, cfg: dict, cores: int) -> list[dict]:
+def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
     recs = []
     for cell in plan_cells(cfg["models"], cfg["workers"], cfg["seeds"]):
         rec = read_record(cell_dir(out, cell), cores=cores)
@@ -102,7 +103,7 @@ def build_results(out: str | Path) -> dict:
         k: v for k, v in status.get("failures", {}).items()
         if not any(f"{r['model']}/w{r['workers']}/seed{r['seed']}" == k for r in records)
     }  # fmt: skip
-    env = next((r["env"] for r in records if r.get("env")), {})
+    env = next((r["env"] for r in records if r["env"]), {})
     return {
         "flowsplit_version": __version__,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -118,18 +119,18 @@ def build_results(out: str | Path) -> dict:
         "per_class_f1": per_class_f1(records),
         "summary": summary_lines(analysis, cfg, cores, failures),
         "failures": failures,
-        "cells": [{k: r.get(k) for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
+        "cells": [{k: r[k] for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
         "env": env,
         "_records": records,  # dropped before writing; the renderer needs predictions
     }  # fmt: skip
 
 
-def per_class_f1(records: list[dict]) -> dict:
+def per_class_f1(records: list[RunRecord]) -> dict:
     """Mean test F1 of each class over seeds, per model and worker count."""
     acc: dict = {}
     for r in records:
         slot = acc.setdefault(r["model"], {}).setdefault(str(r["workers"]), {})
-        for cls, f1 in (r.get("per_class_f1") or {}).items():
+        for cls, f1 in r["per_class_f1"].items():
             if f1 is not None:
                 slot.setdefault(cls, []).append(float(f1))
     return {
@@ -138,8 +139,8 @@ def per_class_f1(records: list[dict]) -> dict:
     }
 
 
-def _first(records: list[dict], key: str) -> Any:
-    return records[0].get(key) if records else None
+def _first(records: list[RunRecord], key: str) -> Any:
+    return records[0][key] if records else None
 
 
 def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list[str]:
