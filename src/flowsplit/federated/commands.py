@@ -19,6 +19,7 @@ from typing import Any
 from flowsplit.config_args import add_config_arguments, config_from_args
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.plan_file import read_plan
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -112,6 +113,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
     p.add_argument("--backend", default="sim", choices=("sim", "dist"))
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
+    p.add_argument("--plan", default=None, help="run a plan.json from `flowsplit sfl plan`: its "
+                   "scheme, cuts, assignment, topology, model, batch size, local epochs, "
+                   "partition, training rows and seed replace those options")  # fmt: skip
     # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
     add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
@@ -131,23 +135,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flowsplit.federated.schemes import format_round
     from flowsplit.federated.setup import prepare_run
     from flowsplit.federated.sim import run_simulation
-    from flowsplit.train.distributed import read_dist_env
+    from flowsplit.federated.transport import read_dist_env
 
     config = _config_from_args(args)
+    plan = read_plan(args.plan) if args.plan else None
+    if plan is not None:  # the plan decides what its predicted costs depend on
+        config = plan.apply(config)
+        args.model, args.view = plan.model or args.model, plan.view
     out = Path(args.out)
-    env = read_dist_env()
-    torchrun = env if args.backend == "dist" and env.is_distributed else None
+    torchrun = read_dist_env() if args.backend == "dist" else None
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
     if writes and previous and not args.overwrite:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
     model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
-    topology = resolve_topology(
-        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
-    )
+    if plan is not None:
+        topology = plan.topology
+    else:
+        topology = resolve_topology(
+            args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
+        )
     torch.set_num_threads(config.threads)
-    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
+    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology,
+                        assignment=None if plan is None else plan.assignment)  # fmt: skip
     if writes and not args.quiet:
         log.info(
             "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",

@@ -145,6 +145,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.data.store import atomic_write_json
+    from flowsplit.federated.topology import topology_to_toml
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     weights = args.weights
@@ -166,7 +167,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       for k, p in plans.items() if p is not chosen},  # fmt: skip
         "surrogate": study.surrogate or None,
         "topology": {"name": study.topology.name, "n_clients": study.topology.n_clients,
-                     "n_aggregators": study.topology.n_aggregators, "seed": study.topology.seed},
+                     "n_aggregators": study.topology.n_aggregators, "seed": study.topology.seed,
+                     "spec": cfg.topology},
+        # What `flowsplit sfl run DATASET --plan PLAN` takes to run exactly this plan.
+        "run": {"scheme": chosen.scheme, "batch_size": cfg.batch_size,
+                "local_epochs": cfg.local_epochs, "partition": cfg.partition,
+                "train_limit": cfg.train_limit, "seed": args.seed, "model": cfg.model,
+                "view": cfg.view, "rounds": cfg.rounds},
+        "topology_toml": topology_to_toml(study.topology),
         "config": cfg.to_dict(),
         "total_s": time.perf_counter() - t0,
     }  # fmt: skip

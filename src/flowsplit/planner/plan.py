@@ -98,6 +98,9 @@ class PlannerConfig:
     """Accuracy guard: predicted accuracy within this of the best (0.01 = 1 point)."""
     three_tier: bool = False
     """Only pairs with an aggregator part (``a < c``); ``a == c`` plans are two-tier."""
+    only_cuts: tuple[tuple[int, int], ...] | None = None
+    """Only these cut pairs (None: every legal pair); e.g. to plan the assignment of
+    one fixed pair with the planner's own objective."""
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -331,9 +334,14 @@ def plan_split(
             "no cut pair's client part fits every client's memory; give clients more "
             "memory or use a smaller batch"
         )
-    tier_ok = np.array([a < c or not config.three_tier for a, c in cuts])
+    only = None if config.only_cuts is None else {tuple(c) for c in config.only_cuts}
+    tier_ok = np.array([(a < c or not config.three_tier) and (only is None or (a, c) in only)
+                        for a, c in cuts])  # fmt: skip
     if not (fits & tier_ok).any():
-        raise ConfigError("--three-tier: no cut pair with an aggregator part (a < c) fits")
+        raise ConfigError(
+            "no cut pair left to plan: --three-tier needs an aggregator part (a < c), and "
+            "only_cuts must name legal pairs whose client part fits"
+        )
     guard = None
     if config.mode == "guard":
         eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance,
@@ -346,7 +354,9 @@ def plan_split(
     if prune is None:
         prune = table.n_clients * table.n_aggregators >= 100_000
     status = np.where(fits, "candidate", "client memory too small").astype(object)
-    status[fits & ~tier_ok] = "two-tier (a == c), excluded by three_tier"
+    status[fits & ~tier_ok] = (
+        "two-tier (a == c), excluded by three_tier" if only is None else "not in only_cuts"
+    )
     status[fits & tier_ok & ~eligible] = (
         "excluded by the fallback rule"
         if guard and guard["fallback"]

@@ -1,0 +1,91 @@
+"""Read a plan written by ``flowsplit sfl plan`` so that ``sfl run --plan`` executes it.
+
+A plan file is plain JSON (this package does not import the planner). ``sfl run``
+takes from it what decides the run's costs: the scheme and cut points, the
+client -> aggregator assignment, the topology (its full TOML, ``topology_toml``),
+the model and view, and the settings under ``run`` (batch size, local epochs,
+partition, training rows, seed), so the simulated bytes and delay of every round are
+the plan's ``predicted.bytes_per_round`` and ``predicted.delay_s_per_round``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowsplit.errors import InputError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.topology import Topology, topology_from_toml
+
+RUN_FIELDS = ("scheme", "batch_size", "local_epochs", "partition", "train_limit", "seed")
+"""SFLConfig fields a plan fixes (besides ``cuts``)."""
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    """What ``sfl run`` takes from a plan file."""
+
+    path: Path
+    cuts: tuple[int, int]
+    assignment: np.ndarray
+    topology: Topology
+    run: dict[str, Any]
+    model: str | None
+    view: str | None
+    predicted: dict[str, Any]
+
+    def apply(self, config: SFLConfig) -> SFLConfig:
+        """``config`` with the plan's scheme, cuts and run settings."""
+        return replace(config, cuts=self.cuts, **{k: self.run[k] for k in RUN_FIELDS})
+
+
+def read_plan(path: str | Path) -> PlanFile:
+    """Parse and check a plan file; a one-line :class:`InputError` naming it otherwise."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "plan file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(path, f"not a readable plan JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise InputError(path, "not a plan (a JSON object from `flowsplit sfl plan`)")
+    missing = [k for k in ("cuts", "assignment", "topology_toml", "run") if k not in doc]
+    if missing:
+        raise InputError(path, f"not a plan from `flowsplit sfl plan` (no {', '.join(missing)})")
+    run = doc["run"]
+    if not isinstance(run, dict) or any(k not in run for k in RUN_FIELDS):
+        raise InputError(path, f"the plan's 'run' must give {', '.join(RUN_FIELDS)}")
+    try:
+        cuts = tuple(int(v) for v in doc["cuts"])
+        assignment = np.asarray(doc["assignment"], dtype=np.int64)
+    except (TypeError, ValueError):
+        raise InputError(path, "cuts and assignment must be integers") from None
+    if len(cuts) != 2 or assignment.ndim != 1:
+        raise InputError(path, "cuts must be [a, c] and assignment a list of aggregators")
+    topology = topology_from_toml(str(doc["topology_toml"]), source=str(path))
+    if len(assignment) != topology.n_clients or (
+        len(assignment) and (assignment.min() < 0 or assignment.max() >= topology.n_aggregators)
+    ):
+        raise InputError(
+            path,
+            f"the assignment must give one aggregator in 0..{topology.n_aggregators - 1} for "
+            f"each of the {topology.n_clients} clients",
+        )
+    return PlanFile(
+        path=path,
+        cuts=cuts,
+        assignment=assignment,
+        topology=topology,
+        run=dict(run),
+        model=run.get("model"),
+        view=run.get("view"),
+        predicted=dict(doc.get("predicted") or {}),
+    )
+
+
+__all__ = ["RUN_FIELDS", "PlanFile", "read_plan"]
