@@ -10,6 +10,9 @@ bytes_coef * n_active * bytes_per_agg`` (constants dropped). CP-SAT works on
 integers, so times are scaled to about 10^7 steps of the greedy's delay; the
 returned assignment is then re-evaluated exactly in floating point, so rounding
 can only cost optimality by about 10^-7, never correctness.
+
+OR-Tools is an optional extra (``pip install 'flowsplit[exact]'``): only
+:func:`solve_exact` needs it; :func:`enumerate_assignments` is plain NumPy.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowsplit.errors import ConfigError
 from flowsplit.planner.assign import greedy_assign
 from flowsplit.planner.costs import (
     AGG,
@@ -33,7 +37,15 @@ from flowsplit.planner.costs import (
 )
 from flowsplit.planner.search import assignment_objective
 
+try:  # an optional extra: everything but solve_exact works without it
+    from ortools.sat.python import cp_model
+except ImportError:  # pragma: no cover - depends on the install
+    cp_model = None
+
 SCALE_STEPS = 1e7
+MISSING_ORTOOLS = (
+    "the exact solver needs OR-Tools, an optional extra: pip install 'flowsplit[exact]'"
+)
 
 
 @dataclass(frozen=True)
@@ -56,9 +68,12 @@ def solve_exact(
     capacity: np.ndarray | None = None,
     time_limit_s: float = 30.0,
 ) -> ExactResult:
-    """The optimal assignment of cut pair ``pair`` (CP-SAT, one worker: deterministic)."""
-    from ortools.sat.python import cp_model
+    """The optimal assignment of cut pair ``pair`` (CP-SAT, one worker: deterministic).
 
+    Raises :class:`~flowsplit.errors.ConfigError` when OR-Tools is not installed.
+    """
+    if cp_model is None:
+        raise ConfigError(MISSING_ORTOOLS)
     n, n_aggs = table.n_clients, table.n_aggregators
     f = table.features(pair, np.arange(n))  # (N, F, A)
     chain = np.maximum(f[:, CHAIN_A], f[:, CHAIN_B])
