@@ -44,6 +44,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks scripts
 	$(PY) -m ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/lint-imports
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q
