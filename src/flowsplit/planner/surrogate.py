@@ -193,8 +193,10 @@ def fit_curve(steps, values, target: float, *, bounds=(0.0, 1.0)) -> tuple[float
     """Extrapolate a validation curve to ``target`` steps.
 
     Least squares of ``y = a + b * s ** -c`` over ``c`` in :data:`CURVE_EXPONENTS`
-    (``a`` and ``b`` in closed form for each ``c``); the prediction is clipped to
-    ``bounds`` and, so that three noisy points cannot run away, to within the
+    (``a`` and ``b`` in closed form for each ``c``). The prediction is anchored at the
+    last measured point: ``y_last + f(target) - f(s_last)`` (the fit supplies the
+    further change, not the level, which a noisy curve's fit can miss); it is clipped
+    to ``bounds`` and, so that a few noisy points cannot run away, to within the
     curve's own range widened by its total change. With fewer than three points the
     last value is the prediction (method ``"last point"``).
     """
@@ -210,7 +212,7 @@ def fit_curve(steps, values, target: float, *, bounds=(0.0, 1.0)) -> tuple[float
         if best is None or sse < best[0] - 1e-15:
             best = (sse, float(c), coef)
     sse, c, (a, b) = best
-    raw = float(a + b * float(target) ** -c)
+    raw = float(y[-1] + b * (float(target) ** -c - s[-1] ** -c))
     span = float(y.max() - y.min())
     lo, hi = max(bounds[0], y.min() - span), min(bounds[1], y.max() + span)
     pred = float(np.clip(raw, lo, hi))
@@ -265,9 +267,7 @@ def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dic
         "separated": bool(separated),
         "backtest": {
             "n": len(back_pred),
-            "mae": float(np.mean(np.abs(np.subtract(back_pred, back_true))))
-            if back_pred
-            else None,
+            "mae": float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back_pred else None,
             "spearman": _spearman(back_pred, back_true),
         },
         "curves": [{"cuts": list(c), **curves[c]} for c in piloted],

@@ -1,0 +1,323 @@
+"""Does the accuracy-aware planner earn its name? Against fair baselines, per dataset.
+
+    python benchmarks/planner_accuracy.py --out bench-results/planner_accuracy.json \\
+        [--datasets demo,ndpi8,ustc] [--quick] [--seeds 5] [--rounds 20] \\
+        [--family hsfl|hsfl-ll] [--train-limit N] [--data-dir DIR]
+
+Per dataset (the embedded lab capture ``demo``, the nDPI 8-protocol set ``ndpi8`` and
+USTC-TFC2016 ``ustc``, prepared from ``../shared/data`` into ``--data-dir`` on first
+use; a missing source is skipped with its reason), the CNN over its default view, a
+heterogeneous topology (``--clients`` 10, ``--aggregators`` 3, topology seed 0):
+
+1. one study (:func:`flowsplit.planner.study.make_study`): pilots at every legal cut
+   pair, budgeted in optimiser steps, on the first seed's partition, evaluated on the
+   validation split; the surrogate's predicted validation accuracy at the run's budget;
+2. per seed, simulated runs of ``--rounds`` rounds, every one evaluated on the test
+   split after every round and on the validation split at the end:
+
+   - ``hsfl``: the fixed cuts (1, 2) with a seeded random assignment (the research's
+     baseline);
+   - ``hsfl-greedy``: the same cuts, the planner's delay-aware greedy + local search;
+   - ``cut-(a,c)``: every legal cut pair with the planner's own assignment for that
+     pair (its delay/bytes objective);
+   - ``best-fixed``: of those, the pair with the best mean final *validation* accuracy
+     over seeds (the oracle the planner approximates, chosen in hindsight);
+   - ``acc-aware``: the planner (accuracy guard, 1 pt); its runs are the ``cut-`` runs
+     of the pair it chose for each seed (the same cuts and assignment);
+
+3. Spearman's rank correlation between the surrogate's predicted validation accuracy
+   and the realised one (mean over seeds) over every legal pair, and the goals:
+   acc-aware against hsfl-greedy (paired difference, 95 % t interval: goal, the upper
+   end of hsfl-greedy minus acc-aware <= 1 pt), against best-fixed (mean difference
+   within 1 pt), Spearman >= 0.8, and delay and bytes against hsfl as ratios with
+   intervals next to the research's +3 pt / -20 % / -50 %.
+
+``--quick``: 2 seeds, 4 rounds, 300 training rows, pilots of 4 rounds: a smoke check.
+Every figure is measured on this machine; timings are not the point (the simulated
+delay and bytes are the cost model's, independent of load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import _common
+
+_common.single_thread()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
+
+from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci  # noqa: E402
+from flowsplit.federated.metrics import evaluate_model  # noqa: E402
+from flowsplit.federated.setup import prepare_run  # noqa: E402
+from flowsplit.federated.sim import run_simulation  # noqa: E402
+from flowsplit.planner.objective import Weights  # noqa: E402
+from flowsplit.planner.plan import PlannerConfig, plan_split  # noqa: E402
+from flowsplit.planner.study import (  # noqa: E402
+    base_config,
+    make_study,
+    plan_seed,
+    resolve_study_config,
+)
+
+SHARED = _common.ROOT.parent / "shared" / "data"
+SOURCES = {
+    "demo": (_common.ROOT / "demo" / "captures", []),
+    "ndpi8": (
+        SHARED / "ndpi" / "pcap",
+        [
+            "--labels",
+            str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
+            "--label-column",
+            "master",
+            "--exclude-classes",
+            "Unknown",
+            "--max-flows-per-group",
+            "30",
+            "--min-groups-per-class",
+            "5",
+            "--top-classes",
+            "8",
+        ],
+    ),  # fmt: skip
+    "ustc": (SHARED / "ustc-tfc2016", []),
+}
+PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
+QUICK = {"seeds": 2, "rounds": 4, "train_limit": 300}
+FULL = {"seeds": 5, "rounds": 20, "train_limit": None}
+
+
+def prepare(name: str, data_dir: Path) -> tuple[Path | None, str | None]:
+    """The prepared dataset directory of ``name`` (prepared once), or a skip reason."""
+    src, extra = SOURCES[name]
+    out = data_dir / name
+    if (out / "manifest.json").is_file():
+        return out, None
+    if not src.exists():
+        return None, f"source {src} not found"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "flowsplit", "prepare", str(src), "-o", str(out), *extra]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return None, f"prepare failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    return out, None
+
+
+def train(study, seed: int, plan, val) -> dict:
+    """One simulated run of ``plan`` (its cuts and assignment): final test and
+    validation metrics, total simulated delay and bytes."""
+    cfg = study.config
+    sfl_cfg = base_config(cfg, seed, cuts=tuple(plan.cuts))
+    setup = prepare_run(sfl_cfg, dataset=study.dataset, model_fn=study.model_fn,
+                        topology=study.topology, profile=study.profile,
+                        assignment=plan.assignment)  # fmt: skip
+    t0 = time.perf_counter()
+    result = run_simulation(setup)
+    # The final global model as the server holds it: client, aggregator, server parts.
+    model = torch.nn.Sequential(*(m.part for m in setup.tier_modules()))
+    model.load_state_dict(result.model_state)
+    v = evaluate_model(model, *val, study.dataset.n_classes)
+    last, totals = result.history[-1], result.totals()
+    return {
+        "cuts": list(plan.cuts),
+        "assignment": [int(a) for a in plan.assignment],
+        "accuracy": float(last["accuracy"]),
+        "macro_f1": float(last["macro_f1"]),
+        "val_accuracy": float(v["accuracy"]),
+        "delay_s": float(totals["delay_total_s"]),
+        "bytes": float(totals["bytes_total"]),
+        "predicted_delay_s": plan.delay_s * cfg.rounds,
+        "predicted_bytes": plan.bytes * cfg.rounds,
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def _interval(iv) -> dict:
+    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
+
+
+def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
+    cfg = resolve_study_config(
+        False, model="cnn", topology="heterogeneous", n_clients=args.clients,
+        n_aggregators=args.aggregators, rounds=mode["rounds"], family=args.family,
+        train_limit=mode["train_limit"], acc_tolerance=args.acc_tolerance,
+        pilot_steps=args.pilot_steps, batch_size=args.batch_size,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    study = make_study(path, cfg, quiet=True, seed=0)
+    pilot_s = time.perf_counter() - t0
+    probe = prepare_run(base_config(cfg, 0, eval_split="val"), dataset=study.dataset,
+                        model_fn=study.model_fn, topology=study.topology,
+                        profile=study.profile)  # fmt: skip
+    val = probe.eval_data()
+    legal = study.profile.legal_cuts()
+    seeds = list(range(mode["seeds"]))
+    runs: dict[str, list[dict]] = {"hsfl": [], "hsfl-greedy": [], "acc-aware": []}
+    per_cut: dict[tuple[int, int], list[dict]] = {c: [] for c in legal}
+    chosen = []
+    for seed in seeds:
+        plans = plan_seed(study, seed, ("acc-aware", "hsfl", "hsfl-greedy"))
+        topo = prepare_run(base_config(cfg, seed), dataset=study.dataset,
+                           model_fn=study.model_fn, topology=study.topology,
+                           profile=study.profile).topology  # fmt: skip
+        for c in legal:
+            one = PlannerConfig(weights=Weights(0.0, *cfg.weights[1:]), family=cfg.family,
+                                seed=seed, batch_size=cfg.batch_size, mode="weighted",
+                                only_cuts=(c,), fixed_cuts=tuple(cfg.fixed_cuts))  # fmt: skip
+            per_cut[c].append(train(study, seed, plan_split(study.profile, topo, None, one), val))
+        for scheme in ("hsfl", "hsfl-greedy"):
+            runs[scheme].append(train(study, seed, plans[scheme], val))
+        acc_cuts = tuple(plans["acc-aware"].cuts)
+        chosen.append(list(acc_cuts))
+        # acc-aware's run is its pair's cut- run when the plans agree (the same cuts and
+        # objective give the same assignment); checked, else trained on its own.
+        twin = per_cut[acc_cuts][-1]
+        same = twin["assignment"] == plans["acc-aware"].assignment.tolist()
+        run = twin if same else train(study, seed, plans["acc-aware"], val)
+        runs["acc-aware"].append({**run, "reused_cut_run": bool(same)})
+        print(f"{name} seed {seed}: acc-aware {acc_cuts} "
+              f"{runs['acc-aware'][-1]['accuracy']:.4f}, hsfl {runs['hsfl'][-1]['accuracy']:.4f}, "
+              f"hsfl-greedy {runs['hsfl-greedy'][-1]['accuracy']:.4f}", flush=True)  # fmt: skip
+    realised_val = {c: float(np.mean([r["val_accuracy"] for r in per_cut[c]])) for c in legal}
+    best = max(legal, key=lambda c: realised_val[c])
+    runs["best-fixed"] = per_cut[best]
+    pred = [study.predicted_accuracy[c] for c in legal]
+    real = [realised_val[c] for c in legal]
+    rho = float(spearmanr(pred, real).statistic) if np.ptp(pred) > 0 else float("nan")
+
+    def col(scheme, key):
+        return [r[key] for r in runs[scheme]]
+
+    schemes = {s: {k: col(s, k) for k in ("accuracy", "macro_f1", "delay_s", "bytes", "cuts")}
+               for s in runs}  # fmt: skip
+    for c in legal:
+        schemes[f"cut-{c[0]},{c[1]}"] = {k: [r[k] for r in per_cut[c]]
+                                         for k in ("accuracy", "macro_f1", "delay_s", "bytes")}  # fmt: skip
+    vs_greedy = compare_paired(np.array(col("hsfl-greedy", "accuracy")),
+                               np.array(col("acc-aware", "accuracy")))  # fmt: skip
+    vs_best = compare_paired(np.array(col("best-fixed", "accuracy")),
+                             np.array(col("acc-aware", "accuracy")))  # fmt: skip
+    vs_hsfl = compare_paired(np.array(col("hsfl", "accuracy")),
+                             np.array(col("acc-aware", "accuracy")))  # fmt: skip
+    delay_ratio = ratio_ci(col("acc-aware", "delay_s"), col("hsfl", "delay_s"))
+    bytes_ratio = ratio_ci(col("acc-aware", "bytes"), col("hsfl", "bytes"))
+    # Worst case of (hsfl-greedy - acc-aware): minus the low end of (acc-aware - greedy).
+    greedy_worse = -vs_greedy.diff.low if np.isfinite(vs_greedy.diff.low) else float("nan")
+    sim_vs_pred = max(abs(r["delay_s"] - r["predicted_delay_s"]) / r["delay_s"]
+                      for rs in per_cut.values() for r in rs)  # fmt: skip
+    return {
+        "schemes": schemes,
+        "spearman": rho,
+        "cuts": [
+            {
+                "cuts": list(c),
+                "predicted_val_accuracy": study.predicted_accuracy[c],
+                "realised_val_accuracy": realised_val[c],
+                "test_accuracy_mean": float(np.mean([r["accuracy"] for r in per_cut[c]])),
+                "pilot_val_accuracy": next((p.accuracy for p in study.pilots if p.cuts == c), None),
+            }
+            for c in legal
+        ],  # fmt: skip
+        "best_fixed_cuts": list(best),
+        "acc_aware_cuts": chosen,
+        "surrogate": {
+            k: study.surrogate.get(k)
+            for k in (
+                "target_steps",
+                "pilot_steps",
+                "noise",
+                "spread",
+                "separated",
+                "backtest",
+                "cost",
+            )
+        },  # fmt: skip
+        "goals": {
+            "acc_aware_minus_hsfl_greedy_pts": _interval(vs_greedy.diff)
+            | {
+                "mean": 100 * vs_greedy.diff.mean,
+                "low": 100 * vs_greedy.diff.low,
+                "high": 100 * vs_greedy.diff.high,
+            },
+            "hsfl_greedy_worse_by_at_most_pts": 100 * greedy_worse,
+            "goal_never_worse_than_hsfl_greedy_by_1pt": bool(greedy_worse <= 0.01),
+            "acc_aware_minus_best_fixed_pts": 100 * vs_best.diff.mean,
+            "goal_within_1pt_of_best_fixed": bool(vs_best.diff.mean >= -0.01),
+            "goal_spearman_0_8": bool(rho >= 0.8),
+            "acc_aware_minus_hsfl_pts": {
+                "mean": 100 * vs_hsfl.diff.mean,
+                "low": 100 * vs_hsfl.diff.low,
+                "high": 100 * vs_hsfl.diff.high,
+            },
+            "delay_change_vs_hsfl": {
+                "mean": delay_ratio.mean - 1,
+                "low": delay_ratio.low - 1,
+                "high": delay_ratio.high - 1,
+            },
+            "bytes_change_vs_hsfl": {
+                "mean": bytes_ratio.mean - 1,
+                "low": bytes_ratio.low - 1,
+                "high": bytes_ratio.high - 1,
+            },
+            "paper": PAPER,
+        },  # fmt: skip
+        "max_rel_delay_error_sim_vs_plan": sim_vs_pred,
+        "accuracy_ci": {s: _interval(mean_ci(v["accuracy"])) for s, v in schemes.items()},
+        "config": {**cfg.to_dict(), "seeds": seeds, "dataset_path": str(path)},
+        "n_classes": int(study.dataset.n_classes),
+        "pilot_wall_s": pilot_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("bench-results/planner_accuracy.json"))
+    p.add_argument("--datasets", default="demo,ndpi8,ustc")
+    p.add_argument("--quick", action="store_true", help="2 seeds, 4 rounds, 300 rows")
+    p.add_argument("--seeds", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
+    p.add_argument("--pilot-steps", type=int, default=None, help="default: 1/4 of a run's")
+    p.add_argument("--clients", type=int, default=10)
+    p.add_argument("--aggregators", type=int, default=3)
+    p.add_argument("--family", default="hsfl", choices=("hsfl", "hsfl-ll"))
+    p.add_argument("--acc-tolerance", type=float, default=0.01, help="accuracy, 0.01 = 1 pt")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--data-dir", type=Path, default=Path("bench-results/datasets"))
+    args = p.parse_args(argv)
+    mode = dict(QUICK if args.quick else FULL)
+    for key in ("seeds", "rounds", "train_limit"):
+        if getattr(args, key) is not None:
+            mode[key] = getattr(args, key)
+    t0 = time.perf_counter()
+    out: dict = {"datasets": {}, "skipped": {}, "mode": {**mode, "quick": args.quick,
+                                                          "family": args.family}}  # fmt: skip
+    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
+        if name not in SOURCES:
+            raise SystemExit(f"planner_accuracy: unknown dataset {name!r} ({', '.join(SOURCES)})")
+        path, why = prepare(name, args.data_dir)
+        if path is None:
+            out["skipped"][name] = why
+            print(f"{name}: skipped ({why})", flush=True)
+            continue
+        out["datasets"][name] = bench_dataset(name, path, args, mode)
+        g = out["datasets"][name]["goals"]
+        print(f"{name}: spearman {out['datasets'][name]['spearman']:.2f}, acc-aware - "
+              f"hsfl-greedy {g['acc_aware_minus_hsfl_greedy_pts']['mean']:+.2f} pt, - best-fixed "
+              f"{g['acc_aware_minus_best_fixed_pts']:+.2f} pt", flush=True)  # fmt: skip
+        _common.write_json(args.out, {**out, "environment": _common.environment()})
+    out["wall_s"] = time.perf_counter() - t0
+    out["environment"] = _common.environment()
+    _common.write_json(args.out, out)
+    print(f"wrote {args.out} ({out['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
