@@ -53,7 +53,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--workers", type=int, help="local worker processes; 1 = centralised (default 1)"
     )
     p.add_argument("--threads", type=int, help="threads per worker (default: cores / workers)")
-    p.add_argument("--epochs", type=int, help="maximum epochs (default 15)")
+    p.add_argument(
+        "--epochs",
+        "--max-epochs",
+        dest="epochs",
+        type=int,
+        help="maximum epochs; early stopping (--patience) usually ends training sooner "
+        "(default 15)",
+    )
     p.add_argument("--batch-size", type=int, help="global batch size (default 64)")
     p.add_argument("--lr", type=float, help="learning rate (default 1e-3; XGBoost eta 0.1)")
     p.add_argument(
@@ -89,12 +96,27 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--master-addr", help="address local rendezvous binds to (default 127.0.0.1)")
     p.add_argument(
+        "--comm-hook",
+        choices=("none", "fp16", "bf16", "powersgd"),
+        help="DDP gradient all-reduce: none (float32, default), fp16/bf16 (16-bit), "
+        "powersgd (rank-2 low-rank, error feedback, after 10 plain steps)",
+    )
+    p.add_argument("--bucket-mb", type=float, help="DDP gradient bucket size in MB (default 25)")
+    p.add_argument(
+        "--steps-per-epoch", type=int, help="at most this many steps an epoch (benchmarks)"
+    )
+    p.add_argument(
         "--model-option",
         action="append",
         metavar="KEY=VALUE",
         help="override a model default, e.g. channels=[16,32] (repeatable)",
     )
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its checkpoint")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start again in a -o RUN that holds a run (removes that run's files only)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bars")
     p.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)
 
@@ -120,6 +142,9 @@ _ARG_TO_FIELD = {
     "rounds": "rounds",
     "dask_scheduler": "dask_scheduler",
     "master_addr": "master_addr",
+    "comm_hook": "comm_hook",
+    "bucket_mb": "bucket_mb",
+    "steps_per_epoch": "steps_per_epoch",
     "quiet": "quiet",
     "fail_after_epoch": "fail_after_epoch",
 }
@@ -149,10 +174,12 @@ def config_from_args(args: argparse.Namespace):
     for name, flag in (("dataset", "DATASET"), ("model", "--model"), ("out", "-o RUN")):
         if name not in given:
             raise ConfigError(f"give {flag} (see flowsplit train --help)")
+    # Stored resolved, so that --resume RUN finds the dataset from any directory.
+    given["dataset"] = str(Path(given["dataset"]).resolve())
     return TrainConfig.from_dict(given), False
 
 
-def check_before_launch(cfg, resume: bool) -> None:
+def check_before_launch(cfg, resume: bool, overwrite: bool = False) -> None:
     """Every check that can fail on user input, done once before any worker starts."""
     from flowsplit.data.store import load_dataset
     from flowsplit.models.registry import build_model, get_spec
@@ -160,7 +187,9 @@ def check_before_launch(cfg, resume: bool) -> None:
     from flowsplit.train.runs import check_run_dir, resolve_view
 
     spec = get_spec(cfg.model)
-    check_run_dir(cfg.out, resume=resume)
+    if resume and overwrite:
+        raise ConfigError("give --resume RUN or --overwrite, not both")
+    check_run_dir(cfg.out, resume=resume, overwrite=overwrite)
     if resume and spec.kind == "xgboost":
         raise ConfigError("XGBoost runs cannot be resumed; train again (boosting is quick)")
     ds = load_dataset(cfg.dataset)
@@ -168,6 +197,13 @@ def check_before_launch(cfg, resume: bool) -> None:
     n_train = len(ds.split_indices("train"))
     if n_train == 0:
         raise InputError(ds.root, "the train split is empty")
+    present = np.unique(ds.labels[ds.split_indices("train")])
+    if len(present) < 2:
+        raise InputError(
+            ds.root,
+            f"the train split has flows of one class only ({ds.classes[present[0]]}); "
+            "a classifier needs two or more",
+        )
     if len(ds.split_indices("val")) == 0:
         raise InputError(
             ds.root,
@@ -187,6 +223,15 @@ def check_before_launch(cfg, resume: bool) -> None:
             input_shape=ds.view_shape(view),
             n_classes=ds.n_classes,
             **cfg.model_options,
+        )
+    # Warned only once every check passed: a refused run prints its one error line only.
+    global_batch = cfg.batch_size * (cfg.workers if cfg.scale_lr else 1)
+    if spec.kind == "torch" and global_batch > n_train:
+        print(
+            f"flowsplit: warning: --batch-size {cfg.batch_size} (global batch {global_batch}) "
+            f"is more than the {n_train} training rows: each epoch is a single step over all "
+            "of them",
+            file=sys.stderr,
         )
 
 
@@ -215,9 +260,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from flowsplit.models.registry import get_spec
     from flowsplit.train.loop import run_logging, train_worker
     from flowsplit.train.result import RunResult
+    from flowsplit.train.runs import clear_run, remove_stale_temps
 
     cfg, resume = config_from_args(args)
-    check_before_launch(cfg, resume)
+    check_before_launch(cfg, resume, overwrite=args.overwrite)
+    if args.overwrite and not resume:
+        clear_run(cfg.out)  # the previous run's files: checked above that it is one
+    else:
+        remove_stale_temps(cfg.out)  # of a run killed while writing
     if get_spec(cfg.model).kind == "xgboost":
         from flowsplit.train.xgb_engine import train_xgboost
 

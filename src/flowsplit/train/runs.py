@@ -59,19 +59,63 @@ def resolve_view(cfg: TrainConfig, ds: Dataset) -> str:
     )
 
 
-def check_run_dir(out: str | Path, *, resume: bool) -> None:
-    """Refuse to overwrite a finished or started run unless resuming it."""
+CHECKPOINT_FILE = "checkpoint.pt"  # the name train/checkpoint.py writes (kept in step)
+RUN_FILES = (CONFIG_NAME, LOG_NAME, CHECKPOINT_FILE, WEIGHTS_NAME, BOOSTER_NAME, METRICS_NAME)
+"""Every file a run writes into RUN (``--overwrite`` removes these and nothing else)."""
+
+
+def check_run_dir(out: str | Path, *, resume: bool, overwrite: bool = False) -> None:
+    """Refuse to overwrite a finished or started run unless resuming or ``overwrite``.
+
+    The refusal says what can be done with the run that is there: continue it with
+    ``--resume`` when it has a checkpoint, start it again with ``--overwrite`` (which
+    removes the run's own files, nothing else in the directory).
+    """
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a directory; choose another -o")
     if resume:
         if not (out / CONFIG_NAME).is_file():
             raise ConfigError(f"{out}: nothing to resume (no {CONFIG_NAME})")
         return
-    if (out / CONFIG_NAME).exists() or (out / METRICS_NAME).exists():
-        raise ConfigError(
-            f"{out} already holds a run; continue it with --resume {out}, or choose another -o"
+    if overwrite or not ((out / CONFIG_NAME).exists() or (out / METRICS_NAME).exists()):
+        return
+    if (out / METRICS_NAME).exists():
+        advice = "it has finished; choose another -o, or replace it with --overwrite"
+    elif (out / CHECKPOINT_FILE).exists():
+        advice = f"continue it with --resume {out}, start it again with --overwrite, or choose another -o"
+    else:
+        advice = (
+            "it stopped before its first checkpoint, so there is nothing to resume; "
+            "start it again with --overwrite, or choose another -o"
         )
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} exists and is not a directory; choose another -o")
+    raise ConfigError(f"{out} already holds a run: {advice}")
+
+
+def clear_run(out: str | Path) -> list[Path]:
+    """Remove a run's own files (and their temporaries) from ``out``; returns them."""
+    out = Path(out)
+    removed = [out / name for name in RUN_FILES if (out / name).is_file()]
+    for path in removed:
+        path.unlink()
+    return removed + remove_stale_temps(out)
+
+
+def remove_stale_temps(out: str | Path) -> list[Path]:
+    """Remove temporaries a killed run left beside its files (``.checkpoint.pt.*.tmp``, ...).
+
+    Every file of a run is written to ``.<name>.<random>.tmp`` (or ``.<name>.tmp``) and
+    renamed; a process killed in between leaves the temporary, which the next run of
+    the same directory removes before it starts. Only one run writes a directory at a
+    time (:func:`check_run_dir`), so a temporary found then belongs to no live writer.
+    """
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    stale = sorted({p for name in RUN_FILES for p in out.glob(f".{name}*.tmp") if p.is_file()})
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def _installed_version(*distributions: str) -> str | None:
