@@ -7,13 +7,17 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+from torch import nn
 
 from flowsplit.cli import main
 from flowsplit.data.store import write_dataset
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, InputError
+from flowsplit.federated.parts import split_model
+from flowsplit.models.registry import build_model
 from flowsplit.privacy.attack import AttackConfig
 from flowsplit.privacy.defences import Defence
-from flowsplit.privacy.study import PrivacyConfig, run_study
+from flowsplit.privacy.study import PrivacyConfig, load_run_weights, run_study
 
 SMALL_CNN = {"embed": 4, "channels": [4, 8], "hidden": 8, "kernel": 3, "pool": 2}
 
@@ -94,3 +98,23 @@ def test_cli_writes_json_and_picture_and_marks_the_budget(toy, tmp_path, capsys)
     assert main(argv) == 2
     assert main([*argv[:4], str(tmp_path / "x"), "--defences", "blur"]) == 2
     assert "defence 'blur'" in capsys.readouterr().err
+
+
+def test_weights_of_an_sfl_run_directory_are_loaded_block_by_block(tmp_path):
+    def fresh(seed):
+        torch.manual_seed(seed)
+        return build_model("cnn", view="bytes", input_shape=(32,), n_classes=3, **SMALL_CNN)
+
+    trained = fresh(1)
+    split = split_model(trained, 1, 2)  # what `sfl run` saves: the parts in a row
+    torch.save(nn.Sequential(split.client, split.aggregator, split.server).state_dict(),
+               tmp_path / "model.pt")  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps({"cuts": [1, 2]}))
+    loaded = load_run_weights(fresh(2), tmp_path)
+    for key, value in trained.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    (tmp_path / "config.json").write_text(json.dumps({"cuts": [2, 2]}))  # wrong cuts
+    with pytest.raises(InputError, match="model.pt"):
+        load_run_weights(fresh(2), tmp_path)
+    with pytest.raises(InputError, match="not an `sfl run` directory"):
+        load_run_weights(fresh(2), tmp_path / "nowhere")

@@ -39,7 +39,6 @@ from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.results import read_model_state
 from flowsplit.models.base import BlockModel
-from flowsplit.models.layers import SeqInput
 from flowsplit.models.registry import build_model, default_view, fit_input_scaler
 from flowsplit.privacy.attack import (
     AttackConfig,
@@ -129,6 +128,9 @@ class StudyData:
     y_eval: torch.Tensor
     n_classes: int
     classes: list[str]
+    seq_mean: torch.Tensor | None = None
+    """Per-feature mean and std of the signed-log training rows (seq view only)."""
+    seq_std: torch.Tensor | None = None
 
 
 def _rows(ds: Dataset, split: str, limit: int | None, seed: int) -> np.ndarray:
@@ -162,9 +164,15 @@ def load_study_data(dataset: str | Path | Dataset, config: PrivacyConfig) -> Stu
     x_tr, y_tr = take("train", config.train_limit)
     x_aux, y_aux = take(config.aux_split, config.aux_limit)
     x_ev, y_ev = take(config.eval_split, config.eval_limit)
+    kind = "bytes" if view in BYTE_VIEWS else "seq"
+    mean = std = None
+    if kind == "seq":
+        logs = signed_log(x_tr).reshape(-1, x_tr.shape[-1])
+        mean, std = logs.mean(0), logs.std(0)
+        std = torch.where(std > 1e-6, std, torch.ones_like(std))  # a constant feature stays 0
     return StudyData(
         view=view,
-        kind="bytes" if view in BYTE_VIEWS else "seq",
+        kind=kind,
         x_train=x_tr,
         y_train=y_tr,
         x_aux=x_aux,
@@ -173,6 +181,8 @@ def load_study_data(dataset: str | Path | Dataset, config: PrivacyConfig) -> Stu
         y_eval=y_ev,
         n_classes=ds.n_classes,
         classes=list(ds.classes),
+        seq_mean=mean,
+        seq_std=std,
     )
 
 
@@ -185,19 +195,23 @@ def forward_cut(model: BlockModel, x: torch.Tensor, cut: int, layer: nn.Module) 
     return z, model.forward_range(z, cut, model.n_blocks)
 
 
-def input_features(model: BlockModel, x: torch.Tensor, kind: str) -> torch.Tensor:
+def input_features(data: StudyData, x: torch.Tensor) -> torch.Tensor:
     """The input as the numbers the attack reconstructs and dCor compares with.
 
-    Bytes: values / 255; per-packet features: the model's own log-and-standardise
-    transform (:class:`SeqInput`), so every feature counts on the same scale.
+    Bytes: values / 255, flattened; per-packet features: ``sign(x) log(1 + |x|)``
+    standardised per feature with the training rows' statistics (sizes and gaps
+    span orders of magnitude), so every feature counts on the same scale whatever
+    preprocessing the model itself uses.
     """
-    if kind == "bytes":
+    if data.kind == "bytes":
         return x.reshape(len(x), -1).to(torch.float32) / 255.0
-    scaler = next((m for m in model.modules() if isinstance(m, SeqInput)), None)
-    if scaler is None:
-        return x.to(torch.float32)
-    with torch.no_grad():
-        return scaler(x)  # (N, T, F)
+    return (signed_log(x) - data.seq_mean) / data.seq_std  # (N, T, F)
+
+
+def signed_log(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x) * log(1 + |x|)`` in float32."""
+    x = x.to(torch.float32)
+    return torch.sign(x) * torch.log1p(x.abs())
 
 
 def train_model(
@@ -224,9 +238,7 @@ def train_model(
             z, logits = forward_cut(model, x, cut, layer)
             loss = F.cross_entropy(logits, y)
             if defence.penalty > 0 and len(idx) > 2:
-                loss = loss + defence.penalty * distance_correlation(
-                    input_features(model, x, data.kind), z
-                )
+                loss = loss + defence.penalty * distance_correlation(input_features(data, x), z)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -363,10 +375,10 @@ def prior_measures(data: StudyData, target_aux: torch.Tensor, target_eval: torch
     return {"seq_nrmse_prior": seq_errors(true, guess, scale)["mean"]}
 
 
-def _targets(model: BlockModel, data: StudyData) -> tuple[torch.Tensor, torch.Tensor]:
+def _targets(data: StudyData) -> tuple[torch.Tensor, torch.Tensor]:
     if data.kind == "bytes":
         return data.x_aux.reshape(len(data.x_aux), -1), data.x_eval.reshape(len(data.x_eval), -1)
-    return input_features(model, data.x_aux, "seq"), input_features(model, data.x_eval, "seq")
+    return input_features(data, data.x_aux), input_features(data, data.x_eval)
 
 
 def measure_cut(
@@ -384,7 +396,7 @@ def measure_cut(
     torch.manual_seed(config.seed + 7)
     z_aux = activations(lambda x: model.forward_range(x, 0, cut), data.x_aux)
     z_eval = activations(lambda x: layer(model.forward_range(x, 0, cut)), data.x_eval)
-    target_aux, target_eval = _targets(model, data)
+    target_aux, target_eval = _targets(data)
     out: dict[str, Any] = {
         "block": model.block_names[cut - 1],
         "act_shape": list(z_eval.shape[1:]),
@@ -394,7 +406,7 @@ def measure_cut(
     out.update(
         attack_activations(
             data, z_aux, z_eval, target_aux=target_aux, target_eval=target_eval,
-            inputs_eval=input_features(model, data.x_eval, data.kind), config=config,
+            inputs_eval=input_features(data, data.x_eval), config=config,
             transform=layer if defence.kind in ("noise", "quant") else None, prior=prior,
         )
     )  # fmt: skip
@@ -418,13 +430,13 @@ def measure_reference(model: BlockModel, data: StudyData, config: PrivacyConfig)
     stem = first[0]
     model.eval()
     z_aux, z_eval = activations(stem, data.x_aux), activations(stem, data.x_eval)
-    target_aux, target_eval = _targets(model, data)
+    target_aux, target_eval = _targets(data)
     out: dict[str, Any] = {"after": f"{model.block_names[0]}[0] ({type(stem).__name__})",
                            "act_shape": list(z_eval.shape[1:])}  # fmt: skip
     out.update(
         attack_activations(
             data, z_aux, z_eval, target_aux=target_aux, target_eval=target_eval,
-            inputs_eval=input_features(model, data.x_eval, data.kind), config=config,
+            inputs_eval=input_features(data, data.x_eval), config=config,
         )
     )  # fmt: skip
     return out
@@ -484,7 +496,7 @@ def run_study(
             f"trained {config.model} for {config.epochs} epochs in {time.perf_counter() - t0:.0f} s"
         )
     identity = nn.Identity()
-    target_aux, target_eval = _targets(model, data)
+    target_aux, target_eval = _targets(data)
     prior = prior_measures(data, target_aux, target_eval)
     result: dict[str, Any] = {
         "dataset": str(getattr(dataset, "root", dataset)),
