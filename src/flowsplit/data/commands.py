@@ -58,6 +58,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-mask-ip", action="store_true", help="keep IP addresses in pkt_bytes")
     g.add_argument("--no-mask-ports", action="store_true", help="keep ports (pkt_bytes and stats)")
     g.add_argument("--no-mask-checksums", action="store_true", help="keep checksums in pkt_bytes")
+    g.add_argument(
+        "--no-vlan-key", action="store_true", help="one flow for a 5-tuple in several VLANs"
+    )
+    g.add_argument(
+        "--tunnels",
+        choices=("inner", "outer"),
+        default="inner",
+        help="classify the flows inside IP-in-IP/GRE/VXLAN/Geneve/GTP-U, or the tunnel's own",
+    )
+    g.add_argument("--no-reassembly", action="store_true", help="count IP fragments, unjoined")
+    g.add_argument("--fragment-timeout", type=float, default=30.0, help="seconds")
     g = p.add_argument_group("splits and balance")
     g.add_argument("--split-by", default="auto", choices=("auto", "file", "flow", "time"))
     g.add_argument("--val", type=float, default=0.15, help="fraction for validation")
@@ -70,6 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--min-flows-per-class", type=int, default=0)
     g.add_argument("--min-groups-per-class", type=int, default=0, help="capture files per class")
     g.add_argument("--max-flows-per-group", type=int, help="cap flows per (capture file, class)")
+    g.add_argument(
+        "--small-split-flows",
+        type=int,
+        default=5,
+        help="warn about classes with fewer flows than this in a split (recorded in the manifest)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at -o")
     p.add_argument("--strict", action="store_true", help="turn counted skips into errors")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run_prepare)
@@ -93,11 +111,7 @@ def options_from_args(args: argparse.Namespace):
     unknown = [v for v in views if v not in VIEW_CHOICES]
     if unknown or not views:
         raise ConfigError(f"--views {args.views!r}: choose from {', '.join(VIEW_CHOICES)}")
-    for name in ("seq_len", "n_bytes", "n_pkts", "pkt_len"):
-        if getattr(args, name) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be positive")
-    if args.idle_timeout <= 0 or args.active_timeout <= 0:
-        raise ConfigError("--idle-timeout and --active-timeout must be positive")
+    # Everything else is checked by PrepareOptions itself.
     spec = LabelSpec(
         by=args.label_by,
         labels=args.labels,
@@ -119,6 +133,11 @@ def options_from_args(args: argparse.Namespace):
         mask_ip=not args.no_mask_ip,
         mask_port=not args.no_mask_ports,
         mask_checksum=not args.no_mask_checksums,
+        vlan_key=not args.no_vlan_key,
+        tunnels=args.tunnels,
+        reassemble=not args.no_reassembly,
+        fragment_timeout=args.fragment_timeout,
+        small_split_flows=args.small_split_flows,
         split_by=args.split_by,
         val_frac=args.val,
         test_frac=args.test,
@@ -140,8 +159,9 @@ def run_prepare(args: argparse.Namespace) -> int:
     from flowsplit.data.prepare import prepare_dataset
 
     opts = options_from_args(args)
+    progress = not args.quiet and sys.stderr.isatty()
     manifest = prepare_dataset(
-        args.inputs, args.out, opts, progress=not args.quiet and sys.stderr.isatty()
+        args.inputs, args.out, opts, progress=progress, overwrite=args.overwrite
     )
     if not args.quiet:
         print(format_summary(manifest, args.out))
@@ -191,6 +211,13 @@ def format_summary(manifest: dict, where, meta=None) -> str:
                 for s in ("train", "val", "test")
             )
         lines.append(row)
+    small = manifest.get("small_classes") or {}
+    if small:
+        threshold = manifest.get("options", {}).get("small_split_flows", "?")
+        lines.append(
+            f"small classes (< {threshold} flows in a split): "
+            + "; ".join(f"{c} " + "/".join(str(v) for v in n.values()) for c, n in small.items())
+        )
     read = manifest.get("read") or {}
     if read:
         lines.append("read: " + ", ".join(f"{k[2:]} {v}" for k, v in read.items()))

@@ -132,10 +132,16 @@ class Labeller:
             # The relative path first: a bare name may be ambiguous (a/x.pcap, b/x.pcap).
             out[:] = self._file_map.get(_rel(capture, root), self._file_map.get(capture.name))
         elif by == "flow-csv":
-            fname = capture.name
+            # The path relative to the input root first, then the bare name (which
+            # _read_flow_map keeps only where it names one file of the CSV).
+            rel, fname = os.path.normpath(_rel(capture, root)), capture.name
+            fmap = self._flow_map
             for i in range(n):
                 key = flow_key(proto[i], ip_a[i], port_a[i], ip_b[i], port_b[i])
-                out[i] = self._flow_map.get((fname, key) if self._flow_map_has_file else key)
+                if self._flow_map_has_file:
+                    out[i] = fmap.get((rel, key)) or fmap.get((fname, key))
+                else:
+                    out[i] = fmap.get(key)
         elif by == "port":
             service = np.minimum(port_a.astype(np.int64), port_b.astype(np.int64))
             if self._port_map:
@@ -200,7 +206,7 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
     has_file = spec.file_column in df.columns
     out: dict[tuple, str] = {}
     bad = 0
-    files = df[spec.file_column].map(lambda f: Path(f.strip()).name) if has_file else None
+    files = df[spec.file_column].map(lambda f: os.path.normpath(f.strip())) if has_file else None
     for i, (key_text, lab) in enumerate(
         zip(df[spec.key_column], df[spec.label_column], strict=True)
     ):
@@ -213,6 +219,15 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
             bad += 1
             continue
         out[(files.iat[i], key) if has_file else key] = lab
+    if has_file:
+        # A bare file name matches too, when it names only one file of the CSV.
+        paths_of: dict[str, set[str]] = {}
+        for f in set(files):
+            paths_of.setdefault(Path(f).name, set()).add(f)
+        for (f, key), lab in list(out.items()):
+            name = Path(f).name
+            if name != f and len(paths_of[name]) == 1:
+                out.setdefault((name, key), lab)
     if bad and bad == len(df):
         raise InputError(
             spec.labels, f"no key in column {spec.key_column!r} matches {spec.key_format!r}"

@@ -9,20 +9,23 @@ Memory stays bounded by the reader's chunk and the flush size, not by the input.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from flowsplit.data import flows as flows_mod
 from flowsplit.data import sources as src_mod
+from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
-from flowsplit.data.store import DatasetWriter, file_digest
+from flowsplit.data.store import DatasetWriter, check_target, file_digest, load_dataset
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 
 log = logging.getLogger("flowsplit.prepare")
@@ -32,7 +35,11 @@ FLUSH_FLOWS = 4096  # flows buffered before they are appended to the store
 
 @dataclass
 class PrepareOptions:
-    """Everything `flowsplit prepare` can be told; recorded in the manifest."""
+    """Everything `flowsplit prepare` can be told; recorded in the manifest.
+
+    Validated on construction (ConfigError), so the library API refuses what the
+    command line refuses.
+    """
 
     labels: LabelSpec = field(default_factory=LabelSpec)
     """Where labels come from."""
@@ -56,20 +63,38 @@ class PrepareOptions:
     """Zero ports in ``pkt_bytes`` and leave them out of ``stats``."""
     mask_checksum: bool = True
     """Zero IP/TCP/UDP checksums in ``pkt_bytes``."""
+    vlan_key: bool = True
+    """VLAN ids in the flow key (see :class:`~flowsplit.data.flows.FlowOptions`)."""
+    tunnels: str = "inner"
+    """inner: classify the flows inside IP-in-IP, GRE, VXLAN, Geneve, GTP-U; outer: the tunnel's."""
+    reassemble: bool = True
+    """Reassemble IP fragments."""
+    fragment_timeout: float = 30.0
+    """Seconds a datagram's fragments wait for the rest."""
     split_by: str = "auto"
     """file, flow, time, or auto (file with >= 3 files, else time; flow for IDX)."""
     val_frac: float = 0.15
+    """Fraction of flows (or files, by file) for validation."""
     test_frac: float = 0.15
+    """Fraction for test."""
     seed: int = 0
+    """Seed of the split and of the per-group cap."""
     dedup: bool = True
     """Drop flows identical to an earlier one (all views equal) before splitting."""
     min_flows_per_class: int = 0
+    """Drop classes with fewer flows (after the per-group cap)."""
     min_groups_per_class: int = 0
+    """Drop classes seen in fewer capture files."""
     max_flows_per_group: int | None = None
     """Cap on flows per (capture file, class), chosen at random for the seed."""
     classes: tuple[str, ...] | None = None
+    """Keep only these classes; each must have flows."""
     exclude_classes: tuple[str, ...] = ()
+    """Drop these classes."""
     top_classes: int | None = None
+    """Keep the N largest classes."""
+    small_split_flows: int = 5
+    """Warn about (and record in the manifest) classes with fewer flows in some split."""
     class_names: tuple[str, ...] | None = None
     """IDX: names for label indices 0..n-1 (known DeepTraffic sets are recognised)."""
     label_column: str = "Label"
@@ -77,21 +102,38 @@ class PrepareOptions:
     strict: bool = False
     """Turn counted skips (bad files, bad records) into errors."""
 
-    def flow_options(self):
-        from flowsplit.data.flows import FlowOptions
+    def __post_init__(self) -> None:
+        if isinstance(self.views, str) or not self.views:
+            raise ConfigError("views must be a non-empty tuple of names, e.g. ('seq', 'stats')")
+        unknown = [v for v in self.views if v not in ALL_VIEWS]
+        if unknown:
+            raise ConfigError(f"unknown view(s) {unknown}; choose from {', '.join(ALL_VIEWS)}")
+        self.flow_options()  # FlowOptions checks lengths, timeouts and the tunnel mode
+        if self.split_by not in SPLIT_BY:
+            raise ConfigError(
+                f"split_by must be one of {', '.join(SPLIT_BY)}, got {self.split_by!r}"
+            )
+        for name in ("val_frac", "test_frac"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.val_frac + self.test_frac >= 1:
+            raise ConfigError(
+                f"val_frac + test_frac must be < 1 (got {self.val_frac} + {self.test_frac})"
+            )
+        for name in ("min_flows_per_class", "min_groups_per_class", "small_split_flows"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("max_flows_per_group", "top_classes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1 (or unset), got {value}")
+        if self.classes is not None and not self.classes:
+            raise ConfigError("classes: give at least one class (or leave it unset)")
 
-        return FlowOptions(
-            idle_timeout=self.idle_timeout,
-            active_timeout=self.active_timeout,
-            seq_len=self.seq_len,
-            n_bytes=self.n_bytes,
-            n_pkts=self.n_pkts,
-            pkt_len=self.pkt_len,
-            mask_ip=self.mask_ip,
-            mask_port=self.mask_port,
-            mask_checksum=self.mask_checksum,
-            views=tuple(v for v in self.views),
-        )
+    def flow_options(self):
+        """The :class:`~flowsplit.data.flows.FlowOptions` these options imply."""
+        same = {f.name: getattr(self, f.name) for f in fields(FlowOptions)}
+        return FlowOptions(**{**same, "views": tuple(self.views)})
 
     def to_manifest(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,6 +142,9 @@ class PrepareOptions:
         }
         d["masks"] = {"ip": self.mask_ip, "port": self.mask_port, "checksum": self.mask_checksum}
         return d
+
+
+SPLIT_BY = ("auto", "file", "flow", "time")
 
 
 @dataclass
@@ -135,10 +180,17 @@ def prepare_dataset(
     options: PrepareOptions | None = None,
     *,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Build a dataset directory from captures, flow CSVs or IDX files; returns the manifest."""
+    """Build a dataset directory from captures, flow CSVs or IDX files; returns the manifest.
+
+    An existing dataset at ``out_dir`` is refused unless ``overwrite``, and never
+    replaced while a process is reading it.
+    """
     opts = options or PrepareOptions()
     t0 = time.perf_counter()
+    check_target(out_dir, overwrite=overwrite)  # refuse now, before any input is read
+    new_writer = functools.partial(DatasetWriter, Path(out_dir), overwrite=overwrite)
     files = src_mod.discover(inputs)
     kinds = {f.kind for f in files}
     if len(kinds) > 1:
@@ -147,28 +199,24 @@ def prepare_dataset(
         )
     kind = kinds.pop()
     skipped: Counter[str] = Counter()
-    out_dir = Path(out_dir)
     if kind == "capture":
-        result = _read_captures(files, opts, out_dir, skipped, progress)
+        opts = replace(opts, labels=_resolve_label_spec(opts.labels, files))
+        result = _read_captures(files, opts, new_writer, skipped, progress)
     elif kind == "flowcsv":
-        result = _read_flow_csvs(files, opts, out_dir, skipped)
+        result = _read_flow_csvs(files, opts, new_writer, skipped)
     else:
-        result = _read_idx(files, opts, out_dir)
+        result = _read_idx(files, opts, new_writer)
     writer, read_info = result
     with writer:
         return _finish(writer, files, kind, opts, skipped, read_info, t0)
 
 
-def _read_captures(files, opts: PrepareOptions, out_dir: Path, skipped: Counter, progress: bool):
-    from flowsplit.data.flows import ReadReport, iter_flows_many, view_shapes
-
-    spec = _resolve_label_spec(opts.labels, files)
-    opts.labels = spec
-    labeller = Labeller.from_spec(spec)
+def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, progress: bool):
+    labeller = Labeller.from_spec(opts.labels)
     flow_opts = opts.flow_options()
     shapes = view_shapes(flow_opts)
     dtypes = {"seq": np.float32, "bytes": np.uint8, "pkt_bytes": np.uint8}
-    writer = DatasetWriter(out_dir, {v: (s, dtypes[v]) for v, s in shapes.items()})
+    writer = new_writer({v: (s, dtypes[v]) for v, s in shapes.items()})
     report = ReadReport()
     rows = _Rows()
     bar = _progress(files, progress)
@@ -263,11 +311,9 @@ def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray):
 
 
 def _capture_view_info(flow_opts) -> dict[str, Any]:
-    from flowsplit.data import flows
-
     info: dict[str, Any] = {}
     if "seq" in flow_opts.views:
-        info["seq"] = {"features": list(flows.SEQ_FEATURES)}
+        info["seq"] = {"features": list(flows_mod.SEQ_FEATURES)}
     if "bytes" in flow_opts.views:
         info["bytes"] = {
             "description": "first K transport-payload bytes of the flow, both directions"
@@ -300,10 +346,10 @@ def _resolve_label_spec(spec: LabelSpec, files) -> LabelSpec:
     )
 
 
-def _read_flow_csvs(files, opts: PrepareOptions, out_dir: Path, skipped: Counter):
+def _read_flow_csvs(files, opts: PrepareOptions, new_writer, skipped: Counter):
     from flowsplit.data.flowcsv import read_flow_csv
 
-    writer = DatasetWriter(out_dir, {})
+    writer = new_writer({})
     columns: list[str] | None = None
     any_times = True
     try:
@@ -347,7 +393,7 @@ def _read_flow_csvs(files, opts: PrepareOptions, out_dir: Path, skipped: Counter
     return writer, info
 
 
-def _read_idx(files, opts: PrepareOptions, out_dir: Path):
+def _read_idx(files, opts: PrepareOptions, new_writer):
     from flowsplit.data.idx import BYTE_STATS_COLUMNS, byte_stats, find_idx_pairs, read_idx_set
 
     by_path = {f.path: f for f in files}
@@ -360,7 +406,7 @@ def _read_idx(files, opts: PrepareOptions, out_dir: Path):
             sets[1].images_path, f"rows of {sorted(widths)} bytes mixed in one dataset"
         )
     names = names or max((s.class_names for s in sets), key=len)
-    writer = DatasetWriter(out_dir, {"bytes": ((widths.pop(),), np.uint8)})
+    writer = new_writer({"bytes": ((widths.pop(),), np.uint8)})
     try:
         for s in sets:
             n = len(s.labels)
@@ -391,39 +437,12 @@ def _read_idx(files, opts: PrepareOptions, out_dir: Path):
 def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: Counter, info, t0):
     meta = writer.collected_meta()
     if meta.empty:
-        raise FlowsplitError("no labelled flows in the inputs (see the skipped counts above)")
+        raise FlowsplitError(
+            f"no labelled flows in the inputs ({_what_was_skipped(skipped, info)})"
+        )
     labels = meta["label_name"].to_numpy(dtype=object)
     groups = meta["group"].to_numpy(dtype=object)
-    keep = np.ones(len(meta), dtype=bool)
-    if opts.dedup:
-        keep = dedup_mask(meta["digest"].to_numpy())
-        skipped["duplicate_flow"] += int((~keep).sum())
-    sel, dropped = select_classes(
-        labels[keep],
-        groups[keep],
-        include=list(opts.classes) if opts.classes else None,
-        exclude=list(opts.exclude_classes),
-        top=None,
-    )
-    skipped.update(dropped)
-    idx = np.flatnonzero(keep)[sel]
-    if opts.max_flows_per_group:
-        capped = cap_per_group(labels[idx], groups[idx], opts.max_flows_per_group, opts.seed)
-        skipped["over_group_cap"] += int((~capped).sum())
-        idx = idx[capped]
-    sel, dropped = select_classes(
-        labels[idx],
-        groups[idx],
-        min_flows=opts.min_flows_per_class,
-        min_groups=opts.min_groups_per_class,
-        top=opts.top_classes,
-    )
-    skipped.update(dropped)
-    idx = idx[sel]
-    if len(idx) == 0:
-        raise FlowsplitError(
-            "every flow was dropped by the class filters (see --min-flows-per-class)"
-        )
+    idx = _select_flows(meta, labels, groups, opts, skipped)
     split_by = _resolve_split_by(
         opts.split_by,
         kind,
@@ -442,11 +461,8 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         seed=opts.seed,
     )
     class_order = info.get("class_order")
-    classes = (
-        [c for c in class_order if c in set(labels[idx])]
-        if class_order
-        else sorted(set(labels[idx]))
-    )
+    present = set(labels[idx])
+    classes = [c for c in class_order if c in present] if class_order else sorted(present)
     label = np.full(len(meta), -1, dtype=np.int64)
     label[idx] = pd.Categorical(labels[idx], categories=classes).codes
     meta["label"] = label
@@ -454,7 +470,6 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     meta.loc[idx, "split"] = splits
     meta["flow_id"] = np.arange(len(meta))
     meta = meta.drop(columns=["digest"])
-    elapsed = time.perf_counter() - t0
     manifest_extra = {
         "kind": kind,
         "sources": [
@@ -467,12 +482,76 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         "views": info.get("view_info", {}),
         "split_by": split_by,
         "seed": opts.seed,
-        "prepare_time_s": round(elapsed, 3),
+        "small_classes": _small_classes(labels[idx], splits, classes, opts.small_split_flows),
+        "prepare_time_s": round(time.perf_counter() - t0, 3),
     }
     writer.finish(classes=classes, meta=meta, keep=idx, manifest_extra=manifest_extra)
-    from flowsplit.data.store import load_dataset
-
     return load_dataset(writer.out_dir).manifest
+
+
+def _select_flows(meta, labels, groups, opts: PrepareOptions, skipped: Counter) -> np.ndarray:
+    """Rows kept: deduplicated, class filters, the per-group cap, then class minima."""
+    keep = np.ones(len(meta), dtype=bool)
+    if opts.dedup:
+        keep = dedup_mask(meta["digest"].to_numpy())
+        skipped["duplicate_flow"] += int((~keep).sum())
+    if opts.classes:
+        missing = sorted(set(opts.classes) - set(labels[keep]))
+        if missing:
+            have = ", ".join(sorted(set(labels[keep]))[:20])
+            raise ConfigError(f"--classes: no flows labelled {', '.join(missing)} (found: {have})")
+    include = list(opts.classes) if opts.classes else None
+    exclude = list(opts.exclude_classes)
+    sel, dropped = select_classes(
+        labels[keep], groups[keep], include=include, exclude=exclude, top=None
+    )
+    skipped.update(dropped)
+    idx = np.flatnonzero(keep)[sel]
+    # The cap comes before the minimum counts: a class must be big enough *after* the
+    # cap, or one huge capture would keep a class that no other file has.
+    if opts.max_flows_per_group:
+        capped = cap_per_group(labels[idx], groups[idx], opts.max_flows_per_group, opts.seed)
+        skipped["over_group_cap"] += int((~capped).sum())
+        idx = idx[capped]
+    sel, dropped = select_classes(
+        labels[idx],
+        groups[idx],
+        min_flows=opts.min_flows_per_class,
+        min_groups=opts.min_groups_per_class,
+        top=opts.top_classes,
+    )
+    skipped.update(dropped)
+    idx = idx[sel]
+    if len(idx) == 0:
+        dropped = {k: v for k, v in skipped.items() if k.startswith(("class_", "over_"))}
+        raise FlowsplitError(f"every flow was dropped by the class filters ({dropped})")
+    return idx
+
+
+def _small_classes(labels, splits, classes, threshold: int) -> dict[str, dict[str, int]]:
+    """Classes with fewer than ``threshold`` flows in some split (warned about)."""
+    out = {}
+    for c in classes:
+        counts = {s: int(((labels == c) & (splits == s)).sum()) for s in ("train", "val", "test")}
+        if min(counts.values()) < threshold:
+            out[c] = counts
+    if out:
+        log.warning(
+            "classes with fewer than %d flows in a split: %s",
+            threshold,
+            "; ".join(f"{c} {v}" for c, v in out.items()),
+        )
+    return out
+
+
+def _what_was_skipped(skipped: Counter, info: dict) -> str:
+    """A true account of why nothing is left, for the error message."""
+    n_packets = info.get("n_packets")
+    parts = [f"{k} {v}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1]) if v]
+    if n_packets is not None and not info.get("n_flow_packets"):
+        head = f"{n_packets} packets read, none of them TCP/UDP"
+        return head + (": " + ", ".join(parts[:8]) if parts else "")
+    return "skipped: " + ", ".join(parts[:8]) if parts else "nothing was skipped"
 
 
 def _resolve_split_by(
@@ -515,8 +594,6 @@ def extract_views(
     ``options`` is a dataset manifest's ``options``; no labels, no dedup, no split.
     Returns (meta, tensor views, stats); stats columns follow the options' mask.
     """
-    from flowsplit.data.flows import ReadReport, iter_flows_many
-
     known = {k: v for k, v in options.items() if k in PrepareOptions.__dataclass_fields__}
     known.pop("labels", None)
     opts = PrepareOptions(**{**known, "views": tuple(known.get("views", PrepareOptions.views))})

@@ -15,11 +15,14 @@ that looks complete.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +50,24 @@ def file_digest(path: str | Path, algo: str = "sha256", chunk: int = 1 << 20) ->
     return h.hexdigest()
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    The file gets the permissions a plain ``open`` would give it (the user's
+    umask), not the private 0600 of the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
@@ -124,8 +139,13 @@ class NpyAppender:
         self._fh.close()
         return shape
 
+    def close_file(self) -> None:
+        """Close the file without finishing it (it stays incomplete)."""
+        if not self._fh.closed:
+            self._fh.close()
+
     def abort(self) -> None:
-        self._fh.close()
+        self.close_file()
         self.path.unlink(missing_ok=True)
 
 
@@ -207,6 +227,89 @@ class Dataset:
             raise InputError(self.root, f"dataset has no view {name!r} (it has: {have})")
 
 
+# --- readers' locks ------------------------------------------------------------------
+# A process reading a dataset holds a shared POSIX lock on DIR/.lock for as long as
+# it has the dataset open; `prepare` takes the lock exclusively (without waiting)
+# before it replaces DIR, so a dataset a run is reading is never replaced under it.
+# POSIX locks belong to a process, so a process never blocks itself, and closing any
+# descriptor of the file drops them: each process keeps one descriptor per dataset,
+# counted, in _READ_LOCKS.
+LOCK_FILE = ".lock"
+_READ_LOCKS: dict[tuple[int, int], list[int]] = {}  # (device, inode) -> [fd, users]
+
+
+def _hold_read_lock(root: Path) -> tuple[int, int] | None:
+    """Take (or share) this process's read lock on a dataset; its key, None if none."""
+    path = root / LOCK_FILE
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # written before locks existed, or not ours to lock
+    key = (st.st_dev, st.st_ino)
+    held = _READ_LOCKS.get(key)
+    if held is not None:
+        held[1] += 1
+        return key
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    fcntl.lockf(fd, fcntl.LOCK_SH)  # waits only while a replace is renaming
+    _READ_LOCKS[key] = [fd, 1]
+    return key
+
+
+def _release_read_lock(key: tuple[int, int] | None) -> None:
+    held = _READ_LOCKS.get(key) if key is not None else None
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] <= 0:
+        del _READ_LOCKS[key]
+        os.close(held[0])
+
+
+@contextlib.contextmanager
+def exclusive_lock(root: Path):
+    """Hold the dataset's lock exclusively; InputError if a process is reading it."""
+    path = root / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        yield  # a dataset from before locks: nothing can be holding it
+        return
+    except OSError as exc:
+        raise InputError(root, f"cannot lock ({exc.strerror}); not replaced") from None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise InputError(
+                root, "is in use by a running process (train, evaluate, ...); not replaced"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_target(out_dir: str | Path, *, overwrite: bool) -> None:
+    """Raise InputError if a dataset may not be written to ``out_dir``.
+
+    Refused: an existing dataset without ``overwrite``, one that a process is
+    reading, a file, and a folder with other things in it.
+    """
+    out_dir = Path(out_dir)
+    if (out_dir / "manifest.json").exists():
+        if not overwrite:
+            raise InputError(out_dir, "is a dataset already; --overwrite replaces it")
+        with exclusive_lock(out_dir):
+            pass
+    elif out_dir.exists() and not out_dir.is_dir():
+        raise InputError(out_dir, "exists and is not a directory; choose another -o")
+    elif out_dir.is_dir() and any(out_dir.iterdir()):
+        raise InputError(out_dir, "exists and is not a flowsplit dataset; refusing to replace it")
+
+
 def load_dataset(path: str | Path) -> Dataset:
     """Open a dataset directory written by :func:`write_dataset`."""
     root = Path(path)
@@ -233,7 +336,11 @@ def load_dataset(path: str | Path) -> Dataset:
         raise InputError(
             meta_path, f"unreadable ({type(exc).__name__}); prepare it again"
         ) from None
-    return Dataset(root=root, manifest=manifest, meta=meta)
+    ds = Dataset(root=root, manifest=manifest, meta=meta)
+    key = _hold_read_lock(root)
+    if key is not None:
+        weakref.finalize(ds, _release_read_lock, key)
+    return ds
 
 
 class DatasetWriter:
@@ -245,10 +352,11 @@ class DatasetWriter:
             w.append(meta_df, {"seq": arr}, stats_df)
             w.finish(classes=[...], manifest_extra={...})
 
-    ``finish`` may be given ``keep`` (a boolean mask or index array over the rows
-    appended so far) and ``split`` (one split name per kept row) to drop and reorder
-    nothing else: rows keep their appended order. Until ``finish`` returns, the data
-    lives under ``DIR.tmp-*``; the final rename replaces an existing DIR only then.
+    ``finish`` may be given ``meta`` (the collected metadata with ``label`` and
+    ``split`` filled in) and ``keep`` (a boolean mask or index array over the rows
+    appended so far): rows keep their appended order. Until ``finish`` returns, the
+    data lives under ``DIR.tmp-*``; the final rename replaces an existing DIR only
+    then, and only when no process has it open (see :func:`exclusive_lock`).
     """
 
     def __init__(
@@ -259,15 +367,7 @@ class DatasetWriter:
         overwrite: bool = True,
     ):
         self.out_dir = Path(out_dir)
-        if self.out_dir.exists() and not overwrite:
-            raise InputError(self.out_dir, "exists (use --overwrite to replace it)")
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise InputError(self.out_dir, "exists and is not a directory; choose another -o")
-        is_foreign = self.out_dir.is_dir() and not (self.out_dir / "manifest.json").exists()
-        if is_foreign and any(self.out_dir.iterdir()):
-            raise InputError(
-                self.out_dir, "exists and is not a flowsplit dataset; refusing to replace it"
-            )
+        check_target(self.out_dir, overwrite=overwrite)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self.tmp_dir = Path(
             tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
@@ -395,22 +495,25 @@ class DatasetWriter:
         for key, value in extra.items():
             manifest.setdefault(key, value)
         atomic_write_json(self.tmp_dir / "manifest.json", manifest)
-        os.chmod(self.tmp_dir, 0o755)  # mkdtemp makes it private; a dataset is shared
+        (self.tmp_dir / LOCK_FILE).touch()
+        os.chmod(self.tmp_dir, 0o777 & ~_umask())  # mkdtemp makes it private
+        self._rename_into_place()
+        return self.out_dir
 
+    def _rename_into_place(self) -> None:
         if self.out_dir.exists():
             old = self.out_dir.with_name(f".{self.out_dir.name}.old-{os.getpid()}")
-            os.replace(self.out_dir, old)
-            os.replace(self.tmp_dir, self.out_dir)
+            with exclusive_lock(self.out_dir):
+                os.replace(self.out_dir, old)
+                os.replace(self.tmp_dir, self.out_dir)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(self.tmp_dir, self.out_dir)
         self._done = True
-        return self.out_dir
 
     def abort(self) -> None:
         for app in self._appenders.values():
-            if not app._fh.closed:
-                app._fh.close()
+            app.close_file()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         self._done = True
 
