@@ -166,3 +166,24 @@ def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
         "seed0", "seed0.contended-1", "seed0.contended-2",
     ]  # fmt: skip
     assert shares["cnn/w2/seed0"] == [] and shares["cnn/w1/seed0"] == []
+
+
+def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_figures, monkeypatch):
+    # Prepare: every run shared the CPUs with other processes (60 % of the cores' time).
+    ds, out = study
+    monkeypatch.setattr(records_mod, "CONTENDED_SHARE", 0.15)
+    cells = [f"cnn/w{n}/seed{s}" for n in (1, 2) for s in range(5)]
+    monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed({c: [0.6] for c in cells}))
+    # Execute
+    run_compare(ds, out, models=["cnn"], workers=[2], seeds=5, quick=True, progress=False,
+                run_cell_fn=fake_runner())  # fmt: skip
+    res = json.loads((out / "results.json").read_text())
+    claims = res["analysis"]["models"]["cnn"]["vs_central"]["2"]["claims"]
+    summary = " ".join(res["summary"])
+    # Assert: accuracy still judged, the speedup measured but not claimed, and why.
+    assert claims["speedup_claimed"] is False and claims["speedup_withheld"] == ["contended"]
+    assert claims["accuracy_verdict"] == "equivalent"
+    assert "cut cnn's epoch time" not in summary
+    assert "2 workers: no speedup claimed for cnn (contended; measured" in summary
+    assert "Rerun on a quiet machine" in summary
+    assert "not claimed: contended" in (out / "report.md").read_text()
