@@ -22,6 +22,7 @@ scheme's ``round_delay`` of a prediction is the delay the simulation will report
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,6 +54,33 @@ def hop_sums(messages: Sequence[Message], hop: str, each: str) -> tuple[int, flo
     )
 
 
+@dataclass(frozen=True)
+class _Round:
+    """Per-client facts of one round, each (N,), at the clients' assigned aggregators."""
+
+    assignment: np.ndarray
+    n_aggregators: int
+    batches: np.ndarray
+    samples: np.ndarray
+    one: np.ndarray
+    """1.0 for a participant, else 0."""
+    slowdown: np.ndarray
+    latency: np.ndarray
+    bandwidth: np.ndarray
+    """inf where there is no link (a non-participant's bytes are 0 anyway)."""
+    backbone_latency: np.ndarray
+    backbone_bandwidth: np.ndarray
+
+    def per_agg(self, values: np.ndarray) -> np.ndarray:
+        """(A,) sums of per-client ``values`` by aggregator."""
+        return np.bincount(self.assignment, weights=values, minlength=self.n_aggregators)
+
+
+def _add_bytes(led: Ledger, msg: Message, nbytes: np.ndarray, count: np.ndarray) -> None:
+    led.bytes[_key(msg)] += float(np.sum(nbytes))
+    led.messages[_key(msg)] += float(np.sum(count))
+
+
 def predict_ledger(
     costs: PartCosts,
     topology: Topology,
@@ -75,59 +103,67 @@ def predict_ledger(
         participants: (N,) bool, default every client with samples.
         slowdown: (N,) compute slowdown of stragglers, default 1.
     """
-    n, n_aggs = topology.n_clients, topology.n_aggregators
+    n = topology.n_clients
     assignment = np.asarray(assignment, dtype=np.int64)
     samples = np.asarray(topology.client_samples if samples is None else samples, dtype=np.int64)
     part = samples > 0 if participants is None else (np.asarray(participants, bool) & (samples > 0))
-    slow = np.ones(n) if slowdown is None else np.asarray(slowdown, dtype=np.float64)
-    led = Ledger.zeros(n, n_aggs)
-
-    m = np.where(part, n_batches(samples, batch_size, local_epochs), 0).astype(np.float64)
-    s = np.where(part, samples * local_epochs, 0).astype(np.float64)
     rows = np.arange(n)
-    lat = topology.ca_latency[rows, assignment]  # (N,)
     bw = topology.ca_bandwidth[rows, assignment]
-    bw = np.where(bw > 0, bw, np.inf)
-    blat = topology.as_latency[assignment]  # (N,) backbone of each client's aggregator
-    bbw = topology.as_bandwidth[assignment]
+    r = _Round(
+        assignment=assignment,
+        n_aggregators=topology.n_aggregators,
+        batches=np.where(part, n_batches(samples, batch_size, local_epochs), 0).astype(float),
+        samples=np.where(part, samples * local_epochs, 0).astype(np.float64),
+        one=part.astype(np.float64),
+        slowdown=np.ones(n) if slowdown is None else np.asarray(slowdown, dtype=np.float64),
+        latency=topology.ca_latency[rows, assignment],
+        bandwidth=np.where(bw > 0, bw, np.inf),
+        backbone_latency=topology.as_latency[assignment],
+        backbone_bandwidth=topology.as_bandwidth[assignment],
+    )
+    led = Ledger.zeros(n, topology.n_aggregators)
+    _charge_train(led, costs, topology, scheme, r)
+    _charge_models(led, costs, topology, scheme, r)
+    return led
 
-    def add_bytes(msg: Message, nbytes: np.ndarray, count: np.ndarray) -> None:
-        led.bytes[_key(msg)] += float(np.sum(nbytes))
-        led.messages[_key(msg)] += float(np.sum(count))
 
-    def per_agg(values: np.ndarray) -> np.ndarray:
-        return np.bincount(assignment, weights=values, minlength=n_aggs)
-
-    # --- train: every batch message, on the client's link and its aggregator's --------
+def _charge_train(
+    led: Ledger, costs: PartCosts, topology: Topology, scheme: Scheme, r: _Round
+) -> None:
+    """Every batch message on the client's link and its aggregator's; every tier's compute."""
+    m, s = r.batches, r.samples
     batch = scheme.batch_messages(costs)
     for msg in batch:
-        add_bytes(msg, m * msg.nbytes + s * msg.per_sample, m)
+        _add_bytes(led, msg, m * msg.nbytes + s * msg.per_sample, m)
     ca_n, ca_fix, ca_per = hop_sums(batch, CLIENT_AGGREGATOR, PER_BATCH)
     as_n, as_fix, as_per = hop_sums(batch, AGGREGATOR_SERVER, PER_BATCH)
     ca_bytes = m * ca_fix + s * ca_per  # (N,)
     as_bytes = m * as_fix + s * as_per
-    led.client_link += ca_n * m * lat + ca_bytes / bw
-    led.client_busy += ca_bytes / bw
-    led.backbone_for += as_n * m * blat + as_bytes / bbw
-    led.backbone_load += per_agg(as_bytes / bbw)
-    led.client_compute += costs.train_flops[0] * s * slow / topology.client_speed
-    agg_time = costs.train_flops[1] * s / topology.aggregator_speed[assignment]
+    led.client_link += ca_n * m * r.latency + ca_bytes / r.bandwidth
+    led.client_busy += ca_bytes / r.bandwidth
+    led.backbone_for += as_n * m * r.backbone_latency + as_bytes / r.backbone_bandwidth
+    led.backbone_load += r.per_agg(as_bytes / r.backbone_bandwidth)
+    led.client_compute += costs.train_flops[0] * s * r.slowdown / topology.client_speed
+    # Zero FLOPs when the aggregator part is empty (two tiers).
+    agg_time = costs.train_flops[1] * s / topology.aggregator_speed[r.assignment]
     led.aggregator_for += agg_time
-    led.aggregator_load += per_agg(agg_time)
+    led.aggregator_load += r.per_agg(agg_time)
     server_time = costs.train_flops[2] * s / topology.server_speed
     led.server_for += server_time
     led.server_load += server_time.sum()
 
-    # --- download and upload: model messages per client or per active aggregator -------
-    one = part.astype(np.float64)
-    k = per_agg(one)  # participants per aggregator
+
+def _charge_models(
+    led: Ledger, costs: PartCosts, topology: Topology, scheme: Scheme, r: _Round
+) -> None:
+    """Download and upload: model messages per client or per active aggregator; averaging."""
+    k = r.per_agg(r.one)  # participants per aggregator
     active = (k > 0).astype(np.float64)
     counts = {
-        (CLIENT_AGGREGATOR, PER_CLIENT): one,
+        (CLIENT_AGGREGATOR, PER_CLIENT): r.one,
         (AGGREGATOR_SERVER, PER_CLIENT): k,
         (AGGREGATOR_SERVER, PER_AGGREGATOR): active,
     }
-    bl, bb = topology.as_latency, topology.as_bandwidth
     phases = (
         (scheme.download_messages(costs), "link_down", "backbone_down"),
         (scheme.upload_messages(costs), "link_up", "backbone_up"),
@@ -135,22 +171,21 @@ def predict_ledger(
     for msgs, link, backbone in phases:
         for msg in msgs:
             count = counts[msg.hop, msg.each]
-            add_bytes(msg, count * msg.nbytes, count)
+            _add_bytes(led, msg, count * msg.nbytes, count)
         client_bytes = hop_sums(msgs, CLIENT_AGGREGATOR, PER_CLIENT)[1]
         relayed = hop_sums(msgs, AGGREGATOR_SERVER, PER_CLIENT)[1]
         own = hop_sums(msgs, AGGREGATOR_SERVER, PER_AGGREGATOR)[1]
         # A phase's model messages stream back to back: one latency per used link.
-        getattr(led, link)[...] += one * client_bytes / bw
-        getattr(led, link + "_latency")[...] += one * lat
-        getattr(led, backbone)[...] += (active * own + k * relayed) / bb
-        getattr(led, backbone + "_latency")[...] += active * bl
+        getattr(led, link)[...] += r.one * client_bytes / r.bandwidth
+        getattr(led, link + "_latency")[...] += r.one * r.latency
+        getattr(led, backbone)[...] += (active * own + k * relayed) / topology.as_bandwidth
+        getattr(led, backbone + "_latency")[...] += active * topology.as_latency
     avg = scheme.averaging(costs)
     led.averaging += averaging_flops(avg.edge_per_client, k) / topology.aggregator_speed
     led.server_averaging += (
         averaging_flops(avg.server_per_aggregator, active.sum())
         + averaging_flops(avg.server_per_client, k.sum())
     ) / topology.server_speed
-    return led
 
 
 def predict_round(
