@@ -7,6 +7,7 @@ function in its ``commands`` module, so this file only lists the areas.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -14,6 +15,9 @@ import sys
 
 from flowsplit import __version__
 from flowsplit.errors import FlowsplitError
+
+USER_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
+"""OS errors reported as one line naming the file, not as an internal error."""
 
 # Modules with a ``register(subparsers)`` function, in the order --help shows them.
 COMMAND_MODULES = (
@@ -92,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last line of defence for the CLI
         if debug:
             raise
+        if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:
+            # Full disk, no permission, read-only file system: the user's to fix.
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"flowsplit: error: {where}{exc.strerror}", file=sys.stderr)
+            return 2
         print(
             f"flowsplit: internal error: {type(exc).__name__}: {exc} "
             "(run with --debug for the traceback)",

@@ -112,3 +112,30 @@ def test_a_dataset_with_no_known_class_is_refused_in_one_line(trained, tmp_path,
     err = capsys.readouterr().err.strip()
     assert rc != 0 and "\n" not in err
     assert "none of its classes (x, y, z) is one the model was trained on" in err
+
+
+def test_a_full_disk_or_a_refused_file_is_one_line_naming_it(trained, monkeypatch, capsys):
+    import errno
+
+    from flowsplit.train import commands, runs
+
+    _, data, run = trained
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")  # no file name, as from write()
+
+    monkeypatch.setattr(commands, "atomic_write_text", full)
+    rc = cli_main(["evaluate", str(run), str(data), "--output", "/out/eval.json"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == (
+        "flowsplit: error: /out/eval.json: cannot write it (No space left on device)"
+    )
+
+    # Any command: a permission or read-only refusal names the file, no traceback.
+    def refused(path):
+        raise PermissionError(errno.EACCES, "Permission denied", "/runs/r/config.json")
+
+    monkeypatch.setattr(runs, "load_trained_model", refused)
+    rc = cli_main(["evaluate", str(run), str(data)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err == "flowsplit: error: /runs/r/config.json: Permission denied"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.evaluation import SPLIT_CHOICES
 
@@ -298,7 +299,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from flowsplit.data.store import atomic_write_json, load_dataset
+    from flowsplit.data.store import load_dataset
     from flowsplit.train.evaluation import ClassMapping, model_input, score_by_name, split_rows
     from flowsplit.train.runs import load_trained_model, predict_labels
 
@@ -349,7 +350,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  {name:<24} not scored: {count} flows of a class the model was not "
                   f"trained on (predicted as: {called})")  # fmt: skip
     if args.output:
-        atomic_write_json(args.output, summary)
+        write_output(args.output, json.dumps(summary, indent=1) + "\n")
     return 0
 
 
@@ -386,9 +387,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     table["predicted"] = names
     table["confidence"] = confidence.round(4)
     if args.output:
-        from flowsplit.data.store import atomic_write_text
-
-        atomic_write_text(args.output, table.to_csv(index=False))
+        write_output(args.output, table.to_csv(index=False))
         unknown = int((names == UNKNOWN).sum()) if args.min_confidence is not None else 0
         note = f" ({unknown} below --min-confidence: {UNKNOWN})" if unknown else ""
         print(f"{len(table)} flows classified{note} -> {args.output}")
@@ -398,6 +397,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         with pd.option_context("display.max_rows", None, "display.width", 200):
             print(table.to_string(index=False))
     return 0
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """Write a file the user asked for, atomically; an OS refusal is one line naming it."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise InputError(path, f"cannot write it ({exc.strerror or exc})") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
