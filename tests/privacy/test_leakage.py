@@ -8,7 +8,13 @@ import math
 import pytest
 
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.planner.leakage import allowed_cuts, allowed_pairs, pair_leakage, read_leakage
+from flowsplit.planner.leakage import (
+    allowed_cuts,
+    allowed_pairs,
+    budget_pairs,
+    pair_leakage,
+    read_leakage,
+)
 
 STUDY = {
     "cuts": {
@@ -74,3 +80,18 @@ def test_missing_file(tmp_path):
         read_leakage(tmp_path / "none.json", "dcor")
     with pytest.raises(InputError, match="defence 'quant'"):
         read_leakage(_write(tmp_path, STUDY), "dcor", defence="quant")
+
+
+def test_budget_pairs_for_the_planner(tmp_path):
+    path = _write(tmp_path, STUDY)
+    assert budget_pairs(None, "dcor", None) is None
+    assert budget_pairs(path, "bytes_recovered", 0.3) == ((2, 2), (2, 3), (3, 3))
+    assert budget_pairs(path, "bytes_recovered", 1.0) == (
+        (1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (3, 3)
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="needs both"):
+        budget_pairs(path, "dcor", None)
+    with pytest.raises(ConfigError, match="needs both"):
+        budget_pairs(None, "dcor", 0.5)
+    with pytest.raises(ConfigError, match=r"--max-leakage 0.5 on dcor .*least leaky is \(3, 3\)"):
+        budget_pairs(path, "dcor", 0.5)

@@ -96,3 +96,29 @@ def allowed_pairs(
         )
         raise ConfigError(f"no cut pair has leakage <= {max_leakage}{hint}")
     return ok
+
+
+def budget_pairs(
+    path: str | Path | None, measure: str, max_leakage: float | None
+) -> tuple[tuple[int, int], ...] | None:
+    """The cut pairs a plan may use under a leakage budget (``None``: no budget).
+
+    Pairs are ``(a, c)`` with ``a <= c`` over the cuts the file measured, kept when
+    :func:`pair_leakage` is at most ``max_leakage``; for the planner's ``only_cuts``.
+    Both ``path`` and ``max_leakage`` are needed for a budget; one without the other
+    is a :class:`ConfigError`, as is a budget no measured pair meets.
+    """
+    if path is None and max_leakage is None:
+        return None
+    if path is None or max_leakage is None:
+        raise ConfigError(
+            "a leakage budget needs both --max-leakage and --leakage-file "
+            "(the privacy.json of `flowsplit sfl privacy`)"
+        )
+    leak = read_leakage(path, measure)
+    cuts = sorted(leak)
+    pairs = [(a, c) for a in cuts for c in cuts if a <= c]
+    try:
+        return tuple(allowed_pairs(pairs, leak, max_leakage))
+    except ConfigError as exc:
+        raise ConfigError(f"--max-leakage {max_leakage} on {measure} of {path}: {exc}") from None
