@@ -25,6 +25,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture/CSV/IDX files or folders")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="dataset directory to write")
+    _label_arguments(p)
+    _flow_arguments(p)
+    _split_arguments(p)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at -o")
+    p.add_argument("--strict", action="store_true", help="turn counted skips into errors")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.set_defaults(func=run_prepare)
+
+    p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
+    p.add_argument("dataset", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=run_inspect)
+
+
+def _label_arguments(p: argparse.ArgumentParser) -> None:
+    """Where labels come from."""
     g = p.add_argument_group("labels")
     g.add_argument(
         "--label-by",
@@ -45,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--port-map", type=Path, metavar="JSON", help='--label-by port: {"name": port, ...}'
     )
     g.add_argument("--class-names", help="IDX: comma-separated names of labels 0..n-1")
+
+
+def _flow_arguments(p: argparse.ArgumentParser) -> None:
+    """How packets become flows, and the views."""
     g = p.add_argument_group("flows and views")
     g.add_argument(
         "--views", default=",".join(VIEW_CHOICES), help="comma-separated views to compute"
@@ -69,6 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--no-reassembly", action="store_true", help="count IP fragments, unjoined")
     g.add_argument("--fragment-timeout", type=float, default=30.0, help="seconds")
+
+
+def _split_arguments(p: argparse.ArgumentParser) -> None:
+    """Splits, class selection and balance."""
     g = p.add_argument_group("splits and balance")
     g.add_argument("--split-by", default="auto", choices=("auto", "file", "flow", "time"))
     g.add_argument("--val", type=float, default=0.15, help="fraction for validation")
@@ -87,15 +111,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=5,
         help="warn about classes with fewer flows than this in a split (recorded in the manifest)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at -o")
-    p.add_argument("--strict", action="store_true", help="turn counted skips into errors")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.set_defaults(func=run_prepare)
-
-    p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
-    p.add_argument("dataset", metavar="DIR")
-    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    p.set_defaults(func=run_inspect)
 
 
 def _csv_list(text: str | None) -> tuple[str, ...]:

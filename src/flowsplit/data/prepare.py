@@ -232,20 +232,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
             on_error="raise" if opts.strict else "skip",
         )
         for batch in flows:
-            labels = np.full(len(batch), None, dtype=object)
-            for si in np.unique(batch.source).tolist():
-                # labels depend on the file (folder, file CSV, per-file keys)
-                sel = np.flatnonzero(batch.source == si)
-                f = files[si]
-                labels[sel] = labeller.label_flows(
-                    f.path,
-                    f.root,
-                    batch.proto[sel],
-                    batch.ip_a[sel],
-                    batch.port_a[sel],
-                    batch.ip_b[sel],
-                    batch.port_b[sel],
-                )
+            labels = _label_batch(labeller, files, batch)
             keep = labels != None  # noqa: E711 - elementwise on an object array
             skipped["unlabelled"] += int(len(keep) - keep.sum())
             if keep.any():
@@ -283,6 +270,25 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "view_info": _capture_view_info(flow_opts),
     }
     return writer, info
+
+
+def _label_batch(labeller: Labeller, files, batch) -> np.ndarray:
+    """Labels of a batch's flows (None: unlabelled), file by file."""
+    labels = np.full(len(batch), None, dtype=object)
+    for si in np.unique(batch.source).tolist():
+        # labels depend on the file (folder, file CSV, per-file keys)
+        sel = np.flatnonzero(batch.source == si)
+        f = files[si]
+        labels[sel] = labeller.label_flows(
+            f.path,
+            f.root,
+            batch.proto[sel],
+            batch.ip_a[sel],
+            batch.port_a[sel],
+            batch.ip_b[sel],
+            batch.port_b[sel],
+        )
+    return labels
 
 
 def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray):

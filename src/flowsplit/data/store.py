@@ -443,6 +443,18 @@ class DatasetWriter:
             raise ValueError(f"meta lacks columns {missing}")
         final_meta = meta.iloc[keep_idx].reset_index(drop=True)
         final_meta["flow_id"] = np.arange(len(final_meta), dtype=np.int64)
+        views_info = self._write_views(keep_idx, chunk_rows)
+        final_meta.to_parquet(self.tmp_dir / "meta.parquet", index=False)
+        shutil.rmtree(self._raw_dir, ignore_errors=True)
+        manifest = _manifest(final_meta, classes, views_info, manifest_extra)
+        atomic_write_json(self.tmp_dir / "manifest.json", manifest)
+        (self.tmp_dir / LOCK_FILE).touch()
+        os.chmod(self.tmp_dir, 0o777 & ~_umask())  # mkdtemp makes it private
+        self._rename_into_place()
+        return self.out_dir
+
+    def _write_views(self, keep_idx: np.ndarray, chunk_rows: int) -> dict[str, Any]:
+        """The kept rows of every view, in their final files; the views' manifest part."""
         views_info: dict[str, Any] = {}
         for name, app in self._appenders.items():
             app.close()
@@ -468,37 +480,7 @@ class DatasetWriter:
                 "dtype": "float32",
                 "columns": list(stats.columns),
             }
-        final_meta.to_parquet(self.tmp_dir / "meta.parquet", index=False)
-        shutil.rmtree(self._raw_dir, ignore_errors=True)
-
-        labels = final_meta["label"].to_numpy(dtype=np.int64)
-        counts = (
-            np.bincount(labels, minlength=len(classes))
-            if len(labels)
-            else np.zeros(len(classes), int)
-        )
-        split_counts = {s: int((final_meta["split"] == s).sum()) for s in SPLITS}
-        manifest: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "flowsplit_version": __version__,
-            "n_flows": len(final_meta),
-            "classes": list(classes),
-            "class_counts": {c: int(n) for c, n in zip(classes, counts, strict=True)},
-            "views": {},
-            "splits": split_counts,
-        }
-        extra = dict(manifest_extra or {})
-        extra_views = extra.pop("views", {})
-        for name, info in views_info.items():
-            info.update(extra_views.get(name, {}))
-            manifest["views"][name] = info
-        for key, value in extra.items():
-            manifest.setdefault(key, value)
-        atomic_write_json(self.tmp_dir / "manifest.json", manifest)
-        (self.tmp_dir / LOCK_FILE).touch()
-        os.chmod(self.tmp_dir, 0o777 & ~_umask())  # mkdtemp makes it private
-        self._rename_into_place()
-        return self.out_dir
+        return views_info
 
     def _rename_into_place(self) -> None:
         if self.out_dir.exists():
@@ -516,6 +498,32 @@ class DatasetWriter:
             app.close_file()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         self._done = True
+
+
+def _manifest(final_meta, classes, views_info, manifest_extra) -> dict[str, Any]:
+    """The manifest of a finished dataset: counts, views, and the caller's extras."""
+    labels = final_meta["label"].to_numpy(dtype=np.int64)
+    counts = (
+        np.bincount(labels, minlength=len(classes)) if len(labels) else np.zeros(len(classes), int)
+    )
+    split_counts = {s: int((final_meta["split"] == s).sum()) for s in SPLITS}
+    manifest: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "flowsplit_version": __version__,
+        "n_flows": len(final_meta),
+        "classes": list(classes),
+        "class_counts": {c: int(n) for c, n in zip(classes, counts, strict=True)},
+        "views": {},
+        "splits": split_counts,
+    }
+    extra = dict(manifest_extra or {})
+    extra_views = extra.pop("views", {})
+    for name, info in views_info.items():
+        info.update(extra_views.get(name, {}))
+        manifest["views"][name] = info
+    for key, value in extra.items():
+        manifest.setdefault(key, value)
+    return manifest
 
 
 def _as_index(keep: np.ndarray | Iterable[int], n: int) -> np.ndarray:
