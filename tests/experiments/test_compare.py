@@ -187,3 +187,4 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     assert "2 workers: no speedup claimed for cnn (contended; measured" in summary
     assert "Rerun on a quiet machine" in summary
     assert "not claimed: contended" in (out / "report.md").read_text()
+    assert "workers for cnn (fitted to disturbed timings: unreliable)" in summary

@@ -197,11 +197,16 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 "e.g. --workers 1,2,4, for a held-out check)"
             )
         lines.append(line + ".")
+        # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
+        shaky = {m for m in errs if any(g["timing_contended"]
+                                        for g in models[m]["by_workers"].values())}  # fmt: skip
         for key in ("10gbe", "ib100"):
             reach = {m: _reach(models[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
             lines.append(f"Predicted on {net}: scaling efficiency stays >= 50 % up to " + ", ".join(
-                f"{n} workers for {m}" for m, n in reach.items()) + ".")  # fmt: skip
+                f"{n} workers for {m}" + (" (fitted to disturbed timings: unreliable)"
+                                          if m in shaky else "")
+                for m, n in reach.items()) + ".")  # fmt: skip
     if max(cfg["workers"]) > 1 and not errs and not any(e.get("scaling") for e in models.values()):
         lines.append(
             "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
