@@ -223,6 +223,30 @@ def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout:
     return store
 
 
+def _check_world_size(world_size: int, topology: Topology) -> None:
+    expected = 1 + topology.n_aggregators + topology.n_clients
+    if world_size != expected:
+        raise ConfigError(
+            f"the dist runner needs 1 server + {topology.n_aggregators} aggregators + "
+            f"{topology.n_clients} clients = {expected} processes, got {world_size}"
+        )
+
+
+def _setup_from_payload(config: SFLConfig, topology: Topology, payload: dict[str, Any]) -> RunSetup:
+    """The same :class:`RunSetup` as the launcher's (same data, weights, costs)."""
+    profile = BlockProfile.from_dict(payload["profile"]) if payload.get("profile") else None
+    assignment = np.asarray(payload["assignment"]) if payload.get("assignment") else None
+    return prepare_run(
+        config,
+        dataset=payload["dataset"],
+        model_fn=payload["model_fn"],
+        topology=topology,
+        view=payload.get("view"),
+        profile=profile,
+        assignment=assignment,
+    )
+
+
 def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     """Entry point of one process (spawned by :func:`launch_local` or started by torchrun)."""
     quiet = payload.get("quiet", False)
@@ -232,23 +256,8 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     _setup_logging(Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log",
                    quiet)  # fmt: skip
     torch.set_num_threads(config.threads)
-    expected = 1 + topology.n_aggregators + topology.n_clients
-    if world_size != expected:
-        raise ConfigError(
-            f"the dist runner needs 1 server + {topology.n_aggregators} aggregators + "
-            f"{topology.n_clients} clients = {expected} processes, got {world_size}"
-        )
-    profile = BlockProfile.from_dict(payload["profile"]) if payload.get("profile") else None
-    assignment = np.asarray(payload["assignment"]) if payload.get("assignment") else None
-    setup = prepare_run(
-        config,
-        dataset=payload["dataset"],
-        model_fn=payload["model_fn"],
-        topology=topology,
-        view=payload.get("view"),
-        profile=profile,
-        assignment=assignment,
-    )
+    _check_world_size(world_size, topology)
+    setup = _setup_from_payload(config, topology, payload)
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context()
@@ -339,6 +348,26 @@ def make_payload(
     }
 
 
+def _loopback_store(world: int, wait_s: float) -> tuple[dist.TCPStore, int]:
+    """A rendezvous store for ``world`` local processes, and its port."""
+    # The store listens on a socket we bind ourselves, so it is loopback only and the
+    # port cannot be taken between choosing and using it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(world)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world,
+        True,
+        dt.timedelta(seconds=wait_s),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the store owns (and closes) the socket now
+    )
+    return store, port
+
+
 def launch_local(
     setup: RunSetup,
     *,
@@ -355,22 +384,7 @@ def launch_local(
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
         out_dir = tmp.name
-    # The store listens on a socket we bind ourselves, so it is loopback only and the
-    # port cannot be taken between choosing and using it.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(world)
-    port = sock.getsockname()[1]
-    wait = setup.config.timeout_s * (2 + topo.n_clients)
-    store = dist.TCPStore(
-        "127.0.0.1",
-        port,
-        world,
-        True,
-        dt.timedelta(seconds=wait),
-        wait_for_workers=False,
-        master_listen_fd=sock.detach(),  # the store owns (and closes) the socket now
-    )
+    store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
     payload.update(store=("127.0.0.1", port), bind="127.0.0.1")
     ctx = mp.get_context("forkserver")

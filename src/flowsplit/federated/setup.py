@@ -137,6 +137,41 @@ def _fit_input_scaler(model: BlockModel, ds: Dataset, view: str, rows: np.ndarra
         fit_input_scaler(model, torch.from_numpy(np.asarray(ds.view(view)[rows])))
 
 
+def _resolve_view(ds: Dataset, model_fn: ModelFn, view: str | None) -> str:
+    if view is None:
+        resolve = getattr(model_fn, "resolved_view", None)
+        view = resolve() if resolve else getattr(model_fn, "view", None)
+    if view is None:
+        raise ConfigError("no dataset view given and the model factory names none")
+    if not ds.has_view(view):
+        raise ConfigError(
+            f"dataset {ds.root} has no view {view!r} (it has {', '.join(ds.views)}); pass --view"
+        )
+    return view
+
+
+def _train_rows(ds: Dataset, config: SFLConfig) -> np.ndarray:
+    """The training rows, or a seeded subset of ``config.train_limit`` of them."""
+    train = ds.split_indices("train")
+    if config.train_limit is not None and config.train_limit < len(train):
+        pick = np.random.default_rng([config.seed, 17]).choice(
+            len(train), config.train_limit, False
+        )
+        train = np.sort(train[pick])
+    return train
+
+
+def _check_client_memory(topo: Topology, costs: PartCosts, config: SFLConfig) -> None:
+    need = client_memory_bytes(costs, config.batch_size)
+    short = np.flatnonzero(topo.client_memory < need)
+    if len(short):
+        raise ConfigError(
+            f"client {short[0]} has {topo.client_memory[short[0]] / 2**20:.0f} MiB but the client "
+            f"part at cut a={config.cuts[0]} needs about {need / 2**20:.0f} MiB with batch "
+            f"{config.batch_size}; choose a smaller a or batch, or give clients more memory"
+        )
+
+
 def prepare_run(
     config: SFLConfig,
     *,
@@ -149,21 +184,8 @@ def prepare_run(
 ) -> RunSetup:
     """Build the run: partition, initial model, parts' costs, shard sizes in the topology."""
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
-    if view is None:
-        resolve = getattr(model_fn, "resolved_view", None)
-        view = resolve() if resolve else getattr(model_fn, "view", None)
-    if view is None:
-        raise ConfigError("no dataset view given and the model factory names none")
-    if not ds.has_view(view):
-        raise ConfigError(
-            f"dataset {ds.root} has no view {view!r} (it has {', '.join(ds.views)}); pass --view"
-        )
-    train = ds.split_indices("train")
-    if config.train_limit is not None and config.train_limit < len(train):
-        pick = np.random.default_rng([config.seed, 17]).choice(
-            len(train), config.train_limit, False
-        )
-        train = np.sort(train[pick])
+    view = _resolve_view(ds, model_fn, view)
+    train = _train_rows(ds, config)
     meta = ds.meta.iloc[train]
     shards = make_partition(
         config.partition,
@@ -186,14 +208,7 @@ def prepare_run(
         aux_max_features=config.aux_max_features,
     )
     topo = topology.with_samples(np.array([len(s) for s in shards]))
-    need = client_memory_bytes(costs, config.batch_size)
-    short = np.flatnonzero(topo.client_memory < need)
-    if len(short):
-        raise ConfigError(
-            f"client {short[0]} has {topo.client_memory[short[0]] / 2**20:.0f} MiB but the client "
-            f"part at cut a={config.cuts[0]} needs about {need / 2**20:.0f} MiB with batch "
-            f"{config.batch_size}; choose a smaller a or batch, or give clients more memory"
-        )
+    _check_client_memory(topo, costs, config)
     if assignment is None:
         assignment = assign_clients(topo, config.assign, config.seed)
     assignment = topo.check_assignment(assignment)
