@@ -60,6 +60,14 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     for scheme in ("sfl", "delay", "acc-aware"):
         assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
     assert any("pays them back" in line for line in results["summary"])
+    # The baselines that split nothing, and the ablation of the planner's gain.
+    assert set(results["baselines"]) == {"majority", "centralised", "fedavg"}
+    maj = results["baselines"]["majority"]["per_seed"]
+    assert len(maj) == 2 and all(0 < b["accuracy"] < 1 and b["bytes"] == 0 for b in maj)
+    assert results["baselines"]["fedavg"]["bytes_total"]["mean"] > 0
+    parts = [r["part"] for r in results["ablation"]]
+    assert len(parts) == 3 and parts[0].startswith("assignment") and parts[1].startswith("cut")
+    assert "Ablation" in text and "splits nothing" in text
     from flowsplit.experiments.sfl_report import rerender
 
     assert rerender(out).read_text() == text
@@ -161,3 +169,30 @@ def test_illegal_baseline_cuts_are_refused_before_any_pilot(tmp_path, monkeypatc
     with pytest.raises(ConfigError, match="--capacity 1,1"):
         study.make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True)
     assert ran == []
+
+
+def test_majority_baseline_by_hand(tmp_path):
+    from flowsplit.experiments.sfl_baselines import majority
+
+    # By hand: training labels 0, 0, 1 and 1, 2, 2 tie at two each, the first (class 0)
+    # wins; the test labels 0, 0, 0, 1, 2 then give 3 / 5.
+    class Setup:
+        shards = [None, None]
+
+        class dataset:
+            n_classes = 3
+
+        @staticmethod
+        def client_data(i):
+            import torch
+
+            return None, torch.tensor([[0, 0, 1], [1, 2, 2]][i])
+
+        @staticmethod
+        def eval_data():
+            import torch
+
+            return None, torch.tensor([0, 0, 0, 1, 2])
+
+    out = majority(Setup)
+    assert out["class"] == 0 and out["accuracy"] == pytest.approx(3 / 5)

@@ -195,6 +195,54 @@ def _versus(rows: list[dict], ref: list[dict], target: float) -> dict:
     }
 
 
+def baseline_summary(baselines: list[dict], runs: list[dict]) -> dict:
+    """Per baseline that splits nothing: final accuracy and macro-F1 over seeds, and the
+    accuracy difference of each split scheme from it, paired by seed."""
+    out = {}
+    for name in sorted({b["baseline"] for b in baselines}):
+        rows = sorted((b for b in baselines if b["baseline"] == name), key=lambda b: b["seed"])
+        acc = {b["seed"]: b["accuracy"] for b in rows}
+        versus = {}
+        for scheme in sorted({r["scheme"] for r in runs}):
+            own = {r["seed"]: r["history"][-1]["accuracy"] for r in runs if r["scheme"] == scheme}
+            seeds = sorted(set(acc) & set(own))
+            cmp = compare_paired(np.array([acc[s] for s in seeds]),
+                                 np.array([own[s] for s in seeds]))  # fmt: skip
+            versus[scheme] = cmp.diff.as_dict()
+        out[name] = {
+            "final_accuracy": _interval([b["accuracy"] for b in rows]),
+            "final_macro_f1": _interval([b["macro_f1"] for b in rows]),
+            "bytes_total": _interval([b["bytes"] for b in rows]),
+            "per_seed": rows,
+            "scheme_minus_baseline": versus,
+        }
+    return out
+
+
+ABLATION = (
+    ("assignment (hsfl-greedy vs hsfl)", "hsfl-greedy", "hsfl"),
+    ("cut choice (acc-aware vs hsfl-greedy)", "acc-aware", "hsfl-greedy"),
+    ("total (acc-aware vs hsfl)", "acc-aware", "hsfl"),
+)
+"""The planner's gain over the research's baseline, split: HSFL's random assignment
+replaced by the greedy at the same cuts, then the cuts chosen by the planner."""
+
+
+def ablation(runs: list[dict]) -> list[dict]:
+    """Rows of :data:`ABLATION` present in ``runs``: accuracy difference (points,
+    paired t interval) and total delay and bytes ratios (paired, log interval)."""
+    rows = []
+    schemes = {r["scheme"] for r in runs}
+    for label, b, a in ABLATION:
+        if a not in schemes or b not in schemes:
+            continue
+        v = _versus(scheme_rows(runs, b), scheme_rows(runs, a), target=math.inf)
+        rows.append({"part": label, "scheme": b, "against": a, "n_seeds": v["n_seeds"],
+                     "accuracy_diff": v["accuracy_diff"], "delay_ratio": v["delay_ratio"],
+                     "bytes_ratio": v["bytes_ratio"]})  # fmt: skip
+    return rows
+
+
 def _plan_summary(plans: dict) -> dict:
     out = {}
     for seed, by_scheme in plans.items():

@@ -32,7 +32,8 @@ from typing import Any
 
 from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.sfl_analysis import summarise
+from flowsplit.experiments.sfl_analysis import ablation, baseline_summary, summarise
+from flowsplit.experiments.sfl_baselines import BASELINES, run_baselines
 from flowsplit.experiments.sfl_report import write_report
 from flowsplit.federated.results import write_run
 from flowsplit.federated.setup import prepare_run
@@ -60,6 +61,8 @@ class CompareConfig(StudyConfig):
     """Run seeds (partition, initial weights, batch order, random assignments)."""
     target_accuracy: float | None = None
     """Accuracy whose first reaching is timed (default: 0.95 x HSFL's mean final accuracy)."""
+    baselines: tuple[str, ...] = BASELINES
+    """Baselines that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
 
     def validate(self) -> None:
         super().validate()
@@ -70,6 +73,11 @@ class CompareConfig(StudyConfig):
             )
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed")
+        bad = [b for b in self.baselines if b not in BASELINES]
+        if bad:
+            raise ConfigError(
+                f"--baselines: unknown {', '.join(bad)}; choose from {', '.join(BASELINES)}"
+            )
 
 
 def resolve_config(quick: bool = False, **options: Any) -> CompareConfig:
@@ -113,14 +121,22 @@ def run_sfl_compare(
     study = make_study(dataset_dir, cfg, model_fn=model_fn, quiet=quiet,
                        pilots="acc-aware" in cfg.schemes, seed=cfg.seeds[0])  # fmt: skip
     write_topology(study.topology, out / "topology.toml")
-    runs, plans = [], {}
+    runs, plans, baselines = [], {}, []
     for seed in cfg.seeds:
         seed_plans = plan_seed(study, seed, cfg.schemes)
         plans[str(seed)] = {k: p.to_dict() for k, p in seed_plans.items()}
         for scheme in cfg.schemes:
             runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
+        if cfg.baselines:
+            setup = prepare_run(base_config(cfg, seed), dataset=study.dataset,
+                                model_fn=study.model_fn, topology=study.topology,
+                                profile=study.profile)  # fmt: skip
+            for name, rec in run_baselines(setup, cfg.baselines).items():
+                baselines.append({"baseline": name, "seed": seed, **rec})
     atomic_write_json(out / "plans.json", plans)
     results = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
+    results["baselines"] = baseline_summary(baselines, runs)
+    results["ablation"] = ablation(runs)
     return write_report(out, results)
 
 

@@ -22,17 +22,28 @@ METHODS = [
     "by the engine's cost model (compute = FLOPs / speed; a message = latency + bytes / "
     "bandwidth; aggregator compute and backbone links are FIFO queues).",
     "sfl: SplitFed v1 at one cut, through a seeded random relay aggregator. hsfl: fixed cuts, "
-    "seeded random assignment (the reference). delay: the planner with weights (0, 1, 0). "
-    "acc-aware: the planner with the objective w_loss * predicted loss + w_delay * delay / "
-    "delay_ref + w_bytes * bytes / bytes_ref.",
+    "seeded random assignment (the reference, the research's baseline). hsfl-greedy: the same "
+    "cuts with the planner's delay-aware greedy assignment and local search. delay: the "
+    "planner with weights (0, 1, 0). acc-aware: the planner, accuracy first: among the cut "
+    "pairs whose predicted accuracy is within the tolerance (1 pt) of the best predicted, "
+    "the least w_delay * delay / delay_ref + w_bytes * bytes / bytes_ref; the references are "
+    "HSFL at its fixed cuts with the round-robin assignment (deterministic). When the pilots "
+    "do not separate the cuts beyond their sampling noise, the planner says so and keeps "
+    "the pairs with the shallowest client part. A plan with a == c is two-tier.",
     "Planner: every legal cut pair whose client part fits the clients' memory; a greedy "
     "assignment (largest client work first, each to the aggregator with the earliest finish "
     "time), then local search (moves, swaps; on small instances restarts and aggregator "
     "closing); cut pairs pruned by a lower bound on large instances.",
-    "Surrogate: pilot runs at a few cut pairs spanning the legal range (validation split, "
-    "first seed), ridge regression on the cut depths (with 6 or more pilots also parameter "
-    "share and log activation size), penalty by exact leave-one-out; pilot cost is reported "
-    "and not added to the runs.",
+    "Surrogate: pilot runs at every legal cut pair (at most 6), budgeted in optimiser steps "
+    "(a quarter of the run's, at least 4 rounds), on the validation split and the first "
+    "seed; each pilot's validation curve is extrapolated to the run's steps by a fitted "
+    "learning curve (a + b * steps^-c, anchored at the last point); pairs without a pilot "
+    "get a ridge regression on cut features whose loss of spread is reported. Pilot cost "
+    "is reported and not added to the runs.",
+    "Baselines that split nothing: the majority class of the training rows; centralised "
+    "training of the same model on the same rows (rounds x local epochs epochs); plain "
+    "FedAvg of the whole model on the same clients (its bytes: model down and up per client "
+    "and round; no simulated delay).",
     "Statistics: means with 95 % t intervals over seeds; against HSFL paired by seed: "
     "accuracy as a difference (paired t interval), delay and bytes as ratios (geometric mean "
     "of per-seed ratios, interval on the log ratio). Delay to target: simulated clock at the "
@@ -257,6 +268,10 @@ def render_html(results: Mapping) -> str:
                                 caption="Against HSFL, paired by seed"), anchor="summary"),
         html.section("Results per scheme", html.table(results_rows(results), RESULT_COLS),
                      anchor="results"),
+        html.section("Ablation: where the gain over HSFL comes from",
+                     html.table(ablation_rows(results), ABLATION_COLS)),
+        html.section("Baselines that split nothing (same rows, seeds, test split)",
+                     html.table(baseline_rows(results), BASELINE_COLS)),
         html.section("Curves", *(html.figure(f, cap) for f, cap in _figures(results))),
         html.section("Bytes by hop and message type",
                      html.table(bytes_rows(results), bytes_cols(results))),
@@ -270,6 +285,42 @@ def render_html(results: Mapping) -> str:
                      f"{results['generated']}")  # fmt: skip
 
 
+def baseline_rows(results: Mapping) -> list[dict]:
+    rows = []
+    for name, v in (results.get("baselines") or {}).items():
+        vs = v.get("scheme_minus_baseline", {})
+        rows.append({
+            "baseline": name, "acc": _ci(v["final_accuracy"], 100, 2),
+            "f1": _ci(v["final_macro_f1"], 100, 2), "mb": _ci(v["bytes_total"], 1e-6, 1),
+            "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
+        })  # fmt: skip
+    return rows
+
+
+BASELINE_COLS = [
+    Column("baseline", "baseline (splits nothing)"),
+    Column("acc", "accuracy, %", align="right"),
+    Column("f1", "macro-F1, %", align="right"),
+    Column("mb", "MB total", align="right"),
+    Column("acc_aware", "acc-aware minus it, pts", align="right"),
+]
+
+
+def ablation_rows(results: Mapping) -> list[dict]:
+    return [{"part": r["part"], "n": r["n_seeds"], "acc": _diff(r["accuracy_diff"]),
+             "delay": _ratio(r["delay_ratio"]), "bytes": _ratio(r["bytes_ratio"])}
+            for r in results.get("ablation") or []]  # fmt: skip
+
+
+ABLATION_COLS = [
+    Column("part", "part of the gain"),
+    Column("n", "seeds", align="right"),
+    Column("acc", "accuracy, pts (95 % CI)", align="right"),
+    Column("delay", "total delay (95 % CI)", align="right"),
+    Column("bytes", "bytes (95 % CI)", align="right"),
+]
+
+
 def render_markdown(results: Mapping) -> str:
     sur_rows, sur_text = _surrogate_parts(results)
     return markdown.document(
@@ -279,6 +330,10 @@ def render_markdown(results: Mapping) -> str:
         markdown.table(versus_rows(results), VERSUS_COLS),
         markdown.heading("Results per scheme"),
         markdown.table(results_rows(results), RESULT_COLS),
+        markdown.heading("Ablation: where the gain over HSFL comes from"),
+        markdown.table(ablation_rows(results), ABLATION_COLS),
+        markdown.heading("Baselines that split nothing (same rows, seeds, test split)"),
+        markdown.table(baseline_rows(results), BASELINE_COLS),
         markdown.heading("Bytes by hop and message type"),
         markdown.table(bytes_rows(results), bytes_cols(results)),
         markdown.heading("Plans (first seed)"),
