@@ -309,6 +309,15 @@ def test_reading_resumes_after_a_corrupt_record(tmp_path):
     assert sum(f["n"] for f in flows) == 67 and report.n_packets == 68
 
 
+def test_pcapng_reading_resumes_after_a_corrupt_block(tmp_path):
+    pkts = [g.epb(udp4(1.0 + i, sport=1000 + i % 3)) for i in range(20)]
+    bad = struct.pack("<II", 6, 30) + b"\x55" * 26  # an impossible length, then junk
+    path = tmp_path / "a.pcapng"
+    path.write_bytes(g.shb() + g.idb(1) + b"".join(pkts[:7]) + bad + b"".join(pkts[7:]))
+    flows, report = read(path)
+    assert report.skipped == {"bad_block_length": 1} and sum(f["n"] for f in flows) == 20
+
+
 def test_corrupt_record_with_nothing_good_after_it_ends_the_file(tmp_path):
     path = g.write_pcap(tmp_path / "a.pcap", [udp4(1.0), udp4(2.0)])
     data = bytearray(path.read_bytes())
@@ -343,8 +352,10 @@ def test_pcapng_impossible_or_huge_block_lengths(tmp_path, length):
     path = tmp_path / "a.pcapng"
     path.write_bytes(good + struct.pack("<II", 6, length) + b"\0" * 64)
     if length in (0, 8, 30):  # shorter than a block, or not a multiple of 4
-        with pytest.raises(InputError, match="impossible length"):
-            read(path)
+        flows, report = read(path)
+        assert flows[0]["n"] == 1 and report.skipped == {"bad_block_length": 1}
+        with pytest.raises(InputError, match="bad block length"):
+            read(path, strict=True)
     else:  # longer than the file: the last block is cut short
         flows, report = read(path)
         assert flows[0]["n"] == 1 and report.skipped["truncated_record"] == 1

@@ -58,6 +58,7 @@ MALFORMED_REASONS = frozenset(
         "oversized_record",
         "bad_interface",
         "bad_block_trailer",
+        "bad_block_length",
         "truncated_packet",
         "bad_ip_header",
         "bad_ipv6_ext",
@@ -76,6 +77,9 @@ _RESYNC_SECONDS = 366 * 86400  # a record found after corruption is this close i
 _SHB = 0x0A0D0D0A
 _BOM = 0x1A2B3C4D
 _PACKET_BLOCKS = (2, 3, 6)  # obsolete packet, simple packet, enhanced packet
+# Block types a resynchronisation may land on: interface, packets, name resolution,
+# interface statistics, section header.
+_KNOWN_BLOCKS = np.array([1, 2, 3, 4, 5, 6, _SHB], dtype=np.uint32)
 
 
 @dataclass
@@ -268,6 +272,7 @@ class PcapngSource(Source):
         self.interfaces: list[tuple[int, int, int, float]] = []  # linktype, snaplen, div, off
         self._any_supported = False
         self.last_ts = 0.0  # for simple packet blocks, which carry no timestamp
+        self._lost_sync = False  # a corrupt block seen; looking for the next good one
 
     def _set_section(self, data, off: int, where: str) -> None:
         bom = struct.unpack_from("<I", data, off + 8)[0]
@@ -283,6 +288,10 @@ class PcapngSource(Source):
             raise InputError(self.path, f"section header block with impossible length {length}")
 
     def walk(self, mv, pos, data_end, stop, at_eof, batch):
+        if self._lost_sync:
+            found = self._resync(mv, pos, data_end, at_eof)
+            if self._lost_sync or self.done or found != pos:
+                return found
         stop = min(stop, data_end - 8)  # blocks start before this (a header must fit)
         hdr = self._hdr
         epbs = batch.starts
@@ -310,9 +319,11 @@ class PcapngSource(Source):
                 hdr = self._hdr
                 blen = hdr(mv, off)[1]  # the length in the new section's byte order
             if blen < 12 or blen % 4:
+                # A corrupt block: look for the next block that makes sense.
                 self._register(batch, n0)
-                self.fail(f"block at offset {self.offset + off - pos} has impossible length {blen}")
-                return off
+                where = f" at offset {self.offset + off - pos}: length {blen}"
+                self.lost_record("bad_block_length", where, ends_file=False)
+                return self._resync(mv, off + 4, data_end, at_eof)
             if blen > MAX_RECORD:
                 if btype in _PACKET_BLOCKS:
                     self.lost_record("oversized_record", f": {blen}-byte block", ends_file=False)
@@ -345,6 +356,37 @@ class PcapngSource(Source):
             lts = sorted({i[0] for i in self.interfaces})
             self.fail(f"no interface with a supported link type (link types {lts})")
         return off
+
+    def _resync(self, mv, lo: int, data_end: int, at_eof: bool) -> int:
+        """After a corrupt block: the offset of the next plausible block.
+
+        Plausible: a known block type, a length that is a multiple of 4 and at most
+        MAX_RECORD, and the same length repeated at the block's end. Every byte
+        offset is tried: the junk before it need not be a multiple of 4 long.
+        """
+        self._lost_sync = True
+        n = data_end - lo - 8 + 1
+        if n > 0:
+            buf = np.frombuffer(mv, dtype=np.uint8, count=n + 7, offset=lo)
+            dt = np.dtype(self.endian + "u4")
+            btype, blen = (
+                np.ndarray((n,), dtype=dt, buffer=buf, offset=k, strides=(1,)) for k in (0, 4)
+            )
+            ok = np.isin(btype, _KNOWN_BLOCKS) & (blen >= 12) & (blen % 4 == 0)
+            ok &= blen <= MAX_RECORD
+            for k in np.flatnonzero(ok).tolist():
+                at, length = lo + k, int(blen[k])
+                if at + length > data_end:
+                    if at_eof:
+                        continue
+                    return at  # decided once the rest of the block is read
+                if self._hdr(mv, at + length - 8)[1] == length:
+                    self._lost_sync = False
+                    return at
+        if at_eof:
+            self._lost_sync, self.done = False, True
+            return data_end
+        return max(lo, data_end - 7)  # a header may start in the last 7 bytes
 
     def _add_interface(self, mv, off: int, blen: int) -> None:
         e = self.endian
