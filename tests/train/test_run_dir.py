@@ -84,3 +84,18 @@ def test_a_batch_larger_than_the_training_set_is_warned_about(data, tmp_path, ca
     assert cli_main(argv) == 0
     err = capsys.readouterr().err
     assert "--batch-size 64 (global batch 64) is more than the 36 training rows" in err
+
+
+def test_the_torchrun_entry_point_takes_overwrite_too(data, tmp_path):
+    from flowsplit.train.__main__ import main as train_main
+
+    # Prepare: RUN holds a run that never reached a checkpoint, and a stale temporary.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / ".checkpoint.pt.dead.tmp").write_bytes(b"")
+    argv = [str(data), "-o", str(run), "--epochs", "1", *SMALL]
+    # Execute / Assert: refused without --overwrite, trained with it
+    assert train_main(argv) == 2
+    assert train_main([*argv, "--overwrite"]) == 0
+    assert (run / "metrics.json").is_file() and not (run / ".checkpoint.pt.dead.tmp").exists()

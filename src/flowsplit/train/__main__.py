@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from flowsplit.train.distributed import read_dist_env
     from flowsplit.train.loop import train_worker
-    from flowsplit.train.runs import CONFIG_NAME
+    from flowsplit.train.runs import CONFIG_NAME, clear_run, remove_stale_temps
 
     parser = argparse.ArgumentParser(
         prog="python -m flowsplit.train",
@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             if env.restart_count > 0 and (Path(cfg.out) / CONFIG_NAME).is_file():
                 check_restart(cfg)  # this job wrote RUN before it failed: resume it
             else:
-                check_before_launch(cfg, resume)
+                check_before_launch(cfg, resume, overwrite=args.overwrite)
+                if args.overwrite and not resume:
+                    clear_run(cfg.out)  # attempt 0 only: a restart resumes what it wrote
+                else:
+                    remove_stale_temps(cfg.out)
         train_worker(cfg, resume)
     except FlowsplitError as exc:
         print(f"flowsplit.train: error: {exc}", file=sys.stderr)
