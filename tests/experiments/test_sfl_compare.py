@@ -196,3 +196,19 @@ def test_majority_baseline_by_hand(tmp_path):
 
     out = majority(Setup)
     assert out["class"] == 0 and out["accuracy"] == pytest.approx(3 / 5)
+
+
+def test_best_fixed_is_the_legal_pair_best_on_validation(tmp_path):
+    data = write_toy_dataset(tmp_path / "toy", n=120)
+    out = tmp_path / "cmp"
+    run_sfl_compare(data, out, model="toy", model_fn=ToyFactory("mlp"), seeds=(0,), rounds=1,
+                    n_clients=4, n_aggregators=2, schemes=("best-fixed",), baselines=(),
+                    quiet=True)  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    per_cut = results["best_fixed"]["per_cut"]
+    legal = results["profile"]["legal_cuts"]
+    assert sorted(r["cuts"] for r in per_cut) == sorted(legal)
+    best = max(per_cut, key=lambda r: r["val_accuracy"])
+    assert results["best_fixed"]["chosen"] == best["cuts"]
+    assert results["schemes"]["best-fixed"]["cuts"] == [best["cuts"]]
+    assert "baselines" in results and results["baselines"] == {}

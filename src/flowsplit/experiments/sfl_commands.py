@@ -43,8 +43,9 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     add_common(p)
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
     p.add_argument("--schemes", default="sfl,hsfl,hsfl-greedy,delay,acc-aware",
-                   help="comma list of sfl, hsfl, hsfl-greedy, delay, acc-aware (hsfl always "
-                        "runs)")  # fmt: skip
+                   help="comma list of sfl, hsfl, hsfl-greedy, delay, acc-aware and best-fixed "
+                        "(every legal cut trained, the best on validation kept: costly); hsfl "
+                        "always runs")  # fmt: skip
     p.add_argument("--seeds", default=None, type=_seed_list,
                    help="number of seeds (5) or a list (0,1,2); default 5, quick 2")  # fmt: skip
     p.add_argument("--target-accuracy", type=float, default=None,

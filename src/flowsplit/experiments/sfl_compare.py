@@ -30,21 +30,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.sfl_analysis import ablation, baseline_summary, summarise
 from flowsplit.experiments.sfl_baselines import BASELINES, run_baselines
 from flowsplit.experiments.sfl_report import write_report
+from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.topology import write_topology
 from flowsplit.planner import study as study_mod
+from flowsplit.planner.objective import Weights
+from flowsplit.planner.pilots import eval_split_for
+from flowsplit.planner.plan import PlannerConfig, plan_split
 from flowsplit.planner.study import Study, StudyConfig, base_config, make_study, plan_seed, resolve
 
 log = logging.getLogger("flowsplit.experiments")
 
 SCHEMES = ("sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware")
+"""The schemes run by default."""
+ALL_SCHEMES = (*SCHEMES, "best-fixed")
+"""``best-fixed`` trains every legal cut pair (with the planner's assignment for that
+pair) for every seed and keeps the pair with the best mean final validation accuracy:
+the oracle the planner approximates, chosen in hindsight (costly: opt in)."""
 REFERENCE = "hsfl"
 QUICK = {**study_mod.QUICK, "seeds": (0, 1)}
 FULL = {**study_mod.FULL, "seeds": (0, 1, 2, 3, 4)}
@@ -66,10 +78,10 @@ class CompareConfig(StudyConfig):
 
     def validate(self) -> None:
         super().validate()
-        bad = [s for s in self.schemes if s not in SCHEMES]
+        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
         if bad:
             raise ConfigError(
-                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(SCHEMES)}"
+                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
             )
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed")
@@ -83,12 +95,14 @@ class CompareConfig(StudyConfig):
 def resolve_config(quick: bool = False, **options: Any) -> CompareConfig:
     """A :class:`CompareConfig` from keyword options; ``None`` takes the mode's default."""
     schemes = list(options.pop("schemes", None) or SCHEMES)
-    bad = [s for s in schemes if s not in SCHEMES]
+    bad = [s for s in schemes if s not in ALL_SCHEMES]
     if bad:
-        raise ConfigError(f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(SCHEMES)}")
+        raise ConfigError(
+            f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
+        )
     if REFERENCE not in schemes:
         schemes.insert(0, REFERENCE)  # differences are against HSFL, so it always runs
-    options["schemes"] = tuple(s for s in SCHEMES if s in schemes)
+    options["schemes"] = tuple(s for s in ALL_SCHEMES if s in schemes)
     return resolve(CompareConfig, QUICK if quick else FULL, quick, options)
 
 
@@ -121,12 +135,16 @@ def run_sfl_compare(
     study = make_study(dataset_dir, cfg, model_fn=model_fn, quiet=quiet,
                        pilots="acc-aware" in cfg.schemes, seed=cfg.seeds[0])  # fmt: skip
     write_topology(study.topology, out / "topology.toml")
-    runs, plans, baselines = [], {}, []
+    runs, plans, baselines, per_cut = [], {}, [], []
     for seed in cfg.seeds:
         seed_plans = plan_seed(study, seed, cfg.schemes)
         plans[str(seed)] = {k: p.to_dict() for k, p in seed_plans.items()}
         for scheme in cfg.schemes:
-            runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
+            if scheme != "best-fixed":
+                runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
+        if "best-fixed" in cfg.schemes:
+            per_cut += [_run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
+                        for (a, c), plan in cut_plans(study, seed).items()]  # fmt: skip
         if cfg.baselines:
             setup = prepare_run(base_config(cfg, seed), dataset=study.dataset,
                                 model_fn=study.model_fn, topology=study.topology,
@@ -134,7 +152,12 @@ def run_sfl_compare(
             for name, rec in run_baselines(setup, cfg.baselines).items():
                 baselines.append({"baseline": name, "seed": seed, **rec})
     atomic_write_json(out / "plans.json", plans)
+    if per_cut:  # best-fixed's runs are those of the pair best on validation
+        best = _best_pair(per_cut)
+        runs += [{**r, "scheme": "best-fixed"} for r in per_cut if tuple(r["cuts"]) == best]
     results = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
+    if per_cut:
+        results["best_fixed"] = _best_fixed(per_cut, runs)
     results["baselines"] = baseline_summary(baselines, runs)
     results["ablation"] = ablation(runs)
     return write_report(out, results)
@@ -142,7 +165,7 @@ def run_sfl_compare(
 
 def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool) -> dict:
     cfg = study.config
-    engine_scheme = "sfl" if scheme == "sfl" else cfg.family
+    engine_scheme = "sfl" if scheme == "sfl" else cfg.family  # also the cut- runs
     sfl_cfg = base_config(cfg, seed, scheme=engine_scheme, cuts=tuple(plan.cuts))
     setup = prepare_run(sfl_cfg, dataset=study.dataset, model_fn=study.model_fn,
                         topology=study.topology, profile=study.profile,
@@ -161,6 +184,7 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
     return {
         "scheme": scheme,
         "seed": seed,
+        "val_accuracy": _val_accuracy(setup, result),
         "cuts": list(plan.cuts),
         "engine_scheme": engine_scheme,
         "wall_s": wall,
@@ -185,12 +209,65 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
     }
 
 
+def cut_plans(study: Study, seed: int) -> dict:
+    """Every legal cut pair with the planner's own assignment for it (delay/bytes
+    objective, the accuracy-aware plan's weights and references)."""
+    cfg = study.config
+    topo = prepare_run(base_config(cfg, seed), dataset=study.dataset, model_fn=study.model_fn,
+                       topology=study.topology, profile=study.profile).topology  # fmt: skip
+    out = {}
+    for pair in study.profile.legal_cuts():
+        config = PlannerConfig(weights=Weights(0.0, *cfg.weights[1:]), family=cfg.family,
+                               seed=seed, batch_size=cfg.batch_size,
+                               local_epochs=cfg.local_epochs, mode="weighted",
+                               reference=cfg.reference, fixed_cuts=tuple(cfg.fixed_cuts),
+                               capacity=cfg.capacity, only_cuts=(pair,))  # fmt: skip
+        try:
+            out[pair] = plan_split(study.profile, topo, None, config)
+        except ConfigError:
+            continue  # its client part does not fit the clients' memory
+    return out
+
+
+def _best_pair(per_cut: list[dict]) -> tuple[int, int]:
+    pairs = sorted({tuple(r["cuts"]) for r in per_cut})
+    val = {p: np.mean([r["val_accuracy"] for r in per_cut if tuple(r["cuts"]) == p])
+           for p in pairs}  # fmt: skip
+    return max(pairs, key=lambda p: val[p])
+
+
+def _best_fixed(per_cut: list[dict], runs: list[dict]) -> dict:
+    """Every legal pair's mean final validation and test accuracy, and the choice."""
+    pairs = sorted({tuple(r["cuts"]) for r in per_cut})
+    rows = []
+    for p in pairs:
+        rs = [r for r in per_cut if tuple(r["cuts"]) == p]
+        rows.append({"cuts": list(p),
+                     "val_accuracy": float(np.mean([r["val_accuracy"] for r in rs])),
+                     "test_accuracy": float(np.mean([r["history"][-1]["accuracy"] for r in rs])),
+                     "n_seeds": len(rs)})  # fmt: skip
+    return {"chosen": list(_best_pair(per_cut)), "per_cut": rows,
+            "rule": "the pair with the best mean final validation accuracy over seeds"}  # fmt: skip
+
+
+def _val_accuracy(setup, result) -> float:
+    """Final global model's accuracy on the validation split (train if there is none)."""
+    ds = setup.dataset
+    rows = ds.split_indices(eval_split_for(ds))
+    x = torch.from_numpy(np.ascontiguousarray(ds.view(setup.view)[rows]))
+    y = torch.from_numpy(ds.labels[rows].astype(np.int64))
+    model = torch.nn.Sequential(*(m.part for m in setup.tier_modules()))
+    model.load_state_dict(result.model_state)
+    return float(evaluate_model(model, x, y, ds.n_classes)["accuracy"])
+
+
 def analyse(study: Study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir) -> dict:
     """Aggregate runs into the results document (see :mod:`flowsplit.experiments.sfl_analysis`)."""
     return summarise(study, runs, plans, wall_s=wall_s, dataset_dir=str(dataset_dir))
 
 
 __all__ = [
+    "ALL_SCHEMES",
     "SCHEMES",
     "CompareConfig",
     "Study",
