@@ -305,3 +305,22 @@ def test_prepare_finds_compressed_captures_in_folders(tmp_path):
     (folder / "b.zst").write_bytes(_compress("zst", plain.read_bytes()))  # found by content
     (folder / "notes.txt.gz").write_bytes(_compress("gz", b"hello"))
     assert [f.rel for f in discover([tmp_path / "in"])] == ["dns/a.pcap.gz", "dns/b.zst"]
+
+
+def test_digests_computed_while_reading_match_a_second_pass(tmp_path):
+    import hashlib
+
+    from flowsplit.data.flows import iter_flows_many
+
+    pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * i)))) for i in range(400)]
+    plain = g.write_pcap(tmp_path / "p.pcap", pkts)
+    packed = tmp_path / "p.pcap.gz"
+    packed.write_bytes(_compress("gz", plain.read_bytes()))
+    cut = tmp_path / "cut.pcap"  # ends inside a record: the reader stops early
+    cut.write_bytes(plain.read_bytes()[:-7])
+    report = ReadReport()
+    paths = [plain, packed, cut]
+    for _ in iter_flows_many(paths, OPTS, report, chunk_bytes=4096, digests=True):
+        pass
+    for p in paths:
+        assert report.digests[str(p)] == hashlib.sha256(p.read_bytes()).hexdigest(), p.name

@@ -9,6 +9,7 @@ file's size. Compression is recognised by its magic bytes, not the file name.
 
 from __future__ import annotations
 
+import hashlib
 import lzma
 import os
 import zlib
@@ -34,17 +35,60 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
+class _Hashing:
+    """SHA-256 of a file's bytes on disk, fed as the reader first reads them.
+
+    The reader reads forwards (re-reading only an unfinished tail), so every byte is
+    hashed once, in order; :meth:`hexdigest` reads and hashes whatever the reader
+    never got to (a file given up on, a block skipped unread).
+    """
+
+    def __init__(self, fd: int, enabled: bool):
+        self._fd = fd
+        self._sha = hashlib.sha256() if enabled else None
+        self._done = 0  # bytes of the file hashed so far
+
+    def feed(self, data, offset: int) -> None:
+        """``data`` is the file's bytes at ``offset`` (parts already hashed are skipped)."""
+        if self._sha is None:
+            return
+        if offset > self._done:
+            self._catch_up(offset)
+        end = offset + len(data)
+        if end > self._done:
+            self._sha.update(memoryview(data)[self._done - offset :])
+            self._done = end
+
+    def _catch_up(self, offset: int | None) -> None:
+        while offset is None or self._done < offset:
+            want = _READ if offset is None else min(_READ, offset - self._done)
+            block = os.pread(self._fd, want, self._done)
+            if not block:
+                return
+            self._sha.update(block)
+            self._done += len(block)
+
+    def hexdigest(self) -> str | None:
+        if self._sha is None:
+            return None
+        self._catch_up(None)
+        return self._sha.hexdigest()
+
+
 class PlainFile:
     """An uncompressed file: positional reads straight from the descriptor."""
 
     compression = None
 
-    def __init__(self, path: str, fd: int, size: int):
+    def __init__(self, path: str, fd: int, size: int, *, digest: bool = False):
         self.path, self.fd, self.size = path, fd, size
+        self.hashing = _Hashing(fd, digest)
 
     def read_into(self, view: memoryview, offset: int) -> int:
         """Fill ``view`` with the bytes at ``offset``; the number read."""
-        return os.preadv(self.fd, [view], offset)
+        n = os.preadv(self.fd, [view], offset)
+        self.hashing.feed(view[:n], offset)
+        return n
 
     def at_eof(self, offset: int) -> bool:
         """No byte at or after ``offset``."""
@@ -61,8 +105,9 @@ class PlainFile:
 class DecompressedFile:
     """A compressed file read as its decompressed bytes, forwards only."""
 
-    def __init__(self, path: str, fd: int, size: int, compression: str):
+    def __init__(self, path: str, fd: int, size: int, compression: str, *, digest: bool = False):
         self.path, self.fd, self.size, self.compression = path, fd, size, compression
+        self.hashing = _Hashing(fd, digest)  # of the compressed bytes: the file on disk
         self._window = bytearray()  # decompressed bytes from self._base on
         self._base = 0
         self._file_pos = 0  # compressed bytes consumed
@@ -79,6 +124,7 @@ class DecompressedFile:
     def _more(self) -> None:
         """Decompress one more step into the window (sets _done at the end)."""
         raw = os.pread(self.fd, _READ, self._file_pos)
+        self.hashing.feed(raw, self._file_pos)
         self._file_pos += len(raw)
         try:
             out = self._decoder.decompress(raw) if raw else b""
@@ -127,8 +173,12 @@ class DecompressedFile:
         os.close(self.fd)
 
 
-def open_file(path: str) -> tuple[PlainFile | DecompressedFile, bytes]:
-    """The file, and its first 24 (decompressed) bytes; raises InputError."""
+def open_file(path: str, *, digest: bool = False) -> tuple[PlainFile | DecompressedFile, bytes]:
+    """The file, and its first 24 (decompressed) bytes; raises InputError.
+
+    With ``digest`` the file's SHA-256 is computed as it is read
+    (``file.hashing.hexdigest()``).
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
@@ -138,7 +188,10 @@ def open_file(path: str) -> tuple[PlainFile | DecompressedFile, bytes]:
         if size == 0:
             raise InputError(path, "empty file")
         kind = compression_of(os.pread(fd, 6, 0))
-        f = PlainFile(path, fd, size) if kind is None else DecompressedFile(path, fd, size, kind)
+        if kind is None:
+            f = PlainFile(path, fd, size, digest=digest)
+        else:
+            f = DecompressedFile(path, fd, size, kind, digest=digest)
         head = bytearray(24)
         n = f.read_into(memoryview(head), 0)
         return f, bytes(head[:n])

@@ -202,6 +202,7 @@ def iter_flows_many(
     strict: bool = False,
     chunk_bytes: int = 8 << 20,
     on_error: str = "raise",
+    digests: bool = False,
 ) -> Iterator[FlowBatch]:
     """Stream the flows of several captures; ``batch.source`` indexes ``paths``.
 
@@ -220,7 +221,7 @@ def iter_flows_many(
         fragment_timeout=options.fragment_timeout,
     )
     for chunk in iter_record_chunks(
-        paths, report, strict=strict, chunk_bytes=chunk_bytes, on_error=on_error
+        paths, report, strict=strict, chunk_bytes=chunk_bytes, on_error=on_error, digests=digests
     ):
         pk, sb = decoder.decode(chunk)
         report.n_flow_packets += len(pk)

@@ -101,6 +101,8 @@ class ReadReport:
     """Flows emitted."""
     file_errors: list[tuple[str, str]] = field(default_factory=list)
     """(path, problem) of files given up on (only with ``on_error="skip"``)."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """path -> SHA-256 of the file, computed while reading it (when asked for)."""
 
     def skip(self, reason: str, n: int, path: str, *, strict: bool, where: str = "") -> None:
         """Count ``n`` unused records; in strict mode a malformed one raises InputError."""
@@ -419,13 +421,15 @@ class PcapngSource(Source):
         return len(batch.starts)
 
 
-def open_capture(path: str | Path, report: ReadReport, *, strict: bool = False) -> Source:
+def open_capture(
+    path: str | Path, report: ReadReport, *, strict: bool = False, digest: bool = False
+) -> Source:
     """Open a pcap or pcapng file (maybe gzip/zstd/xz-compressed), check its header.
 
     Raises InputError.
     """
     path = str(path)
-    file, head = open_file(path)
+    file, head = open_file(path, digest=digest)
     try:
         if head[:4] in PCAP_MAGICS:
             return PcapSource(path, file, report, strict, head)

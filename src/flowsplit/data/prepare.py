@@ -230,6 +230,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
             report,
             strict=opts.strict,
             on_error="raise" if opts.strict else "skip",
+            digests=True,
         )
         for batch in flows:
             labels = _label_batch(labeller, files, batch)
@@ -268,6 +269,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "n_fragments_merged": int(report.n_merged),
         "n_flows_read": int(report.n_flows),
         "view_info": _capture_view_info(flow_opts),
+        "digests": report.digests,
     }
     return writer, info
 
@@ -476,10 +478,16 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     meta.loc[idx, "split"] = splits
     meta["flow_id"] = np.arange(len(meta))
     meta = meta.drop(columns=["digest"])
+    digests = info.get("digests", {})  # computed while reading, where the reader could
     manifest_extra = {
         "kind": kind,
         "sources": [
-            {"path": f.rel, "size": f.size, "sha256": file_digest(f.path), "kind": f.kind}
+            {
+                "path": f.rel,
+                "size": f.size,
+                "sha256": digests.get(str(f.path)) or file_digest(f.path),
+                "kind": f.kind,
+            }
             for f in files
         ],
         "options": {**opts.to_manifest(), "split_by": split_by},

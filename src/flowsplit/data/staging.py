@@ -304,10 +304,13 @@ def iter_record_chunks(
     strict: bool = False,
     chunk_bytes: int = 8 << 20,
     on_error: str = "raise",
+    digests: bool = False,
 ) -> Iterator[RecordChunk]:
     """Stream the packet records of several captures, one staging buffer at a time.
 
     The buffer is reused: a chunk's bytes are valid until the next one is requested.
+    With ``digests`` each file's SHA-256 is computed as it is read, into
+    ``report.digests`` (one pass over the file, not two).
     With ``on_error="raise"`` a file-level problem raises InputError; with ``"skip"``
     it is recorded in ``report.file_errors`` and the file ends there (records read
     before the problem are kept).
@@ -317,12 +320,12 @@ def iter_record_chunks(
     paths = [str(p) for p in paths]
     sb = _take_buffer(chunk_bytes)
     try:
-        yield from _stream(paths, report, strict, on_error, sb)
+        yield from _stream(paths, report, strict, on_error, sb, digests)
     finally:
         _give_back(sb)
 
 
-def _stream(paths, report, strict, on_error, sb) -> Iterator[RecordChunk]:
+def _stream(paths, report, strict, on_error, sb, digests) -> Iterator[RecordChunk]:
     batch = RecordBatch(sb, report, strict)
     ended: list[int] = []
     pos = 0
@@ -335,7 +338,7 @@ def _stream(paths, report, strict, on_error, sb) -> Iterator[RecordChunk]:
 
     for i, path in enumerate(paths):
         try:
-            source = open_capture(path, report, strict=strict)
+            source = open_capture(path, report, strict=strict, digest=digests)
         except InputError as exc:
             if on_error == "raise":
                 raise
@@ -375,6 +378,8 @@ def _stream(paths, report, strict, on_error, sb) -> Iterator[RecordChunk]:
                 if on_error == "raise":
                     raise source.error
                 report.file_errors.append((path, source.error.problem))
+            if digests:
+                report.digests[path] = source.file.hashing.hexdigest()
         finally:
             source.close()
         ended.append(i)
