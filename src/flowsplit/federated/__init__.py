@@ -9,6 +9,8 @@ Public API (imported lazily, so ``import flowsplit.federated`` stays cheap):
   :func:`read_topology` / :func:`write_topology`, :func:`assign_clients`;
 - partitions: :func:`make_partition`;
 - maths: :func:`fedavg`;
+- schemes: :func:`get_scheme` -> :class:`Scheme` (sfl, hsfl, hsfl-ll: the steps
+  that differ and the messages the cost model counts);
 - cost model: :class:`CostMeter`, :class:`Ledger`, :func:`round_delay`,
   :func:`predict_ledger`, :func:`predict_round`, :func:`bytes_per_round`;
 - runs: :class:`SFLConfig`, :func:`prepare_run`, :func:`run_simulation`,
@@ -45,6 +47,8 @@ _EXPORTS = {
     "predict_ledger": "predict",
     "predict_round": "predict",
     "bytes_per_round": "predict",
+    "Scheme": "schemes",
+    "get_scheme": "schemes",
     "SFLConfig": "config",
     "prepare_run": "setup",
     "run_simulation": "sim",

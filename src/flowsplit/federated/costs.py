@@ -159,9 +159,6 @@ class Ledger:
         """``{hop: {direction: {type: bytes}}}`` (every key present, zeros included)."""
         return _nested(self.bytes)
 
-    def messages_breakdown(self) -> dict[str, dict[str, dict[str, int]]]:
-        return _nested(self.messages)
-
 
 _FIELD_SHAPES = {
     "bytes": "K",
@@ -201,11 +198,6 @@ def _nested(arr: np.ndarray) -> dict[str, dict[str, dict[str, int]]]:
 def transfer_time(nbytes: float | np.ndarray, latency: Any, bandwidth: Any) -> Any:
     """Seconds to move ``nbytes`` over a link: ``latency + nbytes / bandwidth``."""
     return latency + np.asarray(nbytes, dtype=np.float64) / bandwidth
-
-
-def compute_time(flops: float | np.ndarray, speed: Any) -> Any:
-    """Seconds to run ``flops`` on a node of ``speed`` FLOP/s."""
-    return np.asarray(flops, dtype=np.float64) / speed
 
 
 class CostMeter:
