@@ -254,6 +254,9 @@ class Scheme:
     chain: ClassVar[Chain] = END_TO_END_CHAIN
     """Ledger accounts of a client's chain in the round delay (see ``costs.round_delay``)."""
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
     # --- configuration ---------------------------------------------------------------
 
     def part_costs(self, profile: BlockProfile, a: int, c: int, **aux: Any) -> PartCosts:
@@ -528,6 +531,9 @@ class SplitFed(Scheme):
 
     def __init__(self, version: str = "v1"):
         self.version = version
+
+    def __repr__(self) -> str:
+        return f"SplitFed(version={self.version!r})"
 
     def download_messages(self, costs: PartCosts) -> tuple[Message, ...]:
         """The server sends one client part per client, relayed by its aggregator."""
