@@ -1,7 +1,7 @@
 """``flowsplit sfl compare``: SFL, HSFL, the delay-only and the accuracy-aware planner,
 trained on the same data, topology and seeds, then compared against HSFL.
 
-Schemes (SFL.md, "The planner"):
+Schemes (docs/sfl-system-model.md, "The planner"):
 
 - ``sfl``: SplitFed v1, one cut ``sfl_cut``; clients reach the server through the
   aggregator of a seeded random assignment (a relay: no compute there);

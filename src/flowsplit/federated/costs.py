@@ -1,4 +1,4 @@
-"""The cost model: the simulation's clock and meter (see SFL.md).
+"""The cost model: the simulation's clock and meter (docs/sfl-system-model.md).
 
 Costs are charged message by message and computation by computation into a
 :class:`Ledger` of one round:

@@ -1,4 +1,4 @@
-"""The planner's objective (SFL.md, "The planner"):
+"""The planner's objective (docs/sfl-system-model.md, "The planner"):
 
     w_loss * predicted_loss(a, c) + w_delay * delay / delay_ref + w_bytes * bytes / bytes_ref
 
