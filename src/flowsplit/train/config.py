@@ -11,6 +11,7 @@ from flowsplit.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 # Options that may change when a run is resumed; anything else would make the
 # resumed run a different experiment.
 RESUMABLE_OPTIONS = (
@@ -71,6 +72,13 @@ class TrainConfig:
     """Address tcp://HOST:PORT of an existing Dask scheduler (XGBoost)."""
     master_addr: str = "127.0.0.1"
     """Address the local rendezvous binds to (local multi-worker runs)."""
+    comm_hook: str = "none"
+    """How DDP all-reduces gradients: none (float32), fp16 or bf16 (16-bit casts), powersgd
+    (rank-2 low-rank approximation with error feedback after 10 plain steps)."""
+    bucket_mb: float = 25.0
+    """DDP gradient bucket size in MB (smaller buckets start communicating earlier)."""
+    steps_per_epoch: int | None = None
+    """At most this many optimiser steps per epoch (benchmarks on very large sets)."""
     model_options: dict[str, Any] = field(default_factory=dict)
     """Overrides of the model's default sizes (``--model-option key=value``)."""
     eval_batch_size: int = 1024
@@ -115,6 +123,14 @@ class TrainConfig:
             )
         if self.backend == "nccl" and self.device == "cpu":
             raise ConfigError("--backend nccl needs CUDA; use --backend gloo with --device cpu")
+        if self.comm_hook not in COMM_HOOKS:
+            raise ConfigError(
+                f"--comm-hook must be one of {', '.join(COMM_HOOKS)}, got {self.comm_hook!r}"
+            )
+        if not self.bucket_mb > 0:
+            raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
+            raise ConfigError(f"--steps-per-epoch must be >= 1, got {self.steps_per_epoch}")
         if self.eval_batch_size < 1:
             raise ConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.dask_scheduler is not None and not self.dask_scheduler.startswith(

@@ -4,14 +4,17 @@ Read top to bottom: :func:`train_worker` is what every worker process runs (and
 what a centralised run runs in-process). It reads the distributed environment,
 sets threads, opens the process group, and calls :func:`run_training`:
 
-1. load the split's rows into memory (tensors; no DataLoader worker processes),
+1. open the dataset: the training rows stay on disk (memory-mapped views), only
+   labels and indices are loaded; rank 0 loads the validation rows,
 2. build the model with the seed, fit its input scaling, resume if asked,
-3. wrap it in DDP (gradients averaged; a hook times and counts all-reduce bytes),
-4. per epoch: the DistributedSampler orders the rows by (seed, epoch) only, each
-   rank takes every N-th of them (``drop_last``: at most N-1 rows sit out an
-   epoch, so all ranks take the same number of equal-sized steps and need no
-   ``Join``), rank 0 validates, checkpoints and decides early stopping, and the
-   decision is broadcast so every rank stops together,
+3. wrap it in DDP (gradients averaged, plain or compressed by ``--comm-hook``; a
+   hook times and counts all-reduce bytes, and the exposed part of that time),
+4. per epoch: the rows are ordered by (seed, epoch) only, as DistributedSampler
+   orders them, each rank takes every N-th of them (``drop_last``: at most N-1
+   rows sit out an epoch, so all ranks take the same number of equal-sized steps
+   and need no ``Join``) and reads its batches from disk as it goes
+   (:mod:`flowsplit.train.batches`), rank 0 validates, checkpoints and decides
+   early stopping, and the decision is broadcast so every rank stops together,
 5. rank 0 restores the best weights, tests, writes weights and ``metrics.json``.
 
 With per-worker batch = global batch / N and gradients averaged over N equal
@@ -33,11 +36,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DistributedSampler
 from tqdm.auto import tqdm
 
 from flowsplit.data.store import load_dataset
-from flowsplit.models.registry import build_model, fit_input_scaler
+from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
+from flowsplit.train.batches import RowReader, shard_order
 from flowsplit.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import (
@@ -91,7 +94,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     ds = load_dataset(cfg.dataset)
     view = resolve_view(cfg, ds)
     train_idx = ds.split_indices("train")
-    x_train = torch.from_numpy(np.asarray(ds.view(view)[train_idx]))  # (N, *view_shape)
+    reader = RowReader(ds.view(view))  # this rank's batches, read as it needs them
     y_train = torch.from_numpy(ds.labels[train_idx])  # (N,)
     if layout.is_main:
         val_idx, test_idx = ds.split_indices("val"), ds.split_indices("test")
@@ -107,7 +110,8 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         n_classes=ds.n_classes,
         **cfg.model_options,
     )
-    fit_input_scaler(model, x_train)
+    if has_input_scaler(model):  # the statistics of every training row, on every rank
+        fit_input_scaler(model, torch.from_numpy(reader.read(train_idx)))
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
     patience = cfg.effective_patience("torch")
@@ -139,14 +143,12 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         write_run_config(out, cfg, ds, view=view, layout=_layout_record(layout))
 
     meter = CommMeter()
-    ddp_model = apply_ddp(model, layout=layout, comm_meter=meter)
-    sampler = DistributedSampler(
-        range(len(x_train)),
-        num_replicas=layout.world_size,
-        rank=layout.rank,
-        shuffle=True,
-        seed=cfg.seed,
-        drop_last=True,
+    ddp_model = apply_ddp(
+        model,
+        layout=layout,
+        comm_meter=meter,
+        bucket_cap_mb=cfg.bucket_mb,
+        comm_hook=cfg.comm_hook,
     )
     show = layout.is_main and not cfg.quiet
     stopped_early = best["stale"] >= patience > 0  # a resumed run may already have stopped
@@ -156,20 +158,23 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     for epoch in range(start_epoch, cfg.epochs):
         if stopped_early:
             break
-        sampler.set_epoch(epoch)  # data order depends on (seed, epoch) only
         for group in optimizer.param_groups:  # a function of the epoch: resumes exactly
             group["lr"] = epoch_lr(layout.lr, epoch, cfg.epochs, cfg.lr_schedule)
         torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # dropout masks
         meter.reset()
         ddp_model.train()
-        order = torch.tensor(list(sampler), dtype=torch.long)  # this rank's rows, in order
+        # This rank's rows, in order: a function of (seed, epoch) only.
+        order = shard_order(len(train_idx), layout.world_size, layout.rank, cfg.seed, epoch)
+        if cfg.steps_per_epoch is not None:
+            order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
         bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
         loss_sum, data_time = torch.zeros((), device=device), 0.0
         t0 = time.perf_counter()
         for start in range(0, len(order), layout.per_worker_batch):
             td = time.perf_counter()
             rows = order[start : start + layout.per_worker_batch]
-            xb = x_train[rows].to(device, non_blocking=True)  # (b, *view_shape)
+            xb = torch.from_numpy(reader.read(train_idx[rows.numpy()]))
+            xb = xb.to(device, non_blocking=True)  # (b, *view_shape)
             yb = y_train[rows].to(device, non_blocking=True)  # (b,)
             data_time += time.perf_counter() - td
             # Sum over the batch / its size (not a weighted mean): equal on every rank, so
@@ -177,6 +182,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
             loss = F.cross_entropy(ddp_model(xb), yb, weight=weights, reduction="sum") / len(rows)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
+            meter.step_done()
             optimizer.step()
             loss_sum += loss.detach() * len(rows)
             bar.update(len(rows))
@@ -188,6 +194,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         hist["data_time"].append(data_time)
         hist["comm_time"].append(meter.busy_time())
         hist["comm_bytes"].append(meter.n_bytes)
+        hist.setdefault("exposed_comm", []).append(meter.exposed_s)
         hist["samples"].append(int(n_seen))
 
         stop = False
@@ -233,6 +240,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
             log.info("early stop: no better validation macro-F1 for %d epochs", patience)
             break
     epochs.close()
+    reader.close()
 
     rss = gather_floats(_peak_rss_mb(), layout)
     if not layout.is_main:
@@ -257,6 +265,8 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         samples_per_s=sum(hist["samples"]) / train_time if train_time else 0.0,
         comm_time_s=sum(hist["comm_time"]),
         comm_bytes=int(sum(hist["comm_bytes"])),
+        exposed_comm_s=sum(hist.get("exposed_comm", [])) if layout.ddp_enabled else None,
+        comm_hook=cfg.comm_hook if layout.ddp_enabled else None,
         data_time_s=sum(hist["data_time"]),
         peak_rss_mb=rss,
         **summary,
@@ -266,7 +276,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         best_epoch=best["epoch"],
         epochs_run=len(hist["loss"]),
         stopped_early=bool(stopped_early),
-        n_train=len(x_train),
+        n_train=len(train_idx),
         n_test=len(y_test),
         test_labels=y_test.tolist(),
         test_predictions=y_pred.tolist(),
@@ -277,6 +287,9 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
             "load_time_s": load_time,
             "layout": _layout_record(layout),
             "comm_calls_last_epoch": meter.n_calls,
+            "comm_hook": cfg.comm_hook,
+            "bucket_mb": cfg.bucket_mb,
+            "exposed_comm_per_epoch_s": hist.get("exposed_comm", []),
             "uneven_shards": "drop_last",
             "resumed": bool(resume),
             "n_params": sum(p.numel() for p in model.parameters() if p.requires_grad),

@@ -152,6 +152,12 @@ class RunResult:
     comm_bytes: int | None = None
     """Payload bytes handed to gradient all-reduce by rank 0 (sum of bucket sizes; wire bytes
     depend on the algorithm, e.g. ring: 2(N-1)/N times this). XGBoost: estimated histogram bytes."""
+    exposed_comm_s: float | None = None
+    """DDP: all-reduce time not hidden behind backward (per step, from the launch of the last
+    bucket, when every gradient is computed, to the last completion), rank 0, all epochs;
+    ``null`` where not measured."""
+    comm_hook: str | None = None
+    """DDP: how gradients were all-reduced (``none``, ``fp16``, ``bf16``, ``powersgd``)."""
     data_time_s: float | None = None
     """Time spent fetching batches during training (rank 0); XGBoost: building its matrices."""
     peak_rss_mb: list[float] | None = None

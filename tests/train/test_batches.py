@@ -1,0 +1,59 @@
+"""Sharded reading: each rank's rows, batch by batch, as DistributedSampler and the memory map give them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from torch.utils.data import DistributedSampler
+
+from flowsplit.train.batches import RowReader, shard_order
+from flowsplit.train.distributed import CommMeter
+
+
+@pytest.mark.parametrize(("n", "world"), [(10, 1), (10, 2), (11, 2), (13, 4), (3, 4)])
+def test_shard_order_is_the_distributed_samplers(n, world):
+    for epoch in (0, 3):
+        for rank in range(world):
+            sampler = DistributedSampler(
+                range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=True
+            )
+            sampler.set_epoch(epoch)
+            assert shard_order(n, world, rank, 7, epoch).tolist() == list(sampler)
+
+
+def test_shards_are_disjoint_and_leave_out_less_than_a_row_per_rank():
+    shards = [set(shard_order(103, 4, r, 0, 1).tolist()) for r in range(4)]
+    assert sum(len(s) for s in shards) == len(set.union(*shards)) == 100
+
+
+@pytest.mark.parametrize(("dtype", "shape"), [(np.uint8, (5,)), (np.float32, (3, 2))])
+def test_row_reader_gives_what_the_memory_map_gives(tmp_path, dtype, shape):
+    # Prepare: a stored view, opened the way the dataset store opens it.
+    rng = np.random.default_rng(0)
+    data = (rng.random((40, *shape)) * 250).astype(dtype)
+    np.save(tmp_path / "v.npy", data)
+    view = np.load(tmp_path / "v.npy", mmap_mode="r")
+    # Unsorted, with runs of consecutive rows, a repeat, the first and last rows.
+    rows = np.array([39, 3, 4, 5, 0, 17, 4, 38, 21, 20])
+    # Execute
+    with RowReader(view) as reader:
+        got, empty = reader.read(rows), reader.read(np.array([], dtype=np.int64))
+    # Assert
+    np.testing.assert_array_equal(got, data[rows])
+    assert got.dtype == data.dtype and empty.shape == (0, *shape)
+    # An array held in memory is indexed directly, with the same result.
+    np.testing.assert_array_equal(RowReader(data).read(rows), data[rows])
+
+
+def test_exposed_communication_is_what_follows_the_last_launch():
+    # Prepare: one step whose buckets were launched at 1.0 and 2.0 and done at 2.5 and 3.5:
+    # after the last launch (all gradients computed) 1.5 s of waiting.
+    meter = CommMeter()
+    meter._intervals = [(1.0, 2.5), (2.0, 3.5)]
+    meter._last_launch = 2.0
+    # Execute
+    meter.step_done()
+    meter.step_done()  # a step without communication adds nothing
+    # Assert
+    assert meter.exposed_s == pytest.approx(1.5)
+    assert meter.busy_time() == pytest.approx(2.5)
