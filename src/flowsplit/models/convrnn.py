@@ -7,7 +7,10 @@ are convolutions over the frame (see ``layers.ConvLSTMCell``/``ConvGRUCell``).
 
 Blocks: ``rnn1`` (input scaling + framing + conv-recurrent layer), ``rnn2``
 (conv-recurrent layer), ``fc`` (last state, 2x2 max-pool, dense), ``head``.
-The recurrent blocks return the whole sequence ``(B, T, Hd, H, W)``.
+The recurrent blocks return the whole sequence ``(B, T, Hd + 1, H, W)``, the
+last channel the frames' presence mask: short flows are zero-padded to ``T``
+packets, and a padding frame leaves the recurrent state as it was, so the last
+frame's state is the state after the flow's last packet.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from flowsplit.models.layers import (
     ChannelsLast,
     ConvRecurrent,
     LastFrame,
+    WithMask,
     frame_shape,
     image_side,
 )
@@ -77,13 +81,18 @@ def _build(
         stem, in_ch = nn.Sequential(ByteEmbedding(embed, (t, fh, fw)), ChannelsLast()), embed
     else:
         stem, in_ch = ByteInput((t, 1, fh, fw)), 1
+    # The presence mask rides along as one more channel (see layers.WithMask): padding
+    # frames (packets a short flow does not have) leave the recurrent state unchanged.
     blocks = [
-        ("rnn1", nn.Sequential(stem, ConvRecurrent(cell, in_ch, c1, kernel))),
-        ("rnn2", ConvRecurrent(cell, c1, c2, kernel)),
+        (
+            "rnn1",
+            nn.Sequential(WithMask(stem, t), ConvRecurrent(cell, in_ch, c1, kernel, masked=True)),
+        ),
+        ("rnn2", ConvRecurrent(cell, c1, c2, kernel, masked=True)),
         (
             "fc",
             nn.Sequential(
-                LastFrame(),  # (B, C2, H, W)
+                LastFrame(masked=True),  # (B, C2, H, W): the state after the last packet
                 nn.MaxPool2d(pool),
                 nn.Flatten(),
                 nn.Linear(flat, hidden),

@@ -90,8 +90,11 @@ class ChannelsLast(nn.Module):
 class SeqInput(nn.Module):
     """Per-packet features ``(B, T, F)`` -> signed log, standardised per feature."""
 
-    def __init__(self, n_features: int):
+    def __init__(self, n_features: int, *, skip_padding: bool = False):
         super().__init__()
+        # skip_padding: fit on present packets only (all-zero rows are padding), so the
+        # statistics describe packets, not how short the flows are.
+        self.skip_padding = skip_padding
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("std", torch.ones(n_features))
 
@@ -103,7 +106,11 @@ class SeqInput(nn.Module):
     @torch.no_grad()
     def fit(self, x: torch.Tensor) -> None:
         """Set the per-feature mean and std from training rows ``(N, T, F)``."""
-        z = self._log(x).reshape(-1, x.shape[-1])  # (N*T, F)
+        rows = x.reshape(-1, x.shape[-1])  # (N*T, F)
+        if self.skip_padding:
+            present = rows[(rows != 0).any(1)]
+            rows = present if len(present) > 1 else rows
+        z = self._log(rows)
         self.mean.copy_(z.mean(0))
         # A constant feature (e.g. a flag never set) keeps std 1 instead of dividing by 0.
         std = z.std(0)
@@ -111,6 +118,11 @@ class SeqInput(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (self._log(x) - self.mean) / self.std  # (B, T, F)
+
+
+def has_input_scaler(model: nn.Module) -> bool:
+    """Whether ``model`` has an input standardisation to fit (:func:`fit_input_scaler`)."""
+    return any(isinstance(m, SeqInput) for m in model.modules())
 
 
 def fit_input_scaler(model: nn.Module, x_train: torch.Tensor | None) -> bool:
@@ -153,10 +165,17 @@ class SeqPool(nn.Module):
 
 
 class LastFrame(nn.Module):
-    """``(B, T, C, H, W)`` -> ``(B, C, H, W)``: the recurrent state after the last frame."""
+    """``(B, T, C, H, W)`` -> ``(B, C, H, W)``: the recurrent state after the last frame.
+
+    With ``masked``, the last channel is the presence mask and is dropped.
+    """
+
+    def __init__(self, masked: bool = False):
+        super().__init__()
+        self.masked = masked
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[:, -1]
+        return x[:, -1, :-1] if self.masked else x[:, -1]
 
 
 class ConvLSTMCell(nn.Module):
@@ -213,8 +232,11 @@ class ConvGRUCell(nn.Module):
 class ConvRecurrent(nn.Module):
     """Run a convolutional recurrent cell over frames ``(B, T, C, H, W)`` -> ``(B, T, Hd, H, W)``."""
 
-    def __init__(self, cell: str, in_channels: int, hidden: int, kernel: int = 3):
+    def __init__(
+        self, cell: str, in_channels: int, hidden: int, kernel: int = 3, *, masked: bool = False
+    ):
         super().__init__()
+        self.masked = masked
         cells = {"lstm": ConvLSTMCell, "gru": ConvGRUCell}
         if cell not in cells:
             raise ValueError(f"cell must be one of {sorted(cells)}, got {cell!r}")
@@ -231,12 +253,148 @@ class ConvRecurrent(nn.Module):
                 self.conv_x.bias[hidden : 2 * hidden].fill_(1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.masked:  # the last channel is the presence mask (see WithMask)
+            x, mask = x[:, :, :-1], x[:, :, -1:]
         b, t = x.shape[:2]
         gx = self.conv_x(x.flatten(0, 1))  # (B*T, G*Hd, H, W)
         gx = gx.unflatten(0, (b, t))  # (B, T, G*Hd, H, W)
         state = self.cell.init_state(gx[:, 0])
         outs = []
         for step in range(t):
-            h, state = self.cell(gx[:, step], state)
+            h, new = self.cell(gx[:, step], state)
+            if self.masked:
+                # A padding frame leaves the state as it was: the last output is the
+                # state after the flow's last packet, not after the padding.
+                new = _blend(mask[:, step, :, :1, :1], new, state)  # mask (B, 1, 1, 1)
+                h = new[0] if isinstance(new, tuple) else new
+            state = new
             outs.append(h)
-        return torch.stack(outs, dim=1)  # (B, T, Hd, H, W)
+        out = torch.stack(outs, dim=1)  # (B, T, Hd, H, W)
+        if self.masked:
+            out = torch.cat([out, mask.expand(-1, -1, 1, *out.shape[3:])], dim=2)
+        return out
+
+
+def _blend(m: torch.Tensor, new, old):
+    """``m * new + (1 - m) * old`` for a state tensor or a tuple of them."""
+    if isinstance(new, tuple):
+        return tuple(m * n + (1 - m) * o for n, o in zip(new, old, strict=True))
+    return m * new + (1 - m) * old
+
+
+def presence_mask(x: torch.Tensor) -> torch.Tensor:
+    """``(B, T, ...)`` -> ``(B, T)`` float mask: 1 for steps up to the last non-zero one.
+
+    The views pad short flows at the end with all-zero steps (a ``seq`` padding row,
+    a ``pkt_bytes`` packet that is not there: a real IP header never starts with a
+    zero byte, payload bytes past the flow's end). A step is present when it or any
+    later step holds a non-zero value; the first step always counts, so every
+    sequence has a length of at least 1.
+    """
+    nonzero = (x.reshape(x.shape[0], x.shape[1], -1) != 0).any(-1)  # (B, T)
+    present = nonzero.flip(1).cummax(1).values.flip(1)
+    present[:, 0] = True
+    return present.to(torch.float32)
+
+
+class WithMask(nn.Module):
+    """Apply ``stem`` to raw rows and append their presence mask as a last channel.
+
+    Only one tensor flows between blocks (split learning cuts between them), so the
+    mask travels inside it: ``(B, T, D)`` -> ``(B, T, D + 1)``, or for frames
+    ``(B, T, C, H, W)`` -> ``(B, T, C + 1, H, W)`` with the mask broadcast over the frame.
+    ``steps`` reshapes the raw sample to ``(T, -1)`` for :func:`presence_mask`.
+    """
+
+    def __init__(self, stem: nn.Module, steps: int):
+        super().__init__()
+        self.stem = stem
+        self.steps = int(steps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = presence_mask(x.reshape(x.shape[0], self.steps, -1))  # (B, T)
+        z = self.stem(x)
+        if z.dim() == 3:
+            return torch.cat([z, mask[..., None]], dim=-1)
+        m = mask[:, :, None, None, None].expand(-1, -1, 1, *z.shape[3:])
+        return torch.cat([z, m], dim=2)
+
+
+class SizeEmbedding(nn.Module):
+    """A learned vector per (direction, packet-size bucket) of feature ``feature``.
+
+    Sizes are symbols as much as magnitudes (a 20-byte STUN header, a DNS query, a
+    1200-byte padded QUIC Initial): 8-byte buckets up to ``linear_max`` bytes, then
+    one bucket per doubling (offloaded frames reach tens of kilobytes); the sign
+    (the seq view's direction) doubles the table; index 0 is a zero size (padding).
+    """
+
+    def __init__(self, dim: int, feature: int = 0, width: int = 8, linear_max: int = 1536):
+        super().__init__()
+        self.feature, self.width, self.linear_max = int(feature), int(width), int(linear_max)
+        self.n_linear = self.linear_max // self.width
+        self.n_buckets = self.n_linear + 8  # doublings up to linear_max * 2**8 (393 KB)
+        self.embed = nn.Embedding(1 + 2 * self.n_buckets, dim, padding_idx=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x[..., self.feature].to(torch.float32)  # (B, T), signed
+        a = s.abs()
+        big = torch.log2(a.clamp(min=self.linear_max) / self.linear_max).floor()
+        bucket = torch.where(a < self.linear_max, a / self.width, self.n_linear + big)
+        bucket = bucket.floor().clamp_(0, self.n_buckets - 1).long()
+        idx = 1 + bucket + torch.where(s < 0, self.n_buckets, 0)
+        return self.embed(torch.where(s == 0, 0, idx))  # (B, T, dim)
+
+
+class PacketFeatures(nn.Module):
+    """Raw ``seq`` rows ``(B, T, F)`` -> standardised features and a size embedding ``(B, T, F + d)``."""
+
+    def __init__(self, n_features: int, size_embed: int = 16):
+        super().__init__()
+        self.scaler = SeqInput(n_features, skip_padding=True)
+        self.size = SizeEmbedding(size_embed) if size_embed else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.scaler(x)
+        return z if self.size is None else torch.cat([z, self.size(x)], dim=-1)
+
+
+def _split_mask(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(B, T, D + 1)`` -> features ``(B, T, D)`` and the mask ``(B, T)``."""
+    return x[..., :-1], x[..., -1]
+
+
+class MaskedRecurrent(nn.Module):
+    """An ``nn.LSTM``/``nn.GRU`` over ``(B, T, D + 1)`` (mask last) that skips padding.
+
+    The sequences are packed by length, so the recurrence stops at each flow's last
+    packet instead of running on through padding; padding steps of the output are 0.
+    Returns ``(B, T, H + 1)``, the mask carried on for the next block.
+    """
+
+    def __init__(self, rnn: nn.RNNBase):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z, mask = _split_mask(x)
+        lengths = mask.sum(1).to(torch.int64).clamp_(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(
+            z, lengths, batch_first=True, enforce_sorted=False
+        )
+        out, _ = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=z.shape[1])
+        return torch.cat([out, mask[..., None]], dim=-1)
+
+
+class MaskedSeqPool(nn.Module):
+    """``(B, T, H + 1)`` (mask last) -> ``(B, 3H)``: mean, max and last over present steps."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, mask = _split_mask(x)
+        m = mask[..., None]  # (B, T, 1)
+        n = m.sum(1).clamp(min=1.0)
+        mean = (h * m).sum(1) / n
+        top = h.masked_fill(m == 0, float("-inf")).amax(1)
+        last = (n.squeeze(1).to(torch.int64) - 1).clamp(min=0)
+        return torch.cat([mean, top, h[torch.arange(h.shape[0]), last]], dim=1)

@@ -1,8 +1,22 @@
 """LSTM over per-packet sequences (``seq``) or over the rows of the payload-byte image.
 
-Blocks: ``lstm1`` (input scaling + LSTM layer), ``lstm2`` (LSTM layer), ``fc``
-(mean and max over time + dense), ``head`` (logits). Each LSTM block returns its
-whole output sequence ``(B, T, H)`` so split learning can cut between them.
+Blocks: ``lstm1`` (input features + LSTM layer), ``lstm2`` (LSTM layer), ``fc``
+(mean, max and last output over the flow's packets + dense), ``head`` (logits).
+
+What a recurrent model needs on packet sequences, and what each part is for:
+
+- input: per-packet features are log-scaled and standardised with statistics of
+  the training rows' packets (:func:`flowsplit.models.layers.fit_input_scaler`),
+  and each packet's signed size (its direction and size bucket) gets a learned
+  vector (:class:`~flowsplit.models.layers.SizeEmbedding`): sizes identify
+  protocols by their exact values, not only their magnitude;
+- length: short flows are zero-padded to ``T`` packets; the padding is masked
+  (the mask rides along as the last channel of the tensor between blocks, the only
+  thing split learning passes on) and the LSTMs run on packed sequences, so the
+  recurrence ends at the flow's last packet and pooling ignores the padding.
+
+Each LSTM block returns its whole output sequence ``(B, T, H + 1)`` (mask last)
+so split learning can cut between them.
 """
 
 from __future__ import annotations
@@ -17,9 +31,10 @@ from flowsplit.models.layers import (
     ByteEmbedding,
     ByteInput,
     ChannelsLast,
-    Recurrent,
-    SeqInput,
-    SeqPool,
+    MaskedRecurrent,
+    MaskedSeqPool,
+    PacketFeatures,
+    WithMask,
     frame_shape,
 )
 
@@ -30,29 +45,35 @@ def build_lstm(
     input_shape: Sequence[int],
     n_classes: int,
     embed: int = 8,
-    hidden_size: int = 96,
+    size_embed: int = 16,
+    hidden_size: int = 128,
     hidden: int = 128,
     dropout: float = 0.2,
+    bidirectional: bool = False,
 ) -> BlockModel:
     """Build the LSTM.
 
     Args:
-        view: ``seq`` (``(T, F)`` per-packet features) or ``bytes`` (read as the rows
-            of an image: 784 bytes -> 28 steps of 28 bytes; ``(R, C)`` as stored).
-        embed: bytes only: size of the byte embedding (a step is then a row's 28
-            embedded bytes); 0 feeds bytes / 255.
+        view: ``seq`` (``(T, F)`` per-packet features, feature 0 the signed packet size
+            as the seq view stores it) or ``bytes`` (read as the rows of an image:
+            784 bytes -> 28 steps of 28 bytes; ``(R, C)`` as stored).
         input_shape: shape of one stored sample.
         n_classes: number of classes.
+        embed: bytes only: size of the byte embedding (a step is then a row's 28
+            embedded bytes); 0 feeds bytes / 255.
+        size_embed: seq only: size of the packet-size embedding; 0 disables it.
         hidden_size: LSTM state size of both layers.
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
+        bidirectional: run each LSTM layer in both directions (doubles its output).
     """
     input_shape = tuple(int(s) for s in input_shape)
     if view == "seq":
         if len(input_shape) != 2:
             raise ConfigError(f"lstm over seq needs (T, F) samples, got shape {input_shape}")
         steps, n_feat = input_shape
-        stem = SeqInput(n_feat)
+        stem: nn.Module = PacketFeatures(n_feat, int(size_embed))
+        n_feat += int(size_embed)
     elif view == "bytes":
         if len(input_shape) == 2:
             steps, n_feat = input_shape
@@ -66,11 +87,22 @@ def build_lstm(
             stem = ByteInput((steps, n_feat))  # (B, T, F): one image row per step
     else:
         raise ConfigError(f"lstm reads the seq or bytes view, not {view!r}")
-    h = int(hidden_size)
+    h, dirs = int(hidden_size), 2 if bidirectional else 1
+
+    def lstm(n_in: int) -> MaskedRecurrent:
+        return MaskedRecurrent(
+            nn.LSTM(n_in, h, batch_first=True, bidirectional=bool(bidirectional))
+        )
+
     blocks = [
-        ("lstm1", nn.Sequential(stem, Recurrent(nn.LSTM(n_feat, h, batch_first=True)))),
-        ("lstm2", Recurrent(nn.LSTM(h, h, batch_first=True))),
-        ("fc", nn.Sequential(SeqPool(), nn.Linear(2 * h, hidden), nn.ReLU(), nn.Dropout(dropout))),
+        ("lstm1", nn.Sequential(WithMask(stem, steps), lstm(n_feat))),
+        ("lstm2", lstm(dirs * h)),
+        (
+            "fc",
+            nn.Sequential(
+                MaskedSeqPool(), nn.Linear(3 * dirs * h, hidden), nn.ReLU(), nn.Dropout(dropout)
+            ),
+        ),
         ("head", nn.Linear(hidden, n_classes)),
     ]
     return BlockModel(blocks, view=view, input_shape=input_shape, n_classes=n_classes, name="lstm")

@@ -24,7 +24,7 @@ from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
 from flowsplit.models.cnn import build_cnn
 from flowsplit.models.convrnn import build_convgru, build_convlstm
-from flowsplit.models.layers import fit_input_scaler
+from flowsplit.models.layers import fit_input_scaler, has_input_scaler
 from flowsplit.models.lstm import build_lstm
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "build_model",
     "default_view",
     "fit_input_scaler",
+    "has_input_scaler",
     "model_options",
     "neural_models",
 ]
