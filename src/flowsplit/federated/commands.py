@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flowsplit.federated.schemes import format_round
     from flowsplit.federated.setup import prepare_run
     from flowsplit.federated.sim import run_simulation
-    from flowsplit.federated.transport import read_dist_env
+    from flowsplit.train.distributed import read_dist_env
 
     config = _config_from_args(args)
     plan = read_plan(args.plan) if args.plan else None
@@ -143,7 +143,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = plan.apply(config)
         args.model, args.view = plan.model or args.model, plan.view
     out = Path(args.out)
-    torchrun = read_dist_env() if args.backend == "dist" else None
+    env = read_dist_env()
+    torchrun = env if args.backend == "dist" and env.is_distributed else None
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
