@@ -434,3 +434,17 @@ def ipv6_fragments(src: str, dst: str, nh: int, payload: bytes, size: int, ident
         body = struct.pack("!HI", off | int(more), ident)
         out.append(ipv6(src, dst, nh, payload[off : off + size], ext=[(44, body)]))
     return out
+
+
+def capwap_data(frame: bytes, *, native_80211: bool = False) -> bytes:
+    """A CAPWAP data header (RFC 5415, 8 bytes) and an Ethernet or 802.11 frame."""
+    wbid, t = (1, 1) if native_80211 else (0, 0)
+    word = (2 << 19) | (wbid << 9) | (t << 8)  # HLEN 2 words, no optional fields
+    return struct.pack("!II", word, 0) + frame
+
+
+def wlan_data(payload: bytes, ethertype: int = 0x0800, *, swapped: bool = False) -> bytes:
+    """An 802.11 data frame (no QoS) with LLC/SNAP; ``swapped``: frame control byte-swapped."""
+    fc = struct.pack(">H" if swapped else "<H", 0x0108)  # data, ToDS
+    hdr = fc + b"\0\0" + b"\x02\0\0\0\0\1" * 3 + b"\0\0"
+    return hdr + b"\xaa\xaa\x03\0\0\0" + struct.pack("!H", ethertype) + payload

@@ -83,6 +83,17 @@ TUNNELS = {
     "geneve_ip": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(40000, 6081, g.geneve(p, 0x0800)))),
     "gtp_u": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(2152, 2152, g.gtp_u(p)))),
     "gtp_u_ext": lambda p: g.ether(g.ipv4(A, B, 17, g.udp(2152, 2152, g.gtp_u(p, ext=True)))),
+    "capwap_eth": lambda p: g.ether(
+        g.ipv4(A, B, 17, g.udp(40000, 5247, g.capwap_data(g.ether(p))))
+    ),
+    "capwap_80211": lambda p: g.ether(
+        g.ipv4(
+            A,
+            B,
+            17,
+            g.udp(40000, 5247, g.capwap_data(g.wlan_data(p, swapped=True), native_80211=True)),
+        )
+    ),
 }
 
 
@@ -158,6 +169,19 @@ def test_ipv6_fragments_reassembled(tmp_path):
     flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
     f = flows[f"UDP|{A6}|1000|{B6}|53"][0]
     assert f["n"] == 1 and f["bytes"] == 40 + len(seg) and report.n_merged == len(frags) - 1
+
+
+def test_first_fragments_cut_by_the_snaplen_still_count(tmp_path):
+    # As in nDPI's badpackets.pcap: first fragments of 1500-byte datagrams, captured
+    # 300 bytes each. They cannot be joined, but they carry the ports.
+    pkts = []
+    for i in range(3):
+        seg, _ = _datagram(2000)
+        first = g.ipv4_fragments(A, B, 17, seg, 1480, ident=i)[0]
+        pkts.append(g.Packet(1.0 + i, g.ether(first)[:300], wirelen=14 + len(first)))
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows[f"UDP|{A}|1000|{B}|53"][0]["n"] == 3
+    assert flows[f"UDP|{A}|1000|{B}|53"][0]["bytes"] == 3 * 1500  # the fragments' IP lengths
 
 
 def test_missing_fragment_drops_the_datagram_counted(tmp_path):

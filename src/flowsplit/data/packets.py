@@ -11,7 +11,7 @@ report, and drop out at the end. The layers, outside in:
    VLAN ids met go into the flow key;
 2. IP (:func:`_ip_layer`): IPv4 with options, IPv6 with extension headers;
 3. tunnels (:func:`_tunnel_inner`): IP-in-IP, GRE (with ERSPAN I-III and
-   transparent Ethernet), VXLAN, Geneve and GTP-U are opened and the inner
+   transparent Ethernet), VXLAN, Geneve, GTP-U and CAPWAP data are opened and the inner
    packet decoded again from the link layer, so inner flows are classified (with
    ``tunnels="outer"`` the outer flow is kept instead);
 4. fragments: IPv4 and IPv6 fragments go to a
@@ -247,21 +247,25 @@ class PacketDecoder:
             if self.reassembler is None:
                 reason[frag] = _FRAG
             else:
-                self._fragments(chunk, sb, recs, ip, np.flatnonzero(frag), pos, vlan, completed)
-                reason[frag] = -1  # counted by the reassembler
+                rows = np.flatnonzero(frag)
+                taken = self._fragments(chunk, sb, recs, ip, rows, pos, vlan, completed)
+                reason[rows[taken]] = -1  # counted by the reassembler
         parts.insert(0, self._transport(chunk, sb, recs, ip, reason, pos, vlan, caplen))
         return Packets.concat(parts)
 
-    def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, completed) -> None:
-        """Hand fragments to the reassembler; note the datagrams they complete."""
+    def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, completed) -> np.ndarray:
+        """Hand fragments to the reassembler; note the datagrams they complete.
+
+        Returns which of ``rows`` it took. A first fragment cut short by the
+        snapshot length cannot be joined, but it carries the ports: it is left to
+        be decoded as a packet of its own (its size the fragment's IP length).
+        """
+        taken = np.ones(len(rows), dtype=bool)
         buf = sb.array
         w0 = sb.word(ip.ip_off[rows], ">u8")
         v6_frag = sb.word(ip.ip_off[rows] + ip.frag_rel[rows], ">u8")
         for k, r in enumerate(rows.tolist()):
             off, cap, length = int(ip.ip_off[r]), int(ip.ip_cap[r]), int(ip.ip_len[r])
-            if cap < length:
-                self.report.skipped["ip_fragment_truncated"] += 1
-                continue
             src = int(recs.src[r])
             if ip.is6[r]:
                 rel = int(ip.frag_rel[r])
@@ -283,6 +287,12 @@ class PacketDecoder:
             if proto not in _REASSEMBLED_PROTOS:
                 self.report.skipped["non_tcp_udp"] += 1
                 continue
+            if cap < length:
+                if offset == 0:
+                    taken[k] = False
+                else:
+                    self.report.skipped["ip_fragment_truncated"] += 1
+                continue
             key = (src, int(vlan[r]), addr, ident, proto)
             data = bytes(buf[off + data_at : off + length])
             got = self.reassembler.add(
@@ -291,6 +301,7 @@ class PacketDecoder:
             if got is not None:
                 self.report.n_merged += got.n_fragments - 1
                 completed.append((int(pos[r]), got.packet, int(vlan[r])))
+        return taken
 
     def _transport(self, chunk, sb, recs, ip: _Ip, reason, pos, vlan, caplen) -> Packets:
         """TCP/UDP fields of the records still fine; count the others."""
@@ -478,6 +489,10 @@ def _ppp(sb, off):
 def _wlan(sb, off):
     """802.11 data frames: the header (its size set by its flags), then LLC/SNAP."""
     fc = sb.word(off, "<u2")  # frame control, little-endian on the air
+    # Some CAPWAP access points send it byte-swapped; the LLC/SNAP check below keeps
+    # this from turning any other frame into a data frame.
+    swapped = sb.word(off, ">u2")
+    fc = np.where(((fc >> 2) & 3) != P.WLAN_TYPE_DATA, swapped, fc)
     ftype, subtype = (fc >> 2) & 3, (fc >> 4) & 15
     to_ds, from_ds, order = (fc >> 8) & 1, (fc >> 9) & 1, (fc >> 15) & 1
     qos = (ftype == P.WLAN_TYPE_DATA) & ((subtype & 8) != 0)
@@ -647,7 +662,9 @@ def _tunnel_inner(sb, ip: _Ip, reason):
     vxlan = udp & (dport == P.UDP_PORT_VXLAN)
     geneve = udp & (dport == P.UDP_PORT_GENEVE)
     gtp = udp & ((dport == P.UDP_PORT_GTP_U) | (sport == P.UDP_PORT_GTP_U))
-    if not (ipip.any() or gre.any() or vxlan.any() or geneve.any() or gtp.any()):
+    capwap = udp & ((dport == P.UDP_PORT_CAPWAP_DATA) | (sport == P.UDP_PORT_CAPWAP_DATA))
+    udp_tunnel = vxlan | geneve | gtp | capwap
+    if not (ipip.any() or gre.any() or udp_tunnel.any()):
         return None
     n = len(proto)
     rel = np.zeros(n, dtype=np.int64)  # inner packet offset from the IP header
@@ -655,12 +672,12 @@ def _tunnel_inner(sb, ip: _Ip, reason):
     bad = np.zeros(n, dtype=bool)
     rel[ipip] = ip.l4_rel[ipip]
     _gre(sb, np.flatnonzero(gre), l4, ip.l4_rel, rel, lt, bad)
-    for rows, fn in ((vxlan, _vxlan), (geneve, _geneve), (gtp, _gtp)):
+    for rows, fn in ((vxlan, _vxlan), (geneve, _geneve), (gtp, _gtp), (capwap, _capwap)):
         if rows.any():
             fn(sb, np.flatnonzero(rows), l4, ip.l4_rel, rel, lt, bad)
-    tunnel = (ipip | gre | vxlan | geneve | gtp) & ~bad
+    tunnel = (ipip | gre | udp_tunnel) & ~bad
     # UDP on a tunnel port that is not a tunnel stays an ordinary UDP flow.
-    udp_miss = (vxlan | geneve | gtp) & bad
+    udp_miss = udp_tunnel & bad
     _set(reason, (ipip | gre) & bad & ~udp_miss, _BAD_TUNNEL)
     rel = np.where(tunnel & (rel > ip.ip_cap), ip.ip_cap, rel)
     rows = np.flatnonzero(tunnel)
@@ -729,6 +746,16 @@ def _gtp(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
     lt[rows] = P.LT_RAW
     ok = ((flags >> 5) == 1) & ((flags & 0x10) != 0) & (msg == P.GTP_G_PDU) & (nxt == 0)
     bad[rows] = ~ok
+
+
+def _capwap(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
+    """CAPWAP data (RFC 5415): an 802.11 frame (T bit) or an Ethernet frame."""
+    w = sb.word(l4[rows] + P.UDP_HEADER, ">u4")
+    preamble, hlen = w >> 24, ((w >> 19) & 0x1F) * 4
+    native = ((w >> P.CAPWAP_T_BIT) & 1) == 1
+    rel[rows] = l4_rel[rows] + P.UDP_HEADER + hlen
+    lt[rows] = np.where(native, P.LT_IEEE802_11, P.LT_ETHERNET)
+    bad[rows] = (preamble != 0) | (hlen < 8) | (((w >> P.CAPWAP_F_BIT) & 1) == 1)
 
 
 def _set(reason: np.ndarray, cond: np.ndarray, code: int) -> None:
