@@ -131,10 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from flowsplit.federated.dist import launch_local, run_under_torchrun
     from flowsplit.federated.presets import resolve_topology
-    from flowsplit.federated.results import write_run
-    from flowsplit.federated.schemes import format_round
     from flowsplit.federated.setup import prepare_run
-    from flowsplit.federated.sim import run_simulation
     from flowsplit.train.distributed import read_dist_env
 
     config = _config_from_args(args)
@@ -161,29 +158,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology,
                         assignment=None if plan is None else plan.assignment)  # fmt: skip
     if writes and not args.quiet:
-        log.info(
-            "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",
-            config.scheme,
-            args.model,
-            config.cuts,
-            topology.n_clients,
-            topology.n_aggregators,
-            topology.name,
-            config.partition,
-            args.backend,
-        )
+        _log_start(args, config, topology)
     if args.backend == "sim":
-        from tqdm import tqdm
-
-        with tqdm(total=config.rounds, desc="rounds", unit="round", disable=args.quiet) as bar:
-
-            def on_round(record: dict[str, Any]) -> None:
-                bar.update(1)
-                if not args.quiet:
-                    bar.write(format_round(record, config.rounds), file=sys.stderr)
-
-            result = run_simulation(setup, on_round=on_round)
-        write_run(out, result)
+        result = _simulate(setup, out, quiet=args.quiet)
     elif torchrun is not None:
         result = run_under_torchrun(
             setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet,
@@ -202,6 +179,41 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"simulated {totals['delay_total_s']:.1f} s over {totals['rounds']} rounds"
     )
     return 0
+
+
+def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
+    log.info(
+        "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",
+        config.scheme,
+        args.model,
+        config.cuts,
+        topology.n_clients,
+        topology.n_aggregators,
+        topology.name,
+        config.partition,
+        args.backend,
+    )
+
+
+def _simulate(setup, out: Path, *, quiet: bool):
+    """Train ``setup`` in this process with a progress bar and a tree per round; write OUT."""
+    from tqdm import tqdm
+
+    from flowsplit.federated.results import write_run
+    from flowsplit.federated.schemes import format_round
+    from flowsplit.federated.sim import run_simulation
+
+    rounds = setup.config.rounds
+    with tqdm(total=rounds, desc="rounds", unit="round", disable=quiet) as bar:
+
+        def on_round(record: dict[str, Any]) -> None:
+            bar.update(1)
+            if not quiet:
+                bar.write(format_round(record, rounds), file=sys.stderr)
+
+        result = run_simulation(setup, on_round=on_round)
+    write_run(out, result)
+    return result
 
 
 # --- profile ---------------------------------------------------------------------------
