@@ -479,8 +479,14 @@ def run_study(
     *,
     weights: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    checkpoint: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run a leakage study and return its results (the JSON ``sfl privacy`` writes)."""
+    """Run a leakage study and return its results (the JSON ``sfl privacy`` writes).
+
+    ``progress`` gets a line per step; ``checkpoint`` gets the partial results after
+    every measured cut (to save them as they come).
+    """
+    keep = checkpoint or (lambda partial: None)
     say = progress or (lambda msg: log.info("%s", msg))
     t_start = time.perf_counter()
     data = load_study_data(dataset, config)
@@ -524,8 +530,10 @@ def run_study(
     for k in cuts:
         result["cuts"][str(k)] = measure_cut(model, data, k, config, prior=prior)
         say(f"cut {k} ({model.block_names[k - 1]}): {_summary(result['cuts'][str(k)])}")
+        keep(result)
     for defence in config.defences:
         entry: dict[str, Any] = {"params": defence.params(), "cuts": {}}
+        result["defences"][defence.kind] = entry
         for k in cuts:
             t0 = time.perf_counter()
             defended = train_model(
@@ -535,7 +543,7 @@ def run_study(
             rec["train_s"] = time.perf_counter() - t0 - rec["attack_s"]
             entry["cuts"][str(k)] = rec
             say(f"{defence.kind} {defence.params()} cut {k}: {_summary(rec)}")
-        result["defences"][defence.kind] = entry
+            keep(result)
     result["total_s"] = time.perf_counter() - t_start
     return result
 
