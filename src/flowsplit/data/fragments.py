@@ -28,6 +28,7 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ class _Datagram:
     src: int
     first_ts: float
     pieces: dict[int, bytes] = field(default_factory=dict)  # offset -> data
+    starts: list[int] = field(default_factory=list)  # the offsets of pieces, sorted
+    covered: int = 0  # payload bytes held (pieces never overlap)
+    max_end: int = 0  # the end of the last piece
     header: bytes = b""
     end: int | None = None  # total payload length, once the last fragment is seen
     held: int = 0  # fragments held (each counted when the datagram is resolved)
@@ -98,11 +102,11 @@ class Reassembler:
         self._make_room()
         if d.end is None or not d.header:
             return None
-        if sum(len(x) for x in d.pieces.values()) != d.end:
+        if d.covered != d.end:
             return None  # pieces never overlap, so equal sizes mean no hole is left
         del self._pending[frag.key]
         self._bytes -= d.nbytes
-        payload = b"".join(d.pieces[k] for k in sorted(d.pieces))
+        payload = b"".join(d.pieces[k] for k in d.starts)
         return Completed(_rebuild(d.header, payload, frag.proto), d.held)
 
     def _place(self, d: _Datagram, frag: Fragment) -> bool:
@@ -115,26 +119,32 @@ class Reassembler:
         if same is not None and same == frag.data and (frag.more or d.end == hi):
             self.report.skipped["ip_fragment_duplicate"] += 1
             return False
-        for off, data in d.pieces.items():
-            if lo < off + len(data) and off < hi:
-                d.overlap = True
+        # Pieces never overlap, so only the neighbours in offset order can overlap it.
+        at = bisect.bisect_left(d.starts, lo)
+        if at > 0:
+            before = d.starts[at - 1]
+            d.overlap |= before + len(d.pieces[before]) > lo
+        if at < len(d.starts):
+            d.overlap |= d.starts[at] < hi
         if hi > IPV4_MAX_DATAGRAM + P.IPV6_HEADER or (d.end is not None and hi > d.end):
             d.overlap = True  # past the end another fragment gave: no consistent datagram
         if not frag.more:
             if d.end is not None and d.end != hi:
                 d.overlap = True
             d.end = hi
-            if any(off + len(x) > hi for off, x in d.pieces.items()):
-                d.overlap = True
+            d.overlap |= d.max_end > hi
         d.held += 1
         if d.overlap:
             # RFC 5722: drop the datagram and every fragment of it, now and later.
             self.report.skipped["ip_fragment_overlap"] += d.held
             d.held = 0
             self._bytes -= d.nbytes
-            d.nbytes, d.pieces = 0, {}
+            d.nbytes, d.pieces, d.starts = 0, {}, []
             return False
         d.pieces[lo] = frag.data
+        d.starts.insert(at, lo)
+        d.covered += hi - lo
+        d.max_end = max(d.max_end, hi)
         if frag.header:
             d.header = frag.header
         d.nbytes += len(frag.data) + len(frag.header)

@@ -261,46 +261,55 @@ class PacketDecoder:
         be decoded as a packet of its own (its size the fragment's IP length).
         """
         taken = np.ones(len(rows), dtype=bool)
-        buf = sb.array
-        w0 = sb.word(ip.ip_off[rows], ">u8")
-        v6_frag = sb.word(ip.ip_off[rows] + ip.frag_rel[rows], ">u8")
-        for k, r in enumerate(rows.tolist()):
-            off, cap, length = int(ip.ip_off[r]), int(ip.ip_cap[r]), int(ip.ip_len[r])
-            src = int(recs.src[r])
-            if ip.is6[r]:
-                rel = int(ip.frag_rel[r])
-                w = int(v6_frag[k])
-                proto = w >> 56
-                field = (w >> 32) & 0xFFFF
+        mv = sb.mv
+        ip_off = ip.ip_off[rows]
+        is6 = ip.is6[rows]
+        # One 8-byte word per fragment holds what is needed of its header: IPv4 bytes
+        # 0-7 (identification, flags, offset), or the IPv6 fragment header.
+        w = np.where(is6, sb.word(ip_off + ip.frag_rel[rows], ">u8"), sb.word(ip_off, ">u8"))
+        v4_proto = sb.word(ip_off + P.IPV4_PROTO_AT, "u1")
+        data_at = np.where(is6, ip.frag_rel[rows] + P.IPV6_FRAG_HEADER, ip.l4_rel[rows])
+        columns = zip(
+            ip_off.tolist(),
+            ip.ip_cap[rows].tolist(),
+            ip.ip_len[rows].tolist(),
+            is6.tolist(),
+            w.tolist(),
+            v4_proto.tolist(),
+            data_at.tolist(),
+            recs.src[rows].tolist(),
+            recs.ts[rows].tolist(),
+            vlan[rows].tolist(),
+            pos[rows].tolist(),
+            strict=True,
+        )
+        skipped = self.report.skipped
+        for k, (off, cap, length, v6, w, proto, at, src, ts, vl, p) in enumerate(columns):
+            if v6:
+                proto, field = (w >> 56) & 0xFF, (w >> 32) & 0xFFFF
                 offset, more, ident = field & ~7, bool(field & 1), w & 0xFFFFFFFF
-                data_at = rel + P.IPV6_FRAG_HEADER
-                addr = bytes(buf[off + P.IPV6_SRC_AT : off + P.IPV6_HEADER])
-                header = bytes(buf[off : off + P.IPV6_HEADER]) if offset == 0 else b""
+                addr = bytes(mv[off + P.IPV6_SRC_AT : off + P.IPV6_HEADER])
+                header = bytes(mv[off : off + P.IPV6_HEADER]) if offset == 0 else b""
             else:
-                w = int(w0[k])
-                proto = int(buf[off + P.IPV4_PROTO_AT])
                 offset = (w & P.IPV4_OFFSET_MASK) * 8
                 more, ident = bool(w & P.IPV4_MF), (w >> 16) & 0xFFFF
-                data_at = int(ip.l4_rel[r])
-                addr = bytes(buf[off + P.IPV4_SRC_AT : off + P.IPV4_SRC_AT + 8])
-                header = bytes(buf[off : off + data_at]) if offset == 0 else b""
+                addr = bytes(mv[off + P.IPV4_SRC_AT : off + P.IPV4_SRC_AT + 8])
+                header = bytes(mv[off : off + at]) if offset == 0 else b""
             if proto not in _REASSEMBLED_PROTOS:
-                self.report.skipped["non_tcp_udp"] += 1
+                skipped["non_tcp_udp"] += 1
                 continue
             if cap < length:
                 if offset == 0:
                     taken[k] = False
                 else:
-                    self.report.skipped["ip_fragment_truncated"] += 1
+                    skipped["ip_fragment_truncated"] += 1
                 continue
-            key = (src, int(vlan[r]), addr, ident, proto)
-            data = bytes(buf[off + data_at : off + length])
-            got = self.reassembler.add(
-                Fragment(key, src, float(recs.ts[r]), offset, more, data, header, proto)
-            )
+            key = (src, vl, addr, ident, proto)
+            data = bytes(mv[off + at : off + length])
+            got = self.reassembler.add(Fragment(key, src, ts, offset, more, data, header, proto))
             if got is not None:
                 self.report.n_merged += got.n_fragments - 1
-                completed.append((int(pos[r]), got.packet, int(vlan[r])))
+                completed.append((p, got.packet, vl))
         return taken
 
     def _transport(self, chunk, sb, recs, ip: _Ip, reason, pos, vlan, caplen) -> Packets:
