@@ -544,17 +544,16 @@ def _select_flows(meta, labels, groups, opts: PrepareOptions, skipped: Counter) 
 
 def _small_classes(labels, splits, classes, threshold: int) -> dict[str, dict[str, int]]:
     """Classes with fewer than ``threshold`` flows in some split (warned about)."""
-    out = {}
-    for c in classes:
-        counts = {s: int(((labels == c) & (splits == s)).sum()) for s in ("train", "val", "test")}
-        if min(counts.values()) < threshold:
-            out[c] = counts
+    names = ("train", "val", "test")
+    code = pd.Categorical(labels, categories=classes).codes.astype(np.int64)
+    split_code = pd.Categorical(splits, categories=names).codes.astype(np.int64)
+    counts = np.bincount(code * 3 + split_code, minlength=3 * len(classes)).reshape(-1, 3)
+    small = np.flatnonzero(counts.min(axis=1) < threshold)
+    out = {classes[i]: dict(zip(names, counts[i].tolist(), strict=True)) for i in small}
     if out:
-        log.warning(
-            "classes with fewer than %d flows in a split: %s",
-            threshold,
-            "; ".join(f"{c} {v}" for c, v in out.items()),
-        )
+        shown = "; ".join(f"{c} {v}" for c, v in list(out.items())[:10])
+        more = f" and {len(out) - 10} more" if len(out) > 10 else ""
+        log.warning("classes with fewer than %d flows in a split: %s%s", threshold, shown, more)
     return out
 
 
