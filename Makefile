@@ -46,8 +46,9 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks scripts
 	$(VENV)/bin/lint-imports
 
+# The ten slowest tests are listed at the end, so a test that grows shows in every run.
 pytest: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 
 # Everything but the tests marked `slow` (multi-process runs, the browser checks).
 pytest-fast: $(STAMP)

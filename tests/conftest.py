@@ -21,11 +21,15 @@ NDPI_DIR = SHARED_DATA / "ndpi"
 USTC_DIR = SHARED_DATA / "ustc-tfc2016"
 DEMO_CAPTURES = ROOT / "demo" / "captures"
 
+# Public corpora, not shipped with flowsplit: the README's "Public corpora" says where
+# they come from; FLOWSPLIT_SHARED_DATA points at a folder holding ndpi/ and ustc-tfc2016/.
+_WHERE = "(set FLOWSPLIT_SHARED_DATA; see the README, Public corpora)"
 needs_ndpi = pytest.mark.skipif(
-    not (NDPI_DIR / "pcap").is_dir(), reason=f"real nDPI corpus not found at {NDPI_DIR}"
+    not (NDPI_DIR / "pcap").is_dir(),
+    reason=f"real nDPI corpus not found at {NDPI_DIR} {_WHERE}",
 )
 needs_ustc = pytest.mark.skipif(
-    not USTC_DIR.is_dir(), reason=f"USTC-TFC2016 IDX files not found at {USTC_DIR}"
+    not USTC_DIR.is_dir(), reason=f"USTC-TFC2016 IDX files not found at {USTC_DIR} {_WHERE}"
 )
 
 
