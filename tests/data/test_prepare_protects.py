@@ -110,7 +110,7 @@ def test_small_classes_are_warned_about_and_recorded(tmp_path, caplog):
     _captures(root, classes=("rare",), files=3, flows=1, first=2)
     m = prepare_dataset([root], tmp_path / "ds", PrepareOptions(split_by="file"))
     assert set(m["small_classes"]) == {"rare"}  # one file per split: 8, 8, 8 and 1, 1, 1
-    assert m["small_classes"]["rare"] == {"train": 1, "val": 1, "test": 1}
+    assert m["small_classes"]["rare"] == [1, 1, 1]  # train, val, test
     assert "fewer than 5 flows in a split" in caplog.text
     m = prepare_dataset([root], tmp_path / "ds2", PrepareOptions(small_split_flows=1))
     assert m["small_classes"] == {}

@@ -230,8 +230,9 @@ def format_summary(manifest: dict, where, meta=None) -> str:
     if small:
         threshold = manifest.get("options", {}).get("small_split_flows", "?")
         lines.append(
-            f"small classes (< {threshold} flows in a split): "
-            + "; ".join(f"{c} " + "/".join(str(v) for v in n.values()) for c, n in small.items())
+            f"small classes (< {threshold} flows in a split, train/val/test): "
+            + "; ".join(f"{c} " + "/".join(map(str, n)) for c, n in list(small.items())[:10])
+            + (f" and {len(small) - 10} more" if len(small) > 10 else "")
         )
     read = manifest.get("read") or {}
     if read:

@@ -542,18 +542,24 @@ def _select_flows(meta, labels, groups, opts: PrepareOptions, skipped: Counter) 
     return idx
 
 
-def _small_classes(labels, splits, classes, threshold: int) -> dict[str, dict[str, int]]:
-    """Classes with fewer than ``threshold`` flows in some split (warned about)."""
+def _small_classes(labels, splits, classes, threshold: int) -> dict[str, list[int]]:
+    """Classes with fewer than ``threshold`` flows in some split: class -> [train, val,
+    test] flows (warned about)."""
     names = ("train", "val", "test")
     code = pd.Categorical(labels, categories=classes).codes.astype(np.int64)
     split_code = pd.Categorical(splits, categories=names).codes.astype(np.int64)
     counts = np.bincount(code * 3 + split_code, minlength=3 * len(classes)).reshape(-1, 3)
     small = np.flatnonzero(counts.min(axis=1) < threshold)
-    out = {classes[i]: dict(zip(names, counts[i].tolist(), strict=True)) for i in small}
+    out = {classes[i]: counts[i].tolist() for i in small}
     if out:
-        shown = "; ".join(f"{c} {v}" for c, v in list(out.items())[:10])
+        shown = "; ".join(f"{c} {'/'.join(map(str, v))}" for c, v in list(out.items())[:10])
         more = f" and {len(out) - 10} more" if len(out) > 10 else ""
-        log.warning("classes with fewer than %d flows in a split: %s%s", threshold, shown, more)
+        log.warning(
+            "classes with fewer than %d flows in a split (train/val/test): %s%s",
+            threshold,
+            shown,
+            more,
+        )
     return out
 
 
