@@ -9,7 +9,13 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
-from flowsplit.models.layers import ConvRecurrent, SeqInput, fit_input_scaler
+from flowsplit.models.layers import (
+    ConvRecurrent,
+    SeqInput,
+    SizeEmbedding,
+    fit_input_scaler,
+    presence_mask,
+)
 from flowsplit.models.registry import (
     MODEL_SPECS,
     build_estimator,
@@ -66,13 +72,19 @@ def test_blocks_compose_to_the_model_and_take_raw_rows(name, view, shape):
         )
 
 
-@pytest.mark.parametrize("name", ["lstm", "convlstm", "convgru"])
-def test_recurrent_blocks_return_the_whole_sequence(name):
-    view = default_view(name)
-    shape = {"seq": (16, 5), "pkt_bytes": (6, 64)}[view]
+@pytest.mark.parametrize(
+    ("name", "view", "shape", "steps"),
+    [
+        ("lstm", "seq", (16, 5), 16),
+        ("lstm", "bytes", (64,), 8),  # 8 rows of 8 bytes
+        ("convlstm", "pkt_bytes", (6, 64), 6),
+        ("convgru", "bytes", (784,), 7),  # 7 strips of 4 rows
+    ],
+)
+def test_recurrent_blocks_return_the_whole_sequence(name, view, shape, steps):
     model = build_model(name, view=view, input_shape=shape, n_classes=4)
     first = model.forward_range(_raw_batch(view, shape), 0, 1)
-    assert first.shape[:2] == (3, shape[0])  # (B, T, ...): one output per step
+    assert first.shape[:2] == (3, steps)  # (B, T, ...): one output per step
 
 
 def test_bytes_are_scaled_inside_the_first_block():
@@ -143,7 +155,7 @@ def test_registry_contract():
     assert neural_models() == ["cnn", "lstm", "convlstm", "convgru"]
     assert [default_view(m) for m in MODEL_SPECS] == [
         "bytes",
-        "seq",
+        "bytes",
         "pkt_bytes",
         "pkt_bytes",
         "stats",
@@ -216,3 +228,49 @@ def test_cnn_two_d_reads_the_payload_as_a_28x28_image():
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     out = model(_raw_batch("bytes", (784,)))
     assert convs and out.shape == (3, 4) and torch.isfinite(out).all()
+
+
+def test_presence_mask_ends_at_the_last_non_zero_step():
+    x = torch.zeros(3, 5, 2)
+    x[0, :2] = 1.0  # two packets
+    x[1, [0, 3]] = 1.0  # a zero step inside a flow is not padding
+    # x[2]: nothing at all still has a first step
+    assert presence_mask(x).tolist() == [
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 0, 0, 0, 0],
+    ]
+
+
+def test_size_embedding_buckets_by_direction_and_size():
+    emb = SizeEmbedding(2)
+    sizes = torch.tensor([[0.0, 100, -100, 1535, 1536, 3072, 1e7]])
+    buckets = []
+    emb.embed.forward = lambda idx: buckets.append(idx) or torch.zeros(*idx.shape, 2)
+    emb(sizes[..., None])
+    n = emb.n_buckets  # 200: 192 of 8 bytes up to 1536, then 8 doublings
+    assert buckets[0].tolist() == [[0, 1 + 12, 1 + 12 + n, 1 + 191, 1 + 192, 1 + 193, n]]
+
+
+@pytest.mark.parametrize(
+    ("name", "view", "short", "long"),
+    [
+        ("lstm", "seq", (6, 4), (11, 4)),
+        ("lstm", "bytes", (4, 8), (9, 8)),
+        ("convlstm", "pkt_bytes", (4, 16), (7, 16)),
+        ("convgru", "pkt_bytes", (4, 16), (7, 16)),
+    ],
+)
+def test_padding_does_not_change_the_prediction(name, view, short, long):
+    # Prepare: the same flows (3 packets / rows) padded to two lengths; the model's
+    # parameters do not depend on the length, so the same seed builds the same model.
+    x_long = _raw_batch(view, long, n=4)
+    x_long[:, 3:] = 0  # every flow ends after 3 steps
+    x_long[0, 1:] = 0  # one flow of a single step
+    x_short = x_long[:, : short[0]].clone()
+    models = []
+    for shape in (short, long):
+        torch.manual_seed(0)
+        models.append(build_model(name, view=view, input_shape=shape, n_classes=3).eval())
+    # Execute / Assert
+    torch.testing.assert_close(models[0](x_short), models[1](x_long))

