@@ -42,7 +42,7 @@ def _profile():
     import torch
 
     torch.set_num_threads(1)
-    from flowsplit.federated.profile import profile_model
+    from flowsplit.federated.system.profile import profile_model
     from flowsplit.models.registry import build_model
 
     return profile_model(build_model("cnn", view="bytes", input_shape=(784,), n_classes=20))
@@ -60,7 +60,7 @@ def _accuracies(profile, rng) -> dict:
 
 
 def bench_time(profile, runs: int) -> dict:
-    from flowsplit.federated.presets import generate_topology
+    from flowsplit.federated.system.presets import generate_topology
     from flowsplit.planner.plan import PlannerConfig, plan_split
 
     rng = np.random.default_rng(0)
@@ -113,8 +113,8 @@ def bench_time(profile, runs: int) -> dict:
 
 
 def bench_gap(profile, n_instances: int, seed: int) -> dict:
-    from flowsplit.federated.presets import generate_topology
     from flowsplit.federated.schemes import get_scheme
+    from flowsplit.federated.system.presets import generate_topology
     from flowsplit.planner.assign import greedy_assign
     from flowsplit.planner.costs import build_cost_table
     from flowsplit.planner.exact import solve_exact

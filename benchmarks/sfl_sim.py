@@ -39,13 +39,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowsplit.federated.aggregate import fedavg
 from flowsplit.federated.config import SFLConfig, parse_cuts
-from flowsplit.federated.parts import flatten_state, load_flat_state
-from flowsplit.federated.presets import resolve_topology
 from flowsplit.federated.schemes import make_round_plan
 from flowsplit.federated.setup import RegistryModel, prepare_run
 from flowsplit.federated.sim import SimRuntime
+from flowsplit.federated.system.aggregate import fedavg
+from flowsplit.federated.system.parts import flatten_state, load_flat_state
+from flowsplit.federated.system.presets import resolve_topology
 
 
 def _synthetic(out: Path, n: int = 4000, n_classes: int = 20, seed: int = 0) -> Path:

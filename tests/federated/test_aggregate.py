@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flowsplit.federated.aggregate import fedavg
+from flowsplit.federated.system.aggregate import fedavg
 
 
 def test_fedavg_weights_by_sample_count():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from flowsplit.cli import main
-from flowsplit.federated.topology import read_topology
+from flowsplit.federated.system.topology import read_topology
 from tests.federated._toy import write_toy_dataset
 
 pytest.importorskip("flowsplit.models.registry")

@@ -10,11 +10,14 @@ import pytest
 import torch
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import CostMeter, Ledger, transfer_time
 from flowsplit.federated.predict import predict_ledger
-from flowsplit.federated.presets import resolve_topology
-from flowsplit.federated.profile import BlockProfile, part_costs
-from flowsplit.federated.protocol import (
+from flowsplit.federated.schemes import get_scheme, make_round_plan
+from flowsplit.federated.setup import prepare_run
+from flowsplit.federated.sim import SimRuntime, run_coroutines
+from flowsplit.federated.system.costs import CostMeter, Ledger, transfer_time
+from flowsplit.federated.system.presets import resolve_topology
+from flowsplit.federated.system.profile import BlockProfile, part_costs
+from flowsplit.federated.system.protocol import (
     ACTIVATIONS,
     CLIENT,
     CONTROL,
@@ -24,10 +27,7 @@ from flowsplit.federated.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.schemes import get_scheme, make_round_plan
-from flowsplit.federated.setup import prepare_run
-from flowsplit.federated.sim import SimRuntime, run_coroutines
-from flowsplit.federated.topology import Topology
+from flowsplit.federated.system.topology import Topology
 from tests.federated._toy import ToyFactory, write_toy_dataset
 
 HAND_PROFILE = BlockProfile(
@@ -232,8 +232,8 @@ def test_a_real_round_charges_exactly_what_its_roles_send(toy_dataset):
 
 
 def test_meter_hop_table_agrees_with_the_protocol():
-    from flowsplit.federated.costs import _HOP_DIR
-    from flowsplit.federated.protocol import DIRECTIONS, HOPS, hop_of
+    from flowsplit.federated.system.costs import _HOP_DIR
+    from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, hop_of
 
     for (a, b), (h, d) in _HOP_DIR.items():
         assert hop_of((a, 0), (b, 0)) == (HOPS[h], DIRECTIONS[d])

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.dist import launch_local
-from flowsplit.federated.presets import resolve_topology
-from flowsplit.federated.protocol import (
+from flowsplit.federated.setup import prepare_run
+from flowsplit.federated.sim import run_simulation
+from flowsplit.federated.system.costs import CostMeter
+from flowsplit.federated.system.presets import resolve_topology
+from flowsplit.federated.system.protocol import (
     ACTIVATIONS,
     AGGREGATOR,
     CLIENT,
@@ -21,8 +23,6 @@ from flowsplit.federated.protocol import (
     decode_header,
     encode_header,
 )
-from flowsplit.federated.setup import prepare_run
-from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.transport import GlooTransport
 from flowsplit.train.distributed import read_dist_env
 from tests.federated._toy import ToyFactory, write_toy_dataset

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.partition import (
+from flowsplit.federated.system.partition import (
     PartitionSpec,
     parse_partition,
     partition_by_site,

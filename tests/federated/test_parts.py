@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.parts import (
+from flowsplit.federated.system.parts import (
     AuxHead,
     check_cuts,
     flatten_state,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from torch import nn
 
-from flowsplit.federated.profile import (
+from flowsplit.federated.system.profile import (
     BlockProfile,
     aux_head_cost,
     cut_table,

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.presets import resolve_topology
-from flowsplit.federated.protocol import CLIENT, Recv
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import ProtocolError, run_coroutines
 from flowsplit.federated.sim import run_simulation as simulate
+from flowsplit.federated.system.presets import resolve_topology
+from flowsplit.federated.system.protocol import CLIENT, Recv
 from tests.federated._toy import ToyFactory, write_toy_dataset
 
 
@@ -108,7 +108,7 @@ def test_metrics_record_bytes_by_hop_direction_and_type(dataset):
 def test_a_protocol_mismatch_is_reported_not_hung():
     # Prepare: a role waiting for a message nobody sends.
     topo = resolve_topology("homogeneous", n_clients=1, n_aggregators=1)
-    from flowsplit.federated.costs import CostMeter
+    from flowsplit.federated.system.costs import CostMeter
 
     def waiting():
         yield Recv((CLIENT, 0), "model")

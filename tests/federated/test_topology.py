@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.federated.presets import PRESETS, generate_topology, resolve_topology
-from flowsplit.federated.topology import (
+from flowsplit.federated.system.presets import PRESETS, generate_topology, resolve_topology
+from flowsplit.federated.system.topology import (
     assign_clients,
     read_topology,
     topology_from_toml,

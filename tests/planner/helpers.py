@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from flowsplit.federated.presets import generate_topology
-from flowsplit.federated.profile import BlockProfile
 from flowsplit.federated.schemes import get_scheme
+from flowsplit.federated.system.presets import generate_topology
+from flowsplit.federated.system.profile import BlockProfile
 from flowsplit.planner.costs import AGG, CHAIN_A, COUNT, FEATURES, N_BASIS, CostTable
 
 

@@ -85,7 +85,7 @@ def test_impossible_capacities_are_a_clear_error():
 def test_cp_sat_equals_brute_force_on_real_costs():
     # Prepare: a real cost table (every scheme family), 6 clients, 2 aggregators.
     pytest.importorskip("ortools", reason="the exact solver is the [exact] extra")
-    from flowsplit.federated.profile import part_costs
+    from flowsplit.federated.system.profile import part_costs
 
     profile = small_profile()
     for k, scheme in enumerate(("sfl", "hsfl", "hsfl-ll")):
@@ -103,7 +103,7 @@ def test_cp_sat_equals_brute_force_on_real_costs():
 
 
 def test_greedy_is_deterministic_and_lockstep_equals_one_pair_at_a_time():
-    from flowsplit.federated.profile import part_costs
+    from flowsplit.federated.system.profile import part_costs
 
     profile = small_profile()
     topo = random_topology(40, 8, seed=5)
@@ -135,7 +135,7 @@ def _instances(draw):
 def test_capacities_and_links_are_never_violated(instance):
     from dataclasses import replace
 
-    from flowsplit.federated.profile import part_costs
+    from flowsplit.federated.system.profile import part_costs
 
     seed, n, a, linked, cap = instance
     topo = random_topology(n, a, seed)

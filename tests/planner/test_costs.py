@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from flowsplit.federated.predict import predict_ledger
-from flowsplit.federated.profile import part_costs
 from flowsplit.federated.schemes import get_scheme
+from flowsplit.federated.system.profile import part_costs
 from flowsplit.planner.costs import build_cost_table, evaluate_assignment
 from tests.planner.helpers import random_topology, small_profile
 
@@ -43,9 +43,9 @@ def test_planner_predicts_what_the_simulation_charges(tmp_path, scheme, cuts):
     import torch
 
     from flowsplit.federated.config import SFLConfig
-    from flowsplit.federated.presets import heterogeneous
     from flowsplit.federated.setup import prepare_run
     from flowsplit.federated.sim import run_simulation
+    from flowsplit.federated.system.presets import heterogeneous
     from flowsplit.planner.assign import greedy_assign
     from tests.federated._toy import ToyFactory, write_toy_dataset
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.profile import client_memory_bytes, part_costs
+from flowsplit.federated.system.profile import client_memory_bytes, part_costs
 from flowsplit.planner.objective import Objective, Weights
 from flowsplit.planner.plan import PlannerConfig, lower_bounds, plan_fixed, plan_split
 from tests.planner.helpers import random_topology, small_profile

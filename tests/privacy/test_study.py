@@ -13,7 +13,7 @@ from torch import nn
 from flowsplit.cli import main
 from flowsplit.data.store import write_dataset
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.federated.parts import split_model
+from flowsplit.federated.system.parts import split_model
 from flowsplit.models.registry import build_model
 from flowsplit.privacy.attack import AttackConfig
 from flowsplit.privacy.defences import Defence

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci
-from flowsplit.federated.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
+from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
 """Margins over HSFL the HSFL paper reports (CIFAR-10/FEMNIST, simulation)."""

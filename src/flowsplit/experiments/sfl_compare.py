@@ -42,7 +42,7 @@ from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
-from flowsplit.federated.topology import write_topology
+from flowsplit.federated.system.topology import write_topology
 from flowsplit.planner import study as study_mod
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import eval_split_for

@@ -130,8 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from flowsplit.federated.dist import launch_local, run_under_torchrun
-    from flowsplit.federated.presets import resolve_topology
     from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.system.presets import resolve_topology
     from flowsplit.train.distributed import read_dist_env
 
     config = _config_from_args(args)
@@ -241,7 +241,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from flowsplit.data.store import load_dataset
-    from flowsplit.federated.profile import profile_model
+    from flowsplit.federated.system.profile import profile_model
 
     torch.set_num_threads(1)
     model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
@@ -262,7 +262,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def format_profile(profile, view: str) -> str:
     """The block table and the cut table of a profile, as text."""
-    from flowsplit.federated.profile import cut_table
+    from flowsplit.federated.system.profile import cut_table
 
     lines = [
         f"model {profile.model} on view {view}: input {profile.input_shape}, "

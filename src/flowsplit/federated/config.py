@@ -7,16 +7,15 @@ from typing import Any
 
 from flowsplit.config_args import cli
 from flowsplit.errors import ConfigError
-from flowsplit.federated.partition import parse_partition
-from flowsplit.federated.topology import ASSIGN_RULES
+from flowsplit.federated.system import AUX_MODES
+from flowsplit.federated.system.partition import parse_partition
+from flowsplit.federated.system.topology import ASSIGN_RULES
 
 SCHEMES = ("sfl", "hsfl", "hsfl-ll")
 """The scheme names (their definitions: ``flowsplit.federated.schemes``)."""
 SFL_VERSIONS = ("v1", "v2")
 OPTIMIZERS = ("sgd", "adam")
 EVAL_SPLITS = ("train", "val", "test")
-AUX_MODES = ("auto", "flatten", "last", "mean")
-"""Auxiliary heads of hsfl-ll (``parts.AuxHead``); defined here so the CLI needs no torch."""
 
 
 def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:

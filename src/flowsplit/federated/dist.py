@@ -39,9 +39,14 @@ import torch.distributed as dist
 
 from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import Ledger
-from flowsplit.federated.profile import BlockProfile
-from flowsplit.federated.protocol import (
+from flowsplit.federated.results import SFLResult, read_run, run_facts, write_run
+from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
+from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
+from flowsplit.federated.server import CloudServer
+from flowsplit.federated.setup import ModelFn, RunSetup, prepare_run, role_seed
+from flowsplit.federated.system.costs import Ledger
+from flowsplit.federated.system.profile import BlockProfile
+from flowsplit.federated.system.protocol import (
     AGGREGATOR,
     CLIENT,
     CONTROL,
@@ -51,12 +56,7 @@ from flowsplit.federated.protocol import (
     Send,
     address_of,
 )
-from flowsplit.federated.results import SFLResult, read_run, run_facts, write_run
-from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
-from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
-from flowsplit.federated.server import CloudServer
-from flowsplit.federated.setup import ModelFn, RunSetup, prepare_run, role_seed
-from flowsplit.federated.topology import Topology, topology_from_toml, topology_to_toml
+from flowsplit.federated.system.topology import Topology, topology_from_toml, topology_to_toml
 from flowsplit.federated.transport import (
     GlooTransport,
     make_pair_groups,

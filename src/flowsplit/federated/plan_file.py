@@ -19,7 +19,7 @@ import numpy as np
 
 from flowsplit.errors import InputError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.topology import Topology, topology_from_toml
+from flowsplit.federated.system.topology import Topology, topology_from_toml
 
 RUN_FIELDS = ("scheme", "batch_size", "local_epochs", "partition", "train_limit", "seed")
 """SFLConfig fields a plan fixes (besides ``cuts``)."""

@@ -1,6 +1,6 @@
 """Predicting a round's costs without training (pure, vectorised; for the planner).
 
-:func:`predict_ledger` fills the same :class:`~flowsplit.federated.costs.Ledger` the
+:func:`predict_ledger` fills the same :class:`~flowsplit.federated.system.costs.Ledger` the
 runners fill message by message, from the message sequence the roles follow
 (see :mod:`flowsplit.federated.roles`), in closed form over arrays of clients:
 
@@ -26,18 +26,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsplit.federated.aggregate import averaging_flops
-from flowsplit.federated.costs import Ledger, RoundDelay, n_batches
-from flowsplit.federated.profile import PartCosts
-from flowsplit.federated.protocol import (
+from flowsplit.federated.schemes import PER_AGGREGATOR, PER_BATCH, PER_CLIENT, Message, Scheme
+from flowsplit.federated.system.aggregate import averaging_flops
+from flowsplit.federated.system.costs import Ledger, RoundDelay, n_batches
+from flowsplit.federated.system.profile import PartCosts
+from flowsplit.federated.system.protocol import (
     AGGREGATOR_SERVER,
     CLIENT_AGGREGATOR,
     DIRECTIONS,
     HOPS,
     MESSAGE_TYPES,
 )
-from flowsplit.federated.schemes import PER_AGGREGATOR, PER_BATCH, PER_CLIENT, Message, Scheme
-from flowsplit.federated.topology import Topology
+from flowsplit.federated.system.topology import Topology
 
 
 def _key(msg: Message) -> tuple[int, int, int]:

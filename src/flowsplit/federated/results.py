@@ -24,8 +24,8 @@ import torch
 from flowsplit import __version__
 from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import InputError
-from flowsplit.federated.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
-from flowsplit.federated.topology import Topology, read_topology, write_topology
+from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
+from flowsplit.federated.system.topology import Topology, read_topology, write_topology
 from flowsplit.train.result import RoundRecord, RunResult, read_result
 
 

@@ -1,7 +1,7 @@
 """The roles Client and EdgeAggregator (with CloudServer in ``server.py``): the step code.
 
 Each role's ``run_round(plan)`` is a generator coroutine: it ``yield``s
-:class:`~flowsplit.federated.protocol.Send` and ``Recv`` requests and receives the
+:class:`~flowsplit.federated.system.protocol.Send` and ``Recv`` requests and receives the
 answers, and it charges its own computations to the cost meter. The simulated
 runner interleaves all coroutines in one process; the distributed runner runs one
 per process over gloo. The message sequence of a round (per client batch ``k``,
@@ -31,11 +31,12 @@ import torch
 from torch import nn
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.optim import make_optimizer
-from flowsplit.federated.parts import AuxHead, Part, flatten_state, load_flat_state
-from flowsplit.federated.profile import PartCosts
-from flowsplit.federated.protocol import (
+from flowsplit.federated.schemes import RoundPlan, Scheme
+from flowsplit.federated.system.costs import CostMeter
+from flowsplit.federated.system.parts import AuxHead, Part, flatten_state, load_flat_state
+from flowsplit.federated.system.profile import PartCosts
+from flowsplit.federated.system.protocol import (
     ACTIVATIONS,
     AGGREGATOR,
     CLIENT,
@@ -48,7 +49,6 @@ from flowsplit.federated.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.schemes import RoundPlan, Scheme
 
 
 class TierModule(nn.Module):

@@ -2,7 +2,7 @@
 
 A :class:`Scheme` owns everything that differs between the schemes, the way a
 Flower ``Strategy`` does, while the maths stays in pure functions
-(:func:`~flowsplit.federated.aggregate.fedavg`, the cost formulas):
+(:func:`~flowsplit.federated.system.aggregate.fedavg`, the cost formulas):
 
 - the round loop (plan a round, let the runtime execute it, evaluate, log a tree);
 - the steps the roles delegate to it: the **download** of the global parts, the
@@ -49,9 +49,9 @@ import torch
 import torch.nn.functional as F
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.aggregate import averaging_flops, fedavg
 from flowsplit.federated.config import SCHEMES, SFLConfig
-from flowsplit.federated.costs import (
+from flowsplit.federated.system.aggregate import averaging_flops, fedavg
+from flowsplit.federated.system.costs import (
     END_TO_END_CHAIN,
     LOCAL_LOSS_CHAIN,
     Chain,
@@ -60,9 +60,9 @@ from flowsplit.federated.costs import (
     n_batches,
     round_delay,
 )
-from flowsplit.federated.parts import AuxHead, flatten_state, load_flat_state
-from flowsplit.federated.profile import BlockProfile, PartCosts, make_aux_head, part_costs
-from flowsplit.federated.protocol import (
+from flowsplit.federated.system.parts import AuxHead, flatten_state, load_flat_state
+from flowsplit.federated.system.profile import BlockProfile, PartCosts, make_aux_head, part_costs
+from flowsplit.federated.system.protocol import (
     ACTIVATIONS,
     AGGREGATOR,
     AGGREGATOR_SERVER,

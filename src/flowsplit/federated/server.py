@@ -8,9 +8,11 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
-from flowsplit.federated.aggregate import averaging_flops, fedavg
-from flowsplit.federated.parts import flatten_state, load_flat_state
-from flowsplit.federated.protocol import (
+from flowsplit.federated.roles import RunContext, TierModule
+from flowsplit.federated.schemes import RoundPlan
+from flowsplit.federated.system.aggregate import averaging_flops, fedavg
+from flowsplit.federated.system.parts import flatten_state, load_flat_state
+from flowsplit.federated.system.protocol import (
     ACTIVATIONS,
     LABELS,
     SERVER_ADDRESS,
@@ -18,8 +20,6 @@ from flowsplit.federated.protocol import (
     Coroutine,
     Recv,
 )
-from flowsplit.federated.roles import RunContext, TierModule
-from flowsplit.federated.schemes import RoundPlan
 
 
 class CloudServer:

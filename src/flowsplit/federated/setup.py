@@ -19,14 +19,19 @@ import torch
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import CostMeter
-from flowsplit.federated.partition import make_partition
-from flowsplit.federated.parts import check_cuts, split_model
-from flowsplit.federated.profile import BlockProfile, PartCosts, client_memory_bytes, profile_model
-from flowsplit.federated.protocol import AGGREGATOR, CLIENT, SERVER, Address
 from flowsplit.federated.roles import RunContext, TierModule
 from flowsplit.federated.schemes import Scheme, scheme_of
-from flowsplit.federated.topology import Topology, assign_clients
+from flowsplit.federated.system.costs import CostMeter
+from flowsplit.federated.system.partition import make_partition
+from flowsplit.federated.system.parts import check_cuts, split_model
+from flowsplit.federated.system.profile import (
+    BlockProfile,
+    PartCosts,
+    client_memory_bytes,
+    profile_model,
+)
+from flowsplit.federated.system.protocol import AGGREGATOR, CLIENT, SERVER, Address
+from flowsplit.federated.system.topology import Topology, assign_clients
 from flowsplit.models.base import BlockModel
 
 ModelFn = Callable[..., BlockModel]

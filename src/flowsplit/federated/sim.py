@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from flowsplit.federated.costs import CostMeter
 from flowsplit.federated.metrics import evaluate_model
-from flowsplit.federated.protocol import Address, Recv, Send, message_nbytes
 from flowsplit.federated.results import SFLResult, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
 from flowsplit.federated.setup import RunSetup, role_seed
+from flowsplit.federated.system.costs import CostMeter
+from flowsplit.federated.system.protocol import Address, Recv, Send, message_nbytes
 
 
 class ProtocolError(RuntimeError):

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from flowsplit.federated.costs import CostMeter
-from flowsplit.federated.protocol import (
+from flowsplit.federated.system.costs import CostMeter
+from flowsplit.federated.system.protocol import (
     AGGREGATOR,
     CLIENT,
     CONTROL,

@@ -145,7 +145,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.data.store import atomic_write_json
-    from flowsplit.federated.topology import topology_to_toml
+    from flowsplit.federated.system.topology import topology_to_toml
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     weights = args.weights

@@ -1,7 +1,7 @@
 """The engine's cost model, decomposed per client and per aggregator for the planner.
 
 :func:`flowsplit.federated.predict.predict_ledger` computes a round's ledger for one
-assignment; :func:`flowsplit.federated.costs.round_delay` turns it into the delay.
+assignment; :func:`flowsplit.federated.system.costs.round_delay` turns it into the delay.
 The planner must compare many assignments and cut pairs, so this module evaluates the
 same per-message description (the scheme's ``batch_messages``, ``download_messages``,
 ``upload_messages``, ``averaging`` and ``chain``, summed by
@@ -43,13 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsplit.federated.aggregate import averaging_flops
-from flowsplit.federated.costs import n_batches
 from flowsplit.federated.predict import hop_sums, predict_ledger
-from flowsplit.federated.profile import PartCosts
-from flowsplit.federated.protocol import AGGREGATOR_SERVER, CLIENT_AGGREGATOR
 from flowsplit.federated.schemes import PER_AGGREGATOR, PER_BATCH, PER_CLIENT, Scheme
-from flowsplit.federated.topology import Topology
+from flowsplit.federated.system.aggregate import averaging_flops
+from flowsplit.federated.system.costs import n_batches
+from flowsplit.federated.system.profile import PartCosts
+from flowsplit.federated.system.protocol import AGGREGATOR_SERVER, CLIENT_AGGREGATOR
+from flowsplit.federated.system.topology import Topology
 
 FEATURES = ("chain_a", "chain_b", "agg", "bb", "down", "up", "count")
 CHAIN_A, CHAIN_B, AGG, BB, DOWN, UP, COUNT = range(len(FEATURES))

@@ -26,10 +26,10 @@ import numpy as np
 
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.costs import n_batches
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
-from flowsplit.federated.topology import Topology
+from flowsplit.federated.system.costs import n_batches
+from flowsplit.federated.system.topology import Topology
 
 log = logging.getLogger("flowsplit.planner")
 

@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.profile import BlockProfile, client_memory_bytes
 from flowsplit.federated.schemes import Scheme, get_scheme
-from flowsplit.federated.topology import Topology, assign_clients
+from flowsplit.federated.system.profile import BlockProfile, client_memory_bytes
+from flowsplit.federated.system.topology import Topology, assign_clients
 from flowsplit.planner.assign import check_capacity, client_work, greedy_assign
 from flowsplit.planner.costs import (
     AGG,

@@ -18,10 +18,10 @@ import numpy as np
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.parts import check_cuts
-from flowsplit.federated.presets import resolve_topology
-from flowsplit.federated.profile import profile_model
 from flowsplit.federated.setup import RegistryModel, prepare_run
+from flowsplit.federated.system.parts import check_cuts
+from flowsplit.federated.system.presets import resolve_topology
+from flowsplit.federated.system.profile import profile_model
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import (
     PilotCost,

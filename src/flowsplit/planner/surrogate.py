@@ -20,8 +20,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.parts import legal_cuts
-from flowsplit.federated.profile import BlockProfile, cut_table
+from flowsplit.federated.system.parts import legal_cuts
+from flowsplit.federated.system.profile import BlockProfile, cut_table
 
 FEATURE_NAMES = (
     "depth_client",

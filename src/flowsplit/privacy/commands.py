@@ -124,8 +124,8 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     import torch
 
     from flowsplit.data.store import atomic_write_json
-    from flowsplit.federated.presets import resolve_topology
-    from flowsplit.federated.profile import profile_model
+    from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.federated.system.profile import profile_model
     from flowsplit.privacy.attack import AttackConfig
     from flowsplit.privacy.defences import parse_defences
     from flowsplit.privacy.pareto import choose, draw_pareto, pair_table

@@ -20,11 +20,11 @@ matplotlib.use("Agg")  # files only, never a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from flowsplit.federated.parts import legal_cuts  # noqa: E402
 from flowsplit.federated.predict import predict_round  # noqa: E402
-from flowsplit.federated.profile import BlockProfile  # noqa: E402
 from flowsplit.federated.schemes import get_scheme  # noqa: E402
-from flowsplit.federated.topology import Topology, assign_clients  # noqa: E402
+from flowsplit.federated.system.parts import legal_cuts  # noqa: E402
+from flowsplit.federated.system.profile import BlockProfile  # noqa: E402
+from flowsplit.federated.system.topology import Topology, assign_clients  # noqa: E402
 from flowsplit.planner.leakage import pair_leakage  # noqa: E402
 
 
