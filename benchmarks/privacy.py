@@ -85,13 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     results: dict = {}
     t0 = time.perf_counter()
-    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
-        path = _prepare(name, args.data_dir)
-        print(f"privacy: {name} ({path})", file=sys.stderr, flush=True)
-        res = run_study(
-            path, config, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True)
-        )
-        results[name] = res
     doc = {
         "benchmark": "privacy",
         "environment": environment(note="timings on a shared, loaded machine"),
@@ -100,11 +93,29 @@ def main(argv: list[str] | None = None) -> int:
             "train_limit": args.train_limit,
             "aux_limit": args.aux_limit,
             "eval_limit": args.eval_limit,
-        },  # fmt: skip
+        },
         "datasets": results,
-        "total_s": time.perf_counter() - t0,
+        "complete": False,
     }
-    write_json(args.out, doc)
+
+    def save(name: str | None = None, partial: dict | None = None) -> None:
+        # Written after every measured cut, so a run stopped early keeps what it has.
+        if name is not None:
+            results[name] = partial
+        doc["total_s"] = time.perf_counter() - t0
+        write_json(args.out, doc)
+
+    for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
+        path = _prepare(name, args.data_dir)
+        print(f"privacy: {name} ({path})", file=sys.stderr, flush=True)
+        run_study(
+            path,
+            config,
+            progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True),
+            checkpoint=lambda partial, name=name: save(name, partial),
+        )
+    doc["complete"] = True
+    save()
     for name, res in results.items():
         print(f"{name}: accuracy {res['accuracy']:.3f}, prior {res['prior']}")
         rows = [("none", res["cuts"])] + [(k, v["cuts"]) for k, v in res["defences"].items()]
