@@ -91,6 +91,9 @@ def test_budget_pairs_for_the_planner(tmp_path):
     )  # fmt: skip
     with pytest.raises(ConfigError, match="needs both"):
         budget_pairs(path, "dcor", None)
+    other = _write(tmp_path, {**STUDY, "model": "lstm"}, "lstm.json")
+    with pytest.raises(InputError, match="measured on model 'lstm', not 'cnn'"):
+        budget_pairs(other, "dcor", 0.9, model="cnn")
     with pytest.raises(ConfigError, match="needs both"):
         budget_pairs(None, "dcor", 0.5)
     with pytest.raises(ConfigError, match=r"--max-leakage 0.5 on dcor .*least leaky is \(3, 3\)"):

@@ -22,8 +22,14 @@ from pathlib import Path
 from flowsplit.errors import ConfigError, InputError
 
 
-def read_leakage(path: str | Path, measure: str, *, defence: str | None = None) -> dict[int, float]:
-    """``{cut: leakage}`` of ``measure`` from a leakage file (``defence``: that defence's cuts)."""
+def read_leakage(
+    path: str | Path, measure: str, *, defence: str | None = None, model: str | None = None
+) -> dict[int, float]:
+    """``{cut: leakage}`` of ``measure`` from a leakage file (``defence``: that defence's cuts).
+
+    With ``model``, a file measured on another model is refused (its cuts are not
+    this model's).
+    """
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -40,6 +46,8 @@ def read_leakage(path: str | Path, measure: str, *, defence: str | None = None) 
                 "give the privacy.json of one study"
             )  # fmt: skip
         doc = next(iter(doc["datasets"].values()))
+    if model is not None and isinstance(doc, dict) and doc.get("model") not in (None, model):
+        raise InputError(path, f"was measured on model {doc['model']!r}, not {model!r}")
     if defence is not None:
         doc = (doc.get("defences") or {}).get(defence) if isinstance(doc, dict) else None
         if not isinstance(doc, dict):
@@ -99,7 +107,7 @@ def allowed_pairs(
 
 
 def budget_pairs(
-    path: str | Path | None, measure: str, max_leakage: float | None
+    path: str | Path | None, measure: str, max_leakage: float | None, *, model: str | None = None
 ) -> tuple[tuple[int, int], ...] | None:
     """The cut pairs a plan may use under a leakage budget (``None``: no budget).
 
@@ -115,7 +123,7 @@ def budget_pairs(
             "a leakage budget needs both --max-leakage and --leakage-file "
             "(the privacy.json of `flowsplit sfl privacy`)"
         )
-    leak = read_leakage(path, measure)
+    leak = read_leakage(path, measure, model=model)
     cuts = sorted(leak)
     pairs = [(a, c) for a in cuts for c in cuts if a <= c]
     try:
