@@ -205,3 +205,36 @@ def test_sfl_accuracy_intervals_are_clipped_to_100_percent():
                                "bytes_total": {"mean": 1e6, "low": 1e6, "high": 1e6}}}}  # fmt: skip
     (row,) = sfl_rows(res)
     assert row["accuracy_ci"] == "99.0 % (95 % CI 95.0-100.0)"
+
+
+def test_sfl_advice_reads_the_baselines_that_split_nothing_and_the_ablation():
+    # Prepare: sfl compare's baselines and ablation (the format of sfl_analysis).
+    res = {**SFL_RES,
+           "baselines": {"majority": {"final_accuracy": {"mean": 0.5, "low": 0.5, "high": 0.5},
+                                      "bytes_total": {"mean": 0.0, "low": 0.0, "high": 0.0},
+                                      "per_seed": [{}, {}, {}],
+                                      "scheme_minus_baseline": {"acc-aware": {
+                                          "mean": 0.395, "low": 0.39, "high": 0.40}}},
+                         "centralised": {"final_accuracy": {"mean": 0.92, "low": 0.91,
+                                                            "high": 0.93},
+                                         "per_seed": [{}, {}, {}],
+                                         "scheme_minus_baseline": {"acc-aware": {
+                                             "mean": -0.025, "low": -0.03, "high": -0.02}}}},
+           "ablation": [{"part": "assignment (hsfl-greedy vs hsfl)", "accuracy_diff":
+                         {"mean": 0.0, "low": -0.01, "high": 0.01},
+                         "delay_ratio": {"mean": 0.64, "low": 0.6, "high": 0.68},
+                         "bytes_ratio": {"mean": 1.0, "low": 1.0, "high": 1.0}}]}  # fmt: skip
+    # Execute
+    rows = sfl_rows(res)
+    advice = advise_sfl(res, rows)
+    # Assert: baseline rows in the table, never the pick; differences with their CIs.
+    base = [r for r in rows if r["baseline"]]
+    assert [r["scheme"] for r in base] == ["majority", "centralised"]
+    assert base[1]["accuracy_ci"] == "92.0 % (95 % CI 91.0-93.0)"
+    assert advice[0].startswith("For split learning use acc-aware")
+    text = " ".join(advice)
+    assert "majority +39.50 pt (95 % CI +39.00 to +40.00); centralised -2.50 pt" in text
+    assert (
+        "assignment (hsfl-greedy vs hsfl): accuracy +0.00 pt (95 % CI -1.00 to +1.00), delay -36 % (95 % CI -40 to -32 %)"
+        in text
+    )

@@ -331,6 +331,22 @@ def sfl_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                 "n_seeds": len(s.get("seeds") or []),
             }
         )
+    # References that split nothing (``sfl compare`` trains them on the same rows and seeds).
+    for name, b in (res.get("baselines") or {}).items():
+        rows.append(
+            {
+                "scheme": name,
+                "baseline": True,
+                "cuts": "– (baseline, no split)",
+                "accuracy": _num((b.get("final_accuracy") or {}).get("mean")),
+                "accuracy_ci": pct_ci(b.get("final_accuracy")),
+                "delay_s": math.nan,
+                "delay_ci": "–",
+                "bytes": _num((b.get("bytes_total") or {}).get("mean")),
+                "bytes_ci": _num_ci(b.get("bytes_total"), "MB", 1e-6),
+                "n_seeds": len(b.get("per_seed") or []),
+            }
+        )
     return rows
 
 
@@ -375,6 +391,23 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
             f"{pts_ci(v['accuracy_diff'])}, delay {change_ci(v['delay_ratio'])}, bytes "
             f"{change_ci(v['bytes_ratio'])}."
         )
+    refs = []
+    for name, base in (res.get("baselines") or {}).items():
+        diff = (base.get("scheme_minus_baseline") or {}).get(pick["scheme"])
+        if diff:
+            refs.append(f"{name} {pts_ci(diff)}")
+    if refs:
+        lines.append(
+            f"{pick['scheme']}'s final accuracy against the baselines that split nothing, "
+            "paired by seed: " + "; ".join(refs) + "."
+        )
+    parts = [
+        f"{r['part']}: accuracy {pts_ci(r.get('accuracy_diff'))}, delay "
+        f"{change_ci(r.get('delay_ratio'))}, bytes {change_ci(r.get('bytes_ratio'))}"
+        for r in res.get("ablation") or []
+    ]
+    if parts:
+        lines.append("Where the planner's gain over HSFL comes from: " + "; ".join(parts) + ".")
     n = min((r["n_seeds"] for r in cands), default=0)
     if n < 2:
         lines.append("One seed per scheme: no intervals; run more seeds before relying on it.")
