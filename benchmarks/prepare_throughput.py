@@ -9,6 +9,9 @@ On the nDPI test captures (all 543 files), one core, in one run:
 - a dpkt-based extractor of the same flows and four views
   (:mod:`flowsplit.data.reference`), file by file.
 
+With NFStream, also the agreement of the two on the corpus's TCP/UDP flows
+(5-tuple and packet count), by reason of disagreement (``agreement_with_nfstream``).
+
 All rates use the same denominator: the packet records of the corpus. Medians of
 several runs (``--runs`` for flowsplit, ``--baseline-runs`` for the slow baselines).
 Peak memory: a fresh process reads the corpus written as one pcapng capture 1x and
@@ -60,7 +63,8 @@ def run_prepare(corpus: Path, work: Path):
     def fn() -> dict:
         out = work / "prepared"
         shutil.rmtree(out, ignore_errors=True)
-        manifest = prepare_dataset([corpus], out, PrepareOptions(labels=LabelSpec(by="port")))
+        opts = PrepareOptions(labels=LabelSpec(by="port"))
+        manifest = prepare_dataset([corpus], out, opts, overwrite=True)
         return {"n_flows_stored": manifest.get("n_flows")}
 
     return fn
@@ -91,6 +95,65 @@ def run_dpkt(paths: list[Path]) -> dict:
             reference_stats(f, OPTIONS.mask_port)
         n_flows += len(res.flows)
     return {"n_flows": n_flows}
+
+
+def _key(proto: int, a: str, pa: int, b: str, pb: int) -> str:
+    lo, hi = sorted([(a, pa), (b, pb)])
+    return f"{proto}|{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}"
+
+
+def agreement(paths: list[Path]) -> dict:
+    """Flows on which flowsplit and NFStream agree (5-tuple and packet count), by file.
+
+    For every NFStream TCP/UDP flow, a flowsplit flow of the same file with the same
+    direction-free 5-tuple and packet count is looked for (each used once). Those not
+    found are counted by reason: the 5-tuple is absent, or it is there with other
+    packet counts (flows split or merged differently). Files whose names mark them as
+    deliberately malformed (fuzz, badpackets) are counted apart too.
+    """
+    import collections
+    import ipaddress
+
+    from nfstream import NFStreamer
+
+    ours: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    keys: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    opts = FlowOptions(views=("seq",), seq_len=1)
+    for b in iter_flows_many(paths, opts, ReadReport(), on_error="skip"):
+        rows = zip(b.source.tolist(), b.proto.tolist(), b.ip_a.tolist(), b.port_a.tolist(),
+                   b.ip_b.tolist(), b.port_b.tolist(), b.n_packets.tolist(), strict=True)  # fmt: skip
+        for s, p, a, pa, ib, pb, n in rows:
+            ours[s][(_key(p, a, pa, ib, pb), n)] += 1
+            keys[s][_key(p, a, pa, ib, pb)] += 1
+    total, agree, fuzz_total, fuzz_agree = 0, 0, 0, 0
+    reasons: collections.Counter = collections.Counter()
+    for s, path in enumerate(paths):
+        fuzz = "fuzz" in path.name or path.name.startswith("bad")
+        try:
+            flows = [f for f in NFStreamer(source=str(path), n_dissections=0, n_meters=1)
+                     if f.protocol in (6, 17)]  # fmt: skip
+        except Exception:  # noqa: BLE001 - NFStream refuses some malformed files
+            reasons["nfstream_failed_file"] += 1
+            continue
+        for f in flows:
+            k = _key(f.protocol, str(ipaddress.ip_address(f.src_ip)), f.src_port,
+                     str(ipaddress.ip_address(f.dst_ip)), f.dst_port)  # fmt: skip
+            total += 1
+            fuzz_total += fuzz
+            if ours[s][(k, f.bidirectional_packets)] > 0:
+                ours[s][(k, f.bidirectional_packets)] -= 1
+                agree += 1
+                fuzz_agree += fuzz
+            else:
+                why = "packet_count_differs" if keys[s][k] else "five_tuple_not_found"
+                reasons[why + ("_malformed_file" if fuzz else "")] += 1
+    return {
+        "nfstream_tcp_udp_flows": total,
+        "agree": agree,
+        "agree_fraction": agree / max(total, 1),
+        "agree_fraction_without_malformed_files": (agree - fuzz_agree) / max(total - fuzz_total, 1),
+        "disagree_by_reason": dict(reasons.most_common()),
+    }
 
 
 def write_concatenated(paths: list[Path], out: Path, copies: int) -> int:
@@ -177,7 +240,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs of flowsplit")
     ap.add_argument("--baseline-runs", type=int, default=3, help="timed runs of NFStream, dpkt")
     ap.add_argument("--quick", action="store_true", help="2 and 1 runs, no 8x memory test")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["nfstream", "dpkt", "prepare", "rss"])
+    ap.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=["nfstream", "dpkt", "prepare", "rss", "agreement"],
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.baseline_runs = 2, 1
@@ -215,6 +283,8 @@ def main(argv=None) -> int:
             info = m["result"]
             res["dpkt"] = {"what": "dpkt reader, same flows and 4 views in Python", **rate(m),
                            **info}  # fmt: skip
+        if "nfstream" not in args.skip and "agreement" not in args.skip:
+            res["agreement_with_nfstream"] = agreement(paths)
         speed = {}
         for base in ("nfstream", "dpkt"):
             if base in res:
@@ -242,6 +312,10 @@ def main(argv=None) -> int:
                 big.unlink()
             res["peak_rss_mb"] = rss
             res["concatenated"] = runs
+            one = runs["1x"]
+            res["single_capture"] = {"flowsplit": {"packets_per_s": one["packets_per_s"]}}
+            if "nfstream_packets_per_s" in one:
+                res["single_capture"]["nfstream"] = {"packets_per_s": one["nfstream_packets_per_s"]}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["environment"] = C.environment(

@@ -3,7 +3,7 @@
 The pipeline, per chunk of a few MB of records (several small files share one):
 
     staging.iter_record_chunks  walk record headers, gather their fields
-    packets.decode_packets      link / IP / TCP / UDP headers, vectorised
+    packets.PacketDecoder       link / IP / tunnels / fragments / TCP / UDP, vectorised
     assemble.FlowAssembler      flows (timeouts, TCP end), views, carried state
 
 :func:`iter_flows` streams one capture; :func:`iter_flows_many` streams many,

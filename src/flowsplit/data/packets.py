@@ -388,11 +388,6 @@ class PacketDecoder:
 _REASSEMBLED_PROTOS = frozenset({P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE})
 
 
-def decode_packets(chunk: RecordChunk, report: ReadReport, *, strict: bool = False) -> Packets:
-    """Decode one chunk on its own (no fragment state kept across chunks)."""
-    return PacketDecoder(report, strict=strict).decode(chunk)[0]
-
-
 def _addresses(sb, ip_off, is6):
     """Source and destination addresses as (hi, lo) uint64 pairs; IPv4 v4-mapped."""
     word = sb.word
