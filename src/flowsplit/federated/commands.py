@@ -70,11 +70,8 @@ def _model_options(values: list[str]) -> dict[str, Any]:
 
 def _neural_model(name: str, view: str | None, options: dict[str, Any]):
     from flowsplit.federated.setup import RegistryModel
+    from flowsplit.models.registry import MODEL_SPECS, neural_models
 
-    try:
-        from flowsplit.models.registry import MODEL_SPECS, neural_models
-    except ImportError as exc:  # pragma: no cover - the models package is part of flowsplit
-        raise ConfigError(f"the model registry is not available ({exc})") from None
     if name not in MODEL_SPECS:
         raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(neural_models())}")
     if name not in neural_models():

@@ -33,6 +33,7 @@ from flowsplit.federated.system.profile import (
 from flowsplit.federated.system.protocol import AGGREGATOR, CLIENT, SERVER, Address
 from flowsplit.federated.system.topology import Topology, assign_clients
 from flowsplit.models.base import BlockModel
+from flowsplit.models.layers import SeqInput, fit_input_scaler
 
 ModelFn = Callable[..., BlockModel]
 
@@ -134,10 +135,6 @@ def _fit_input_scaler(model: BlockModel, ds: Dataset, view: str, rows: np.ndarra
     # Standardising per-packet features needs statistics of the training rows; the
     # pooled moments of all shards (what clients would report as sums and counts)
     # are the moments of the union, so fitting on the union is the federated result.
-    try:
-        from flowsplit.models.layers import SeqInput, fit_input_scaler
-    except ImportError:  # a models package without scalers
-        return
     if any(isinstance(m, SeqInput) for m in model.modules()):
         fit_input_scaler(model, torch.from_numpy(np.asarray(ds.view(view)[rows])))
 
