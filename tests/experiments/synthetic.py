@@ -3,7 +3,19 @@ for the rules of the analysis and the advice, without any training."""
 
 from __future__ import annotations
 
+import math
+import typing
+
 from flowsplit.experiments.analysis import analyse
+from flowsplit.experiments.records import RunRecord
+
+_NOTHING = {float: math.nan, int: 0, str: "", bool: False}
+# A record with every key and nothing measured (NaN, 0, empty), one thread per worker:
+# the records below override what each test is about.
+BLANK: dict = {
+    key: _NOTHING.get(hint) if typing.get_origin(hint) is None else typing.get_origin(hint)()
+    for key, hint in typing.get_type_hints(RunRecord).items()
+} | {"threads_per_worker": 1}
 
 # Per-seed accuracy wobble, the same in both modes unless a test says otherwise.
 WOBBLE = (0.0, 0.002, -0.001, 0.001, -0.002, 0.0015, -0.0015)
@@ -14,7 +26,7 @@ CLASSES = ["web", "dns"]
 
 def record(model: str, seed: int, workers: int, acc: float, t: float, **kw) -> dict:
     """One finished run: accuracy ``acc`` (macro-F1 the same), epoch time ``t`` seconds."""
-    return {"model": model, "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
+    return {**BLANK, "model": model, "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
             "epoch_time_s": t, "oversubscribed": False, "y_true": list(Y_TRUE),
             "y_pred": list(Y_TRUE), "classes": CLASSES, "contended": False,
             "foreign_cpu_share": 0.0, **kw}  # fmt: skip

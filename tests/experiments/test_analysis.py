@@ -19,13 +19,14 @@ from flowsplit.experiments.analysis import (
     summarise_group,
 )
 from flowsplit.experiments.stats import NOT_ENOUGH_SEEDS
+from tests.experiments.synthetic import BLANK
 
 # Per-seed accuracy wobble, the same in both modes unless a test says otherwise.
 WOBBLE = (0.0, 0.002, -0.001, 0.001, -0.002)
 
 
 def _rec(seed, workers, acc, t, pred=None, **kw):
-    return {"model": "m", "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
+    return {**BLANK, "model": "m", "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
             "epoch_time_s": t, "oversubscribed": False, "y_true": [0, 1, 1, 0],
             "y_pred": pred or [0, 1, 1, 0], **kw}  # fmt: skip
 

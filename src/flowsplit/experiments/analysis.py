@@ -81,7 +81,7 @@ def _paired(ref: Sequence[Mapping], other: Sequence[Mapping], key: str):
 
 def timing_runs(runs: Sequence[Mapping]) -> tuple[list[Mapping], bool]:
     """The runs whose timing counts (not contended), or all of them, flagged, if none is."""
-    clean = [r for r in runs if not r.get("contended")]
+    clean = [r for r in runs if not r["contended"]]
     return (clean, False) if clean else (list(runs), bool(runs))
 
 
@@ -96,18 +96,18 @@ def summarise_group(runs: Sequence[Mapping]) -> dict:
     """
     out = {"n_runs": len(runs), "seeds": sorted(r["seed"] for r in runs)}
     timed, timing_contended = timing_runs(runs)
-    out["n_contended"] = sum(1 for r in runs if r.get("contended"))
+    out["n_contended"] = sum(1 for r in runs if r["contended"])
     out["timing_contended"] = timing_contended
     for key in ("accuracy", "macro_f1", "peak_rss_mb", "cpu_obtained"):
-        vals = [r.get(key) for r in runs if r.get(key) is not None]
+        vals = [r[key] for r in runs]  # NaN (not measured) is left out by mean_ci
         out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
     for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s"):
-        vals = [r.get(key) for r in timed if r.get(key) is not None]
+        vals = [r[key] for r in timed]
         out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
-    shares = [r["foreign_cpu_share"] for r in runs if _finite(r.get("foreign_cpu_share"))]
+    shares = [r["foreign_cpu_share"] for r in runs if _finite(r["foreign_cpu_share"])]
     out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
-    out["oversubscribed"] = any(r.get("oversubscribed") for r in runs)
-    out["threads_per_worker"] = max((r.get("threads_per_worker") or 1) for r in runs)
+    out["oversubscribed"] = any(r["oversubscribed"] for r in runs)
+    out["threads_per_worker"] = max(r["threads_per_worker"] for r in runs)
     return out
 
 
@@ -140,12 +140,12 @@ def compare_to_central(
     out["timing_contended"] = c_flag or p_flag
     out["speedup"] = speed.as_dict()
     out["efficiency"] = eff.as_dict()
-    out["oversubscribed"] = any(r.get("oversubscribed") for r in parallel)
+    out["oversubscribed"] = any(r["oversubscribed"] for r in parallel)
     mc = []
     a_by_seed = {r["seed"]: r for r in central}
     for r in sorted(parallel, key=lambda r: r["seed"]):
         ref = a_by_seed.get(r["seed"])
-        if ref is None or ref.get("y_pred") is None or r.get("y_pred") is None:
+        if ref is None or not ref["y_pred"] or not r["y_pred"]:
             continue
         if list(ref["y_true"]) != list(r["y_true"]):
             continue  # not the same test set: McNemar would be meaningless
@@ -154,7 +154,7 @@ def compare_to_central(
     out["mcnemar"] = mc
     out["mcnemar_significant"] = sum(1 for m in mc if m["p"] < alpha)
     shares = [r["foreign_cpu_share"] for r in (*central, *parallel)
-              if _finite(r.get("foreign_cpu_share"))]  # fmt: skip
+              if _finite(r["foreign_cpu_share"])]  # fmt: skip
     out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
     out["claims"] = judge(out, central, parallel, majority_rate)
     return out
@@ -222,11 +222,11 @@ def majority_baseline(records: Sequence[Mapping]) -> dict | None:
     """The majority-class baseline on the test split: always predict the most frequent
     test class, the best any constant prediction can score there (so a model at or
     below it has learned nothing a constant would not). None without test labels."""
-    rec = next((r for r in records if r.get("y_true")), None)
+    rec = next((r for r in records if r["y_true"]), None)
     if rec is None:
         return None
     y = np.asarray(rec["y_true"], dtype=int)
-    classes = list(rec.get("classes") or [])
+    classes = list(rec["classes"])
     counts = np.bincount(y, minlength=len(classes))
     k = int(counts.argmax())
     rate = float(counts[k] / len(y))
@@ -246,9 +246,8 @@ def majority_baseline(records: Sequence[Mapping]) -> dict | None:
 
 def _comm_per_epoch(run: Mapping) -> float:
     """Measured all-reduce seconds per epoch (the engines report the total over epochs)."""
-    epochs = run.get("epochs_run") or 0
-    comm = run.get("comm_time_s")
-    return float(comm) / epochs if epochs and comm is not None else math.nan
+    epochs, comm = run["epochs_run"], run["comm_time_s"]
+    return float(comm) / epochs if epochs else math.nan
 
 
 def fit_model_scaling(
@@ -267,8 +266,8 @@ def fit_model_scaling(
     the sharing. The error is reported per worker count on the mean over seeds, both
     for the fit and leaving that worker count out of the fit (when two others remain).
     """
-    threads = max((r.get("threads_per_worker") or 1) for r in runs)
-    fit_runs = [r for r in timing_runs(runs)[0] if not r.get("oversubscribed")] or list(runs)
+    threads = max(r["threads_per_worker"] for r in runs)
+    fit_runs = [r for r in timing_runs(runs)[0] if not r["oversubscribed"]] or list(runs)
 
     def fit(group_runs: Sequence[Mapping]):
         # Fit to the mean over seeds at each worker count, the numbers the errors are
@@ -298,7 +297,7 @@ def fit_model_scaling(
         loo = math.nan
         if len({r["workers"] for r in others}) >= 2:
             loo = relative_errors(fit(others), [n], [measured])[0]
-        comm = [r.get("comm_share") for r in group if r.get("comm_share") is not None]
+        comm = [r["comm_share"] for r in group if _finite(r["comm_share"])]
         points.append(
             {
                 "n_workers": n,
@@ -307,7 +306,7 @@ def fit_model_scaling(
                 "rel_error": err,
                 "loo_error": loo,
                 "in_fit": any(r in fit_runs for r in group),
-                "oversubscribed": any(r.get("oversubscribed") for r in group),
+                "oversubscribed": any(r["oversubscribed"] for r in group),
                 "measured_comm_share": float(np.mean(comm)) if comm else math.nan,
                 "predicted_comm_share": pred["comm_share"],
             }
