@@ -14,7 +14,8 @@
 Epoch times are read from each run's ``metrics.json`` (training only, no
 validation); the first epoch of each run is dropped as warm-up. Every figure is
 the median over ``--repeats`` runs. The data set is synthetic by default (all
-views, realistic shapes, in-memory training as flowsplit does) or ``--dataset``.
+views, realistic shapes; the minimal loop holds them in memory, flowsplit reads each
+batch from the file) or ``--dataset``.
 The machine's load is recorded before and after: figures taken on a shared
 machine are depressed and noisy. Every run starts in its own session, and
 flowsplit's workers, like torchrun's, each lead their own session, so Linux's
