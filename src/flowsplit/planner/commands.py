@@ -180,12 +180,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, jsonable(doc))
+    acc = doc["predicted_accuracy"]
     print(
-        f"plan: cuts {tuple(chosen.cuts)}, clients per aggregator "
-        f"{doc['clients_per_aggregator']}, predicted loss {chosen.predicted_loss:.4f}, "
-        f"delay {chosen.delay_s:.3f} s/round, {chosen.bytes / 1e6:.2f} MB/round, objective "
-        f"{chosen.objective:.4f}, planned in {1e3 * chosen.planning_s:.0f} ms -> {args.out}"
+        f"plan: cuts {tuple(chosen.cuts)} ({chosen.tiers} tiers), clients per aggregator "
+        f"{doc['clients_per_aggregator']}, predicted accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f} %'}, delay {chosen.delay_s:.3f} s/round, "
+        f"{chosen.bytes / 1e6:.2f} MB/round, planned in {1e3 * chosen.planning_s:.0f} ms "
+        f"-> {args.out}"
     )
+    if "guard" in doc:
+        print(f"rule: {doc['guard']['rule']}")
     return 0
 
 
