@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.dist import launch_local
+from flowsplit.federated.dist import launch_roles
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.costs import CostMeter
@@ -48,7 +48,7 @@ def test_sim_and_dist_report_identical_bytes_and_weights(dataset, tmp_path, sche
     setup = _setup(dataset, 3, 2, scheme=scheme, cuts=cuts, timeout_s=30.0)
     # Execute: in process, then as 6 processes (server, 2 aggregators, 3 clients).
     sim = run_simulation(setup)
-    dist = launch_local(
+    dist = launch_roles(
         setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, quiet=True
     )
     # Assert: the same bytes per hop, direction and type; every byte sent was received;
@@ -71,7 +71,7 @@ def test_clients_that_disappear_or_hang_are_dropped_not_waited_for(dataset, tmp_
         exit_clients={1: 1}, hang_clients={2: 1},
     )  # fmt: skip
     # Execute
-    result = launch_local(
+    result = launch_roles(
         setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, quiet=True
     )
     # Assert: the run finishes, round 2 and 3 go on without them, with clear log lines.

@@ -14,7 +14,7 @@ Public API (imported lazily, so ``import flowsplit.federated`` stays cheap):
 - cost model: :class:`CostMeter`, :class:`Ledger`, :func:`round_delay`,
   :func:`predict_ledger`, :func:`predict_round`, :func:`bytes_per_round`;
 - runs: :class:`SFLConfig`, :func:`prepare_run`, :func:`run_simulation`,
-  :func:`launch_local`, :class:`SFLResult`.
+  :func:`launch_roles`, :class:`SFLResult`.
 
 See ``README.md`` in this package for the system model and the choices made.
 """
@@ -52,7 +52,7 @@ _EXPORTS = {
     "SFLConfig": "config",
     "prepare_run": "setup",
     "run_simulation": "sim",
-    "launch_local": "dist",
+    "launch_roles": "dist",
     "SFLResult": "results",
 }
 

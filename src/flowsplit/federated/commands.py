@@ -126,7 +126,7 @@ def _config_from_args(args: argparse.Namespace) -> SFLConfig:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from flowsplit.federated.dist import launch_local, run_under_torchrun
+    from flowsplit.federated.dist import launch_roles, run_under_torchrun
     from flowsplit.federated.setup import prepare_run
     from flowsplit.federated.system.presets import resolve_topology
     from flowsplit.train.distributed import read_dist_env
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result is None:
             return 0
     else:
-        result = launch_local(
+        result = launch_roles(
             setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet
         )
     totals = result.totals()
@@ -194,20 +194,11 @@ def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
 
 def _simulate(setup, out: Path, *, quiet: bool):
     """Train ``setup`` in this process with a progress bar and a tree per round; write OUT."""
-    from tqdm import tqdm
-
     from flowsplit.federated.results import write_run
-    from flowsplit.federated.schemes import format_round
+    from flowsplit.federated.schemes import round_log
     from flowsplit.federated.sim import run_simulation
 
-    rounds = setup.config.rounds
-    with tqdm(total=rounds, desc="rounds", unit="round", disable=quiet) as bar:
-
-        def on_round(record: dict[str, Any]) -> None:
-            bar.update(1)
-            if not quiet:
-                bar.write(format_round(record, rounds), file=sys.stderr)
-
+    with round_log(setup.config.rounds, quiet=quiet) as on_round:
         result = run_simulation(setup, on_round=on_round)
     write_run(out, result)
     return result

@@ -10,7 +10,7 @@ simulation plus the bytes that were really received.
 
 Two ways to start it:
 
-- :func:`launch_local`: this process hosts the rendezvous store on 127.0.0.1 and
+- :func:`launch_roles`: this process hosts the rendezvous store on 127.0.0.1 and
   starts one process per role (``forkserver``, torch preloaded once);
 - under ``torchrun --nproc-per-node ... -m flowsplit sfl run ... --backend dist``
   (one or many machines): each process reads its rank from the environment
@@ -27,7 +27,6 @@ import logging
 import multiprocessing as mp
 import os
 import socket
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.results import SFLResult, read_run, run_facts, write_run
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
-from flowsplit.federated.schemes import RoundOutcome, RoundPlan, format_round
+from flowsplit.federated.schemes import RoundOutcome, RoundPlan, round_log
 from flowsplit.federated.server import CloudServer
 from flowsplit.federated.setup import ModelFn, RunSetup, prepare_run, role_seed
 from flowsplit.federated.system.costs import Ledger
@@ -248,7 +247,7 @@ def _setup_from_payload(config: SFLConfig, topology: Topology, payload: dict[str
 
 
 def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
-    """Entry point of one process (spawned by :func:`launch_local` or started by torchrun)."""
+    """Entry point of one process (spawned by :func:`launch_roles` or started by torchrun)."""
     quiet = payload.get("quiet", False)
     config = SFLConfig.from_dict(payload["config"])
     topology = topology_from_toml(payload["topology"])
@@ -276,17 +275,9 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
     try:
         runtime = DistRuntime(setup, me, transport, ctx)
         runtime.handshake()
-        bar = _progress(config.rounds, quiet) if runtime.is_server else None
-
-        def on_round(record: dict[str, Any]) -> None:
-            if bar is not None:
-                bar.update(1)
-                if not quiet:
-                    bar.write(format_round(record, config.rounds), file=sys.stderr)
-
-        history = setup.scheme.run(runtime, setup.config, on_round=on_round)
-        if bar is not None:
-            bar.close()
+        # Only the server has rounds to show (the other roles never call on_round).
+        with round_log(config.rounds, quiet=quiet or not runtime.is_server, leave=False) as log_fn:
+            history = setup.scheme.run(runtime, setup.config, on_round=log_fn)
         if runtime.is_server:
             result = SFLResult(
                 backend="dist",
@@ -316,12 +307,6 @@ def _setup_logging(path: Path, quiet: bool) -> None:
     to_file.setLevel(logging.DEBUG)
     to_file.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     root.handlers = [to_stderr, to_file]
-
-
-def _progress(total: int, quiet: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="rounds", unit="round", disable=quiet, leave=False)
 
 
 def make_payload(
@@ -368,7 +353,7 @@ def _loopback_store(world: int, wait_s: float) -> tuple[dist.TCPStore, int]:
     return store, port
 
 
-def launch_local(
+def launch_roles(
     setup: RunSetup,
     *,
     dataset: str | Path,

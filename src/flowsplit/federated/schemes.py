@@ -40,13 +40,16 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SCHEMES, SFLConfig
@@ -694,6 +697,24 @@ def get_scheme(name: str, *, sfl_version: str = "v1") -> Scheme:
 def scheme_of(config: SFLConfig) -> Scheme:
     """The scheme ``config`` runs."""
     return get_scheme(config.scheme, sfl_version=config.sfl_version)
+
+
+@contextmanager
+def round_log(
+    rounds: int, *, quiet: bool, leave: bool = True
+) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A progress bar over ``rounds`` and each round's tree on stderr; yields ``on_round``.
+
+    ``quiet`` shows neither. ``leave=False`` clears the bar when the rounds are done.
+    """
+    with tqdm(total=rounds, desc="rounds", unit="round", disable=quiet, leave=leave) as bar:
+
+        def on_round(record: dict[str, Any]) -> None:
+            bar.update(1)
+            if not quiet:
+                bar.write(format_round(record, rounds), file=sys.stderr)
+
+        yield on_round
 
 
 def format_round(record: dict[str, Any], n_rounds: int) -> str:
