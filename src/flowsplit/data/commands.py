@@ -45,8 +45,9 @@ def _label_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--label-by",
         default="auto",
-        choices=("auto", "folder", "file-csv", "flow-csv", "port"),
-        help="auto: flow-csv/file-csv when --labels is given, else one folder per class",
+        choices=("auto", "folder", "file-csv", "flow-csv", "port", "ndpi"),
+        help="auto: flow-csv/file-csv when --labels is given, else one folder per class; "
+        "ndpi: nDPI's labels through NFStream (pip install 'flowsplit[dpi]')",
     )
     g.add_argument("--labels", type=Path, metavar="CSV", help="file->label or 5-tuple->label CSV")
     g.add_argument(
@@ -61,6 +62,21 @@ def _label_arguments(p: argparse.ArgumentParser) -> None:
         "--port-map", type=Path, metavar="JSON", help='--label-by port: {"name": port, ...}'
     )
     g.add_argument("--class-names", help="IDX: comma-separated names of labels 0..n-1")
+    g.add_argument(
+        "--ndpi-field",
+        choices=("master", "app", "category"),
+        default="master",
+        help="--label-by ndpi: label with nDPI's master protocol, master.app, or category",
+    )
+    g.add_argument(
+        "--ndpi-min-confidence",
+        type=int,
+        default=2,
+        help="--label-by ndpi: lowest nDPI confidence kept (1: by port; 7, by IP, never kept)",
+    )
+    g.add_argument(
+        "--ndpi-keep-guessed", action="store_true", help="--label-by ndpi: keep guessed labels"
+    )
 
 
 def _flow_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,6 +151,9 @@ def options_from_args(args: argparse.Namespace):
         key_column=args.key_column,
         key_format=args.key_format,
         port_map=args.port_map,
+        ndpi_field=args.ndpi_field,
+        ndpi_min_confidence=args.ndpi_min_confidence,
+        ndpi_keep_guessed=args.ndpi_keep_guessed,
     )
     return PrepareOptions(
         labels=spec,

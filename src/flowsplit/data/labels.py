@@ -34,7 +34,7 @@ import pandas as pd
 
 from flowsplit.errors import ConfigError, InputError
 
-LABEL_SOURCES = ("auto", "folder", "file-csv", "flow-csv", "port")
+LABEL_SOURCES = ("auto", "folder", "file-csv", "flow-csv", "port", "ndpi")
 _PROTO_NUM = {"TCP": 6, "UDP": 17, "6": 6, "17": 17}
 
 
@@ -70,7 +70,7 @@ class LabelSpec:
     """How to label flows; built from the CLI options."""
 
     by: str = "auto"
-    """One of auto, folder, file-csv, flow-csv, port."""
+    """One of auto, folder, file-csv, flow-csv, port, ndpi."""
     labels: Path | None = None
     """CSV for file-csv / flow-csv."""
     file_column: str = "file"
@@ -83,6 +83,12 @@ class LabelSpec:
     """flow-csv: layout of the key column."""
     port_map: Path | None = None
     """port: JSON mapping names to ports (or ports to names)."""
+    ndpi_field: str = "master"
+    """ndpi: the label: master (protocol), app (master.app) or category."""
+    ndpi_min_confidence: int = 2
+    """ndpi: lowest nDPI confidence kept (1 is a match by port; 7, by IP, is never kept)."""
+    ndpi_keep_guessed: bool = False
+    """ndpi: keep the labels nDPI only guessed."""
 
     def __post_init__(self) -> None:
         if self.by not in LABEL_SOURCES:
@@ -100,6 +106,10 @@ class Labeller:
     _flow_map: dict[tuple, str] = field(default_factory=dict)
     _port_map: dict[int, str] = field(default_factory=dict)
     _flow_map_has_file: bool = False
+
+    def use_flow_map(self, flow_map: dict[tuple, str]) -> None:
+        """Label by a ((path relative to the input root, flow key) -> label) map."""
+        self._flow_map, self._flow_map_has_file = dict(flow_map), True
 
     @classmethod
     def from_spec(cls, spec: LabelSpec) -> Labeller:
@@ -131,7 +141,7 @@ class Labeller:
         elif by == "file-csv":
             # The relative path first: a bare name may be ambiguous (a/x.pcap, b/x.pcap).
             out[:] = self._file_map.get(_rel(capture, root), self._file_map.get(capture.name))
-        elif by == "flow-csv":
+        elif by in ("flow-csv", "ndpi"):
             # The path relative to the input root first, then the bare name (which
             # _read_flow_map keeps only where it names one file of the CSV).
             rel, fname = os.path.normpath(_rel(capture, root)), capture.name

@@ -22,6 +22,7 @@ import pandas as pd
 
 from flowsplit.data import flows as flows_mod
 from flowsplit.data import sources as src_mod
+from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
@@ -198,6 +199,8 @@ def prepare_dataset(
             "inputs mix " + " and ".join(sorted(kinds)) + " files; prepare one kind per dataset"
         )
     kind = kinds.pop()
+    if opts.labels.by == "ndpi" and kind != "capture":
+        raise ConfigError(f"--label-by ndpi labels captures, and these inputs are {kind} files")
     skipped: Counter[str] = Counter()
     if kind == "capture":
         opts = replace(opts, labels=_resolve_label_spec(opts.labels, files))
@@ -213,6 +216,20 @@ def prepare_dataset(
 
 def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, progress: bool):
     labeller = Labeller.from_spec(opts.labels)
+    labeller_info = None
+    if opts.labels.by == "ndpi":
+        spec = opts.labels
+        dpi = ndpi_labels(
+            [(f.path, f.rel) for f in files],
+            label_field=spec.ndpi_field,
+            min_confidence=spec.ndpi_min_confidence,
+            keep_guessed=spec.ndpi_keep_guessed,
+            idle_timeout=opts.idle_timeout,
+            active_timeout=opts.active_timeout,
+        )
+        labeller.use_flow_map(dpi.flow_map)
+        skipped.update(dpi.dropped)
+        labeller_info = dpi.labeller
     flow_opts = opts.flow_options()
     shapes = view_shapes(flow_opts)
     dtypes = {"seq": np.float32, "bytes": np.uint8, "pkt_bytes": np.uint8}
@@ -271,6 +288,8 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "view_info": _capture_view_info(flow_opts),
         "digests": report.digests,
     }
+    if labeller_info is not None:
+        info["labeller"] = labeller_info
     return writer, info
 
 
@@ -497,6 +516,7 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         "split_by": split_by,
         "seed": opts.seed,
         "small_classes": _small_classes(labels[idx], splits, classes, opts.small_split_flows),
+        **({"labeller": info["labeller"]} if "labeller" in info else {}),
         "prepare_time_s": round(time.perf_counter() - t0, 3),
     }
     writer.finish(classes=classes, meta=meta, keep=idx, manifest_extra=manifest_extra)
