@@ -90,7 +90,8 @@ class SFLResult:
             model=str(self.profile["model"]),
             view=self.view,
             engine=f"sfl-{self.backend}",
-            workers=int(self.info.get("world_size", 1)),  # sim: every role in one process
+            # sim: every role in one process; dist: one process per role (the world size)
+            workers=int(self.info["world_size"]) if self.backend == "dist" else 1,
             threads_per_worker=int(self.config["threads"]),
             device="cpu",
             backend=self.backend,
@@ -120,10 +121,6 @@ class SFLResult:
             delay_total_s=float(totals["delay_total_s"]),
             totals=totals,
         )
-
-    def to_metrics(self) -> dict[str, Any]:
-        """``metrics.json`` as a dict (see :meth:`to_result`)."""
-        return self.to_result().to_dict()
 
 
 def run_facts(setup: Any) -> dict[str, Any]:
