@@ -246,8 +246,14 @@ def _setup_from_payload(config: SFLConfig, topology: Topology, payload: dict[str
     )
 
 
-def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
-    """Entry point of one process (spawned by :func:`launch_roles` or started by torchrun)."""
+def role_main(
+    rank: int, world_size: int, payload: dict[str, Any], setup: RunSetup | None = None
+) -> None:
+    """Entry point of one process (spawned by :func:`launch_roles` or started by torchrun).
+
+    ``setup``: the run this process already built from the same payload (torchrun), so
+    it is not prepared twice; spawned roles build it from the payload.
+    """
     quiet = payload.get("quiet", False)
     config = SFLConfig.from_dict(payload["config"])
     topology = topology_from_toml(payload["topology"])
@@ -256,7 +262,8 @@ def role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
                    quiet)  # fmt: skip
     torch.set_num_threads(config.threads)
     _check_world_size(world_size, topology)
-    setup = _setup_from_payload(config, topology, payload)
+    if setup is None:
+        setup = _setup_from_payload(config, topology, payload)
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context()
@@ -421,5 +428,5 @@ def run_under_torchrun(
     payload = make_payload(
         setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
     )
-    role_main(env.rank, env.world_size, payload)
+    role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 else None
