@@ -32,3 +32,40 @@ def test_meter_attributes_a_child_burning_cpu_to_us():
 def test_busy_share_is_a_fraction():
     share = busy_share(0.2)
     assert math.isnan(share) or 0.0 <= share <= 1.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_cell_process_dies_with_the_study_that_started_it():
+    # Prepare: a stand-in for `compare` that starts a long "training run" and is then
+    # killed the way `timeout` kills (SIGKILL).
+    import os
+    import signal
+    import time
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys\n"
+         "from flowsplit.experiments.hostload import die_with_parent\n"
+         "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+         "print(p.pid, flush=True)\n"
+         "p.wait()"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    child = int(parent.stdout.readline())
+    # Execute
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    # Assert: the orphan got SIGTERM and is gone within a few seconds.
+    deadline = time.monotonic() + 5
+    alive = True
+    while alive and time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+            with open(f"/proc/{child}/stat") as fh:
+                alive = fh.read().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        time.sleep(0.05)
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive

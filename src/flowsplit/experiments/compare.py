@@ -30,7 +30,7 @@ from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.compare_report import render_report, write_workloads
-from flowsplit.experiments.hostload import ContentionMeter, wait_for_quiet
+from flowsplit.experiments.hostload import ContentionMeter, die_with_parent, wait_for_quiet
 from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
 
@@ -150,7 +150,7 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
         try:
             proc = subprocess.run(
                 train_command(cell, cfg), stdout=fh, stderr=subprocess.STDOUT, env=env,
-                timeout=cfg.cell_timeout_s, check=False,
+                timeout=cfg.cell_timeout_s, check=False, preexec_fn=die_with_parent,
             )  # fmt: skip
             ok = proc.returncode == 0
             status = f"exit status {proc.returncode}"
