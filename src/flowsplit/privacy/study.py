@@ -296,7 +296,10 @@ def load_run_weights(model: BlockModel, run_dir: str | Path) -> BlockModel:
     try:
         model.load_state_dict(mapped)
     except RuntimeError as exc:
-        first = str(exc).splitlines()[0]
+        # torch's first line only says "Error(s) in loading state_dict"; the next says which.
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        first = lines[1] if len(lines) > 1 else lines[0]
+        first = first if len(first) < 200 else first[:200] + "..."
         raise InputError(
             run / "model.pt", f"does not fit {model.name} as built here ({first}); "
             "pass the run's --model, --view and --model-option"
