@@ -28,7 +28,7 @@ WOBBLE = (0.0, 0.002, -0.001, 0.001, -0.002)
 def _rec(seed, workers, acc, t, pred=None, **kw):
     return {**BLANK, "model": "m", "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
             "epoch_time_s": t, "oversubscribed": False, "y_true": [0, 1, 1, 0],
-            "y_pred": pred or [0, 1, 1, 0], **kw}  # fmt: skip
+            "y_pred": pred or [0, 1, 1, 0], "foreign_cpu_share": 0.0, **kw}  # fmt: skip
 
 
 def _pair(n_seeds=5, *, acc=0.9, t_central=10.0, t_parallel=5.2, dp_shift=None, **kw):
@@ -200,3 +200,11 @@ def test_group_score_intervals_are_clipped():
     runs = [_rec(s, 1, a, 1.0) for s, a in enumerate((0.99, 1.0, 1.0))]
     g = summarise_group(runs)
     assert g["accuracy"]["high"] == 1.0 and not math.isnan(g["accuracy"]["low"])
+
+
+def test_unmetered_runs_give_no_speedup_claim():
+    # Runs whose contention was never measured are not known to be undisturbed.
+    central, parallel = _pair(foreign_cpu_share=math.nan)
+    v = _compare(central, parallel)
+    assert v["claims"]["speedup_withheld"] == ["contention not measured"]
+    assert v["timing_contended"] is True

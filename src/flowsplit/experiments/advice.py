@@ -186,7 +186,7 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
         best = max(learned, key=lambda r: r["macro_f1"])
         text = (
             f"Use {best['name']}: the best centralised macro-F1 on this data, "
-            f"{best['macro_f1_ci']} (accuracy {best['accuracy_ci']})"
+            f"{best['macro_f1_ci']}; accuracy {best['accuracy_ci']}"
         )
         if flow is not None and flow is not best:
             text += f"; the flow-statistics baseline XGBoost reaches {flow['macro_f1_ci']}"
@@ -278,6 +278,13 @@ def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
             f"No speedup is claimed for {_names(by['oversubscribed'])}: the workers' threads "
             "outnumber the cores, so the timing measures core sharing; use fewer workers or "
             "threads, or more cores."
+        )
+    unmetered = [r for r in compared if "contention not measured" in r["speedup_withheld"]]
+    if unmetered:
+        out.append(
+            f"No speedup is claimed for {_names(unmetered)}: no contention measurement exists "
+            "for their runs (made outside `flowsplit compare`, or left by an interrupted one); "
+            "rerun them with `flowsplit compare` on a quiet machine."
         )
     if by["too few undisturbed seeds"]:
         out.append(

@@ -47,12 +47,15 @@ learned enough for its data-parallel twin's equivalence to mean anything."""
 # Why a measured speedup is not claimed (codes in results.json, text in the reports).
 OVERSUBSCRIBED = "oversubscribed"
 CONTENDED = "contended"
+NOT_METERED = "contention not measured"
 FEW_TIMINGS = "too few undisturbed seeds"
 SUPERLINEAR = "efficiency above 100 %"
 NO_TIMING = "no timing"
 WITHHELD_WHY = {
     OVERSUBSCRIBED: "the workers' threads outnumber the cores, so the workers time-shared "
     "them: the time measures core sharing, not scaling",
+    NOT_METERED: "no contention measurement exists for these runs (made outside `compare`, "
+    "or left behind by an interrupted one), so nothing says they were undisturbed",
     CONTENDED: "other processes used the CPUs while the runs were timed (no undisturbed "
     "pair of runs exists), so the times measure the CPU the runs were given, not scaling",
     FEW_TIMINGS: "fewer than two seeds have undisturbed timings on both sides, too few for "
@@ -80,8 +83,10 @@ def _paired(ref: Sequence[Mapping], other: Sequence[Mapping], key: str):
 
 
 def timing_runs(runs: Sequence[Mapping]) -> tuple[list[Mapping], bool]:
-    """The runs whose timing counts (not contended), or all of them, flagged, if none is."""
-    clean = [r for r in runs if not r["contended"]]
+    """The runs whose timing counts, or all of them, flagged, if none does. A timing counts
+    when the contention meter ran around it (``compare`` writes it beside the run) and found
+    the run undisturbed: a run whose contention is unknown is not known to be clean."""
+    clean = [r for r in runs if not r["contended"] and _finite(r["foreign_cpu_share"])]
     return (clean, False) if clean else (list(runs), bool(runs))
 
 
@@ -195,7 +200,8 @@ def judge(
         if v["oversubscribed"]:
             withheld.append(OVERSUBSCRIBED)
         if v["timing_contended"]:
-            withheld.append(CONTENDED)
+            metered = any(_finite(r["foreign_cpu_share"]) for r in (*central, *parallel))
+            withheld.append(CONTENDED if metered else NOT_METERED)
         elif speed["n"] < 2:
             withheld.append(FEW_TIMINGS)
         if eff["mean"] > 1:

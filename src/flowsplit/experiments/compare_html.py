@@ -44,8 +44,8 @@ METHODS = [
     "frequent test class, the best a constant can do) and XGBoost on per-flow statistics.",
     "A speedup is claimed only from timings that are neither oversubscribed (more worker "
     "threads than cores) nor contended (other processes took more than 15 % of the CPUs "
-    "while a run was timed; such runs are left out, and when no undisturbed pair of runs "
-    "remains nothing is claimed), over at least two paired seeds; an efficiency above 100 % "
+    "while a run was timed, or not measured at all; such runs are left out, and when no "
+    "undisturbed pair of runs remains nothing is claimed), over at least two paired seeds; an efficiency above 100 % "
     "(more than N-fold from N workers) is flagged as a measurement problem, not claimed.",
     "Speedup: time per epoch (XGBoost: per boosting round; the first epoch left out when "
     "three or more ran) centralised over data-parallel, geometric mean over seeds with a "
