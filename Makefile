@@ -47,12 +47,14 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # The ten slowest tests are listed at the end, so a test that grows shows in every run.
+# Extra pytest options: make test PYTEST_ARGS="-x -k dask".
+PYTEST_ARGS ?=
 pytest: $(STAMP)
-	$(PY) -m pytest -q --durations=10
+	$(PY) -m pytest -q --durations=10 $(PYTEST_ARGS)
 
 # Everything but the tests marked `slow` (multi-process runs, the browser checks).
 pytest-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 test: lint pytest
 
