@@ -96,6 +96,17 @@ def test_cli_writes_json_and_picture_and_marks_the_budget(toy, tmp_path, capsys)
     assert pareto["chosen"]["leakage"] <= 0.99
     assert len(pareto["pairs"]) == 6  # (a, c) with 1 <= a <= c <= 3
     assert "least delay with bytes_recovered <= 0.99" in capsys.readouterr().out
+    # Redrawn from the results with a tighter budget and the cuts of a plan marked.
+    (tmp_path / "plan.json").write_text(json.dumps({"cuts": [2, 3]}))
+    redraw = [*argv[:5], "--redraw", "--max-leakage", "0.0", "--plan", str(tmp_path / "plan.json"),
+              "--topology", "homogeneous", "--clients", "4", "--aggregators", "2"]  # fmt: skip
+    capsys.readouterr()
+    assert main(redraw) == 0
+    printed = capsys.readouterr().out
+    assert "no cut pair has bytes_recovered <= 0.0" in printed
+    assert "the plan of" in printed and "cuts (2, 3)" in printed
+    doc = json.loads((out / "privacy.json").read_text())
+    assert doc["pareto"]["chosen"] is None and doc["pareto"]["plan"]["cuts"] == [2, 3]
     # A second run refuses to overwrite; a bad defence is a one-line error.
     assert main(argv) == 2
     assert main([*argv[:4], str(tmp_path / "x"), "--defences", "blur"]) == 2

@@ -105,6 +105,11 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
                         "seq_recovered for seq)")  # fmt: skip
     p.add_argument("--max-leakage", type=float, default=None,
                    help="mark the least-delay pair with leakage at most this")  # fmt: skip
+    p.add_argument("--plan", type=Path, default=None,
+                   help="a plan.json of `sfl plan` whose cuts to mark in the picture")  # fmt: skip
+    p.add_argument("--redraw", action="store_true",
+                   help="no study: redraw OUT/pareto.png from OUT/privacy.json (new budget, "
+                        "plan, topology or measure)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--quiet", action="store_true")
@@ -123,45 +128,51 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     # every `flowsplit` invocation, and only this command needs them.
     import torch
 
-    from flowsplit.data.store import atomic_write_json
+    from flowsplit.data.store import atomic_write_json, load_dataset
     from flowsplit.federated.system.presets import resolve_topology
     from flowsplit.federated.system.profile import profile_model
+    from flowsplit.models.registry import build_model
     from flowsplit.privacy.attack import AttackConfig
     from flowsplit.privacy.defences import parse_defences
     from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
-    from flowsplit.privacy.study import (
-        PrivacyConfig,
-        build_study_model,
-        load_study_data,
-        run_study,
-    )
+    from flowsplit.privacy.study import PrivacyConfig, run_study
 
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not args.overwrite:
-            raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
-        shutil.rmtree(out)
-    defences = parse_defences(args.defences)
-    if args.weights is not None and defences:
-        log.info("note: defences are trained afresh; only the undefended cuts use --weights")
     torch.set_num_threads(args.threads)
-    config = PrivacyConfig(
-        model=args.model, view=args.view, model_options=_model_options(args.model_option),
-        cuts=args.cuts, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        train_limit=args.train_limit, aux_split=args.aux_split, aux_limit=args.aux_limit,
-        eval_split=args.eval_split, eval_limit=args.eval_limit,
-        attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed), defences=defences,
-        gradients=not args.no_gradients, seed=args.seed,
-    )  # fmt: skip
-    say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
-    result = run_study(args.dataset, config, weights=args.weights, progress=say)
-    measure = args.leakage_measure or ("bytes_recovered" if "bytes_recovered" in result["cuts"][
-        next(iter(result["cuts"]))] else "seq_recovered")  # fmt: skip
-    # The picture needs the model's block profile and a topology for the delays.
-    data = load_study_data(args.dataset, config)
-    profile = profile_model(build_study_model(data, config))
+    if args.redraw:
+        result = _read_result(out / "privacy.json")
+    else:
+        if out.is_dir() and any(out.iterdir()):
+            if not args.overwrite:
+                raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
+            shutil.rmtree(out)
+        defences = parse_defences(args.defences)
+        if args.weights is not None and defences:
+            log.info("note: defences are trained afresh; only the undefended cuts use --weights")
+        config = PrivacyConfig(
+            model=args.model, view=args.view, model_options=_model_options(args.model_option),
+            cuts=args.cuts, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+            train_limit=args.train_limit, aux_split=args.aux_split, aux_limit=args.aux_limit,
+            eval_split=args.eval_split, eval_limit=args.eval_limit,
+            attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed), defences=defences,
+            gradients=not args.no_gradients, seed=args.seed,
+        )  # fmt: skip
+        say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
+        result = run_study(args.dataset, config, weights=args.weights, progress=say)
+    first = result["cuts"][next(iter(result["cuts"]))]
+    measure = args.leakage_measure or (
+        "bytes_recovered" if "bytes_recovered" in first else "seq_recovered"
+    )
+    # The picture needs the model's block profile (built as the study built it) and a
+    # topology for the delays.
+    ds = load_dataset(args.dataset)
+    torch.manual_seed(0)
+    model = build_model(result["model"], view=result["view"],
+                        input_shape=ds.view_shape(result["view"]), n_classes=ds.n_classes,
+                        **result["config"]["model_options"])  # fmt: skip
+    profile = profile_model(model)
     topology = resolve_topology(args.topology, n_clients=args.clients,
                                 n_aggregators=args.aggregators, seed=args.seed)  # fmt: skip
     try:
@@ -170,14 +181,15 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         raise ConfigError(f"--leakage-measure {measure!r}: {exc}") from None
     chosen = choose(rows, args.max_leakage)
     unconstrained = choose(rows, None)
+    planned = _planned(args.plan, rows) if args.plan is not None else None
     result["pareto"] = {
         "measure": measure, "topology": topology.name, "max_leakage": args.max_leakage,
-        "pairs": rows, "chosen": chosen, "unconstrained": unconstrained,
+        "pairs": rows, "chosen": chosen, "unconstrained": unconstrained, "plan": planned,
     }  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "privacy.json", result)
     draw_pareto(result, rows, out / "pareto.png", measure=measure, max_leakage=args.max_leakage,
-                chosen=chosen, unconstrained=unconstrained)  # fmt: skip
+                chosen=chosen, unconstrained=unconstrained, planned=planned)  # fmt: skip
     print(format_summary(result))
     if args.max_leakage is not None:
         if chosen is None:
@@ -187,8 +199,37 @@ def cmd_privacy(args: argparse.Namespace) -> int:
                   f"{chosen['delay_s']:.3f} s/round, leakage {chosen['leakage']:.3f} "
                   f"(unconstrained: {tuple(unconstrained['cuts'])}, {unconstrained['delay_s']:.3f} "
                   f"s/round, leakage {unconstrained['leakage']:.3f})")  # fmt: skip
+    if planned is not None:
+        print(f"the plan of {args.plan}: cuts {tuple(planned['cuts'])}, leakage "
+              f"{planned['leakage']:.3f}, {planned['delay_s']:.3f} s/round on {topology.name}")  # fmt: skip
     print(f"wrote {out / 'privacy.json'} and {out / 'pareto.png'}")
     return 0
+
+
+def _read_result(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path, "not found: --redraw needs a finished study in OUT") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(path, f"is not a readable privacy.json ({exc})") from None
+    if not isinstance(doc, dict) or not {"cuts", "model", "view", "config"} <= set(doc):
+        raise InputError(path, "is not a privacy.json written by `flowsplit sfl privacy`")
+    return doc
+
+
+def _planned(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pair row of the cuts a ``sfl plan`` JSON chose."""
+    try:
+        cuts = [int(c) for c in json.loads(path.read_text(encoding="utf-8"))["cuts"]]
+    except FileNotFoundError:
+        raise InputError(path, "plan file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise InputError(path, "is not a plan.json with 'cuts' [a, c]") from None
+    for row in rows:
+        if row["cuts"] == cuts:
+            return row
+    raise InputError(path, f"plans cuts {tuple(cuts)}, which this study did not measure")
 
 
 def format_summary(result: dict[str, Any]) -> str:

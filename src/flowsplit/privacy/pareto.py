@@ -92,6 +92,7 @@ def draw_pareto(
     max_leakage: float | None,
     chosen: dict[str, Any] | None,
     unconstrained: dict[str, Any] | None,
+    planned: dict[str, Any] | None = None,
 ) -> Path:
     """Two panels: delay vs leakage of every pair; accuracy vs leakage per cut and defence."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -114,6 +115,10 @@ def draw_pareto(
     if chosen is not None:
         ax1.scatter([chosen["delay_s"]], [chosen["leakage"]], marker="*", s=260, c="tab:red",
                     zorder=5, label="chosen under budget")  # fmt: skip
+    if planned is not None:
+        ax1.scatter([planned["delay_s"]], [planned["leakage"]], marker="D", s=90,
+                    facecolors="none", edgecolors="tab:purple", lw=2,
+                    label="the planner's plan")  # fmt: skip
     ax1.set_xlabel("predicted round delay (s), end-to-end HSFL")
     ax1.set_ylabel(f"leakage: {measure}")
     ax1.set_title(f"accuracy {result['accuracy']:.3f} at every cut (end to end)", fontsize=9)
