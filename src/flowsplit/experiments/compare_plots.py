@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from flowsplit.experiments.scaling import Network, ring_allreduce_time
 from flowsplit.report import figures
@@ -159,6 +160,8 @@ def learning_curves_chart(model: str, records: Sequence[Mapping]):
             k = min(len(y), len(clock))
             if k:
                 axes[ax_row][1].plot(clock[:k], y[:k], **style)
+    for ax in axes[:, 0]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     axes[0][0].set_ylabel("training loss")
     axes[1][0].set_ylabel("validation macro-F1")
     axes[1][0].set_ylim(0, 1.02)
@@ -195,7 +198,8 @@ def per_class_chart(results: Mapping):
     ax = fig.axes[0]
     if len(classes) > 6:
         ax.tick_params(axis="x", labelrotation=45)
-    _legend_below(ax)
+    # Beside the axes: below them it would collide with rotated class names.
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
