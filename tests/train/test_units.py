@@ -93,6 +93,9 @@ def test_layout_splits_the_global_batch_or_scales_lr():
         ({"device": "tpu"}, "--device"),
         ({"backend": "nccl", "device": "cpu"}, "needs CUDA"),
         ({"dask_scheduler": "localhost:8786"}, "tcp://"),
+        ({"comm_hook": "int8"}, "--comm-hook must be one of none, fp16, bf16, powersgd"),
+        ({"bucket_mb": 0.0}, "--bucket-mb"),
+        ({"steps_per_epoch": 0}, "--steps-per-epoch"),
     ],
 )
 def test_config_errors_say_how_to_fix(kw, message):
