@@ -54,22 +54,72 @@ def hop_sums(messages: Sequence[Message], hop: str, each: str) -> tuple[int, flo
     )
 
 
+BASIS = ("latency", "inv_bandwidth", "inv_agg_speed", "backbone_latency", "inv_backbone_bw", "one")
+"""What a client's training accounts are linear in: its link to its aggregator (latency,
+1 / bandwidth), that aggregator's 1 / speed, backbone latency and 1 / bandwidth, and 1."""
+N_BASIS = len(BASIS)
+LAT, INV_BW, INV_AGG, BB_LAT, INV_BB, ONE = range(N_BASIS)
+TRAIN_ACCOUNTS = (
+    "client_compute",
+    "client_link",
+    "client_busy",
+    "aggregator_for",
+    "backbone_for",
+    "backbone_busy",
+    "server_for",
+)
+"""The per-client training accounts of a ledger (``backbone_busy``: a client's share of
+its aggregator's ``backbone_load``)."""
+
+
+def train_accounts(
+    costs: PartCosts,
+    topology: Topology,
+    scheme: Scheme,
+    batches: np.ndarray,
+    samples: np.ndarray,
+    slowdown: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Each client's training accounts, (N, K) coefficients on :data:`BASIS`.
+
+    The one formula of the training phase: :func:`predict_ledger` evaluates it at the
+    assigned aggregators, the planner's cost tables at every aggregator at once.
+    ``batches``/``samples``: (N,) of each client this round.
+    """
+    m, s = batches, samples
+    batch = scheme.batch_messages(costs)
+    ca_n, ca_fix, ca_per = hop_sums(batch, CLIENT_AGGREGATOR, PER_BATCH)
+    as_n, as_fix, as_per = hop_sums(batch, AGGREGATOR_SERVER, PER_BATCH)
+    tf = np.asarray(costs.train_flops, dtype=np.float64)
+    slow = 1.0 if slowdown is None else slowdown
+    acc = {name: np.zeros((topology.n_clients, N_BASIS)) for name in TRAIN_ACCOUNTS}
+    acc["client_compute"][:, ONE] = tf[0] * s * slow / topology.client_speed
+    # Chains pay latency + bytes / bandwidth per message; queues only the busy time.
+    acc["client_link"][:, LAT] = ca_n * m
+    acc["client_link"][:, INV_BW] = m * ca_fix + s * ca_per
+    acc["client_busy"][:, INV_BW] = m * ca_fix + s * ca_per
+    # Zero FLOPs when the aggregator part is empty (two tiers).
+    acc["aggregator_for"][:, INV_AGG] = tf[1] * s
+    acc["backbone_for"][:, BB_LAT] = as_n * m
+    acc["backbone_for"][:, INV_BB] = m * as_fix + s * as_per
+    acc["backbone_busy"][:, INV_BB] = m * as_fix + s * as_per
+    acc["server_for"][:, ONE] = tf[2] * s / topology.server_speed
+    return acc
+
+
 @dataclass(frozen=True)
 class _Round:
-    """Per-client facts of one round, each (N,), at the clients' assigned aggregators."""
+    """Per-client facts of one round, at the clients' assigned aggregators."""
 
     assignment: np.ndarray
     n_aggregators: int
     batches: np.ndarray
     samples: np.ndarray
     one: np.ndarray
-    """1.0 for a participant, else 0."""
+    """(N,) 1.0 for a participant, else 0."""
     slowdown: np.ndarray
-    latency: np.ndarray
-    bandwidth: np.ndarray
-    """inf where there is no link (a non-participant's bytes are 0 anyway)."""
-    backbone_latency: np.ndarray
-    backbone_bandwidth: np.ndarray
+    basis: np.ndarray
+    """(N, K) :data:`BASIS` at each client's aggregator (1 / bandwidth 0 without a link)."""
 
     def per_agg(self, values: np.ndarray) -> np.ndarray:
         """(A,) sums of per-client ``values`` by aggregator."""
@@ -109,6 +159,13 @@ def predict_ledger(
     part = samples > 0 if participants is None else (np.asarray(participants, bool) & (samples > 0))
     rows = np.arange(n)
     bw = topology.ca_bandwidth[rows, assignment]
+    basis = np.empty((n, N_BASIS))
+    basis[:, LAT] = topology.ca_latency[rows, assignment]
+    basis[:, INV_BW] = np.divide(1.0, bw, out=np.zeros(n), where=bw > 0)
+    basis[:, INV_AGG] = 1.0 / topology.aggregator_speed[assignment]
+    basis[:, BB_LAT] = topology.as_latency[assignment]
+    basis[:, INV_BB] = 1.0 / topology.as_bandwidth[assignment]
+    basis[:, ONE] = 1.0
     r = _Round(
         assignment=assignment,
         n_aggregators=topology.n_aggregators,
@@ -116,10 +173,7 @@ def predict_ledger(
         samples=np.where(part, samples * local_epochs, 0).astype(np.float64),
         one=part.astype(np.float64),
         slowdown=np.ones(n) if slowdown is None else np.asarray(slowdown, dtype=np.float64),
-        latency=topology.ca_latency[rows, assignment],
-        bandwidth=np.where(bw > 0, bw, np.inf),
-        backbone_latency=topology.as_latency[assignment],
-        backbone_bandwidth=topology.as_bandwidth[assignment],
+        basis=basis,
     )
     led = Ledger.zeros(n, topology.n_aggregators)
     _charge_train(led, costs, topology, scheme, r)
@@ -130,27 +184,18 @@ def predict_ledger(
 def _charge_train(
     led: Ledger, costs: PartCosts, topology: Topology, scheme: Scheme, r: _Round
 ) -> None:
-    """Every batch message on the client's link and its aggregator's; every tier's compute."""
+    """Every batch message's bytes; the training accounts at the assigned aggregators."""
     m, s = r.batches, r.samples
-    batch = scheme.batch_messages(costs)
-    for msg in batch:
+    for msg in scheme.batch_messages(costs):
         _add_bytes(led, msg, m * msg.nbytes + s * msg.per_sample, m)
-    ca_n, ca_fix, ca_per = hop_sums(batch, CLIENT_AGGREGATOR, PER_BATCH)
-    as_n, as_fix, as_per = hop_sums(batch, AGGREGATOR_SERVER, PER_BATCH)
-    ca_bytes = m * ca_fix + s * ca_per  # (N,)
-    as_bytes = m * as_fix + s * as_per
-    led.client_link += ca_n * m * r.latency + ca_bytes / r.bandwidth
-    led.client_busy += ca_bytes / r.bandwidth
-    led.backbone_for += as_n * m * r.backbone_latency + as_bytes / r.backbone_bandwidth
-    led.backbone_load += r.per_agg(as_bytes / r.backbone_bandwidth)
-    led.client_compute += costs.train_flops[0] * s * r.slowdown / topology.client_speed
-    # Zero FLOPs when the aggregator part is empty (two tiers).
-    agg_time = costs.train_flops[1] * s / topology.aggregator_speed[r.assignment]
-    led.aggregator_for += agg_time
-    led.aggregator_load += r.per_agg(agg_time)
-    server_time = costs.train_flops[2] * s / topology.server_speed
-    led.server_for += server_time
-    led.server_load += server_time.sum()
+    acc = train_accounts(costs, topology, scheme, m, s, r.slowdown)
+    value = {name: np.einsum("nk,nk->n", coef, r.basis) for name, coef in acc.items()}
+    for name in ("client_compute", "client_link", "client_busy", "aggregator_for",
+                 "backbone_for", "server_for"):  # fmt: skip
+        getattr(led, name)[...] += value[name]
+    led.aggregator_load += r.per_agg(value["aggregator_for"])
+    led.backbone_load += r.per_agg(value["backbone_busy"])
+    led.server_load += value["server_for"].sum()
 
 
 def _charge_models(
@@ -176,8 +221,8 @@ def _charge_models(
         relayed = hop_sums(msgs, AGGREGATOR_SERVER, PER_CLIENT)[1]
         own = hop_sums(msgs, AGGREGATOR_SERVER, PER_AGGREGATOR)[1]
         # A phase's model messages stream back to back: one latency per used link.
-        getattr(led, link)[...] += r.one * client_bytes / r.bandwidth
-        getattr(led, link + "_latency")[...] += r.one * r.latency
+        getattr(led, link)[...] += r.one * client_bytes * r.basis[:, INV_BW]
+        getattr(led, link + "_latency")[...] += r.one * r.basis[:, LAT]
         getattr(led, backbone)[...] += (active * own + k * relayed) / topology.as_bandwidth
         getattr(led, backbone + "_latency")[...] += active * topology.as_latency
     avg = scheme.averaging(costs)

@@ -4,10 +4,13 @@
 assignment; :func:`flowsplit.federated.system.costs.round_delay` turns it into the delay.
 The planner must compare many assignments and cut pairs, so this module evaluates the
 same per-message description (the scheme's ``batch_messages``, ``download_messages``,
-``upload_messages``, ``averaging`` and ``chain``, summed by
-:func:`~flowsplit.federated.predict.hop_sums` as ``predict_ledger`` sums them) as
-arrays that separate what a client contributes at each aggregator from what an
-aggregator contributes by being used:
+``upload_messages``, ``averaging`` and ``chain``) as arrays that separate what a client
+contributes at each aggregator from what an aggregator contributes by being used. The
+training accounts are ``predict_ledger``'s own
+(:func:`~flowsplit.federated.predict.train_accounts`, linear forms on
+:data:`~flowsplit.federated.predict.BASIS`, which ``predict_ledger`` evaluates at the
+assigned aggregators and this module at all of them); the model messages are summed
+by the same :func:`~flowsplit.federated.predict.hop_sums`:
 
 per client ``i`` placed on aggregator ``j`` (features, in this order):
 
@@ -43,8 +46,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsplit.federated.predict import hop_sums, predict_ledger
-from flowsplit.federated.schemes import PER_AGGREGATOR, PER_BATCH, PER_CLIENT, Scheme
+from flowsplit.federated.predict import (  # noqa: F401 - the basis, re-exported
+    BASIS,
+    INV_BW,
+    LAT,
+    N_BASIS,
+    ONE,
+    hop_sums,
+    predict_ledger,
+    train_accounts,
+)
+from flowsplit.federated.schemes import PER_AGGREGATOR, PER_CLIENT, Scheme
 from flowsplit.federated.system.aggregate import averaging_flops
 from flowsplit.federated.system.costs import n_batches
 from flowsplit.federated.system.profile import PartCosts
@@ -53,9 +65,6 @@ from flowsplit.federated.system.topology import Topology
 
 FEATURES = ("chain_a", "chain_b", "agg", "bb", "down", "up", "count")
 CHAIN_A, CHAIN_B, AGG, BB, DOWN, UP, COUNT = range(len(FEATURES))
-BASIS = ("latency", "inv_bandwidth", "inv_agg_speed", "backbone_latency", "inv_backbone_bw", "one")
-N_BASIS = len(BASIS)
-LAT, INV_BW, INV_AGG, BB_LAT, INV_BB, ONE = range(N_BASIS)
 
 
 @dataclass(frozen=True)
@@ -130,36 +139,6 @@ class CostTable:
         return np.matmul(self.coef[:, pair], col[:, :, None])[:, :, 0]
 
 
-def client_accounts(
-    costs: PartCosts, topology: Topology, scheme: Scheme, m: np.ndarray, s: np.ndarray
-) -> dict[str, np.ndarray]:
-    """The per-client training accounts of ``predict_ledger``, each (N, K) on the basis.
-
-    ``m``/``s``: (N,) batches and samples of each client in the round.
-    """
-    n = topology.n_clients
-    batch = scheme.batch_messages(costs)
-    ca_n, ca_fix, ca_per = hop_sums(batch, CLIENT_AGGREGATOR, PER_BATCH)
-    as_n, as_fix, as_per = hop_sums(batch, AGGREGATOR_SERVER, PER_BATCH)
-    tf = np.asarray(costs.train_flops, dtype=np.float64)
-    acc = {
-        name: np.zeros((n, N_BASIS))
-        for name in ("client_compute", "client_link", "client_busy", "aggregator_for",
-                     "backbone_for", "server_for", "backbone_busy")
-    }  # fmt: skip
-    acc["client_compute"][:, ONE] = tf[0] * s / topology.client_speed
-    # Chains pay latency + bytes / bandwidth per message; queues only the busy time.
-    acc["client_busy"][:, INV_BW] = m * ca_fix + s * ca_per
-    acc["client_link"][:, INV_BW] = m * ca_fix + s * ca_per
-    acc["client_link"][:, LAT] = ca_n * m
-    acc["aggregator_for"][:, INV_AGG] = tf[1] * s
-    acc["backbone_busy"][:, INV_BB] = m * as_fix + s * as_per
-    acc["backbone_for"][:, INV_BB] = m * as_fix + s * as_per
-    acc["backbone_for"][:, BB_LAT] = as_n * m
-    acc["server_for"][:, ONE] = tf[2] * s / topology.server_speed
-    return acc
-
-
 def build_cost_table(
     part_costs: Sequence[PartCosts],
     topology: Topology,
@@ -179,7 +158,7 @@ def build_cost_table(
     coef = np.zeros((n, len(part_costs), len(FEATURES), N_BASIS))
     chain_a, chain_b = scheme.chain
     for p, costs in enumerate(part_costs):
-        acc = client_accounts(costs, topology, scheme, m, s)
+        acc = train_accounts(costs, topology, scheme, m, s)
         c = coef[:, p]
         c[:, CHAIN_A] = sum((acc[name] for name in chain_a), np.zeros((n, N_BASIS)))
         c[:, CHAIN_B] = sum((acc[name] for name in chain_b), np.zeros((n, N_BASIS)))
