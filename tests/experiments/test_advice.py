@@ -37,7 +37,9 @@ def test_clean_study_advice_claims_with_intervals():
     assert advice[0].startswith(
         "Use cnn: the best centralised macro-F1 on this data, 90.0 % (95 % CI "
     )
-    assert "the flow-statistics baseline XGBoost reaches 85.0 % (95 % CI " in advice[0]
+    assert (
+        "the flow-statistics baseline XGBoost reaches a macro-F1 of 85.0 % (95 % CI " in advice[0]
+    )
     assert "majority class scores 50.0 % accuracy" in advice[0]
     pays = [a for a in advice if a.startswith("Data parallelism pays")]
     assert len(pays) == 1 and pays[0].startswith(
@@ -238,3 +240,14 @@ def test_sfl_advice_reads_the_baselines_that_split_nothing_and_the_ablation():
         "assignment (hsfl-greedy vs hsfl): accuracy +0.00 pt (95 % CI -1.00 to +1.00), delay -36 % (95 % CI -40 to -32 %)"
         in text
     )
+
+
+def test_best_model_within_the_noise_of_another_is_not_called_clearly_better():
+    # Prepare: cnn 90.0 % and lstm 89.9 % with seed spread of about 0.2 pt: CIs overlap.
+    cnn, lstm = paired_runs("cnn"), paired_runs("lstm", acc=0.899)
+    advice = _advice([*cnn[0], *cnn[1], *lstm[0], *lstm[1]])
+    assert advice[0].startswith("Use cnn")
+    assert "but not clearly better than lstm: the 95 % CIs of their macro-F1 overlap" in advice[0]
+    # Far apart (lstm at 80 %): no such caveat.
+    lstm = paired_runs("lstm", acc=0.8)
+    assert "not clearly better" not in _advice([*cnn[0], *cnn[1], *lstm[0], *lstm[1]])[0]

@@ -137,6 +137,7 @@ def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
             "macro_f1": _num((central.get("macro_f1") or {}).get("mean")),
             "accuracy_ci": pct_ci(central.get("accuracy")),
             "macro_f1_ci": pct_ci(central.get("macro_f1")),
+            "macro_f1_iv": central.get("macro_f1"),
             "above_majority": a.get("above_majority", True),
             "margin_pts": margin_pts,
         }
@@ -188,8 +189,16 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
             f"Use {best['name']}: the best centralised macro-F1 on this data, "
             f"{best['macro_f1_ci']}; accuracy {best['accuracy_ci']}"
         )
+        ties = [
+            r for r in learned if r is not best and _overlaps(r["macro_f1_iv"], best["macro_f1_iv"])
+        ]
+        if ties:
+            text += (
+                f" - but not clearly better than {_names(ties)}: the 95 % CIs of their "
+                "macro-F1 overlap"
+            )
         if flow is not None and flow is not best:
-            text += f"; the flow-statistics baseline XGBoost reaches {flow['macro_f1_ci']}"
+            text += f"; the flow-statistics baseline XGBoost reaches a macro-F1 of {flow['macro_f1_ci']}"
         if maj is not None:
             text += f"; always predicting the majority class scores {maj['accuracy_ci']} accuracy"
         out.append(text + ".")
@@ -237,6 +246,15 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
             "until a run on a quiet machine with enough seeds shows it, train centralised."
         )
     return out
+
+
+def _overlaps(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two intervals overlap (an interval without bounds overlaps everything)."""
+    ma, la, ha = _iv(a)
+    mb, lb, hb = _iv(b)
+    if math.isnan(la) or math.isnan(lb):
+        return True
+    return la <= hb and lb <= ha
 
 
 def _p(p: float) -> str:
@@ -324,11 +342,14 @@ def sfl_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for scheme, s in res.get("schemes", {}).items():
         cuts = s.get("cuts") or [[]]
+        text = ",".join(str(c) for c in cuts[0]) if cuts and cuts[0] else "–"
+        if cuts and len(cuts[0]) == 2 and cuts[0][0] == cuts[0][1]:
+            text += " (two tiers: no aggregator part)"
         rows.append(
             {
                 "scheme": scheme,
                 "baseline": scheme in SFL_BASELINE_SCHEMES,
-                "cuts": ",".join(str(c) for c in cuts[0]) if cuts and cuts[0] else "–",
+                "cuts": text,
                 "accuracy": _num((s.get("final_accuracy") or {}).get("mean")),
                 "accuracy_ci": pct_ci(s.get("final_accuracy")),
                 "delay_s": _num((s.get("delay_total_s") or {}).get("mean")),
