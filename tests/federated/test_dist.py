@@ -68,7 +68,7 @@ def test_clients_that_disappear_or_hang_are_dropped_not_waited_for(dataset, tmp_
     # Prepare: client 1's process exits and client 2 stops answering at round 2.
     setup = _setup(
         dataset, 4, 2, scheme="hsfl", cuts=(1, 2), rounds=3, timeout_s=5.0,
-        exit_clients={1: 1}, hang_clients={2: 1},
+        exit_clients={1: 1}, hang_clients={2: 1}, min_clients=2,
     )  # fmt: skip
     # Execute
     result = launch_roles(
@@ -77,6 +77,7 @@ def test_clients_that_disappear_or_hang_are_dropped_not_waited_for(dataset, tmp_
     # Assert: the run finishes, round 2 and 3 go on without them, with clear log lines.
     lost = [r["lost"] for r in result.history]
     assert lost == [[], [1, 2], [1, 2]]
+    assert [r["participants"] for r in result.history] == [4, 2, 2]
     assert result.history[2]["bytes_total"] < result.history[0]["bytes_total"]
     logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("aggregator-*.log"))
     assert "lost client 2 (nothing for 5 s); it is dropped" in logs

@@ -76,6 +76,10 @@ class SFLConfig:
     """hsfl-ll: at most this many features reach an ``auto`` auxiliary head's linear layer."""
     timeout_s: float = field(default=60.0, metadata=cli(flag="--timeout", metavar="S"))
     """dist: an aggregator drops a client that sends nothing for this long (upper tiers wait longer)."""
+    min_clients: int | None = None
+    """A round in which fewer clients take part ends the run (default: a majority of those scheduled)."""
+    accept_failures: bool = True
+    """Go on after a lost client or aggregator (``--no-accept-failures``: any loss ends the run)."""
     eval_split: str = field(default="test", metadata=cli(choices=EVAL_SPLITS))
     """Split the global model is evaluated on after every round."""
     train_limit: int | None = None
@@ -121,6 +125,8 @@ class SFLConfig:
             raise ConfigError(f"--aux-head {self.aux_head!r}: choose one of {', '.join(AUX_MODES)}")
         if not self.timeout_s > 0:
             raise ConfigError("--timeout must be > 0 seconds")
+        if self.min_clients is not None and self.min_clients < 1:
+            raise ConfigError("--min-clients must be >= 1")
         if self.eval_split not in EVAL_SPLITS:
             raise ConfigError("--eval-split must be train, val or test")
         if self.train_limit is not None and self.train_limit < 1:

@@ -21,14 +21,21 @@ Two ways to start it:
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
 import datetime as dt
 import logging
 import multiprocessing as mp
 import os
+import select
+import signal
 import socket
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +165,7 @@ class DistRuntime:
             lost=sorted(self.role.lost),
             wall_s=time.perf_counter() - start,
             received_bytes=int(round(total[size:].sum())),
+            lost_aggregators=sorted(j for kind, j in self.transport.lost if kind == AGGREGATOR),
         )
 
     def _inject_faults(self, index: int, round_index: int) -> None:
@@ -254,6 +262,8 @@ def role_main(
     ``setup``: the run this process already built from the same payload (torchrun), so
     it is not prepared twice; spawned roles build it from the payload.
     """
+    if payload.get("launcher_pid"):
+        _die_with_launcher(int(payload["launcher_pid"]))
     quiet = payload.get("quiet", False)
     config = SFLConfig.from_dict(payload["config"])
     topology = topology_from_toml(payload["topology"])
@@ -286,6 +296,8 @@ def role_main(
         with round_log(config.rounds, quiet=quiet or not runtime.is_server, leave=False) as log_fn:
             history = setup.scheme.run(runtime, setup.config, on_round=log_fn)
         if runtime.is_server:
+            if payload.get("launcher_pid") and not _alive(int(payload["launcher_pid"])):
+                os._exit(1)  # the launcher is gone: the user stopped the run, write nothing
             result = SFLResult(
                 backend="dist",
                 config=config.to_dict(),
@@ -301,6 +313,95 @@ def role_main(
     finally:
         transport.close()
     log.debug("%s: done", role_name(me))
+
+
+FAILURE_FILE = "failure.txt"
+"""``OUT/logs/failure.txt``: a spawned server's one-line reason for stopping the run."""
+
+
+def _spawned_role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
+    """:func:`role_main` in a process of :func:`launch_roles`: a handled error (a round
+    below the participation minimum, bad input) is one line for the launcher to show,
+    not a traceback."""
+    try:
+        role_main(rank, world_size, payload)
+    except FlowsplitError as exc:
+        if rank == 0:
+            path = Path(payload["out_dir"]) / "logs" / FAILURE_FILE
+            path.write_text(str(exc).splitlines()[0] + "\n", encoding="utf-8")
+        log.error("%s: %s", "server" if rank == 0 else f"rank {rank}", exc)
+        sys.exit(2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """End this role process when the launcher ends, however it ends (SIGKILL included).
+
+    A role's parent is the fork server, not the launcher, so two guards: the kernel
+    kills the role when its parent dies (``PR_SET_PDEATHSIG``; the fork server exits
+    when the launcher does), and a watchdog thread ends it the moment the launcher's
+    pid exits (a pidfd, polled where pidfds are missing). Ctrl-C and SIGHUP reach the
+    whole process group; the roles leave them to the launcher, which ends them all.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    if not _alive(launcher_pid):
+        os._exit(1)
+    threading.Thread(
+        target=_watch_launcher, args=(launcher_pid,), name="launcher-watchdog", daemon=True
+    ).start()
+
+
+def _watch_launcher(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has exited
+    else:
+        while _alive(pid):
+            time.sleep(0.2)
+    os._exit(1)  # not sys.exit: no cleanup that could write into the run directory
+
+
+class RunStopped(FlowsplitError):
+    """The launcher got SIGINT, SIGTERM or SIGHUP; every role process was ended."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP (and Ctrl-C) into :class:`RunStopped` while roles run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum, _frame):
+        if not fired:  # a second signal during the clean-up must not cut it short
+            fired.append(signum)
+            raise RunStopped(f"stopped by {signal.Signals(signum).name}")
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise RunStopped("stopped by SIGINT (Ctrl-C)") from None
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _setup_logging(path: Path, quiet: bool) -> None:
@@ -378,38 +479,59 @@ def launch_roles(
         out_dir = tmp.name
     store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
-    payload.update(store=("127.0.0.1", port), bind="127.0.0.1")
+    payload.update(store=("127.0.0.1", port), bind="127.0.0.1", launcher_pid=os.getpid())
+    failure = Path(out_dir) / "logs" / FAILURE_FILE
+    failure.unlink(missing_ok=True)
     ctx = mp.get_context("forkserver")
     # Imported once in the fork server instead of in every role: torch, this package,
     # and what the first backward with an explicit gradient imports (sympy via torch.fx).
     ctx.set_forkserver_preload(
         ["torch", "torch.fx.experimental.symbolic_shapes", "flowsplit.federated.dist"]
     )
-    procs = [ctx.Process(target=role_main, args=(r, world, payload)) for r in range(world)]
+    procs = [ctx.Process(target=_spawned_role_main, args=(r, world, payload)) for r in range(world)]
+    stopped = True
     try:
-        for p in procs:
-            p.start()
-        procs[0].join(deadline_s)
-        # The others finish within moments of the server; a hung one is ended below.
-        grace = time.monotonic() + 3.0
-        for p in procs[1:]:
-            p.join(max(0.0, grace - time.monotonic()))
+        with _stop_on_signals():
+            for p in procs:
+                p.start()
+            procs[0].join(deadline_s)
+            # The others finish within moments of the server; a hung one is ended below.
+            grace = time.monotonic() + 3.0
+            for p in procs[1:]:
+                p.join(max(0.0, grace - time.monotonic()))
+            stopped = False
+    except RunStopped as exc:
+        raise RunStopped(f"{exc}: every role process was ended; {out_dir} has no result") from None
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(5.0)
+        _end_roles(procs, at_once=stopped)
         del store
     try:
         if procs[0].exitcode != 0:
+            reason = failure.read_text(encoding="utf-8").strip() if failure.is_file() else ""
             raise FlowsplitError(
-                f"dist run failed: the server process exited with code {procs[0].exitcode} "
-                "(its log is above)"
+                f"dist run failed: {reason}"
+                if reason
+                else f"dist run failed: the server process exited with code "
+                f"{procs[0].exitcode} (its log is above)"
             )
         return read_run(out_dir)
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _end_roles(procs: list, *, at_once: bool) -> None:
+    """End the role processes still running: SIGKILL at once when the run was stopped
+    (a server must not get to write its result), else SIGTERM, then SIGKILL."""
+    for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.kill() if at_once else p.terminate()
+    for p in procs:
+        if p.pid is not None:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
 
 
 def run_under_torchrun(

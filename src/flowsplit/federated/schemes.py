@@ -43,7 +43,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SCHEMES, SFLConfig
 from flowsplit.federated.system.aggregate import averaging_flops, fedavg
 from flowsplit.federated.system.costs import (
@@ -184,6 +184,43 @@ class RoundOutcome:
     """Clients lost during the round (dist runner only)."""
     wall_s: float
     received_bytes: int | None = None
+    lost_aggregators: list[int] = field(default_factory=list)
+    """Aggregators lost so far (dist runner only)."""
+
+
+class ParticipationError(FlowsplitError):
+    """A round in which too few clients took part (or any failed, where none may)."""
+
+
+def min_participants(config: SFLConfig, scheduled: int) -> int:
+    """The fewest clients that must take part in a round that scheduled ``scheduled``."""
+    if config.min_clients is not None:
+        return min(config.min_clients, scheduled)
+    return scheduled // 2 + 1 if scheduled else 0
+
+
+def check_participation(record: dict[str, Any], config: SFLConfig) -> None:
+    """Raise :class:`ParticipationError` if round ``record`` broke the participation rules.
+
+    Like Flower's ``min_fit_clients`` and ``accept_failures``: a round in which fewer
+    than :func:`min_participants` clients took part ends the run, and so does any lost
+    role under ``--no-accept-failures``. Clients that sit out by the simulated
+    ``--drop-prob`` are not failures and are not scheduled.
+    """
+    lost = [f"client {i}" for i in record["lost"]]
+    lost += [f"aggregator {j}" for j in record.get("lost_aggregators", [])]
+    if lost and not config.accept_failures:
+        raise ParticipationError(
+            f"round {record['round']}: lost {', '.join(lost)} and --no-accept-failures "
+            "is set; the run is stopped"
+        )
+    need = min_participants(config, record["scheduled"])
+    if record["participants"] < need:
+        raise ParticipationError(
+            f"round {record['round']}: only {record['participants']} of "
+            f"{record['scheduled']} scheduled clients took part, fewer than the minimum "
+            f"of {need} (--min-clients; lost: {', '.join(lost) or 'none'}); the run is stopped"
+        )
 
 
 class Runtime(Protocol):
@@ -292,6 +329,7 @@ class Scheme:
             history.append(record)
             if on_round is not None:
                 on_round(record)
+            check_participation(record, config)
         return history
 
     def round_delay(self, ledger: Ledger, assignment: np.ndarray) -> RoundDelay:
@@ -316,10 +354,15 @@ class Scheme:
             "delay_s": delay.total,
             "delay": delay.to_dict(),
             "clock_s": clock + delay.total,
-            "participants": int(plan.participants.sum()),
+            # Who really took part: scheduled and not lost (a lost client trained nothing
+            # that reached the global model, or only part of its shard).
+            "participants": int(plan.participants.sum())
+            - len(set(outcome.lost) & set(np.flatnonzero(plan.participants).tolist())),
+            "scheduled": int(plan.participants.sum()),
             "dropped": int((~plan.participants).sum()),
             "stragglers": int((plan.slowdown > 1).sum()),
             "lost": outcome.lost,
+            "lost_aggregators": outcome.lost_aggregators,
             "bytes_total": led.bytes_total,
             "messages_total": int(round(led.messages.sum())),
             "bytes": led.bytes_breakdown(),
