@@ -448,3 +448,16 @@ def wlan_data(payload: bytes, ethertype: int = 0x0800, *, swapped: bool = False)
     fc = struct.pack(">H" if swapped else "<H", 0x0108)  # data, ToDS
     hdr = fc + b"\0\0" + b"\x02\0\0\0\0\1" * 3 + b"\0\0"
     return hdr + b"\xaa\xaa\x03\0\0\0" + struct.pack("!H", ethertype) + payload
+
+
+def gre_pptp(ppp_frame: bytes, *, call_id: int = 7, seq: int | None = 1, ack: int | None = 5):
+    """An enhanced GRE (version 1, RFC 2637) header carrying a PPP frame."""
+    flags = (
+        0x2000 | 0x0001 | (0x1000 if seq is not None else 0) | (0x0080 if ack is not None else 0)
+    )
+    out = struct.pack("!HHHH", flags, 0x880B, len(ppp_frame), call_id)
+    if seq is not None:
+        out += struct.pack("!I", seq)
+    if ack is not None:
+        out += struct.pack("!I", ack)
+    return out + ppp_frame

@@ -70,6 +70,8 @@ TUNNELS = {
     "ipip": lambda p: g.ether(g.ipv4(A, B, 4, p)),
     "6in4": lambda p: g.ether(g.ipv4(A, B, 41, g.ipv6(A6, B6, 17, g.udp(5000, 53, b"inner")))),
     "gre": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(p, key=7, seq=1))),
+    "gre_pptp": lambda p: g.ether(g.ipv4(A, B, 47, g.gre_pptp(g.ppp(p)))),
+    "gre_pptp_no_ack": lambda p: g.ether(g.ipv4(A, B, 47, g.gre_pptp(g.ppp(p), ack=None))),
     "gre_teb": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.ether(p), 0x6558))),
     "erspan1": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.ether(p), 0x88BE))),
     "erspan2": lambda p: g.ether(g.ipv4(A, B, 47, g.gre(g.erspan2(g.ether(p)), 0x88BE, seq=3))),

@@ -25,6 +25,10 @@ CROSS_CHECK = [
     "ah.pcapng",  # IPv6 with an authentication header
     "bfcp.pcapng",  # nanosecond interface
     "http2.pcapng",  # Linux cooked, nanoseconds
+    "4in4tunnel.pcap",  # IP-in-IP: the inner flows (dpkt decodes them too)
+    "4in6tunnel.pcap",
+    "6in4tunnel.pcap",
+    "6in6tunnel.pcap",
 ]
 
 

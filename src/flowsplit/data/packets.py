@@ -10,8 +10,8 @@ report, and drop out at the end. The layers, outside in:
    VLAN tags, MPLS labels, PPPoE sessions and LLC/SNAP down to an IP header; the
    VLAN ids met go into the flow key;
 2. IP (:func:`_ip_layer`): IPv4 with options, IPv6 with extension headers;
-3. tunnels (:func:`_tunnel_inner`): IP-in-IP, GRE (with ERSPAN I-III and
-   transparent Ethernet), VXLAN, Geneve, GTP-U and CAPWAP data are opened and the inner
+3. tunnels (:func:`_tunnel_inner`): IP-in-IP, GRE (with ERSPAN I-III,
+   transparent Ethernet, and PPTP's version 1 with PPP), VXLAN, Geneve, GTP-U and CAPWAP data are opened and the inner
    packet decoded again from the link layer, so inner flows are classified (with
    ``tunnels="outer"`` the outer flow is kept instead);
 4. fragments: IPv4 and IPv6 fragments go to a
@@ -702,6 +702,9 @@ def _gre(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
         + np.where(flags & P.GRE_S, 4, 0)
     )
     version = flags & 7
+    # Version 1 (PPTP) carries PPP and may add an acknowledgment number.
+    pptp = (version == 1) & (ptype == P.ET_PPP)
+    hlen = hlen + np.where(pptp & ((flags & P.GRE_A) != 0), 4, 0)
     inner = l4_rel[rows] + hlen
     eth = ptype == P.ET_TEB
     # ERSPAN type I has no header and no sequence number; type II has both.
@@ -712,10 +715,10 @@ def _gre(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
     erspan3_hdr = P.ERSPAN_3_HEADER + np.where(o_bit == 1, P.ERSPAN_3_SUBHEADER, 0)
     inner = inner + np.where(erspan2, erspan2_hdr, 0) + np.where(erspan3, erspan3_hdr, 0)
     is_ip = (ptype == P.ET_IPV4) | (ptype == P.ET_IPV6)
-    known = is_ip | eth | erspan2 | erspan3
+    known = (version == 0) & (is_ip | eth | erspan2 | erspan3)
     rel[rows] = inner
-    lt[rows] = np.where(is_ip, P.LT_RAW, P.LT_ETHERNET)
-    bad[rows] = (version != 0) | ~known
+    lt[rows] = np.where(is_ip, P.LT_RAW, np.where(pptp, P.LT_PPP, P.LT_ETHERNET))
+    bad[rows] = ~(known | pptp)
 
 
 def _vxlan(sb, rows, l4, l4_rel, rel, lt, bad) -> None:

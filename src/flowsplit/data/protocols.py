@@ -128,6 +128,8 @@ def is_pure_syn(flags):
 # --- tunnels ----------------------------------------------------------------------------
 GRE_HEADER = 4  # flags/version, protocol type; then optional checksum, key, sequence
 GRE_C, GRE_K, GRE_S = 0x8000, 0x2000, 0x1000
+GRE_A = 0x0080  # version 1 (PPTP): an acknowledgment number follows
+ET_PPP = 0x880B  # PPP in GRE version 1 (PPTP)
 ERSPAN_2_HEADER = 8
 ERSPAN_3_HEADER = 12
 ERSPAN_3_SUBHEADER = 8  # present when the O bit is set
