@@ -62,6 +62,7 @@ def test_compare_writes_report_and_resumes(study, fast_figures):
     assert "oversubscribed" in page
     md = (out / "report.md").read_text()
     assert "## Summary" in md and "<img" not in md
+    assert "quick settings (--quick): short runs" in md and "quick settings (--quick)" in page
 
     # Execute again: only the failed cell runs.
     calls.clear()

@@ -215,7 +215,15 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
                               *([html.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in
                                                   results["failures"].items())]
                                 if results["failures"] else []), anchor="conditions"))  # fmt: skip
-    return html.page(TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}")
+    return html.page(TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}"
+                     + _quick_label(results))  # fmt: skip
+
+
+def _quick_label(results: Mapping) -> str:
+    """Said on every page of a ``--quick`` study: its runs are too short to converge."""
+    if not results["config"].get("quick"):
+        return ""
+    return " · quick settings (--quick): short runs, not a converged study"
 
 
 def render_markdown(results: Mapping) -> str:
@@ -224,7 +232,7 @@ def render_markdown(results: Mapping) -> str:
     fit_rows, pred_rows = scaling_rows(a)
     blocks = [
         markdown.heading(TITLE, 1),
-        markdown.paragraph(f"dataset {results['config']['dataset']}"),
+        markdown.paragraph(f"dataset {results['config']['dataset']}" + _quick_label(results)),
         markdown.heading("Summary"), markdown.bullet_list(results["summary"]),
         markdown.table(summary_rows(a), SUMMARY_COLS),
         markdown.heading("Time per model and mode"), markdown.table(timing_rows(a), TIMING_COLS),
