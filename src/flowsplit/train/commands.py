@@ -107,6 +107,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         "--steps-per-epoch", type=int, help="at most this many steps an epoch (benchmarks)"
     )
     p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="DDP: seconds a rank waits for a silent peer before the run fails (default 120)",
+    )
+    p.add_argument(
         "--model-option",
         action="append",
         metavar="KEY=VALUE",
@@ -146,6 +152,7 @@ _ARG_TO_FIELD = {
     "comm_hook": "comm_hook",
     "bucket_mb": "bucket_mb",
     "steps_per_epoch": "steps_per_epoch",
+    "timeout": "timeout_s",
     "quiet": "quiet",
     "fail_after_epoch": "fail_after_epoch",
 }

@@ -23,6 +23,7 @@ RESUMABLE_OPTIONS = (
     "device",
     "backend",
     "master_addr",
+    "timeout_s",
     "fail_after_epoch",
 )
 
@@ -79,6 +80,10 @@ class TrainConfig:
     """DDP gradient bucket size in MB (smaller buckets start communicating earlier)."""
     steps_per_epoch: int | None = None
     """At most this many optimiser steps per epoch (benchmarks on very large sets)."""
+    timeout_s: float = 120.0
+    """Seconds a rank waits in a collective (rendezvous, all-reduce, broadcast) before the
+    run fails: bounds a stopped peer (a dead one is noticed at once). It must exceed rank
+    0's validation pass, which the other ranks wait for."""
     model_options: dict[str, Any] = field(default_factory=dict)
     """Overrides of the model's default sizes (``--model-option key=value``)."""
     eval_batch_size: int = 1024
@@ -131,6 +136,8 @@ class TrainConfig:
             raise ConfigError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ConfigError(f"--steps-per-epoch must be >= 1, got {self.steps_per_epoch}")
+        if not self.timeout_s > 0:
+            raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.eval_batch_size < 1:
             raise ConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if self.dask_scheduler is not None and not self.dask_scheduler.startswith(

@@ -76,7 +76,10 @@ def train_worker(cfg: TrainConfig, resume: bool = False) -> None:
     env = read_dist_env()
     layout = ParallelLayout.from_config(cfg, env)
     torch.set_num_threads(layout.threads_per_worker)
-    with process_group(layout, env), run_logging(cfg.out, quiet=cfg.quiet, is_main=layout.is_main):
+    with (
+        process_group(layout, env, timeout_s=cfg.timeout_s),
+        run_logging(cfg.out, quiet=cfg.quiet, is_main=layout.is_main),
+    ):
         # torchrun restarted us after a failure: continue from the last checkpoint if any.
         # Rank 0 decides (only it writes RUN, which need not be on a shared disk).
         if layout.is_main:
