@@ -181,13 +181,11 @@ class PacketDecoder:
             parts.append(pk)
         if completed:
             self.report.skipped["tunnel_too_deep"] += len(completed)
-        if self.reassembler is not None and len(self.reassembler) and len(recs):
-            latest = {}
-            for s in np.unique(recs.src).tolist():
-                latest[s] = float(recs.ts[recs.src == s].max())
+        if self.reassembler is not None and len(self.reassembler):
+            # Capture time advances per file: each file's latest time in this chunk.
+            files = np.unique(recs.src).tolist()
+            latest = {s: float(recs.ts[recs.src == s].max()) for s in files}
             self.reassembler.expire(latest, chunk.ended)
-        elif self.reassembler is not None and len(self.reassembler):
-            self.reassembler.expire({}, chunk.ended)
         return Packets.concat(parts), sb
 
     def _decode_reassembled(self, chunk, sb, recs: Records, completed):
