@@ -27,7 +27,9 @@ def _captures(root):
         pkts = [
             g.Packet(
                 1.0 + i,
-                g.ether(g.ipv4(A, B, 17, g.udp(40000 + i, 53, dns_query(f"h{i}.f{f}.example.com", i)))),
+                g.ether(
+                    g.ipv4(A, B, 17, g.udp(40000 + i, 53, dns_query(f"h{i}.f{f}.example.com", i)))
+                ),
             )
             for i in range(3)
         ]
