@@ -115,6 +115,19 @@ def test_tunnels_are_opened_and_inner_flows_kept_apart(tmp_path, name):
     assert bytes(flows[f"UDP|{C}|5000|{D}|53"][0]["payload"][:10]) == b"innerinner"
 
 
+def test_vxlan_network_ids_keep_tenants_apart(tmp_path):
+    def wrap(vni):
+        frame = g.ether(inner_udp(sport=5000))
+        return g.ether(g.ipv4(A, B, 17, g.udp(40000, 4789, g.vxlan(frame, vni=vni))))
+
+    pkts = [(1.0, wrap(7)), (2.0, wrap(8)), (3.0, wrap(7))]
+    path = g.write_pcap(tmp_path / "t.pcap", pkts)
+    flows, _ = read(path)
+    assert sorted(f["n"] for f in flows[f"UDP|{C}|5000|{D}|53"]) == [1, 2]
+    flows, _ = read(path, dataclasses.replace(OPTS, vlan_key=False))
+    assert [f["n"] for f in flows[f"UDP|{C}|5000|{D}|53"]] == [3]
+
+
 def test_outer_mode_keeps_the_tunnel_flow(tmp_path):
     wrap = TUNNELS["vxlan"]
     pkts = [(1.0, wrap(inner_udp(sport=5000))), (1.5, wrap(inner_udp(sport=5001)))]

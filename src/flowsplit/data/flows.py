@@ -70,7 +70,8 @@ class FlowOptions:
     views: tuple[str, ...] = ("seq", "bytes", "pkt_bytes", "stats")
     """Views to build, among seq, bytes, pkt_bytes and stats."""
     vlan_key: bool = True
-    """Put the VLAN ids (802.1Q, QinQ) in the flow key: one 5-tuple in two VLANs is two flows."""
+    """Put the VLAN ids (802.1Q, QinQ) and VXLAN/Geneve network ids in the flow key: one
+    5-tuple in two VLANs is two flows."""
     tunnels: str = "inner"
     """inner: open IP-in-IP, GRE/ERSPAN, VXLAN, Geneve and GTP-U, classify the inner flows;
     outer: keep the tunnel's own flow."""

@@ -223,7 +223,7 @@ class PacketDecoder:
         if self.tunnels == "inner":
             tun = _tunnel_inner(sb, ip, reason)
             if tun is not None:
-                rows, rel, inner_lt = tun
+                rows, rel, inner_lt, vni = tun
                 if depth >= _MAX_TUNNEL_DEPTH:
                     reason[rows] = _DEEP
                 else:
@@ -237,8 +237,13 @@ class PacketDecoder:
                         linktype=inner_lt.astype(np.int32),
                         index=recs.index[rows],
                     )
+                    inner_vlan = vlan[rows]
+                    if self.vlan_key:  # a virtual network is keyed like a VLAN
+                        inner_vlan = np.where(
+                            vni != 0, (inner_vlan << 25) ^ (vni << 1) ^ 1, inner_vlan
+                        )
                     parts.append(
-                        self._decode(chunk, sb, inner, pos[rows], vlan[rows], depth + 1, completed)
+                        self._decode(chunk, sb, inner, pos[rows], inner_vlan, depth + 1, completed)
                     )
         frag = ip.frag & (reason == _OK)
         if frag.any():
@@ -648,7 +653,8 @@ def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag_out, frag_r
 
 # --------------------------------------------------------------------------- tunnels
 def _tunnel_inner(sb, ip: _Ip, reason):
-    """Records that carry a tunnel: (rows, inner offset from the IP header, inner link type).
+    """Records that carry a tunnel: (rows, inner offset from the IP header, inner link
+    type, VXLAN/Geneve network id or 0).
 
     Malformed tunnel headers are marked ``bad_tunnel_header``; None when no record
     of this set is a tunnel.
@@ -685,7 +691,12 @@ def _tunnel_inner(sb, ip: _Ip, reason):
     rows = np.flatnonzero(tunnel)
     if not len(rows):
         return None
-    return rows, rel[rows], lt[rows]
+    # VXLAN and Geneve name a virtual network (the same both ways): part of the key.
+    vni = np.zeros(len(rows), dtype=np.int64)
+    virtual = (vxlan | geneve)[rows]
+    if virtual.any():
+        vni[virtual] = sb.word(l4[rows[virtual]] + P.UDP_HEADER + 4, ">u4") >> 8
+    return rows, rel[rows], lt[rows], vni
 
 
 def _gre(sb, rows, l4, l4_rel, rel, lt, bad) -> None:
