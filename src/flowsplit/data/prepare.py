@@ -671,7 +671,9 @@ def extract_views(
         path, problem = report.file_errors[0]
         raise InputError(path, problem)
     if not metas:
-        raise InputError(files[0].path, "no TCP/UDP flows in the capture(s)")
+        skipped = Counter({f"packets:{k}": v for k, v in report.skipped.items()})
+        info = {"n_packets": report.n_packets, "n_flow_packets": report.n_flow_packets}
+        raise InputError(files[0].path, f"no TCP/UDP flows ({_what_was_skipped(skipped, info)})")
     meta = pd.concat(metas, ignore_index=True)
     return (
         meta,
