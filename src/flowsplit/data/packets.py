@@ -665,8 +665,10 @@ def _tunnel_inner(sb, ip: _Ip, reason):
     ipip = ok & ((proto == P.PROTO_IPIP) | (proto == P.PROTO_IPV6))
     gre = ok & (proto == P.PROTO_GRE)
     udp = ok & (proto == P.PROTO_UDP) & (ip.ip_cap >= ip.l4_rel + P.UDP_HEADER)
-    dport = np.where(udp, sb.word(l4 + 2, ">u2"), 0)
-    sport = np.where(udp, sb.word(l4, ">u2"), 0)
+    ports = np.zeros(len(proto), dtype=np.int64)
+    u = np.flatnonzero(udp)
+    ports[u] = sb.word(l4[u], ">u4")  # one load for both ports, UDP records only
+    sport, dport = ports >> 16, ports & 0xFFFF
     vxlan = udp & (dport == P.UDP_PORT_VXLAN)
     geneve = udp & (dport == P.UDP_PORT_GENEVE)
     gtp = udp & ((dport == P.UDP_PORT_GTP_U) | (sport == P.UDP_PORT_GTP_U))
