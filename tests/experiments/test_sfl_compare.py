@@ -68,6 +68,7 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     parts = [r["part"] for r in results["ablation"]]
     assert len(parts) == 3 and parts[0].startswith("assignment") and parts[1].startswith("cut")
     assert "Ablation" in text and "splits nothing" in text
+    assert any(line.startswith("Ablation, cut choice") for line in results["summary"])
     from flowsplit.experiments.sfl_report import rerender
 
     assert rerender(out).read_text() == text

@@ -365,6 +365,16 @@ def summary_lines(results: dict) -> list[str]:
         f"{chk['max_rel_delay_error']:.1e} and {chk['max_rel_bytes_error']:.1e} "
         "(relative, worst round): the planner optimises exactly what the engine charges."
     )
+    for row in results.get("ablation") or []:
+        lines.append(
+            f"Ablation, {row['part']}: accuracy {_pts_text(row['accuracy_diff'])}, total delay "
+            f"{_ratio_text(row['delay_ratio'])}, bytes {_ratio_text(row['bytes_ratio'])}."
+        )
+    base = results.get("baselines") or {}
+    if base:
+        parts = [f"{name} {100 * v['final_accuracy']['mean']:.2f} %" for name, v in base.items()]
+        lines.append("Baselines that split nothing (same rows and seeds), mean final accuracy: "
+                     + ", ".join(parts) + ".")  # fmt: skip
     best_acc = max(
         results["schemes"], key=lambda s: results["schemes"][s]["final_accuracy"]["mean"]
     )

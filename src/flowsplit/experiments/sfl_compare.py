@@ -35,7 +35,12 @@ import torch
 
 from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.sfl_analysis import ablation, baseline_summary, summarise
+from flowsplit.experiments.sfl_analysis import (
+    ablation,
+    baseline_summary,
+    summarise,
+    summary_lines,
+)
 from flowsplit.experiments.sfl_baselines import BASELINES, run_baselines
 from flowsplit.experiments.sfl_report import write_report
 from flowsplit.federated.metrics import evaluate_model
@@ -160,6 +165,7 @@ def run_sfl_compare(
         results["best_fixed"] = _best_fixed(per_cut, runs)
     results["baselines"] = baseline_summary(baselines, runs)
     results["ablation"] = ablation(runs)
+    results["summary"] = summary_lines(results)  # now with the ablation and the baselines
     return write_report(out, results)
 
 
