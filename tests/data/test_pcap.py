@@ -283,6 +283,10 @@ def test_records_beyond_the_snaplen_are_kept(tmp_path):
     path = g.write_pcap(tmp_path / "a.pcap", [udp4(1.0), udp4(2.0)], snaplen=40)
     flows, report = read(path, strict=True)
     assert not report.skipped and flows[0]["n"] == 2
+    ng = tmp_path / "a.pcapng"
+    ng.write_bytes(g.shb() + g.idb(1, snaplen=40) + g.epb(udp4(1.0)) + g.epb(udp4(2.0)))
+    flows, report = read(ng, strict=True)
+    assert not report.skipped and flows[0]["n"] == 2
 
 
 def test_records_cut_by_end_of_file(tmp_path):
