@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
@@ -357,6 +358,10 @@ def _die_with_launcher(launcher_pid: int) -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore, which a role ended by SIGKILL
+    # never unregisters: the resource tracker would print a leak warning after the
+    # launcher's one-line message. The roles share no bar, so a thread lock will do.
+    tqdm.set_lock(threading.RLock())
     if not _alive(launcher_pid):
         os._exit(1)
     threading.Thread(

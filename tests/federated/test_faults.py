@@ -1,0 +1,196 @@
+"""Faults of the split-learning runner: real processes, real signals, on 127.0.0.1.
+
+A stopped launcher takes every role with it and writes nothing after; rounds below
+the participation minimum end the run with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from flowsplit.errors import FlowsplitError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.dist import launch_roles
+from flowsplit.federated.schemes import ParticipationError, check_participation
+from flowsplit.federated.setup import prepare_run
+from flowsplit.federated.system.presets import resolve_topology
+from tests.federated._toy import ToyFactory, write_toy_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+TAG = "FLOWSPLIT_TEST_TAG"
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
+
+
+def _setup(dataset, clients: int, aggregators: int, **kw):
+    cfg = SFLConfig(**{"rounds": 1, "batch_size": 16, "lr": 1e-2, "seed": 11, **kw})
+    topo = resolve_topology("heterogeneous", n_clients=clients, n_aggregators=aggregators)
+    return prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)
+
+
+def _tagged(tag: str) -> list[int]:
+    """Live (not zombie) processes whose environment carries ``tag``."""
+    needle = f"{TAG}={tag}".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait(pred, timeout: float, step: float = 0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+_LAUNCHER = textwrap.dedent(
+    """
+    import sys
+    from flowsplit.federated.config import SFLConfig
+    from flowsplit.federated.dist import launch_roles
+    from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.system.presets import resolve_topology
+    from tests.federated._toy import ToyFactory
+
+    cfg = SFLConfig(rounds=500, batch_size=16, seed=1, timeout_s=5.0)
+    topo = resolve_topology("homogeneous", n_clients=2, n_aggregators=1)
+    setup = prepare_run(cfg, dataset=sys.argv[1], model_fn=ToyFactory("mlp"), topology=topo)
+    try:
+        launch_roles(setup, dataset=sys.argv[1], model_fn=ToyFactory("mlp"),
+                     out_dir=sys.argv[2], quiet=True)
+    except Exception as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    """
+)
+
+
+def _start_launcher(dataset: Path, out: Path) -> tuple[subprocess.Popen, str]:
+    tag = uuid.uuid4().hex
+    env = {**os.environ, TAG: tag, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCHER, str(dataset), str(out)],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    server_log = out / "logs" / "server.log"
+    started = _wait(
+        lambda: server_log.is_file() and "round 2 starts" in server_log.read_text(), 120
+    )
+    if not started:
+        proc.kill()
+        pytest.fail(f"the run never reached round 2: {proc.communicate()[1][-2000:]}")
+    return proc, tag
+
+
+def _cleanup(proc: subprocess.Popen, tag: str) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in _tagged(tag):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM])  # SIGINT, SIGHUP: benchmarks/faults.py
+def test_a_stopped_launcher_ends_every_role_and_writes_nothing_after(dataset, tmp_path, sig):
+    # Prepare: a 500-round run of 4 processes, under way (round 2 started).
+    out = tmp_path / "run"
+    proc, tag = _start_launcher(dataset, out)
+    try:
+        # Execute: the signal a user sends (Ctrl-C reaches the whole process group).
+        start = time.monotonic()
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+        # Assert: a one-line error within seconds, no process left, nothing written after.
+        assert proc.returncode == 2, err
+        assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
+        assert took < 15, took
+        assert _wait(lambda: not _tagged(tag), 5), _tagged(tag)
+        time.sleep(1.0)
+        assert not (out / "metrics.json").exists() and not (out / "model.pt").exists()
+    finally:
+        _cleanup(proc, tag)
+
+
+@pytest.mark.slow
+def test_a_killed_launcher_takes_every_role_process_with_it(dataset, tmp_path):
+    # Prepare
+    out = tmp_path / "run"
+    proc, tag = _start_launcher(dataset, out)
+    try:
+        roles = [p for p in _tagged(tag) if p != proc.pid]
+        assert len(roles) >= 4  # fork server + server, aggregator, 2 clients
+        # Execute: SIGKILL, which the launcher cannot handle.
+        proc.kill()
+        proc.wait()
+        # Assert: the fork server and every role are gone within seconds, and write nothing.
+        assert _wait(lambda: not _tagged(tag), 10), _tagged(tag)
+        time.sleep(1.0)
+        assert not (out / "metrics.json").exists()
+    finally:
+        _cleanup(proc, tag)
+
+
+def _record(participants: int, scheduled: int, lost: list[int], lost_aggs=()) -> dict:
+    return {"round": 2, "participants": participants, "scheduled": scheduled, "lost": lost,
+            "lost_aggregators": list(lost_aggs)}  # fmt: skip
+
+
+def test_participation_rules_like_flowers():
+    default = SFLConfig()
+    check_participation(_record(3, 4, [1]), default)  # 3 of 4: a majority
+    with pytest.raises(ParticipationError, match=r"only 2 of 4 .* minimum of 3"):
+        check_participation(_record(2, 4, [1, 2]), default)
+    with pytest.raises(ParticipationError, match="only 0 of 4"):
+        check_participation(_record(0, 4, [0, 1, 2, 3]), default)
+    check_participation(_record(2, 4, [1, 2]), SFLConfig(min_clients=2))
+    strict = SFLConfig(accept_failures=False)
+    with pytest.raises(ParticipationError, match="lost aggregator 1 and --no-accept-failures"):
+        check_participation(_record(4, 4, [], lost_aggs=[1]), strict)
+    check_participation(_record(4, 4, []), strict)
+
+
+@pytest.mark.slow
+def test_a_round_below_the_minimum_stops_the_dist_run_with_one_line(dataset, tmp_path):
+    # Prepare: three of four clients exit at the start of round 2.
+    setup = _setup(dataset, 4, 2, rounds=3, timeout_s=5.0, exit_clients={0: 1, 1: 1, 3: 1})
+    # Execute / Assert: no result, a one-line reason naming the round and the minimum.
+    with pytest.raises(FlowsplitError) as info:
+        launch_roles(
+            setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, quiet=True
+        )
+    text = str(info.value)
+    assert "round 2: only 1 of 4 scheduled clients took part" in text, text
+    assert "client 0, client 1, client 3" in text and "\n" not in text
+    assert not (tmp_path / "metrics.json").exists()
