@@ -363,3 +363,17 @@ def test_digests_computed_while_reading_match_a_second_pass(tmp_path):
         pass
     for p in paths:
         assert report.digests[str(p)] == hashlib.sha256(p.read_bytes()).hexdigest(), p.name
+
+
+def test_reassembler_memory_is_bounded():
+    from flowsplit.data.fragments import Fragment, Reassembler
+
+    report = ReadReport()
+    r = Reassembler(report, max_datagrams=2, max_bytes=1000)
+    for i in range(3):  # three first fragments whose rest never comes
+        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 0, True, b"x" * 100, b"h" * 20, 17))
+    assert len(r) == 2 and report.skipped == {"ip_fragment_memory": 1}
+    r.add(Fragment((0, 0, b"a", 9, 17), 0, 1.0, 0, True, b"y" * 900, b"h" * 20, 17))
+    assert len(r) == 1 and report.skipped["ip_fragment_memory"] == 3  # bytes bound too
+    r.expire({0: 100.0}, [])
+    assert len(r) == 0 and report.skipped["ip_fragment_incomplete"] == 1
