@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from flowsplit.errors import FlowsplitError
+from flowsplit.cli import main
+from flowsplit.errors import FlowsplitError, InputError
+from flowsplit.experiments.compare import run_compare
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles
 from flowsplit.federated.schemes import ParticipationError, check_participation
@@ -194,3 +196,20 @@ def test_a_round_below_the_minimum_stops_the_dist_run_with_one_line(dataset, tmp
     assert "round 2: only 1 of 4 scheduled clients took part" in text, text
     assert "client 0, client 1, client 3" in text and "\n" not in text
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_more_aggregators_than_clients_is_refused(dataset, tmp_path, capsys):
+    rc = main(["sfl", "run", str(dataset), "-o", str(tmp_path / "run"), "--clients", "2",
+               "--aggregators", "3", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "3 aggregators for 2 clients" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_refuses_to_write_a_study_into_a_training_run(dataset, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text("{}")
+    with pytest.raises(InputError, match="holds metrics.json, not a compare study"):
+        run_compare(dataset, run, models=["cnn"], workers=[1], seeds=1, progress=False)
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.json"]

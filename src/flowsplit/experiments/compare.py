@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from flowsplit.data.store import atomic_write_json, load_dataset
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.compare_report import render_report, write_workloads
 from flowsplit.experiments.hostload import ContentionMeter, die_with_parent, wait_for_quiet
@@ -272,6 +272,10 @@ def _run_cell_once(cell: Cell, cfg: CompareConfig, run_cell_fn, run: Path, bar, 
     )
 
 
+_NOT_A_STUDY = ("metrics.json", "config.json", "checkpoint.pt", "model.pt", "manifest.json")
+"""Files of a run or dataset directory, which ``compare -o`` must not write a study into."""
+
+
 def run_compare(
     dataset_dir: str | Path,
     out_dir: str | Path,
@@ -310,6 +314,10 @@ def run_compare(
     )  # fmt: skip
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     out = Path(cfg.out)
+    foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]
+    if foreign and not (out / "compare.json").is_file():
+        # A training or sfl run, or a dataset: a study would be mixed into it.
+        raise InputError(out, f"holds {foreign[0]}, not a compare study; choose a new -o")
     out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg)
     atomic_write_json(

@@ -151,6 +151,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         topology = resolve_topology(
             args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
         )
+    if topology.n_aggregators > topology.n_clients:
+        raise ConfigError(
+            f"{topology.n_aggregators} aggregators for {topology.n_clients} clients: some "
+            "aggregator would serve no client; give --aggregators at most --clients"
+        )
     torch.set_num_threads(config.threads)
     setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology,
                         assignment=None if plan is None else plan.assignment)  # fmt: skip
