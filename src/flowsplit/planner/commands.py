@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from flowsplit.errors import ConfigError
+from flowsplit.planner.leakage import budget_pairs
 
 log = logging.getLogger("flowsplit.planner")
 
@@ -50,6 +51,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument("--max-leakage", type=float, default=None,
+                   help="plan only cut pairs whose measured leakage is at most this")  # fmt: skip
+    p.add_argument("--leakage-file", type=Path, default=None,
+                   help="privacy.json of `flowsplit sfl privacy` (for --max-leakage)")  # fmt: skip
+    p.add_argument("--leakage-measure", default="bytes_recovered",
+                   help="measure of --max-leakage (bytes_recovered, ascii_recovered, dcor, "
+                        "label_probe_acc, grad_label_acc, seq_recovered)")  # fmt: skip
     p.add_argument("--topology", default="heterogeneous", help="preset name or TOML file")
     p.add_argument("--clients", type=int, default=None, help="clients N (default: preset's)")
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
@@ -117,6 +125,9 @@ def options(args: argparse.Namespace) -> dict:
         "partition": args.partition,
         "train_limit": args.train_limit,
         "threads": args.threads,
+        "only_cuts": budget_pairs(
+            args.leakage_file, args.leakage_measure, args.max_leakage, model=args.model
+        ),
     }
 
 

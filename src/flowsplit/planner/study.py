@@ -105,6 +105,8 @@ class StudyConfig:
     """Accuracy guard: plans within this of the best predicted accuracy (1 point)."""
     three_tier: bool = False
     """Plan only cut pairs with an aggregator part (a < c)."""
+    only_cuts: tuple[tuple[int, int], ...] | None = None
+    """Cut pairs the planners may choose (a leakage budget, see ``planner/leakage.py``)."""
     quick: bool = False
     """Quick-mode defaults (see :data:`QUICK`)."""
 
@@ -286,7 +288,8 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     common = {"family": cfg.family, "fixed_cuts": tuple(cfg.fixed_cuts), "seed": seed,
               "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
               "reference": cfg.reference, "capacity": cfg.capacity,
-              "three_tier": cfg.three_tier, "acc_tolerance": cfg.acc_tolerance}  # fmt: skip
+              "three_tier": cfg.three_tier, "acc_tolerance": cfg.acc_tolerance,
+              "only_cuts": cfg.only_cuts}  # fmt: skip
     accuracy = study.predicted_accuracy or None
     separated = bool((study.surrogate or {}).get("separated", True))
     out = {}
