@@ -406,7 +406,8 @@ def disk_case(data: Path, work: Path, command: str, kind: str) -> dict[str, Any]
             rc not in (0, None)
             and line.startswith("flowsplit: error:")
             and "internal error" not in line
-            and (errno_word in line or "space" in line or "read-only" in line.lower())
+            and errno_word in line
+            and str(mnt) in line  # names the path
             and run.tracebacks() == 0
         )
         return {

@@ -7,6 +7,7 @@ so :func:`load_checkpoint` uses ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -26,13 +27,20 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Serialised in memory first: torch's file writer reports a full disk as "unexpected
+    # pos N vs M"; a plain write raises the OSError (ENOSPC) the CLI shows in one line.
+    buf = io.BytesIO()
+    torch.save(state, buf)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            torch.save(state, fh)
+            fh.write(buf.getbuffer())
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
