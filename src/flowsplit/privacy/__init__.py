@@ -7,5 +7,6 @@ travel down (label inference), with and without defences (NoPeek, calibrated
 noise, quantisation). The results are a plain JSON file; the planner reads it
 through :mod:`flowsplit.planner.leakage` to keep plans under a leakage budget.
 
-This package may import data, models, train and federated; nothing below it imports it.
+This package may import data, models, train, federated and planner.leakage (the
+leakage file's reader); nothing below it imports it.
 """
