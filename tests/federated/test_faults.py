@@ -6,6 +6,7 @@ the participation minimum end the run with one line.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,12 +17,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 from flowsplit.cli import main
 from flowsplit.errors import FlowsplitError, InputError
 from flowsplit.experiments.compare import run_compare
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.dist import launch_roles
+from flowsplit.federated.dist import launch_roles, read_checkpoint
 from flowsplit.federated.schemes import ParticipationError, check_participation
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.system.presets import resolve_topology
@@ -77,7 +79,7 @@ _LAUNCHER = textwrap.dedent(
     from flowsplit.federated.system.presets import resolve_topology
     from tests.federated._toy import ToyFactory
 
-    cfg = SFLConfig(rounds=500, batch_size=16, seed=1, timeout_s=5.0)
+    cfg = SFLConfig(rounds=int(sys.argv[3]), batch_size=16, seed=1, timeout_s=5.0)
     topo = resolve_topology("homogeneous", n_clients=2, n_aggregators=1)
     setup = prepare_run(cfg, dataset=sys.argv[1], model_fn=ToyFactory("mlp"), topology=topo)
     try:
@@ -90,11 +92,13 @@ _LAUNCHER = textwrap.dedent(
 )
 
 
-def _start_launcher(dataset: Path, out: Path) -> tuple[subprocess.Popen, str]:
+def _start_launcher(
+    dataset: Path, out: Path, rounds: int = 500, until: int = 2
+) -> tuple[subprocess.Popen, str]:
     tag = uuid.uuid4().hex
     env = {**os.environ, TAG: tag, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCHER, str(dataset), str(out)],
+        [sys.executable, "-c", _LAUNCHER, str(dataset), str(out), str(rounds)],
         cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,
@@ -103,11 +107,11 @@ def _start_launcher(dataset: Path, out: Path) -> tuple[subprocess.Popen, str]:
     )
     server_log = out / "logs" / "server.log"
     started = _wait(
-        lambda: server_log.is_file() and "round 2 starts" in server_log.read_text(), 120
+        lambda: server_log.is_file() and f"round {until} starts" in server_log.read_text(), 120
     )
     if not started:
         proc.kill()
-        pytest.fail(f"the run never reached round 2: {proc.communicate()[1][-2000:]}")
+        pytest.fail(f"the run never reached round {until}: {proc.communicate()[1][-2000:]}")
     return proc, tag
 
 
@@ -213,3 +217,61 @@ def test_compare_refuses_to_write_a_study_into_a_training_run(dataset, tmp_path)
     with pytest.raises(InputError, match="holds metrics.json, not a compare study"):
         run_compare(dataset, run, models=["cnn"], workers=[1], seeds=1, progress=False)
     assert sorted(p.name for p in run.iterdir()) == ["metrics.json"]
+
+
+def _holder(path: Path, tag: str) -> int | None:
+    """The tagged process that has ``path`` open (each role holds its own log)."""
+    for pid in _tagged(tag):
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == str(path):
+                    return pid
+            except OSError:
+                continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_server_resumes_to_the_uninterrupted_weights(dataset, tmp_path):
+    # Prepare: the uninterrupted 4-round run (same config as the launcher script's).
+    cfg = SFLConfig(rounds=4, batch_size=16, seed=1, timeout_s=5.0)
+    topo = resolve_topology("homogeneous", n_clients=2, n_aggregators=1)
+    setup = prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)
+    whole = launch_roles(
+        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path / "a", quiet=True
+    )
+    # Execute: the same run, its server SIGKILLed in round 3, then resumed.
+    out = tmp_path / "b"
+    proc, tag = _start_launcher(dataset, out, rounds=4, until=3)
+    try:
+        server = _holder((out / "logs" / "server.log").resolve(), tag)
+        assert server is not None
+        os.kill(server, signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2 and "server process exited with code -9" in err, err
+    finally:
+        _cleanup(proc, tag)
+    assert not (out / "metrics.json").exists() and (out / "sfl-checkpoint.pt").is_file()
+    resumed = launch_roles(
+        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=out, quiet=True, resume=True
+    )
+    # Assert: all 4 rounds reported, and exactly the uninterrupted run's weights.
+    assert [r["round"] for r in resumed.history] == [1, 2, 3, 4]
+    for key, value in whole.model_state.items():
+        assert torch.equal(resumed.model_state[key], value), key
+    assert resumed.history[-1]["accuracy"] == whole.history[-1]["accuracy"]
+
+
+def test_resume_refuses_a_checkpoint_of_other_options(dataset, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with pytest.raises(InputError, match="no SFL checkpoint to resume from"):
+        read_checkpoint(out, SFLConfig())
+    torch.save({"config": json.dumps(SFLConfig(lr=0.5).to_dict(), sort_keys=True)},
+               out / "sfl-checkpoint.pt")  # fmt: skip
+    with pytest.raises(InputError, match="written by a run with other lr"):
+        read_checkpoint(out, SFLConfig())

@@ -100,6 +100,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, help="run directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--resume", action="store_true", help="dist: continue the run in -o OUT "
+                   "from its sfl-checkpoint.pt (written after every round; same options)")  # fmt: skip
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
@@ -142,7 +144,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
-    if writes and previous and not args.overwrite:
+    if args.resume and (args.backend != "dist" or torchrun is not None):
+        raise ConfigError("--resume continues a --backend dist run started by sfl run itself")
+    if writes and previous and not args.overwrite and not args.resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
     model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
     if plan is not None:
@@ -172,8 +176,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 0
     else:
         result = launch_roles(
-            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet
-        )
+            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet,
+            resume=args.resume,
+        )  # fmt: skip
     totals = result.totals()
     print(
         f"wrote {out / 'metrics.json'}: accuracy {totals['final_accuracy']:.4f}, "

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import ctypes
 import datetime as dt
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -44,9 +45,9 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from flowsplit.errors import ConfigError, FlowsplitError
+from flowsplit.errors import ConfigError, FlowsplitError, InputError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.results import SFLResult, read_run, run_facts, write_run
+from flowsplit.federated.results import SFLResult, read_run, run_facts, save_tensors, write_run
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan, round_log
 from flowsplit.federated.server import CloudServer
@@ -72,6 +73,9 @@ from flowsplit.federated.transport import (
 from flowsplit.train.distributed import read_dist_env
 
 log = logging.getLogger("flowsplit.federated")
+
+CHECKPOINT_NAME = "sfl-checkpoint.pt"
+"""``OUT/sfl-checkpoint.pt``: the server's state after its last finished round."""
 
 
 def drive(coro: Coroutine, transport: GlooTransport) -> None:
@@ -213,6 +217,37 @@ class DistRuntime:
                 total += vec.numpy()
         return total
 
+    def checkpoint(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """The server's whole state after ``history``'s rounds (tensors and plain data).
+
+        Clients and aggregators need none of theirs: they receive the global parts and
+        start fresh optimisers every round, and batch order is seeded by round.
+        """
+        server = self.role
+        return {
+            "round": len(history),
+            "config": json.dumps(self.setup.config.to_dict(), sort_keys=True),
+            "assignment": [int(a) for a in self.assignment],
+            "history": json.dumps(history, default=_plain),
+            "client": server.client_global.state_dict(),
+            "aggregator": server.aggregator_global.state_dict(),
+            "server": server.server_module.state_dict(),
+            "server_opt": server.server_opt.state_dict(),
+            "rng": torch.get_rng_state(),
+            "lost": sorted(int(i) for i in server.lost),
+        }
+
+    def restore(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+        """Load a :meth:`checkpoint` into the server; returns its rounds' records."""
+        server = self.role
+        server.client_global.load_state_dict(state["client"])
+        server.aggregator_global.load_state_dict(state["aggregator"])
+        server.server_module.load_state_dict(state["server"])
+        server.server_opt.load_state_dict(state["server_opt"])
+        torch.set_rng_state(state["rng"])
+        server.lost = set(state["lost"])
+        return json.loads(state["history"])
+
     def evaluate(self) -> dict[str, float]:
         from flowsplit.federated.metrics import evaluate_model
 
@@ -293,9 +328,23 @@ def role_main(
     try:
         runtime = DistRuntime(setup, me, transport, ctx)
         runtime.handshake()
+        start, done = int(payload.get("start_round", 0)), None
+        if runtime.is_server and start:
+            done = runtime.restore(read_checkpoint(payload["out_dir"], config))
         # Only the server has rounds to show (the other roles never call on_round).
         with round_log(config.rounds, quiet=quiet or not runtime.is_server, leave=False) as log_fn:
-            history = setup.scheme.run(runtime, setup.config, on_round=log_fn)
+            kept = list(done or [])
+
+            def on_round(record: dict[str, Any]) -> None:
+                log_fn(record)
+                kept.append(record)
+                if payload.get("launcher_pid") and not _alive(int(payload["launcher_pid"])):
+                    os._exit(1)  # the run was stopped: write nothing more
+                save_tensors(Path(payload["out_dir"]) / CHECKPOINT_NAME, runtime.checkpoint(kept))
+
+            history = setup.scheme.run(
+                runtime, setup.config, on_round=on_round, start_round=start, history=done
+            )
         if runtime.is_server:
             if payload.get("launcher_pid") and not _alive(int(payload["launcher_pid"])):
                 os._exit(1)  # the launcher is gone: the user stopped the run, write nothing
@@ -314,6 +363,30 @@ def role_main(
     finally:
         transport.close()
     log.debug("%s: done", role_name(me))
+
+
+def _plain(o: Any) -> Any:
+    """JSON for numpy scalars and arrays in round records."""
+    return o.tolist() if hasattr(o, "tolist") else str(o)
+
+
+def read_checkpoint(out_dir: str | Path, config: SFLConfig) -> dict[str, Any]:
+    """``OUT/sfl-checkpoint.pt`` (tensors only), checked to be ``config``'s run."""
+    path = Path(out_dir) / CHECKPOINT_NAME
+    if not path.is_file():
+        raise InputError(path, "no SFL checkpoint to resume from (no round of the run finished)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user problem
+        raise InputError(path, f"unreadable checkpoint ({type(exc).__name__})") from None
+    theirs = json.loads(state["config"])
+    ours = json.loads(json.dumps(config.to_dict(), sort_keys=True))
+    differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    if differ:
+        raise InputError(
+            path, f"written by a run with other {', '.join(differ)}; resume with its options"
+        )
+    return state
 
 
 FAILURE_FILE = "failure.txt"
@@ -474,8 +547,15 @@ def launch_roles(
     out_dir: str | Path | None = None,
     quiet: bool = False,
     deadline_s: float | None = None,
+    resume: bool = False,
 ) -> SFLResult:
-    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1."""
+    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1.
+
+    ``resume``: continue the run in ``out_dir`` from its ``sfl-checkpoint.pt`` (the
+    server's state after each finished round), ending on the weights an uninterrupted
+    run would have (as long as no dropout sits in a client or aggregator part, whose
+    random streams restart).
+    """
     topo: Topology = setup.topology
     world = 1 + topo.n_aggregators + topo.n_clients
     tmp = None
@@ -485,6 +565,10 @@ def launch_roles(
     store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
     payload.update(store=("127.0.0.1", port), bind="127.0.0.1", launcher_pid=os.getpid())
+    if resume:
+        if tmp is not None:
+            raise ConfigError("resume needs the run directory to continue")
+        payload["start_round"] = int(read_checkpoint(out_dir, setup.config)["round"])
     failure = Path(out_dir) / "logs" / FAILURE_FILE
     failure.unlink(missing_ok=True)
     ctx = mp.get_context("forkserver")

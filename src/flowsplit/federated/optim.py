@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -33,6 +34,13 @@ class SGD(_Optimizer):
         super().__init__(params)
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The momentum buffers (tensors, ``None`` before a parameter's first step)."""
+        return {"buffers": [None if b is None else b.clone() for b in self.buffers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffers = [None if b is None else b.clone() for b in state["buffers"]]
 
     @torch.no_grad()
     def step(self) -> None:
@@ -70,6 +78,21 @@ class Adam(_Optimizer):
             (torch.zeros_like(p), torch.zeros_like(p)) for p in self.params
         ]  # (exp_avg, exp_avg_sq) per parameter
         self.steps = [0] * len(self.params)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Moments and step counts per parameter (tensors and ints: ``weights_only`` loads it)."""
+        return {
+            "exp_avg": [m.clone() for m, _ in self.state],
+            "exp_avg_sq": [v.clone() for _, v in self.state],
+            "steps": list(self.steps),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pairs = zip(self.state, state["exp_avg"], state["exp_avg_sq"], strict=True)
+        for (m, v), m_new, v_new in pairs:
+            m.copy_(m_new)
+            v.copy_(v_new)
+        self.steps = [int(k) for k in state["steps"]]
 
     @torch.no_grad()
     def step(self) -> None:

@@ -315,11 +315,17 @@ class Scheme:
         config: SFLConfig,
         *,
         on_round: Callable[[dict[str, Any]], None] | None = None,
+        start_round: int = 0,
+        history: list[dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
-        """Train for ``config.rounds`` rounds; the server returns one record per round."""
-        history: list[dict[str, Any]] = []
-        clock = 0.0
-        for r in range(config.rounds):
+        """Train for ``config.rounds`` rounds; the server returns one record per round.
+
+        A resumed run starts at ``start_round`` (0-based); the server passes the records
+        of the rounds before it as ``history`` (and has loaded their state).
+        """
+        history = list(history or [])
+        clock = history[-1]["clock_s"] if history else 0.0
+        for r in range(start_round, config.rounds):
             plan = make_round_plan(config, r, runtime.n_samples)
             outcome = runtime.execute_round(plan)
             if not runtime.is_server:
