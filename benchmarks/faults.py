@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch  # noqa: E402 - after the sys.path line, like the import below
+
 from benchmarks._common import SINGLE_THREAD_ENV, environment, write_json  # noqa: E402
 
 PY = sys.executable
@@ -83,12 +85,11 @@ def holding(path: Path, tag: str) -> int | None:
     return None
 
 
-def env_of(pid: int) -> dict[str, str]:
+def _ppid(pid: int) -> int | None:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return {}
-    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw if item)
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
@@ -168,8 +169,6 @@ def litter(root: Path) -> list[str]:
 
 
 def loadable(path: Path) -> bool:
-    import torch
-
     try:
         torch.load(path, map_location="cpu", weights_only=True)
         return True
@@ -251,6 +250,48 @@ def sfl_case(data: Path, work: Path, role: str, sig: signal.Signals) -> dict[str
         run.reap()
 
 
+def sfl_resume_case(data: Path, work: Path) -> dict[str, Any]:
+    """SIGKILL the server in round 3 of 5, ``--resume``: the uninterrupted run's weights?"""
+    case: dict[str, Any] = {"name": "sfl-server-SIGKILL-resume"}
+    extra = ("--rounds", "5")
+    whole = work / "sfl-resume-whole"
+    ref = Launch(sfl_args(data, whole, *extra), whole, cwd=work)
+    ref_rc = ref.wait(600)
+    ref.reap()
+    out = work / "sfl-resume"
+    run = Launch(sfl_args(data, out, *extra), out, cwd=work)
+    try:
+        if ref_rc != 0 or not wait_for(lambda: round_started(out, 3), 240, 0.1):
+            return {**case, "held": False, "observed": f"reference exit {ref_rc}; no round 3"}
+        server = holding((out / "logs" / "server.log").resolve(), run.tag)
+        t0 = time.monotonic()
+        os.kill(server, signal.SIGKILL)
+        rc = run.wait(120)
+        detect = None if rc is None else run.ended_at - t0
+        orphans = run.reap()
+    finally:
+        run.reap()
+    again = Launch([*sfl_args(data, out, *extra), "--resume"], out, cwd=work)
+    rc2 = again.wait(600)
+    orphans += again.reap()
+    same = False
+    if rc2 == 0:
+        a = torch.load(whole / "model.pt", weights_only=True)
+        b = torch.load(out / "model.pt", weights_only=True)
+        same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return {
+        **case,
+        "expected": "kill: exit != 0, one line; --resume: exit 0, the uninterrupted weights",
+        "observed": f"kill: exit {rc}: {run.last_line()[:160]}; resume: exit {rc2}, "
+        f"weights {'equal' if same else 'differ'} ({again.last_line()[:120]})",
+        "held": bool(rc not in (0, None) and rc2 == 0 and same and not orphans),
+        "detect_s": None if detect is None else round(detect, 2),
+        "orphans": orphans,
+        "lost_files": 0 if rc2 == 0 and loadable(out / "model.pt") else 1,
+        "late_writes": 0,
+    }
+
+
 def judge_sfl(role: str, sig: signal.Signals, rc, run: Launch, out: Path) -> dict[str, Any]:
     line = run.last_line()
     observed = f"exit {rc}: {line[:240]}"
@@ -301,7 +342,7 @@ def ddp_args(data: Path, out: Path, *extra: str) -> list[str]:
 
 
 def ddp_case(data: Path, work: Path, target: str, sig: signal.Signals) -> dict[str, Any]:
-    """``target``: launcher or worker-1."""
+    """``target``: launcher or worker (the last worker started)."""
     out = work / f"ddp-{target}-{sig.name}"
     run = Launch(ddp_args(data, out), out, cwd=work)
     case: dict[str, Any] = {"name": f"ddp-{target}-{sig.name}"}
@@ -314,9 +355,13 @@ def ddp_case(data: Path, work: Path, target: str, sig: signal.Signals) -> dict[s
         if target == "launcher":
             pid = run.proc.pid
         else:
-            pid = next((p for p in tagged(run.tag) if env_of(p).get("RANK") == "1"), None)
+            # The launcher's spawned workers (RANK is set after exec, so not in environ):
+            # the last one started, normally rank 1.
+            workers = [p for p in tagged(run.tag) if _ppid(p) == run.proc.pid
+                       and b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+            pid = max(workers, default=None)
         if pid is None:
-            return {**case, "held": False, "observed": "no rank-1 worker found"}
+            return {**case, "held": False, "observed": "no DDP worker found"}
         before = snapshot(out)
         t0 = time.monotonic()
         os.kill(pid, sig)
@@ -445,8 +490,9 @@ def all_cases(data: Path, work: Path) -> list[tuple[str, Callable[[], dict[str, 
                 (f"sfl-{role}-{sig.name}", lambda r=role, s=sig: sfl_case(data, work, r, s))
             )
     cases.append(("sfl-client-2-SIGSTOP", lambda: sfl_case(data, work, "client-2", signal.SIGSTOP)))
-    for target, sig in (("worker-1", signal.SIGKILL), ("worker-1", signal.SIGTERM),
-                        ("worker-1", signal.SIGSTOP), ("launcher", signal.SIGKILL),
+    cases.append(("sfl-server-SIGKILL-resume", lambda: sfl_resume_case(data, work)))
+    for target, sig in (("worker", signal.SIGKILL), ("worker", signal.SIGTERM),
+                        ("worker", signal.SIGSTOP), ("launcher", signal.SIGKILL),
                         ("launcher", signal.SIGTERM)):  # fmt: skip
         cases.append(
             (f"ddp-{target}-{sig.name}", lambda t=target, s=sig: ddp_case(data, work, t, s))
