@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from torch.utils.data import DistributedSampler
@@ -57,3 +60,16 @@ def test_exposed_communication_is_what_follows_the_last_launch():
     # Assert
     assert meter.exposed_s == pytest.approx(1.5)
     assert meter.busy_time() == pytest.approx(2.5)
+
+
+def test_peak_rss_is_the_workers_own_not_its_parents():
+    # Prepare: a parent holding 800 MB starts a program (as the benchmarks start workers);
+    # Linux carries ru_maxrss across exec, so that measure would report the parent's.
+    ballast = bytearray(800 * 2**20)
+    ballast[::4096] = b"\x01" * len(ballast[::4096])  # touch every page
+    code = "from flowsplit.train.loop import _peak_rss_mb; print(_peak_rss_mb())"
+    # Execute
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # Assert: the child's own peak (Python and torch imported) is well below the parent's.
+    assert 20 < float(out.stdout) < 600
+    del ballast

@@ -333,6 +333,19 @@ def _seed_for(seed: int, rank: int, epoch: int) -> int:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    ``VmHWM`` of ``/proc/self/status`` where there is one: Linux carries a process's
+    ``ru_maxrss`` across ``execve``, so a worker forked from a big parent (a benchmark
+    that just wrote a 7 GB dataset) would report the parent's peak; ``VmHWM`` belongs
+    to this program's own address space.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
