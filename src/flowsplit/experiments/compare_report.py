@@ -204,7 +204,7 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             reach = {m: _reach(models[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
             lines.append(f"Predicted on {net}: scaling efficiency stays >= 50 % up to " + ", ".join(
-                f"{n} workers for {m}" + (" (fitted to disturbed timings: unreliable)"
+                f"{n} worker{'s' if n != 1 else ''} for {m}" + (" (fitted to disturbed timings: unreliable)"
                                           if m in shaky else "")
                 for m, n in reach.items()) + ".")  # fmt: skip
     if max(cfg["workers"]) > 1 and not errs and not any(e.get("scaling") for e in models.values()):
