@@ -1,10 +1,9 @@
-"""The reader's NumPy fast paths give exactly what the plain paths give.
+"""The reader's NumPy fast path gives exactly what the plain path gives.
 
-The pcapng walk takes runs of enhanced packet blocks with NumPy (``_EpbRuns``) and
-``StagingBuffer.word`` gathers through aligned views; both are switched off here by
-their size thresholds and the results compared, on captures with fake block headers
-in packet bytes, other blocks between the packets, two sections of either byte
-order, and random damage.
+The pcapng walk takes runs of enhanced packet blocks with NumPy (``_EpbRuns``); it
+is switched off here by its size threshold and the results compared, on captures
+with fake block headers in packet bytes, other blocks between the packets, two
+sections of either byte order, and random damage.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ import struct
 import numpy as np
 import pytest
 
-from flowsplit.data import pcap, staging
+from flowsplit.data import pcap
 from flowsplit.data.flows import FlowOptions, iter_flows
 from flowsplit.data.pcap import ReadReport
-from flowsplit.data.staging import StagingBuffer, iter_record_chunks
+from flowsplit.data.staging import iter_record_chunks
 from tests.data import _pcapgen as g
 
 A, B = "10.0.0.1", "10.0.0.2"
@@ -53,7 +52,6 @@ def _capture(rng: np.random.Generator) -> bytes:
 
 def _records(path, monkeypatch, fast: bool, chunk_bytes: int):
     monkeypatch.setattr(pcap._EpbRuns, "_MIN_BYTES", 0 if fast else 1 << 40)
-    monkeypatch.setattr(staging, "_ALIGNED_MIN", 1 if fast else 1 << 62)
     report = ReadReport()
     parts = []
     for ch in iter_record_chunks([path], report, chunk_bytes=chunk_bytes, on_error="skip"):
@@ -103,7 +101,6 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
     got = []
     for fast in (False, True):
         monkeypatch.setattr(pcap._EpbRuns, "_MIN_BYTES", 0 if fast else 1 << 40)
-        monkeypatch.setattr(staging, "_ALIGNED_MIN", 1 if fast else 1 << 62)
         opts = FlowOptions(seq_len=4, n_bytes=32, n_pkts=2, pkt_len=32)
         rows = []
         for b in iter_flows(path, opts, ReadReport()):
@@ -113,23 +110,3 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
                          None if b.stats is None else b.stats.to_numpy().tobytes()])  # fmt: skip
         got.append(rows)
     assert got[0] == got[1] and got[0]
-
-
-@pytest.mark.parametrize("code", ["u1", "<u2", ">u2", "<u4", ">u4", "<u8", ">u8"])
-def test_aligned_word_gathers_match_unaligned(monkeypatch, code):
-    sb = StagingBuffer(1 << 16)
-    rng = np.random.default_rng(1)
-    sb.array[:] = rng.integers(0, 256, size=len(sb.array), dtype=np.uint8)
-    size = np.dtype(code).itemsize
-    for r in range(size):
-        off = rng.integers(0, (len(sb.array) - 8) // size, size=500) * size + r
-        off = off[off <= len(sb.array) - size]
-        mixed = off + np.arange(len(off)) % 2  # not all in one class: the plain path
-        mixed = mixed[mixed <= len(sb.array) - size]
-        for offsets in (off, mixed):
-            monkeypatch.setattr(staging, "_ALIGNED_MIN", 1)
-            fast = sb.word(offsets, code)
-            monkeypatch.setattr(staging, "_ALIGNED_MIN", 1 << 62)
-            slow = sb.word(offsets, code)
-            assert fast.dtype == slow.dtype == np.int64
-            assert np.array_equal(fast, slow)

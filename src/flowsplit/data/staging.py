@@ -20,7 +20,6 @@ from flowsplit.data.pcap import MAX_RECORD, ReadReport, Source, open_capture
 from flowsplit.errors import InputError
 
 WINDOW_PAD = 4096  # zero bytes after the buffer: fixed-width gathers never run off it
-_ALIGNED_MIN = 64  # offsets gathered at least this many at a time try an aligned view
 
 
 @dataclass
@@ -64,7 +63,6 @@ class StagingBuffer:
         self.mv = memoryview(self.array)
         self._windows: dict[int, np.ndarray] = {}
         self._typed: dict[str, np.ndarray] = {}
-        self._aligned: dict[tuple[str, int], np.ndarray] = {}
 
     def word(self, offsets: np.ndarray, code: str) -> np.ndarray:
         """The integer of type ``code`` (``">u2"``, ``"<u4"``, ``">u8"``...) at each offset.
@@ -72,22 +70,6 @@ class StagingBuffer:
         Returned as int64 (64-bit words keep their bits). One unaligned load per
         offset through a byte-strided view: far cheaper than gathering rows.
         """
-        n = len(offsets)
-        if n >= _ALIGNED_MIN:
-            # All offsets in one class modulo the width (pcapng blocks, the headers of
-            # one link type): an aligned view gathers two to three times faster.
-            dt = np.dtype(code)
-            size = dt.itemsize
-            r = int(offsets[0]) % size
-            if size == 1 or (
-                not (np.bitwise_and(offsets, size - 1) != r).any() and offsets.min() >= 0
-            ):
-                view = self._aligned.get((code, r))
-                if view is None:
-                    count = (len(self.array) - r) // size
-                    view = np.frombuffer(self.array, dtype=dt, count=count, offset=r)
-                    self._aligned[(code, r)] = view
-                return view.take(offsets // size if size > 1 else offsets).astype(np.int64)
         view = self._typed.get(code)
         if view is None:
             dt = np.dtype(code)
@@ -125,7 +107,7 @@ class StagingBuffer:
         for at, blob in zip(offsets.tolist(), blobs, strict=True):
             out.array[at : at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
         out.mv = memoryview(out.array)
-        out._windows, out._typed, out._aligned = {}, {}, {}
+        out._windows, out._typed = {}, {}
         return out, offsets
 
 
