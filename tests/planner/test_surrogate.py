@@ -106,3 +106,17 @@ def test_accuracy_prediction_says_whether_pilots_separate_the_cuts():
     close = [_record((1, 1), [0.5, 0.6, 0.65, 0.66], 50),
              _record((3, 3), [0.5, 0.6, 0.64, 0.655], 50)]  # fmt: skip
     assert not predict_accuracy(close, profile, 200.0)["separated"]
+
+
+def test_the_last_point_is_kept_when_it_backtests_better_than_the_curve():
+    from flowsplit.planner.surrogate import predict_accuracy
+
+    # Curves that rise steadily and then stop: the curve fitted to the first three
+    # points overshoots the fourth, the third carried forward hits it, so every
+    # prediction is its pilot's last point.
+    pilots = [_record((1, 1), [0.10, 0.30, 0.50, 0.50]), _record((1, 3), [0.10, 0.25, 0.40, 0.40]),
+              _record((3, 3), [0.05, 0.15, 0.30, 0.30])]  # fmt: skip
+    doc = predict_accuracy(pilots, small_profile(), 400.0)
+    bt = doc["backtest"]
+    assert bt["method"] == "last point" and bt["mae_last_point"] < bt["mae_curve"]
+    assert doc["accuracy"][(1, 1)] == 0.50 and doc["accuracy"][(3, 3)] == 0.30

@@ -241,11 +241,17 @@ def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dic
     value, keyed by the tuple), ``source`` per pair, ``noise`` (standard error of one
     accuracy measurement), ``separated`` (whether the pilots' extrapolated accuracies
     differ by more than their noise), ``backtest`` (mean absolute error and Spearman
-    rank correlation of extrapolating each curve without its last point) and, when
-    some pairs had no pilot, the ridge's ``loo_rmse``, penalty and ``spread_kept``.
+    rank correlation of extrapolating each curve without its last point, for the
+    learning curve and for the last point carried forward) and, when some pairs had
+    no pilot, the ridge's ``loo_rmse``, penalty and ``spread_kept``.
+
+    The extrapolation is used only when its backtest error is no larger than that of
+    carrying the last point forward; otherwise each pilot's last point is the
+    prediction (``backtest.method`` says which): a curve fitted to a few noisy points
+    can reorder the pilots it was meant to extend.
     """
     legal, x = cut_features(profile)
-    acc, loss, source, curves, back_pred, back_true = {}, {}, {}, {}, [], []
+    acc, loss, source, curves, back_pred, back_true, back_last = {}, {}, {}, {}, [], [], []
     for r in records:
         st = r.curve_steps
         acc[r.cuts], info = fit_curve(st, r.curve_accuracy, target_steps)
@@ -256,6 +262,15 @@ def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dic
             p, _ = fit_curve(st[:-1], r.curve_accuracy[:-1], st[-1])
             back_pred.append(p)
             back_true.append(r.curve_accuracy[-1])
+            back_last.append(r.curve_accuracy[-2])
+    mae_curve = float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back_pred else None
+    mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back_last else None
+    method = "learning curve"
+    if mae_curve is not None and mae_last is not None and mae_last < mae_curve:
+        method = "last point"
+        for r in records:
+            acc[r.cuts], loss[r.cuts] = float(r.curve_accuracy[-1]), float(r.curve_loss[-1])
+            source[r.cuts] = "pilot (last point: it backtests better than the curve)"
     noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in records), default=float("nan"))
     piloted = [c for c in legal if c in acc]
     spread = float(np.ptp([acc[c] for c in piloted])) if piloted else 0.0
@@ -267,9 +282,14 @@ def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dic
         "separated": bool(separated),
         "backtest": {
             "n": len(back_pred),
-            "mae": float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back_pred else None,
-            "spearman": _spearman(back_pred, back_true),
-        },
+            "method": method,
+            "mae": mae_curve if method == "learning curve" else mae_last,
+            "mae_curve": mae_curve,
+            "mae_last_point": mae_last,
+            "spearman": _spearman(
+                back_pred if method == "learning curve" else back_last, back_true
+            ),
+        },  # fmt: skip
         "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
     }
     missing = [c for c in legal if c not in acc]
