@@ -28,21 +28,36 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     sizes = [int(s) for s in args.sizes.split(",")]
-    rec = run_allreduce_benchmark(sizes, n_workers=args.workers, backend=args.backend,
-                                  repeats=args.repeats, threads_per_worker=args.threads)  # fmt: skip
-    net, max_err = fit_allreduce([r["bytes"] for r in rec["rows"]],
-                                 [r["time_s"] for r in rec["rows"]], n_workers=args.workers)  # fmt: skip
-    rec["fit"] = {"latency_s": net.latency_s, "bandwidth_Bps": net.bandwidth_Bps,
-                  "max_rel_error": max_err}  # fmt: skip
+    rec = run_allreduce_benchmark(
+        sizes,
+        n_workers=args.workers,
+        backend=args.backend,
+        repeats=args.repeats,
+        threads_per_worker=args.threads,
+    )
+    net, max_err = fit_allreduce(
+        [r["bytes"] for r in rec["rows"]],
+        [r["time_s"] for r in rec["rows"]],
+        n_workers=args.workers,
+    )
+    rec["fit"] = {
+        "latency_s": net.latency_s,
+        "bandwidth_Bps": net.bandwidth_Bps,
+        "max_rel_error": max_err,
+    }
     print(f"{'bytes':>10} {'measured s':>12} {'model s':>12} {'error':>7}")
     for r in rec["rows"]:
         model = ring_allreduce_time(r["bytes"], args.workers, net)
         r["model_s"] = model
-        print(f"{r['bytes']:>10} {r['time_s']:>12.6f} {model:>12.6f} "
-              f"{100 * (model - r['time_s']) / r['time_s']:>6.1f}%")  # fmt: skip
-    print(f"alpha {net.latency_s * 1e6:.1f} us, beta {net.bandwidth_Bps / 1e6:.0f} MB/s, "
-          f"max error {100 * max_err:.1f} %  ({args.backend}, {args.workers} processes, "
-          f"{args.threads} thread(s), {rec['cpu_count']} cores)")  # fmt: skip
+        print(
+            f"{r['bytes']:>10} {r['time_s']:>12.6f} {model:>12.6f} "
+            f"{100 * (model - r['time_s']) / r['time_s']:>6.1f}%"
+        )
+    print(
+        f"alpha {net.latency_s * 1e6:.1f} us, beta {net.bandwidth_Bps / 1e6:.0f} MB/s, "
+        f"max error {100 * max_err:.1f} %  ({args.backend}, {args.workers} processes, "
+        f"{args.threads} thread(s), {rec['cpu_count']} cores)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rec, indent=1) + "\n")
     print(f"-> {args.out}")

@@ -33,8 +33,17 @@ from pathlib import Path
 import numpy as np
 
 SUBSET = ("DNS", "HTTP", "QUIC", "STUN", "TLS")
-PREPARE = ["--label-column", "master", "--exclude-classes", "Unknown",
-           "--max-flows-per-group", "30", "--min-groups-per-class", "5", "--quiet"]  # fmt: skip
+PREPARE = [
+    "--label-column",
+    "master",
+    "--exclude-classes",
+    "Unknown",
+    "--max-flows-per-group",
+    "30",
+    "--min-groups-per-class",
+    "5",
+    "--quiet",
+]
 
 
 def flowsplit(*args: str) -> None:
@@ -75,11 +84,29 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         labels = str(args.ndpi / "ndpi_flow_labels.csv")
         for k in (8, 9):
-            flowsplit("prepare", str(args.ndpi / "pcap"), "-o", str(work / f"ndpi{k}"),
-                      "--labels", labels, "--top-classes", str(k), *PREPARE)  # fmt: skip
+            flowsplit(
+                "prepare",
+                str(args.ndpi / "pcap"),
+                "-o",
+                str(work / f"ndpi{k}"),
+                "--labels",
+                labels,
+                "--top-classes",
+                str(k),
+                *PREPARE,
+            )
         run = work / "run-xgb"
-        flowsplit("train", str(work / "ndpi8"), "--model", "xgboost", "--threads", "1",
-                  "-q", "-o", str(run))  # fmt: skip
+        flowsplit(
+            "train",
+            str(work / "ndpi8"),
+            "--model",
+            "xgboost",
+            "--threads",
+            "1",
+            "-q",
+            "-o",
+            str(run),
+        )
         base, nine = load_dataset(work / "ndpi8"), load_dataset(work / "ndpi9")
         seen = set(base.meta.loc[base.meta["split"] != "test", "source"])
         subset = held_out(base, seen, list(SUBSET), work / "ndpi-subset5")
@@ -94,9 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for name in ("trained_test", "subset", "superset"):
         r = result[name]
-        print(f"{name:<13} scored {r['n_scored']}/{r['n']}: accuracy {r['accuracy']:.4f}, "
-              f"macro-F1 {r['macro_f1']:.4f}; absent {r['absent_classes']}, "
-              f"unseen {r['unseen_classes']} -> {r['unseen_predicted_as']}")  # fmt: skip
+        print(
+            f"{name:<13} scored {r['n_scored']}/{r['n']}: accuracy {r['accuracy']:.4f}, "
+            f"macro-F1 {r['macro_f1']:.4f}; absent {r['absent_classes']}, "
+            f"unseen {r['unseen_classes']} -> {r['unseen_predicted_as']}"
+        )
     return 0
 
 

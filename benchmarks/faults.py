@@ -184,11 +184,28 @@ SFL_CLIENTS, SFL_AGGS = 4, 2
 
 def sfl_args(data: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "sfl", "run", str(data), "-o", str(out), "--backend", "dist", "--model", "cnn",
-        "--clients", str(SFL_CLIENTS), "--aggregators", str(SFL_AGGS),
-        "--rounds", str(SFL_ROUNDS), "--batch-size", "32", "--timeout", str(SFL_TIMEOUT_S),
-        "--quiet", *extra,
-    ]  # fmt: skip
+        "sfl",
+        "run",
+        str(data),
+        "-o",
+        str(out),
+        "--backend",
+        "dist",
+        "--model",
+        "cnn",
+        "--clients",
+        str(SFL_CLIENTS),
+        "--aggregators",
+        str(SFL_AGGS),
+        "--rounds",
+        str(SFL_ROUNDS),
+        "--batch-size",
+        "32",
+        "--timeout",
+        str(SFL_TIMEOUT_S),
+        "--quiet",
+        *extra,
+    ]
 
 
 def round_started(out: Path, n: int) -> bool:
@@ -335,10 +352,25 @@ def judge_sfl(role: str, sig: signal.Signals, rc, run: Launch, out: Path) -> dic
 
 def ddp_args(data: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "train", str(data), "--model", "cnn", "-o", str(out), "--workers", "2", "--epochs",
-        "40", "--batch-size", "16", "--threads", "1", "--timeout", str(DDP_TIMEOUT_S), "-q",
+        "train",
+        str(data),
+        "--model",
+        "cnn",
+        "-o",
+        str(out),
+        "--workers",
+        "2",
+        "--epochs",
+        "40",
+        "--batch-size",
+        "16",
+        "--threads",
+        "1",
+        "--timeout",
+        str(DDP_TIMEOUT_S),
+        "-q",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 def ddp_case(data: Path, work: Path, target: str, sig: signal.Signals) -> dict[str, Any]:
@@ -357,8 +389,12 @@ def ddp_case(data: Path, work: Path, target: str, sig: signal.Signals) -> dict[s
         else:
             # The launcher's spawned workers (RANK is set after exec, so not in environ):
             # the last one started, normally rank 1.
-            workers = [p for p in tagged(run.tag) if _ppid(p) == run.proc.pid
-                       and b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+            workers = [
+                p
+                for p in tagged(run.tag)
+                if _ppid(p) == run.proc.pid
+                and b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()
+            ]
             pid = max(workers, default=None)
         if pid is None:
             return {**case, "held": False, "observed": "no DDP worker found"}
@@ -432,11 +468,36 @@ def disk_case(data: Path, work: Path, command: str, kind: str) -> dict[str, Any]
             (mnt / "filler").write_bytes(b"\0" * max(0, free - (64 << 10)))
         out = mnt / "run"
         if command == "sfl":
-            args = ["sfl", "run", str(data), "-o", str(out), "--model", "cnn", "--clients",
-                    "2", "--aggregators", "1", "--rounds", "1", "--quiet"]  # fmt: skip
+            args = [
+                "sfl",
+                "run",
+                str(data),
+                "-o",
+                str(out),
+                "--model",
+                "cnn",
+                "--clients",
+                "2",
+                "--aggregators",
+                "1",
+                "--rounds",
+                "1",
+                "--quiet",
+            ]
         else:
-            args = ["train", str(data), "--model", "cnn", "-o", str(out), "--epochs", "1",
-                    "--batch-size", "64", "-q"]  # fmt: skip
+            args = [
+                "train",
+                str(data),
+                "--model",
+                "cnn",
+                "-o",
+                str(out),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "64",
+                "-q",
+            ]
         digest = keep.read_bytes() if keep.exists() else None
         t0 = time.monotonic()
         run = Launch(args, out, cwd=work)
@@ -491,9 +552,13 @@ def all_cases(data: Path, work: Path) -> list[tuple[str, Callable[[], dict[str, 
             )
     cases.append(("sfl-client-2-SIGSTOP", lambda: sfl_case(data, work, "client-2", signal.SIGSTOP)))
     cases.append(("sfl-server-SIGKILL-resume", lambda: sfl_resume_case(data, work)))
-    for target, sig in (("worker", signal.SIGKILL), ("worker", signal.SIGTERM),
-                        ("worker", signal.SIGSTOP), ("launcher", signal.SIGKILL),
-                        ("launcher", signal.SIGTERM)):  # fmt: skip
+    for target, sig in (
+        ("worker", signal.SIGKILL),
+        ("worker", signal.SIGTERM),
+        ("worker", signal.SIGSTOP),
+        ("launcher", signal.SIGKILL),
+        ("launcher", signal.SIGTERM),
+    ):
         cases.append(
             (f"ddp-{target}-{sig.name}", lambda t=target, s=sig: ddp_case(data, work, t, s))
         )
@@ -502,7 +567,7 @@ def all_cases(data: Path, work: Path) -> list[tuple[str, Callable[[], dict[str, 
             cases.append(
                 (f"{command}-{kind}-output", lambda c=command, k=kind: disk_case(data, work, c, k))
             )
-    return cases  # fmt: skip
+    return cases
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,8 +594,23 @@ def main(argv: list[str] | None = None) -> int:
             case.setdefault("lost_files", None)
             case["case_wall_s"] = round(time.monotonic() - start, 1)
             results.append(case)
-            print(json.dumps({k: case.get(k) for k in ("name", "held", "detect_s", "orphans",
-                  "lost_files", "late_writes", "observed")}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        k: case.get(k)
+                        for k in (
+                            "name",
+                            "held",
+                            "detect_s",
+                            "orphans",
+                            "lost_files",
+                            "late_writes",
+                            "observed",
+                        )
+                    }
+                ),
+                flush=True,
+            )
             write_json(args.out, {"cases": results, "environment": environment()})
     held = sum(bool(c["held"]) for c in results)
     print(f"{held} of {len(results)} cases held; wrote {args.out}")

@@ -55,8 +55,9 @@ def _losses(profile, rng) -> dict:
 
 def _accuracies(profile, rng) -> dict:
     # Plausible predicted accuracies: around 0.8, spread 3 points (the guard's input).
-    return {c: float(np.clip(0.8 + 0.03 * rng.standard_normal(), 0, 1))
-            for c in profile.legal_cuts()}  # fmt: skip
+    return {
+        c: float(np.clip(0.8 + 0.03 * rng.standard_normal(), 0, 1)) for c in profile.legal_cuts()
+    }
 
 
 def bench_time(profile, runs: int) -> dict:
@@ -70,9 +71,14 @@ def bench_time(profile, runs: int) -> dict:
     topo = replace(topo, client_samples=samples)
     loss = _losses(profile, rng)
     acc = _accuracies(profile, rng)
-    out = {"n_clients": n, "n_aggregators": a, "model": "cnn (bytes, 784)", "families": {},
-           "note": "default = the accuracy guard (mode guard, 1 pt) with predicted accuracies; "
-                   "weighted = the weighted sum with predicted losses"}  # fmt: skip
+    out = {
+        "n_clients": n,
+        "n_aggregators": a,
+        "model": "cnn (bytes, 784)",
+        "families": {},
+        "note": "default = the accuracy guard (mode guard, 1 pt) with predicted accuracies; "
+        "weighted = the weighted sum with predicted losses",
+    }
     for family in ("hsfl", "hsfl-ll"):
         rows = {}
         for label, cfg in (
@@ -101,10 +107,12 @@ def bench_time(profile, runs: int) -> dict:
                 "greedy_evaluated": sum(
                     c["status"] != "skipped: lower bound above the best plan"
                     for c in plan.candidates
-                ),  # fmt: skip
+                ),
             }
-            print(f"{family:8} {label:18} median {m['median_wall_s']:.3f} s "
-                  f"(cold {cold:.3f} s) objective {plan.objective:.4f} cuts {plan.cuts}")  # fmt: skip
+            print(
+                f"{family:8} {label:18} median {m['median_wall_s']:.3f} s "
+                f"(cold {cold:.3f} s) objective {plan.objective:.4f} cuts {plan.cuts}"
+            )
         out["families"][family] = rows
     out["plan_time_s"] = max(r["default"]["median_wall_s"] for r in out["families"].values())
     # CPU time is what the planner costs; wall time also counts waiting for a shared core.
@@ -153,29 +161,41 @@ def bench_gap(profile, n_instances: int, seed: int) -> dict:
             t_exact += ex.wall_s
             exact_vals.append(obj.weights.loss * loss[c] + ex.objective)
             ls = refine_assignment(table, p, greedy[p], obj, cfg, None)
-            per_pair.append({
-                "assignment_gap": assignment_objective(table, p, ls, cd, cb) / ex.objective - 1,
-                "greedy_gap": assignment_objective(table, p, greedy[p], cd, cb) / ex.objective - 1,
-                "optimal": ex.optimal,
-            })  # fmt: skip
+            per_pair.append(
+                {
+                    "assignment_gap": assignment_objective(table, p, ls, cd, cb) / ex.objective - 1,
+                    "greedy_gap": assignment_objective(table, p, greedy[p], cd, cb) / ex.objective
+                    - 1,
+                    "optimal": ex.optimal,
+                }
+            )
         best = float(min(exact_vals))
-        rows.append({
-            "n_clients": n, "n_aggregators": a, "family": family,
-            "planner_objective": plan.objective, "exact_objective": best,
-            "gap": plan.objective / best - 1, "planner_cuts": list(plan.cuts),
-            "exact_cuts": list(cuts[int(np.argmin(exact_vals))]),
-            "planner_s": heur_s, "exact_solver_s": t_exact,
-            "all_optimal": all(r["optimal"] for r in per_pair),
-            "assignment_gap_max": max(r["assignment_gap"] for r in per_pair),
-            "greedy_gap_max": max(r["greedy_gap"] for r in per_pair),
-            "per_pair": per_pair,
-        })  # fmt: skip
+        rows.append(
+            {
+                "n_clients": n,
+                "n_aggregators": a,
+                "family": family,
+                "planner_objective": plan.objective,
+                "exact_objective": best,
+                "gap": plan.objective / best - 1,
+                "planner_cuts": list(plan.cuts),
+                "exact_cuts": list(cuts[int(np.argmin(exact_vals))]),
+                "planner_s": heur_s,
+                "exact_solver_s": t_exact,
+                "all_optimal": all(r["optimal"] for r in per_pair),
+                "assignment_gap_max": max(r["assignment_gap"] for r in per_pair),
+                "greedy_gap_max": max(r["greedy_gap"] for r in per_pair),
+                "per_pair": per_pair,
+            }
+        )
     gaps = [r["gap"] for r in rows]
     agaps = [g["assignment_gap"] for r in rows for g in r["per_pair"]]
     ggaps = [g["greedy_gap"] for r in rows for g in r["per_pair"]]
-    print(f"gap over {len(rows)} instances: median {statistics.median(gaps):.4%}, "
-          f"max {max(gaps):.4%}; assignment median {statistics.median(agaps):.4%}, "
-          f"max {max(agaps):.4%}; greedy alone max {max(ggaps):.4%}")  # fmt: skip
+    print(
+        f"gap over {len(rows)} instances: median {statistics.median(gaps):.4%}, "
+        f"max {max(gaps):.4%}; assignment median {statistics.median(agaps):.4%}, "
+        f"max {max(agaps):.4%}; greedy alone max {max(ggaps):.4%}"
+    )
     return {
         "gap_median": statistics.median(gaps),
         "gap_max": max(gaps),

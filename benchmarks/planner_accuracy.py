@@ -85,7 +85,7 @@ SOURCES = {
             "--top-classes",
             "8",
         ],
-    ),  # fmt: skip
+    ),
     "ustc": (SHARED / "ustc-tfc2016", []),
 }
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
@@ -114,9 +114,14 @@ def train(study, seed: int, plan, val) -> dict:
     validation metrics, total simulated delay and bytes."""
     cfg = study.config
     sfl_cfg = base_config(cfg, seed, cuts=tuple(plan.cuts))
-    setup = prepare_run(sfl_cfg, dataset=study.dataset, model_fn=study.model_fn,
-                        topology=study.topology, profile=study.profile,
-                        assignment=plan.assignment)  # fmt: skip
+    setup = prepare_run(
+        sfl_cfg,
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+        assignment=plan.assignment,
+    )
     t0 = time.perf_counter()
     result = run_simulation(setup)
     # The final global model as the server holds it: client, aggregator, server parts.
@@ -144,17 +149,28 @@ def _interval(iv) -> dict:
 
 def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     cfg = resolve_study_config(
-        False, model="cnn", topology="heterogeneous", n_clients=args.clients,
-        n_aggregators=args.aggregators, rounds=mode["rounds"], family=args.family,
-        train_limit=mode["train_limit"], acc_tolerance=args.acc_tolerance,
-        pilot_steps=args.pilot_steps, batch_size=args.batch_size,
-    )  # fmt: skip
+        False,
+        model="cnn",
+        topology="heterogeneous",
+        n_clients=args.clients,
+        n_aggregators=args.aggregators,
+        rounds=mode["rounds"],
+        family=args.family,
+        train_limit=mode["train_limit"],
+        acc_tolerance=args.acc_tolerance,
+        pilot_steps=args.pilot_steps,
+        batch_size=args.batch_size,
+    )
     t0 = time.perf_counter()
     study = make_study(path, cfg, quiet=True, seed=0)
     pilot_s = time.perf_counter() - t0
-    probe = prepare_run(base_config(cfg, 0, eval_split="val"), dataset=study.dataset,
-                        model_fn=study.model_fn, topology=study.topology,
-                        profile=study.profile)  # fmt: skip
+    probe = prepare_run(
+        base_config(cfg, 0, eval_split="val"),
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+    )
     val = probe.eval_data()
     legal = study.profile.legal_cuts()
     seeds = list(range(mode["seeds"]))
@@ -163,13 +179,23 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     chosen = []
     for seed in seeds:
         plans = plan_seed(study, seed, ("acc-aware", "hsfl", "hsfl-greedy"))
-        topo = prepare_run(base_config(cfg, seed), dataset=study.dataset,
-                           model_fn=study.model_fn, topology=study.topology,
-                           profile=study.profile).topology  # fmt: skip
+        topo = prepare_run(
+            base_config(cfg, seed),
+            dataset=study.dataset,
+            model_fn=study.model_fn,
+            topology=study.topology,
+            profile=study.profile,
+        ).topology
         for c in legal:
-            one = PlannerConfig(weights=Weights(0.0, *cfg.weights[1:]), family=cfg.family,
-                                seed=seed, batch_size=cfg.batch_size, mode="weighted",
-                                only_cuts=(c,), fixed_cuts=tuple(cfg.fixed_cuts))  # fmt: skip
+            one = PlannerConfig(
+                weights=Weights(0.0, *cfg.weights[1:]),
+                family=cfg.family,
+                seed=seed,
+                batch_size=cfg.batch_size,
+                mode="weighted",
+                only_cuts=(c,),
+                fixed_cuts=tuple(cfg.fixed_cuts),
+            )
             per_cut[c].append(train(study, seed, plan_split(study.profile, topo, None, one), val))
         for scheme in ("hsfl", "hsfl-greedy"):
             runs[scheme].append(train(study, seed, plans[scheme], val))
@@ -181,9 +207,12 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
         same = twin["assignment"] == plans["acc-aware"].assignment.tolist()
         run = twin if same else train(study, seed, plans["acc-aware"], val)
         runs["acc-aware"].append({**run, "reused_cut_run": bool(same)})
-        print(f"{name} seed {seed}: acc-aware {acc_cuts} "
-              f"{runs['acc-aware'][-1]['accuracy']:.4f}, hsfl {runs['hsfl'][-1]['accuracy']:.4f}, "
-              f"hsfl-greedy {runs['hsfl-greedy'][-1]['accuracy']:.4f}", flush=True)  # fmt: skip
+        print(
+            f"{name} seed {seed}: acc-aware {acc_cuts} "
+            f"{runs['acc-aware'][-1]['accuracy']:.4f}, hsfl {runs['hsfl'][-1]['accuracy']:.4f}, "
+            f"hsfl-greedy {runs['hsfl-greedy'][-1]['accuracy']:.4f}",
+            flush=True,
+        )
     realised_val = {c: float(np.mean([r["val_accuracy"] for r in per_cut[c]])) for c in legal}
     best = max(legal, key=lambda c: realised_val[c])
     runs["best-fixed"] = per_cut[best]
@@ -194,23 +223,32 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     def col(scheme, key):
         return [r[key] for r in runs[scheme]]
 
-    schemes = {s: {k: col(s, k) for k in ("accuracy", "macro_f1", "delay_s", "bytes", "cuts")}
-               for s in runs}  # fmt: skip
+    schemes = {
+        s: {k: col(s, k) for k in ("accuracy", "macro_f1", "delay_s", "bytes", "cuts")}
+        for s in runs
+    }
     for c in legal:
-        schemes[f"cut-{c[0]},{c[1]}"] = {k: [r[k] for r in per_cut[c]]
-                                         for k in ("accuracy", "macro_f1", "delay_s", "bytes")}  # fmt: skip
-    vs_greedy = compare_paired(np.array(col("hsfl-greedy", "accuracy")),
-                               np.array(col("acc-aware", "accuracy")))  # fmt: skip
-    vs_best = compare_paired(np.array(col("best-fixed", "accuracy")),
-                             np.array(col("acc-aware", "accuracy")))  # fmt: skip
-    vs_hsfl = compare_paired(np.array(col("hsfl", "accuracy")),
-                             np.array(col("acc-aware", "accuracy")))  # fmt: skip
+        schemes[f"cut-{c[0]},{c[1]}"] = {
+            k: [r[k] for r in per_cut[c]] for k in ("accuracy", "macro_f1", "delay_s", "bytes")
+        }
+    vs_greedy = compare_paired(
+        np.array(col("hsfl-greedy", "accuracy")), np.array(col("acc-aware", "accuracy"))
+    )
+    vs_best = compare_paired(
+        np.array(col("best-fixed", "accuracy")), np.array(col("acc-aware", "accuracy"))
+    )
+    vs_hsfl = compare_paired(
+        np.array(col("hsfl", "accuracy")), np.array(col("acc-aware", "accuracy"))
+    )
     delay_ratio = ratio_ci(col("acc-aware", "delay_s"), col("hsfl", "delay_s"))
     bytes_ratio = ratio_ci(col("acc-aware", "bytes"), col("hsfl", "bytes"))
     # Worst case of (hsfl-greedy - acc-aware): minus the low end of (acc-aware - greedy).
     greedy_worse = -vs_greedy.diff.low if np.isfinite(vs_greedy.diff.low) else float("nan")
-    sim_vs_pred = max(abs(r["delay_s"] - r["predicted_delay_s"]) / r["delay_s"]
-                      for rs in per_cut.values() for r in rs)  # fmt: skip
+    sim_vs_pred = max(
+        abs(r["delay_s"] - r["predicted_delay_s"]) / r["delay_s"]
+        for rs in per_cut.values()
+        for r in rs
+    )
     return {
         "schemes": schemes,
         "spearman": rho,
@@ -223,7 +261,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
                 "pilot_val_accuracy": next((p.accuracy for p in study.pilots if p.cuts == c), None),
             }
             for c in legal
-        ],  # fmt: skip
+        ],
         "best_fixed_cuts": list(best),
         "acc_aware_cuts": chosen,
         "surrogate": {
@@ -237,7 +275,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
                 "backtest",
                 "cost",
             )
-        },  # fmt: skip
+        },
         "goals": {
             "acc_aware_minus_hsfl_greedy_pts": _interval(vs_greedy.diff)
             | {
@@ -266,7 +304,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
                 "high": bytes_ratio.high - 1,
             },
             "paper": PAPER,
-        },  # fmt: skip
+        },
         "max_rel_delay_error_sim_vs_plan": sim_vs_pred,
         "accuracy_ci": {s: _interval(mean_ci(v["accuracy"])) for s, v in schemes.items()},
         "config": {**cfg.to_dict(), "seeds": seeds, "dataset_path": str(path)},
@@ -296,8 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is not None:
             mode[key] = getattr(args, key)
     t0 = time.perf_counter()
-    out: dict = {"datasets": {}, "skipped": {}, "mode": {**mode, "quick": args.quick,
-                                                          "family": args.family}}  # fmt: skip
+    out: dict = {
+        "datasets": {},
+        "skipped": {},
+        "mode": {**mode, "quick": args.quick, "family": args.family},
+    }
     for name in [n.strip() for n in args.datasets.split(",") if n.strip()]:
         if name not in SOURCES:
             raise SystemExit(f"planner_accuracy: unknown dataset {name!r} ({', '.join(SOURCES)})")
@@ -308,9 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         out["datasets"][name] = bench_dataset(name, path, args, mode)
         g = out["datasets"][name]["goals"]
-        print(f"{name}: spearman {out['datasets'][name]['spearman']:.2f}, acc-aware - "
-              f"hsfl-greedy {g['acc_aware_minus_hsfl_greedy_pts']['mean']:+.2f} pt, - best-fixed "
-              f"{g['acc_aware_minus_best_fixed_pts']:+.2f} pt", flush=True)  # fmt: skip
+        print(
+            f"{name}: spearman {out['datasets'][name]['spearman']:.2f}, acc-aware - "
+            f"hsfl-greedy {g['acc_aware_minus_hsfl_greedy_pts']['mean']:+.2f} pt, - best-fixed "
+            f"{g['acc_aware_minus_best_fixed_pts']:+.2f} pt",
+            flush=True,
+        )
         _common.write_json(args.out, {**out, "environment": _common.environment()})
     out["wall_s"] = time.perf_counter() - t0
     out["environment"] = _common.environment()

@@ -51,8 +51,12 @@ OPTIONS = FlowOptions()  # all four views, default sizes and masks
 def run_pipeline(paths: list[Path]) -> dict:
     report = ReadReport()
     n_flows = sum(len(b) for b in iter_flows_many(paths, OPTIONS, report, on_error="skip"))
-    return {"n_packets": report.n_packets, "n_flows": n_flows,
-            "n_flow_packets": report.n_flow_packets, "file_errors": len(report.file_errors)}  # fmt: skip
+    return {
+        "n_packets": report.n_packets,
+        "n_flows": n_flows,
+        "n_flow_packets": report.n_flow_packets,
+        "file_errors": len(report.file_errors),
+    }
 
 
 def run_prepare(corpus: Path, work: Path):
@@ -78,8 +82,13 @@ def run_nfstream(paths: list[Path]) -> dict:
     n_flows, failed = 0, 0
     for p in paths:
         try:
-            streamer = NFStreamer(source=str(p), statistical_analysis=True, splt_analysis=32,
-                                  n_dissections=0, n_meters=1)  # fmt: skip
+            streamer = NFStreamer(
+                source=str(p),
+                statistical_analysis=True,
+                splt_analysis=32,
+                n_dissections=0,
+                n_meters=1,
+            )
             n_flows += sum(1 for _ in streamer)
         except Exception:  # noqa: BLE001 - NFStream refuses some malformed files
             failed += 1
@@ -122,8 +131,16 @@ def agreement(paths: list[Path]) -> dict:
     keys: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     opts = FlowOptions(views=("seq",), seq_len=1)
     for b in iter_flows_many(paths, opts, ReadReport(), on_error="skip"):
-        rows = zip(b.source.tolist(), b.proto.tolist(), b.ip_a.tolist(), b.port_a.tolist(),
-                   b.ip_b.tolist(), b.port_b.tolist(), b.n_packets.tolist(), strict=True)  # fmt: skip
+        rows = zip(
+            b.source.tolist(),
+            b.proto.tolist(),
+            b.ip_a.tolist(),
+            b.port_a.tolist(),
+            b.ip_b.tolist(),
+            b.port_b.tolist(),
+            b.n_packets.tolist(),
+            strict=True,
+        )
         for s, p, a, pa, ib, pb, n in rows:
             ours[s][(_key(p, a, pa, ib, pb), n)] += 1
             keys[s][_key(p, a, pa, ib, pb)] += 1
@@ -132,14 +149,22 @@ def agreement(paths: list[Path]) -> dict:
     for s, path in enumerate(paths):
         fuzz = "fuzz" in path.name or path.name.startswith("bad")
         try:
-            flows = [f for f in NFStreamer(source=str(path), n_dissections=0, n_meters=1)
-                     if f.protocol in (6, 17)]  # fmt: skip
+            flows = [
+                f
+                for f in NFStreamer(source=str(path), n_dissections=0, n_meters=1)
+                if f.protocol in (6, 17)
+            ]
         except Exception:  # noqa: BLE001 - NFStream refuses some malformed files
             reasons["nfstream_failed_file"] += 1
             continue
         for f in flows:
-            k = _key(f.protocol, str(ipaddress.ip_address(f.src_ip)), f.src_port,
-                     str(ipaddress.ip_address(f.dst_ip)), f.dst_port)  # fmt: skip
+            k = _key(
+                f.protocol,
+                str(ipaddress.ip_address(f.src_ip)),
+                f.src_port,
+                str(ipaddress.ip_address(f.dst_ip)),
+                f.dst_port,
+            )
             total += 1
             fuzz_total += fuzz
             if ours[s][(k, f.bidirectional_packets)] > 0:
@@ -178,9 +203,14 @@ def write_concatenated(paths: list[Path], out: Path, copies: int) -> int:
             for chunk in iter_record_chunks(paths, ReadReport(), on_error="skip"):
                 r, mv = chunk.records, chunk.buffer.mv
                 for src, off, cap, wire, ts, lt in zip(
-                    r.src.tolist(), r.data_off.tolist(), r.caplen.tolist(), r.wirelen.tolist(),
-                    r.ts.tolist(), r.linktype.tolist(), strict=True,
-                ):  # fmt: skip
+                    r.src.tolist(),
+                    r.data_off.tolist(),
+                    r.caplen.tolist(),
+                    r.wirelen.tolist(),
+                    r.ts.tolist(),
+                    r.linktype.tolist(),
+                    strict=True,
+                ):
                     if lt not in SUPPORTED_LINKTYPES:
                         continue
                     if lt not in iface:
@@ -191,8 +221,18 @@ def write_concatenated(paths: list[Path], out: Path, copies: int) -> int:
                     ticks = max(int(t * 1e6), 0)
                     pad = -cap % 4
                     blen = 32 + cap + pad
-                    fh.write(struct.pack("<IIIIIII", 6, blen, iface[lt], ticks >> 32,
-                                         ticks & 0xFFFFFFFF, cap, wire))  # fmt: skip
+                    fh.write(
+                        struct.pack(
+                            "<IIIIIII",
+                            6,
+                            blen,
+                            iface[lt],
+                            ticks >> 32,
+                            ticks & 0xFFFFFFFF,
+                            cap,
+                            wire,
+                        )
+                    )
                     fh.write(mv[off : off + cap])
                     fh.write(b"\0" * pad + struct.pack("<I", blen))
                     n += 1
@@ -230,8 +270,13 @@ print(json.dumps({{"seconds": time.perf_counter() - t, "n_flows": n}}))
 
 
 def child(code: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, **C.SINGLE_THREAD_ENV})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **C.SINGLE_THREAD_ENV},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -294,27 +339,40 @@ def main(argv=None) -> int:
 
         def rate(m: dict) -> dict:
             m.pop("result", None)
-            return {"packets_per_s": n_packets / m["median_wall_s"],
-                    "packets_per_cpu_s": n_packets / m["median_cpu_s"], **m}  # fmt: skip
+            return {
+                "packets_per_s": n_packets / m["median_wall_s"],
+                "packets_per_cpu_s": n_packets / m["median_cpu_s"],
+                **m,
+            }
 
         res["flowsplit_pipeline"] = {"what": "iter_flows_many: read, flows, 4 views", **rate(pipe)}
         prep = None if "prepare" in args.skip else run_prepare(args.corpus, work)
         if prep is not None:
             m = C.measure(prep, args.runs)
             extra = m["result"]
-            res["flowsplit_prepare"] = {"what": "prepare_dataset, --label-by port", **rate(m),
-                                        **extra}  # fmt: skip
+            res["flowsplit_prepare"] = {
+                "what": "prepare_dataset, --label-by port",
+                **rate(m),
+                **extra,
+            }
         res["flowsplit"] = dict(res.get("flowsplit_prepare") or res["flowsplit_pipeline"])
         if "nfstream" not in args.skip:
             m = C.measure(lambda: run_nfstream(paths), args.baseline_runs)
             info = m["result"]
-            res["nfstream"] = {"what": "NFStreamer(statistical_analysis, splt_analysis=32, "
-                               "n_dissections=0, n_meters=1) per file", **rate(m), **info}  # fmt: skip
+            res["nfstream"] = {
+                "what": "NFStreamer(statistical_analysis, splt_analysis=32, "
+                "n_dissections=0, n_meters=1) per file",
+                **rate(m),
+                **info,
+            }
         if "dpkt" not in args.skip:
             m = C.measure(lambda: run_dpkt(paths), args.baseline_runs, warmup=0)
             info = m["result"]
-            res["dpkt"] = {"what": "dpkt reader, same flows and 4 views in Python", **rate(m),
-                           **info}  # fmt: skip
+            res["dpkt"] = {
+                "what": "dpkt reader, same flows and 4 views in Python",
+                **rate(m),
+                **info,
+            }
         if "nfstream" not in args.skip and "agreement" not in args.skip:
             res["agreement_with_nfstream"] = agreement(paths)
         speed = {}
@@ -358,7 +416,7 @@ def main(argv=None) -> int:
             "n_bytes": OPTIONS.n_bytes,
             "n_pkts": OPTIONS.n_pkts,
             "pkt_len": OPTIONS.pkt_len,
-        },  # fmt: skip
+        },
     )
     C.write_json(args.out, res)
     for k in ("flowsplit", "flowsplit_pipeline", "nfstream", "dpkt"):

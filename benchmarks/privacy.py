@@ -35,11 +35,23 @@ from flowsplit.privacy.study import PrivacyConfig, run_study
 
 SHARED = ROOT.parent / "shared" / "data"
 PREPARE = {
-    "ndpi8": [str(SHARED / "ndpi" / "pcap"), "--labels", str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
-              "--label-column", "master", "--exclude-classes", "Unknown",
-              "--max-flows-per-group", "30", "--min-groups-per-class", "5", "--top-classes", "8"],
+    "ndpi8": [
+        str(SHARED / "ndpi" / "pcap"),
+        "--labels",
+        str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
+        "--label-column",
+        "master",
+        "--exclude-classes",
+        "Unknown",
+        "--max-flows-per-group",
+        "30",
+        "--min-groups-per-class",
+        "5",
+        "--top-classes",
+        "8",
+    ],
     "ustc": [str(SHARED / "ustc-tfc2016")],
-}  # fmt: skip
+}
 MEASURES = ("bytes_recovered", "ascii_recovered", "dcor", "label_probe_acc", "grad_label_acc")
 
 
@@ -64,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("bench-results/privacy.json"))
     p.add_argument("--datasets", default="ndpi8,ustc", help="comma list (ndpi8, ustc)")
-    p.add_argument("--data-dir", type=Path, default=Path("/tmp/flowsplit-privacy"),
-                   help="prepared datasets live (or are prepared) here")  # fmt: skip
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("/tmp/flowsplit-privacy"),
+        help="prepared datasets live (or are prepared) here",
+    )
     p.add_argument("--model", default="cnn")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--train-limit", type=int, default=800)
@@ -78,11 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     single_thread()
 
     config = PrivacyConfig(
-        model=args.model, view="bytes", epochs=args.epochs, train_limit=args.train_limit,
-        aux_limit=args.aux_limit, eval_limit=args.eval_limit,
+        model=args.model,
+        view="bytes",
+        epochs=args.epochs,
+        train_limit=args.train_limit,
+        aux_limit=args.aux_limit,
+        eval_limit=args.eval_limit,
         attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed),
-        defences=parse_defences(args.defences), seed=args.seed,
-    )  # fmt: skip
+        defences=parse_defences(args.defences),
+        seed=args.seed,
+    )
     results: dict = {}
     t0 = time.perf_counter()
     doc = {

@@ -28,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     shot = args.screenshot or args.page.with_suffix(".png")
     res = check_page(args.page, screenshot=shot)
     doc = {
-        "page": str(args.page), "loaded": res.loaded, "title": res.title,
-        "images": len(res.images), "broken_images": res.broken_images,
+        "page": str(args.page),
+        "loaded": res.loaded,
+        "title": res.title,
+        "images": len(res.images),
+        "broken_images": res.broken_images,
         "min_natural_width": min((i["natural_width"] for i in res.images), default=None),
-        "console_errors": res.console_errors, "screenshot": res.screenshot, "ok": res.ok,
-    }  # fmt: skip
+        "console_errors": res.console_errors,
+        "screenshot": res.screenshot,
+        "ok": res.ok,
+    }
     print(json.dumps(doc, indent=1))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1) + "\n")

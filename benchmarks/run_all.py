@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
-        print(f"run_all: error: unknown benchmark(s) {', '.join(unknown)}; "
-              f"choose from {', '.join(BENCHMARKS)}", file=sys.stderr)  # fmt: skip
+        print(
+            f"run_all: error: unknown benchmark(s) {', '.join(unknown)}; "
+            f"choose from {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
         return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, dict] = {}
@@ -78,8 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         status = "ok" if rc == 0 else f"failed (exit {rc})"
         print(f"== {name}: {status} in {wall:.0f} s -> {out}", flush=True)
-        summary[name] = {"status": "ok" if rc == 0 else "failed", "exit": rc,
-                         "wall_s": round(wall, 1), "file": str(out)}  # fmt: skip
+        summary[name] = {
+            "status": "ok" if rc == 0 else "failed",
+            "exit": rc,
+            "wall_s": round(wall, 1),
+            "file": str(out),
+        }
     (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     failed = [n for n, s in summary.items() if s["status"] == "failed"]
     if failed:

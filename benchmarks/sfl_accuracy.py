@@ -66,10 +66,32 @@ def main(argv: list[str] | None = None) -> int:
         out = work / f"centralised-seed{seed}"
         t0 = time.perf_counter()
         if not (out / "metrics.json").is_file():
-            _run([*flowsplit, "train", str(args.dataset), "--model", args.model, "-o", str(out),
-                  "--epochs", str(args.rounds), "--patience", "0", "--lr-schedule", "constant",
-                  "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-                  "--seed", str(seed), "--threads", str(args.threads), "-q"])  # fmt: skip
+            _run(
+                [
+                    *flowsplit,
+                    "train",
+                    str(args.dataset),
+                    "--model",
+                    args.model,
+                    "-o",
+                    str(out),
+                    "--epochs",
+                    str(args.rounds),
+                    "--patience",
+                    "0",
+                    "--lr-schedule",
+                    "constant",
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--lr",
+                    str(args.lr),
+                    "--seed",
+                    str(seed),
+                    "--threads",
+                    str(args.threads),
+                    "-q",
+                ]
+            )
         m = json.loads((out / "metrics.json").read_text())
         scores["centralised"]["accuracy"].append(m["accuracy"])
         scores["centralised"]["macro_f1"].append(m["macro_f1"])
@@ -78,19 +100,51 @@ def main(argv: list[str] | None = None) -> int:
             out = work / f"{scheme}-seed{seed}"
             t0 = time.perf_counter()
             if not (out / "metrics.json").is_file():
-                _run([*flowsplit, "sfl", "run", str(args.dataset), "--scheme", scheme,
-                      "--model", args.model, "--cuts", a if scheme == "sfl" else args.cuts,
-                      "--clients", str(args.clients), "--aggregators", str(args.aggregators),
-                      "--rounds", str(args.rounds), "--partition", args.partition,
-                      "--batch-size", str(args.batch_size), "--lr", str(args.lr),
-                      "--optimizer", "adam", "--eval-split", "test", "--seed", str(seed),
-                      "--threads", str(args.threads), "--quiet", "-o", str(out)])  # fmt: skip
+                _run(
+                    [
+                        *flowsplit,
+                        "sfl",
+                        "run",
+                        str(args.dataset),
+                        "--scheme",
+                        scheme,
+                        "--model",
+                        args.model,
+                        "--cuts",
+                        a if scheme == "sfl" else args.cuts,
+                        "--clients",
+                        str(args.clients),
+                        "--aggregators",
+                        str(args.aggregators),
+                        "--rounds",
+                        str(args.rounds),
+                        "--partition",
+                        args.partition,
+                        "--batch-size",
+                        str(args.batch_size),
+                        "--lr",
+                        str(args.lr),
+                        "--optimizer",
+                        "adam",
+                        "--eval-split",
+                        "test",
+                        "--seed",
+                        str(seed),
+                        "--threads",
+                        str(args.threads),
+                        "--quiet",
+                        "-o",
+                        str(out),
+                    ]
+                )
             last = json.loads((out / "metrics.json").read_text())["rounds"][-1]
             scores[scheme]["accuracy"].append(last["accuracy"])
             scores[scheme]["macro_f1"].append(last["macro_f1"])
             scores[scheme]["wall_s"].append(time.perf_counter() - t0)
-        print(f"seed {seed}: " + ", ".join(
-            f"{s} {v['accuracy'][-1]:.4f}" for s, v in scores.items()), flush=True)  # fmt: skip
+        print(
+            f"seed {seed}: " + ", ".join(f"{s} {v['accuracy'][-1]:.4f}" for s, v in scores.items()),
+            flush=True,
+        )
 
     summary = {}
     ref = scores["centralised"]
@@ -101,22 +155,36 @@ def main(argv: list[str] | None = None) -> int:
                 c = compare_paired(ref[metric], v[metric])
                 row[f"{metric}_vs_centralised"] = {"diff": c.diff.as_dict(), "t_p": c.t_p}
         summary[scheme] = row
-    print(f"\n{args.model} on {args.dataset}, {args.rounds} rounds/epochs, {args.seeds} seeds, "
-          f"{args.clients} clients, {args.aggregators} aggregators, cuts {args.cuts}")  # fmt: skip
+    print(
+        f"\n{args.model} on {args.dataset}, {args.rounds} rounds/epochs, {args.seeds} seeds, "
+        f"{args.clients} clients, {args.aggregators} aggregators, cuts {args.cuts}"
+    )
     print(
         f"{'scheme':<12} {'accuracy % (95 % CI)':>24} {'macro-F1 %':>10} {'vs centralised, pt':>26}"
     )
     for scheme, row in summary.items():
         acc, f1 = row["accuracy"], row["macro_f1"]
         vs = row.get("accuracy_vs_centralised")
-        diff = (f"{100 * vs['diff']['mean']:+.2f} ({100 * vs['diff']['low']:+.2f}.."
-                f"{100 * vs['diff']['high']:+.2f})" if vs else "")  # fmt: skip
-        print(f"{scheme:<12} {100 * acc['mean']:>8.2f} ({100 * acc['low']:.2f}-{100 * acc['high']:.2f})"
-              f" {100 * f1['mean']:>10.2f} {diff:>26}")  # fmt: skip
-    write_json(args.out, {
-        "dataset": str(args.dataset), "config": {k: str(v) for k, v in vars(args).items()},
-        "scores": scores, "summary": summary, "environment": environment(),
-    })  # fmt: skip
+        diff = (
+            f"{100 * vs['diff']['mean']:+.2f} ({100 * vs['diff']['low']:+.2f}.."
+            f"{100 * vs['diff']['high']:+.2f})"
+            if vs
+            else ""
+        )
+        print(
+            f"{scheme:<12} {100 * acc['mean']:>8.2f} ({100 * acc['low']:.2f}-{100 * acc['high']:.2f})"
+            f" {100 * f1['mean']:>10.2f} {diff:>26}"
+        )
+    write_json(
+        args.out,
+        {
+            "dataset": str(args.dataset),
+            "config": {k: str(v) for k, v in vars(args).items()},
+            "scores": scores,
+            "summary": summary,
+            "environment": environment(),
+        },
+    )
     return 0
 
 

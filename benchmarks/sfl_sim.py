@@ -60,8 +60,16 @@ def _synthetic(out: Path, n: int = 4000, n_classes: int = 20, seed: int = 0) -> 
     data = np.where(rng.random((n, 784)) < 0.5, pattern, rng.integers(0, 256, (n, 784)))
     split = np.where(np.arange(n) < int(0.8 * n), "train", "test")
     classes = [f"c{k}" for k in range(n_classes)]
-    meta = pd.DataFrame({"flow_id": np.arange(n), "source": "synthetic", "group": "g",
-                         "label": y, "label_name": [classes[k] for k in y], "split": split})  # fmt: skip
+    meta = pd.DataFrame(
+        {
+            "flow_id": np.arange(n),
+            "source": "synthetic",
+            "group": "g",
+            "label": y,
+            "label_name": [classes[k] for k in y],
+            "split": split,
+        }
+    )
     return write_dataset(out, meta=meta, classes=classes, views={"bytes": data.astype(np.uint8)})
 
 
@@ -71,8 +79,10 @@ def _dataset(args: argparse.Namespace, tmp: Path) -> tuple[Path, str]:
     demo = _common.ROOT / "demo" / "captures"
     if demo.is_dir() and any(demo.iterdir()):
         out = tmp / "demo"
-        subprocess.run([sys.executable, "-m", "flowsplit", "prepare", str(demo), "-o", str(out),
-                        "--quiet"], check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "flowsplit", "prepare", str(demo), "-o", str(out), "--quiet"],
+            check=True,
+        )
         return out, "demo/captures"
     return _synthetic(tmp / "synthetic"), "synthetic"
 
@@ -188,9 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ds_path, ds_kind = _dataset(args, Path(tmp))
         cfg = SFLConfig(
-            scheme=args.scheme, cuts=parse_cuts(args.cuts), rounds=args.rounds + 1,
-            batch_size=args.batch_size, train_limit=args.train_limit or None, seed=0,
-        )  # fmt: skip
+            scheme=args.scheme,
+            cuts=parse_cuts(args.cuts),
+            rounds=args.rounds + 1,
+            batch_size=args.batch_size,
+            train_limit=args.train_limit or None,
+            seed=0,
+        )
         topo = resolve_topology(
             "many-clients", n_clients=args.clients, n_aggregators=args.aggregators
         )
@@ -222,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         # repeats: robust to the slow drifts of a shared machine, which a ratio of
         # medians taken over different moments is not.
         "accounting_overhead": statistics.median(
-            f / n - 1 for f, n in zip(samples["full"]["cpu"], samples["no_meter"]["cpu"], strict=True)
+            f / n - 1
+            for f, n in zip(samples["full"]["cpu"], samples["no_meter"]["cpu"], strict=True)
         ),
         "accounting_overhead_of_medians": med["full"]["cpu"] / med["no_meter"]["cpu"] - 1,
         "accounting_overhead_wall": med["full"]["wall"] / med["no_meter"]["wall"] - 1,
@@ -233,18 +248,26 @@ def main(argv: list[str] | None = None) -> int:
         "accounting_direct_fraction": in_meter / meter_wall,
         "accounting_calls_per_round": calls / args.rounds,
         "accounting_us_per_call": 1e6 * in_meter / max(calls, 1),
-        "median_s_per_round": {k: {m: v / args.rounds for m, v in d.items()} for k, d in med.items()},
+        "median_s_per_round": {
+            k: {m: v / args.rounds for m, v in d.items()} for k, d in med.items()
+        },
         "samples_s": samples,
         "batches_per_round": int(plan.n_batches.sum()),
         "training_rows": int(setup.n_samples.sum()),
         "config": {
-            **cfg.to_dict(), "clients": args.clients, "aggregators": args.aggregators,
-            "model": args.model, "view": setup.view, "model_options": options, "timed_rounds": args.rounds,
-            "repeats": args.repeats, "dataset": str(ds_path) if args.dataset else ds_kind,
+            **cfg.to_dict(),
+            "clients": args.clients,
+            "aggregators": args.aggregators,
+            "model": args.model,
+            "view": setup.view,
+            "model_options": options,
+            "timed_rounds": args.rounds,
+            "repeats": args.repeats,
+            "dataset": str(ds_path) if args.dataset else ds_kind,
             "topology": "many-clients",
         },
         "environment": _common.environment(torch_threads=torch.get_num_threads()),
-    }  # fmt: skip
+    }
     _common.write_json(args.out, result)
     print(
         f"{result['rounds_per_s']:.3f} rounds/s; accounting +{100 * result['accounting_overhead']:.2f} %"

@@ -65,8 +65,21 @@ def create_link() -> None:
     for ns in NS:
         sh("ip", "netns", "add", ns)
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-    sh("ip", "link", "add", VETH[0], "netns", NS[0], "type", "veth", "peer", "name", VETH[1],
-       "netns", NS[1])  # fmt: skip
+    sh(
+        "ip",
+        "link",
+        "add",
+        VETH[0],
+        "netns",
+        NS[0],
+        "type",
+        "veth",
+        "peer",
+        "name",
+        VETH[1],
+        "netns",
+        NS[1],
+    )
     for ns, dev, addr in zip(NS, VETH, ADDR, strict=True):
         sh("ip", "-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
         sh("ip", "-n", ns, "link", "set", dev, "up")
@@ -80,15 +93,35 @@ def remove_link() -> None:
 def shape(mbit: float | None) -> None:
     """Token-bucket filter at ``mbit`` on both ends (None: unshaped)."""
     for ns, dev in zip(NS, VETH, strict=True):
-        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
-                       capture_output=True, check=False)  # fmt: skip
+        subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
+            capture_output=True,
+            check=False,
+        )
         if mbit is None:
             continue
         # The bucket holds 10 ms of traffic (at least 16 KB, a few frames): large enough
         # for the rate to be reached, small enough that bursts do not cheat the limit.
         burst = max(16384, int(mbit * 1e6 / 8 / 100))
-        sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-           "rate", f"{mbit}mbit", "burst", str(burst), "latency", "200ms")  # fmt: skip
+        sh(
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            f"{mbit}mbit",
+            "burst",
+            str(burst),
+            "latency",
+            "200ms",
+        )
 
 
 def run_pair(args, work: Path, tag: str) -> dict:
@@ -97,16 +130,50 @@ def run_pair(args, work: Path, tag: str) -> dict:
     for rank in (0, 1):
         out = work / f"{tag}-node{rank}"
         cmd = [
-            "ip", "netns", "exec", NS[rank], sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "1",
-            "--master-addr", ADDR[0], "--master-port", str(PORT),
-            "-m", "flowsplit.train", str(args.dataset), "--model", args.model, "-o", str(out),
-            "--threads", "1", "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps),
-            "--batch-size", str(args.batch_size), "--patience", "0", "--comm-hook",
-            args.comm_hook, "-q",
-        ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": VETH[rank],
-               "PYTHONPATH": str(ROOT / "src")}  # fmt: skip
+            "ip",
+            "netns",
+            "exec",
+            NS[rank],
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            ADDR[0],
+            "--master-port",
+            str(PORT),
+            "-m",
+            "flowsplit.train",
+            str(args.dataset),
+            "--model",
+            args.model,
+            "-o",
+            str(out),
+            "--threads",
+            "1",
+            "--epochs",
+            str(args.epochs),
+            "--steps-per-epoch",
+            str(args.steps),
+            "--batch-size",
+            str(args.batch_size),
+            "--patience",
+            "0",
+            "--comm-hook",
+            args.comm_hook,
+            "-q",
+        ]
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": VETH[rank],
+            "PYTHONPATH": str(ROOT / "src"),
+        }
         log = open(work / f"{tag}-node{rank}.log", "w")  # noqa: SIM115 - closed below
         procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
     try:

@@ -82,10 +82,29 @@ def train_once(data: Path, workers: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="train-scale-") as tmp:
         run = Path(tmp) / "run"
         cmd = [
-            sys.executable, "-m", "flowsplit", "train", str(data), "--model", "cnn",
-            "-o", str(run), "--workers", str(workers), "--threads", "1", "--epochs", "1",
-            "--batch-size", "64", "--patience", "0", "--steps-per-epoch", str(steps), "-q",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "flowsplit",
+            "train",
+            str(data),
+            "--model",
+            "cnn",
+            "-o",
+            str(run),
+            "--workers",
+            str(workers),
+            "--threads",
+            "1",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "64",
+            "--patience",
+            "0",
+            "--steps-per-epoch",
+            str(steps),
+            "-q",
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -124,8 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         need = 2.2 * (n + 2 * HELD_OUT) * ROW_BYTES  # the raw rows, then the final file
         free = shutil.disk_usage(args.workdir).free
         if need > free:
-            results.append({"n_train": n, "skipped": f"needs {need / 2**30:.1f} GiB of disk, "
-                            f"{free / 2**30:.1f} GiB free in {args.workdir}"})  # fmt: skip
+            results.append(
+                {
+                    "n_train": n,
+                    "skipped": f"needs {need / 2**30:.1f} GiB of disk, "
+                    f"{free / 2**30:.1f} GiB free in {args.workdir}",
+                }
+            )
             print(results[-1], flush=True)
             continue
         root = Path(tempfile.mkdtemp(prefix="train-scale-", dir=args.workdir))

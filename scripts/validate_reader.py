@@ -33,20 +33,28 @@ def ours(path: Path, options: FlowOptions) -> dict:
     error = None
     try:
         for b in iter_flows(path, options, report):
-            for k, i, n, nb in zip(b.keys(), b.first_index.tolist(), b.n_packets.tolist(),
-                                   b.n_bytes.tolist(), strict=True):  # fmt: skip
+            for k, i, n, nb in zip(
+                b.keys(),
+                b.first_index.tolist(),
+                b.n_packets.tolist(),
+                b.n_bytes.tolist(),
+                strict=True,
+            ):
                 flows[(k, i)] = (n, nb)
     except InputError as exc:
         error = exc.problem
-    return {"n_packets": report.n_packets, "flows": flows, "skipped": report.skipped,
-            "error": error}  # fmt: skip
+    return {
+        "n_packets": report.n_packets,
+        "flows": flows,
+        "skipped": report.skipped,
+        "error": error,
+    }
 
 
 def theirs(path: Path, options: FlowOptions) -> dict:
     res = reference_flows(path, options, keep_packets=False)
     flows = {(f.key, f.first_index): (f.n_packets, f.n_bytes) for f in res.flows}
-    return {"n_packets": res.n_packets, "flows": flows, "skipped": res.skipped,
-            "error": res.error}  # fmt: skip
+    return {"n_packets": res.n_packets, "flows": flows, "skipped": res.skipped, "error": res.error}
 
 
 def interfaces(path: Path) -> list[tuple[int, int]]:
@@ -93,8 +101,13 @@ def classify(path: Path, a: dict, b: dict) -> list[tuple[str, str]]:
             ("dpkt_linktype", f"link type dpkt does not decode {sorted(lts - DPKT_LINKTYPES)}")
         )
     if len(set(ifs)) > 1:
-        why.append(("dpkt_interfaces", f"pcapng interfaces differ in link type or timestamp "
-                    f"unit {sorted(set(ifs))}: dpkt applies the first one's to all"))  # fmt: skip
+        why.append(
+            (
+                "dpkt_interfaces",
+                f"pcapng interfaces differ in link type or timestamp "
+                f"unit {sorted(set(ifs))}: dpkt applies the first one's to all",
+            )
+        )
     if 9 in lts and b["skipped"].get("non_ip", 0) > a["skipped"].get("non_ip", 0):
         why.append(
             ("dpkt_ppp_hdlc", "Cisco HDLC framing in DLT_PPP: dpkt decodes PPP framing only")
@@ -104,12 +117,21 @@ def classify(path: Path, a: dict, b: dict) -> list[tuple[str, str]]:
     if a["n_packets"] != b["n_packets"]:
         why.append(("records", f"records read: flowsplit {a['n_packets']}, dpkt {b['n_packets']}"))
     if "fuzz" in path.name or path.name.startswith("bad"):
-        why.append(("malformed", "deliberately malformed capture: the readers judge damaged "
-                    "headers differently"))  # fmt: skip
+        why.append(
+            (
+                "malformed",
+                "deliberately malformed capture: the readers judge damaged headers differently",
+            )
+        )
     for reason in sorted(set(a["skipped"]) | set(b["skipped"])):
         if a["skipped"].get(reason, 0) != b["skipped"].get(reason, 0):
-            why.append(("skipped", f"{reason}: flowsplit {a['skipped'].get(reason, 0)}, "
-                        f"dpkt {b['skipped'].get(reason, 0)}"))  # fmt: skip
+            why.append(
+                (
+                    "skipped",
+                    f"{reason}: flowsplit {a['skipped'].get(reason, 0)}, "
+                    f"dpkt {b['skipped'].get(reason, 0)}",
+                )
+            )
     return why or [("unclassified", "")]
 
 
@@ -144,13 +166,19 @@ def main(argv=None) -> int:
             reasons[why[0][0]] += 1
             only_a = sorted(k for k in keys if k in a["flows"] and k not in b["flows"])
             only_b = sorted(k for k in keys if k in b["flows"] and k not in a["flows"])
-            per_file.append({
-                "file": path.name, "flows_flowsplit": len(a["flows"]), "flows_dpkt": len(b["flows"]),
-                "flows_agreeing": agree, "flows_union": len(keys),
-                "only_flowsplit": [f"{k}@{i}" for k, i in only_a[:5]],
-                "only_dpkt": [f"{k}@{i}" for k, i in only_b[:5]],
-                "category": why[0][0], "why": [d for _, d in why],
-            })  # fmt: skip
+            per_file.append(
+                {
+                    "file": path.name,
+                    "flows_flowsplit": len(a["flows"]),
+                    "flows_dpkt": len(b["flows"]),
+                    "flows_agreeing": agree,
+                    "flows_union": len(keys),
+                    "only_flowsplit": [f"{k}@{i}" for k, i in only_a[:5]],
+                    "only_dpkt": [f"{k}@{i}" for k, i in only_b[:5]],
+                    "category": why[0][0],
+                    "why": [d for _, d in why],
+                }
+            )
         if not any(c in DPKT_LIMITS for c, _ in why):
             clean_union += len(keys)
             clean_agree += agree
@@ -170,12 +198,16 @@ def main(argv=None) -> int:
         "seconds": round(time.perf_counter() - t0, 1),
         "files": per_file,
     }
-    print(f"{len(files)} files, {n_union} flows: {rate:.2%} agree on 5-tuple, first packet, packets "
-          f"and bytes ({clean:.2%} leaving out what dpkt cannot read); {len(per_file)} files "
-          f"differ: {dict(reasons.most_common())}")  # fmt: skip
+    print(
+        f"{len(files)} files, {n_union} flows: {rate:.2%} agree on 5-tuple, first packet, packets "
+        f"and bytes ({clean:.2%} leaving out what dpkt cannot read); {len(per_file)} files "
+        f"differ: {dict(reasons.most_common())}"
+    )
     for f in per_file:
-        print(f"  {f['file']}: {f['flows_agreeing']}/{f['flows_union']} [{f['category']}] "
-              f"{'; '.join(f['why'])}")  # fmt: skip
+        print(
+            f"  {f['file']}: {f['flows_agreeing']}/{f['flows_union']} [{f['category']}] "
+            f"{'; '.join(f['why'])}"
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -46,12 +46,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--out", default="runs/demo", type=Path, help="output directory")
     p.add_argument("--captures", default=DEFAULT_CAPTURES, type=Path, help="lab capture folder")
-    p.add_argument("--seeds", type=int, default=3,
-                   help="seeds per cell of each comparison (an accuracy-equivalence verdict "
-                        "needs 5; with fewer the advice says 'not enough seeds')")  # fmt: skip
-    p.add_argument("--models", default=",".join(MODELS),
-                   help="models of the data-parallel study (all five: "
-                        "cnn,lstm,convlstm,convgru,xgboost)")  # fmt: skip
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="seeds per cell of each comparison (an accuracy-equivalence verdict "
+        "needs 5; with fewer the advice says 'not enough seeds')",
+    )
+    p.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="models of the data-parallel study (all five: cnn,lstm,convlstm,convgru,xgboost)",
+    )
     p.add_argument("--epochs", type=int, default=3, help="epochs per neural run")
     p.add_argument("--sfl-model", default="cnn", help="model cut for split learning")
     p.add_argument(
@@ -100,9 +106,15 @@ def run_demo(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         models = [m.strip() for m in args.models.split(",") if m.strip()]
         dp_report = run_compare(
-            dataset_dir, out / "data-parallel", models=models, workers=(1, 2),
-            seeds=args.seeds, epochs=args.epochs, quick=True, progress=not args.quiet,
-        )  # fmt: skip
+            dataset_dir,
+            out / "data-parallel",
+            models=models,
+            workers=(1, 2),
+            seeds=args.seeds,
+            epochs=args.epochs,
+            quick=True,
+            progress=not args.quiet,
+        )
         timings["data-parallel"] = time.perf_counter() - t
         print(f"report: {dp_report}", flush=True)
     if "split-learning" not in skip:
@@ -111,10 +123,14 @@ def run_demo(args: argparse.Namespace) -> int:
         _stage("3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware", args.quiet)
         t = time.perf_counter()
         sfl_report = run_sfl_compare(
-            dataset_dir, out / "split-learning", model=args.sfl_model,
-            topology="heterogeneous", seeds=tuple(range(args.seeds)), quick=True,
+            dataset_dir,
+            out / "split-learning",
+            model=args.sfl_model,
+            topology="heterogeneous",
+            seeds=tuple(range(args.seeds)),
+            quick=True,
             quiet=args.quiet,
-        )  # fmt: skip
+        )
         timings["split-learning"] = time.perf_counter() - t
         print(f"report: {sfl_report}", flush=True)
 
@@ -125,9 +141,13 @@ def run_demo(args: argparse.Namespace) -> int:
     timings["total"] = time.perf_counter() - t0
     dp_dir, sfl_dir = dp_report and dp_report.parent, sfl_report and sfl_report.parent
     page = write_overview(
-        out, manifest=ds.manifest, dp_dir=dp_dir, sfl_dir=sfl_dir, timings=timings,
+        out,
+        manifest=ds.manifest,
+        dp_dir=dp_dir,
+        sfl_dir=sfl_dir,
+        timings=timings,
         content=overview_content(dp_dir, sfl_dir),
-    )  # fmt: skip
+    )
     summary = json.loads((out / "report.json").read_text())["advice"]
     for line in summary:
         print(f"- {line}")
@@ -135,8 +155,14 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_OUTPUTS = ("dataset", "data-parallel", "split-learning", "report.html", "report.md",
-                "report.json")  # fmt: skip
+DEMO_OUTPUTS = (
+    "dataset",
+    "data-parallel",
+    "split-learning",
+    "report.html",
+    "report.md",
+    "report.json",
+)
 
 
 def _clear_demo_outputs(out: Path) -> None:

@@ -61,8 +61,16 @@ def _records(path, monkeypatch, fast: bool, chunk_bytes: int):
             bytes(ch.buffer.mv[o : o + c])
             for o, c in zip(r.data_off.tolist(), r.caplen.tolist(), strict=True)
         ]
-        parts.append((r.caplen.tolist(), r.wirelen.tolist(), r.ts.tolist(), r.linktype.tolist(),
-                      r.index.tolist(), frames))  # fmt: skip
+        parts.append(
+            (
+                r.caplen.tolist(),
+                r.wirelen.tolist(),
+                r.ts.tolist(),
+                r.linktype.tolist(),
+                r.index.tolist(),
+                frames,
+            )
+        )
     return parts, dict(report.skipped), report.n_packets, report.file_errors
 
 
@@ -104,9 +112,18 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
         opts = FlowOptions(seq_len=4, n_bytes=32, n_pkts=2, pkt_len=32)
         rows = []
         for b in iter_flows(path, opts, ReadReport()):
-            rows.append([b.proto.tolist(), b.ip_a.tolist(), b.port_a.tolist(), b.first_ts.tolist(),
-                         b.n_packets.tolist(), b.n_bytes.tolist(), b.first_index.tolist(),
-                         {k: v.tobytes() for k, v in b.views.items()},
-                         None if b.stats is None else b.stats.to_numpy().tobytes()])  # fmt: skip
+            rows.append(
+                [
+                    b.proto.tolist(),
+                    b.ip_a.tolist(),
+                    b.port_a.tolist(),
+                    b.first_ts.tolist(),
+                    b.n_packets.tolist(),
+                    b.n_bytes.tolist(),
+                    b.first_index.tolist(),
+                    {k: v.tobytes() for k, v in b.views.items()},
+                    None if b.stats is None else b.stats.to_numpy().tobytes(),
+                ]
+            )
         got.append(rows)
     assert got[0] == got[1] and got[0]

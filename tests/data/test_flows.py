@@ -90,8 +90,12 @@ def test_fin_from_one_side_only_does_not_end_the_flow(tmp_path):
 
 
 def test_a_wild_timestamp_ends_the_flows_it_overtakes_once(tmp_path):
-    pkts = [dgram(1.0, A, B, 1, 2), dgram(5000.0, A, C, 7, 8), dgram(1.5, A, B, 1, 2),
-            dgram(1.6, A, B, 1, 2)]  # fmt: skip
+    pkts = [
+        dgram(1.0, A, B, 1, 2),
+        dgram(5000.0, A, C, 7, 8),
+        dgram(1.5, A, B, 1, 2),
+        dgram(1.6, A, B, 1, 2),
+    ]
     flows = flows_of(g.write_pcap(tmp_path / "a.pcap", pkts))
     assert sorted((i, n) for _, n, i in flows) == [(0, 1), (1, 1), (2, 2)]
 
@@ -112,14 +116,27 @@ def _random_capture(path, seed, n=400):
             flags = rng.choice([g.SYN, g.ACK, g.FIN | g.ACK, g.RST, g.PSH | g.ACK, g.SYN | g.ACK])
             pkts.append(g.Packet(ts, g.ether(g.ipv4(a, b, 6, g.tcp(sp, dp, flags, b"p" * 30)))))
         else:
-            pkts.append(g.Packet(ts, g.ether(g.ipv6(f"::{a[-1]}", f"::{b[-1]}", 17,
-                                                    g.udp(sp, dp, b"d" * 100)), 0x86DD)))  # fmt: skip
+            pkts.append(
+                g.Packet(
+                    ts,
+                    g.ether(
+                        g.ipv6(f"::{a[-1]}", f"::{b[-1]}", 17, g.udp(sp, dp, b"d" * 100)), 0x86DD
+                    ),
+                )
+            )
     return g.write_pcap(path, pkts)
 
 
 def _everything(path, chunk_bytes):
-    opts = FlowOptions(idle_timeout=60, active_timeout=400, mask_port=False, seq_len=8,
-                       n_bytes=100, n_pkts=4, pkt_len=48)  # fmt: skip
+    opts = FlowOptions(
+        idle_timeout=60,
+        active_timeout=400,
+        mask_port=False,
+        seq_len=8,
+        n_bytes=100,
+        n_pkts=4,
+        pkt_len=48,
+    )
     batches = list(iter_flows(path, opts, ReadReport(), chunk_bytes=chunk_bytes))
     order = []
     for b in batches:
@@ -129,7 +146,7 @@ def _everything(path, chunk_bytes):
         "meta": [
             (b.keys()[i], b.n_packets[i], b.n_bytes[i], b.first_ts[i], b.last_ts[i])
             for _, i, b in order
-        ],  # fmt: skip
+        ],
         **{
             v: np.stack([b.views[v][i] for _, i, b in order]) for v in ("seq", "bytes", "pkt_bytes")
         },

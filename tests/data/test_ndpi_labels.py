@@ -18,9 +18,14 @@ def test_at_least_95_percent_of_matched_ndpi_flows_are_found():
     report = ReadReport()
     for b in iter_flows_many(files, FlowOptions(views=("stats",)), report, on_error="skip"):
         for s, p, a, pa, bb, pb in zip(
-            b.source.tolist(), b.proto.tolist(), b.ip_a.tolist(), b.port_a.tolist(),
-            b.ip_b.tolist(), b.port_b.tolist(), strict=True,
-        ):  # fmt: skip
+            b.source.tolist(),
+            b.proto.tolist(),
+            b.ip_a.tolist(),
+            b.port_a.tolist(),
+            b.ip_b.tolist(),
+            b.port_b.tolist(),
+            strict=True,
+        ):
             found.add((files[s].name, flow_key(p, a, pa, bb, pb)))
     labels = pd.read_csv(NDPI_DIR / "ndpi_flow_labels.csv")
     matched = labels[labels.matched == 1]

@@ -23,11 +23,16 @@ def read(path, **kw):
     flows = []
     for b in iter_flows(path, kw.pop("options", OPTS), report, **kw):
         for i in range(len(b)):
-            flows.append({
-                "key": b.keys()[i], "n": int(b.n_packets[i]), "bytes": int(b.n_bytes[i]),
-                "first_ts": float(b.first_ts[i]), "last_ts": float(b.last_ts[i]),
-                "first_index": int(b.first_index[i]),
-            })  # fmt: skip
+            flows.append(
+                {
+                    "key": b.keys()[i],
+                    "n": int(b.n_packets[i]),
+                    "bytes": int(b.n_bytes[i]),
+                    "first_ts": float(b.first_ts[i]),
+                    "last_ts": float(b.last_ts[i]),
+                    "first_index": int(b.first_index[i]),
+                }
+            )
     return flows, report
 
 

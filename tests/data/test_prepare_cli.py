@@ -124,10 +124,23 @@ def test_flow_csv_without_times_splits_by_flow_not_by_row_order(tmp_path, capsys
     ]
     p.write_text("\n".join(rows) + "\n")
     # Execute
-    assert main(["prepare", str(p), "-o", str(tmp_path / "ds"), "--label-column", "label",
-                 "--quiet"]) == 0  # fmt: skip
-    bad = main(["prepare", str(p), "-o", str(tmp_path / "ds2"), "--label-column", "label",
-                "--split-by", "time", "--quiet"])  # fmt: skip
+    assert (
+        main(["prepare", str(p), "-o", str(tmp_path / "ds"), "--label-column", "label", "--quiet"])
+        == 0
+    )
+    bad = main(
+        [
+            "prepare",
+            str(p),
+            "-o",
+            str(tmp_path / "ds2"),
+            "--label-column",
+            "label",
+            "--split-by",
+            "time",
+            "--quiet",
+        ]
+    )
     # Assert: both classes in every split (a row-order split would put only B in val/test).
     ds = load_dataset(tmp_path / "ds")
     assert ds.manifest["split_by"] == "flow"
@@ -140,8 +153,16 @@ def test_labels_file_missing_and_output_that_is_a_file_are_one_line_errors(tmp_p
     from tests.conftest import DEMO_CAPTURES
 
     capture = next(DEMO_CAPTURES.glob("dns/*.pcap"))
-    rc = main(["prepare", str(capture), "-o", str(tmp_path / "ds"),
-               "--labels", str(tmp_path / "none.csv")])  # fmt: skip
+    rc = main(
+        [
+            "prepare",
+            str(capture),
+            "-o",
+            str(tmp_path / "ds"),
+            "--labels",
+            str(tmp_path / "none.csv"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and err == [f"flowsplit: error: {tmp_path / 'none.csv'}: labels file not found"]
     (tmp_path / "notes.txt").write_text("keep me")

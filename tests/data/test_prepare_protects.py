@@ -51,15 +51,21 @@ def test_dataset_read_by_another_process_is_not_replaced(tmp_path):
     out = tmp_path / "ds"
     prepare_dataset([src], out)
     reader = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from flowsplit.data.store import load_dataset
             ds = load_dataset({str(out)!r})
             print("open", flush=True)
             sys.stdin.read()  # hold the dataset until told to stop
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert reader.stdout.readline().strip() == "open"
         with pytest.raises(InputError, match="in use by a running process"):

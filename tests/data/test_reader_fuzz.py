@@ -20,11 +20,15 @@ A, B = "10.0.0.1", "10.0.0.2"
 
 def _seeds() -> list[bytes]:
     conv = g.tcp_conversation(A, B, 4000, 80) + [
-        g.Packet(2.0, g.ether(g.ipv6("::1", "::2", 17, g.udp(1, 2, b"x" * 20),
-                                     ext=[(0, b"\0" * 6)]), 0x86DD)),
-        g.Packet(3.0, g.ether(g.ipv4(A, B, 17, g.udp(5, 6, b"y"), options=b"\1" * 4),
-                              vlans=[(0x8100, 3)])),
-    ]  # fmt: skip
+        g.Packet(
+            2.0,
+            g.ether(g.ipv6("::1", "::2", 17, g.udp(1, 2, b"x" * 20), ext=[(0, b"\0" * 6)]), 0x86DD),
+        ),
+        g.Packet(
+            3.0,
+            g.ether(g.ipv4(A, B, 17, g.udp(5, 6, b"y"), options=b"\1" * 4), vlans=[(0x8100, 3)]),
+        ),
+    ]
     out = []
     for writer in (g.write_pcap, g.write_pcapng):
         path = _TMP / f"seed{len(out)}"
@@ -46,8 +50,11 @@ def _seeds() -> list[bytes]:
         g.llc_snap_frame(inner),
         *(g.ether(f, 0x86DD if f[0] >> 4 == 6 else 0x0800) for f in frags),
     ]
-    for name, frames, lt in (("tun", tun, 1), ("rt", [g.radiotap_wlan(inner)] * 3, 127),
-                             ("nflog", [g.nflog(inner)] * 3, 239)):  # fmt: skip
+    for name, frames, lt in (
+        ("tun", tun, 1),
+        ("rt", [g.radiotap_wlan(inner)] * 3, 127),
+        ("nflog", [g.nflog(inner)] * 3, 239),
+    ):
         pkts = [(1.0 + i, f) for i, f in enumerate(frames)]
         out.append(g.write_pcap(_TMP / f"{name}.pcap", pkts, linktype=lt).read_bytes())
     out.append(gzip.compress(out[0]))
@@ -104,8 +111,11 @@ def _read_all(path, **kw) -> None:
     assert report.n_packets == used  # every record accounted for, once
 
 
-@settings(max_examples=300, deadline=10_000, suppress_health_check=[HealthCheck.too_slow,
-          HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=300,
+    deadline=10_000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=damaged(), strict=st.booleans(), chunk=st.sampled_from([200, 4096, 1 << 20]))
 def test_damaged_captures_yield_or_raise_input_error(tmp_path, data, strict, chunk):
     path = tmp_path / "damaged.pcap"
@@ -125,8 +135,7 @@ def test_damaged_captures_in_one_stream(tmp_path):
             p.write_bytes(seed[:cut])
             paths.append(p)
     report = ReadReport()
-    n = sum(len(b) for b in iter_flows_many(paths, OPTS, report, on_error="skip",
-                                           chunk_bytes=512))  # fmt: skip
+    n = sum(len(b) for b in iter_flows_many(paths, OPTS, report, on_error="skip", chunk_bytes=512))
     # A file is opened, or not; one opened may still fail later (a cut gzip stream).
     errors = [path for path, _ in report.file_errors]
     assert n > 0 and len(set(errors)) == len(errors)

@@ -68,12 +68,18 @@ def _masked(ip: bytes, width: int, zero: list[tuple[int, int]]) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "mask_ip,mask_port,mask_checksum",
-    [(True, True, True), (False, True, True), (True, False, True), (True, True, False),
-     (False, False, False)],
-)  # fmt: skip
+    [
+        (True, True, True),
+        (False, True, True),
+        (True, False, True),
+        (True, True, False),
+        (False, False, False),
+    ],
+)
 def test_pkt_bytes_masks_are_switches(tmp_path, mask_ip, mask_port, mask_checksum):
-    opts = FlowOptions(n_pkts=5, pkt_len=48, mask_ip=mask_ip, mask_port=mask_port,
-                       mask_checksum=mask_checksum)  # fmt: skip
+    opts = FlowOptions(
+        n_pkts=5, pkt_len=48, mask_ip=mask_ip, mask_port=mask_port, mask_checksum=mask_checksum
+    )
     pkts = conversation()
     pb = one_flow(tmp_path, pkts, opts).views["pkt_bytes"][0]  # (P, B)
     zero = []
@@ -104,24 +110,60 @@ def test_stats_by_hand(tmp_path):
     s = b.stats.iloc[0]
     assert all(b.stats.dtypes == np.float32)
     expected = {
-        "duration": 0.07, "pkts": 4, "pkts_fwd": 2, "pkts_bwd": 2,
-        "bytes": 171, "bytes_fwd": 85, "bytes_bwd": 86,
-        "payload_bytes": 11, "payload_bytes_fwd": 5, "payload_bytes_bwd": 6,
-        "payload_pkts_fwd": 1, "payload_pkts_bwd": 1,
-        "size_min": 40, "size_mean": 42.75, "size_std": math.sqrt(30.75 / 4), "size_max": 46,
-        "size_fwd_min": 40, "size_fwd_mean": 42.5, "size_fwd_std": 2.5, "size_fwd_max": 45,
-        "size_bwd_min": 40, "size_bwd_mean": 43, "size_bwd_std": 3, "size_bwd_max": 46,
-        "iat_min": 0.01, "iat_mean": 0.07 / 3, "iat_max": 0.04,
+        "duration": 0.07,
+        "pkts": 4,
+        "pkts_fwd": 2,
+        "pkts_bwd": 2,
+        "bytes": 171,
+        "bytes_fwd": 85,
+        "bytes_bwd": 86,
+        "payload_bytes": 11,
+        "payload_bytes_fwd": 5,
+        "payload_bytes_bwd": 6,
+        "payload_pkts_fwd": 1,
+        "payload_pkts_bwd": 1,
+        "size_min": 40,
+        "size_mean": 42.75,
+        "size_std": math.sqrt(30.75 / 4),
+        "size_max": 46,
+        "size_fwd_min": 40,
+        "size_fwd_mean": 42.5,
+        "size_fwd_std": 2.5,
+        "size_fwd_max": 45,
+        "size_bwd_min": 40,
+        "size_bwd_mean": 43,
+        "size_bwd_std": 3,
+        "size_bwd_max": 46,
+        "iat_min": 0.01,
+        "iat_mean": 0.07 / 3,
+        "iat_max": 0.04,
         "iat_std": math.sqrt((0.01**2 + 0.02**2 + 0.04**2) / 3 - (0.07 / 3) ** 2),
-        "iat_fwd_min": 0.03, "iat_fwd_mean": 0.03, "iat_fwd_std": 0, "iat_fwd_max": 0.03,
-        "iat_bwd_min": 0.06, "iat_bwd_mean": 0.06, "iat_bwd_std": 0, "iat_bwd_max": 0.06,
-        "fin_count": 0, "syn_count": 2, "rst_count": 0, "psh_count": 2, "ack_count": 3,
-        "urg_count": 0, "ece_count": 0, "cwr_count": 0,
-        "pkts_per_s": 4 / 0.07, "bytes_per_s": 171 / 0.07,
-        "down_up_ratio": 1, "bytes_down_up_ratio": 86 / 85,
-        "init_win_fwd": 1000, "init_win_bwd": 2000, "is_tcp": 1,
-        "port_server": 80, "port_client": 4000,
-    }  # fmt: skip
+        "iat_fwd_min": 0.03,
+        "iat_fwd_mean": 0.03,
+        "iat_fwd_std": 0,
+        "iat_fwd_max": 0.03,
+        "iat_bwd_min": 0.06,
+        "iat_bwd_mean": 0.06,
+        "iat_bwd_std": 0,
+        "iat_bwd_max": 0.06,
+        "fin_count": 0,
+        "syn_count": 2,
+        "rst_count": 0,
+        "psh_count": 2,
+        "ack_count": 3,
+        "urg_count": 0,
+        "ece_count": 0,
+        "cwr_count": 0,
+        "pkts_per_s": 4 / 0.07,
+        "bytes_per_s": 171 / 0.07,
+        "down_up_ratio": 1,
+        "bytes_down_up_ratio": 86 / 85,
+        "init_win_fwd": 1000,
+        "init_win_bwd": 2000,
+        "is_tcp": 1,
+        "port_server": 80,
+        "port_client": 4000,
+    }
     assert set(expected) == set(b.stats.columns)
     for col, value in expected.items():
         assert s[col] == pytest.approx(value, rel=1e-4, abs=1e-5), col

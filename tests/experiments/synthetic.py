@@ -26,10 +26,22 @@ CLASSES = ["web", "dns"]
 
 def record(model: str, seed: int, workers: int, acc: float, t: float, **kw) -> dict:
     """One finished run: accuracy ``acc`` (macro-F1 the same), epoch time ``t`` seconds."""
-    return {**BLANK, "model": model, "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
-            "epoch_time_s": t, "oversubscribed": False, "y_true": list(Y_TRUE),
-            "y_pred": list(Y_TRUE), "classes": CLASSES, "contended": False,
-            "foreign_cpu_share": 0.0, **kw}  # fmt: skip
+    return {
+        **BLANK,
+        "model": model,
+        "seed": seed,
+        "workers": workers,
+        "accuracy": acc,
+        "macro_f1": acc,
+        "epoch_time_s": t,
+        "oversubscribed": False,
+        "y_true": list(Y_TRUE),
+        "y_pred": list(Y_TRUE),
+        "classes": CLASSES,
+        "contended": False,
+        "foreign_cpu_share": 0.0,
+        **kw,
+    }
 
 
 def paired_runs(
@@ -46,10 +58,14 @@ def paired_runs(
     """Centralised and data-parallel records of one model over ``n_seeds`` seeds; the
     data-parallel accuracy differs by ``dp_shift`` per seed (default +-0.05 pt)."""
     shift = dp_shift or [0.0005 * (-1) ** s for s in range(n_seeds)]
-    central = [record(model, s, 1, acc + WOBBLE[s], t_central * (1 + 0.01 * s), **kw)
-               for s in range(n_seeds)]  # fmt: skip
-    parallel = [record(model, s, workers, acc + WOBBLE[s] + shift[s],
-                       t_parallel * (1 + 0.01 * s), **kw) for s in range(n_seeds)]  # fmt: skip
+    central = [
+        record(model, s, 1, acc + WOBBLE[s], t_central * (1 + 0.01 * s), **kw)
+        for s in range(n_seeds)
+    ]
+    parallel = [
+        record(model, s, workers, acc + WOBBLE[s] + shift[s], t_parallel * (1 + 0.01 * s), **kw)
+        for s in range(n_seeds)
+    ]
     return central, parallel
 
 

@@ -113,36 +113,56 @@ def test_every_table_row_carries_baselines_and_intervals():
 SFL_RES = {
     "config": {"quick": True},
     "schemes": {
-        "hsfl": {"cuts": [[1, 2]], "seeds": [0, 1, 2],
-                 "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
-                 "delay_total_s": {"mean": 50.0, "low": 45.0, "high": 55.0},
-                 "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
-                 "per_seed": {"final_accuracy": [0.90, 0.89, 0.91],
-                              "delay_total_s": [50.0, 48.0, 52.0],
-                              "bytes_total": [4e8, 4e8, 4e8]}},
-        "hsfl-greedy": {"cuts": [[1, 2]], "seeds": [0, 1, 2],
-                        "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
-                        "delay_total_s": {"mean": 32.0, "low": 30.0, "high": 34.0},
-                        "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
-                        "per_seed": {"final_accuracy": [0.90, 0.895, 0.905],
-                                     "delay_total_s": [32.0, 31.0, 33.0],
-                                     "bytes_total": [4e8, 4e8, 4e8]}},
-        "acc-aware": {"cuts": [[1, 3]], "seeds": [0, 1, 2],
-                      "final_accuracy": {"mean": 0.895, "low": 0.885, "high": 0.905},
-                      "delay_total_s": {"mean": 30.0, "low": 28.0, "high": 32.0},
-                      "bytes_total": {"mean": 3e8, "low": 2.9e8, "high": 3.1e8},
-                      "per_seed": {"final_accuracy": [0.895, 0.89, 0.90],
-                                   "delay_total_s": [30.0, 29.0, 31.0],
-                                   "bytes_total": [3e8, 3e8, 3e8]}},
-        "delay": {"cuts": [[2, 2]], "seeds": [0, 1, 2],
-                  "final_accuracy": {"mean": 0.85, "low": 0.84, "high": 0.86},
-                  "delay_total_s": {"mean": 10.0, "low": 9.0, "high": 11.0},
-                  "bytes_total": {"mean": 1e8, "low": 0.9e8, "high": 1.1e8},
-                  "per_seed": {"final_accuracy": [0.85, 0.85, 0.85],
-                               "delay_total_s": [10.0, 10.0, 10.0],
-                               "bytes_total": [1e8, 1e8, 1e8]}},
+        "hsfl": {
+            "cuts": [[1, 2]],
+            "seeds": [0, 1, 2],
+            "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
+            "delay_total_s": {"mean": 50.0, "low": 45.0, "high": 55.0},
+            "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
+            "per_seed": {
+                "final_accuracy": [0.90, 0.89, 0.91],
+                "delay_total_s": [50.0, 48.0, 52.0],
+                "bytes_total": [4e8, 4e8, 4e8],
+            },
+        },
+        "hsfl-greedy": {
+            "cuts": [[1, 2]],
+            "seeds": [0, 1, 2],
+            "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
+            "delay_total_s": {"mean": 32.0, "low": 30.0, "high": 34.0},
+            "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
+            "per_seed": {
+                "final_accuracy": [0.90, 0.895, 0.905],
+                "delay_total_s": [32.0, 31.0, 33.0],
+                "bytes_total": [4e8, 4e8, 4e8],
+            },
+        },
+        "acc-aware": {
+            "cuts": [[1, 3]],
+            "seeds": [0, 1, 2],
+            "final_accuracy": {"mean": 0.895, "low": 0.885, "high": 0.905},
+            "delay_total_s": {"mean": 30.0, "low": 28.0, "high": 32.0},
+            "bytes_total": {"mean": 3e8, "low": 2.9e8, "high": 3.1e8},
+            "per_seed": {
+                "final_accuracy": [0.895, 0.89, 0.90],
+                "delay_total_s": [30.0, 29.0, 31.0],
+                "bytes_total": [3e8, 3e8, 3e8],
+            },
+        },
+        "delay": {
+            "cuts": [[2, 2]],
+            "seeds": [0, 1, 2],
+            "final_accuracy": {"mean": 0.85, "low": 0.84, "high": 0.86},
+            "delay_total_s": {"mean": 10.0, "low": 9.0, "high": 11.0},
+            "bytes_total": {"mean": 1e8, "low": 0.9e8, "high": 1.1e8},
+            "per_seed": {
+                "final_accuracy": [0.85, 0.85, 0.85],
+                "delay_total_s": [10.0, 10.0, 10.0],
+                "bytes_total": [1e8, 1e8, 1e8],
+            },
+        },
     },
-}  # fmt: skip
+}
 
 
 def test_sfl_advice_measures_the_pick_against_the_fair_baselines_with_intervals():
@@ -165,15 +185,24 @@ def test_sfl_advice_measures_the_pick_against_the_fair_baselines_with_intervals(
 
 def test_overview_writes_three_files_escaping_capture_names(tmp_path):
     # Prepare: a class name straight from a capture folder, and a split-learning study only.
-    manifest = {"n_flows": 10, "classes": ["<script>x</script>", "dns"],
-                "splits": {"train": 6, "val": 2, "test": 2}, "split_by": "file"}  # fmt: skip
+    manifest = {
+        "n_flows": 10,
+        "classes": ["<script>x</script>", "dns"],
+        "splits": {"train": 6, "val": 2, "test": 2},
+        "split_by": "file",
+    }
     sfl_dir = tmp_path / "sfl"
     sfl_dir.mkdir()
     (sfl_dir / "results.json").write_text(json.dumps(SFL_RES))
     # Execute
-    page = write_overview(tmp_path / "out", manifest=manifest, dp_dir=None, sfl_dir=sfl_dir,
-                          timings={"prepare": 1.0},
-                          content=overview_content(None, sfl_dir))  # fmt: skip
+    page = write_overview(
+        tmp_path / "out",
+        manifest=manifest,
+        dp_dir=None,
+        sfl_dir=sfl_dir,
+        timings={"prepare": 1.0},
+        content=overview_content(None, sfl_dir),
+    )
     # Assert
     html = page.read_text()
     assert "<script>x</script>" not in html and "&lt;script&gt;" in html
@@ -187,13 +216,28 @@ def test_overview_writes_three_files_escaping_capture_names(tmp_path):
 
 
 def test_rows_read_nulls_as_nan_and_skip_oversubscribed_worker_counts():
-    res = {"config": {"margin": 0.02}, "analysis": {"models": {"cnn": {
-        "by_workers": {"1": {"accuracy": {"mean": 0.9}, "macro_f1": {"mean": 0.8}}},
-        "vs_central": {
-            "2": {"speedup": {"mean": 1.8}, "claims": {"speedup_claimed": True},
-                  "accuracy": {"verdict": "equivalent", "tost_p": None, "diff": {"mean": None}}},
-            "4": {"speedup": {"mean": 2.5}, "oversubscribed": True, "accuracy": {}},
-        }}}}}  # fmt: skip
+    res = {
+        "config": {"margin": 0.02},
+        "analysis": {
+            "models": {
+                "cnn": {
+                    "by_workers": {"1": {"accuracy": {"mean": 0.9}, "macro_f1": {"mean": 0.8}}},
+                    "vs_central": {
+                        "2": {
+                            "speedup": {"mean": 1.8},
+                            "claims": {"speedup_claimed": True},
+                            "accuracy": {
+                                "verdict": "equivalent",
+                                "tost_p": None,
+                                "diff": {"mean": None},
+                            },
+                        },
+                        "4": {"speedup": {"mean": 2.5}, "oversubscribed": True, "accuracy": {}},
+                    },
+                }
+            }
+        },
+    }
     rows = data_parallel_rows(res)
     (row,) = [r for r in rows if r.get("name") == "cnn"]
     assert row["workers"] == 2 and row["speedup"]["mean"] == 1.8 and row["margin_pts"] == 2.0
@@ -201,31 +245,49 @@ def test_rows_read_nulls_as_nan_and_skip_oversubscribed_worker_counts():
 
 
 def test_sfl_accuracy_intervals_are_clipped_to_100_percent():
-    res = {"schemes": {"sfl": {"cuts": [[1]], "seeds": [0, 1],
-                               "final_accuracy": {"mean": 0.99, "low": 0.95, "high": 1.03},
-                               "delay_total_s": {"mean": 1.0, "low": 0.9, "high": 1.1},
-                               "bytes_total": {"mean": 1e6, "low": 1e6, "high": 1e6}}}}  # fmt: skip
+    res = {
+        "schemes": {
+            "sfl": {
+                "cuts": [[1]],
+                "seeds": [0, 1],
+                "final_accuracy": {"mean": 0.99, "low": 0.95, "high": 1.03},
+                "delay_total_s": {"mean": 1.0, "low": 0.9, "high": 1.1},
+                "bytes_total": {"mean": 1e6, "low": 1e6, "high": 1e6},
+            }
+        }
+    }
     (row,) = sfl_rows(res)
     assert row["accuracy_ci"] == "99.0 % (95 % CI 95.0-100.0)"
 
 
 def test_sfl_advice_reads_the_baselines_that_split_nothing_and_the_ablation():
     # Prepare: sfl compare's baselines and ablation (the format of sfl_analysis).
-    res = {**SFL_RES,
-           "baselines": {"majority": {"final_accuracy": {"mean": 0.5, "low": 0.5, "high": 0.5},
-                                      "bytes_total": {"mean": 0.0, "low": 0.0, "high": 0.0},
-                                      "per_seed": [{}, {}, {}],
-                                      "scheme_minus_baseline": {"acc-aware": {
-                                          "mean": 0.395, "low": 0.39, "high": 0.40}}},
-                         "centralised": {"final_accuracy": {"mean": 0.92, "low": 0.91,
-                                                            "high": 0.93},
-                                         "per_seed": [{}, {}, {}],
-                                         "scheme_minus_baseline": {"acc-aware": {
-                                             "mean": -0.025, "low": -0.03, "high": -0.02}}}},
-           "ablation": [{"part": "assignment (hsfl-greedy vs hsfl)", "accuracy_diff":
-                         {"mean": 0.0, "low": -0.01, "high": 0.01},
-                         "delay_ratio": {"mean": 0.64, "low": 0.6, "high": 0.68},
-                         "bytes_ratio": {"mean": 1.0, "low": 1.0, "high": 1.0}}]}  # fmt: skip
+    res = {
+        **SFL_RES,
+        "baselines": {
+            "majority": {
+                "final_accuracy": {"mean": 0.5, "low": 0.5, "high": 0.5},
+                "bytes_total": {"mean": 0.0, "low": 0.0, "high": 0.0},
+                "per_seed": [{}, {}, {}],
+                "scheme_minus_baseline": {"acc-aware": {"mean": 0.395, "low": 0.39, "high": 0.40}},
+            },
+            "centralised": {
+                "final_accuracy": {"mean": 0.92, "low": 0.91, "high": 0.93},
+                "per_seed": [{}, {}, {}],
+                "scheme_minus_baseline": {
+                    "acc-aware": {"mean": -0.025, "low": -0.03, "high": -0.02}
+                },
+            },
+        },
+        "ablation": [
+            {
+                "part": "assignment (hsfl-greedy vs hsfl)",
+                "accuracy_diff": {"mean": 0.0, "low": -0.01, "high": 0.01},
+                "delay_ratio": {"mean": 0.64, "low": 0.6, "high": 0.68},
+                "bytes_ratio": {"mean": 1.0, "low": 1.0, "high": 1.0},
+            }
+        ],
+    }
     # Execute
     rows = sfl_rows(res)
     advice = advise_sfl(res, rows)

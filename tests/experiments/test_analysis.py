@@ -26,9 +26,20 @@ WOBBLE = (0.0, 0.002, -0.001, 0.001, -0.002)
 
 
 def _rec(seed, workers, acc, t, pred=None, **kw):
-    return {**BLANK, "model": "m", "seed": seed, "workers": workers, "accuracy": acc, "macro_f1": acc,
-            "epoch_time_s": t, "oversubscribed": False, "y_true": [0, 1, 1, 0],
-            "y_pred": pred or [0, 1, 1, 0], "foreign_cpu_share": 0.0, **kw}  # fmt: skip
+    return {
+        **BLANK,
+        "model": "m",
+        "seed": seed,
+        "workers": workers,
+        "accuracy": acc,
+        "macro_f1": acc,
+        "epoch_time_s": t,
+        "oversubscribed": False,
+        "y_true": [0, 1, 1, 0],
+        "y_pred": pred or [0, 1, 1, 0],
+        "foreign_cpu_share": 0.0,
+        **kw,
+    }
 
 
 def _pair(n_seeds=5, *, acc=0.9, t_central=10.0, t_parallel=5.2, dp_shift=None, **kw):
@@ -37,21 +48,26 @@ def _pair(n_seeds=5, *, acc=0.9, t_central=10.0, t_parallel=5.2, dp_shift=None, 
     central = [
         _rec(s, 1, acc + WOBBLE[s], t_central * (1 + 0.01 * s), **kw) for s in range(n_seeds)
     ]
-    parallel = [_rec(s, 2, acc + WOBBLE[s] + shift[s], t_parallel * (1 + 0.01 * s), **kw)
-                for s in range(n_seeds)]  # fmt: skip
+    parallel = [
+        _rec(s, 2, acc + WOBBLE[s] + shift[s], t_parallel * (1 + 0.01 * s), **kw)
+        for s in range(n_seeds)
+    ]
     return central, parallel
 
 
 def _compare(central, parallel, majority_rate=0.5):
-    return compare_to_central(central, parallel, 2, margin=0.01, alpha=0.05,
-                              majority_rate=majority_rate)  # fmt: skip
+    return compare_to_central(
+        central, parallel, 2, margin=0.01, alpha=0.05, majority_rate=majority_rate
+    )
 
 
 def test_compare_to_central_pairs_by_seed_and_ignores_unpaired_runs():
     # Prepare: seed 9 exists only centralised; times halve exactly.
     central = [_rec(s, 1, 0.90 + 0.001 * s, 10.0) for s in (0, 1, 2, 9)]
-    parallel = [_rec(s, 2, 0.90 + 0.001 * s + d, 5.0)
-                for s, d in zip((2, 0, 1), (0.001, -0.001, 0.0), strict=True)]  # fmt: skip
+    parallel = [
+        _rec(s, 2, 0.90 + 0.001 * s + d, 5.0)
+        for s, d in zip((2, 0, 1), (0.001, -0.001, 0.0), strict=True)
+    ]
     # Execute
     res = compare_to_central(central, parallel, 2, margin=0.01, alpha=0.05)
     # Assert
@@ -141,8 +157,10 @@ def test_model_below_majority_is_flagged_not_equivalent():
 def test_barely_above_majority_within_noise_is_not_above():
     # The lower end of the CI decides: 47.0 % +- 1 pt is not above 46.6 %.
     central, parallel = _pair(acc=0.47, dp_shift=[0.0] * 5)
-    central = [{**r, "accuracy": r["accuracy"] + d} for r, d in
-               zip(central, (0.01, -0.01, 0.01, -0.01, 0.0), strict=True)]  # fmt: skip
+    central = [
+        {**r, "accuracy": r["accuracy"] + d}
+        for r, d in zip(central, (0.01, -0.01, 0.01, -0.01, 0.0), strict=True)
+    ]
     v = _compare(central, parallel, majority_rate=0.466)
     assert not v["claims"]["above_majority"]
 
@@ -183,8 +201,11 @@ def test_headline_inverts_slowdowns_and_skips_oversubscribed():
 def test_contended_runs_count_for_accuracy_but_not_for_speedup():
     # Prepare: seed 1's parallel run was slowed by other processes (flagged contended).
     central = [_rec(s, 1, 0.9, 10.0) for s in (0, 1, 2)]
-    parallel = [_rec(0, 2, 0.9, 5.0), {**_rec(1, 2, 0.9, 20.0), "contended": True},
-                _rec(2, 2, 0.9, 5.0)]  # fmt: skip
+    parallel = [
+        _rec(0, 2, 0.9, 5.0),
+        {**_rec(1, 2, 0.9, 20.0), "contended": True},
+        _rec(2, 2, 0.9, 5.0),
+    ]
     # Execute
     res = compare_to_central(central, parallel, 2, margin=0.01, alpha=0.05)
     group = summarise_group(parallel)

@@ -47,8 +47,16 @@ def test_compare_writes_report_and_resumes(study, fast_figures):
     ds, out = study
     calls: list[str] = []
     # Execute: one cell fails the first time
-    path = run_compare(ds, out, models=["cnn", "lstm"], workers=[2, 4], seeds=3, quick=True,
-                       progress=False, run_cell_fn=fake_runner({"lstm/w2/seed1"}, calls))  # fmt: skip
+    path = run_compare(
+        ds,
+        out,
+        models=["cnn", "lstm"],
+        workers=[2, 4],
+        seeds=3,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner({"lstm/w2/seed1"}, calls),
+    )
     # Assert: 2 models x 3 worker counts (1 added) x 3 seeds were tried
     assert len(calls) == 18
     results = json.loads((out / "results.json").read_text())
@@ -66,8 +74,16 @@ def test_compare_writes_report_and_resumes(study, fast_figures):
 
     # Execute again: only the failed cell runs.
     calls.clear()
-    run_compare(ds, out, models=["cnn", "lstm"], workers=[2, 4], seeds=3, quick=True,
-                progress=False, run_cell_fn=fake_runner(calls=calls))  # fmt: skip
+    run_compare(
+        ds,
+        out,
+        models=["cnn", "lstm"],
+        workers=[2, 4],
+        seeds=3,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(calls=calls),
+    )
     assert calls == ["lstm/w2/seed1"]
     assert json.loads((out / "results.json").read_text())["failures"] == {}
 
@@ -77,8 +93,16 @@ def test_compare_statistics_and_scaling_from_fake_engine(study, fast_figures):
     # plus one ring all-reduce of 400 kB on the benchmarked host per epoch.
     ds, out = study
     # Execute
-    run_compare(ds, out, models=["cnn"], workers=[2, 4], seeds=5, quick=True, progress=False,
-                run_cell_fn=fake_runner())  # fmt: skip
+    run_compare(
+        ds,
+        out,
+        models=["cnn"],
+        workers=[2, 4],
+        seeds=5,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(),
+    )
     res = json.loads((out / "results.json").read_text())
     cnn = res["analysis"]["models"]["cnn"]
     # Assert: accuracy per seed is identical in both modes -> constant differences of 0.
@@ -97,13 +121,29 @@ def test_compare_statistics_and_scaling_from_fake_engine(study, fast_figures):
 
 def test_report_rerenders_and_rejects_changed_settings(study, fast_figures):
     ds, out = study
-    run_compare(ds, out, models=["cnn"], workers=[2], seeds=2, quick=True, progress=False,
-                run_cell_fn=fake_runner())  # fmt: skip
+    run_compare(
+        ds,
+        out,
+        models=["cnn"],
+        workers=[2],
+        seeds=2,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(),
+    )
     (out / "report.html").unlink()
     assert render_report(out).is_file()
     with pytest.raises(ConfigError, match="different epochs"):
-        run_compare(ds, out, models=["cnn"], workers=[2], seeds=2, epochs=7, progress=False,
-                    run_cell_fn=fake_runner())  # fmt: skip
+        run_compare(
+            ds,
+            out,
+            models=["cnn"],
+            workers=[2],
+            seeds=2,
+            epochs=7,
+            progress=False,
+            run_cell_fn=fake_runner(),
+        )
 
 
 def test_cli_compare_and_report(study, fast_figures, monkeypatch, capsys):
@@ -111,11 +151,27 @@ def test_cli_compare_and_report(study, fast_figures, monkeypatch, capsys):
 
     ds, out = study
     monkeypatch.setattr(compare_mod, "run_cell_subprocess", fake_runner())
-    monkeypatch.setattr(compare_mod.run_compare, "__kwdefaults__",
-                        {**compare_mod.run_compare.__kwdefaults__,
-                         "run_cell_fn": fake_runner()})  # fmt: skip
-    rc = main(["compare", str(ds), "-o", str(out), "--models", "cnn", "--workers", "2",
-               "--seeds", "2", "--quick", "--quiet"])  # fmt: skip
+    monkeypatch.setattr(
+        compare_mod.run_compare,
+        "__kwdefaults__",
+        {**compare_mod.run_compare.__kwdefaults__, "run_cell_fn": fake_runner()},
+    )
+    rc = main(
+        [
+            "compare",
+            str(ds),
+            "-o",
+            str(out),
+            "--models",
+            "cnn",
+            "--workers",
+            "2",
+            "--seeds",
+            "2",
+            "--quick",
+            "--quiet",
+        ]
+    )
     assert rc == 0
     assert "report:" in capsys.readouterr().out
     assert main(["report", str(out)]) == 0
@@ -146,8 +202,9 @@ def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
     monkeypatch.setattr(compare_mod, "render_report", lambda out: out / "report.html")
     shares = {"cnn/w1/seed0": [0.0], "cnn/w2/seed0": [0.6, 0.9, 0.05]}
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed(shares))
-    kw = dict(models=["cnn"], workers=[2], seeds=1, quick=True, progress=False,
-              run_cell_fn=fake_runner())  # fmt: skip
+    kw = dict(
+        models=["cnn"], workers=[2], seeds=1, quick=True, progress=False, run_cell_fn=fake_runner()
+    )
     run_compare(ds, out, **kw)
     run_dir = out / "runs" / "cnn" / "w2" / "seed0"
 
@@ -164,8 +221,10 @@ def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
     run_compare(ds, out, rerun_contended=True, **kw)
     assert share() == 0.05
     assert sorted(p.name for p in run_dir.parent.iterdir()) == [
-        "seed0", "seed0.contended-1", "seed0.contended-2",
-    ]  # fmt: skip
+        "seed0",
+        "seed0.contended-1",
+        "seed0.contended-2",
+    ]
     assert shares["cnn/w2/seed0"] == [] and shares["cnn/w1/seed0"] == []
 
 
@@ -176,8 +235,16 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     cells = [f"cnn/w{n}/seed{s}" for n in (1, 2) for s in range(5)]
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed({c: [0.6] for c in cells}))
     # Execute
-    run_compare(ds, out, models=["cnn"], workers=[2], seeds=5, quick=True, progress=False,
-                run_cell_fn=fake_runner())  # fmt: skip
+    run_compare(
+        ds,
+        out,
+        models=["cnn"],
+        workers=[2],
+        seeds=5,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(),
+    )
     res = json.loads((out / "results.json").read_text())
     claims = res["analysis"]["models"]["cnn"]["vs_central"]["2"]["claims"]
     summary = " ".join(res["summary"])

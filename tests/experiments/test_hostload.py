@@ -43,14 +43,18 @@ def test_a_cell_process_dies_with_the_study_that_started_it():
     import time
 
     parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import subprocess, sys\n"
-         "from flowsplit.experiments.hostload import die_with_parent\n"
-         "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
-         "print(p.pid, flush=True)\n"
-         "p.wait()"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys\n"
+            "from flowsplit.experiments.hostload import die_with_parent\n"
+            "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
+            "print(p.pid, flush=True)\n"
+            "p.wait()",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     child = int(parent.stdout.readline())
     # Execute
     parent.send_signal(signal.SIGKILL)

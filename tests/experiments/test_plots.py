@@ -11,9 +11,15 @@ from tests.experiments.synthetic import paired_runs, study_results
 
 def _with_history(runs):
     """Give each run a per-epoch history: loss falling, validation F1 rising, 3 epochs."""
-    return [{**r, "loss_per_epoch": [1.0, 0.6, 0.4], "val_macro_f1_per_epoch": [0.5, 0.7, 0.8],
-             "epoch_times_s": [r["epoch_time_s"] * k for k in (1.5, 1.0, 1.0)]}
-            for r in runs]  # fmt: skip
+    return [
+        {
+            **r,
+            "loss_per_epoch": [1.0, 0.6, 0.4],
+            "val_macro_f1_per_epoch": [0.5, 0.7, 0.8],
+            "epoch_times_s": [r["epoch_time_s"] * k for k in (1.5, 1.0, 1.0)],
+        }
+        for r in runs
+    ]
 
 
 def test_learning_curves_show_loss_and_f1_against_epoch_and_time():
@@ -39,8 +45,9 @@ def test_speedup_measured_and_predicted_are_separate_panels():
     # Prepare: a model entry with predictions up to 1024 workers (150x), measured 1.9x.
     central, parallel = paired_runs("cnn")
     entry = study_results([*central, *parallel])["analysis"]["models"]["cnn"]
-    entry["scaling"] = {"predictions": {"10gbe": [{"n_workers": n, "speedup": min(n, 150.0)}
-                                                  for n in (1, 2, 1024)]}}  # fmt: skip
+    entry["scaling"] = {
+        "predictions": {"10gbe": [{"n_workers": n, "speedup": min(n, 150.0)} for n in (1, 2, 1024)]}
+    }
     # Execute
     measured, predicted = plots.speedup_chart("cnn", entry, {"10gbe": "10 GbE"}).axes
     # Assert: the measured panel is linear and holds no prediction; the other is log-log.
@@ -59,8 +66,11 @@ def test_accuracy_axes_start_at_zero_with_both_baselines_drawn():
     ax = plots.quality_chart(analysis["models"], "accuracy", "t", analysis["baselines"]).axes[0]
     # Assert
     assert ax.get_ylim()[0] == 0
-    levels = {line.get_label().split(" ")[0]: line.get_ydata()[0] for line in ax.get_lines()
-              if not line.get_label().startswith("_")}  # fmt: skip
+    levels = {
+        line.get_label().split(" ")[0]: line.get_ydata()[0]
+        for line in ax.get_lines()
+        if not line.get_label().startswith("_")
+    }
     assert levels == {"majority": pytest.approx(50.0), "XGBoost": pytest.approx(80.0)}
 
 

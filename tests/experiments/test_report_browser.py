@@ -22,8 +22,16 @@ def test_compare_report_renders_in_chromium(tmp_path, monkeypatch):
     ds = make_dataset(tmp_path / "ds")
     out = tmp_path / "study"
     fake_allreduce(out)
-    page = run_compare(ds, out, models=["convlstm"], workers=[2], seeds=2, quick=True,
-                       progress=False, run_cell_fn=fake_runner())  # fmt: skip
+    page = run_compare(
+        ds,
+        out,
+        models=["convlstm"],
+        workers=[2],
+        seeds=2,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(),
+    )
     # Execute
     res = check_page(page, screenshot=tmp_path / "report.png")
     # Assert: summary, time, accuracy x2, comm x2, speedup, 2 confusion matrices

@@ -58,16 +58,30 @@ def test_ddp_messages_split_into_buckets():
 def test_xgboost_histogram_messages_per_level():
     # Prepare: 10 features x 256 bins x (grad, hess) x 8 B = 40960 B per node;
     # depth 3 with the subtraction trick reduces 1, 1, 2 nodes; 5 rounds x 2 classes.
-    wl = Workload("xgb", 500, kind="xgboost", n_features=10, n_bins=256, max_depth=3,
-                  n_rounds=5, trees_per_round=2)  # fmt: skip
+    wl = Workload(
+        "xgb",
+        500,
+        kind="xgboost",
+        n_features=10,
+        n_bins=256,
+        max_depth=3,
+        n_rounds=5,
+        trees_per_round=2,
+    )
     # Execute / Assert
     assert messages_per_epoch(wl, 4) == [(40960.0, 10), (40960.0, 10), (81920.0, 10)]
-    full = Workload("xgb", 500, kind="xgboost", n_features=10, max_depth=3,
-                    subtraction_trick=False)  # fmt: skip
+    full = Workload("xgb", 500, kind="xgboost", n_features=10, max_depth=3, subtraction_trick=False)
     assert [b for b, _ in messages_per_epoch(full, 2)] == [40960.0, 81920.0, 163840.0]
     # Counted bytes (trees that stopped early): 3 levels x 2 trees share 60 kB per round.
-    counted = Workload("xgb", 500, kind="xgboost", max_depth=3, n_rounds=1, trees_per_round=2,
-                       hist_bytes_per_round=60_000)  # fmt: skip
+    counted = Workload(
+        "xgb",
+        500,
+        kind="xgboost",
+        max_depth=3,
+        n_rounds=1,
+        trees_per_round=2,
+        hist_bytes_per_round=60_000,
+    )
     assert messages_per_epoch(counted, 2) == [(10_000.0, 2)] * 3
 
 
@@ -103,8 +117,9 @@ def test_fit_scaling_recovers_known_parameters(cores):
 def test_fit_scaling_xgboost_per_round():
     # Prepare: 20 features x 256 bins, depth 6, 5 classes; c = 1 us/sample/round,
     # h = 20 ms per round (split search), no extra sync.
-    wl = Workload("xgb", 50_000, kind="xgboost", n_features=20, max_depth=6, n_rounds=1,
-                  trees_per_round=5)  # fmt: skip
+    wl = Workload(
+        "xgb", 50_000, kind="xgboost", n_features=20, max_depth=6, n_rounds=1, trees_per_round=5
+    )
     ns = [1, 2, 4]
     times, comms = _synthetic(wl, 1e-6, 2e-2, 0.0, ns, NET)
     # Execute

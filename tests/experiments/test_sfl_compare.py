@@ -18,8 +18,11 @@ from tests.federated._toy import ToyFactory, write_toy_dataset
 
 
 def test_delay_to_target_is_the_clock_of_the_first_round_reaching_it():
-    history = [{"accuracy": 0.5, "clock_s": 2.0}, {"accuracy": 0.8, "clock_s": 4.5},
-               {"accuracy": 0.9, "clock_s": 7.0}]  # fmt: skip
+    history = [
+        {"accuracy": 0.5, "clock_s": 2.0},
+        {"accuracy": 0.8, "clock_s": 4.5},
+        {"accuracy": 0.9, "clock_s": 7.0},
+    ]
     assert delay_to_target(history, 0.8) == 4.5
     assert np.isnan(delay_to_target(history, 0.95))
 
@@ -38,9 +41,19 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_p
     data = write_toy_dataset(tmp_path / "toy", n=150)
     out = tmp_path / "cmp"
     # Execute
-    report = run_sfl_compare(data, out, model="toy", model_fn=ToyFactory("mlp"), seeds=(0, 1),
-                             rounds=2, n_clients=5, n_aggregators=2, n_pilots=3,
-                             pilot_steps=4, quiet=True)  # fmt: skip
+    report = run_sfl_compare(
+        data,
+        out,
+        model="toy",
+        model_fn=ToyFactory("mlp"),
+        seeds=(0, 1),
+        rounds=2,
+        n_clients=5,
+        n_aggregators=2,
+        n_pilots=3,
+        pilot_steps=4,
+        quiet=True,
+    )
     # Assert: the three files, every scheme x seed, and exact cost predictions.
     assert report == out / "report.html" and (out / "report.md").is_file()
     results = json.loads((out / "results.json").read_text())
@@ -83,10 +96,29 @@ def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
     add_plan_parser(sub)
     add_compare_parser(sub)
     out = tmp_path / "plan.json"
-    args = parser.parse_args(["plan", str(data), "--model", "toy", "--topology", "heterogeneous",
-                              "--clients", "6", "--aggregators", "2", "--pilots", "2",
-                              "--pilot-steps", "4", "--rounds", "3", "-o", str(out),
-                              "--quiet"])  # fmt: skip
+    args = parser.parse_args(
+        [
+            "plan",
+            str(data),
+            "--model",
+            "toy",
+            "--topology",
+            "heterogeneous",
+            "--clients",
+            "6",
+            "--aggregators",
+            "2",
+            "--pilots",
+            "2",
+            "--pilot-steps",
+            "4",
+            "--rounds",
+            "3",
+            "-o",
+            str(out),
+            "--quiet",
+        ]
+    )
     # Execute
     assert args.func(args) == 0
     # Assert
@@ -114,8 +146,9 @@ def test_plan_without_pilots_says_so_and_weighted_needs_a_zero_loss_weight(tmp_p
     args = parser.parse_args([*base, "--objective", "weighted", "-o", str(tmp_path / "p.json")])
     with pytest.raises(ConfigError, match="loss weight of 0"):
         args.func(args)
-    args = parser.parse_args([*base, "--weights", "0,1,1", "--objective", "weighted",
-                              "-o", str(tmp_path / "p.json")])  # fmt: skip
+    args = parser.parse_args(
+        [*base, "--weights", "0,1,1", "--objective", "weighted", "-o", str(tmp_path / "p.json")]
+    )
     assert args.func(args) == 0
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["surrogate"] is None and plan["predicted_loss"] is None
@@ -133,10 +166,36 @@ def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch
     data = write_toy_dataset(tmp_path / "toy", n=90)
     out = tmp_path / "plan.json"
     # Execute
-    rc = main(["sfl", "plan", str(data), "--clients", "4", "--aggregators", "2", "--no-pilots",
-               "--weights", "0,1,1", "--quiet", "-o", str(out)])  # fmt: skip
-    bad = main(["sfl", "plan", str(data), "--no-pilots", "--objective", "weighted", "--quiet",
-                "-o", str(out)])  # fmt: skip
+    rc = main(
+        [
+            "sfl",
+            "plan",
+            str(data),
+            "--clients",
+            "4",
+            "--aggregators",
+            "2",
+            "--no-pilots",
+            "--weights",
+            "0,1,1",
+            "--quiet",
+            "-o",
+            str(out),
+        ]
+    )
+    bad = main(
+        [
+            "sfl",
+            "plan",
+            str(data),
+            "--no-pilots",
+            "--objective",
+            "weighted",
+            "--quiet",
+            "-o",
+            str(out),
+        ]
+    )
     # Assert: the plan is written, and the bad option is a one-line error with exit 2.
     assert rc == 0 and len(json.loads(out.read_text())["assignment"]) == 4
     assert bad == 2
@@ -146,9 +205,12 @@ def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch
 
 @pytest.mark.parametrize(
     "option, value, message",
-    [("--weights", "foo", "--weights 'foo'"), ("--seeds", "0", "count must be >= 1"),
-     ("--fixed-cuts", "a", "--fixed-cuts 'a'")],
-)  # fmt: skip
+    [
+        ("--weights", "foo", "--weights 'foo'"),
+        ("--seeds", "0", "count must be >= 1"),
+        ("--fixed-cuts", "a", "--fixed-cuts 'a'"),
+    ],
+)
 def test_bad_option_values_are_one_line_errors(tmp_path, capsys, option, value, message):
     from flowsplit.cli import main
 
@@ -202,9 +264,19 @@ def test_majority_baseline_by_hand(tmp_path):
 def test_best_fixed_is_the_legal_pair_best_on_validation(tmp_path):
     data = write_toy_dataset(tmp_path / "toy", n=120)
     out = tmp_path / "cmp"
-    run_sfl_compare(data, out, model="toy", model_fn=ToyFactory("mlp"), seeds=(0,), rounds=1,
-                    n_clients=4, n_aggregators=2, schemes=("best-fixed",), baselines=(),
-                    quiet=True)  # fmt: skip
+    run_sfl_compare(
+        data,
+        out,
+        model="toy",
+        model_fn=ToyFactory("mlp"),
+        seeds=(0,),
+        rounds=1,
+        n_clients=4,
+        n_aggregators=2,
+        schemes=("best-fixed",),
+        baselines=(),
+        quiet=True,
+    )
     results = json.loads((out / "results.json").read_text())
     per_cut = results["best_fixed"]["per_cut"]
     legal = results["profile"]["legal_cuts"]

@@ -152,8 +152,11 @@ def test_mcnemar_exact_matches_binomial_by_hand():
     res = mcnemar_test(y, a, b)
     # Assert
     assert (res.both_correct, res.only_a_correct, res.only_b_correct, res.both_wrong) == (
-        2, 6, 1, 1,
-    )  # fmt: skip
+        2,
+        6,
+        1,
+        1,
+    )
     assert res.exact
     assert res.p == pytest.approx(0.125)
 

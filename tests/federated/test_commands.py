@@ -23,10 +23,31 @@ def dataset(tmp_path_factory):
 def test_sfl_run_writes_metrics_topology_and_model(dataset, tmp_path, capsys):
     # Prepare
     out = tmp_path / "run"
-    argv = ["sfl", "run", str(dataset), "--scheme", "hsfl", *SMALL_CNN, "--cuts", "1,2",
-            "--topology", "slow-uplinks", "--clients", "3", "--aggregators", "2",
-            "--rounds", "2", "--partition", "dirichlet:0.5", "--batch-size", "16",
-            "-o", str(out), "--quiet"]  # fmt: skip
+    argv = [
+        "sfl",
+        "run",
+        str(dataset),
+        "--scheme",
+        "hsfl",
+        *SMALL_CNN,
+        "--cuts",
+        "1,2",
+        "--topology",
+        "slow-uplinks",
+        "--clients",
+        "3",
+        "--aggregators",
+        "2",
+        "--rounds",
+        "2",
+        "--partition",
+        "dirichlet:0.5",
+        "--batch-size",
+        "16",
+        "-o",
+        str(out),
+        "--quiet",
+    ]
     # Execute
     rc = main(argv)
     # Assert
@@ -44,8 +65,12 @@ def test_sfl_run_writes_metrics_topology_and_model(dataset, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     # A rerun from the written topology file gives the same bytes.
     again = tmp_path / "again"
-    argv2 = [*argv[: argv.index("--topology")], "--topology", str(out / "topology.toml"),
-             *argv[argv.index("--rounds"):]]  # fmt: skip
+    argv2 = [
+        *argv[: argv.index("--topology")],
+        "--topology",
+        str(out / "topology.toml"),
+        *argv[argv.index("--rounds") :],
+    ]
     argv2[argv2.index("-o") + 1] = str(again)
     assert main(argv2) == 0
     metrics2 = json.loads((again / "metrics.json").read_text())
@@ -124,16 +149,34 @@ def test_every_sfl_config_field_is_an_sfl_run_option_with_its_docstring(capsys):
     from flowsplit.federated.commands import _config_from_args
     from flowsplit.federated.config import SFLConfig
 
-    argv = ["sfl", "run", "DS", "-o", "OUT", "--cuts", "2", "--scheme", "sfl", "--rounds", "3",
-            "--timeout", "5", "--train-limit", "40", "--sfl-version", "v2"]  # fmt: skip
+    argv = [
+        "sfl",
+        "run",
+        "DS",
+        "-o",
+        "OUT",
+        "--cuts",
+        "2",
+        "--scheme",
+        "sfl",
+        "--rounds",
+        "3",
+        "--timeout",
+        "5",
+        "--train-limit",
+        "40",
+        "--sfl-version",
+        "v2",
+    ]
     # Execute
     cfg = _config_from_args(build_parser().parse_args(argv))
     with pytest.raises(SystemExit):
         main(["sfl", "run", "--help"])
     helptext = " ".join(capsys.readouterr().out.split())
     # Assert: the options set the fields; the rest keep the dataclass defaults.
-    assert cfg == SFLConfig(scheme="sfl", cuts=(2, 2), rounds=3, timeout_s=5.0, train_limit=40,
-                            sfl_version="v2")  # fmt: skip
+    assert cfg == SFLConfig(
+        scheme="sfl", cuts=(2, 2), rounds=3, timeout_s=5.0, train_limit=40, sfl_version="v2"
+    )
     docs = field_docs(SFLConfig)
     cli_names = {f.name for f in cli_fields(SFLConfig)}
     assert cli_names == {f.name for f in fields(SFLConfig)} - {"exit_clients", "hang_clients"}

@@ -95,11 +95,21 @@ def test_hsfl_round_delay_and_bytes_worked_out_by_hand():
     assert delay.total == pytest.approx(0.448 + 5.1592 + 0.5708)
     b = led.bytes_breakdown()
     ca, asv = b["client-aggregator"], b["aggregator-server"]
-    assert ca["up"] == {"activations": 480, "gradients": 0, "labels": 288, "model": 240,
-                        "control": 176}  # fmt: skip
+    assert ca["up"] == {
+        "activations": 480,
+        "gradients": 0,
+        "labels": 288,
+        "model": 240,
+        "control": 176,
+    }
     assert ca["down"]["gradients"] == 480 and ca["down"]["model"] == 240
-    assert asv["up"] == {"activations": 360, "gradients": 0, "labels": 288, "model": 280,
-                         "control": 88}  # fmt: skip
+    assert asv["up"] == {
+        "activations": 360,
+        "gradients": 0,
+        "labels": 288,
+        "model": 280,
+        "control": 88,
+    }
     assert asv["down"]["gradients"] == 360 and asv["down"]["model"] == 280
     assert led.bytes_total == 1904 + 1656
 
@@ -109,9 +119,12 @@ def test_sfl_relays_one_model_copy_per_client_over_the_backbone():
     costs = part_costs(HAND_PROFILE, 1, 1)
     # Execute
     led = predict_ledger(
-        costs, HAND_TOPOLOGY, np.array([0, 0]), scheme=get_scheme("sfl", sfl_version="v1"),
+        costs,
+        HAND_TOPOLOGY,
+        np.array([0, 0]),
+        scheme=get_scheme("sfl", sfl_version="v1"),
         batch_size=2,
-    )  # fmt: skip
+    )
     b = led.bytes_breakdown()["aggregator-server"]
     # Assert: 2 copies of the 120 B client part down, 2 x (120 + 88) up; relayed
     # activations keep cut a's 40 B/sample: 3 batches x (80 + 80) = 480 B.
@@ -147,15 +160,27 @@ def toy_dataset(tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("scheme", "cuts", "version"),
-    [("sfl", (2, 2), "v1"), ("sfl", (1, 1), "v2"), ("hsfl", (1, 3), "v1"),
-     ("hsfl", (2, 2), "v1"), ("hsfl-ll", (1, 2), "v1"), ("hsfl-ll", (3, 3), "v1")],
-)  # fmt: skip
+    [
+        ("sfl", (2, 2), "v1"),
+        ("sfl", (1, 1), "v2"),
+        ("hsfl", (1, 3), "v1"),
+        ("hsfl", (2, 2), "v1"),
+        ("hsfl-ll", (1, 2), "v1"),
+        ("hsfl-ll", (3, 3), "v1"),
+    ],
+)
 def test_simulated_ledger_equals_the_closed_form_prediction(toy_dataset, scheme, cuts, version):
     # Prepare: a heterogeneous topology, dropouts and stragglers in the round.
     cfg = SFLConfig(
-        scheme=scheme, cuts=cuts, sfl_version=version, rounds=1, batch_size=16,
-        drop_prob=0.3, straggler_prob=0.5, seed=3,
-    )  # fmt: skip
+        scheme=scheme,
+        cuts=cuts,
+        sfl_version=version,
+        rounds=1,
+        batch_size=16,
+        drop_prob=0.3,
+        straggler_prob=0.5,
+        seed=3,
+    )
     topo = resolve_topology("heterogeneous", n_clients=6, n_aggregators=2, seed=1)
     setup = prepare_run(cfg, dataset=toy_dataset, model_fn=ToyFactory("cnn"), topology=topo)
     runtime = SimRuntime(setup)
@@ -164,10 +189,14 @@ def test_simulated_ledger_equals_the_closed_form_prediction(toy_dataset, scheme,
     # Execute
     outcome = runtime.execute_round(plan)
     predicted = predict_ledger(
-        setup.costs, setup.topology, setup.assignment,
-        scheme=setup.scheme, batch_size=cfg.batch_size,
-        participants=plan.participants, slowdown=plan.slowdown,
-    )  # fmt: skip
+        setup.costs,
+        setup.topology,
+        setup.assignment,
+        scheme=setup.scheme,
+        batch_size=cfg.batch_size,
+        participants=plan.participants,
+        slowdown=plan.slowdown,
+    )
     # Assert: every account agrees.
     for f in dataclasses.fields(Ledger):
         np.testing.assert_allclose(

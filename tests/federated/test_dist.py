@@ -67,9 +67,17 @@ def test_sim_and_dist_report_identical_bytes_and_weights(dataset, tmp_path, sche
 def test_clients_that_disappear_or_hang_are_dropped_not_waited_for(dataset, tmp_path):
     # Prepare: client 1's process exits and client 2 stops answering at round 2.
     setup = _setup(
-        dataset, 4, 2, scheme="hsfl", cuts=(1, 2), rounds=3, timeout_s=5.0,
-        exit_clients={1: 1}, hang_clients={2: 1}, min_clients=2,
-    )  # fmt: skip
+        dataset,
+        4,
+        2,
+        scheme="hsfl",
+        cuts=(1, 2),
+        rounds=3,
+        timeout_s=5.0,
+        exit_clients={1: 1},
+        hang_clients={2: 1},
+        min_clients=2,
+    )
     # Execute
     result = launch_roles(
         setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, quiet=True

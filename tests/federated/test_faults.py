@@ -169,8 +169,13 @@ def test_a_killed_launcher_takes_every_role_process_with_it(dataset, tmp_path):
 
 
 def _record(participants: int, scheduled: int, lost: list[int], lost_aggs=()) -> dict:
-    return {"round": 2, "participants": participants, "scheduled": scheduled, "lost": lost,
-            "lost_aggregators": list(lost_aggs)}  # fmt: skip
+    return {
+        "round": 2,
+        "participants": participants,
+        "scheduled": scheduled,
+        "lost": lost,
+        "lost_aggregators": list(lost_aggs),
+    }
 
 
 def test_participation_rules_like_flowers():
@@ -203,8 +208,20 @@ def test_a_round_below_the_minimum_stops_the_dist_run_with_one_line(dataset, tmp
 
 
 def test_more_aggregators_than_clients_is_refused(dataset, tmp_path, capsys):
-    rc = main(["sfl", "run", str(dataset), "-o", str(tmp_path / "run"), "--clients", "2",
-               "--aggregators", "3", "--quiet"])  # fmt: skip
+    rc = main(
+        [
+            "sfl",
+            "run",
+            str(dataset),
+            "-o",
+            str(tmp_path / "run"),
+            "--clients",
+            "2",
+            "--aggregators",
+            "3",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "3 aggregators for 2 clients" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
@@ -271,7 +288,9 @@ def test_resume_refuses_a_checkpoint_of_other_options(dataset, tmp_path):
     out.mkdir()
     with pytest.raises(InputError, match="no SFL checkpoint to resume from"):
         read_checkpoint(out, SFLConfig())
-    torch.save({"config": json.dumps(SFLConfig(lr=0.5).to_dict(), sort_keys=True)},
-               out / "sfl-checkpoint.pt")  # fmt: skip
+    torch.save(
+        {"config": json.dumps(SFLConfig(lr=0.5).to_dict(), sort_keys=True)},
+        out / "sfl-checkpoint.pt",
+    )
     with pytest.raises(InputError, match="written by a run with other lr"):
         read_checkpoint(out, SFLConfig())

@@ -40,9 +40,9 @@ def test_dirichlet_skews_labels_more_for_small_alpha():
         shards = partition_dirichlet(rows, labels, 8, alpha, seed=1)
         assert _is_partition(shards, rows)
         # Classes holding at least 10 % of a client's rows.
-        return float(np.mean([
-            (np.bincount(labels[s], minlength=4) >= 0.1 * len(s)).sum() for s in shards
-        ]))  # fmt: skip
+        return float(
+            np.mean([(np.bincount(labels[s], minlength=4) >= 0.1 * len(s)).sum() for s in shards])
+        )
 
     # Execute
     skewed, even = mean_classes_per_client(0.1), mean_classes_per_client(100.0)

@@ -43,8 +43,10 @@ def _registry_model(name: str):
 
 
 def _models():
-    out = [(f"toy-{k}", lambda k=k: toy_model(input_shape=(32,), n_classes=3, kind=k))
-           for k in ("mlp", "cnn", "rnn")]  # fmt: skip
+    out = [
+        (f"toy-{k}", lambda k=k: toy_model(input_shape=(32,), n_classes=3, kind=k))
+        for k in ("mlp", "cnn", "rnn")
+    ]
     out += [(name, lambda name=name: _registry_model(name)) for name in REGISTRY]
     return out
 

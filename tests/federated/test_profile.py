@@ -108,8 +108,13 @@ def test_cut_table_lists_every_legal_cut_with_vectorised_costs():
     table = cut_table(prof)
     # Assert: 6 legal cuts for 4 blocks; row (1, 3) matches part_costs.
     assert list(zip(table["a"], table["c"], strict=True)) == [
-        (1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (3, 3)
-    ]  # fmt: skip
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 2),
+        (2, 3),
+        (3, 3),
+    ]
     row = 2
     assert table["client_flops"][row] == 300.0
     assert table["aggregator_flops"][row] == 725.0

@@ -29,9 +29,13 @@ def _run(dataset, *, clients=4, aggregators=2, topology="homogeneous", **kw):
 
 @pytest.mark.parametrize(
     ("scheme", "cuts", "version"),
-    [("sfl", (1, 1), "v1"), ("sfl", (1, 1), "v2"), ("hsfl", (1, 2), "v1"),
-     ("hsfl-ll", (1, 2), "v1")],
-)  # fmt: skip
+    [
+        ("sfl", (1, 1), "v1"),
+        ("sfl", (1, 1), "v2"),
+        ("hsfl", (1, 2), "v1"),
+        ("hsfl-ll", (1, 2), "v1"),
+    ],
+)
 def test_every_scheme_learns_the_toy_task(dataset, scheme, cuts, version):
     # Execute: 6 rounds, 4 clients, 2 aggregators; chance is about 1/3.
     result = _run(dataset, scheme=scheme, cuts=cuts, sfl_version=version)
@@ -73,9 +77,14 @@ def test_dropped_clients_send_nothing_and_stragglers_stretch_the_round(dataset):
     base = _run(dataset, scheme="hsfl", cuts=(1, 2), rounds=3, clients=6)
     drop = _run(dataset, scheme="hsfl", cuts=(1, 2), rounds=3, clients=6, drop_prob=0.5)
     slow = _run(
-        dataset, scheme="hsfl", cuts=(1, 2), rounds=3, clients=6, straggler_prob=0.5,
+        dataset,
+        scheme="hsfl",
+        cuts=(1, 2),
+        rounds=3,
+        clients=6,
+        straggler_prob=0.5,
         straggler_slowdown=100.0,
-    )  # fmt: skip
+    )
     # Assert: fewer participants, fewer bytes; stragglers make rounds longer, same bytes.
     dropped = [r["dropped"] for r in drop.history]
     assert sum(dropped) > 0
@@ -96,8 +105,12 @@ def test_metrics_record_bytes_by_hop_direction_and_type(dataset):
     assert set(rec["bytes"]) == {"client-aggregator", "aggregator-server"}
     assert set(rec["bytes"]["client-aggregator"]) == {"up", "down"}
     assert set(rec["bytes"]["client-aggregator"]["up"]) == {
-        "activations", "gradients", "labels", "model", "control"
-    }  # fmt: skip
+        "activations",
+        "gradients",
+        "labels",
+        "model",
+        "control",
+    }
     nested = sum(v for h in rec["bytes"].values() for d in h.values() for v in d.values())
     assert nested == rec["bytes_total"] == totals["bytes_total"]
     assert sum(totals["bytes_by_hop"].values()) == totals["bytes_total"]

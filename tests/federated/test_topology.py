@@ -18,8 +18,16 @@ from flowsplit.federated.system.topology import (
 
 def _same(a, b) -> None:
     assert a.name == b.name and a.server_speed == b.server_speed
-    for key in ("client_speed", "client_memory", "client_samples", "aggregator_speed",
-                "ca_latency", "ca_bandwidth", "as_latency", "as_bandwidth"):  # fmt: skip
+    for key in (
+        "client_speed",
+        "client_memory",
+        "client_samples",
+        "aggregator_speed",
+        "ca_latency",
+        "ca_bandwidth",
+        "as_latency",
+        "as_bandwidth",
+    ):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
 
 

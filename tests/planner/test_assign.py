@@ -152,7 +152,7 @@ def test_capacities_and_links_are_never_violated(instance):
             delay_coef=1.0,
             bytes_coef=0.0,
             capacity=cap,
-        ),  # fmt: skip
+        ),
     ):
         assert np.all(assign >= 0)
         assert np.all(linked[np.arange(n), assign])
@@ -161,8 +161,14 @@ def test_capacities_and_links_are_never_violated(instance):
         return
     exact = solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0, capacity=cap)
     assert np.all(np.bincount(exact.assignment, minlength=a) <= cap)
-    heuristic = improve_assignment(table, 0, greedy_assign(table, capacity=cap)[0],
-                                   delay_coef=1.0, bytes_coef=0.0, capacity=cap)  # fmt: skip
+    heuristic = improve_assignment(
+        table,
+        0,
+        greedy_assign(table, capacity=cap)[0],
+        delay_coef=1.0,
+        bytes_coef=0.0,
+        capacity=cap,
+    )
     assert assignment_objective(table, 0, heuristic, 1.0, 0.0) >= exact.objective * (1 - 1e-6)
 
 

@@ -52,12 +52,14 @@ def test_planner_predicts_what_the_simulation_charges(tmp_path, scheme, cuts):
     torch.set_num_threads(1)
     data = write_toy_dataset(tmp_path / "toy", n=120)
     cfg = SFLConfig(scheme=scheme, cuts=cuts, rounds=1, batch_size=16)
-    setup = prepare_run(cfg, dataset=data, model_fn=ToyFactory("mlp"),
-                        topology=heterogeneous(5, 2, seed=3))  # fmt: skip
+    setup = prepare_run(
+        cfg, dataset=data, model_fn=ToyFactory("mlp"), topology=heterogeneous(5, 2, seed=3)
+    )
     table = build_cost_table([setup.costs], setup.topology, setup.scheme, batch_size=16)
     assign = greedy_assign(table)[0]
-    setup = prepare_run(cfg, dataset=data, model_fn=ToyFactory("mlp"),
-                        topology=setup.topology, assignment=assign)  # fmt: skip
+    setup = prepare_run(
+        cfg, dataset=data, model_fn=ToyFactory("mlp"), topology=setup.topology, assignment=assign
+    )
     # Execute: train one round in the simulation.
     record = run_simulation(setup).history[0]
     # Assert: the planner's delay and bytes are the simulation's.

@@ -28,10 +28,12 @@ def test_objective_by_hand():
 def test_loss_weight_decides_between_equally_costly_cuts():
     topo = random_topology(12, 3, seed=1)
     weighted = {"mode": "weighted"}
-    fast = plan_split(small_profile(), topo, LOSS,
-                      PlannerConfig(weights=Weights(0, 1, 0), **weighted))  # fmt: skip
-    careful = plan_split(small_profile(), topo, LOSS,
-                         PlannerConfig(weights=Weights(100, 1, 0), **weighted))  # fmt: skip
+    fast = plan_split(
+        small_profile(), topo, LOSS, PlannerConfig(weights=Weights(0, 1, 0), **weighted)
+    )
+    careful = plan_split(
+        small_profile(), topo, LOSS, PlannerConfig(weights=Weights(100, 1, 0), **weighted)
+    )
     # With a dominant loss weight the planner takes the lowest predicted loss.
     assert careful.cuts == min(LOSS, key=LOSS.get)
     # Delay-only: the chosen pair has the least delay among the evaluated candidates.
@@ -120,8 +122,9 @@ def test_the_guard_takes_the_least_costly_plan_within_the_tolerance():
     profile = small_profile()
     # Execute
     plan = plan_split(profile, topo, None, PlannerConfig(), predicted_accuracy=ACC)
-    everything = plan_split(profile, topo, None, PlannerConfig(acc_tolerance=1.0),
-                            predicted_accuracy=ACC)  # fmt: skip
+    everything = plan_split(
+        profile, topo, None, PlannerConfig(acc_tolerance=1.0), predicted_accuracy=ACC
+    )
     # Assert: the eligible set by hand, the choice is the cheapest eligible pair by the
     # delay/bytes objective, and a cheaper pair outside the tolerance is not taken.
     guard = plan.to_dict()["guard"]
@@ -138,8 +141,9 @@ def test_the_guard_takes_the_least_costly_plan_within_the_tolerance():
 
 def test_the_guard_falls_back_to_a_stated_rule_when_pilots_do_not_separate_the_cuts():
     topo = random_topology(12, 3, seed=1)
-    plan = plan_split(small_profile(), topo, None, PlannerConfig(), predicted_accuracy=ACC,
-                      separated=False)  # fmt: skip
+    plan = plan_split(
+        small_profile(), topo, None, PlannerConfig(), predicted_accuracy=ACC, separated=False
+    )
     guard = plan.info["guard"]
     assert guard["fallback"] and "do not separate" in guard["rule"]
     assert sorted(map(tuple, guard["eligible"])) == [(1, 1), (1, 2), (1, 3)]
@@ -151,8 +155,9 @@ def test_three_tier_restricts_the_plan_to_pairs_with_an_aggregator_part():
     acc = {c: 0.9 for c in ACC}
     acc[(1, 1)] = acc[(2, 2)] = acc[(3, 3)] = 0.99  # the best predictions are two-tier
     two = plan_split(small_profile(), topo, None, PlannerConfig(), predicted_accuracy=acc)
-    three = plan_split(small_profile(), topo, None, PlannerConfig(three_tier=True),
-                       predicted_accuracy=acc)  # fmt: skip
+    three = plan_split(
+        small_profile(), topo, None, PlannerConfig(three_tier=True), predicted_accuracy=acc
+    )
     assert two.tiers == 2 and two.to_dict()["tiers"] == 2
     assert three.cuts[0] < three.cuts[1] and three.tiers == 3
     rows = {tuple(r["cuts"]): r["status"] for r in three.candidates}
@@ -181,7 +186,12 @@ def test_greedy_baseline_is_no_slower_than_the_random_assignment():
 def test_guard_needs_a_cost_weight_and_a_sane_tolerance():
     topo = random_topology(6, 2, seed=1)
     with pytest.raises(ConfigError, match="delay or bytes weight"):
-        plan_split(small_profile(), topo, None, PlannerConfig(weights=Weights(1, 0, 0)),
-                   predicted_accuracy=ACC)  # fmt: skip
+        plan_split(
+            small_profile(),
+            topo,
+            None,
+            PlannerConfig(weights=Weights(1, 0, 0)),
+            predicted_accuracy=ACC,
+        )
     with pytest.raises(ConfigError, match="acc-tolerance"):
         PlannerConfig(acc_tolerance=2.0)

@@ -19,9 +19,27 @@ def toy_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(fed_commands, "_neural_model", lambda *a: ToyFactory("mlp"))
     data = write_toy_dataset(tmp_path / "toy", n=120)
     plan = tmp_path / "plan.json"
-    rc = main(["sfl", "plan", str(data), "--clients", "6", "--aggregators", "2", "--no-pilots",
-               "--topology", "heterogeneous", "--batch-size", "16", "--seed", "3", "--quiet",
-               "-o", str(plan)])  # fmt: skip
+    rc = main(
+        [
+            "sfl",
+            "plan",
+            str(data),
+            "--clients",
+            "6",
+            "--aggregators",
+            "2",
+            "--no-pilots",
+            "--topology",
+            "heterogeneous",
+            "--batch-size",
+            "16",
+            "--seed",
+            "3",
+            "--quiet",
+            "-o",
+            str(plan),
+        ]
+    )
     assert rc == 0
     return data, plan
 
@@ -32,8 +50,24 @@ def test_a_simulated_run_of_a_plan_costs_what_the_plan_predicts(toy_plan, tmp_pa
     plan = json.loads(plan_path.read_text())
     out = tmp_path / "run"
     # Execute: the run's own options differ from the plan's (they must be replaced).
-    rc = main(["sfl", "run", str(data), "--plan", str(plan_path), "--rounds", "2",
-               "--batch-size", "64", "--cuts", "2,2", "--quiet", "-o", str(out)])  # fmt: skip
+    rc = main(
+        [
+            "sfl",
+            "run",
+            str(data),
+            "--plan",
+            str(plan_path),
+            "--rounds",
+            "2",
+            "--batch-size",
+            "64",
+            "--cuts",
+            "2,2",
+            "--quiet",
+            "-o",
+            str(out),
+        ]
+    )
     # Assert: the planned cuts, assignment and per-round bytes and delay, exactly.
     assert rc == 0
     metrics = json.loads((out / "metrics.json").read_text())
@@ -57,6 +91,16 @@ def test_a_broken_plan_file_is_a_one_line_error(toy_plan, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert str(bad) in err[0] and "each of the 6 clients" in err[0]
-    rc = main(["sfl", "run", str(data), "--plan", str(tmp_path / "none.json"), "--quiet",
-               "-o", str(tmp_path / "r")])  # fmt: skip
+    rc = main(
+        [
+            "sfl",
+            "run",
+            str(data),
+            "--plan",
+            str(tmp_path / "none.json"),
+            "--quiet",
+            "-o",
+            str(tmp_path / "r"),
+        ]
+    )
     assert rc == 2 and "plan file not found" in capsys.readouterr().err

@@ -87,8 +87,13 @@ def test_budget_pairs_for_the_planner(tmp_path):
     assert budget_pairs(None, "dcor", None) is None
     assert budget_pairs(path, "bytes_recovered", 0.3) == ((2, 2), (2, 3), (3, 3))
     assert budget_pairs(path, "bytes_recovered", 1.0) == (
-        (1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (3, 3)
-    )  # fmt: skip
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 2),
+        (2, 3),
+        (3, 3),
+    )
     with pytest.raises(ConfigError, match="needs both"):
         budget_pairs(path, "dcor", None)
     other = _write(tmp_path, {**STUDY, "model": "lstm"}, "lstm.json")

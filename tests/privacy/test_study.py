@@ -31,10 +31,22 @@ def _dataset(path, n=150, length=32, n_classes=3, seed=0):
         data[y == k, :6] = np.frombuffer(f"GET /{k}".encode(), np.uint8)
     seq = rng.normal(size=(n, 8, 3)).astype(np.float32) + y[:, None, None]
     split = np.array(["train", "train", "train", "val", "test"] * (n // 5))
-    meta = pd.DataFrame({"flow_id": np.arange(n), "label": y, "split": split,
-                         "label_name": [f"c{k}" for k in y], "group": "g", "source": "s"})  # fmt: skip
-    return write_dataset(path, meta=meta, classes=[f"c{k}" for k in range(n_classes)],
-                         views={"bytes": data, "seq": seq})  # fmt: skip
+    meta = pd.DataFrame(
+        {
+            "flow_id": np.arange(n),
+            "label": y,
+            "split": split,
+            "label_name": [f"c{k}" for k in y],
+            "group": "g",
+            "source": "s",
+        }
+    )
+    return write_dataset(
+        path,
+        meta=meta,
+        classes=[f"c{k}" for k in range(n_classes)],
+        views={"bytes": data, "seq": seq},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +55,14 @@ def toy(tmp_path_factory):
 
 
 def test_study_measures_every_cut_and_defence(toy):
-    cfg = PrivacyConfig(model="cnn", model_options=SMALL_CNN, epochs=1, cuts=(1, 3),
-                        attack=AttackConfig(epochs=1), defences=(Defence("noise", 1.0),))  # fmt: skip
+    cfg = PrivacyConfig(
+        model="cnn",
+        model_options=SMALL_CNN,
+        epochs=1,
+        cuts=(1, 3),
+        attack=AttackConfig(epochs=1),
+        defences=(Defence("noise", 1.0),),
+    )
     saved = []
     res = run_study(toy, cfg, checkpoint=lambda partial: saved.append(len(partial["cuts"])))
     assert sorted(res["cuts"]) == ["1", "3"]
@@ -67,9 +85,16 @@ def test_study_measures_every_cut_and_defence(toy):
 
 
 def test_seq_view_reports_feature_errors(toy):
-    cfg = PrivacyConfig(model="cnn", view="seq", model_options={"channels": [4, 8], "hidden": 8},
-                        cuts=(1,), epochs=1, attack=AttackConfig(epochs=2), gradients=False,
-                        reference=False)  # fmt: skip
+    cfg = PrivacyConfig(
+        model="cnn",
+        view="seq",
+        model_options={"channels": [4, 8], "hidden": 8},
+        cuts=(1,),
+        epochs=1,
+        attack=AttackConfig(epochs=2),
+        gradients=False,
+        reference=False,
+    )
     rec = run_study(toy, cfg)["cuts"]["1"]
     assert set(rec["seq_nrmse_features"]) == {"f0", "f1", "f2"}
     assert 0.0 <= rec["seq_recovered"] <= 1.0 and "grad_label_acc" not in rec
@@ -84,9 +109,28 @@ def test_bad_cut_and_overlapping_splits(toy):
 
 def test_cli_writes_json_and_picture_and_marks_the_budget(toy, tmp_path, capsys):
     out = tmp_path / "priv"
-    argv = ["sfl", "privacy", str(toy), "-o", str(out), "--epochs", "1", "--attack-epochs", "1",
-            "--defences", "quant:2", "--max-leakage", "0.99", "--topology", "homogeneous",
-            "--clients", "4", "--aggregators", "2", "--quiet"]  # fmt: skip
+    argv = [
+        "sfl",
+        "privacy",
+        str(toy),
+        "-o",
+        str(out),
+        "--epochs",
+        "1",
+        "--attack-epochs",
+        "1",
+        "--defences",
+        "quant:2",
+        "--max-leakage",
+        "0.99",
+        "--topology",
+        "homogeneous",
+        "--clients",
+        "4",
+        "--aggregators",
+        "2",
+        "--quiet",
+    ]
     for k, v in SMALL_CNN.items():
         argv += ["--model-option", f"{k}={json.dumps(v)}"]
     assert main(argv) == 0
@@ -98,8 +142,20 @@ def test_cli_writes_json_and_picture_and_marks_the_budget(toy, tmp_path, capsys)
     assert "least delay with bytes_recovered <= 0.99" in capsys.readouterr().out
     # Redrawn from the results with a tighter budget and the cuts of a plan marked.
     (tmp_path / "plan.json").write_text(json.dumps({"cuts": [2, 3]}))
-    redraw = [*argv[:5], "--redraw", "--max-leakage", "0.0", "--plan", str(tmp_path / "plan.json"),
-              "--topology", "homogeneous", "--clients", "4", "--aggregators", "2"]  # fmt: skip
+    redraw = [
+        *argv[:5],
+        "--redraw",
+        "--max-leakage",
+        "0.0",
+        "--plan",
+        str(tmp_path / "plan.json"),
+        "--topology",
+        "homogeneous",
+        "--clients",
+        "4",
+        "--aggregators",
+        "2",
+    ]
     capsys.readouterr()
     assert main(redraw) == 0
     printed = capsys.readouterr().out
@@ -120,8 +176,10 @@ def test_weights_of_an_sfl_run_directory_are_loaded_block_by_block(tmp_path):
 
     trained = fresh(1)
     split = split_model(trained, 1, 2)  # what `sfl run` saves: the parts in a row
-    torch.save(nn.Sequential(split.client, split.aggregator, split.server).state_dict(),
-               tmp_path / "model.pt")  # fmt: skip
+    torch.save(
+        nn.Sequential(split.client, split.aggregator, split.server).state_dict(),
+        tmp_path / "model.pt",
+    )
     (tmp_path / "config.json").write_text(json.dumps({"cuts": [1, 2]}))
     loaded = load_run_weights(fresh(2), tmp_path)
     for key, value in trained.state_dict().items():

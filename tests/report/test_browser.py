@@ -30,8 +30,12 @@ def test_report_page_renders_in_chromium(tmp_path):
     # Prepare: a page with two figures and hostile text
     fig_a = figures.bar_chart(["a", "b"], {"x": [1.0, 2.0]})
     fig_b = figures.heatmap([[3, 1], [0, 2]], ["<b>x</b>", "y"], ["<b>x</b>", "y"])
-    page = html.page("<script>alert(1)</script>", html.figure(fig_a, "bars"),
-                     html.figure(fig_b, "heat"), html.table([{"k": "<img src=x onerror=alert(1)>"}]))  # fmt: skip
+    page = html.page(
+        "<script>alert(1)</script>",
+        html.figure(fig_a, "bars"),
+        html.figure(fig_b, "heat"),
+        html.table([{"k": "<img src=x onerror=alert(1)>"}]),
+    )
     path = tmp_path / "page.html"
     path.write_text(page)
     shot = tmp_path / "shot.png"
@@ -49,8 +53,9 @@ def test_report_page_renders_in_chromium(tmp_path):
 @pytest.mark.slow
 def test_browser_check_sees_broken_images_and_errors(tmp_path):
     bad = tmp_path / "bad.html"
-    bad.write_text('<img alt="b" src="data:image/png;base64,AAAA">'
-                   "<script>console.error('boom')</script>")  # fmt: skip
+    bad.write_text(
+        '<img alt="b" src="data:image/png;base64,AAAA"><script>console.error(\'boom\')</script>'
+    )
     res = check_page(bad)
     assert not res.ok
     assert [i["alt"] for i in res.broken_images] == ["b"]

@@ -34,8 +34,9 @@ def test_page_is_self_contained_and_escapes_title():
 
 def test_figure_embeds_a_png():
     # Prepare
-    fig = figures.bar_chart(["a", "b"], {"x": [1.0, 2.0]}, lows={"x": [0.5, 1.5]},
-                            highs={"x": [1.5, 2.5]}, ylabel="y")  # fmt: skip
+    fig = figures.bar_chart(
+        ["a", "b"], {"x": [1.0, 2.0]}, lows={"x": [0.5, 1.5]}, highs={"x": [1.5, 2.5]}, ylabel="y"
+    )
     # Execute
     b64 = html.figure_to_base64(fig)
     tag = html.figure(fig, caption=EVIL)
@@ -47,9 +48,14 @@ def test_figure_embeds_a_png():
 
 def test_heatmap_and_line_chart_render():
     heat = figures.heatmap(np.array([[5, 1], [0, 4]]), ["a", EVIL], ["a", EVIL])
-    line = figures.line_chart([{"label": "m", "x": [1, 2, 4], "y": [1, 1.9, 3.2]},
-                               {"label": "p", "x": [1, 1024], "y": [1, 500], "style": "--"}],
-                              logx=True, logy=True)  # fmt: skip
+    line = figures.line_chart(
+        [
+            {"label": "m", "x": [1, 2, 4], "y": [1, 1.9, 3.2]},
+            {"label": "p", "x": [1, 1024], "y": [1, 500], "style": "--"},
+        ],
+        logx=True,
+        logy=True,
+    )
     for fig in (heat, line):
         assert base64.b64decode(html.figure_to_base64(fig))[:4] == b"\x89PNG"
 

@@ -38,8 +38,19 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
     data = write_synthetic(root / "ds3", n=N, n_classes=3)
     run = root / "run"
-    argv = ["train", str(data), "--model", "xgboost", "--rounds", "15", "--threads", "1",
-            "-o", str(run), "-q"]  # fmt: skip
+    argv = [
+        "train",
+        str(data),
+        "--model",
+        "xgboost",
+        "--rounds",
+        "15",
+        "--threads",
+        "1",
+        "-o",
+        str(run),
+        "-q",
+    ]
     assert cli_main(argv) == 0
     return root, data, run
 
@@ -88,10 +99,12 @@ def test_classes_are_matched_by_name_not_by_index(trained, capsys, tmp_path):
     meta["label"] = 2 - meta["label"]
     stats = ds.stats_frame()
     flipped = write_dataset(
-        tmp_path / "flipped", meta=meta, classes=ds.classes[::-1],
+        tmp_path / "flipped",
+        meta=meta,
+        classes=ds.classes[::-1],
         views={v: np.asarray(ds.view(v)) for v in ds.views if v != "stats"},
         stats=stats[stats.columns[::-1]],
-    )  # fmt: skip
+    )
     # Execute
     same = _evaluate(run, data, capsys)
     other = _evaluate(run, flipped, capsys)
@@ -104,8 +117,9 @@ def test_a_dataset_with_no_known_class_is_refused_in_one_line(trained, tmp_path,
     # Prepare: classes named otherwise
     _, data, run = trained
     ds = load_dataset(data)
-    other = write_dataset(tmp_path / "other", meta=ds.meta, classes=["x", "y", "z"],
-                          stats=ds.stats_frame())  # fmt: skip
+    other = write_dataset(
+        tmp_path / "other", meta=ds.meta, classes=["x", "y", "z"], stats=ds.stats_frame()
+    )
     # Execute
     rc = cli_main(["evaluate", str(run), str(other)])
     # Assert

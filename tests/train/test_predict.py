@@ -75,11 +75,29 @@ def test_predict_refuses_a_model_trained_on_idx_sessions(tmp_path, capsys):
     # Prepare: a tiny IDX set, a one-epoch CNN on it.
     from tests.data.test_prepare_cli import _idx_inputs
 
-    assert cli_main(["prepare", str(_idx_inputs(tmp_path)), "-o", str(tmp_path / "ds"),
-                     "--quiet"]) == 0  # fmt: skip
+    assert (
+        cli_main(["prepare", str(_idx_inputs(tmp_path)), "-o", str(tmp_path / "ds"), "--quiet"])
+        == 0
+    )
     run = tmp_path / "run"
-    assert cli_main(["train", str(tmp_path / "ds"), "--model", "cnn", "--epochs", "1",
-                     "--model-option", "channels=[4,4]", "-q", "-o", str(run)]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "train",
+                str(tmp_path / "ds"),
+                "--model",
+                "cnn",
+                "--epochs",
+                "1",
+                "--model-option",
+                "channels=[4,4]",
+                "-q",
+                "-o",
+                str(run),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     # Execute
     capture = next(DEMO_CAPTURES.glob("dns/*.pcap"))
@@ -106,19 +124,43 @@ def test_train_refuses_a_dataset_without_a_val_split(demo_dataset, tmp_path, cap
 def test_predict_min_confidence_labels_the_unsure_flows_unknown(demo_dataset, tmp_path, capsys):
     # Prepare: a quick XGBoost model and its predictions without a threshold
     run = tmp_path / "run"
-    assert cli_main(["train", str(demo_dataset), "--model", "xgboost", "--rounds", "20",
-                     "--threads", "1", "-q", "-o", str(run)]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "train",
+                str(demo_dataset),
+                "--model",
+                "xgboost",
+                "--rounds",
+                "20",
+                "--threads",
+                "1",
+                "-q",
+                "-o",
+                str(run),
+            ]
+        )
+        == 0
+    )
     # Flows of the two trained classes and of others (https, mqtt): unsure ones among them.
-    captures = [str(sorted((DEMO_CAPTURES / c).glob("*.pcap"))[0])
-                for c in ("dns", "http", "https", "mqtt")]  # fmt: skip
+    captures = [
+        str(sorted((DEMO_CAPTURES / c).glob("*.pcap"))[0]) for c in ("dns", "http", "https", "mqtt")
+    ]
     assert cli_main(["predict", str(run), *captures, "-o", str(tmp_path / "all.csv")]) == 0
     plain = list(csv.DictReader((tmp_path / "all.csv").open()))
     levels = sorted({float(r["confidence"]) for r in plain})
     assert len(levels) >= 2, "need flows of two confidence levels"
     threshold = (levels[0] + levels[-1]) / 2  # between two levels: no rounding doubt
     # Execute
-    argv = ["predict", str(run), *captures, "-o", str(tmp_path / "p.csv"),
-            "--min-confidence", str(threshold)]  # fmt: skip
+    argv = [
+        "predict",
+        str(run),
+        *captures,
+        "-o",
+        str(tmp_path / "p.csv"),
+        "--min-confidence",
+        str(threshold),
+    ]
     assert cli_main(argv) == 0
     # Assert: the sure flows keep their class, the others are "unknown", nothing else moves
     rows = list(csv.DictReader((tmp_path / "p.csv").open()))

@@ -14,8 +14,7 @@ from tests.conftest import free_port
 
 def _worker(rank: int, port: int) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)  # fmt: skip
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         from flowsplit.train.distributed import (
             broadcast_checkpoint,
@@ -26,8 +25,12 @@ def _worker(rank: int, port: int) -> None:
         layout = SimpleNamespace(ddp_enabled=True, device="cpu", is_main=rank == 0, world_size=2)
         ckpt = None
         if rank == 0:
-            ckpt = {"epoch": 3, "model": {"w": torch.arange(6.0).reshape(2, 3)},
-                    "history": {"loss": [0.5, 0.25]}, "best": {"stale": 1}}  # fmt: skip
+            ckpt = {
+                "epoch": 3,
+                "model": {"w": torch.arange(6.0).reshape(2, 3)},
+                "history": {"loss": [0.5, 0.25]},
+                "best": {"stale": 1},
+            }
         got = broadcast_checkpoint(ckpt, layout)
         assert got["epoch"] == 3 and got["history"]["loss"] == [0.5, 0.25]
         assert torch.equal(got["model"]["w"], torch.arange(6.0).reshape(2, 3))

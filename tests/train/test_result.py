@@ -21,22 +21,52 @@ def _train_metrics() -> dict:
 
 
 def _round(i: int) -> dict:
-    return {"round": i, "accuracy": 0.5 + i / 10, "macro_f1": 0.4, "loss": 1.0 / i,
-            "delay_s": 2.0, "clock_s": 2.0 * i, "wall_s": 0.1, "bytes_total": 1000 * i,
-            "messages_total": 6, "bytes": {"client-agg": {"up": {"smashed": 1000 * i}}},
-            "participants": 3, "lost": []}  # fmt: skip
+    return {
+        "round": i,
+        "accuracy": 0.5 + i / 10,
+        "macro_f1": 0.4,
+        "loss": 1.0 / i,
+        "delay_s": 2.0,
+        "clock_s": 2.0 * i,
+        "wall_s": 0.1,
+        "bytes_total": 1000 * i,
+        "messages_total": 6,
+        "bytes": {"client-agg": {"up": {"smashed": 1000 * i}}},
+        "participants": 3,
+        "lost": [],
+    }
 
 
 def _sfl_result() -> RunResult:
     rounds = [RoundRecord.from_dict(_round(i)) for i in (1, 2)]
     return RunResult(
-        kind="sfl", model="cnn", view="bytes", engine="sfl-sim", workers=1,
-        threads_per_worker=1, device="cpu", backend="sim", seed=3, wall_time_s=0.2,
-        accuracy=0.7, macro_f1=0.4, classes=["a", "b"], n_train=90, n_test=10,
-        config={"scheme": "hsfl"}, env={}, scheme="hsfl", cuts=[1, 2], topology="flat",
-        n_clients=3, n_aggregators=1, rounds=rounds, bytes_total=3000, delay_total_s=4.0,
+        kind="sfl",
+        model="cnn",
+        view="bytes",
+        engine="sfl-sim",
+        workers=1,
+        threads_per_worker=1,
+        device="cpu",
+        backend="sim",
+        seed=3,
+        wall_time_s=0.2,
+        accuracy=0.7,
+        macro_f1=0.4,
+        classes=["a", "b"],
+        n_train=90,
+        n_test=10,
+        config={"scheme": "hsfl"},
+        env={},
+        scheme="hsfl",
+        cuts=[1, 2],
+        topology="flat",
+        n_clients=3,
+        n_aggregators=1,
+        rounds=rounds,
+        bytes_total=3000,
+        delay_total_s=4.0,
         totals={"bytes_total": 3000, "rounds": 2},
-    )  # fmt: skip
+    )
 
 
 def test_a_training_result_reads_back_with_every_field(tmp_path):

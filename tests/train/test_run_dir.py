@@ -10,9 +10,21 @@ import pytest
 from flowsplit.cli import main as cli_main
 from tests.train.synth import write_synthetic
 
-SMALL = ["--model", "cnn", "-q", "--threads", "1", "--batch-size", "16",
-         "--model-option", "channels=[4,4]", "--model-option", "hidden=8",
-         "--model-option", "embed=4"]  # fmt: skip
+SMALL = [
+    "--model",
+    "cnn",
+    "-q",
+    "--threads",
+    "1",
+    "--batch-size",
+    "16",
+    "--model-option",
+    "channels=[4,4]",
+    "--model-option",
+    "hidden=8",
+    "--model-option",
+    "embed=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +91,17 @@ def test_a_one_class_training_set_is_refused(tmp_path, capsys):
 
 def test_a_batch_larger_than_the_training_set_is_warned_about(data, tmp_path, capsys):
     # 60 flows, 36 of them train; a batch of 64 -> one step an epoch.
-    argv = ["train", str(data), "-o", str(tmp_path / "run"), "--epochs", "1", *SMALL,
-            "--batch-size", "64"]  # fmt: skip
+    argv = [
+        "train",
+        str(data),
+        "-o",
+        str(tmp_path / "run"),
+        "--epochs",
+        "1",
+        *SMALL,
+        "--batch-size",
+        "64",
+    ]
     assert cli_main(argv) == 0
     err = capsys.readouterr().err
     assert "--batch-size 64 (global batch 64) is more than the 36 training rows" in err

@@ -117,16 +117,26 @@ def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     maj = (analysis.get("baselines") or {}).get("majority")
     if maj:
-        rows.append({
-            "model": f"majority class (always {maj['class']!r})", "baseline": True,
-            "accuracy": maj["accuracy"], "macro_f1": maj["macro_f1"],
-            "accuracy_ci": f"{100 * maj['accuracy']:.1f} %",
-            "macro_f1_ci": f"{100 * maj['macro_f1']:.1f} %", "verdict": "baseline",
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": f"majority class (always {maj['class']!r})",
+                "baseline": True,
+                "accuracy": maj["accuracy"],
+                "macro_f1": maj["macro_f1"],
+                "accuracy_ci": f"{100 * maj['accuracy']:.1f} %",
+                "macro_f1_ci": f"{100 * maj['macro_f1']:.1f} %",
+                "verdict": "baseline",
+            }
+        )
     models = analysis.get("models", {})
     if "xgboost" not in models:
-        rows.append({"model": "xgboost (flow-statistics baseline)", "baseline": True,
-                     "verdict": "not run (add xgboost to --models)"})  # fmt: skip
+        rows.append(
+            {
+                "model": "xgboost (flow-statistics baseline)",
+                "baseline": True,
+                "verdict": "not run (add xgboost to --models)",
+            }
+        )
     for model, a in models.items():
         central = a.get("by_workers", {}).get("1", {})
         row: dict[str, Any] = {
@@ -154,7 +164,8 @@ def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                 efficiency=_num((v.get("efficiency") or {}).get("mean")),
                 speedup_claimed=claimed,
                 speedup_withheld=[] if claimed else withheld,
-                speedup_ci=times_ci(v.get("speedup")) if claimed
+                speedup_ci=times_ci(v.get("speedup"))
+                if claimed
                 else "not claimed: " + ", ".join(withheld),
                 foreign_share=_num(v.get("foreign_cpu_share_median")),
                 verdict=claims.get("accuracy_verdict", acc.get("verdict")),
@@ -163,9 +174,11 @@ def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                 tost_p=_num(acc.get("tost_p")),
                 alpha=_num(acc.get("alpha")),
                 diff=acc.get("diff_tost") or acc.get("diff"),
-                diff_ci=pts_ci(acc.get("diff_tost") or acc.get("diff"),
-                               f"{100 * (1 - 2 * _num(acc.get('alpha', 0.05))):.0f} % CI"),
-            )  # fmt: skip
+                diff_ci=pts_ci(
+                    acc.get("diff_tost") or acc.get("diff"),
+                    f"{100 * (1 - 2 * _num(acc.get('alpha', 0.05))):.0f} % CI",
+                ),
+            )
         rows.append(row)
     return rows
 
@@ -220,10 +233,13 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
         )
     compared = [r for r in models if "workers" in r]
     worth = [
-        r for r in compared
-        if r["speedup_claimed"] and r["equivalent"]
-        and _iv(r["speedup"])[0] >= SPEEDUP_WORTH_IT and _iv(r["speedup"])[1] > 1
-    ]  # fmt: skip
+        r
+        for r in compared
+        if r["speedup_claimed"]
+        and r["equivalent"]
+        and _iv(r["speedup"])[0] >= SPEEDUP_WORTH_IT
+        and _iv(r["speedup"])[1] > 1
+    ]
     for r in worth:
         out.append(
             f"Data parallelism pays for {r['name']}: {r['workers']} workers cut its epoch time "
@@ -266,8 +282,13 @@ def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
     out = []
     by = {
         why: [r for r in compared if why in r["speedup_withheld"]]
-        for why in ("contended", "efficiency above 100 %", "oversubscribed", "too few undisturbed seeds")
-    }  # fmt: skip
+        for why in (
+            "contended",
+            "efficiency above 100 %",
+            "oversubscribed",
+            "too few undisturbed seeds",
+        )
+    }
     if by["contended"]:
         shares = [r["foreign_share"] for r in by["contended"] if not math.isnan(r["foreign_share"])]
         used = (
@@ -390,9 +411,10 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
     """The lowest-delay scheme within 1 pt of the best final accuracy, against the fair
     baselines the study ran, every change with its interval."""
     cands = [
-        r for r in rows
+        r
+        for r in rows
         if not r["baseline"] and not math.isnan(r["accuracy"]) and not math.isnan(r["delay_s"])
-    ]  # fmt: skip
+    ]
     if not cands:
         return []
     top = max(r["accuracy"] for r in cands)
@@ -483,9 +505,17 @@ def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> dict[str, Any
     dp = data_parallel_rows(dp_res) if dp_res else []
     sfl = sfl_rows(sfl_res) if sfl_res else []
     margin = next((r["margin_pts"] for r in dp if "margin_pts" in r), 1.0)
-    quick = [name for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
-             if r and (r.get("config") or {}).get("quick")]  # fmt: skip
-    return _json_safe({
-        "advice": advise(dp, sfl, sfl_res), "rules": rules_text(margin),
-        "data_parallel": dp, "split_learning": sfl, "quick": quick,
-    })  # fmt: skip
+    quick = [
+        name
+        for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
+        if r and (r.get("config") or {}).get("quick")
+    ]
+    return _json_safe(
+        {
+            "advice": advise(dp, sfl, sfl_res),
+            "rules": rules_text(margin),
+            "data_parallel": dp,
+            "split_learning": sfl,
+            "quick": quick,
+        }
+    )

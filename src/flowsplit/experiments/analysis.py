@@ -158,8 +158,9 @@ def compare_to_central(
         mc.append({"seed": r["seed"], **res})
     out["mcnemar"] = mc
     out["mcnemar_significant"] = sum(1 for m in mc if m["p"] < alpha)
-    shares = [r["foreign_cpu_share"] for r in (*central, *parallel)
-              if _finite(r["foreign_cpu_share"])]  # fmt: skip
+    shares = [
+        r["foreign_cpu_share"] for r in (*central, *parallel) if _finite(r["foreign_cpu_share"])
+    ]
     out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
     out["claims"] = judge(out, central, parallel, majority_rate)
     return out
@@ -322,8 +323,14 @@ def fit_model_scaling(
     host_rows = []
     for n in sorted({int(r["workers"]) for r in runs}):
         row = model.predict(n)
-        host_rows.append({**row, "speedup": base / row["epoch_time_s"],
-                          "efficiency": base / row["epoch_time_s"] / n, "network": host.name})  # fmt: skip
+        host_rows.append(
+            {
+                **row,
+                "speedup": base / row["epoch_time_s"],
+                "efficiency": base / row["epoch_time_s"] / n,
+                "network": host.name,
+            }
+        )
     # A cluster: every worker has its own cores; each keeps the centralised batch (global
     # batch = batch x N, the usual linear-scaling practice), since a fixed global batch
     # cannot be split over more workers than it has samples.
@@ -391,11 +398,20 @@ def analyse(
         "majority": majority,
         "flow_stats": None
         if flow is None
-        else {"model": FLOW_STATS_MODEL, "accuracy": flow["accuracy"], "macro_f1": flow["macro_f1"],
-              "n_runs": flow["n_runs"]},
-    }  # fmt: skip
-    return {"margin": margin, "alpha": alpha, "cores": cores, "models": models,
-            "baselines": baselines}  # fmt: skip
+        else {
+            "model": FLOW_STATS_MODEL,
+            "accuracy": flow["accuracy"],
+            "macro_f1": flow["macro_f1"],
+            "n_runs": flow["n_runs"],
+        },
+    }
+    return {
+        "margin": margin,
+        "alpha": alpha,
+        "cores": cores,
+        "models": models,
+        "baselines": baselines,
+    }
 
 
 def _pts_ci(iv: Mapping | None, label: str) -> str:

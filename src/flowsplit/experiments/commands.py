@@ -38,36 +38,74 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dataset", type=Path, metavar="DATASET", help="prepared dataset directory")
     p.add_argument("-o", "--out", type=Path, required=True, help="study directory to write")
-    p.add_argument("--models", default="cnn,lstm,convlstm,convgru,xgboost",
-                   help="models, comma-separated")  # fmt: skip
-    p.add_argument("--workers", type=_int_list, default=[1, 2, 4],
-                   help="worker counts, comma-separated (1, the reference, is always run)")  # fmt: skip
-    p.add_argument("--seeds", type=_seeds, default=5,
-                   help="number of seeds (0..n-1) or a comma-separated list")  # fmt: skip
+    p.add_argument(
+        "--models", default="cnn,lstm,convlstm,convgru,xgboost", help="models, comma-separated"
+    )
+    p.add_argument(
+        "--workers",
+        type=_int_list,
+        default=[1, 2, 4],
+        help="worker counts, comma-separated (1, the reference, is always run)",
+    )
+    p.add_argument(
+        "--seeds", type=_seeds, default=5, help="number of seeds (0..n-1) or a comma-separated list"
+    )
     p.add_argument("--epochs", type=int, default=None, help="max epochs (default: train's)")
     p.add_argument("--rounds", type=int, default=None, help="max XGBoost rounds")
     p.add_argument("--threads", type=int, default=1, help="threads per worker, in every run")
     p.add_argument("--patience", type=int, default=None, help="early-stopping patience")
-    p.add_argument("--margin", type=float, default=1.0,
-                   help="TOST equivalence margin in percentage points")  # fmt: skip
+    p.add_argument(
+        "--margin", type=float, default=1.0, help="TOST equivalence margin in percentage points"
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    p.add_argument("--quick", action="store_true",
-                   help="short runs (2 epochs, 20 rounds) and a short micro-benchmark")  # fmt: skip
-    p.add_argument("--cell-timeout", type=float, default=None, metavar="S",
-                   help="kill a run after S seconds (it is then reported as failed)")  # fmt: skip
-    p.add_argument("--train-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for every `flowsplit train` (repeatable), "
-                        "e.g. --train-arg=--batch-size=128")  # fmt: skip
-    p.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
-                   help="before each run wait up to S seconds for the CPUs to be mostly idle")  # fmt: skip
-    p.add_argument("--max-busy", type=float, default=0.25, metavar="F",
-                   help="'mostly idle' for --quiet-wait: at most this fraction of CPUs busy")  # fmt: skip
-    p.add_argument("--max-foreign", type=float, default=None, metavar="F",
-                   help="run again (once) a run during which other processes used more "
-                        "than this fraction of the CPUs")  # fmt: skip
-    p.add_argument("--rerun-contended", action="store_true",
-                   help="run again finished runs that other processes disturbed (more than "
-                        "--max-foreign, default 0.15, of the CPUs); keep the less disturbed")  # fmt: skip
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="short runs (2 epochs, 20 rounds) and a short micro-benchmark",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="kill a run after S seconds (it is then reported as failed)",
+    )
+    p.add_argument(
+        "--train-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every `flowsplit train` (repeatable), "
+        "e.g. --train-arg=--batch-size=128",
+    )
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each run wait up to S seconds for the CPUs to be mostly idle",
+    )
+    p.add_argument(
+        "--max-busy",
+        type=float,
+        default=0.25,
+        metavar="F",
+        help="'mostly idle' for --quiet-wait: at most this fraction of CPUs busy",
+    )
+    p.add_argument(
+        "--max-foreign",
+        type=float,
+        default=None,
+        metavar="F",
+        help="run again (once) a run during which other processes used more "
+        "than this fraction of the CPUs",
+    )
+    p.add_argument(
+        "--rerun-contended",
+        action="store_true",
+        help="run again finished runs that other processes disturbed (more than "
+        "--max-foreign, default 0.15, of the CPUs); keep the less disturbed",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_compare)
 
@@ -90,15 +128,26 @@ def _compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 0.5:
         raise ConfigError(f"--alpha must be in (0, 0.5); got {args.alpha}")
     path = run_compare(
-        args.dataset, args.out,
+        args.dataset,
+        args.out,
         models=[m.strip() for m in args.models.split(",") if m.strip()],
-        workers=args.workers, seeds=args.seeds, epochs=args.epochs, rounds=args.rounds,
-        quick=args.quick, threads=args.threads, patience=args.patience,
-        margin=args.margin / 100, alpha=args.alpha, cell_timeout_s=args.cell_timeout,
-        train_args=args.train_arg, quiet_wait_s=args.quiet_wait, max_busy=args.max_busy,
-        max_foreign=args.max_foreign, rerun_contended=args.rerun_contended,
+        workers=args.workers,
+        seeds=args.seeds,
+        epochs=args.epochs,
+        rounds=args.rounds,
+        quick=args.quick,
+        threads=args.threads,
+        patience=args.patience,
+        margin=args.margin / 100,
+        alpha=args.alpha,
+        cell_timeout_s=args.cell_timeout,
+        train_args=args.train_arg,
+        quiet_wait_s=args.quiet_wait,
+        max_busy=args.max_busy,
+        max_foreign=args.max_foreign,
+        rerun_contended=args.rerun_contended,
         progress=not args.quiet,
-    )  # fmt: skip
+    )
     _print_summary(path)
     return 0
 

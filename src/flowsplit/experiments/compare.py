@@ -122,10 +122,23 @@ class CompareConfig:
 def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
     """The ``flowsplit train`` command line of one cell."""
     cmd = [
-        sys.executable, "-m", "flowsplit", "train", str(cfg.dataset),
-        "--model", cell.model, "--workers", str(cell.workers), "--threads", str(cfg.threads),
-        "--seed", str(cell.seed), "-o", str(cell_dir(cfg.out, cell)), "--quiet",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "flowsplit",
+        "train",
+        str(cfg.dataset),
+        "--model",
+        cell.model,
+        "--workers",
+        str(cell.workers),
+        "--threads",
+        str(cfg.threads),
+        "--seed",
+        str(cell.seed),
+        "-o",
+        str(cell_dir(cfg.out, cell)),
+        "--quiet",
+    ]
     if cfg.epochs is not None and cell.model != "xgboost":
         cmd += ["--epochs", str(cfg.epochs)]
     if cfg.rounds is not None and cell.model == "xgboost":
@@ -142,16 +155,26 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
     log_path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}-seed{cell.seed}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     threads = str(cfg.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-           "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": threads,
+        "PYTHONUNBUFFERED": "1",
+    }
     with open(log_path, "w", encoding="utf-8") as fh:
         fh.write(" ".join(train_command(cell, cfg)) + "\n")
         fh.flush()
         try:
             proc = subprocess.run(
-                train_command(cell, cfg), stdout=fh, stderr=subprocess.STDOUT, env=env,
-                timeout=cfg.cell_timeout_s, check=False, preexec_fn=die_with_parent,
-            )  # fmt: skip
+                train_command(cell, cfg),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=cfg.cell_timeout_s,
+                check=False,
+                preexec_fn=die_with_parent,
+            )
             ok = proc.returncode == 0
             status = f"exit status {proc.returncode}"
         except subprocess.TimeoutExpired:
@@ -232,8 +255,10 @@ def run_cells(
             done = read_record(run, cores=0)
             aside = _set_aside(run, "contended") if done is not None else None
             if done is not None:
-                bar.write(f"{cell.name}: others used {100 * done['foreign_cpu_share']:.0f} % "
-                          "CPU while it was timed; running it again")  # fmt: skip
+                bar.write(
+                    f"{cell.name}: others used {100 * done['foreign_cpu_share']:.0f} % "
+                    "CPU while it was timed; running it again"
+                )
             _run_cell_once(cell, cfg, run_cell_fn, run, bar, failures)
             if aside is not None:
                 _keep_least_contended(run, aside)
@@ -306,12 +331,25 @@ def run_compare(
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     cfg = CompareConfig(
-        dataset=str(dataset_dir), out=str(out_dir), models=list(models), workers=list(workers),
-        seeds=seed_list, epochs=epochs, rounds=rounds, threads=threads, patience=patience,
-        margin=margin, alpha=alpha, quick=quick, cell_timeout_s=cell_timeout_s,
-        train_args=list(train_args), quiet_wait_s=quiet_wait_s, max_busy=max_busy,
-        max_foreign=max_foreign, rerun_contended=rerun_contended,
-    )  # fmt: skip
+        dataset=str(dataset_dir),
+        out=str(out_dir),
+        models=list(models),
+        workers=list(workers),
+        seeds=seed_list,
+        epochs=epochs,
+        rounds=rounds,
+        threads=threads,
+        patience=patience,
+        margin=margin,
+        alpha=alpha,
+        quick=quick,
+        cell_timeout_s=cell_timeout_s,
+        train_args=list(train_args),
+        quiet_wait_s=quiet_wait_s,
+        max_busy=max_busy,
+        max_foreign=max_foreign,
+        rerun_contended=rerun_contended,
+    )
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     out = Path(cfg.out)
     foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]

@@ -75,8 +75,11 @@ def _net_names() -> dict[str, str]:
 
 
 def _confusions(records: Sequence[Mapping], model: str, n: int):
-    mats = [np.asarray(r["confusion_matrix"]) for r in records
-            if r["model"] == model and r["workers"] == n and r["confusion_matrix"]]  # fmt: skip
+    mats = [
+        np.asarray(r["confusion_matrix"])
+        for r in records
+        if r["model"] == model and r["workers"] == n and r["confusion_matrix"]
+    ]
     return (sum(mats), len(mats)) if mats else (None, 0)
 
 
@@ -94,29 +97,49 @@ def _conditions(results: Mapping) -> list[dict]:
     bench = ar.get("benchmark") or {}
     rows = [
         ("dataset", cfg["dataset"]),
-        ("training / test samples", f"{results['dataset']['n_train']} / "
-                                    f"{results['dataset']['n_test']}"),
+        (
+            "training / test samples",
+            f"{results['dataset']['n_train']} / {results['dataset']['n_test']}",
+        ),
         ("classes", len(results["dataset"]["classes"] or [])),
         ("models", ", ".join(cfg["models"])),
         ("workers", ", ".join(map(str, cfg["workers"]))),
         ("seeds", ", ".join(map(str, cfg["seeds"]))),
         ("threads per worker", cfg["threads"]),
-        ("epochs (max) / XGBoost rounds (max)", f"{cfg['epochs'] or 'default'} / "
-                                                 f"{cfg['rounds'] or 'default'}"),
+        (
+            "epochs (max) / XGBoost rounds (max)",
+            f"{cfg['epochs'] or 'default'} / {cfg['rounds'] or 'default'}",
+        ),
         ("equivalence margin", f"+-{100 * cfg['margin']:g} pt, alpha {cfg['alpha']:g}"),
         ("host, cores", f"{results['host']}, {results['cores']}"),
-        ("all-reduce benchmark", (f"{bench.get('backend')}, {bench.get('n_workers')} processes, "
-                                  f"torch {bench.get('torch')}, {bench.get('date')}")
-         if bench else "not run"),
-        ("all-reduce fit", (f"alpha {fit['latency_s'] * 1e6:.1f} us, beta "
-                            f"{fit['bandwidth_Bps'] / 1e6:.0f} MB/s (max error "
-                            f"{100 * ar['fit_max_rel_error']:.0f} %)") if fit else "–"),
-        ("versions", ", ".join(f"{k} {env[k]}" for k in ("python", "torch", "xgboost", "numpy")
-                               if k in env) or "–"),
+        (
+            "all-reduce benchmark",
+            (
+                f"{bench.get('backend')}, {bench.get('n_workers')} processes, "
+                f"torch {bench.get('torch')}, {bench.get('date')}"
+            )
+            if bench
+            else "not run",
+        ),
+        (
+            "all-reduce fit",
+            (
+                f"alpha {fit['latency_s'] * 1e6:.1f} us, beta "
+                f"{fit['bandwidth_Bps'] / 1e6:.0f} MB/s (max error "
+                f"{100 * ar['fit_max_rel_error']:.0f} %)"
+            )
+            if fit
+            else "–",
+        ),
+        (
+            "versions",
+            ", ".join(f"{k} {env[k]}" for k in ("python", "torch", "xgboost", "numpy") if k in env)
+            or "–",
+        ),
         ("platform", env.get("platform", "–")),
         ("CPU taken by other processes during runs", _contention_text(results["cells"])),
         ("flowsplit, generated", f"{results['flowsplit_version']}, {results['generated']}"),
-    ]  # fmt: skip
+    ]
     return [{"what": k, "value": v} for k, v in rows]
 
 
@@ -128,8 +151,10 @@ def _contention_text(cells: Sequence[Mapping]) -> str:
     q = np.percentile(shares, [50, 90])
     got = [c["cpu_obtained"] for c in cells if c.get("cpu_obtained") is not None]
     got = [x for x in got if x == x]
-    text = (f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
-            f"({sum(c.get('contended') for c in cells)} of {len(cells)} runs contended)")  # fmt: skip
+    text = (
+        f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
+        f"({sum(c.get('contended') for c in cells)} of {len(cells)} runs contended)"
+    )
     if got:
         text += f"; runs got a median {100 * float(np.median(got)):.0f} % of the CPU they wanted"
     return text
@@ -137,61 +162,102 @@ def _contention_text(cells: Sequence[Mapping]) -> str:
 
 COND_COLS = [Column("what", "condition"), Column("value", "value")]
 AR_COLS = [
-    Column("bytes", "bytes", align="right"), Column("iterations", "calls", align="right"),
+    Column("bytes", "bytes", align="right"),
+    Column("iterations", "calls", align="right"),
     Column("time_s", "median time per call, s", fmt_float(6), "right"),
-]  # fmt: skip
+]
 
 
 def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
     """The self-contained report page."""
     a = results["analysis"]
     models = a["models"]
-    parts = [html.section("Summary", f'<div class="summary">{html.bullet_list(results["summary"])}'
-                          "</div>", html.table(summary_rows(a), SUMMARY_COLS), anchor="summary")]  # fmt: skip
+    parts = [
+        html.section(
+            "Summary",
+            f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
+            html.table(summary_rows(a), SUMMARY_COLS),
+            anchor="summary",
+        )
+    ]
     if models:
-        parts.append(html.section(
-            "Time per model and mode",
-            html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
-            html.table(timing_rows(a), TIMING_COLS), anchor="time"))  # fmt: skip
-        parts.append(html.section(
-            "Accuracy with confidence intervals",
-            html.figure(plots.quality_chart(models, "accuracy", "Test accuracy, mean and 95 % CI",
-                                            a.get("baselines")),
-                        "Test accuracy by model and workers"),
-            html.figure(plots.quality_chart(models, "macro_f1", "Test macro-F1, mean and 95 % CI",
-                                            a.get("baselines")),
-                        "Test macro-F1 by model and workers"),
-            html.table(stats_rows(a), STATS_COLS), anchor="accuracy"))  # fmt: skip
-        curves = [html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
-                  for m in models if any(r["model"] == m and r["loss_per_epoch"]
-                                         for r in records)]  # fmt: skip
+        parts.append(
+            html.section(
+                "Time per model and mode",
+                html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
+                html.table(timing_rows(a), TIMING_COLS),
+                anchor="time",
+            )
+        )
+        parts.append(
+            html.section(
+                "Accuracy with confidence intervals",
+                html.figure(
+                    plots.quality_chart(
+                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.get("baselines")
+                    ),
+                    "Test accuracy by model and workers",
+                ),
+                html.figure(
+                    plots.quality_chart(
+                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.get("baselines")
+                    ),
+                    "Test macro-F1 by model and workers",
+                ),
+                html.table(stats_rows(a), STATS_COLS),
+                anchor="accuracy",
+            )
+        )
+        curves = [
+            html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
+            for m in models
+            if any(r["model"] == m and r["loss_per_epoch"] for r in records)
+        ]
         if curves:
-            parts.append(html.section(
-                "Learning curves", html.paragraph(
-                    "Training loss and validation macro-F1 of every run (one line per seed), "
-                    "against epoch and against training time, per worker count."),
-                *curves, anchor="learning-curves"))  # fmt: skip
+            parts.append(
+                html.section(
+                    "Learning curves",
+                    html.paragraph(
+                        "Training loss and validation macro-F1 of every run (one line per seed), "
+                        "against epoch and against training time, per worker count."
+                    ),
+                    *curves,
+                    anchor="learning-curves",
+                )
+            )
     comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
     bench = results["allreduce"].get("benchmark")
     fit = results["allreduce"].get("fit")
     if bench and fit:
-        comm.append(html.figure(plots.allreduce_chart(bench["rows"], Network(**fit),
-                                                      int(bench["n_workers"])),
-                                "All-reduce micro-benchmark and fitted ring model"))  # fmt: skip
+        comm.append(
+            html.figure(
+                plots.allreduce_chart(bench["rows"], Network(**fit), int(bench["n_workers"])),
+                "All-reduce micro-benchmark and fitted ring model",
+            )
+        )
         comm.append(html.table(bench["rows"], AR_COLS, caption="All-reduce micro-benchmark"))
     parts.append(html.section("Communication", *comm, anchor="communication"))
     fit_rows, pred_rows = scaling_rows(a)
     if fit_rows:
-        speed = [html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
-                 for m, e in models.items() if e.get("scaling", {}).get("predictions")]  # fmt: skip
-        parts.append(html.section(
-            "Scaling model",
-            html.paragraph(f"Error on the measured points (target within +-"
-                           f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
-                           "in the fit."),
-            html.table(fit_rows, FIT_COLS), *speed,
-            html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
-            anchor="scaling"))  # fmt: skip
+        speed = [
+            html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
+            for m, e in models.items()
+            if e.get("scaling", {}).get("predictions")
+        ]
+        parts.append(
+            html.section(
+                "Scaling model",
+                html.paragraph(
+                    f"Error on the measured points (target within +-"
+                    f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
+                    "in the fit."
+                ),
+                html.table(fit_rows, FIT_COLS),
+                *speed,
+                html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+                anchor="scaling",
+            )
+        )
     cms = []
     classes = results["dataset"]["classes"] or []
     for model, entry in models.items():
@@ -211,12 +277,25 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
     if cms:
         parts.append(html.section("Per-class results", *cms, anchor="per-class"))
     parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))
-    parts.append(html.section("Conditions", html.table(_conditions(results), COND_COLS),
-                              *([html.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in
-                                                  results["failures"].items())]
-                                if results["failures"] else []), anchor="conditions"))  # fmt: skip
-    return html.page(TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}"
-                     + _quick_label(results))  # fmt: skip
+    parts.append(
+        html.section(
+            "Conditions",
+            html.table(_conditions(results), COND_COLS),
+            *(
+                [
+                    html.bullet_list(
+                        f"{k}: {v.splitlines()[0]}" for k, v in results["failures"].items()
+                    )
+                ]
+                if results["failures"]
+                else []
+            ),
+            anchor="conditions",
+        )
+    )
+    return html.page(
+        TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}" + _quick_label(results)
+    )
 
 
 def _quick_label(results: Mapping) -> str:
@@ -233,24 +312,39 @@ def render_markdown(results: Mapping) -> str:
     blocks = [
         markdown.heading(TITLE, 1),
         markdown.paragraph(f"dataset {results['config']['dataset']}" + _quick_label(results)),
-        markdown.heading("Summary"), markdown.bullet_list(results["summary"]),
+        markdown.heading("Summary"),
+        markdown.bullet_list(results["summary"]),
         markdown.table(summary_rows(a), SUMMARY_COLS),
-        markdown.heading("Time per model and mode"), markdown.table(timing_rows(a), TIMING_COLS),
-        markdown.heading("Statistics"), markdown.table(stats_rows(a), STATS_COLS),
-    ]  # fmt: skip
+        markdown.heading("Time per model and mode"),
+        markdown.table(timing_rows(a), TIMING_COLS),
+        markdown.heading("Statistics"),
+        markdown.table(stats_rows(a), STATS_COLS),
+    ]
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
         blocks += [markdown.heading("Test F1 per class"), markdown.table(pc_rows, pc_cols)]
     if fit_rows:
-        blocks += [markdown.heading("Scaling model"), markdown.table(fit_rows, FIT_COLS),
-                   markdown.table(pred_rows, PRED_COLS)]  # fmt: skip
+        blocks += [
+            markdown.heading("Scaling model"),
+            markdown.table(fit_rows, FIT_COLS),
+            markdown.table(pred_rows, PRED_COLS),
+        ]
     bench = results["allreduce"].get("benchmark")
     if bench:
-        blocks += [markdown.heading("All-reduce micro-benchmark"),
-                   markdown.table(bench["rows"], AR_COLS)]  # fmt: skip
-    blocks += [markdown.heading("Method"), markdown.bullet_list(METHODS),
-               markdown.heading("Conditions"), markdown.table(_conditions(results), COND_COLS)]  # fmt: skip
+        blocks += [
+            markdown.heading("All-reduce micro-benchmark"),
+            markdown.table(bench["rows"], AR_COLS),
+        ]
+    blocks += [
+        markdown.heading("Method"),
+        markdown.bullet_list(METHODS),
+        markdown.heading("Conditions"),
+        markdown.table(_conditions(results), COND_COLS),
+    ]
     if results["failures"]:
-        blocks.append(markdown.bullet_list(f"{k}: {v.splitlines()[0]}"
-                                           for k, v in results["failures"].items()))  # fmt: skip
+        blocks.append(
+            markdown.bullet_list(
+                f"{k}: {v.splitlines()[0]}" for k, v in results["failures"].items()
+            )
+        )
     return markdown.document(*blocks)

@@ -42,9 +42,14 @@ def _grouped(models: Mapping, key: str, scale: float = 1.0):
 
 def epoch_time_chart(models: Mapping):
     names, series, lows, highs = _grouped(models, "epoch_time_s")
-    fig = figures.bar_chart(names, series, lows=lows, highs=highs,
-                            ylabel="time per epoch (s), log scale",
-                            title="Time per epoch (XGBoost: per round), mean and 95 % CI")  # fmt: skip
+    fig = figures.bar_chart(
+        names,
+        series,
+        lows=lows,
+        highs=highs,
+        ylabel="time per epoch (s), log scale",
+        title="Time per epoch (XGBoost: per round), mean and 95 % CI",
+    )
     fig.axes[0].set_yscale("log")
     return fig
 
@@ -53,16 +58,27 @@ def quality_chart(models: Mapping, key: str, title: str, baselines: Mapping | No
     """Bars of a score (mean and 95 % CI) from 0 to 100 %, with the majority-class rate and
     the flow-statistics baseline (XGBoost, centralised) as horizontal lines."""
     names, series, lows, highs = _grouped(models, key, scale=100.0)
-    fig = figures.bar_chart(names, series, lows=lows, highs=highs, ylabel="%",
-                            title=title, ylim=(0.0, 100.5))  # fmt: skip
+    fig = figures.bar_chart(
+        names, series, lows=lows, highs=highs, ylabel="%", title=title, ylim=(0.0, 100.5)
+    )
     ax = fig.axes[0]
     base = baselines or {}
     if base.get("majority"):
-        ax.axhline(100 * base["majority"][key], color="crimson", ls="--", lw=1,
-                   label=f"majority class ({base['majority']['class']})")  # fmt: skip
+        ax.axhline(
+            100 * base["majority"][key],
+            color="crimson",
+            ls="--",
+            lw=1,
+            label=f"majority class ({base['majority']['class']})",
+        )
     if base.get("flow_stats"):
-        ax.axhline(100 * base["flow_stats"][key]["mean"], color="dimgrey", ls=":", lw=1.2,
-                   label="XGBoost on flow statistics (centralised)")  # fmt: skip
+        ax.axhline(
+            100 * base["flow_stats"][key]["mean"],
+            color="dimgrey",
+            ls=":",
+            lw=1.2,
+            label="XGBoost on flow statistics (centralised)",
+        )
     _legend_below(ax)
     return fig
 
@@ -74,9 +90,14 @@ def _legend_below(ax, ncol: int = 3) -> None:
 
 def comm_share_chart(models: Mapping):
     names, series, lows, highs = _grouped(models, "comm_share", scale=100.0)
-    return figures.bar_chart(names, series, lows=lows, highs=highs,
-                             ylabel="% of training time in all-reduce",
-                             title="Communication share of step time (measured)")  # fmt: skip
+    return figures.bar_chart(
+        names,
+        series,
+        lows=lows,
+        highs=highs,
+        ylabel="% of training time in all-reduce",
+        title="Communication share of step time (measured)",
+    )
 
 
 def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
@@ -101,10 +122,16 @@ def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
         y = np.array([p[1] for p in sel])
         lo = np.nan_to_num(y - np.array([p[2] for p in sel]), nan=0.0).clip(min=0)
         hi = np.nan_to_num(np.array([p[3] for p in sel]) - y, nan=0.0).clip(min=0)
-        measured.errorbar(x, y, yerr=[lo, hi], fmt="o", color="black", capsize=3,
-                          mfc="black" if claimed else "white",
-                          label="measured, 95 % CI" if claimed
-                          else "measured, not claimed (see the summary)")  # fmt: skip
+        measured.errorbar(
+            x,
+            y,
+            yerr=[lo, hi],
+            fmt="o",
+            color="black",
+            capsize=3,
+            mfc="black" if claimed else "white",
+            label="measured, 95 % CI" if claimed else "measured, not claimed (see the summary)",
+        )
     measured.set_xticks(sorted({p[0] for p in pts}))
     measured.set_xlim(0.5, top + 0.5)
     measured.set_ylim(0, max(top, *(p[3] for p in pts if not math.isnan(p[3])), 1) * 1.1)
@@ -116,8 +143,12 @@ def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
     scaling = entry.get("scaling") or {}
     for key, rows in (scaling.get("predictions") or {}).items():
         label = "this machine" if key == "host" else network_names.get(key, key)
-        predicted.plot([r["n_workers"] for r in rows], [r["speedup"] for r in rows],
-                       "-" if key == "host" else "--", label=label)  # fmt: skip
+        predicted.plot(
+            [r["n_workers"] for r in rows],
+            [r["speedup"] for r in rows],
+            "-" if key == "host" else "--",
+            label=label,
+        )
     ideal = [1, max(1024, top)]
     predicted.plot(ideal, ideal, ":", color="grey", label="ideal (N)")
     predicted.set_xscale("log", base=2)
@@ -141,8 +172,9 @@ def learning_curves_chart(model: str, records: Sequence[Mapping]):
     for r in sorted(runs, key=lambda r: (r["workers"], r["seed"])):
         n = int(r["workers"])
         loss = np.array([np.nan if v is None else v for v in r["loss_per_epoch"]], dtype=float)
-        f1 = np.array([np.nan if v is None else v for v in r["val_macro_f1_per_epoch"]],
-                      dtype=float)  # fmt: skip
+        f1 = np.array(
+            [np.nan if v is None else v for v in r["val_macro_f1_per_epoch"]], dtype=float
+        )
         times = np.array([0.0 if t is None else t for t in r["epoch_times_s"]])
         clock = np.cumsum(times)
         first = r["seed"] == min(q["seed"] for q in runs if int(q["workers"]) == n)
@@ -193,8 +225,13 @@ def per_class_chart(results: Mapping):
         series[f"majority class ({maj['class']})"] = [
             100 * maj["per_class_f1"].get(c, math.nan) for c in classes
         ]
-    fig = figures.bar_chart(classes, series, ylabel="test F1, %", ylim=(0.0, 100.5),
-                            title="Test F1 per class, mean over seeds")  # fmt: skip
+    fig = figures.bar_chart(
+        classes,
+        series,
+        ylabel="test F1, %",
+        ylim=(0.0, 100.5),
+        title="Test F1 per class, mean over seeds",
+    )
     ax = fig.axes[0]
     if len(classes) > 6:
         ax.tick_params(axis="x", labelrotation=45)
@@ -208,13 +245,21 @@ def allreduce_chart(rows: Sequence[Mapping], host: Network, n_workers: int = 2):
     grid = np.logspace(math.log10(min(sizes)), math.log10(max(sizes)), 60)
     lines = [
         {"label": "measured (median)", "x": sizes, "y": [r["time_s"] for r in rows], "style": "o"},
-        {"label": f"ring model: alpha {host.latency_s * 1e6:.0f} us, "
-                  f"beta {host.bandwidth_Bps / 1e6:.0f} MB/s",
-         "x": grid, "y": [ring_allreduce_time(s, n_workers, host) for s in grid], "style": "-"},
-    ]  # fmt: skip
-    fig = figures.line_chart(lines, xlabel="message size (bytes)", ylabel="time per all-reduce (s)",
-                             title=f"All-reduce on this machine ({n_workers} processes)",
-                             logy=True)  # fmt: skip
+        {
+            "label": f"ring model: alpha {host.latency_s * 1e6:.0f} us, "
+            f"beta {host.bandwidth_Bps / 1e6:.0f} MB/s",
+            "x": grid,
+            "y": [ring_allreduce_time(s, n_workers, host) for s in grid],
+            "style": "-",
+        },
+    ]
+    fig = figures.line_chart(
+        lines,
+        xlabel="message size (bytes)",
+        ylabel="time per all-reduce (s)",
+        title=f"All-reduce on this machine ({n_workers} processes)",
+        logy=True,
+    )
     fig.axes[0].set_xscale("log")
     return fig
 

@@ -79,8 +79,12 @@ def _host_network(bench: dict | None) -> tuple[Network | None, float]:
     if not bench or len(bench.get("rows", [])) < 2:
         return None, math.nan
     rows = bench["rows"]
-    return fit_allreduce([r["bytes"] for r in rows], [r["time_s"] for r in rows],
-                         n_workers=int(bench["n_workers"]), name="this machine (gloo)")  # fmt: skip
+    return fit_allreduce(
+        [r["bytes"] for r in rows],
+        [r["time_s"] for r in rows],
+        n_workers=int(bench["n_workers"]),
+        name="this machine (gloo)",
+    )
 
 
 def build_results(out: str | Path) -> dict:
@@ -96,13 +100,20 @@ def build_results(out: str | Path) -> dict:
     workloads = {
         m: Workload(**d) for m, d in (_read_json(wl_path) if wl_path.is_file() else {}).items()
     }
-    analysis = analyse(records, workloads=workloads, host=host, cores=cores,
-                       margin=cfg["margin"], alpha=cfg["alpha"])  # fmt: skip
+    analysis = analyse(
+        records,
+        workloads=workloads,
+        host=host,
+        cores=cores,
+        margin=cfg["margin"],
+        alpha=cfg["alpha"],
+    )
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
     failures = {
-        k: v for k, v in status.get("failures", {}).items()
+        k: v
+        for k, v in status.get("failures", {}).items()
         if not any(f"{r['model']}/w{r['workers']}/seed{r['seed']}" == k for r in records)
-    }  # fmt: skip
+    }
     env = next((r["env"] for r in records if r["env"]), {})
     return {
         "flowsplit_version": __version__,
@@ -110,10 +121,17 @@ def build_results(out: str | Path) -> dict:
         "config": cfg,
         "cores": cores,
         "host": platform.node(),
-        "dataset": {"path": cfg["dataset"], "n_train": _first(records, "n_train"),
-                    "n_test": _first(records, "n_test"), "classes": _first(records, "classes")},
-        "allreduce": {"benchmark": bench, "fit": host.__dict__ if host else None,
-                      "fit_max_rel_error": bench_err},
+        "dataset": {
+            "path": cfg["dataset"],
+            "n_train": _first(records, "n_train"),
+            "n_test": _first(records, "n_test"),
+            "classes": _first(records, "classes"),
+        },
+        "allreduce": {
+            "benchmark": bench,
+            "fit": host.__dict__ if host else None,
+            "fit_max_rel_error": bench_err,
+        },
         "networks": {k: v.__dict__ for k, v in NETWORK_PRESETS.items()},
         "analysis": analysis,
         "per_class_f1": per_class_f1(records),
@@ -122,7 +140,7 @@ def build_results(out: str | Path) -> dict:
         "cells": [{k: r[k] for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
         "env": env,
         "_records": records,  # dropped before writing; the renderer needs predictions
-    }  # fmt: skip
+    }
 
 
 def per_class_f1(records: list[RunRecord]) -> dict:
@@ -151,8 +169,9 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
         line = headline(model, entry, cfg["margin"])
         if line:
             lines.append(line)
-    over = sorted({int(n) for e in models.values() for n, g in e["by_workers"].items()
-                   if g["oversubscribed"]})  # fmt: skip
+    over = sorted(
+        {int(n) for e in models.values() for n, g in e["by_workers"].items() if g["oversubscribed"]}
+    )
     if over:
         lines.append(
             f"Runs with {', '.join(map(str, over))} workers x {cfg['threads']} thread(s) exceed "
@@ -174,8 +193,11 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 else "."
             )
         )
-    errs = {m: e["scaling"]["max_abs_error"] for m, e in models.items()
-            if "max_abs_error" in (e.get("scaling") or {})}  # fmt: skip
+    errs = {
+        m: e["scaling"]["max_abs_error"]
+        for m, e in models.items()
+        if "max_abs_error" in (e.get("scaling") or {})
+    }
     if errs:
         worst = max(errs, key=errs.get)
         ok = "within" if errs[worst] <= ERROR_LIMIT else "outside"
@@ -198,23 +220,32 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             )
         lines.append(line + ".")
         # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
-        shaky = {m for m in errs if any(g["timing_contended"]
-                                        for g in models[m]["by_workers"].values())}  # fmt: skip
+        shaky = {
+            m for m in errs if any(g["timing_contended"] for g in models[m]["by_workers"].values())
+        }
         for key in ("10gbe", "ib100"):
             reach = {m: _reach(models[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
-            lines.append(f"Predicted on {net}: scaling efficiency stays >= 50 % up to " + ", ".join(
-                f"{n} worker{'s' if n != 1 else ''} for {m}" + (" (fitted to disturbed timings: unreliable)"
-                                          if m in shaky else "")
-                for m, n in reach.items()) + ".")  # fmt: skip
+            lines.append(
+                f"Predicted on {net}: scaling efficiency stays >= 50 % up to "
+                + ", ".join(
+                    f"{n} worker{'s' if n != 1 else ''} for {m}"
+                    + (" (fitted to disturbed timings: unreliable)" if m in shaky else "")
+                    for m, n in reach.items()
+                )
+                + "."
+            )
     if max(cfg["workers"]) > 1 and not errs and not any(e.get("scaling") for e in models.values()):
         lines.append(
             "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
             "missing; `flowsplit compare` runs it."
         )
     if failures:
-        lines.append(f"{len(failures)} run(s) failed and are missing from the statistics: "
-                     + ", ".join(sorted(failures)) + ".")  # fmt: skip
+        lines.append(
+            f"{len(failures)} run(s) failed and are missing from the statistics: "
+            + ", ".join(sorted(failures))
+            + "."
+        )
     return lines
 
 

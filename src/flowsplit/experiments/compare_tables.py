@@ -45,14 +45,24 @@ def baseline_rows(analysis: dict) -> list[dict]:
     rows = []
     maj = base.get("majority")
     if maj:
-        rows.append({
-            "model": f"majority class (always {maj['class']!r})", "workers": "–",
-            "acc_c": f"{100 * maj['accuracy']:.1f}", "f1_c": f"{100 * maj['macro_f1']:.1f}",
-            "verdict": "baseline", "f1_verdict": "baseline",
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": f"majority class (always {maj['class']!r})",
+                "workers": "–",
+                "acc_c": f"{100 * maj['accuracy']:.1f}",
+                "f1_c": f"{100 * maj['macro_f1']:.1f}",
+                "verdict": "baseline",
+                "f1_verdict": "baseline",
+            }
+        )
     if FLOW_STATS_MODEL not in analysis["models"]:
-        rows.append({"model": model_label(FLOW_STATS_MODEL), "workers": "–",
-                     "verdict": "not run (add xgboost to --models)"})  # fmt: skip
+        rows.append(
+            {
+                "model": model_label(FLOW_STATS_MODEL),
+                "workers": "–",
+                "verdict": "not run (add xgboost to --models)",
+            }
+        )
     return rows
 
 
@@ -62,38 +72,54 @@ def summary_rows(analysis: dict) -> list[dict]:
     for model, e in analysis["models"].items():
         central = e["by_workers"].get("1")
         if not e["vs_central"]:  # centralised only: still a row, for its scores
-            rows.append({"model": model_label(model), "workers": "1",
-                         "acc_c": _score_ci(central and central["accuracy"]),
-                         "f1_c": _score_ci(central and central["macro_f1"]),
-                         "verdict": "centralised only"})  # fmt: skip
+            rows.append(
+                {
+                    "model": model_label(model),
+                    "workers": "1",
+                    "acc_c": _score_ci(central and central["accuracy"]),
+                    "f1_c": _score_ci(central and central["macro_f1"]),
+                    "verdict": "centralised only",
+                }
+            )
         for n, v in e["vs_central"].items():
             g = e["by_workers"][n]
             acc = v["accuracy"]
             claims = v["claims"]
-            rows.append({
-                "model": model_label(model), "workers": f"{n}" + (" (oversubscribed)"
-                                                                  if v["oversubscribed"] else ""),
-                "acc_c": _score_ci(central and central["accuracy"]),
-                "acc_p": _score_ci(g["accuracy"]),
-                "diff": _ci(acc.get("diff_tost") or acc["diff"], 100, 2),
-                "tost": acc["tost_p"], "verdict": claims["accuracy_verdict"],
-                "f1_c": _score_ci(central and central["macro_f1"]),
-                "f1_p": _score_ci(g["macro_f1"]), "f1_verdict": claims["macro_f1_verdict"],
-                "speedup": speedup_cell(v), "eff": v["efficiency"]["mean"],
-                "comm": g["comm_share"]["mean"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "model": model_label(model),
+                    "workers": f"{n}" + (" (oversubscribed)" if v["oversubscribed"] else ""),
+                    "acc_c": _score_ci(central and central["accuracy"]),
+                    "acc_p": _score_ci(g["accuracy"]),
+                    "diff": _ci(acc.get("diff_tost") or acc["diff"], 100, 2),
+                    "tost": acc["tost_p"],
+                    "verdict": claims["accuracy_verdict"],
+                    "f1_c": _score_ci(central and central["macro_f1"]),
+                    "f1_p": _score_ci(g["macro_f1"]),
+                    "f1_verdict": claims["macro_f1_verdict"],
+                    "speedup": speedup_cell(v),
+                    "eff": v["efficiency"]["mean"],
+                    "comm": g["comm_share"]["mean"],
+                }
+            )
     return rows
 
 
 SUMMARY_COLS = [
-    Column("model", "model"), Column("workers", "workers"),
-    Column("acc_c", "accuracy centralised %"), Column("acc_p", "accuracy data-parallel %"),
-    Column("diff", "difference, pt (1-2α CI, as TOST)"), Column("tost", "TOST p", fmt_p, "right"),
-    Column("verdict", "accuracy verdict"), Column("f1_c", "macro-F1 centralised %"),
-    Column("f1_p", "macro-F1 data-parallel %"), Column("f1_verdict", "macro-F1 verdict"),
-    Column("speedup", "speedup (epoch)"), Column("eff", "efficiency", fmt_pct(0), "right"),
+    Column("model", "model"),
+    Column("workers", "workers"),
+    Column("acc_c", "accuracy centralised %"),
+    Column("acc_p", "accuracy data-parallel %"),
+    Column("diff", "difference, pt (1-2α CI, as TOST)"),
+    Column("tost", "TOST p", fmt_p, "right"),
+    Column("verdict", "accuracy verdict"),
+    Column("f1_c", "macro-F1 centralised %"),
+    Column("f1_p", "macro-F1 data-parallel %"),
+    Column("f1_verdict", "macro-F1 verdict"),
+    Column("speedup", "speedup (epoch)"),
+    Column("eff", "efficiency", fmt_pct(0), "right"),
     Column("comm", "comm share", fmt_pct(1), "right"),
-]  # fmt: skip
+]
 
 
 def stats_rows(analysis: dict) -> list[dict]:
@@ -103,46 +129,73 @@ def stats_rows(analysis: dict) -> list[dict]:
             for metric in ("accuracy", "macro_f1"):
                 c = v[metric]
                 mc = v["mcnemar"]
-                rows.append({
-                    "model": model_label(model), "workers": n, "metric": metric, "n": c["n"],
-                    "diff": _ci(c["diff"], 100, 2), "t_p": c["t_p"], "w_p": c["wilcoxon_p"],
-                    "diff_tost": _ci(c.get("diff_tost"), 100, 2),
-                    "tost": c["tost_p"], "verdict": v["claims"][f"{metric}_verdict"],
-                    "mcnemar": (f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
-                                f"{analysis['alpha']:g} (p: "
-                                + ", ".join(fmt_p(m["p"]) for m in mc) + ")"
-                                if metric == "accuracy" and mc else "–"),
-                    "note": c["note"],
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "model": model_label(model),
+                        "workers": n,
+                        "metric": metric,
+                        "n": c["n"],
+                        "diff": _ci(c["diff"], 100, 2),
+                        "t_p": c["t_p"],
+                        "w_p": c["wilcoxon_p"],
+                        "diff_tost": _ci(c.get("diff_tost"), 100, 2),
+                        "tost": c["tost_p"],
+                        "verdict": v["claims"][f"{metric}_verdict"],
+                        "mcnemar": (
+                            f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
+                            f"{analysis['alpha']:g} (p: "
+                            + ", ".join(fmt_p(m["p"]) for m in mc)
+                            + ")"
+                            if metric == "accuracy" and mc
+                            else "–"
+                        ),
+                        "note": c["note"],
+                    }
+                )
     return rows
 
 
 STATS_COLS = [
-    Column("model", "model"), Column("workers", "workers"), Column("metric", "metric"),
-    Column("n", "seeds", align="right"), Column("diff", "mean diff, pt (95 % CI)"),
-    Column("t_p", "paired t p", fmt_p, "right"), Column("w_p", "Wilcoxon p", fmt_p, "right"),
-    Column("diff_tost", "1-2α CI, pt (TOST)"), Column("tost", "TOST p", fmt_p, "right"),
-    Column("verdict", "verdict"), Column("mcnemar", "McNemar"), Column("note", "note"),
-]  # fmt: skip
+    Column("model", "model"),
+    Column("workers", "workers"),
+    Column("metric", "metric"),
+    Column("n", "seeds", align="right"),
+    Column("diff", "mean diff, pt (95 % CI)"),
+    Column("t_p", "paired t p", fmt_p, "right"),
+    Column("w_p", "Wilcoxon p", fmt_p, "right"),
+    Column("diff_tost", "1-2α CI, pt (TOST)"),
+    Column("tost", "TOST p", fmt_p, "right"),
+    Column("verdict", "verdict"),
+    Column("mcnemar", "McNemar"),
+    Column("note", "note"),
+]
 
 
 def timing_rows(analysis: dict) -> list[dict]:
     rows = []
     for model, e in analysis["models"].items():
         for n, g in e["by_workers"].items():
-            rows.append({
-                "model": model_label(model), "workers": n, "runs": g["n_runs"],
-                "epoch": _ci(g["epoch_time_s"], 1, 3), "sps": g["samples_per_s"]["mean"],
-                "comm": g["comm_share"]["mean"], "rss": g["peak_rss_mb"]["mean"],
-                "over": "yes" if g["oversubscribed"] else "no",
-                "cont": f"{g['n_contended']} of {g['n_runs']}",
-                "cpu": g.get("cpu_obtained", {}).get("mean", math.nan),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "model": model_label(model),
+                    "workers": n,
+                    "runs": g["n_runs"],
+                    "epoch": _ci(g["epoch_time_s"], 1, 3),
+                    "sps": g["samples_per_s"]["mean"],
+                    "comm": g["comm_share"]["mean"],
+                    "rss": g["peak_rss_mb"]["mean"],
+                    "over": "yes" if g["oversubscribed"] else "no",
+                    "cont": f"{g['n_contended']} of {g['n_runs']}",
+                    "cpu": g.get("cpu_obtained", {}).get("mean", math.nan),
+                }
+            )
     return rows
 
 
 TIMING_COLS = [
-    Column("model", "model"), Column("workers", "workers"), Column("runs", "runs", align="right"),
+    Column("model", "model"),
+    Column("workers", "workers"),
+    Column("runs", "runs", align="right"),
     Column("epoch", "time per epoch, s (95 % CI)"),
     Column("sps", "samples/s", fmt_float(0), "right"),
     Column("comm", "comm share", fmt_pct(1), "right"),
@@ -150,7 +203,7 @@ TIMING_COLS = [
     Column("over", "oversubscribed"),
     Column("cont", "contended runs"),
     Column("cpu", "CPU obtained per thread", fmt_pct(0), "right"),
-]  # fmt: skip
+]
 
 
 def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
@@ -160,18 +213,24 @@ def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
         if not s or "points" not in s:
             continue
         for p in s["points"]:
-            fit_rows.append({
-                "model": model, "workers": p["n_workers"], "measured": p["measured_s"],
-                "predicted": p["predicted_s"], "error": p["rel_error"],
-                "loo": p.get("loo_error", math.nan),
-                "role": ("fit" if p["in_fit"] else "held out")
-                + (", oversubscribed" if p["oversubscribed"] else ""),
-                "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
-                "h_ms": 1e3 * s["model"]["per_step_s"],
-                "s_ms": 1e3 * s["model"]["sync_per_step_s"],
-                "cap": s.get("speedup_cap_fixed_batch", math.nan),
-                "comm_m": p["measured_comm_share"], "comm_p": p["predicted_comm_share"],
-            })  # fmt: skip
+            fit_rows.append(
+                {
+                    "model": model,
+                    "workers": p["n_workers"],
+                    "measured": p["measured_s"],
+                    "predicted": p["predicted_s"],
+                    "error": p["rel_error"],
+                    "loo": p.get("loo_error", math.nan),
+                    "role": ("fit" if p["in_fit"] else "held out")
+                    + (", oversubscribed" if p["oversubscribed"] else ""),
+                    "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
+                    "h_ms": 1e3 * s["model"]["per_step_s"],
+                    "s_ms": 1e3 * s["model"]["sync_per_step_s"],
+                    "cap": s.get("speedup_cap_fixed_batch", math.nan),
+                    "comm_m": p["measured_comm_share"],
+                    "comm_p": p["predicted_comm_share"],
+                }
+            )
         for key, rows in s["predictions"].items():
             if key == "host":
                 continue
@@ -185,10 +244,12 @@ def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
 
 
 FIT_COLS = [
-    Column("model", "model"), Column("workers", "workers", align="right"),
+    Column("model", "model"),
+    Column("workers", "workers", align="right"),
     Column("measured", "measured epoch, s", fmt_float(3), "right"),
     Column("predicted", "model epoch, s", fmt_float(3), "right"),
-    Column("error", "error", fmt_pct(1), "right"), Column("role", "point"),
+    Column("error", "error", fmt_pct(1), "right"),
+    Column("role", "point"),
     Column("loo", "error, this count left out of the fit", fmt_pct(1), "right"),
     Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right"),
     Column("h_ms", "h: per step, ms", fmt_float(2), "right"),
@@ -196,12 +257,13 @@ FIT_COLS = [
     Column("cap", "speedup cap, fixed batch", fmt_float(1), "right"),
     Column("comm_m", "comm share measured", fmt_pct(1), "right"),
     Column("comm_p", "comm share model", fmt_pct(1), "right"),
-]  # fmt: skip
+]
 PRED_COLS = [
-    Column("model", "model"), Column("network", "network"),
+    Column("model", "model"),
+    Column("network", "network"),
     *[Column(f"eff{n}", f"efficiency at {n}", fmt_pct(0), "right") for n in EFFICIENCY_AT],
     Column("comm1024", "comm share at 1024", fmt_pct(0), "right"),
-]  # fmt: skip
+]
 
 
 def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:

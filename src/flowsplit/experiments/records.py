@@ -30,18 +30,41 @@ CONTENDED_SHARE = 0.15
 
 # Kept per run in results.json beyond the CSV columns (lists and dicts).
 JSON_EXTRA = (
-    "epoch_times_s", "loss_per_epoch", "val_macro_f1_per_epoch", "per_class_f1",
+    "epoch_times_s",
+    "loss_per_epoch",
+    "val_macro_f1_per_epoch",
+    "per_class_f1",
     "confusion_matrix",
-)  # fmt: skip
+)
 
 # Columns of results.csv, in order: the run's identity, then time, then quality.
 CSV_COLUMNS = (
-    "model", "view", "engine", "workers", "threads_per_worker", "seed", "oversubscribed",
-    "epochs_run", "epoch_time_s", "train_time_s", "wall_time_s", "samples_per_s",
-    "comm_time_s", "comm_share", "comm_bytes", "data_time_s", "peak_rss_mb",
-    "accuracy", "macro_f1", "n_train", "n_test", "foreign_cpu_share", "cpu_obtained", "contended",
+    "model",
+    "view",
+    "engine",
+    "workers",
+    "threads_per_worker",
+    "seed",
+    "oversubscribed",
+    "epochs_run",
+    "epoch_time_s",
+    "train_time_s",
+    "wall_time_s",
+    "samples_per_s",
+    "comm_time_s",
+    "comm_share",
+    "comm_bytes",
+    "data_time_s",
+    "peak_rss_mb",
+    "accuracy",
+    "macro_f1",
+    "n_train",
+    "n_test",
+    "foreign_cpu_share",
+    "cpu_obtained",
+    "contended",
     "run_dir",
-)  # fmt: skip
+)
 
 
 class RunRecord(TypedDict):

@@ -58,10 +58,16 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
     versus = {
         s: _versus(scheme_rows(runs, s), ref_rows, target) for s in cfg.schemes if s != "hsfl"
     }
-    pred_err = [abs(h["delay_s"] - r["predicted_delay_s"]) / max(h["delay_s"], 1e-12)
-                for r in runs for h in r["history"]]  # fmt: skip
-    pred_bytes_err = [abs(h["bytes_total"] - r["predicted_bytes"]) / max(h["bytes_total"], 1)
-                      for r in runs for h in r["history"]]  # fmt: skip
+    pred_err = [
+        abs(h["delay_s"] - r["predicted_delay_s"]) / max(h["delay_s"], 1e-12)
+        for r in runs
+        for h in r["history"]
+    ]
+    pred_bytes_err = [
+        abs(h["bytes_total"] - r["predicted_bytes"]) / max(h["bytes_total"], 1)
+        for r in runs
+        for h in r["history"]
+    ]
     ds = study.dataset
     results = {
         "flowsplit_version": __version__,
@@ -125,22 +131,35 @@ def _scheme_summary(rows: list[dict], target: float) -> dict:
     to_target = [delay_to_target(r["history"], target) for r in rows]
     nbytes = [r["totals"]["bytes_total"] for r in rows]
     by_hop = {h: float(np.mean([r["totals"]["bytes_by_hop"][h] for r in rows])) for h in HOPS}
-    by_type = {t: float(np.mean([r["totals"]["bytes_by_type"][t] for r in rows]))
-               for t in MESSAGE_TYPES}  # fmt: skip
-    nested = {h: {d: {t: float(np.mean([r["totals"]["bytes"][h][d][t] for r in rows]))
-                      for t in MESSAGE_TYPES} for d in DIRECTIONS} for h in HOPS}  # fmt: skip
+    by_type = {
+        t: float(np.mean([r["totals"]["bytes_by_type"][t] for r in rows])) for t in MESSAGE_TYPES
+    }
+    nested = {
+        h: {
+            d: {
+                t: float(np.mean([r["totals"]["bytes"][h][d][t] for r in rows]))
+                for t in MESSAGE_TYPES
+            }
+            for d in DIRECTIONS
+        }
+        for h in HOPS
+    }
     n_rounds = min(len(r["history"]) for r in rows)
     curve = {
         "round": list(range(1, n_rounds + 1)),
-        "accuracy": [float(np.mean([r["history"][k]["accuracy"] for r in rows]))
-                     for k in range(n_rounds)],
-        "macro_f1": [float(np.mean([r["history"][k]["macro_f1"] for r in rows]))
-                     for k in range(n_rounds)],
-        "clock_s": [float(np.mean([r["history"][k]["clock_s"] for r in rows]))
-                    for k in range(n_rounds)],
-        "delay_s": [float(np.mean([r["history"][k]["delay_s"] for r in rows]))
-                    for k in range(n_rounds)],
-    }  # fmt: skip
+        "accuracy": [
+            float(np.mean([r["history"][k]["accuracy"] for r in rows])) for k in range(n_rounds)
+        ],
+        "macro_f1": [
+            float(np.mean([r["history"][k]["macro_f1"] for r in rows])) for k in range(n_rounds)
+        ],
+        "clock_s": [
+            float(np.mean([r["history"][k]["clock_s"] for r in rows])) for k in range(n_rounds)
+        ],
+        "delay_s": [
+            float(np.mean([r["history"][k]["delay_s"] for r in rows])) for k in range(n_rounds)
+        ],
+    }
     return {
         "seeds": [r["seed"] for r in rows],
         "cuts": sorted({tuple(r["cuts"]) for r in rows}),
@@ -174,16 +193,25 @@ def _versus(rows: list[dict], ref: list[dict], target: float) -> dict:
     def pick(runs, fn):
         return np.array([fn(runs[s]) for s in seeds], dtype=float)
 
-    acc = compare_paired(pick(a, lambda r: r["history"][-1]["accuracy"]),
-                         pick(b, lambda r: r["history"][-1]["accuracy"]))  # fmt: skip
-    f1 = compare_paired(pick(a, lambda r: r["history"][-1]["macro_f1"]),
-                        pick(b, lambda r: r["history"][-1]["macro_f1"]))  # fmt: skip
-    delay = ratio_ci(pick(b, lambda r: r["totals"]["delay_total_s"]),
-                     pick(a, lambda r: r["totals"]["delay_total_s"]))  # fmt: skip
-    nbytes = ratio_ci(pick(b, lambda r: r["totals"]["bytes_total"]),
-                      pick(a, lambda r: r["totals"]["bytes_total"]))  # fmt: skip
-    tt = ratio_ci(pick(b, lambda r: delay_to_target(r["history"], target)),
-                  pick(a, lambda r: delay_to_target(r["history"], target)))  # fmt: skip
+    acc = compare_paired(
+        pick(a, lambda r: r["history"][-1]["accuracy"]),
+        pick(b, lambda r: r["history"][-1]["accuracy"]),
+    )
+    f1 = compare_paired(
+        pick(a, lambda r: r["history"][-1]["macro_f1"]),
+        pick(b, lambda r: r["history"][-1]["macro_f1"]),
+    )
+    delay = ratio_ci(
+        pick(b, lambda r: r["totals"]["delay_total_s"]),
+        pick(a, lambda r: r["totals"]["delay_total_s"]),
+    )
+    nbytes = ratio_ci(
+        pick(b, lambda r: r["totals"]["bytes_total"]), pick(a, lambda r: r["totals"]["bytes_total"])
+    )
+    tt = ratio_ci(
+        pick(b, lambda r: delay_to_target(r["history"], target)),
+        pick(a, lambda r: delay_to_target(r["history"], target)),
+    )
     return {
         "n_seeds": len(seeds),
         "accuracy_diff": acc.diff.as_dict(),
@@ -206,8 +234,9 @@ def baseline_summary(baselines: list[dict], runs: list[dict]) -> dict:
         for scheme in sorted({r["scheme"] for r in runs}):
             own = {r["seed"]: r["history"][-1]["accuracy"] for r in runs if r["scheme"] == scheme}
             seeds = sorted(set(acc) & set(own))
-            cmp = compare_paired(np.array([acc[s] for s in seeds]),
-                                 np.array([own[s] for s in seeds]))  # fmt: skip
+            cmp = compare_paired(
+                np.array([acc[s] for s in seeds]), np.array([own[s] for s in seeds])
+            )
             versus[scheme] = cmp.diff.as_dict()
         out[name] = {
             "final_accuracy": _interval([b["accuracy"] for b in rows]),
@@ -237,9 +266,17 @@ def ablation(runs: list[dict]) -> list[dict]:
         if a not in schemes or b not in schemes:
             continue
         v = _versus(scheme_rows(runs, b), scheme_rows(runs, a), target=math.inf)
-        rows.append({"part": label, "scheme": b, "against": a, "n_seeds": v["n_seeds"],
-                     "accuracy_diff": v["accuracy_diff"], "delay_ratio": v["delay_ratio"],
-                     "bytes_ratio": v["bytes_ratio"]})  # fmt: skip
+        rows.append(
+            {
+                "part": label,
+                "scheme": b,
+                "against": a,
+                "n_seeds": v["n_seeds"],
+                "accuracy_diff": v["accuracy_diff"],
+                "delay_ratio": v["delay_ratio"],
+                "bytes_ratio": v["bytes_ratio"],
+            }
+        )
     return rows
 
 
@@ -247,12 +284,26 @@ def _plan_summary(plans: dict) -> dict:
     out = {}
     for seed, by_scheme in plans.items():
         out[seed] = {
-            s: {k: p.get(k) for k in ("cuts", "tiers", "predicted_loss", "predicted_accuracy",
-                                       "predicted", "guard", "delay_s", "bytes", "objective",
-                                       "planning_s", "clients_per_aggregator", "candidates",
-                                       "objective_def")}
+            s: {
+                k: p.get(k)
+                for k in (
+                    "cuts",
+                    "tiers",
+                    "predicted_loss",
+                    "predicted_accuracy",
+                    "predicted",
+                    "guard",
+                    "delay_s",
+                    "bytes",
+                    "objective",
+                    "planning_s",
+                    "clients_per_aggregator",
+                    "candidates",
+                    "objective_def",
+                )
+            }
             for s, p in by_scheme.items()
-        }  # fmt: skip
+        }
     return out
 
 
@@ -320,10 +371,12 @@ def surrogate_text(sur: dict) -> str:
         f"Spearman {_num_text(bt.get('spearman'), '.2f')} over {bt.get('n', 0)} pilots. "
         f"Spread of the pilots' predictions {100 * sur.get('spread', np.nan):.2f} pt against "
         f"a sampling noise of {100 * sur.get('noise', np.nan):.2f} pt: "
-        + ("the cut pairs are separated."
-           if sur.get("separated")
-           else "the pilots do NOT separate the cut pairs; the planner used its fallback rule.")
-    )  # fmt: skip
+        + (
+            "the cut pairs are separated."
+            if sur.get("separated")
+            else "the pilots do NOT separate the cut pairs; the planner used its fallback rule."
+        )
+    )
     ridge = sur.get("ridge")
     if ridge:
         text += (
@@ -373,8 +426,11 @@ def summary_lines(results: dict) -> list[str]:
     base = results.get("baselines") or {}
     if base:
         parts = [f"{name} {100 * v['final_accuracy']['mean']:.2f} %" for name, v in base.items()]
-        lines.append("Baselines that split nothing (same rows and seeds), mean final accuracy: "
-                     + ", ".join(parts) + ".")  # fmt: skip
+        lines.append(
+            "Baselines that split nothing (same rows and seeds), mean final accuracy: "
+            + ", ".join(parts)
+            + "."
+        )
     best_acc = max(
         results["schemes"], key=lambda s: results["schemes"][s]["final_accuracy"]["mean"]
     )

@@ -55,9 +55,12 @@ def majority(setup) -> dict[str, Any]:
     _, y = setup.eval_data()
     pred = np.full(len(y), cls)
     y = y.numpy()
-    return {"accuracy": float(np.mean(pred == y)),
-            "macro_f1": float(macro_f1(y, pred, setup.dataset.n_classes)),
-            "bytes": 0.0, "class": cls}  # fmt: skip
+    return {
+        "accuracy": float(np.mean(pred == y)),
+        "macro_f1": float(macro_f1(y, pred, setup.dataset.n_classes)),
+        "bytes": 0.0,
+        "class": cls,
+    }
 
 
 def centralised(setup) -> dict[str, Any]:
@@ -69,8 +72,15 @@ def centralised(setup) -> dict[str, Any]:
     x = torch.cat([d[0] for d in data])
     y = torch.cat([d[1] for d in data])
     model = copy.deepcopy(setup.model)
-    _train(model, x, y, epochs=cfg.rounds * cfg.local_epochs, batch_size=cfg.batch_size,
-           lr=cfg.lr, gen=gen)  # fmt: skip
+    _train(
+        model,
+        x,
+        y,
+        epochs=cfg.rounds * cfg.local_epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        gen=gen,
+    )
     m = evaluate_model(model, *setup.eval_data(), setup.dataset.n_classes)
     return {"accuracy": m["accuracy"], "macro_f1": m["macro_f1"], "bytes": 0.0}
 
@@ -90,15 +100,22 @@ def fedavg(setup) -> dict[str, Any]:
         states = []
         for i in part:
             local = copy.deepcopy(global_model)
-            _train(local, *data[i], epochs=cfg.local_epochs, batch_size=cfg.batch_size,
-                   lr=cfg.lr, gen=gen)  # fmt: skip
+            _train(
+                local,
+                *data[i],
+                epochs=cfg.local_epochs,
+                batch_size=cfg.batch_size,
+                lr=cfg.lr,
+                gen=gen,
+            )
             states.append(local.state_dict())
         w = weights[part] / weights[part].sum()
         avg = {
             k: sum(float(wi) * s[k].double() for wi, s in zip(w, states, strict=True)).to(v.dtype)
-            if v.is_floating_point() else v
+            if v.is_floating_point()
+            else v
             for k, v in global_model.state_dict().items()
-        }  # fmt: skip
+        }
         global_model.load_state_dict(avg)
         total_bytes += 2.0 * FLOAT_BYTES * n_params * len(part)
     m = evaluate_model(global_model, *setup.eval_data(), setup.dataset.n_classes)

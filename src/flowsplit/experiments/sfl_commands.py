@@ -42,14 +42,25 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     )
     add_common(p)
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
-    p.add_argument("--schemes", default="sfl,hsfl,hsfl-greedy,delay,acc-aware",
-                   help="comma list of sfl, hsfl, hsfl-greedy, delay, acc-aware and best-fixed "
-                        "(every legal cut trained, the best on validation kept: costly); hsfl "
-                        "always runs")  # fmt: skip
-    p.add_argument("--seeds", default=None, type=_seed_list,
-                   help="number of seeds (5) or a list (0,1,2); default 5, quick 2")  # fmt: skip
-    p.add_argument("--target-accuracy", type=float, default=None,
-                   help="accuracy to time (default: 0.95 x HSFL's mean final accuracy)")  # fmt: skip
+    p.add_argument(
+        "--schemes",
+        default="sfl,hsfl,hsfl-greedy,delay,acc-aware",
+        help="comma list of sfl, hsfl, hsfl-greedy, delay, acc-aware and best-fixed "
+        "(every legal cut trained, the best on validation kept: costly); hsfl "
+        "always runs",
+    )
+    p.add_argument(
+        "--seeds",
+        default=None,
+        type=_seed_list,
+        help="number of seeds (5) or a list (0,1,2); default 5, quick 2",
+    )
+    p.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        help="accuracy to time (default: 0.95 x HSFL's mean final accuracy)",
+    )
     p.set_defaults(func=cmd_compare)
     return p
 
@@ -59,10 +70,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
     path = run_sfl_compare(
-        args.dataset, args.out, model=args.model, schemes=schemes, topology=args.topology,
-        seeds=args.seeds, quick=args.quick, quiet=args.quiet,
-        target_accuracy=args.target_accuracy, **options(args),
-    )  # fmt: skip
+        args.dataset,
+        args.out,
+        model=args.model,
+        schemes=schemes,
+        topology=args.topology,
+        seeds=args.seeds,
+        quick=args.quick,
+        quiet=args.quiet,
+        target_accuracy=args.target_accuracy,
+        **options(args),
+    )
     print(f"report: {path}")
     return 0
 

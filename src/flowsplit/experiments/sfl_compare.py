@@ -132,13 +132,26 @@ def run_sfl_compare(
     two on two cores; explicit arguments win. ``options`` are :class:`CompareConfig`
     fields; ``model_fn`` replaces the registry model (tests).
     """
-    cfg = resolve_config(quick, model=model, schemes=schemes, topology=topology, seeds=seeds,
-                         rounds=rounds, **options)  # fmt: skip
+    cfg = resolve_config(
+        quick,
+        model=model,
+        schemes=schemes,
+        topology=topology,
+        seeds=seeds,
+        rounds=rounds,
+        **options,
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    study = make_study(dataset_dir, cfg, model_fn=model_fn, quiet=quiet,
-                       pilots="acc-aware" in cfg.schemes, seed=cfg.seeds[0])  # fmt: skip
+    study = make_study(
+        dataset_dir,
+        cfg,
+        model_fn=model_fn,
+        quiet=quiet,
+        pilots="acc-aware" in cfg.schemes,
+        seed=cfg.seeds[0],
+    )
     write_topology(study.topology, out / "topology.toml")
     runs, plans, baselines, per_cut = [], {}, [], []
     for seed in cfg.seeds:
@@ -148,12 +161,18 @@ def run_sfl_compare(
             if scheme != "best-fixed":
                 runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
         if "best-fixed" in cfg.schemes:
-            per_cut += [_run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
-                        for (a, c), plan in cut_plans(study, seed).items()]  # fmt: skip
+            per_cut += [
+                _run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
+                for (a, c), plan in cut_plans(study, seed).items()
+            ]
         if cfg.baselines:
-            setup = prepare_run(base_config(cfg, seed), dataset=study.dataset,
-                                model_fn=study.model_fn, topology=study.topology,
-                                profile=study.profile)  # fmt: skip
+            setup = prepare_run(
+                base_config(cfg, seed),
+                dataset=study.dataset,
+                model_fn=study.model_fn,
+                topology=study.topology,
+                profile=study.profile,
+            )
             for name, rec in run_baselines(setup, cfg.baselines).items():
                 baselines.append({"baseline": name, "seed": seed, **rec})
     atomic_write_json(out / "plans.json", plans)
@@ -173,9 +192,14 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
     cfg = study.config
     engine_scheme = "sfl" if scheme == "sfl" else cfg.family  # also the cut- runs
     sfl_cfg = base_config(cfg, seed, scheme=engine_scheme, cuts=tuple(plan.cuts))
-    setup = prepare_run(sfl_cfg, dataset=study.dataset, model_fn=study.model_fn,
-                        topology=study.topology, profile=study.profile,
-                        assignment=plan.assignment)  # fmt: skip
+    setup = prepare_run(
+        sfl_cfg,
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+        assignment=plan.assignment,
+    )
     t0 = time.perf_counter()
     result = run_simulation(setup)
     wall = time.perf_counter() - t0
@@ -184,9 +208,17 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
     history = result.history
     if not quiet:
         last = history[-1]
-        log.info("%-9s seed %d cuts %s: acc %.4f, macro-F1 %.4f, delay %.2f s, %.1f MB (%.1f s)",
-                 scheme, seed, tuple(plan.cuts), last["accuracy"], last["macro_f1"],
-                 last["clock_s"], result.totals()["bytes_total"] / 1e6, wall)  # fmt: skip
+        log.info(
+            "%-9s seed %d cuts %s: acc %.4f, macro-F1 %.4f, delay %.2f s, %.1f MB (%.1f s)",
+            scheme,
+            seed,
+            tuple(plan.cuts),
+            last["accuracy"],
+            last["macro_f1"],
+            last["clock_s"],
+            result.totals()["bytes_total"] / 1e6,
+            wall,
+        )
     return {
         "scheme": scheme,
         "seed": seed,
@@ -210,7 +242,7 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
                 )
             }
             for r in history
-        ],  # fmt: skip
+        ],
         "totals": result.totals(),
     }
 
@@ -219,15 +251,27 @@ def cut_plans(study: Study, seed: int) -> dict:
     """Every legal cut pair with the planner's own assignment for it (delay/bytes
     objective, the accuracy-aware plan's weights and references)."""
     cfg = study.config
-    topo = prepare_run(base_config(cfg, seed), dataset=study.dataset, model_fn=study.model_fn,
-                       topology=study.topology, profile=study.profile).topology  # fmt: skip
+    topo = prepare_run(
+        base_config(cfg, seed),
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+    ).topology
     out = {}
     for pair in study.profile.legal_cuts():
-        config = PlannerConfig(weights=Weights(0.0, *cfg.weights[1:]), family=cfg.family,
-                               seed=seed, batch_size=cfg.batch_size,
-                               local_epochs=cfg.local_epochs, mode="weighted",
-                               reference=cfg.reference, fixed_cuts=tuple(cfg.fixed_cuts),
-                               capacity=cfg.capacity, only_cuts=(pair,))  # fmt: skip
+        config = PlannerConfig(
+            weights=Weights(0.0, *cfg.weights[1:]),
+            family=cfg.family,
+            seed=seed,
+            batch_size=cfg.batch_size,
+            local_epochs=cfg.local_epochs,
+            mode="weighted",
+            reference=cfg.reference,
+            fixed_cuts=tuple(cfg.fixed_cuts),
+            capacity=cfg.capacity,
+            only_cuts=(pair,),
+        )
         try:
             out[pair] = plan_split(study.profile, topo, None, config)
         except ConfigError:
@@ -237,8 +281,7 @@ def cut_plans(study: Study, seed: int) -> dict:
 
 def _best_pair(per_cut: list[dict]) -> tuple[int, int]:
     pairs = sorted({tuple(r["cuts"]) for r in per_cut})
-    val = {p: np.mean([r["val_accuracy"] for r in per_cut if tuple(r["cuts"]) == p])
-           for p in pairs}  # fmt: skip
+    val = {p: np.mean([r["val_accuracy"] for r in per_cut if tuple(r["cuts"]) == p]) for p in pairs}
     return max(pairs, key=lambda p: val[p])
 
 
@@ -248,12 +291,19 @@ def _best_fixed(per_cut: list[dict], runs: list[dict]) -> dict:
     rows = []
     for p in pairs:
         rs = [r for r in per_cut if tuple(r["cuts"]) == p]
-        rows.append({"cuts": list(p),
-                     "val_accuracy": float(np.mean([r["val_accuracy"] for r in rs])),
-                     "test_accuracy": float(np.mean([r["history"][-1]["accuracy"] for r in rs])),
-                     "n_seeds": len(rs)})  # fmt: skip
-    return {"chosen": list(_best_pair(per_cut)), "per_cut": rows,
-            "rule": "the pair with the best mean final validation accuracy over seeds"}  # fmt: skip
+        rows.append(
+            {
+                "cuts": list(p),
+                "val_accuracy": float(np.mean([r["val_accuracy"] for r in rs])),
+                "test_accuracy": float(np.mean([r["history"][-1]["accuracy"] for r in rs])),
+                "n_seeds": len(rs),
+            }
+        )
+    return {
+        "chosen": list(_best_pair(per_cut)),
+        "per_cut": rows,
+        "rule": "the pair with the best mean final validation accuracy over seeds",
+    }
 
 
 def _val_accuracy(setup, result) -> float:

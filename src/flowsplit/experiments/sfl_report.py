@@ -77,48 +77,61 @@ def _ratio(iv: Mapping) -> str:
 def results_rows(results: Mapping) -> list[dict]:
     rows = []
     for s, v in results["schemes"].items():
-        rows.append({
-            "scheme": s,
-            "cuts": ", ".join(str(tuple(c)) for c in v["cuts"]),
-            "acc": _ci(v["final_accuracy"], 100, 2),
-            "f1": _ci(v["final_macro_f1"], 100, 2),
-            "delay": _ci(v["delay_total_s"], 1, 2),
-            "per_round": _ci(v["delay_per_round_s"], 1, 3),
-            "target": _ci(v["delay_to_target_s"], 1, 2)
-            + f" [{v['reached_target']}/{len(v['seeds'])}]",
-            "mb": _ci(v["bytes_total"], 1e-6, 1),
-        })  # fmt: skip
+        rows.append(
+            {
+                "scheme": s,
+                "cuts": ", ".join(str(tuple(c)) for c in v["cuts"]),
+                "acc": _ci(v["final_accuracy"], 100, 2),
+                "f1": _ci(v["final_macro_f1"], 100, 2),
+                "delay": _ci(v["delay_total_s"], 1, 2),
+                "per_round": _ci(v["delay_per_round_s"], 1, 3),
+                "target": _ci(v["delay_to_target_s"], 1, 2)
+                + f" [{v['reached_target']}/{len(v['seeds'])}]",
+                "mb": _ci(v["bytes_total"], 1e-6, 1),
+            }
+        )
     return rows
 
 
 RESULT_COLS = [
-    Column("scheme", "scheme"), Column("cuts", "cuts (a, c)"),
+    Column("scheme", "scheme"),
+    Column("cuts", "cuts (a, c)"),
     Column("acc", "final accuracy, %", align="right"),
     Column("f1", "final macro-F1, %", align="right"),
     Column("delay", "total delay, s", align="right"),
     Column("per_round", "delay per round, s", align="right"),
     Column("target", "delay to target, s [seeds reached]", align="right"),
     Column("mb", "bytes, MB", align="right"),
-]  # fmt: skip
+]
 
 
 def versus_rows(results: Mapping) -> list[dict]:
     rows = []
     for s, v in results["vs_hsfl"].items():
-        rows.append({
-            "scheme": s,
-            "acc": _diff(v["accuracy_diff"]),
-            "f1": _diff(v["macro_f1_diff"]),
-            "delay": _ratio(v["delay_ratio"]),
-            "target": _ratio(v["delay_to_target_ratio"])
-            + f" [{v['delay_to_target_ratio'].get('n', 0)} of {v['n_seeds']} pairs]",
-            "bytes": _ratio(v["bytes_ratio"]),
-            "p": v["accuracy_test"]["t_p"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "scheme": s,
+                "acc": _diff(v["accuracy_diff"]),
+                "f1": _diff(v["macro_f1_diff"]),
+                "delay": _ratio(v["delay_ratio"]),
+                "target": _ratio(v["delay_to_target_ratio"])
+                + f" [{v['delay_to_target_ratio'].get('n', 0)} of {v['n_seeds']} pairs]",
+                "bytes": _ratio(v["bytes_ratio"]),
+                "p": v["accuracy_test"]["t_p"],
+            }
+        )
     p = results["paper"]
-    rows.append({"scheme": "paper's planner (reported)", "acc": f"+{p['accuracy_pts']:g}",
-                 "f1": "–", "delay": f"{100 * p['delay_change']:+.0f} %", "target": "–",
-                 "bytes": f"{100 * p['bytes_change']:+.0f} %", "p": None})  # fmt: skip
+    rows.append(
+        {
+            "scheme": "paper's planner (reported)",
+            "acc": f"+{p['accuracy_pts']:g}",
+            "f1": "–",
+            "delay": f"{100 * p['delay_change']:+.0f} %",
+            "target": "–",
+            "bytes": f"{100 * p['bytes_change']:+.0f} %",
+            "p": None,
+        }
+    )
     return rows
 
 
@@ -155,19 +168,27 @@ def plan_rows(results: Mapping) -> list[dict]:
     seed = next(iter(results["plans"]))
     rows = []
     for s, p in results["plans"][seed].items():
-        rows.append({
-            "scheme": s, "cuts": str(tuple(p["cuts"])), "tiers": p.get("tiers"),
-            "acc": p.get("predicted_accuracy"),
-            "clients": " / ".join(map(str, p["clients_per_aggregator"])),
-            "loss": p["predicted_loss"], "delay": p["delay_s"],
-            "mb": (p["bytes"] or 0) / 1e6, "objective": p["objective"],
-            "ms": 1e3 * p["planning_s"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "scheme": s,
+                "cuts": str(tuple(p["cuts"])),
+                "tiers": p.get("tiers"),
+                "acc": p.get("predicted_accuracy"),
+                "clients": " / ".join(map(str, p["clients_per_aggregator"])),
+                "loss": p["predicted_loss"],
+                "delay": p["delay_s"],
+                "mb": (p["bytes"] or 0) / 1e6,
+                "objective": p["objective"],
+                "ms": 1e3 * p["planning_s"],
+            }
+        )
     return rows
 
 
 PLAN_COLS = [
-    Column("scheme", "scheme"), Column("cuts", "cuts"), Column("tiers", "tiers"),
+    Column("scheme", "scheme"),
+    Column("cuts", "cuts"),
+    Column("tiers", "tiers"),
     Column("clients", "clients per aggregator"),
     Column("acc", "predicted accuracy", fmt_float(4), "right"),
     Column("loss", "predicted loss", fmt_float(3), "right"),
@@ -175,7 +196,7 @@ PLAN_COLS = [
     Column("mb", "predicted MB / round", fmt_float(2), "right"),
     Column("objective", "objective (acc-aware weights)", fmt_float(3), "right"),
     Column("ms", "planning, ms", fmt_float(1), "right"),
-]  # fmt: skip
+]
 
 SURROGATE_COLS = [
     Column("cuts", "cuts (a, c)"),
@@ -192,27 +213,50 @@ def conditions_rows(results: Mapping) -> list[dict]:
     for p in next(iter(results["plans"].values())).values():
         obj = obj or p.get("objective_def")
     rows = [
-        ("dataset", f"{d['path']} ({d['n_train']} train / {d['n_val']} val / {d['n_test']} test "
-                    f"flows, {len(d['classes'])} classes)"),
+        (
+            "dataset",
+            f"{d['path']} ({d['n_train']} train / {d['n_val']} val / {d['n_test']} test "
+            f"flows, {len(d['classes'])} classes)",
+        ),
         ("model, blocks", f"{c['model']}: {', '.join(results['profile']['blocks'])}"),
-        ("topology", f"{t['name']} ({t['n_clients']} clients, {t['n_aggregators']} aggregators, "
-                     f"seed {t['seed']}): {t['description']}"),
-        ("seeds, rounds", f"{', '.join(map(str, c['seeds']))}; {c['rounds']} rounds, batch "
-                          f"{c['batch_size']}, lr {c['lr']:g}, {c['local_epochs']} local epoch(s), "
-                          f"partition {c['partition']}, training rows "
-                          f"{c['train_limit'] or 'all'}"),
+        (
+            "topology",
+            f"{t['name']} ({t['n_clients']} clients, {t['n_aggregators']} aggregators, "
+            f"seed {t['seed']}): {t['description']}",
+        ),
+        (
+            "seeds, rounds",
+            f"{', '.join(map(str, c['seeds']))}; {c['rounds']} rounds, batch "
+            f"{c['batch_size']}, lr {c['lr']:g}, {c['local_epochs']} local epoch(s), "
+            f"partition {c['partition']}, training rows "
+            f"{c['train_limit'] or 'all'}",
+        ),
         ("three-tier family", c["family"]),
-        ("baselines", f"sfl cut {c['sfl_cut']}; hsfl cuts {tuple(c['fixed_cuts'])}, random "
-                      "assignment"),
-        ("objective", f"weights (loss, delay, bytes) = {tuple(c['weights'])}; references: "
-                      + (f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
-                         f"{obj['bytes_ref'] / 1e6:.2f} MB / round" if obj else "–")),
+        (
+            "baselines",
+            f"sfl cut {c['sfl_cut']}; hsfl cuts {tuple(c['fixed_cuts'])}, random assignment",
+        ),
+        (
+            "objective",
+            f"weights (loss, delay, bytes) = {tuple(c['weights'])}; references: "
+            + (
+                f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
+                f"{obj['bytes_ref'] / 1e6:.2f} MB / round"
+                if obj
+                else "–"
+            ),
+        ),
         ("target accuracy", f"{100 * results['target_accuracy']:.2f} %"),
-        ("host", f"{results['environment']['host']}, {results['environment']['cores']} cores, "
-                 f"torch {results['environment']['torch']}, {c['threads']} thread(s)"),
-        ("flowsplit, generated, wall", f"{results['flowsplit_version']}, {results['generated']}, "
-                                       f"{results['wall_s']:.0f} s"),
-    ]  # fmt: skip
+        (
+            "host",
+            f"{results['environment']['host']}, {results['environment']['cores']} cores, "
+            f"torch {results['environment']['torch']}, {c['threads']} thread(s)",
+        ),
+        (
+            "flowsplit, generated, wall",
+            f"{results['flowsplit_version']}, {results['generated']}, {results['wall_s']:.0f} s",
+        ),
+    ]
     return [{"what": k, "value": v} for k, v in rows]
 
 
@@ -222,27 +266,39 @@ COND_COLS = [Column("what", "condition"), Column("value", "value")]
 def _figures(results: Mapping) -> list[tuple[Any, str]]:
     schemes = results["schemes"]
     acc = figures.line_chart(
-        [{"label": s, "x": v["curve"]["round"], "y": [100 * a for a in v["curve"]["accuracy"]]}
-         for s, v in schemes.items()],
-        xlabel="round", ylabel="test accuracy, %", title="Accuracy per round (mean over seeds)",
-    )  # fmt: skip
+        [
+            {"label": s, "x": v["curve"]["round"], "y": [100 * a for a in v["curve"]["accuracy"]]}
+            for s, v in schemes.items()
+        ],
+        xlabel="round",
+        ylabel="test accuracy, %",
+        title="Accuracy per round (mean over seeds)",
+    )
     clock = figures.line_chart(
-        [{"label": s, "x": v["curve"]["clock_s"], "y": [100 * a for a in v["curve"]["accuracy"]]}
-         for s, v in schemes.items()],
-        xlabel="simulated time, s", ylabel="test accuracy, %",
+        [
+            {"label": s, "x": v["curve"]["clock_s"], "y": [100 * a for a in v["curve"]["accuracy"]]}
+            for s, v in schemes.items()
+        ],
+        xlabel="simulated time, s",
+        ylabel="test accuracy, %",
         title="Accuracy against simulated training time",
-    )  # fmt: skip
+    )
     delay = figures.line_chart(
-        [{"label": s, "x": v["curve"]["round"], "y": v["curve"]["delay_s"]}
-         for s, v in schemes.items()],
-        xlabel="round", ylabel="round delay, s", title="Simulated delay per round",
-    )  # fmt: skip
+        [
+            {"label": s, "x": v["curve"]["round"], "y": v["curve"]["delay_s"]}
+            for s, v in schemes.items()
+        ],
+        xlabel="round",
+        ylabel="round delay, s",
+        title="Simulated delay per round",
+    )
     hops = list(next(iter(schemes.values()))["bytes_by_hop"])
     by_hop = figures.bar_chart(
         list(schemes),
         {h: [v["bytes_by_hop"][h] / 1e6 for v in schemes.values()] for h in hops},
-        ylabel="MB (all rounds, mean over seeds)", title="Bytes per tier",
-    )  # fmt: skip
+        ylabel="MB (all rounds, mean over seeds)",
+        title="Bytes per tier",
+    )
     return [
         (acc, "Test accuracy per round"),
         (clock, "Test accuracy against simulated time"),
@@ -263,37 +319,54 @@ def _surrogate_parts(results: Mapping) -> tuple[list[dict], str]:
 def render_html(results: Mapping) -> str:
     sur_rows, sur_text = _surrogate_parts(results)
     parts = [
-        html.section("Summary", f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
-                     html.table(versus_rows(results), VERSUS_COLS,
-                                caption="Against HSFL, paired by seed"), anchor="summary"),
-        html.section("Results per scheme", html.table(results_rows(results), RESULT_COLS),
-                     anchor="results"),
-        html.section("Ablation: where the gain over HSFL comes from",
-                     html.table(ablation_rows(results), ABLATION_COLS)),
-        html.section("Baselines that split nothing (same rows, seeds, test split)",
-                     html.table(baseline_rows(results), BASELINE_COLS)),
+        html.section(
+            "Summary",
+            f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
+            html.table(versus_rows(results), VERSUS_COLS, caption="Against HSFL, paired by seed"),
+            anchor="summary",
+        ),
+        html.section(
+            "Results per scheme", html.table(results_rows(results), RESULT_COLS), anchor="results"
+        ),
+        html.section(
+            "Ablation: where the gain over HSFL comes from",
+            html.table(ablation_rows(results), ABLATION_COLS),
+        ),
+        html.section(
+            "Baselines that split nothing (same rows, seeds, test split)",
+            html.table(baseline_rows(results), BASELINE_COLS),
+        ),
         html.section("Curves", *(html.figure(f, cap) for f, cap in _figures(results))),
-        html.section("Bytes by hop and message type",
-                     html.table(bytes_rows(results), bytes_cols(results))),
+        html.section(
+            "Bytes by hop and message type", html.table(bytes_rows(results), bytes_cols(results))
+        ),
         html.section("Plans (first seed)", html.table(plan_rows(results), PLAN_COLS)),
-        html.section("Accuracy surrogate", html.paragraph(sur_text),
-                     html.table(sur_rows, SURROGATE_COLS) if sur_rows else ""),
+        html.section(
+            "Accuracy surrogate",
+            html.paragraph(sur_text),
+            html.table(sur_rows, SURROGATE_COLS) if sur_rows else "",
+        ),
         html.section("Conditions", html.table(conditions_rows(results), COND_COLS)),
         html.section("Methods", html.bullet_list(METHODS)),
-    ]  # fmt: skip
-    return html.page(TITLE, *parts, subtitle=f"flowsplit {results['flowsplit_version']}, "
-                     f"{results['generated']}")  # fmt: skip
+    ]
+    return html.page(
+        TITLE, *parts, subtitle=f"flowsplit {results['flowsplit_version']}, {results['generated']}"
+    )
 
 
 def baseline_rows(results: Mapping) -> list[dict]:
     rows = []
     for name, v in (results.get("baselines") or {}).items():
         vs = v.get("scheme_minus_baseline", {})
-        rows.append({
-            "baseline": name, "acc": _ci(v["final_accuracy"], 100, 2),
-            "f1": _ci(v["final_macro_f1"], 100, 2), "mb": _ci(v["bytes_total"], 1e-6, 1),
-            "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
-        })  # fmt: skip
+        rows.append(
+            {
+                "baseline": name,
+                "acc": _ci(v["final_accuracy"], 100, 2),
+                "f1": _ci(v["final_macro_f1"], 100, 2),
+                "mb": _ci(v["bytes_total"], 1e-6, 1),
+                "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
+            }
+        )
     return rows
 
 
@@ -307,9 +380,16 @@ BASELINE_COLS = [
 
 
 def ablation_rows(results: Mapping) -> list[dict]:
-    return [{"part": r["part"], "n": r["n_seeds"], "acc": _diff(r["accuracy_diff"]),
-             "delay": _ratio(r["delay_ratio"]), "bytes": _ratio(r["bytes_ratio"])}
-            for r in results.get("ablation") or []]  # fmt: skip
+    return [
+        {
+            "part": r["part"],
+            "n": r["n_seeds"],
+            "acc": _diff(r["accuracy_diff"]),
+            "delay": _ratio(r["delay_ratio"]),
+            "bytes": _ratio(r["bytes_ratio"]),
+        }
+        for r in results.get("ablation") or []
+    ]
 
 
 ABLATION_COLS = [

@@ -221,10 +221,21 @@ def compare_paired(
         verdict = EQUIVALENT if abs(d[0]) < margin else DIFFERENT
         verdict, note = _enough_seeds(verdict, note, n, min_seeds)
         return PairedComparison(
-            n, mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
-            mean_ci(xb, confidence, bounds=SCORE_BOUNDS), diff, nan, nan, nan, nan,
-            margin, nan, alpha, verdict, note, diff_tost,
-        )  # fmt: skip
+            n,
+            mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
+            mean_ci(xb, confidence, bounds=SCORE_BOUNDS),
+            diff,
+            nan,
+            nan,
+            nan,
+            nan,
+            margin,
+            nan,
+            alpha,
+            verdict,
+            note,
+            diff_tost,
+        )
     else:
         t_res = sps.ttest_rel(xb, xa)
         t_stat, t_p = float(t_res.statistic), float(t_res.pvalue)

@@ -100,8 +100,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, help="run directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--resume", action="store_true", help="dist: continue the run in -o OUT "
-                   "from its sfl-checkpoint.pt (written after every round; same options)")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="dist: continue the run in -o OUT "
+        "from its sfl-checkpoint.pt (written after every round; same options)",
+    )
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
@@ -112,9 +116,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
     p.add_argument("--backend", default="sim", choices=("sim", "dist"))
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
-    p.add_argument("--plan", default=None, help="run a plan.json from `flowsplit sfl plan`: its "
-                   "scheme, cuts, assignment, topology, model, batch size, local epochs, "
-                   "partition, training rows and seed replace those options")  # fmt: skip
+    p.add_argument(
+        "--plan",
+        default=None,
+        help="run a plan.json from `flowsplit sfl plan`: its "
+        "scheme, cuts, assignment, topology, model, batch size, local epochs, "
+        "partition, training rows and seed replace those options",
+    )
     # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
     add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
@@ -161,24 +169,37 @@ def cmd_run(args: argparse.Namespace) -> int:
             "aggregator would serve no client; give --aggregators at most --clients"
         )
     torch.set_num_threads(config.threads)
-    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology,
-                        assignment=None if plan is None else plan.assignment)  # fmt: skip
+    setup = prepare_run(
+        config,
+        dataset=args.dataset,
+        model_fn=model_fn,
+        topology=topology,
+        assignment=None if plan is None else plan.assignment,
+    )
     if writes and not args.quiet:
         _log_start(args, config, topology)
     if args.backend == "sim":
         result = _simulate(setup, out, quiet=args.quiet)
     elif torchrun is not None:
         result = run_under_torchrun(
-            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet,
+            setup,
+            dataset=args.dataset,
+            model_fn=model_fn,
+            out_dir=out,
+            quiet=args.quiet,
             bind=args.bind,
-        )  # fmt: skip
+        )
         if result is None:
             return 0
     else:
         result = launch_roles(
-            setup, dataset=args.dataset, model_fn=model_fn, out_dir=out, quiet=args.quiet,
+            setup,
+            dataset=args.dataset,
+            model_fn=model_fn,
+            out_dir=out,
+            quiet=args.quiet,
             resume=args.resume,
-        )  # fmt: skip
+        )
     totals = result.totals()
     print(
         f"wrote {out / 'metrics.json'}: accuracy {totals['final_accuracy']:.4f}, "

@@ -89,8 +89,13 @@ def drive(coro: Coroutine, transport: GlooTransport) -> None:
             return
         busy = time.monotonic() - start
         if busy > 1.0:  # the role's own work between two messages (debug log only)
-            log.debug("%s: %.2f s (%.2f s CPU) of work before %s", role_name(transport.me), busy,
-                      time.thread_time() - cpu, type(op).__name__)  # fmt: skip
+            log.debug(
+                "%s: %.2f s (%.2f s CPU) of work before %s",
+                role_name(transport.me),
+                busy,
+                time.thread_time() - cpu,
+                type(op).__name__,
+            )
         if type(op) is Send:
             start = time.monotonic()
             transport.send(op)
@@ -176,12 +181,18 @@ class DistRuntime:
     def _inject_faults(self, index: int, round_index: int) -> None:
         cfg = self.setup.config
         if cfg.exit_clients.get(index) == round_index:
-            log.warning("client %d: exits at the start of round %d (fault injection)",
-                        index, round_index + 1)  # fmt: skip
+            log.warning(
+                "client %d: exits at the start of round %d (fault injection)",
+                index,
+                round_index + 1,
+            )
             os._exit(3)
         if cfg.hang_clients.get(index) == round_index:
-            log.warning("client %d: stops answering at the start of round %d (fault injection)",
-                        index, round_index + 1)  # fmt: skip
+            log.warning(
+                "client %d: stops answering at the start of round %d (fault injection)",
+                index,
+                round_index + 1,
+            )
             while True:
                 time.sleep(3600)
 
@@ -304,8 +315,9 @@ def role_main(
     config = SFLConfig.from_dict(payload["config"])
     topology = topology_from_toml(payload["topology"])
     me = address_of(rank, topology.n_aggregators)
-    _setup_logging(Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log",
-                   quiet)  # fmt: skip
+    _setup_logging(
+        Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log", quiet
+    )
     torch.set_num_threads(config.threads)
     _check_world_size(world_size, topology)
     if setup is None:

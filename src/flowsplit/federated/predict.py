@@ -190,8 +190,14 @@ def _charge_train(
         _add_bytes(led, msg, m * msg.nbytes + s * msg.per_sample, m)
     acc = train_accounts(costs, topology, scheme, m, s, r.slowdown)
     value = {name: np.einsum("nk,nk->n", coef, r.basis) for name, coef in acc.items()}
-    for name in ("client_compute", "client_link", "client_busy", "aggregator_for",
-                 "backbone_for", "server_for"):  # fmt: skip
+    for name in (
+        "client_compute",
+        "client_link",
+        "client_busy",
+        "aggregator_for",
+        "backbone_for",
+        "server_for",
+    ):
         getattr(led, name)[...] += value[name]
     led.aggregator_load += r.per_agg(value["aggregator_for"])
     led.backbone_load += r.per_agg(value["backbone_busy"])

@@ -92,8 +92,12 @@ def make_pair_groups(
     return groups
 
 
-_KEY = {(h, d, t): (i, j, k) for i, h in enumerate(HOPS) for j, d in enumerate(DIRECTIONS)
-        for k, t in enumerate(MESSAGE_TYPES)}  # fmt: skip
+_KEY = {
+    (h, d, t): (i, j, k)
+    for i, h in enumerate(HOPS)
+    for j, d in enumerate(DIRECTIONS)
+    for k, t in enumerate(MESSAGE_TYPES)
+}
 
 
 class GlooTransport:

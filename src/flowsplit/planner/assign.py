@@ -119,8 +119,9 @@ def greedy_assign(
     b = chunk_size(n_a) if chunk is None else max(1, min(int(chunk), n_a))
     work = client_work(table, pairs)
     # Largest work first; ties by client index (stable sort) keep it deterministic.
-    order = np.argsort(-(work / work.max(axis=1, keepdims=True).clip(1e-300)).sum(axis=0),
-                       kind="stable")  # fmt: skip
+    order = np.argsort(
+        -(work / work.max(axis=1, keepdims=True).clip(1e-300)).sum(axis=0), kind="stable"
+    )
     all_pairs = n_p == table.n_pairs and np.array_equal(pairs, np.arange(n_p))
     coef = (table.coef if all_pairs else table.coef[:, pairs]).reshape(n, n_p * len(FEATURES), -1)
     # Only a client with fewer links than a chunk has clients, or capacities, can find
@@ -152,7 +153,7 @@ def greedy_assign(
             + act * u_fix
             + cnt * u_lin
             + link_penalty[i]
-        )  # fmt: skip  (P, B, A)
+        )  # (P, B, A)
         if cap is not None:
             finish = np.where((n_assigned >= cap)[:, None], np.inf, finish)
         base = finish.copy()

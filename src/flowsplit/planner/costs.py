@@ -164,8 +164,10 @@ def build_cost_table(
         c[:, CHAIN_B] = sum((acc[name] for name in chain_b), np.zeros((n, N_BASIS)))
         c[:, AGG] = acc["aggregator_for"]
         c[:, BB] = acc["backbone_busy"]
-        for feature, msgs in ((DOWN, scheme.download_messages(costs)),
-                              (UP, scheme.upload_messages(costs))):  # fmt: skip
+        for feature, msgs in (
+            (DOWN, scheme.download_messages(costs)),
+            (UP, scheme.upload_messages(costs)),
+        ):
             c[:, feature, LAT] = one
             c[:, feature, INV_BW] = one * hop_sums(msgs, CLIENT_AGGREGATOR, PER_CLIENT)[1]
         c[:, COUNT, ONE] = one

@@ -42,9 +42,10 @@ def read_leakage(
     if isinstance(doc, dict) and "cuts" not in doc and isinstance(doc.get("datasets"), dict):
         if len(doc["datasets"]) != 1:
             raise InputError(
-                path, f"holds {len(doc['datasets'])} datasets ({', '.join(doc['datasets'])}); "
-                "give the privacy.json of one study"
-            )  # fmt: skip
+                path,
+                f"holds {len(doc['datasets'])} datasets ({', '.join(doc['datasets'])}); "
+                "give the privacy.json of one study",
+            )
         doc = next(iter(doc["datasets"].values()))
     if model is not None and isinstance(doc, dict) and doc.get("model") not in (None, model):
         raise InputError(path, f"was measured on model {doc['model']!r}, not {model!r}")

@@ -218,8 +218,14 @@ def _removed(st: _Stats, clients: np.ndarray, g: np.ndarray, f_own: np.ndarray):
         held = st.holder[r, g] == clients
         out.append(np.where(held, st.second[r, g], st.top[r, g]))
     chain, down, up = out
-    return (chain, st.agg[g] - f_own[:, AGG], st.bb[g] - f_own[:, BB], down, up,
-            st.count[g] - f_own[:, COUNT])  # fmt: skip
+    return (
+        chain,
+        st.agg[g] - f_own[:, AGG],
+        st.bb[g] - f_own[:, BB],
+        down,
+        up,
+        st.count[g] - f_own[:, COUNT],
+    )
 
 
 def _combine(ev, tops, g, dg, tg, ug, h, dh, th, uh, n_active):
@@ -253,8 +259,9 @@ def _best_move(table, ev, st, assign, cands, tops, n_active, cap):
         - was_active[None]
         + ((st.count[None] + fa[:, COUNT]) > 0)
     )
-    obj = _combine(ev, tops, g[:, None], dg[:, None], tg[:, None], ug[:, None], j, dh, th, uh,
-                   n_act)  # fmt: skip
+    obj = _combine(
+        ev, tops, g[:, None], dg[:, None], tg[:, None], ug[:, None], j, dh, th, uh, n_act
+    )
     bad = ~table.linked[cands] | (j == g[:, None])
     if cap is not None:
         bad |= (st.n_assigned >= cap)[None]
@@ -333,8 +340,11 @@ def close_aggregators(
         others = np.flatnonzero(np.arange(table.n_aggregators) != j)
         ok = True
         for c in members[np.argsort(-work[members], kind="stable")]:
-            choices = [k for k in others if table.linked[c, k]
-                       and (capacity is None or np.sum(trial == k) < capacity[k])]  # fmt: skip
+            choices = [
+                k
+                for k in others
+                if table.linked[c, k] and (capacity is None or np.sum(trial == k) < capacity[k])
+            ]
             if not choices:
                 ok = False
                 break

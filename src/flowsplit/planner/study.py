@@ -32,11 +32,21 @@ from flowsplit.planner.pilots import (
 from flowsplit.planner.plan import PlannerConfig, plan_fixed, plan_split
 from flowsplit.planner.surrogate import choose_pilot_cuts, predict_accuracy
 
-QUICK = {"rounds": 4, "train_limit": 600, "pilot_train_limit": None,
-         "n_clients": 8, "n_aggregators": 3}  # fmt: skip
+QUICK = {
+    "rounds": 4,
+    "train_limit": 600,
+    "pilot_train_limit": None,
+    "n_clients": 8,
+    "n_aggregators": 3,
+}
 """Quick-mode defaults (explicit options win)."""
-FULL = {"rounds": 5, "train_limit": None, "pilot_train_limit": None,
-        "n_clients": None, "n_aggregators": None}  # fmt: skip
+FULL = {
+    "rounds": 5,
+    "train_limit": None,
+    "pilot_train_limit": None,
+    "n_clients": None,
+    "n_aggregators": None,
+}
 """Defaults otherwise."""
 PLANS = ("acc-aware", "delay", "hsfl", "hsfl-greedy", "sfl")
 """Plans :func:`plan_seed` can make: the planner, the delay-only planner, HSFL at the
@@ -222,16 +232,30 @@ def registry_model(name: str, view: str | None):
 
 
 def _topology(cfg: StudyConfig):
-    return resolve_topology(cfg.topology, n_clients=cfg.n_clients,
-                            n_aggregators=cfg.n_aggregators, seed=cfg.topology_seed)  # fmt: skip
+    return resolve_topology(
+        cfg.topology,
+        n_clients=cfg.n_clients,
+        n_aggregators=cfg.n_aggregators,
+        seed=cfg.topology_seed,
+    )
 
 
 def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
     """The SFLConfig every run of a study shares (scheme and cuts set per run)."""
-    values = {"scheme": cfg.family, "cuts": tuple(cfg.fixed_cuts), "rounds": cfg.rounds,
-              "batch_size": cfg.batch_size, "lr": cfg.lr, "local_epochs": cfg.local_epochs,
-              "partition": cfg.partition, "seed": seed, "train_limit": cfg.train_limit,
-              "threads": cfg.threads, "assign": "random", "eval_split": "test"}  # fmt: skip
+    values = {
+        "scheme": cfg.family,
+        "cuts": tuple(cfg.fixed_cuts),
+        "rounds": cfg.rounds,
+        "batch_size": cfg.batch_size,
+        "lr": cfg.lr,
+        "local_epochs": cfg.local_epochs,
+        "partition": cfg.partition,
+        "seed": seed,
+        "train_limit": cfg.train_limit,
+        "threads": cfg.threads,
+        "assign": "random",
+        "eval_split": "test",
+    }
     values.update(kw)
     return SFLConfig(**values)
 
@@ -250,13 +274,25 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
     cuts = choose_pilot_cuts(study.profile.n_blocks, n_pilots)
     base = base_config(cfg, seed)
     limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.train_limit
-    probe = prepare_run(base, dataset=study.dataset, model_fn=study.model_fn,
-                        topology=study.topology, profile=study.profile)  # fmt: skip
+    probe = prepare_run(
+        base,
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+    )
     run_steps = cfg.rounds * steps_per_round(probe)
     steps = cfg.pilot_steps or max(1, int(math.ceil(PILOT_FRACTION * run_steps)))
-    records = run_pilots(cuts, dataset=study.dataset, model_fn=study.model_fn,
-                         topology=study.topology, base=base, steps=steps,
-                         train_limit=limit, quiet=quiet)  # fmt: skip
+    records = run_pilots(
+        cuts,
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        base=base,
+        steps=steps,
+        train_limit=limit,
+        quiet=quiet,
+    )
     doc = predict_accuracy(records, study.profile, run_steps)
     study.predicted_accuracy = dict(doc.pop("accuracy"))
     study.predicted_loss = dict(doc.pop("loss"))
@@ -269,61 +305,99 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
         "run_steps": run_steps,
         "cost": PilotCost.of(records).to_dict(),
         "pilots": [r.to_dict() for r in records],
-        "table": [{"cuts": list(c),
-                   "pilot_accuracy": measured[c].accuracy if c in measured else None,
-                   "predicted_accuracy": study.predicted_accuracy[c],
-                   "predicted_loss": study.predicted_loss[c], "source": source[c]}
-                  for c in legal],
+        "table": [
+            {
+                "cuts": list(c),
+                "pilot_accuracy": measured[c].accuracy if c in measured else None,
+                "predicted_accuracy": study.predicted_accuracy[c],
+                "predicted_loss": study.predicted_loss[c],
+                "source": source[c],
+            }
+            for c in legal
+        ],
         "eval_split": eval_split_for(study.dataset),
-    }  # fmt: skip
+    }
 
 
 def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     """The plans named in ``plans`` (of :data:`PLANS`; ``hsfl`` always) for one seed
     (shard sizes of that seed's partition)."""
     cfg = study.config
-    setup = prepare_run(base_config(cfg, seed), dataset=study.dataset, model_fn=study.model_fn,
-                        topology=study.topology, profile=study.profile)  # fmt: skip
+    setup = prepare_run(
+        base_config(cfg, seed),
+        dataset=study.dataset,
+        model_fn=study.model_fn,
+        topology=study.topology,
+        profile=study.profile,
+    )
     topo = setup.topology  # shard sizes filled in
-    common = {"family": cfg.family, "fixed_cuts": tuple(cfg.fixed_cuts), "seed": seed,
-              "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
-              "reference": cfg.reference, "capacity": cfg.capacity,
-              "three_tier": cfg.three_tier, "acc_tolerance": cfg.acc_tolerance,
-              "only_cuts": cfg.only_cuts}  # fmt: skip
+    common = {
+        "family": cfg.family,
+        "fixed_cuts": tuple(cfg.fixed_cuts),
+        "seed": seed,
+        "batch_size": cfg.batch_size,
+        "local_epochs": cfg.local_epochs,
+        "reference": cfg.reference,
+        "capacity": cfg.capacity,
+        "three_tier": cfg.three_tier,
+        "acc_tolerance": cfg.acc_tolerance,
+        "only_cuts": cfg.only_cuts,
+    }
     accuracy = study.predicted_accuracy or None
     separated = bool((study.surrogate or {}).get("separated", True))
     out = {}
     acc = None
     if "acc-aware" in plans:
-        acc = plan_split(study.profile, topo, study.predicted_loss or None,
-                         PlannerConfig(weights=Weights(*cfg.weights), mode=cfg.objective,
-                                       **common),
-                         predicted_accuracy=accuracy, separated=separated)  # fmt: skip
+        acc = plan_split(
+            study.profile,
+            topo,
+            study.predicted_loss or None,
+            PlannerConfig(weights=Weights(*cfg.weights), mode=cfg.objective, **common),
+            predicted_accuracy=accuracy,
+            separated=separated,
+        )
         acc.info["surrogate"] = _surrogate_summary(study.surrogate)
         out["acc-aware"] = acc
     if "delay" in plans:
-        out["delay"] = plan_split(study.profile, topo, study.predicted_loss or None,
-                                  PlannerConfig(weights=Weights(0.0, 1.0, 0.0), mode="weighted",
-                                                **common),
-                                  predicted_accuracy=accuracy)  # fmt: skip
+        out["delay"] = plan_split(
+            study.profile,
+            topo,
+            study.predicted_loss or None,
+            PlannerConfig(weights=Weights(0.0, 1.0, 0.0), mode="weighted", **common),
+            predicted_accuracy=accuracy,
+        )
     objective = acc.objective_def if acc is not None else None
     fixed = tuple(cfg.fixed_cuts)
-    kw = {"seed": seed, "batch_size": cfg.batch_size, "local_epochs": cfg.local_epochs,
-          "objective": objective, "predicted_loss": study.predicted_loss.get(fixed, math.nan),
-          "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan)}  # fmt: skip
+    kw = {
+        "seed": seed,
+        "batch_size": cfg.batch_size,
+        "local_epochs": cfg.local_epochs,
+        "objective": objective,
+        "predicted_loss": study.predicted_loss.get(fixed, math.nan),
+        "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan),
+    }
     out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, fixed, **kw)
     if "hsfl-greedy" in plans:
-        out["hsfl-greedy"] = plan_fixed(study.profile, topo, cfg.family, fixed, rule="greedy",
-                                        capacity=cfg.capacity, **kw)  # fmt: skip
+        out["hsfl-greedy"] = plan_fixed(
+            study.profile, topo, cfg.family, fixed, rule="greedy", capacity=cfg.capacity, **kw
+        )
     if objective is not None:
         # Every plan scored by the same (accuracy-aware) objective, to compare them.
         for p in out.values():
-            p.objective = float(objective.value(np.nan_to_num(p.predicted_loss), p.delay_s,
-                                                p.bytes))  # fmt: skip
+            p.objective = float(
+                objective.value(np.nan_to_num(p.predicted_loss), p.delay_s, p.bytes)
+            )
     if "sfl" in plans:
         c = int(cfg.sfl_cut)
-        out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), seed=seed,
-                                batch_size=cfg.batch_size, local_epochs=cfg.local_epochs)  # fmt: skip
+        out["sfl"] = plan_fixed(
+            study.profile,
+            topo,
+            "sfl",
+            (c, c),
+            seed=seed,
+            batch_size=cfg.batch_size,
+            local_epochs=cfg.local_epochs,
+        )
     return out
 
 

@@ -80,36 +80,68 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--cuts", default="all", type=_cuts, help="'all' or a comma list of cuts k")
-    p.add_argument("--weights", type=Path, default=None,
-                   help="an `sfl run` directory whose model to attack (default: train one)")  # fmt: skip
+    p.add_argument(
+        "--weights",
+        type=Path,
+        default=None,
+        help="an `sfl run` directory whose model to attack (default: train one)",
+    )
     p.add_argument("--epochs", type=int, default=3, help="training epochs of each model")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--train-limit", type=_limit, default=None, help="training rows (or 'all')")
-    p.add_argument("--aux-split", default="val", choices=("train", "val", "test"),
-                   help="the attacker's auxiliary rows")  # fmt: skip
+    p.add_argument(
+        "--aux-split",
+        default="val",
+        choices=("train", "val", "test"),
+        help="the attacker's auxiliary rows",
+    )
     p.add_argument("--aux-limit", type=_limit, default=None, help="auxiliary rows (or 'all')")
-    p.add_argument("--eval-split", default="test", choices=("train", "val", "test"),
-                   help="the victim's rows the attacks are scored on")  # fmt: skip
+    p.add_argument(
+        "--eval-split",
+        default="test",
+        choices=("train", "val", "test"),
+        help="the victim's rows the attacks are scored on",
+    )
     p.add_argument("--eval-limit", type=_limit, default=None, help="evaluated rows (or 'all')")
-    p.add_argument("--attack-epochs", type=int, default=ATTACK_EPOCHS,
-                   help="epochs of the inversion decoder over the auxiliary rows")  # fmt: skip
-    p.add_argument("--defences", default=DEFAULT_DEFENCES,
-                   help="comma list of nopeek:ALPHA, noise:RATIO, quant:BITS, or 'none'")  # fmt: skip
+    p.add_argument(
+        "--attack-epochs",
+        type=int,
+        default=ATTACK_EPOCHS,
+        help="epochs of the inversion decoder over the auxiliary rows",
+    )
+    p.add_argument(
+        "--defences",
+        default=DEFAULT_DEFENCES,
+        help="comma list of nopeek:ALPHA, noise:RATIO, quant:BITS, or 'none'",
+    )
     p.add_argument("--no-gradients", action="store_true", help="skip the gradient label attack")
     p.add_argument("--topology", default="heterogeneous", help="topology of the Pareto picture")
     p.add_argument("--clients", type=int, default=None)
     p.add_argument("--aggregators", type=int, default=None)
-    p.add_argument("--leakage-measure", default=None,
-                   help="measure of the picture and budget (default bytes_recovered, "
-                        "seq_recovered for seq)")  # fmt: skip
-    p.add_argument("--max-leakage", type=float, default=None,
-                   help="mark the least-delay pair with leakage at most this")  # fmt: skip
-    p.add_argument("--plan", type=Path, default=None,
-                   help="a plan.json of `sfl plan` whose cuts to mark in the picture")  # fmt: skip
-    p.add_argument("--redraw", action="store_true",
-                   help="no study: redraw OUT/pareto.png from OUT/privacy.json (new budget, "
-                        "plan, topology or measure)")  # fmt: skip
+    p.add_argument(
+        "--leakage-measure",
+        default=None,
+        help="measure of the picture and budget (default bytes_recovered, seq_recovered for seq)",
+    )
+    p.add_argument(
+        "--max-leakage",
+        type=float,
+        default=None,
+        help="mark the least-delay pair with leakage at most this",
+    )
+    p.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        help="a plan.json of `sfl plan` whose cuts to mark in the picture",
+    )
+    p.add_argument(
+        "--redraw",
+        action="store_true",
+        help="no study: redraw OUT/pareto.png from OUT/privacy.json (new budget, "
+        "plan, topology or measure)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--quiet", action="store_true")
@@ -152,13 +184,23 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         if args.weights is not None and defences:
             log.info("note: defences are trained afresh; only the undefended cuts use --weights")
         config = PrivacyConfig(
-            model=args.model, view=args.view, model_options=_model_options(args.model_option),
-            cuts=args.cuts, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            train_limit=args.train_limit, aux_split=args.aux_split, aux_limit=args.aux_limit,
-            eval_split=args.eval_split, eval_limit=args.eval_limit,
-            attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed), defences=defences,
-            gradients=not args.no_gradients, seed=args.seed,
-        )  # fmt: skip
+            model=args.model,
+            view=args.view,
+            model_options=_model_options(args.model_option),
+            cuts=args.cuts,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            train_limit=args.train_limit,
+            aux_split=args.aux_split,
+            aux_limit=args.aux_limit,
+            eval_split=args.eval_split,
+            eval_limit=args.eval_limit,
+            attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed),
+            defences=defences,
+            gradients=not args.no_gradients,
+            seed=args.seed,
+        )
         say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
         result = run_study(args.dataset, config, weights=args.weights, progress=say)
     first = result["cuts"][next(iter(result["cuts"]))]
@@ -169,12 +211,17 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     # topology for the delays.
     ds = load_dataset(args.dataset)
     torch.manual_seed(0)
-    model = build_model(result["model"], view=result["view"],
-                        input_shape=ds.view_shape(result["view"]), n_classes=ds.n_classes,
-                        **result["config"]["model_options"])  # fmt: skip
+    model = build_model(
+        result["model"],
+        view=result["view"],
+        input_shape=ds.view_shape(result["view"]),
+        n_classes=ds.n_classes,
+        **result["config"]["model_options"],
+    )
     profile = profile_model(model)
-    topology = resolve_topology(args.topology, n_clients=args.clients,
-                                n_aggregators=args.aggregators, seed=args.seed)  # fmt: skip
+    topology = resolve_topology(
+        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
+    )
     try:
         rows = pair_table(result, profile, topology, measure=measure, batch_size=args.batch_size)
     except ValueError as exc:
@@ -183,25 +230,42 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     unconstrained = choose(rows, None)
     planned = _planned(args.plan, rows) if args.plan is not None else None
     result["pareto"] = {
-        "measure": measure, "topology": topology.name, "max_leakage": args.max_leakage,
-        "pairs": rows, "chosen": chosen, "unconstrained": unconstrained, "plan": planned,
-    }  # fmt: skip
+        "measure": measure,
+        "topology": topology.name,
+        "max_leakage": args.max_leakage,
+        "pairs": rows,
+        "chosen": chosen,
+        "unconstrained": unconstrained,
+        "plan": planned,
+    }
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "privacy.json", result)
-    draw_pareto(result, rows, out / "pareto.png", measure=measure, max_leakage=args.max_leakage,
-                chosen=chosen, unconstrained=unconstrained, planned=planned)  # fmt: skip
+    draw_pareto(
+        result,
+        rows,
+        out / "pareto.png",
+        measure=measure,
+        max_leakage=args.max_leakage,
+        chosen=chosen,
+        unconstrained=unconstrained,
+        planned=planned,
+    )
     print(format_summary(result))
     if args.max_leakage is not None:
         if chosen is None:
             print(f"no cut pair has {measure} <= {args.max_leakage}")
         else:
-            print(f"least delay with {measure} <= {args.max_leakage}: cuts {tuple(chosen['cuts'])}, "
-                  f"{chosen['delay_s']:.3f} s/round, leakage {chosen['leakage']:.3f} "
-                  f"(unconstrained: {tuple(unconstrained['cuts'])}, {unconstrained['delay_s']:.3f} "
-                  f"s/round, leakage {unconstrained['leakage']:.3f})")  # fmt: skip
+            print(
+                f"least delay with {measure} <= {args.max_leakage}: cuts {tuple(chosen['cuts'])}, "
+                f"{chosen['delay_s']:.3f} s/round, leakage {chosen['leakage']:.3f} "
+                f"(unconstrained: {tuple(unconstrained['cuts'])}, {unconstrained['delay_s']:.3f} "
+                f"s/round, leakage {unconstrained['leakage']:.3f})"
+            )
     if planned is not None:
-        print(f"the plan of {args.plan}: cuts {tuple(planned['cuts'])}, leakage "
-              f"{planned['leakage']:.3f}, {planned['delay_s']:.3f} s/round on {topology.name}")  # fmt: skip
+        print(
+            f"the plan of {args.plan}: cuts {tuple(planned['cuts'])}, leakage "
+            f"{planned['leakage']:.3f}, {planned['delay_s']:.3f} s/round on {topology.name}"
+        )
     print(f"wrote {out / 'privacy.json'} and {out / 'pareto.png'}")
     return 0
 
@@ -234,9 +298,19 @@ def _planned(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def format_summary(result: dict[str, Any]) -> str:
     """A plain table of the per-cut measures, undefended and per defence."""
-    keys = [k for k in ("accuracy", "bytes_recovered", "ascii_recovered", "seq_nrmse", "dcor",
-                        "label_probe_acc", "grad_label_acc")
-            if any(k in rec for rec in result["cuts"].values())]  # fmt: skip
+    keys = [
+        k
+        for k in (
+            "accuracy",
+            "bytes_recovered",
+            "ascii_recovered",
+            "seq_nrmse",
+            "dcor",
+            "label_probe_acc",
+            "grad_label_acc",
+        )
+        if any(k in rec for rec in result["cuts"].values())
+    ]
     head = f"{'defence':<8} {'cut':>3} {'block':<8} " + " ".join(f"{k:>15}" for k in keys)
     lines = [
         f"{result['model']} on {result['view']} of {result['dataset']}: accuracy "
@@ -245,8 +319,10 @@ def format_summary(result: dict[str, Any]) -> str:
     ]
 
     def row(name: str, k: str, rec: dict[str, Any]) -> str:
-        vals = " ".join(f"{rec[key]:>15.3f}" if isinstance(rec.get(key), float) else f"{'-':>15}"
-                        for key in keys)  # fmt: skip
+        vals = " ".join(
+            f"{rec[key]:>15.3f}" if isinstance(rec.get(key), float) else f"{'-':>15}"
+            for key in keys
+        )
         return f"{name:<8} {k:>3} {rec.get('block', ''):<8} {vals}"
 
     if "reference" in result:

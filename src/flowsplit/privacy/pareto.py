@@ -102,29 +102,62 @@ def draw_pareto(
     ax1.scatter(d[~two], lk[~two], c="tab:blue", s=22, label="three-tier (a, c)")
     ax1.scatter(d[two], lk[two], c="tab:green", s=30, marker="s", label="two-tier (a = c)")
     for r in rows:
-        ax1.annotate(f"{r['cuts'][0]},{r['cuts'][1]}", (r["delay_s"], r["leakage"]),
-                     fontsize=7, xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        ax1.annotate(
+            f"{r['cuts'][0]},{r['cuts'][1]}",
+            (r["delay_s"], r["leakage"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     front = pareto_front(rows)
-    ax1.step([r["delay_s"] for r in front], [r["leakage"] for r in front], where="post",
-             c="grey", lw=1, label="Pareto front")  # fmt: skip
+    ax1.step(
+        [r["delay_s"] for r in front],
+        [r["leakage"] for r in front],
+        where="post",
+        c="grey",
+        lw=1,
+        label="Pareto front",
+    )
     if max_leakage is not None and math.isfinite(max_leakage):
         ax1.axhline(max_leakage, c="tab:red", ls="--", lw=1, label=f"budget {max_leakage:g}")
     if unconstrained is not None:
-        ax1.scatter([unconstrained["delay_s"]], [unconstrained["leakage"]], marker="x", s=120,
-                    c="black", label="least delay, no budget")  # fmt: skip
+        ax1.scatter(
+            [unconstrained["delay_s"]],
+            [unconstrained["leakage"]],
+            marker="x",
+            s=120,
+            c="black",
+            label="least delay, no budget",
+        )
     if chosen is not None:
-        ax1.scatter([chosen["delay_s"]], [chosen["leakage"]], marker="*", s=260, c="tab:red",
-                    zorder=5, label="chosen under budget")  # fmt: skip
+        ax1.scatter(
+            [chosen["delay_s"]],
+            [chosen["leakage"]],
+            marker="*",
+            s=260,
+            c="tab:red",
+            zorder=5,
+            label="chosen under budget",
+        )
     if planned is not None:
-        ax1.scatter([planned["delay_s"]], [planned["leakage"]], marker="D", s=90,
-                    facecolors="none", edgecolors="tab:purple", lw=2,
-                    label="the planner's plan")  # fmt: skip
+        ax1.scatter(
+            [planned["delay_s"]],
+            [planned["leakage"]],
+            marker="D",
+            s=90,
+            facecolors="none",
+            edgecolors="tab:purple",
+            lw=2,
+            label="the planner's plan",
+        )
     ax1.set_xlabel("predicted round delay (s), end-to-end HSFL")
     ax1.set_ylabel(f"leakage: {measure}")
     # Centrally trained, one model for every cut; federated training converges
     # differently per cut (the planner's pilots measure that).
-    ax1.set_title(f"centrally trained accuracy {result['accuracy']:.3f}, the same model at "
-                  "every cut", fontsize=9)  # fmt: skip
+    ax1.set_title(
+        f"centrally trained accuracy {result['accuracy']:.3f}, the same model at every cut",
+        fontsize=9,
+    )
     ax1.legend(fontsize=7)
 
     series = [("none", result["cuts"])] + [
@@ -140,8 +173,9 @@ def draw_pareto(
         for k, x, y in zip(ks, xs, ys, strict=True):
             ax2.annotate(str(k), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if "reference" in result and measure in result["reference"]:
-        ax2.axvline(result["reference"][measure], c="grey", ls=":", lw=1,
-                    label="after the input stem")  # fmt: skip
+        ax2.axvline(
+            result["reference"][measure], c="grey", ls=":", lw=1, label="after the input stem"
+        )
     prior_key = f"{measure}_prior"
     if prior_key in result.get("prior", {}):
         ax2.axvline(result["prior"][prior_key], c="black", ls="--", lw=1, label="no activations")

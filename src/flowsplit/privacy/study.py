@@ -301,9 +301,10 @@ def load_run_weights(model: BlockModel, run_dir: str | Path) -> BlockModel:
         first = lines[1] if len(lines) > 1 else lines[0]
         first = first if len(first) < 200 else first[:200] + "..."
         raise InputError(
-            run / "model.pt", f"does not fit {model.name} as built here ({first}); "
-            "pass the run's --model, --view and --model-option"
-        ) from None  # fmt: skip
+            run / "model.pt",
+            f"does not fit {model.name} as built here ({first}); "
+            "pass the run's --model, --view and --model-option",
+        ) from None
     model.eval()
     return model
 
@@ -408,11 +409,17 @@ def measure_cut(
     }
     out.update(
         attack_activations(
-            data, z_aux, z_eval, target_aux=target_aux, target_eval=target_eval,
-            inputs_eval=input_features(data, data.x_eval), config=config,
-            transform=layer if defence.kind in ("noise", "quant") else None, prior=prior,
+            data,
+            z_aux,
+            z_eval,
+            target_aux=target_aux,
+            target_eval=target_eval,
+            inputs_eval=input_features(data, data.x_eval),
+            config=config,
+            transform=layer if defence.kind in ("noise", "quant") else None,
+            prior=prior,
         )
-    )  # fmt: skip
+    )
     if config.gradients:
         server = nn.Sequential(*list(model.blocks.values())[cut:]).eval()
         g_aux = cut_gradients(server, activations(layer, z_aux), data.y_aux)
@@ -434,14 +441,21 @@ def measure_reference(model: BlockModel, data: StudyData, config: PrivacyConfig)
     model.eval()
     z_aux, z_eval = activations(stem, data.x_aux), activations(stem, data.x_eval)
     target_aux, target_eval = _targets(data)
-    out: dict[str, Any] = {"after": f"{model.block_names[0]}[0] ({type(stem).__name__})",
-                           "act_shape": list(z_eval.shape[1:])}  # fmt: skip
+    out: dict[str, Any] = {
+        "after": f"{model.block_names[0]}[0] ({type(stem).__name__})",
+        "act_shape": list(z_eval.shape[1:]),
+    }
     out.update(
         attack_activations(
-            data, z_aux, z_eval, target_aux=target_aux, target_eval=target_eval,
-            inputs_eval=input_features(data, data.x_eval), config=config,
+            data,
+            z_aux,
+            z_eval,
+            target_aux=target_aux,
+            target_eval=target_eval,
+            inputs_eval=input_features(data, data.x_eval),
+            config=config,
         )
-    )  # fmt: skip
+    )
     return out
 
 
@@ -552,6 +566,13 @@ def run_study(
 
 
 def _summary(rec: dict[str, Any]) -> str:
-    keys = ("accuracy", "bytes_recovered", "ascii_recovered", "seq_nrmse", "dcor",
-            "label_probe_acc", "grad_label_acc")  # fmt: skip
+    keys = (
+        "accuracy",
+        "bytes_recovered",
+        "ascii_recovered",
+        "seq_nrmse",
+        "dcor",
+        "label_probe_acc",
+        "grad_label_acc",
+    )
     return ", ".join(f"{k} {rec[k]:.3f}" for k in keys if isinstance(rec.get(k), float))

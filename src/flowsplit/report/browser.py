@@ -216,10 +216,17 @@ def check_page(
     deadline = time.monotonic() + timeout_s
     with tempfile.TemporaryDirectory(prefix="flowsplit-chromium-") as profile:
         proc = subprocess.Popen(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-             "--remote-debugging-port=0", "--remote-allow-origins=*", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                binary,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                "--remote-debugging-port=0",
+                "--remote-allow-origins=*",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         ws = None
         try:
             port_file = Path(profile) / "DevToolsActivePort"

@@ -118,8 +118,9 @@ def heatmap(
             for j in range(m.shape[1]):
                 if m[i, j] > 0 and not math.isnan(m[i, j]):
                     colour = "white" if m[i, j] > 0.6 else "black"
-                    ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                            color=colour)  # fmt: skip
+                    ax.text(
+                        j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7, color=colour
+                    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

@@ -42,18 +42,22 @@ def write_overview(
     dp, sfl = content["data_parallel"], content["split_learning"]
     advice, rules, quick = content["advice"], content["rules"], content["quick"]
     dp_cols = [
-        Column("model", "model"), Column("accuracy_ci", "accuracy, centralised"),
+        Column("model", "model"),
+        Column("accuracy_ci", "accuracy, centralised"),
         Column("macro_f1_ci", "macro-F1, centralised"),
         Column("workers", "workers", lambda v: "" if v is None else str(v), "right"),
         Column("speedup_ci", "speedup (epoch time)"),
         Column("diff_ci", "accuracy difference, data-parallel - centralised"),
         Column("verdict", "accuracy verdict"),
-    ]  # fmt: skip
+    ]
     sfl_cols = [
-        Column("scheme", "scheme"), Column("cuts", "cuts"),
-        Column("accuracy_ci", "final accuracy"), Column("delay_ci", "total delay"),
-        Column("bytes_ci", "bytes"), Column("n_seeds", "seeds", align="right"),
-    ]  # fmt: skip
+        Column("scheme", "scheme"),
+        Column("cuts", "cuts"),
+        Column("accuracy_ci", "final accuracy"),
+        Column("delay_ci", "total delay"),
+        Column("bytes_ci", "bytes"),
+        Column("n_seeds", "seeds", align="right"),
+    ]
     data_line = (
         f"{manifest['n_flows']} flows, {len(manifest['classes'])} classes "
         f"({', '.join(manifest['classes'])}), split by {manifest.get('split_by')}: "
@@ -75,28 +79,47 @@ def write_overview(
         "flowsplit: what to use on this capture",
         H.section("Advice", H.bullet_list(advice), H.paragraph(rules)),
         H.section("Data", H.paragraph(data_line)),
-        H.section("Centralised vs data-parallel", H.table(dp, dp_cols) if dp else H.paragraph("not run")),
-        H.section("Split federated learning", H.table(sfl, sfl_cols) if sfl else H.paragraph("not run")),
+        H.section(
+            "Centralised vs data-parallel", H.table(dp, dp_cols) if dp else H.paragraph("not run")
+        ),
+        H.section(
+            "Split federated learning", H.table(sfl, sfl_cols) if sfl else H.paragraph("not run")
+        ),
         H.section("Details", _link_list(links), H.paragraph(f"Run time: {times}.")),
         subtitle=f"dataset {manifest.get('flowsplit_version', '')} · {data_line}{label}",
-    )  # fmt: skip
+    )
     md = M.document(
         M.heading("flowsplit: what to use on this capture", 1),
         *([M.paragraph(label.lstrip(" ·"))] if label else []),
-        M.heading("Advice"), M.bullet_list(advice), M.paragraph(rules),
-        M.heading("Data"), M.paragraph(data_line),
-        M.heading("Centralised vs data-parallel"), M.table(dp, dp_cols) if dp else "not run\n",
-        M.heading("Split federated learning"), M.table(sfl, sfl_cols) if sfl else "not run\n",
+        M.heading("Advice"),
+        M.bullet_list(advice),
+        M.paragraph(rules),
+        M.heading("Data"),
+        M.paragraph(data_line),
+        M.heading("Centralised vs data-parallel"),
+        M.table(dp, dp_cols) if dp else "not run\n",
+        M.heading("Split federated learning"),
+        M.table(sfl, sfl_cols) if sfl else "not run\n",
         M.heading("Details"),
-        M.bullet_list([f"{t}: {p}" for t, p in (("data-parallel", dp_dir), ("split learning", sfl_dir)) if p]),
+        M.bullet_list(
+            [f"{t}: {p}" for t, p in (("data-parallel", dp_dir), ("split learning", sfl_dir)) if p]
+        ),
         M.paragraph(f"Run time: {times}."),
-    )  # fmt: skip
+    )
     atomic_write_text(out / "report.html", html)
     atomic_write_text(out / "report.md", md)
     atomic_write_json(
         out / "report.json",
-        {"advice": advice, "data_parallel": dp, "split_learning": sfl, "timings_s": timings,
-         "dataset": {"n_flows": manifest["n_flows"], "classes": manifest["classes"],
-                     "splits": manifest["splits"]}},
-    )  # fmt: skip
+        {
+            "advice": advice,
+            "data_parallel": dp,
+            "split_learning": sfl,
+            "timings_s": timings,
+            "dataset": {
+                "n_flows": manifest["n_flows"],
+                "classes": manifest["classes"],
+                "splits": manifest["splits"],
+            },
+        },
+    )
     return out / "report.html"

@@ -339,8 +339,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"({len(rows)} flows of {', '.join(mapping.unseen)})",
         )
     scores = score_by_name(y, predict_labels(model, x), mapping)
-    summary = {"run": str(args.run), "dataset": str(args.dataset), "split": args.split,
-               "n": int(len(rows)), "classes": mapping.model_classes, **scores}  # fmt: skip
+    summary = {
+        "run": str(args.run),
+        "dataset": str(args.dataset),
+        "split": args.split,
+        "n": int(len(rows)),
+        "classes": mapping.model_classes,
+        **scores,
+    }
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
@@ -354,8 +360,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}{note}")
         for name, count in summary["unseen_classes"].items():
             called = ", ".join(f"{c} {k}" for c, k in summary["unseen_predicted_as"][name].items())
-            print(f"  {name:<24} not scored: {count} flows of a class the model was not "
-                  f"trained on (predicted as: {called})")  # fmt: skip
+            print(
+                f"  {name:<24} not scored: {count} flows of a class the model was not "
+                f"trained on (predicted as: {called})"
+            )
     if args.output:
         write_output(args.output, json.dumps(summary, indent=1) + "\n")
     return 0

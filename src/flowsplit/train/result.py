@@ -287,19 +287,55 @@ def read_result(run_dir: str | Path) -> RunResult:
 
 
 COMMON_FIELDS = (
-    "model", "view", "engine", "workers", "threads_per_worker", "device", "backend", "seed",
-    "wall_time_s", "accuracy", "macro_f1", "classes", "n_train", "n_test", "config", "env",
-    "kind", "extra", "schema_version",
-)  # fmt: skip
+    "model",
+    "view",
+    "engine",
+    "workers",
+    "threads_per_worker",
+    "device",
+    "backend",
+    "seed",
+    "wall_time_s",
+    "accuracy",
+    "macro_f1",
+    "classes",
+    "n_train",
+    "n_test",
+    "config",
+    "env",
+    "kind",
+    "extra",
+    "schema_version",
+)
 TRAIN_FIELDS = (
-    "epoch_times_s", "loss_per_epoch", "val_macro_f1_per_epoch", "best_epoch", "epochs_run",
-    "stopped_early", "samples_per_s", "comm_time_s", "comm_bytes", "data_time_s", "peak_rss_mb",
-    "per_class_f1", "confusion_matrix", "test_labels", "test_predictions", "test_flow_ids",
-)  # fmt: skip
+    "epoch_times_s",
+    "loss_per_epoch",
+    "val_macro_f1_per_epoch",
+    "best_epoch",
+    "epochs_run",
+    "stopped_early",
+    "samples_per_s",
+    "comm_time_s",
+    "comm_bytes",
+    "data_time_s",
+    "peak_rss_mb",
+    "per_class_f1",
+    "confusion_matrix",
+    "test_labels",
+    "test_predictions",
+    "test_flow_ids",
+)
 SFL_FIELDS = (
-    "scheme", "cuts", "topology", "n_clients", "n_aggregators", "rounds", "bytes_total",
-    "delay_total_s", "totals",
-)  # fmt: skip
+    "scheme",
+    "cuts",
+    "topology",
+    "n_clients",
+    "n_aggregators",
+    "rounds",
+    "bytes_total",
+    "delay_total_s",
+    "totals",
+)
 _NULLABLE = {"backend"}  # a field of every run that may legitimately be null
 
 
