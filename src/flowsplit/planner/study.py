@@ -293,7 +293,7 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
         train_limit=limit,
         quiet=quiet,
     )
-    doc = predict_accuracy(records, study.profile, run_steps)
+    doc = predict_accuracy(records, study.profile, run_steps, tolerance=cfg.acc_tolerance)
     study.predicted_accuracy = dict(doc.pop("accuracy"))
     study.predicted_loss = dict(doc.pop("loss"))
     source = doc.pop("source")

@@ -233,45 +233,132 @@ def _spearman(a, b) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dict:
+SMOOTH_LAST = 2
+"""Evaluations averaged into a pilot's "last point" when the planner will not extrapolate."""
+
+
+def smoothed_last(values, k: int = SMOOTH_LAST) -> float:
+    """Mean of the last ``k`` values of a curve (all of them when it is shorter).
+
+    One evaluation on a small validation split is noisy; averaging the last two halves
+    that variance at the price of under-crediting a curve that is still rising by half
+    its last step (which can only make the planner less eager to pick such a pilot).
+    """
+    y = np.asarray(values, dtype=np.float64)
+    return float(np.mean(y[-max(1, int(k)) :]))
+
+
+def fit_shared_curves(curves, target, *, bounds=(0.0, 1.0)) -> tuple[list[float], dict]:
+    """Extrapolate several validation curves with ONE learning-curve exponent.
+
+    ``curves`` is a list of ``(steps, values)``, ``target`` the steps to reach (one
+    number, or one per curve). Each curve gets its own offset and
+    scale, ``y_i = a_i + b_i * s ** -c``, but ``c`` (from :data:`CURVE_EXPONENTS`) is
+    the one with the least squared error summed over all curves with at least three
+    points: four noisy points of one pilot cannot pick a shape of their own, so how far
+    each curve is carried depends only on its own rise measured through a common
+    shape. Predictions are anchored at each last point and clipped as in
+    :func:`fit_curve`; curves with fewer than three points predict their last value.
+    """
+    data = [(np.asarray(s, dtype=np.float64), np.asarray(y, dtype=np.float64)) for s, y in curves]
+    targets = np.broadcast_to(np.asarray(target, dtype=np.float64), (len(data),))
+    usable = [i for i, (_, y) in enumerate(data) if len(y) >= 3 and np.all(np.isfinite(y))]
+    preds = [float(y[-1]) for _, y in data]
+    if not usable:
+        return preds, {"method": "last point", "c": None}
+    best = None
+    for c in CURVE_EXPONENTS:
+        sse, coefs = 0.0, {}
+        for i in usable:
+            s, y = data[i]
+            basis = np.column_stack([np.ones_like(s), s ** -float(c)])
+            coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+            sse += float(np.sum((basis @ coef - y) ** 2))
+            coefs[i] = coef
+        if best is None or sse < best[0] - 1e-15:
+            best = (sse, float(c), coefs)
+    sse, c, coefs = best
+    per = []
+    for i, (s, y) in enumerate(data):
+        if i not in coefs:
+            per.append({"method": "last point"})
+            continue
+        a, b = coefs[i]
+        raw = float(y[-1] + b * (float(targets[i]) ** -c - s[-1] ** -c))
+        span = float(y.max() - y.min())
+        lo, hi = max(bounds[0], y.min() - span), min(bounds[1], y.max() + span)
+        preds[i] = float(np.clip(raw, lo, hi))
+        per.append({"method": "learning curve (shared exponent)", "a": float(a), "b": float(b),
+                    "c": c, "unclipped": raw})  # fmt: skip
+    n_pts = sum(len(data[i][1]) for i in usable)
+    return preds, {"method": "learning curve (shared exponent)", "c": c,
+                   "rmse": float(np.sqrt(sse / n_pts)), "per_curve": per}  # fmt: skip
+
+
+def predict_accuracy(
+    records, profile: BlockProfile, target_steps: float, *, tolerance: float = 0.01
+) -> dict:
     """Predicted validation accuracy and loss of every legal cut pair at ``target_steps``.
 
     ``records`` are :class:`~flowsplit.planner.pilots.PilotRecord` (each with its
     curve). Returns a JSON-ready document: ``accuracy`` and ``loss`` (cut pair ->
     value, keyed by the tuple), ``source`` per pair, ``noise`` (standard error of one
-    accuracy measurement), ``separated`` (whether the pilots' extrapolated accuracies
+    accuracy measurement), ``separated`` (whether the pilots' predicted accuracies
     differ by more than their noise), ``backtest`` (mean absolute error and Spearman
-    rank correlation of extrapolating each curve without its last point, for the
-    learning curve and for the last point carried forward) and, when some pairs had
-    no pilot, the ridge's ``loo_rmse``, penalty and ``spread_kept``.
+    rank correlation of predicting each curve's last point from the others, for the
+    shared-exponent learning curve and for the smoothed last point carried forward;
+    ``method`` and ``reason`` say which was used and why) and, when some pairs had no
+    pilot, the ridge's ``loo_rmse``, penalty and ``spread_kept``.
 
-    The extrapolation is used only when its backtest error is no larger than that of
-    carrying the last point forward; otherwise each pilot's last point is the
-    prediction (``backtest.method`` says which): a curve fitted to a few noisy points
-    can reorder the pilots it was meant to extend.
+    Safe by construction: the pilots' curves are extrapolated (:func:`fit_shared_curves`)
+    only when that backtests within ``tolerance`` (the accuracy guard's, so an
+    extrapolation the guard could not tell from noise never decides the plan) and no
+    worse than the last point; otherwise, and when no backtest is possible, each
+    pilot's prediction is its last evaluations smoothed (:func:`smoothed_last`), whose
+    ranking is the measured one.
     """
     legal, x = cut_features(profile)
-    acc, loss, source, curves, back_pred, back_true, back_last = {}, {}, {}, {}, [], [], []
-    for r in records:
-        st = r.curve_steps
-        acc[r.cuts], info = fit_curve(st, r.curve_accuracy, target_steps)
-        loss[r.cuts], _ = fit_curve(st, r.curve_loss, target_steps, bounds=(0.0, np.inf))
-        source[r.cuts] = f"pilot ({info['method']})"
-        curves[r.cuts] = info
-        if len(st) >= 4:  # a backtest needs three points left to fit
-            p, _ = fit_curve(st[:-1], r.curve_accuracy[:-1], st[-1])
-            back_pred.append(p)
-            back_true.append(r.curve_accuracy[-1])
-            back_last.append(r.curve_accuracy[-2])
-    mae_curve = float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back_pred else None
-    mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back_last else None
-    method = "learning curve"
-    if mae_curve is not None and mae_last is not None and mae_last < mae_curve:
+    recs = list(records)
+    acc_curves = [(r.curve_steps, r.curve_accuracy) for r in recs]
+    loss_curves = [(r.curve_steps, r.curve_loss) for r in recs]
+    fit_acc, info = fit_shared_curves(acc_curves, target_steps)
+    fit_loss, _ = fit_shared_curves(loss_curves, target_steps, bounds=(0.0, np.inf))
+    # Backtest: the same shared fit without each curve's last point, predicting it.
+    back = [i for i, r in enumerate(recs) if len(r.curve_steps) >= 4]
+    back_true = [float(recs[i].curve_accuracy[-1]) for i in back]
+    back_last = [smoothed_last(recs[i].curve_accuracy[:-1]) for i in back]
+    back_pred, _ = fit_shared_curves(
+        [(recs[i].curve_steps[:-1], recs[i].curve_accuracy[:-1]) for i in back],
+        [recs[i].curve_steps[-1] for i in back],
+    )
+    mae_curve = float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back else None
+    mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back else None
+    if mae_curve is None:
+        method, reason = "last point", "no backtest possible (a pilot curve needs 4 points)"
+    elif mae_curve > tolerance:
         method = "last point"
-        for r in records:
-            acc[r.cuts], loss[r.cuts] = float(r.curve_accuracy[-1]), float(r.curve_loss[-1])
-            source[r.cuts] = "pilot (last point: it backtests better than the curve)"
-    noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in records), default=float("nan"))
+        reason = (f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
+                  f"guard's tolerance of {100 * tolerance:g} pt: not extrapolated")  # fmt: skip
+    elif mae_last is not None and mae_last < mae_curve:
+        method = "last point"
+        reason = (f"the last point backtests better ({100 * mae_last:.2f} pt) than the "
+                  f"learning curve ({100 * mae_curve:.2f} pt)")  # fmt: skip
+    else:
+        method = "learning curve"
+        reason = (f"the learning curve backtests to {100 * mae_curve:.2f} pt, within the "
+                  f"guard's tolerance of {100 * tolerance:g} pt")  # fmt: skip
+    acc, loss, source, curves = {}, {}, {}, {}
+    per = info.get("per_curve") or [{"method": "last point"}] * len(recs)
+    for i, r in enumerate(recs):
+        if method == "learning curve":
+            acc[r.cuts], loss[r.cuts] = fit_acc[i], fit_loss[i]
+            source[r.cuts] = f"pilot ({per[i]['method']})"
+        else:
+            acc[r.cuts] = smoothed_last(r.curve_accuracy)
+            loss[r.cuts] = smoothed_last(r.curve_loss)
+            source[r.cuts] = f"pilot (mean of its last {SMOOTH_LAST} evaluations)"
+        curves[r.cuts] = per[i]
+    noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in recs), default=float("nan"))
     piloted = [c for c in legal if c in acc]
     spread = float(np.ptp([acc[c] for c in piloted])) if piloted else 0.0
     separated = len(piloted) >= 2 and spread > NOISE_Z * np.sqrt(2.0) * noise
@@ -281,8 +368,11 @@ def predict_accuracy(records, profile: BlockProfile, target_steps: float) -> dic
         "spread": spread,
         "separated": bool(separated),
         "backtest": {
-            "n": len(back_pred),
+            "n": len(back),
             "method": method,
+            "reason": reason,
+            "tolerance": float(tolerance),
+            "exponent": info.get("c"),
             "mae": mae_curve if method == "learning curve" else mae_last,
             "mae_curve": mae_curve,
             "mae_last_point": mae_last,
