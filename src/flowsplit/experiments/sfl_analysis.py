@@ -364,9 +364,15 @@ def surrogate_text(sur: dict) -> str:
         f"Pilots: {cost['n_pilots']} cut pairs x {sur.get('pilot_steps', 0)} optimiser steps "
         f"({pilots[0]['rounds']} rounds each) on the {sur['eval_split']} split, "
         f"{cost['wall_s']:.1f} s of wall time, {cost['delay_s']:.1f} s simulated delay and "
-        f"{cost['bytes'] / 1e6:.1f} MB; each validation curve extrapolated to the run's "
-        f"{_num_text(sur.get('target_steps'), '.0f')} steps by a fitted learning curve. "
-        f"Backtest (each curve fitted without its last point, predicting it): mean absolute "
+        f"{cost['bytes'] / 1e6:.1f} MB; "
+        + (
+            f"each validation curve extrapolated to the run's "
+            f"{_num_text(sur.get('target_steps'), '.0f')} steps by a fitted learning curve. "
+            if bt.get("method", "learning curve") == "learning curve"
+            else f"the curves were NOT extrapolated ({bt.get('reason', bt.get('method'))}): "
+            "each pilot's mean of its last evaluations is its prediction. "
+        )
+        + f"Backtest (each curve fitted without its last point, predicting it): mean absolute "
         f"error {_num_text(100 * (bt.get('mae') if bt.get('mae') is not None else np.nan), '.2f')} pt, "
         f"Spearman {_num_text(bt.get('spearman'), '.2f')} over {bt.get('n', 0)} pilots. "
         f"Spread of the pilots' predictions {100 * sur.get('spread', np.nan):.2f} pt against "
