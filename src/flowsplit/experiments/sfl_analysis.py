@@ -370,7 +370,7 @@ def surrogate_text(sur: dict) -> str:
             f"{_num_text(sur.get('target_steps'), '.0f')} steps by a fitted learning curve. "
             if bt.get("method", "learning curve") == "learning curve"
             else f"the curves were NOT extrapolated ({bt.get('reason', bt.get('method'))}): "
-            "each pilot's mean of its last evaluations is its prediction. "
+            "each pilot's last evaluation is its prediction. "
         )
         + f"Backtest (each curve fitted without its last point, predicting it): mean absolute "
         f"error {_num_text(100 * (bt.get('mae') if bt.get('mae') is not None else np.nan), '.2f')} pt, "
