@@ -68,7 +68,7 @@ FULL = {**study_mod.FULL, "seeds": (0, 1, 2, 3, 4)}
 
 
 @dataclass
-class CompareConfig(StudyConfig):
+class SFLCompareConfig(StudyConfig):
     """What ``sfl compare`` runs (saved in results.json): a study plus its schemes,
     seeds and target accuracy."""
 
@@ -97,8 +97,8 @@ class CompareConfig(StudyConfig):
             )
 
 
-def resolve_config(quick: bool = False, **options: Any) -> CompareConfig:
-    """A :class:`CompareConfig` from keyword options; ``None`` takes the mode's default."""
+def resolve_config(quick: bool = False, **options: Any) -> SFLCompareConfig:
+    """A :class:`SFLCompareConfig` from keyword options; ``None`` takes the mode's default."""
     schemes = list(options.pop("schemes", None) or SCHEMES)
     bad = [s for s in schemes if s not in ALL_SCHEMES]
     if bad:
@@ -108,7 +108,7 @@ def resolve_config(quick: bool = False, **options: Any) -> CompareConfig:
     if REFERENCE not in schemes:
         schemes.insert(0, REFERENCE)  # differences are against HSFL, so it always runs
     options["schemes"] = tuple(s for s in ALL_SCHEMES if s in schemes)
-    return resolve(CompareConfig, QUICK if quick else FULL, quick, options)
+    return resolve(SFLCompareConfig, QUICK if quick else FULL, quick, options)
 
 
 def run_sfl_compare(
@@ -129,7 +129,7 @@ def run_sfl_compare(
 
     ``quick`` shrinks the defaults (2 seeds, 3 rounds, 600 training rows, 8 clients,
     3 aggregators, 3 one-round pilots) so the embedded lab capture takes a minute or
-    two on two cores; explicit arguments win. ``options`` are :class:`CompareConfig`
+    two on two cores; explicit arguments win. ``options`` are :class:`SFLCompareConfig`
     fields; ``model_fn`` replaces the registry model (tests).
     """
     cfg = resolve_config(
@@ -325,7 +325,7 @@ def analyse(study: Study, runs: list[dict], plans: dict, *, wall_s: float, datas
 __all__ = [
     "ALL_SCHEMES",
     "SCHEMES",
-    "CompareConfig",
+    "SFLCompareConfig",
     "Study",
     "resolve_config",
     "run_sfl_compare",
