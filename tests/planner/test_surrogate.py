@@ -199,3 +199,7 @@ def test_no_backtest_means_no_extrapolation():
     assert doc["backtest"]["method"] == "last point" and doc["backtest"]["n"] == 0
     assert "no backtest" in doc["backtest"]["reason"]
     assert doc["accuracy"][(1, 1)] == pytest.approx(0.6)
+    # A diverged pilot (a NaN in its curve) makes the backtest unusable: no extrapolation.
+    pilots = [_record((1, 1), [0.2, 0.4, 0.5, 0.55]), _record((3, 3), [0.2, 0.3, np.nan, 0.4])]
+    bt = predict_accuracy(pilots, small_profile(), 1000.0)["backtest"]
+    assert bt["method"] == "last point" and "not finite" in bt["reason"]

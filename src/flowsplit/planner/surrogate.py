@@ -337,6 +337,8 @@ def predict_accuracy(
     mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back else None
     if mae_curve is None:
         method, reason = "last point", "no backtest possible (a pilot curve needs 4 points)"
+    elif not np.isfinite(mae_curve):
+        method, reason = "last point", "the backtest is not finite (a pilot diverged)"
     elif mae_curve > tolerance:
         method = "last point"
         reason = (f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
