@@ -12,11 +12,8 @@ final global model's state dict (tensors only: ``torch.load(..., weights_only=Tr
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
-import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import InputError
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.federated.system.topology import Topology, read_topology, write_topology
+from flowsplit.train.checkpoint import save_tensors
 from flowsplit.train.result import RoundRecord, RunResult, read_result
 
 
@@ -149,32 +147,6 @@ def write_run(out_dir: str | Path, result: SFLResult) -> Path:
     path = out / "metrics.json"
     result.to_result().to_json(path)
     return path
-
-
-def save_tensors(path: str | Path, state: dict[str, Any]) -> None:
-    """``torch.save`` ``state`` to ``path`` atomically (temporary file, fsync, rename).
-
-    Serialised in memory first: torch's own file writer reports a full disk as
-    ``unexpected pos N vs M``; a plain write raises the ``OSError`` (ENOSPC, EROFS,
-    EACCES) that the CLI turns into one line naming the file. The temporary file is
-    removed on any failure.
-    """
-    path = Path(path)
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getbuffer())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_model_state(path: str | Path) -> dict[str, torch.Tensor]:

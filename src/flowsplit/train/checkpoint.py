@@ -20,15 +20,15 @@ from flowsplit.errors import InputError
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` through a temporary file and ``os.replace``.
+def save_tensors(path: str | Path, state: dict[str, Any]) -> None:
+    """``torch.save`` ``state`` to ``path`` atomically (temporary file, fsync, rename).
 
-    A crash while writing leaves the previous checkpoint intact.
+    A crash while writing leaves the previous file intact. Serialised in memory first:
+    torch's own file writer reports a full disk as ``unexpected pos N vs M``; a plain
+    write raises the ``OSError`` (ENOSPC, EROFS, EACCES) that the CLI turns into one
+    line naming the file. The temporary file is removed on any failure.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Serialised in memory first: torch's file writer reports a full disk as "unexpected
-    # pos N vs M"; a plain write raises the OSError (ENOSPC) the CLI shows in one line.
     buf = io.BytesIO()
     torch.save(state, buf)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -44,6 +44,12 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Write a training checkpoint atomically (:func:`save_tensors`), creating its folder."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_tensors(path, state)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
