@@ -9,7 +9,6 @@ package imports neither.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from flowsplit.config_args import add_config_arguments, config_from_args
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.plan_file import read_plan
+from flowsplit.train.config import parse_model_options
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -53,19 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _group_help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
-
-
-def _model_options(values: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--model-option {item!r}: use KEY=VALUE, e.g. hidden=64")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
 
 
 def _neural_model(name: str, view: str | None, options: dict[str, Any]):
@@ -156,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--resume continues a --backend dist run started by sfl run itself")
     if writes and previous and not args.overwrite and not args.resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
-    model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
+    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
     if plan is not None:
         topology = plan.topology
     else:
@@ -263,7 +250,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from flowsplit.federated.system.profile import profile_model
 
     torch.set_num_threads(1)
-    model_fn = _neural_model(args.model, args.view, _model_options(args.model_option))
+    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
     ds = load_dataset(args.dataset)
     view = model_fn.resolved_view()
     if not ds.has_view(view):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.train.config import parse_model_options
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -31,19 +32,6 @@ def _cuts(text: str) -> tuple[int, ...] | None:
     if not values:
         raise ConfigError(f"--cuts {text!r}: give 'all' or a comma list of cuts, e.g. 1,2")
     return values
-
-
-def _model_options(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--model-option {item!r}: use KEY=VALUE, e.g. hidden=64")
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
 
 
 def _limit(text: str) -> int | None:
@@ -186,7 +174,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         config = PrivacyConfig(
             model=args.model,
             view=args.view,
-            model_options=_model_options(args.model_option),
+            model_options=parse_model_options(args.model_option),
             cuts=args.cuts,
             epochs=args.epochs,
             batch_size=args.batch_size,
