@@ -20,6 +20,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# The public corpora (README, Public corpora): FLOWSPLIT_SHARED_DATA, as the tests read it.
+SHARED = Path(os.environ.get("FLOWSPLIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# `flowsplit prepare` options of the nDPI 8-protocol set (after the input folder), as the
+# README gives them.
+NDPI8_OPTIONS = [
+    "--labels",
+    str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
+    "--label-column",
+    "master",
+    "--exclude-classes",
+    "Unknown",
+    "--max-flows-per-group",
+    "30",
+    "--min-groups-per-class",
+    "5",
+    "--top-classes",
+    "8",
+]
 SINGLE_THREAD_ENV = {
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",

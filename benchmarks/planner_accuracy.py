@@ -66,26 +66,10 @@ from flowsplit.planner.study import (  # noqa: E402
     resolve_study_config,
 )
 
-SHARED = _common.ROOT.parent / "shared" / "data"
+SHARED = _common.SHARED
 SOURCES = {
     "demo": (_common.ROOT / "demo" / "captures", []),
-    "ndpi8": (
-        SHARED / "ndpi" / "pcap",
-        [
-            "--labels",
-            str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
-            "--label-column",
-            "master",
-            "--exclude-classes",
-            "Unknown",
-            "--max-flows-per-group",
-            "30",
-            "--min-groups-per-class",
-            "5",
-            "--top-classes",
-            "8",
-        ],
-    ),
+    "ndpi8": (SHARED / "ndpi" / "pcap", _common.NDPI8_OPTIONS),
     "ustc": (SHARED / "ustc-tfc2016", []),
 }
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}

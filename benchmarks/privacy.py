@@ -27,29 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, environment, single_thread, write_json
+from _common import NDPI8_OPTIONS, SHARED, environment, single_thread, write_json
 
 from flowsplit.privacy.attack import AttackConfig
 from flowsplit.privacy.defences import parse_defences
 from flowsplit.privacy.study import PrivacyConfig, run_study
 
-SHARED = ROOT.parent / "shared" / "data"
 PREPARE = {
-    "ndpi8": [
-        str(SHARED / "ndpi" / "pcap"),
-        "--labels",
-        str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
-        "--label-column",
-        "master",
-        "--exclude-classes",
-        "Unknown",
-        "--max-flows-per-group",
-        "30",
-        "--min-groups-per-class",
-        "5",
-        "--top-classes",
-        "8",
-    ],
+    "ndpi8": [str(SHARED / "ndpi" / "pcap"), *NDPI8_OPTIONS],
     "ustc": [str(SHARED / "ustc-tfc2016")],
 }
 MEASURES = ("bytes_recovered", "ascii_recovered", "dcor", "label_probe_acc", "grad_label_acc")
