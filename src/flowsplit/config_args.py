@@ -15,6 +15,12 @@ type; a field can refine its option through ``metadata=cli(...)``::
     config = config_from_args(RunConfig, parser.parse_args())
 
 Adding a field to the dataclass adds the option, its help and its default: one edit.
+A command whose option names predate its dataclass (or that shows one dataclass
+under another package's names) passes ``overrides={field: cli(...)}`` instead of
+editing the dataclass. With ``unset=True`` an option not given stays ``None``, so
+the command can tell what was given (``train --resume``, ``--quick`` defaults);
+``--help`` still shows the dataclass default. Options that mean the same in several
+commands parse with the same function here (:func:`parse_seeds`).
 """
 
 from __future__ import annotations
@@ -26,37 +32,83 @@ import inspect
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 _KEY = "flowsplit.cli"
+_SPEC_DEFAULTS: dict[str, Any] = {
+    "enabled": True,
+    "flag": None,
+    "aliases": (),
+    "choices": None,
+    "parse": None,
+    "show": None,
+    "metavar": None,
+    "help": None,
+    "hidden": False,
+    "positional": False,
+    "append": False,
+}
 
 
 def cli(
     *,
     flag: str | None = None,
+    aliases: Sequence[str] | None = None,
     choices: Sequence[Any] | None = None,
     parse: Callable[[str], Any] | None = None,
     show: Callable[[Any], str] | None = None,
     metavar: str | None = None,
-    enabled: bool = True,
+    help: str | None = None,
+    hidden: bool | None = None,
+    positional: bool | None = None,
+    append: bool | None = None,
+    enabled: bool | None = None,
 ) -> dict[str, Any]:
-    """Field metadata for :func:`add_config_arguments`.
+    """Field metadata for :func:`add_config_arguments` (or one entry of its ``overrides``).
 
     Args:
         flag: the option's name (default ``--field-name``).
+        aliases: further names of the option (old spellings, ``-o``).
         choices: the values the option accepts.
         parse: turns the option's text into the field's value (default: the field's type).
-        show: how the default is printed in ``--help`` (default ``str``).
+        show: how the default is printed in ``--help`` (default ``str``); also called
+            for a ``None`` default, to say what ``None`` stands for.
         metavar: the value's name in ``--help``.
+        help: the help text (default: the field's docstring).
+        hidden: an option that works but ``--help`` leaves out (testing hooks).
+        positional: an optional positional argument (``nargs='?'``) instead of an option.
+        append: the option may be repeated; the field gets the list of values.
         enabled: False keeps the field off the command line (it keeps its default).
     """
-    spec = {"flag": flag, "choices": choices, "parse": parse, "show": show, "metavar": metavar}
-    return {_KEY: {"enabled": enabled, **spec}}
+    given = {
+        "flag": flag,
+        "aliases": None if aliases is None else tuple(aliases),
+        "choices": choices,
+        "parse": parse,
+        "show": show,
+        "metavar": metavar,
+        "help": help,
+        "hidden": hidden,
+        "positional": positional,
+        "append": append,
+        "enabled": enabled,
+    }
+    # Only what was given, so that an override refines a field's own metadata.
+    return {_KEY: {k: v for k, v in given.items() if v is not None}}
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` from the string literals under the fields of ``cls``."""
+    """``{field: docstring}`` from the string literals under the fields of ``cls``
+    and of its dataclass bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):  # no source (frozen app): options without help text
@@ -75,8 +127,11 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _spec(f: dataclasses.Field) -> dict[str, Any]:
-    return f.metadata.get(_KEY, {"enabled": True})
+def _spec(f: dataclasses.Field, overrides: Mapping[str, dict] | None = None) -> dict[str, Any]:
+    spec = {**_SPEC_DEFAULTS, **f.metadata.get(_KEY, {})}
+    if overrides and f.name in overrides:
+        spec.update(overrides[f.name].get(_KEY, {}))
+    return spec
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -96,41 +151,168 @@ def _value_type(hint: Any) -> Any:
     return hint
 
 
-def cli_fields(cls: type) -> list[dataclasses.Field]:
-    """The fields of ``cls`` that are command-line options."""
-    return [f for f in dataclasses.fields(cls) if _spec(f)["enabled"]]
+def cli_fields(
+    cls: type,
+    only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    overrides: Mapping[str, dict] | None = None,
+) -> list[dataclasses.Field]:
+    """The fields of ``cls`` that are command-line options (``only``: these, in this order)."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    if only is not None:
+        only = list(only)
+        unknown = [n for n in only if n not in by_name]
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+        chosen = [by_name[n] for n in only]
+    else:
+        chosen = list(by_name.values())
+    skip = set(exclude)
+    return [f for f in chosen if f.name not in skip and _spec(f, overrides)["enabled"]]
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one option per field of the dataclass ``cls`` (see the module docstring)."""
+def _help(doc: str, default: Any, spec: dict[str, Any]) -> str:
+    """The help text: the docstring and the default, each once."""
+    if spec["hidden"]:
+        return argparse.SUPPRESS
+    text = spec["help"] if spec["help"] is not None else doc
+    if default is None and spec["show"] is None:
+        shown = None if "default" in text.lower() else "none"
+    elif "(default" in text:  # the text says its default itself
+        shown = None
+    elif spec["show"] is not None:
+        shown = spec["show"](default)
+    elif isinstance(default, list | tuple):
+        shown = ",".join(map(str, default))
+    else:
+        shown = str(default)
+    if shown is not None:
+        text = f"{text} (default: {shown})".strip()
+    # %-signs would be read as format codes by argparse.
+    return text.replace("%", "%%")
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    *,
+    only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    overrides: Mapping[str, dict] | None = None,
+    unset: bool = False,
+) -> list[str]:
+    """Add one option per field of the dataclass ``cls`` (see the module docstring).
+
+    Args:
+        parser: a parser or an argument group.
+        only: add these fields only, in this order (default: every field).
+        exclude: fields to leave out (the command adds them itself).
+        overrides: ``{field: cli(...)}`` refining a field's own metadata.
+        unset: options not given parse as ``None`` (``--help`` shows the default).
+
+    Returns the names of the fields added (for :func:`config_values`).
+    """
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
-    for f in cli_fields(cls):
-        spec = _spec(f)
+    added = []
+    for f in cli_fields(cls, only, exclude, overrides):
+        spec = _spec(f, overrides)
         kind = _value_type(hints[f.name])
         default = _default(f)
-        flag = spec.get("flag") or "--" + f.name.replace("_", "-")
-        kw: dict[str, Any] = {"dest": f.name, "default": default}
-        if kind is bool and spec.get("parse") is None:
+        kw: dict[str, Any] = {"default": None if unset else default}
+        if kind is bool and spec["parse"] is None:
             kw["action"] = argparse.BooleanOptionalAction
-        elif spec.get("parse") is not None:
+        elif spec["parse"] is not None:
             kw["type"] = spec["parse"]
         elif kind in (int, float, str):
             kw["type"] = kind
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: give metadata=cli(parse=...) for {kind}")
-        if spec.get("choices") is not None:
+        if spec["append"]:
+            kw["action"] = "append"
+        if spec["choices"] is not None:
             kw["choices"] = tuple(spec["choices"])
-        if spec.get("metavar"):
+        if spec["metavar"]:
             kw["metavar"] = spec["metavar"]
-        shown = (spec.get("show") or str)(default) if default is not None else "none"
-        # %-signs in docstrings would be read as format codes by argparse.
-        doc = docs.get(f.name, "").replace("%", "%%")
-        kw["help"] = f"{doc} (default: {shown.replace('%', '%%')})".strip()
-        parser.add_argument(flag, **kw)
+        kw["help"] = _help(docs.get(f.name, ""), default, spec)
+        if spec["positional"]:
+            parser.add_argument(f.name, nargs="?", **kw)
+        else:
+            flag = spec["flag"] or "--" + f.name.replace("_", "-")
+            parser.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
+        added.append(f.name)
+    return added
+
+
+def config_values(
+    args: argparse.Namespace, names: Iterable[str], *, given_only: bool = False
+) -> dict[str, Any]:
+    """``{field: value}`` of the options ``names`` (``given_only``: those not ``None``)."""
+    values = {n: getattr(args, n) for n in names}
+    return {k: v for k, v in values.items() if v is not None} if given_only else values
 
 
 def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
     """An instance of ``cls`` from the options :func:`add_config_arguments` added."""
-    values = {f.name: getattr(args, f.name) for f in cli_fields(cls)}
+    values = {f.name: getattr(args, f.name) for f in cli_fields(cls) if hasattr(args, f.name)}
     return cls(**{**values, **overrides})
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``--seeds``, in every command: ``N`` means seeds 0..N-1, ``0,3,7`` exactly those."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count (5) or a list (0,1,2)")
+    if len(values) == 1 and "," not in str(text):
+        if values[0] < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: the count must be >= 1")
+        return tuple(range(values[0]))
+    if min(values) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are >= 0")
+    return tuple(values)
+
+
+SEEDS_HELP = "seeds: a count N (seeds 0..N-1) or a comma-separated list (0,3,7)"
+"""The help of ``--seeds`` in every command."""
+
+
+def csv_tuple(text: str) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``: a comma-separated option."""
+    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+
+
+def int_tuple(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> ``(1, 2, 4)``."""
+    try:
+        return tuple(int(t) for t in csv_tuple(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas, got {text!r}"
+        ) from None
+
+
+def show_list(value: Any) -> str:
+    """A tuple default as the command line writes it: ``1,2,4``."""
+    return "none" if value is None else ",".join(map(str, value))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written; a hand-written option's default shown when it has
+    one worth showing (options from :func:`add_config_arguments` show theirs already)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "(default" in text
+            or not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+            or isinstance(action, argparse._StoreTrueAction | argparse._AppendAction)
+            or (isinstance(default, list | tuple) and not default)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
