@@ -171,12 +171,14 @@ def cli_fields(
     return [f for f in chosen if f.name not in skip and _spec(f, overrides)["enabled"]]
 
 
-def _help(doc: str, default: Any, spec: dict[str, Any]) -> str:
+def _help(doc: str, default: Any, spec: dict[str, Any], required: bool = False) -> str:
     """The help text: the docstring and the default, each once."""
     if spec["hidden"]:
         return argparse.SUPPRESS
     text = spec["help"] if spec["help"] is not None else doc
-    if default is None and spec["show"] is None:
+    if required:  # no default to show
+        shown = None
+    elif default is None and spec["show"] is None:
         shown = None if "default" in text.lower() else "none"
     elif "(default" in text:  # the text says its default itself
         shown = None
@@ -234,7 +236,8 @@ def add_config_arguments(
             kw["choices"] = tuple(spec["choices"])
         if spec["metavar"]:
             kw["metavar"] = spec["metavar"]
-        kw["help"] = _help(docs.get(f.name, ""), default, spec)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        kw["help"] = _help(docs.get(f.name, ""), default, spec, required)
         if spec["positional"]:
             parser.add_argument(f.name, nargs="?", **kw)
         else:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from flowsplit.config_args import HelpFormatter, add_config_arguments, cli_fields, config_values
 from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
 from flowsplit.train.evaluation import SPLIT_CHOICES
 
 UNKNOWN = "unknown"
@@ -44,74 +46,12 @@ failed group restarts and resumes from the last checkpoint.
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``flowsplit train`` and of ``python -m flowsplit.train`` (torchrun)."""
-    # Defaults are None so that --resume can tell what was given; TrainConfig fills them.
-    p.add_argument("dataset", nargs="?", metavar="DATASET", help="prepared dataset directory")
-    p.add_argument("-m", "--model", help="cnn, lstm, convlstm, convgru or xgboost")
-    p.add_argument("-o", "--out", metavar="RUN", help="run directory to write")
-    p.add_argument("--view", help="dataset view (default: the model's first one present)")
-    p.add_argument(
-        "--workers", type=int, help="local worker processes; 1 = centralised (default 1)"
-    )
-    p.add_argument("--threads", type=int, help="threads per worker (default: cores / workers)")
-    p.add_argument(
-        "--epochs",
-        "--max-epochs",
-        dest="epochs",
-        type=int,
-        help="maximum epochs; early stopping (--patience) usually ends training sooner "
-        "(default 15)",
-    )
-    p.add_argument("--batch-size", type=int, help="global batch size (default 64)")
-    p.add_argument("--lr", type=float, help="learning rate (default 1e-3; XGBoost eta 0.1)")
-    p.add_argument(
-        "--scale-lr",
-        action="store_true",
-        default=None,
-        help="batch size per worker and lr x workers (linear scaling)",
-    )
-    p.add_argument(
-        "--lr-schedule",
-        choices=("cosine", "constant"),
-        help="cosine: lr decays to 0 over --epochs (default); constant",
-    )
-    p.add_argument(
-        "--class-weight",
-        choices=("none", "balanced"),
-        help="balanced: weight the loss by inverse class frequency (default none)",
-    )
-    p.add_argument("--weight-decay", type=float, help="Adam weight decay (default 0)")
-    p.add_argument(
-        "--patience",
-        type=int,
-        help="early-stopping patience (default 4 epochs; XGBoost 20 rounds; 0 = off)",
-    )
-    p.add_argument("--seed", type=int, help="seed of initialisation and data order (default 0)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default auto")
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), help="default auto")
-    p.add_argument("--rounds", type=int, help="XGBoost: maximum boosting rounds (default 300)")
-    p.add_argument(
-        "--dask-scheduler",
-        metavar="tcp://HOST:PORT",
-        help="XGBoost: use this Dask cluster instead of a local one",
-    )
-    p.add_argument("--master-addr", help="address local rendezvous binds to (default 127.0.0.1)")
-    p.add_argument(
-        "--comm-hook",
-        choices=("none", "fp16", "bf16", "powersgd"),
-        help="DDP gradient all-reduce: none (float32, default), fp16/bf16 (16-bit), "
-        "powersgd (rank-2 low-rank, error feedback, after 10 plain steps)",
-    )
-    p.add_argument("--bucket-mb", type=float, help="DDP gradient bucket size in MB (default 25)")
-    p.add_argument(
-        "--steps-per-epoch", type=int, help="at most this many steps an epoch (benchmarks)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        metavar="S",
-        help="DDP: seconds a rank waits for a silent peer before the run fails (default 120)",
-    )
+    """Options of ``flowsplit train`` and of ``python -m flowsplit.train`` (torchrun).
+
+    One option per :class:`~flowsplit.train.config.TrainConfig` field (its docstring is
+    the help); an option not given stays None so that --resume can tell what was given.
+    """
+    add_config_arguments(p, TrainConfig, unset=True)
     p.add_argument(
         "--model-option",
         action="append",
@@ -124,45 +64,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start again in a -o RUN that holds a run (removes that run's files only)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", default=None, help="no progress bars")
-    p.add_argument("--fail-after-epoch", type=int, help=argparse.SUPPRESS)
 
 
-_ARG_TO_FIELD = {
-    "dataset": "dataset",
-    "model": "model",
-    "out": "out",
-    "view": "view",
-    "workers": "workers",
-    "threads": "threads",
-    "epochs": "epochs",
-    "batch_size": "batch_size",
-    "lr": "lr",
-    "scale_lr": "scale_lr",
-    "lr_schedule": "lr_schedule",
-    "class_weight": "class_weight",
-    "weight_decay": "weight_decay",
-    "patience": "patience",
-    "seed": "seed",
-    "device": "device",
-    "backend": "backend",
-    "rounds": "rounds",
-    "dask_scheduler": "dask_scheduler",
-    "master_addr": "master_addr",
-    "comm_hook": "comm_hook",
-    "bucket_mb": "bucket_mb",
-    "steps_per_epoch": "steps_per_epoch",
-    "timeout": "timeout_s",
-    "quiet": "quiet",
-    "fail_after_epoch": "fail_after_epoch",
-}
-
-
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """``(TrainConfig, resume)`` from parsed arguments (a resumed run reads RUN/config.json)."""
-    from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
-
-    given = {f: getattr(args, a) for a, f in _ARG_TO_FIELD.items() if getattr(args, a) is not None}
+    given = config_values(args, [f.name for f in cli_fields(TrainConfig)], given_only=True)
     if args.model_option:
         given["model_options"] = parse_model_options(args.model_option)
     if args.resume:
@@ -249,7 +155,6 @@ def check_restart(cfg) -> None:
     Attempt 0 may have failed on a check (say, RUN held another run); the restart must
     not then resume that other run under this job's options.
     """
-    from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig
     from flowsplit.train.runs import METRICS_NAME
 
     out = Path(cfg.out)
@@ -429,7 +334,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a model centralised or data-parallel",
         description=TRAIN_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)

@@ -7,11 +7,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from flowsplit.config_args import cli
 from flowsplit.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+LR_SCHEDULES = ("cosine", "constant")
+CLASS_WEIGHTS = ("none", "balanced")
 # Options that may change when a run is resumed; anything else would make the
 # resumed run a different experiment.
 RESUMABLE_OPTIONS = (
@@ -32,65 +35,70 @@ RESUMABLE_OPTIONS = (
 class TrainConfig:
     """One training run, as given on the command line (or to ``train``)."""
 
-    dataset: str
+    dataset: str = field(metadata=cli(positional=True, metavar="DATASET"))
     """Directory of a prepared dataset (``flowsplit prepare``)."""
-    model: str
+    model: str = field(metadata=cli(aliases=("-m",)))
     """Registry name: cnn, lstm, convlstm, convgru or xgboost."""
-    out: str
+    out: str = field(metadata=cli(aliases=("-o",), metavar="RUN"))
     """Run directory to write (config, log, checkpoints, weights, metrics.json)."""
     view: str | None = None
-    """Dataset view to read; ``None``: the model's first accepted view the dataset has."""
+    """Dataset view to read (default: the model's first accepted view the dataset has)."""
     workers: int = 1
     """Local worker processes: 1 = centralised, N > 1 = data-parallel (DDP or Dask)."""
     threads: int | None = None
-    """Threads per worker; ``None``: cores / workers on this machine."""
-    epochs: int = 15
+    """Threads per worker (default: cores / workers on this machine)."""
+    epochs: int = field(default=15, metadata=cli(aliases=("--max-epochs",)))
     """Maximum epochs (neural models)."""
     batch_size: int = 64
     """Global batch size: each of N workers takes batch_size / N per step."""
     lr: float | None = None
-    """Learning rate for the global batch; None: 1e-3 (Adam) for neural models, 0.1 (eta) for XGBoost."""
-    lr_schedule: str = "cosine"
+    """Learning rate for the global batch (default: 1e-3 (Adam) for neural models, 0.1
+    (eta) for XGBoost)."""
+    lr_schedule: str = field(default="cosine", metadata=cli(choices=LR_SCHEDULES))
     """cosine (decay per epoch from lr to 0 over --epochs) or constant."""
     scale_lr: bool = False
     """Keep batch_size per worker and multiply lr by the number of workers (linear scaling)."""
-    class_weight: str = "none"
+    class_weight: str = field(default="none", metadata=cli(choices=CLASS_WEIGHTS))
     """none, or balanced: weight each class's loss by n / (classes * n_class) (imbalanced sets)."""
     weight_decay: float = 0.0
     """Adam weight decay."""
     patience: int | None = None
-    """Epochs without a better validation macro-F1 before stopping (None: 4; XGBoost:
-    rounds without better validation log-loss, None: 20; 0 disables early stopping)."""
+    """Epochs without a better validation macro-F1 before stopping; XGBoost: rounds
+    without a better validation log-loss; 0 disables early stopping (default: 4 epochs;
+    XGBoost 20 rounds)."""
     seed: int = 0
     """Seed of initialisation and data order."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata=cli(choices=DEVICES))
     """auto (CUDA when available), cpu or cuda."""
-    backend: str = "auto"
+    backend: str = field(default="auto", metadata=cli(choices=BACKENDS))
     """Process-group backend: auto (nccl on CUDA, gloo on CPU), gloo or nccl."""
     rounds: int = 300
     """Maximum boosting rounds (XGBoost)."""
-    dask_scheduler: str | None = None
+    dask_scheduler: str | None = field(
+        default=None, metadata=cli(metavar="tcp://HOST:PORT", show=lambda _: "a local cluster")
+    )
     """Address tcp://HOST:PORT of an existing Dask scheduler (XGBoost)."""
     master_addr: str = "127.0.0.1"
     """Address the local rendezvous binds to (local multi-worker runs)."""
-    comm_hook: str = "none"
+    comm_hook: str = field(default="none", metadata=cli(choices=COMM_HOOKS))
     """How DDP all-reduces gradients: none (float32), fp16 or bf16 (16-bit casts), powersgd
     (rank-2 low-rank approximation with error feedback after 10 plain steps)."""
     bucket_mb: float = 25.0
     """DDP gradient bucket size in MB (smaller buckets start communicating earlier)."""
-    steps_per_epoch: int | None = None
+    steps_per_epoch: int | None = field(default=None, metadata=cli(show=lambda _: "no limit"))
     """At most this many optimiser steps per epoch (benchmarks on very large sets)."""
-    timeout_s: float = 120.0
+    timeout_s: float = field(default=120.0, metadata=cli(flag="--timeout", metavar="S"))
     """Seconds a rank waits in a collective (rendezvous, all-reduce, broadcast) before the
     run fails: bounds a stopped peer (a dead one is noticed at once). It must exceed rank
     0's validation pass, which the other ranks wait for."""
-    model_options: dict[str, Any] = field(default_factory=dict)
+    # On the command line as repeated --model-option KEY=VALUE (train.commands).
+    model_options: dict[str, Any] = field(default_factory=dict, metadata=cli(enabled=False))
     """Overrides of the model's default sizes (``--model-option key=value``)."""
     eval_batch_size: int = 1024
     """Batch size for validation and test inference."""
-    quiet: bool = False
+    quiet: bool = field(default=False, metadata=cli(aliases=("-q",)))
     """No progress bars, only warnings."""
-    fail_after_epoch: int | None = None
+    fail_after_epoch: int | None = field(default=None, metadata=cli(hidden=True))
     """Testing only: die after this epoch (0-based) unless the run was resumed."""
 
     def __post_init__(self) -> None:
@@ -110,9 +118,9 @@ class TrainConfig:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.lr is not None and not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
-        if self.lr_schedule not in ("cosine", "constant"):
+        if self.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"--lr-schedule must be cosine or constant, got {self.lr_schedule!r}")
-        if self.class_weight not in ("none", "balanced"):
+        if self.class_weight not in CLASS_WEIGHTS:
             raise ConfigError(f"--class-weight must be none or balanced, got {self.class_weight!r}")
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
