@@ -147,14 +147,16 @@ def run_pilots(
     for a, c in cuts:
         cfg = replace(base, cuts=(a, c), rounds=n_rounds, eval_split=split, train_limit=limit)
         t0 = time.perf_counter()
-        setup = prepare_run(cfg, dataset=ds, model_fn=model_fn, topology=topology,
-                            assignment=assignment)  # fmt: skip
+        setup = prepare_run(
+            cfg, dataset=ds, model_fn=model_fn, topology=topology, assignment=assignment
+        )
         per_round = steps_per_round(setup)
         if steps is not None and pilot_rounds(steps, per_round) != cfg.rounds:
             n_rounds = pilot_rounds(steps, per_round)  # the same for every cut pair
             cfg = replace(cfg, rounds=n_rounds)
-            setup = prepare_run(cfg, dataset=ds, model_fn=model_fn, topology=topology,
-                                assignment=assignment)  # fmt: skip
+            setup = prepare_run(
+                cfg, dataset=ds, model_fn=model_fn, topology=topology, assignment=assignment
+            )
         result = run_simulation(setup)
         wall = time.perf_counter() - t0
         last = result.history[-1]
@@ -175,6 +177,13 @@ def run_pilots(
             )
         )
         if not quiet:
-            log.info("pilot %s: %s %d steps, loss %.4f, acc %.3f (%.1f s)", cfg.scheme, (a, c),
-                     records[-1].steps, last["loss"], last["accuracy"], wall)  # fmt: skip
+            log.info(
+                "pilot %s: %s %d steps, loss %.4f, acc %.3f (%.1f s)",
+                cfg.scheme,
+                (a, c),
+                records[-1].steps,
+                last["loss"],
+                last["accuracy"],
+                wall,
+            )
     return records

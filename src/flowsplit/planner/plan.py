@@ -160,7 +160,7 @@ class Plan:
                 "delay_s_per_round": self.delay_s,
                 "accuracy": _num(self.predicted_accuracy),
                 "loss": _num(self.predicted_loss),
-            },  # fmt: skip
+            },
             "predicted_loss": _num(self.predicted_loss),
             "predicted_accuracy": _num(self.predicted_accuracy),
             "delay_s": self.delay_s,
@@ -317,26 +317,31 @@ def plan_split(
     t0 = time.perf_counter()
     scheme = get_scheme(config.family)
     cuts, pcs = legal_part_costs(profile, scheme)
-    table = build_cost_table(pcs, topology, scheme, batch_size=config.batch_size,
-                             local_epochs=config.local_epochs)  # fmt: skip
+    table = build_cost_table(
+        pcs, topology, scheme, batch_size=config.batch_size, local_epochs=config.local_epochs
+    )
     cap = check_capacity(table, None if config.capacity is None else np.array(config.capacity))
     obj = objective or make_objective(profile, topology, config, table, cuts)
-    loss = np.array([np.nan if predicted_loss is None else predicted_loss.get(c, np.nan)
-                     for c in cuts])  # fmt: skip
-    acc = np.array([np.nan if predicted_accuracy is None else predicted_accuracy.get(c, np.nan)
-                    for c in cuts])  # fmt: skip
+    loss = np.array(
+        [np.nan if predicted_loss is None else predicted_loss.get(c, np.nan) for c in cuts]
+    )
+    acc = np.array(
+        [np.nan if predicted_accuracy is None else predicted_accuracy.get(c, np.nan) for c in cuts]
+    )
     if obj.weights.loss > 0 and not np.all(np.isfinite(loss)):
         raise ConfigError("the loss weight is > 0 but some cut pairs have no predicted loss")
-    fits = np.array([not config.check_memory or memory_ok(pc, topology, config.batch_size)
-                     for pc in pcs])  # fmt: skip
+    fits = np.array(
+        [not config.check_memory or memory_ok(pc, topology, config.batch_size) for pc in pcs]
+    )
     if not fits.any():
         raise ConfigError(
             "no cut pair's client part fits every client's memory; give clients more "
             "memory or use a smaller batch"
         )
     only = None if config.only_cuts is None else {tuple(c) for c in config.only_cuts}
-    tier_ok = np.array([(a < c or not config.three_tier) and (only is None or (a, c) in only)
-                        for a, c in cuts])  # fmt: skip
+    tier_ok = np.array(
+        [(a < c or not config.three_tier) and (only is None or (a, c) in only) for a, c in cuts]
+    )
     if not (fits & tier_ok).any():
         raise ConfigError(
             "no cut pair left to plan: --three-tier needs an aggregator part (a < c), and "
@@ -344,8 +349,7 @@ def plan_split(
         )
     guard = None
     if config.mode == "guard":
-        eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance,
-                                         separated)  # fmt: skip
+        eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance, separated)
     else:
         eligible = fits & tier_ok
     lb_delay, lb_bytes = lower_bounds(table)
@@ -397,15 +401,26 @@ def plan_split(
         status[p] = "greedy + local search"
     best = int(np.argmin(value))
     candidates = [
-        {"cuts": list(c), "predicted_loss": _num(loss[p]),
-         "predicted_accuracy": _num(acc[p]), "delay_s": _num(delay[p]),
-         "bytes": _num(nbytes[p]), "objective": _num(value[p]),
-         "lower_bound": _num(lb_obj[p]), "status": str(status[p]),
-         "eligible": bool(eligible[p]), "chosen": p == best}
+        {
+            "cuts": list(c),
+            "predicted_loss": _num(loss[p]),
+            "predicted_accuracy": _num(acc[p]),
+            "delay_s": _num(delay[p]),
+            "bytes": _num(nbytes[p]),
+            "objective": _num(value[p]),
+            "lower_bound": _num(lb_obj[p]),
+            "status": str(status[p]),
+            "eligible": bool(eligible[p]),
+            "chosen": p == best,
+        }
         for p, c in enumerate(cuts)
-    ]  # fmt: skip
-    info = {"n_clients": table.n_clients, "n_aggregators": table.n_aggregators,
-            "mode": config.mode, "three_tier": config.three_tier}  # fmt: skip
+    ]
+    info = {
+        "n_clients": table.n_clients,
+        "n_aggregators": table.n_aggregators,
+        "mode": config.mode,
+        "three_tier": config.three_tier,
+    }
     if guard is not None:
         info["guard"] = guard
     return Plan(
@@ -438,9 +453,15 @@ def refine_assignment(
             starts.append(scores.argmax(axis=1))
     best, best_value = greedy, np.inf
     for start in starts:
-        cand = improve_assignment(table, pair, start, delay_coef=obj.delay_coef,
-                                  bytes_coef=obj.bytes_coef, capacity=cap,
-                                  max_iters=config.local_search_iters)  # fmt: skip
+        cand = improve_assignment(
+            table,
+            pair,
+            start,
+            delay_coef=obj.delay_coef,
+            bytes_coef=obj.bytes_coef,
+            capacity=cap,
+            max_iters=config.local_search_iters,
+        )
         value = obj.value(0.0, *evaluate_assignment(table, pair, cand))
         if value < best_value:
             best, best_value = cand, value
@@ -476,12 +497,14 @@ def plan_fixed(
     t0 = time.perf_counter()
     scheme_def = get_scheme(scheme)
     pc = scheme_def.part_costs(profile, *cuts)
-    table = build_cost_table([pc], topology, scheme_def, batch_size=batch_size,
-                             local_epochs=local_epochs)  # fmt: skip
+    table = build_cost_table(
+        [pc], topology, scheme_def, batch_size=batch_size, local_epochs=local_epochs
+    )
     if rule == "greedy":
         cap = check_capacity(table, None if capacity is None else np.array(capacity))
-        config = PlannerConfig(weights=Weights(0.0, 1.0, 0.0), seed=seed, mode="weighted",
-                               capacity=capacity)  # fmt: skip
+        config = PlannerConfig(
+            weights=Weights(0.0, 1.0, 0.0), seed=seed, mode="weighted", capacity=capacity
+        )
         delay_only = Objective(config.weights, 1.0, 1.0, "none", "delay alone (s)")
         assign = greedy_assign(table, np.array([0]), cap)[0]
         assign = refine_assignment(table, 0, assign, delay_only, config, cap)
@@ -500,9 +523,12 @@ def plan_fixed(
         objective=float(value),
         planning_s=time.perf_counter() - t0,
         objective_def=objective,
-        info={"n_clients": table.n_clients, "n_aggregators": table.n_aggregators,
-              "assignment_rule": rule},
-    )  # fmt: skip
+        info={
+            "n_clients": table.n_clients,
+            "n_aggregators": table.n_aggregators,
+            "assignment_rule": rule,
+        },
+    )
 
 
 __all__ = [

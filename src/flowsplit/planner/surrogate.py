@@ -216,8 +216,14 @@ def fit_curve(steps, values, target: float, *, bounds=(0.0, 1.0)) -> tuple[float
     span = float(y.max() - y.min())
     lo, hi = max(bounds[0], y.min() - span), min(bounds[1], y.max() + span)
     pred = float(np.clip(raw, lo, hi))
-    return pred, {"method": "learning curve", "a": float(a), "b": float(b), "c": c,
-                  "rmse": float(np.sqrt(sse / len(y))), "unclipped": raw}  # fmt: skip
+    return pred, {
+        "method": "learning curve",
+        "a": float(a),
+        "b": float(b),
+        "c": c,
+        "rmse": float(np.sqrt(sse / len(y))),
+        "unclipped": raw,
+    }
 
 
 def accuracy_noise(accuracy: float, n_eval: int) -> float:
@@ -290,11 +296,22 @@ def fit_shared_curves(curves, target, *, bounds=(0.0, 1.0)) -> tuple[list[float]
         span = float(y.max() - y.min())
         lo, hi = max(bounds[0], y.min() - span), min(bounds[1], y.max() + span)
         preds[i] = float(np.clip(raw, lo, hi))
-        per.append({"method": "learning curve (shared exponent)", "a": float(a), "b": float(b),
-                    "c": c, "unclipped": raw})  # fmt: skip
+        per.append(
+            {
+                "method": "learning curve (shared exponent)",
+                "a": float(a),
+                "b": float(b),
+                "c": c,
+                "unclipped": raw,
+            }
+        )
     n_pts = sum(len(data[i][1]) for i in usable)
-    return preds, {"method": "learning curve (shared exponent)", "c": c,
-                   "rmse": float(np.sqrt(sse / n_pts)), "per_curve": per}  # fmt: skip
+    return preds, {
+        "method": "learning curve (shared exponent)",
+        "c": c,
+        "rmse": float(np.sqrt(sse / n_pts)),
+        "per_curve": per,
+    }
 
 
 def predict_accuracy(
@@ -341,16 +358,22 @@ def predict_accuracy(
         method, reason = "last point", "the backtest is not finite (a pilot diverged)"
     elif mae_curve > tolerance:
         method = "last point"
-        reason = (f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
-                  f"guard's tolerance of {100 * tolerance:g} pt: not extrapolated")  # fmt: skip
+        reason = (
+            f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
+            f"guard's tolerance of {100 * tolerance:g} pt: not extrapolated"
+        )
     elif mae_last is not None and mae_last < mae_curve:
         method = "last point"
-        reason = (f"the last point backtests better ({100 * mae_last:.2f} pt) than the "
-                  f"learning curve ({100 * mae_curve:.2f} pt)")  # fmt: skip
+        reason = (
+            f"the last point backtests better ({100 * mae_last:.2f} pt) than the "
+            f"learning curve ({100 * mae_curve:.2f} pt)"
+        )
     else:
         method = "learning curve"
-        reason = (f"the learning curve backtests to {100 * mae_curve:.2f} pt, within the "
-                  f"guard's tolerance of {100 * tolerance:g} pt")  # fmt: skip
+        reason = (
+            f"the learning curve backtests to {100 * mae_curve:.2f} pt, within the "
+            f"guard's tolerance of {100 * tolerance:g} pt"
+        )
     acc, loss, source, curves = {}, {}, {}, {}
     per = info.get("per_curve") or [{"method": "last point"}] * len(recs)
     for i, r in enumerate(recs):
@@ -387,7 +410,7 @@ def predict_accuracy(
             "spearman": _spearman(
                 back_pred if method == "learning curve" else back_last, back_true
             ),
-        },  # fmt: skip
+        },
         "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
     }
     missing = [c for c in legal if c not in acc]
@@ -402,8 +425,11 @@ def predict_accuracy(
         for c in missing:
             k = legal.index(c)
             acc[c], loss[c], source[c] = float(pred_acc[k]), float(pred_loss[k]), "ridge"
-        doc["ridge"] = {**ridge.to_dict(), "spread_kept": kept,
-                        "flattened": bool(np.isfinite(kept) and kept < FLAT_SPREAD)}  # fmt: skip
+        doc["ridge"] = {
+            **ridge.to_dict(),
+            "spread_kept": kept,
+            "flattened": bool(np.isfinite(kept) and kept < FLAT_SPREAD),
+        }
     doc["accuracy"] = {c: float(acc[c]) for c in legal}
     doc["loss"] = {c: float(loss[c]) for c in legal}
     doc["source"] = {c: source[c] for c in legal}
