@@ -200,15 +200,23 @@ class Dataset:
         info = self.manifest["views"][name]
         path = self.root / info["file"]
         if name == "stats":
-            arr = pd.read_parquet(path).to_numpy(dtype=np.float32)
+            arr = self.stats_frame().to_numpy(dtype=np.float32)
         else:
-            arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            arr = _read_view_file(
+                path, lambda: np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            )
+        if list(arr.shape) != list(info["shape"]):
+            raise InputError(
+                path,
+                f"holds shape {list(arr.shape)}, the manifest says {info['shape']}; prepare it again",
+            )
         self._cache[name] = arr
         return arr
 
     def stats_frame(self) -> pd.DataFrame:
         self._require_view("stats")
-        return pd.read_parquet(self.root / self.manifest["views"]["stats"]["file"])
+        path = self.root / self.manifest["views"]["stats"]["file"]
+        return _read_view_file(path, lambda: pd.read_parquet(path))
 
     def split_indices(self, split: str) -> np.ndarray:
         """Row indices of one split (``train``, ``val`` or ``test``), in store order."""
@@ -310,6 +318,38 @@ def check_target(out_dir: str | Path, *, overwrite: bool) -> None:
         raise InputError(out_dir, "exists and is not a flowsplit dataset; refusing to replace it")
 
 
+def _read_view_file(path: Path, read):
+    """``read()`` of a view's file; a missing or damaged file is an :class:`InputError`."""
+    if not path.is_file():
+        raise InputError(path, "missing: the dataset is incomplete (prepare it again)")
+    try:
+        return read()
+    except Exception as exc:  # noqa: BLE001 - NumPy and pyarrow raise several kinds for a bad file
+        raise InputError(
+            path, f"unreadable ({type(exc).__name__}: {exc}); prepare it again"
+        ) from None
+
+
+def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | None:
+    """What makes a manifest (and its meta table) unusable, or None."""
+    classes, views, n = manifest.get("classes"), manifest.get("views"), manifest.get("n_flows")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        return "no list of class names ('classes')"
+    if not isinstance(n, int):
+        return "no flow count ('n_flows')"
+    if not isinstance(views, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("file"), str) and isinstance(v.get("shape"), list)
+        for v in views.values()
+    ):
+        return "no table of views ('views', each with a file and a shape)"
+    missing = {"label", "split"} - set(meta.columns)
+    if missing:
+        return f"meta.parquet lacks the columns {sorted(missing)}"
+    if len(meta) != n:
+        return f"meta.parquet has {len(meta)} rows for n_flows {n}"
+    return None
+
+
 def load_dataset(path: str | Path) -> Dataset:
     """Open a dataset directory written by :func:`write_dataset`."""
     root = Path(path)
@@ -322,6 +362,8 @@ def load_dataset(path: str | Path) -> Dataset:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(manifest_path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(manifest_path, "is not a dataset manifest (not a JSON object)")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise InputError(
@@ -336,6 +378,9 @@ def load_dataset(path: str | Path) -> Dataset:
         raise InputError(
             meta_path, f"unreadable ({type(exc).__name__}); prepare it again"
         ) from None
+    problem = _manifest_problem(manifest, meta)
+    if problem:
+        raise InputError(manifest_path, f"{problem}: the dataset is damaged (prepare it again)")
     ds = Dataset(root=root, manifest=manifest, meta=meta)
     key = _hold_read_lock(root)
     if key is not None:
