@@ -12,12 +12,39 @@ import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 from flowsplit import __version__
-from flowsplit.errors import FlowsplitError
+from flowsplit.errors import ConfigError, FlowsplitError
 
-USER_OS_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS})
+USER_OS_ERRORS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        # A path the user gave that cannot be one: a file where a folder must be (or
+        # the other way round), a name too long, a loop of links.
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
 """OS errors reported as one line naming the file, not as an internal error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the CLI prints it), not usage + message.
+
+    Sub-command parsers inherit the class (argparse makes them with the parent's type).
+    """
+
+    def error(self, message: str):
+        where = self.prog.removeprefix("flowsplit").strip()
+        raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
+
 
 # Modules with a ``register(subparsers)`` function, in the order --help shows them.
 COMMAND_MODULES = (
@@ -38,7 +65,7 @@ SFL_COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flowsplit",
         description=(
             "Train network-traffic classifiers centralised, data-parallel, or split "
@@ -96,10 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last line of defence for the CLI
         if debug:
             raise
-        if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:
-            # Full disk, no permission, read-only file system: the user's to fix.
-            where = f"{exc.filename}: " if exc.filename else ""
-            print(f"flowsplit: error: {where}{exc.strerror}", file=sys.stderr)
+        line = user_os_error(exc)
+        if line is not None:
+            print(f"flowsplit: error: {line}", file=sys.stderr)
             return 2
         print(
             f"flowsplit: internal error: {type(exc).__name__}: {exc} "
@@ -107,3 +133,27 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def user_os_error(exc: BaseException) -> str | None:
+    """The one-line message of an OS error that is the user's to fix, else None.
+
+    Full disk, no permission, read-only file system, or an output path that cannot be
+    made because a file stands where a folder must: each names the path. Any other
+    error (and these without a path) stays an internal error: it is a bug to report.
+    """
+    if not isinstance(exc, OSError) or not exc.filename:
+        return None
+    path = Path(os.fsdecode(exc.filename))
+    if exc.errno == errno.EEXIST:
+        # mkdir(exist_ok=True) says EEXIST when the name is taken by a file.
+        if path.exists() and not path.is_dir():
+            return f"{path}: exists and is not a directory; choose another path"
+        return None
+    if exc.errno not in USER_OS_ERRORS:
+        return None
+    if exc.errno == errno.ENOTDIR:
+        blocker = next((p for p in (path, *path.parents) if p.is_file()), None)
+        if blocker is not None and blocker != path:
+            return f"{path}: cannot be made: {blocker} is a file, not a directory"
+    return f"{path}: {exc.strerror}"
