@@ -31,7 +31,9 @@ import resource
 import signal
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,173 +92,304 @@ def train_worker(cfg: TrainConfig, resume: bool = False) -> None:
         run_training(cfg, layout, env, resume=resume)
 
 
+@dataclass
+class _RunData:
+    """What a run reads from its dataset: training rows stay on disk, read as needed."""
+
+    ds: Any
+    view: str
+    train_idx: np.ndarray
+    reader: RowReader
+    y_train: torch.Tensor  # (N,)
+    x_val: np.ndarray | None  # rank 0 only
+    y_val: np.ndarray | None
+    test_idx: np.ndarray | None
+    load_time_s: float
+
+
+@dataclass
+class _RunState:
+    """What training changes, epoch by epoch; a checkpoint carries it across restarts."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    weights: torch.Tensor | None  # class weights of the loss
+    hist: dict = field(
+        default_factory=lambda: {
+            "loss": [],
+            "val_f1": [],
+            "epoch_time": [],
+            "data_time": [],
+            "comm_time": [],
+            "comm_bytes": [],
+            "samples": [],
+            "wall_before": 0.0,
+        }
+    )
+    best: dict = field(
+        default_factory=lambda: {"epoch": -1, "val_f1": -1.0, "state": None, "stale": 0}
+    )
+    start_epoch: int = 0
+
+
 def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resume: bool) -> None:
+    """Train on this rank (steps 1-5 of the module docstring)."""
     t_start = time.perf_counter()
     out = Path(cfg.out)
     device = torch.device(layout.device)
-    ds = load_dataset(cfg.dataset)
-    view = resolve_view(cfg, ds)
-    train_idx = ds.split_indices("train")
-    reader = RowReader(ds.view(view))  # this rank's batches, read as it needs them
-    y_train = torch.from_numpy(ds.labels[train_idx])  # (N,)
-    if layout.is_main:
-        val_idx, test_idx = ds.split_indices("val"), ds.split_indices("test")
-        x_val, y_val = np.asarray(ds.view(view)[val_idx]), ds.labels[val_idx]
-    load_time = time.perf_counter() - t_start
-
-    # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's).
-    torch.manual_seed(cfg.seed)
-    model = build_model(
-        cfg.model,
-        view=view,
-        input_shape=ds.view_shape(view),
-        n_classes=ds.n_classes,
-        **cfg.model_options,
-    )
-    if has_input_scaler(model):  # the statistics of every training row, on every rank
-        fit_input_scaler(model, torch.from_numpy(reader.read(train_idx)))
-    model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
-    patience = cfg.effective_patience("torch")
-    weights = class_weights(y_train.numpy(), ds.n_classes, cfg.class_weight)
-    weights = None if weights is None else torch.from_numpy(weights).to(device)
-
-    # History of everything measured per epoch; a checkpoint carries it across restarts.
-    hist: dict = {
-        "loss": [],
-        "val_f1": [],
-        "epoch_time": [],
-        "data_time": [],
-        "comm_time": [],
-        "comm_bytes": [],
-        "samples": [],
-        "wall_before": 0.0,
-    }
-    best = {"epoch": -1, "val_f1": -1.0, "state": None, "stale": 0}
-    start_epoch = 0
+    data = _open_data(cfg, layout, t_start)
+    state = _build_model(cfg, layout, data, device)
     if resume:
-        ckpt = broadcast_checkpoint(
-            load_checkpoint(out / CHECKPOINT_NAME) if layout.is_main else None, layout
-        )
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        hist, best, start_epoch = ckpt["history"], ckpt["best"], ckpt["epoch"]
-        log.info("resumed %s from epoch %d", out, start_epoch)
+        _restore(state, out, layout)
     elif layout.is_main:
-        write_run_config(out, cfg, ds, view=view, layout=_layout_record(layout))
-
+        write_run_config(out, cfg, data.ds, view=data.view, layout=_layout_record(layout))
     meter = CommMeter()
     ddp_model = apply_ddp(
-        model,
+        state.model,
         layout=layout,
         comm_meter=meter,
         bucket_cap_mb=cfg.bucket_mb,
         comm_hook=cfg.comm_hook,
     )
-    show = layout.is_main and not cfg.quiet
-    stopped_early = best["stale"] >= patience > 0  # a resumed run may already have stopped
-    epochs = tqdm(
-        total=cfg.epochs, initial=start_epoch, desc=cfg.model, unit="epoch", disable=not show
+    stopped_early = _fit(cfg, layout, env, data, state, ddp_model, meter, device, t_start, resume)
+    data.reader.close()
+    rss = gather_floats(_peak_rss_mb(), layout)
+    if not layout.is_main:
+        return
+    result = _test_and_save(
+        cfg,
+        layout,
+        data,
+        state,
+        meter,
+        device,
+        t_start,
+        rss=rss,
+        stopped_early=stopped_early,
+        resumed=resume,
     )
-    for epoch in range(start_epoch, cfg.epochs):
+    result.to_json(out / METRICS_NAME)
+    log.info(
+        "test accuracy %.4f, macro-F1 %.4f (best epoch %d) -> %s",
+        result.accuracy,
+        result.macro_f1,
+        result.best_epoch,
+        out,
+    )
+
+
+def _restore(state: _RunState, out: Path, layout: ParallelLayout) -> None:
+    """Step 2, resumed: weights, optimiser, history and epoch from rank 0's checkpoint."""
+    ckpt = broadcast_checkpoint(
+        load_checkpoint(out / CHECKPOINT_NAME) if layout.is_main else None, layout
+    )
+    state.model.load_state_dict(ckpt["model"])
+    state.optimizer.load_state_dict(ckpt["optimizer"])
+    state.hist, state.best, state.start_epoch = ckpt["history"], ckpt["best"], ckpt["epoch"]
+    log.info("resumed %s from epoch %d", out, state.start_epoch)
+
+
+def _fit(
+    cfg: TrainConfig,
+    layout: ParallelLayout,
+    env: DistEnv,
+    data: _RunData,
+    state: _RunState,
+    ddp_model: torch.nn.Module,
+    meter: CommMeter,
+    device: torch.device,
+    t_start: float,
+    resumed: bool,
+) -> bool:
+    """Step 4: the epochs, until --epochs or early stopping (True: stopped early)."""
+    patience = cfg.effective_patience("torch")
+    show = layout.is_main and not cfg.quiet
+    stopped_early = state.best["stale"] >= patience > 0  # a resumed run may already have stopped
+    epochs = tqdm(
+        total=cfg.epochs, initial=state.start_epoch, desc=cfg.model, unit="epoch", disable=not show
+    )
+    for epoch in range(state.start_epoch, cfg.epochs):
         if stopped_early:
             break
-        for group in optimizer.param_groups:  # a function of the epoch: resumes exactly
+        for group in state.optimizer.param_groups:  # a function of the epoch: resumes exactly
             group["lr"] = epoch_lr(layout.lr, epoch, cfg.epochs, cfg.lr_schedule)
         torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # dropout masks
         meter.reset()
-        ddp_model.train()
-        # This rank's rows, in order: a function of (seed, epoch) only.
-        order = shard_order(len(train_idx), layout.world_size, layout.rank, cfg.seed, epoch)
-        if cfg.steps_per_epoch is not None:
-            order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
-        bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
-        loss_sum, data_time = torch.zeros((), device=device), 0.0
-        t0 = time.perf_counter()
-        for start in range(0, len(order), layout.per_worker_batch):
-            td = time.perf_counter()
-            rows = order[start : start + layout.per_worker_batch]
-            xb = torch.from_numpy(reader.read(train_idx[rows.numpy()]))
-            xb = xb.to(device, non_blocking=True)  # (b, *view_shape)
-            yb = y_train[rows].to(device, non_blocking=True)  # (b,)
-            data_time += time.perf_counter() - td
-            # Sum over the batch / its size (not a weighted mean): equal on every rank, so
-            # the all-reduce average is the centralised loss even with class weights.
-            loss = F.cross_entropy(ddp_model(xb), yb, weight=weights, reduction="sum") / len(rows)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
-            meter.step_done()
-            optimizer.step()
-            loss_sum += loss.detach() * len(rows)
-            bar.update(len(rows))
-        epoch_time = time.perf_counter() - t0
-        bar.close()
-        total_loss, n_seen = all_reduce_sum([loss_sum.item(), float(len(order))], layout)
-        hist["loss"].append(total_loss / max(n_seen, 1.0))
-        hist["epoch_time"].append(epoch_time)
-        hist["data_time"].append(data_time)
-        hist["comm_time"].append(meter.busy_time())
-        hist["comm_bytes"].append(meter.n_bytes)
-        hist.setdefault("exposed_comm", []).append(meter.exposed_s)
-        hist["samples"].append(int(n_seen))
-
+        _train_epoch(cfg, layout, data, state, ddp_model, meter, epoch, device, show=show)
         stop = False
         if layout.is_main:
-            val_f1 = macro_f1(
-                y_val,
-                predict_labels(model, x_val, batch_size=cfg.eval_batch_size, device=device),
-                ds.n_classes,
-            )
-            hist["val_f1"].append(val_f1)
-            if val_f1 > best["val_f1"]:
-                state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-                best = {"epoch": epoch, "val_f1": val_f1, "state": state, "stale": 0}
-            else:
-                best["stale"] += 1
-            stop = patience > 0 and best["stale"] >= patience
-            wall = hist["wall_before"] + time.perf_counter() - t_start
-            save_checkpoint(
-                out / CHECKPOINT_NAME,
-                {
-                    "epoch": epoch + 1,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "history": {**hist, "wall_before": wall},
-                    "best": best,
-                },
-            )
+            stop = _validate_and_checkpoint(cfg, data, state, epoch, device, t_start, patience)
             epochs.update(1)
-            epochs.set_postfix(loss=f"{hist['loss'][-1]:.4f}", val_f1=f"{val_f1:.4f}")
-            log.info(
-                "epoch %d: loss %.4f, val macro-F1 %.4f%s, %.2f s (comm %.2f s, %.1f MB)",
-                epoch,
-                hist["loss"][-1],
-                val_f1,
-                " *" if best["epoch"] == epoch else "",
-                epoch_time,
-                hist["comm_time"][-1],
-                hist["comm_bytes"][-1] / 2**20,
+            epochs.set_postfix(
+                loss=f"{state.hist['loss'][-1]:.4f}", val_f1=f"{state.hist['val_f1'][-1]:.4f}"
             )
         stopped_early = broadcast_flag(stop, layout)  # same decision on every rank
-        _maybe_simulate_crash(cfg, env, epoch, resumed=resume)
+        _maybe_simulate_crash(cfg, env, epoch, resumed=resumed)
         if stopped_early:
             log.info("early stop: no better validation macro-F1 for %d epochs", patience)
             break
     epochs.close()
-    reader.close()
+    return stopped_early
 
-    rss = gather_floats(_peak_rss_mb(), layout)
-    if not layout.is_main:
-        return
-    model.load_state_dict(best["state"])
-    x_test, y_test = np.asarray(ds.view(view)[test_idx]), ds.labels[test_idx]
+
+def _open_data(cfg: TrainConfig, layout: ParallelLayout, t_start: float) -> _RunData:
+    """Step 1: the dataset, memory-mapped; only rank 0 loads the validation rows."""
+    ds = load_dataset(cfg.dataset)
+    view = resolve_view(cfg, ds)
+    train_idx = ds.split_indices("train")
+    reader = RowReader(ds.view(view))  # this rank's batches, read as it needs them
+    y_train = torch.from_numpy(ds.labels[train_idx])  # (N,)
+    x_val = y_val = test_idx = None
+    if layout.is_main:
+        val_idx, test_idx = ds.split_indices("val"), ds.split_indices("test")
+        x_val, y_val = np.asarray(ds.view(view)[val_idx]), ds.labels[val_idx]
+    load_time = time.perf_counter() - t_start
+    return _RunData(ds, view, train_idx, reader, y_train, x_val, y_val, test_idx, load_time)
+
+
+def _build_model(
+    cfg: TrainConfig, layout: ParallelLayout, data: _RunData, device: torch.device
+) -> _RunState:
+    """Step 2: the model (same seed on every rank), its input scaling, the optimiser."""
+    # Same seed on every rank: identical initial weights (DDP also broadcasts rank 0's).
+    torch.manual_seed(cfg.seed)
+    model = build_model(
+        cfg.model,
+        view=data.view,
+        input_shape=data.ds.view_shape(data.view),
+        n_classes=data.ds.n_classes,
+        **cfg.model_options,
+    )
+    if has_input_scaler(model):  # the statistics of every training row, on every rank
+        fit_input_scaler(model, torch.from_numpy(data.reader.read(data.train_idx)))
+    model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
+    weights = class_weights(data.y_train.numpy(), data.ds.n_classes, cfg.class_weight)
+    weights = None if weights is None else torch.from_numpy(weights).to(device)
+    return _RunState(model, optimizer, weights)
+
+
+def _train_epoch(
+    cfg: TrainConfig,
+    layout: ParallelLayout,
+    data: _RunData,
+    state: _RunState,
+    ddp_model: torch.nn.Module,
+    meter: CommMeter,
+    epoch: int,
+    device: torch.device,
+    *,
+    show: bool,
+) -> None:
+    """Step 4, one epoch on this rank; its loss, times and bytes go to ``state.hist``."""
+    ddp_model.train()
+    # This rank's rows, in order: a function of (seed, epoch) only.
+    order = shard_order(len(data.train_idx), layout.world_size, layout.rank, cfg.seed, epoch)
+    if cfg.steps_per_epoch is not None:
+        order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
+    bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
+    loss_sum, data_time = torch.zeros((), device=device), 0.0
+    t0 = time.perf_counter()
+    for start in range(0, len(order), layout.per_worker_batch):
+        td = time.perf_counter()
+        rows = order[start : start + layout.per_worker_batch]
+        xb = torch.from_numpy(data.reader.read(data.train_idx[rows.numpy()]))
+        xb = xb.to(device, non_blocking=True)  # (b, *view_shape)
+        yb = data.y_train[rows].to(device, non_blocking=True)  # (b,)
+        data_time += time.perf_counter() - td
+        # Sum over the batch / its size (not a weighted mean): equal on every rank, so
+        # the all-reduce average is the centralised loss even with class weights.
+        logits = ddp_model(xb)
+        loss = F.cross_entropy(logits, yb, weight=state.weights, reduction="sum") / len(rows)
+        state.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
+        meter.step_done()
+        state.optimizer.step()
+        loss_sum += loss.detach() * len(rows)
+        bar.update(len(rows))
+    epoch_time = time.perf_counter() - t0
+    bar.close()
+    total_loss, n_seen = all_reduce_sum([loss_sum.item(), float(len(order))], layout)
+    hist = state.hist
+    hist["loss"].append(total_loss / max(n_seen, 1.0))
+    hist["epoch_time"].append(epoch_time)
+    hist["data_time"].append(data_time)
+    hist["comm_time"].append(meter.busy_time())
+    hist["comm_bytes"].append(meter.n_bytes)
+    hist.setdefault("exposed_comm", []).append(meter.exposed_s)
+    hist["samples"].append(int(n_seen))
+
+
+def _validate_and_checkpoint(
+    cfg: TrainConfig,
+    data: _RunData,
+    state: _RunState,
+    epoch: int,
+    device: torch.device,
+    t_start: float,
+    patience: int,
+) -> bool:
+    """Rank 0 after an epoch: validate, keep the best weights, checkpoint; True: stop."""
+    hist, model = state.hist, state.model
+    val_f1 = macro_f1(
+        data.y_val,
+        predict_labels(model, data.x_val, batch_size=cfg.eval_batch_size, device=device),
+        data.ds.n_classes,
+    )
+    hist["val_f1"].append(val_f1)
+    if val_f1 > state.best["val_f1"]:
+        weights = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        state.best = {"epoch": epoch, "val_f1": val_f1, "state": weights, "stale": 0}
+    else:
+        state.best["stale"] += 1
+    wall = hist["wall_before"] + time.perf_counter() - t_start
+    save_checkpoint(
+        Path(cfg.out) / CHECKPOINT_NAME,
+        {
+            "epoch": epoch + 1,
+            "model": model.state_dict(),
+            "optimizer": state.optimizer.state_dict(),
+            "history": {**hist, "wall_before": wall},
+            "best": state.best,
+        },
+    )
+    log.info(
+        "epoch %d: loss %.4f, val macro-F1 %.4f%s, %.2f s (comm %.2f s, %.1f MB)",
+        epoch,
+        hist["loss"][-1],
+        val_f1,
+        " *" if state.best["epoch"] == epoch else "",
+        hist["epoch_time"][-1],
+        hist["comm_time"][-1],
+        hist["comm_bytes"][-1] / 2**20,
+    )
+    return patience > 0 and state.best["stale"] >= patience
+
+
+def _test_and_save(
+    cfg: TrainConfig,
+    layout: ParallelLayout,
+    data: _RunData,
+    state: _RunState,
+    meter: CommMeter,
+    device: torch.device,
+    t_start: float,
+    *,
+    rss: Any,
+    stopped_early: bool,
+    resumed: bool,
+) -> RunResult:
+    """Step 5 (rank 0): the best weights, tested and saved; the run's :class:`RunResult`."""
+    ds, hist, model = data.ds, state.hist, state.model
+    model.load_state_dict(state.best["state"])
+    x_test, y_test = np.asarray(ds.view(data.view)[data.test_idx]), ds.labels[data.test_idx]
     y_pred = predict_labels(model, x_test, batch_size=cfg.eval_batch_size, device=device)
-    save_weights(model, out / WEIGHTS_NAME, {"model": cfg.model, "view": view})
+    save_weights(model, Path(cfg.out) / WEIGHTS_NAME, {"model": cfg.model, "view": data.view})
     summary = classification_summary(y_test, y_pred, ds.classes)
     train_time = sum(hist["epoch_time"])
-    result = RunResult(
+    return RunResult(
         model=cfg.model,
-        view=view,
+        view=data.view,
         engine=layout.engine,
         workers=layout.world_size,
         threads_per_worker=layout.threads_per_worker,
@@ -276,35 +409,27 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         classes=ds.classes,
         loss_per_epoch=hist["loss"],
         val_macro_f1_per_epoch=hist["val_f1"],
-        best_epoch=best["epoch"],
+        best_epoch=state.best["epoch"],
         epochs_run=len(hist["loss"]),
         stopped_early=bool(stopped_early),
-        n_train=len(train_idx),
+        n_train=len(data.train_idx),
         n_test=len(y_test),
         test_labels=y_test.tolist(),
         test_predictions=y_pred.tolist(),
-        test_flow_ids=ds.meta["flow_id"].iloc[test_idx].astype(str).tolist(),
+        test_flow_ids=ds.meta["flow_id"].iloc[data.test_idx].astype(str).tolist(),
         config=cfg.to_dict(),
         env=environment(),
         extra={
-            "load_time_s": load_time,
+            "load_time_s": data.load_time_s,
             "layout": _layout_record(layout),
             "comm_calls_last_epoch": meter.n_calls,
             "comm_hook": cfg.comm_hook,
             "bucket_mb": cfg.bucket_mb,
             "exposed_comm_per_epoch_s": hist.get("exposed_comm", []),
             "uneven_shards": "drop_last",
-            "resumed": bool(resume),
+            "resumed": bool(resumed),
             "n_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         },
-    )
-    result.to_json(out / METRICS_NAME)
-    log.info(
-        "test accuracy %.4f, macro-F1 %.4f (best epoch %d) -> %s",
-        result.accuracy,
-        result.macro_f1,
-        result.best_epoch,
-        out,
     )
 
 
