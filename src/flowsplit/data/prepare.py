@@ -268,18 +268,14 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
     finally:
         if bar is not None:
             bar.close()
+    if len(report.file_errors) == len(files):  # one line, not a warning per file first
+        writer.abort()
+        raise _unreadable(report.file_errors, files[0].root)
     for path, problem in report.file_errors:
         skipped["unreadable_file"] += 1
         log.warning("skipped %s: %s", path, problem)
     for reason, count in report.skipped.items():
         skipped[f"packets:{reason}"] += int(count)
-    if len(report.file_errors) == len(files):
-        writer.abort()
-        path, problem = report.file_errors[0]
-        raise InputError(
-            path if len(files) == 1 else files[0].root,
-            problem if len(files) == 1 else "no readable capture",
-        )
     info = {
         "n_packets": int(report.n_packets),
         "n_flow_packets": int(report.n_flow_packets),
@@ -625,6 +621,14 @@ def _progress(files, enabled: bool):
     return tqdm(total=total, unit="B", unit_scale=True, desc="prepare", leave=False)
 
 
+def _unreadable(file_errors: list[tuple[Any, str]], root: Any) -> InputError:
+    """The error of inputs none of which could be read: the file, or the folder and the first."""
+    path, problem = file_errors[0]
+    if len(file_errors) == 1:
+        return InputError(path, problem)
+    return InputError(root, f"no readable capture ({len(file_errors)} files; {path}: {problem})")
+
+
 def extract_views(
     paths: list[str | Path], options: dict[str, Any]
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], pd.DataFrame | None]:
@@ -665,11 +669,10 @@ def extract_views(
             views.setdefault(k, []).append(v)
         if batch.stats is not None:
             stats.append(batch.stats)
+    if len(report.file_errors) == len(files):  # one line, not a warning per file first
+        raise _unreadable(report.file_errors, files[0].root)
     for path, problem in report.file_errors:
         log.warning("skipped %s: %s", path, problem)
-    if len(report.file_errors) == len(files):
-        path, problem = report.file_errors[0]
-        raise InputError(path, problem)
     if not metas:
         skipped = Counter({f"packets:{k}": v for k, v in report.skipped.items()})
         info = {"n_packets": report.n_packets, "n_flow_packets": report.n_flow_packets}
