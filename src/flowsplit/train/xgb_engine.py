@@ -140,23 +140,12 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
     out = Path(cfg.out)
     ds = load_dataset(cfg.dataset)
     view = resolve_view(cfg, ds)
-    X_tr, y_tr = ds.xy(view, "train")
-    X_val, y_val = ds.xy(view, "val")
-    X_te, y_te = ds.xy(view, "test")
+    splits = {split: ds.xy(view, split) for split in ("train", "val", "test")}  # (X, y)
+    (X_tr, y_tr), (X_val, y_val) = splits["train"], splits["val"]
     load_time = time.perf_counter() - t_start
     distributed = cfg.workers > 1 or cfg.dask_scheduler is not None
     threads = cfg.threads or max(1, available_cores() // cfg.workers)
-    patience = cfg.effective_patience("xgboost")
-    params = {
-        "n_estimators": cfg.rounds,
-        "learning_rate": cfg.effective_lr("xgboost"),
-        "random_state": cfg.seed,
-        "early_stopping_rounds": patience or None,
-        "n_classes": ds.n_classes,
-        "n_jobs": threads,
-        **cfg.model_options,
-    }
-    est = build_estimator("xgboost", **params)
+    est = build_estimator("xgboost", **_estimator_params(cfg, ds.n_classes, threads))
     layout = {
         "world_size": cfg.workers,
         "threads_per_worker": threads,
@@ -164,47 +153,21 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
         "backend": "dask" if distributed else None,
     }
     write_run_config(out, cfg, ds, view=view, layout=layout)
-    timer = RoundTimer()
     weights = class_weights(y_tr, ds.n_classes, cfg.class_weight)
-    sample_weight = None if weights is None else weights[y_tr]
+    fit_args = {
+        "sample_weight": None if weights is None else weights[y_tr],
+        "eval_set": (X_val, y_val),
+    }
     extra: dict = {"load_time_s": load_time, "sync_time_is_estimate": distributed}
     t_fit = time.perf_counter()
-    if not distributed:
-        est.fit(X_tr, y_tr, sample_weight=sample_weight, eval_set=(X_val, y_val), callbacks=[timer])
-        rss = [_peak_rss_mb()]
+    if distributed:
+        round_times, rss = _fit_on_dask(cfg, est, threads, X_tr, y_tr, fit_args, extra, layout)
     else:
-        with dask_client(cfg, cfg.workers, threads) as (client, coll_cfg):
-            est.fit(
-                X_tr,
-                y_tr,
-                sample_weight=sample_weight,
-                eval_set=(X_val, y_val),
-                callbacks=[timer],
-                client=client,
-                coll_cfg=coll_cfg,
-            )
-            round_times = json.loads(est.booster_.attr(RoundTimer.ATTR))
-            workers = list(client.scheduler_info()["workers"])
-            extra.update(
-                _calibrate_sync(
-                    client, workers, est, X_tr, y_tr, X_val, y_val, round_times, cfg.seed
-                )
-            )
-            rss_by_worker = client.run(_peak_rss_mb)
-            rss = [rss_by_worker[w] for w in workers]
-            layout["world_size"] = len(workers)
+        timer = RoundTimer()
+        est.fit(X_tr, y_tr, **fit_args, callbacks=[timer])
+        round_times, rss = timer.times, [_peak_rss_mb()]
     fit_time = time.perf_counter() - t_fit
-    round_times = timer.times if not distributed else round_times
     est.booster_.set_attr(**{RoundTimer.ATTR: None})
-
-    n_rounds = est.booster_.num_boosted_rounds()
-    val_f1 = _f1_per_round(est, X_val, y_val, ds.n_classes)
-    y_pred = est.predict(X_te)
-    est.save_model(out / BOOSTER_NAME)
-    comm_bytes = _histogram_bytes(est, X_tr) if distributed else 0
-    # The calibration rounds are the first, slowest ones; their sync *share* carries over
-    # to the rest of the run, their absolute per-round excess would not.
-    comm_time = extra.get("sync_fraction", 0.0) * sum(round_times) if distributed else 0.0
     extra.update(
         {
             "fit_overhead_s": max(0.0, fit_time - sum(round_times)),
@@ -213,12 +176,89 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
             "val_metric_for_early_stopping": "mlogloss",
         }
     )
-    result = RunResult(
+    result = _test_and_save(cfg, est, ds, view, splits, round_times, rss, extra, t_start=t_start)
+    result.to_json(out / METRICS_NAME)
+    log.info(
+        "xgboost: %d rounds, test accuracy %.4f, macro-F1 %.4f -> %s",
+        result.epochs_run,
+        result.accuracy,
+        result.macro_f1,
+        out,
+    )
+    return result
+
+
+def _estimator_params(cfg: TrainConfig, n_classes: int, threads: int) -> dict:
+    """The :class:`~flowsplit.models.xgb.XGBClassifierModel` arguments of a run."""
+    patience = cfg.effective_patience("xgboost")
+    return {
+        "n_estimators": cfg.rounds,
+        "learning_rate": cfg.effective_lr("xgboost"),
+        "random_state": cfg.seed,
+        "early_stopping_rounds": patience or None,
+        "n_classes": n_classes,
+        "n_jobs": threads,
+        **cfg.model_options,
+    }
+
+
+def _fit_on_dask(
+    cfg: TrainConfig,
+    est,
+    threads: int,
+    X_tr: np.ndarray,
+    y_tr: np.ndarray,
+    fit_args: dict,
+    extra: dict,
+    layout: dict,
+) -> tuple[list[float], list[float]]:
+    """Fit on a Dask cluster; returns (round times, peak RSS per worker) and records the
+    sync calibration in ``extra`` and the worker count in ``layout``."""
+    X_val, y_val = fit_args["eval_set"]
+    with dask_client(cfg, cfg.workers, threads) as (client, coll_cfg):
+        est.fit(X_tr, y_tr, **fit_args, callbacks=[RoundTimer()], client=client, coll_cfg=coll_cfg)
+        round_times = json.loads(est.booster_.attr(RoundTimer.ATTR))
+        workers = list(client.scheduler_info()["workers"])
+        extra.update(
+            _calibrate_sync(client, workers, est, X_tr, y_tr, X_val, y_val, round_times, cfg.seed)
+        )
+        rss_by_worker = client.run(_peak_rss_mb)
+        layout["world_size"] = len(workers)
+    return round_times, [rss_by_worker[w] for w in workers]
+
+
+def _test_and_save(
+    cfg: TrainConfig,
+    est,
+    ds,
+    view: str,
+    splits: dict[str, tuple[np.ndarray, np.ndarray]],
+    round_times: list[float],
+    rss: list[float],
+    extra: dict,
+    *,
+    t_start: float,
+) -> RunResult:
+    """Test the fitted booster, save it, and describe the run as a :class:`RunResult`."""
+    X_tr = splits["train"][0]
+    X_val, y_val = splits["val"]
+    X_te, y_te = splits["test"]
+    layout = extra["layout"]
+    distributed = layout["backend"] == "dask"
+    n_rounds = est.booster_.num_boosted_rounds()
+    val_f1 = _f1_per_round(est, X_val, y_val, ds.n_classes)
+    y_pred = est.predict(X_te)
+    est.save_model(Path(cfg.out) / BOOSTER_NAME)
+    comm_bytes = _histogram_bytes(est, X_tr) if distributed else 0
+    # The calibration rounds are the first, slowest ones; their sync *share* carries over
+    # to the rest of the run, their absolute per-round excess would not.
+    comm_time = extra.get("sync_fraction", 0.0) * sum(round_times) if distributed else 0.0
+    return RunResult(
         model=cfg.model,
         view=view,
         engine="xgboost-dask" if distributed else "centralised",
         workers=layout["world_size"],
-        threads_per_worker=threads,
+        threads_per_worker=layout["threads_per_worker"],
         device="cpu",
         backend=layout["backend"],
         seed=cfg.seed,
@@ -227,7 +267,7 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
         samples_per_s=len(X_tr) * len(round_times) / max(sum(round_times), 1e-12),
         comm_time_s=comm_time,
         comm_bytes=int(comm_bytes),
-        data_time_s=load_time + extra["fit_overhead_s"],
+        data_time_s=extra["load_time_s"] + extra["fit_overhead_s"],
         peak_rss_mb=rss,
         **classification_summary(y_te, y_pred, ds.classes),
         classes=ds.classes,
@@ -245,15 +285,6 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
         env=environment(),
         extra=extra,
     )
-    result.to_json(out / METRICS_NAME)
-    log.info(
-        "xgboost: %d rounds, test accuracy %.4f, macro-F1 %.4f -> %s",
-        n_rounds,
-        result.accuracy,
-        result.macro_f1,
-        out,
-    )
-    return result
 
 
 def _calibrate_sync(client, workers, est, X, y, X_val, y_val, round_times, seed) -> dict:
