@@ -297,6 +297,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         x = stats[columns].to_numpy(dtype=np.float32)
     else:
         x = views[info["view"]]
+        if list(x.shape[1:]) != list(info["input_shape"]):
+            raise InputError(
+                args.run,
+                f"its model reads {info['view']} samples of {tuple(info['input_shape'])}; its "
+                f"dataset's prepare options give {tuple(x.shape[1:])} (not a prepared capture set?)",
+            )
     proba = predict_proba(model, x)
     table = meta.reset_index(drop=True).copy()
     names = np.asarray(info["classes"], dtype=object)[proba.argmax(1)]

@@ -203,14 +203,21 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
     ``XGBoostClassifier``) and its ``config.json``."""
     run = Path(run)
     doc = read_run_config(run)
-    info = doc["model"]
+    info = doc.get("model") if isinstance(doc, dict) else None
+    if not isinstance(info, dict) or not isinstance(doc.get("train"), dict):
+        if (run / "topology.toml").is_file():
+            raise InputError(run, "is an `sfl run` directory; this takes a `flowsplit train` run")
+        raise InputError(run / CONFIG_NAME, "is not the config.json of a `flowsplit train` run")
     if info["kind"] == "xgboost":
         path = run / BOOSTER_NAME
         if not path.is_file():
             raise InputError(run, f"no {BOOSTER_NAME}: the run did not finish")
         from flowsplit.models.xgb import XGBoostClassifier
 
-        return XGBoostClassifier.load_model(path), doc
+        try:
+            return XGBoostClassifier.load_model(path), doc
+        except Exception as exc:  # noqa: BLE001 - xgboost raises its own kinds for a bad file
+            raise InputError(path, f"unreadable booster ({type(exc).__name__})") from None
     from safetensors.torch import load_file
 
     path = run / WEIGHTS_NAME
@@ -223,7 +230,15 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
         n_classes=info["n_classes"],
         **doc["train"]["model_options"],
     )
-    model.load_state_dict(load_file(str(path)))
+    try:
+        state = load_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: a damaged file
+        raise InputError(path, f"unreadable weights ({type(exc).__name__}: {exc})") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:  # shapes or names that are not this model's
+        first = str(exc).strip().splitlines()[0]
+        raise InputError(path, f"weights do not fit the model of config.json ({first})") from None
     model.eval()
     return model, doc
 
