@@ -114,20 +114,25 @@ class PrepareOptions:
             raise ConfigError(
                 f"split_by must be one of {', '.join(SPLIT_BY)}, got {self.split_by!r}"
             )
-        for name in ("val_frac", "test_frac"):
+        # Messages name the option of `flowsplit prepare` (--val for val_frac).
+        for name, opt in (("val_frac", "--val"), ("test_frac", "--test")):
             if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+                raise ConfigError(f"{opt} must be in [0, 1), got {getattr(self, name)}")
         if self.val_frac + self.test_frac >= 1:
             raise ConfigError(
-                f"val_frac + test_frac must be < 1 (got {self.val_frac} + {self.test_frac})"
+                f"--val + --test must be < 1 (got {self.val_frac} + {self.test_frac})"
             )
         for name in ("min_flows_per_class", "min_groups_per_class", "small_split_flows"):
             if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"
+                )
         for name in ("max_flows_per_group", "top_classes"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"{name} must be >= 1 (or unset), got {value}")
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} must be >= 1 (or unset), got {value}"
+                )
         if self.classes is not None and not self.classes:
             raise ConfigError("classes: give at least one class (or leave it unset)")
 
