@@ -467,6 +467,8 @@ def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
     except (KeyError, TypeError, ValueError) as exc:
         what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise InputError(source, f"not a flowsplit topology: {what}") from None
+    except ConfigError as exc:  # Topology.validate: the values, named by field
+        raise InputError(source, str(exc)) from None
     return topology.with_trace(checked_trace(topology, trace, source=source))
 
 
