@@ -143,6 +143,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--resume continues a --backend dist run started by sfl run itself")
     if writes and previous and not args.overwrite and not args.resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
+    is_run = any((out / name).is_file() for name in ("topology.toml", "sfl-checkpoint.pt"))
+    if writes and previous and args.overwrite and not is_run:
+        # --overwrite replaces an sfl run; a dataset, a train run or a user's folder is not one.
+        raise InputError(out, "is not an `sfl run` directory; --overwrite replaces only a run")
     model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
     if plan is not None:
         topology = plan.topology
@@ -154,6 +158,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{topology.n_aggregators} aggregators for {topology.n_clients} clients: some "
             "aggregator would serve no client; give --aggregators at most --clients"
+        )
+    if config.min_clients is not None and config.min_clients > topology.n_clients:
+        raise ConfigError(
+            f"--min-clients {config.min_clients} is more than the {topology.n_clients} clients"
         )
     torch.set_num_threads(config.threads)
     setup = prepare_run(
