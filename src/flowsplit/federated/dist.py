@@ -46,6 +46,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.federated.assignment import AssignmentPolicy, changes, decide_assignment
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.results import SFLResult, read_run, run_facts, save_tensors, write_run
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
@@ -67,8 +68,11 @@ from flowsplit.federated.system.protocol import (
 from flowsplit.federated.system.topology import Topology, topology_from_toml, topology_to_toml
 from flowsplit.federated.transport import (
     GlooTransport,
+    gloo_device,
     make_pair_groups,
+    pair_group,
     role_name,
+    talking_pairs,
 )
 from flowsplit.train.distributed import read_dist_env
 
@@ -108,13 +112,38 @@ def drive(coro: Coroutine, transport: GlooTransport) -> None:
             value = transport.recv(op)
 
 
-class DistRuntime:
-    """This process's role in a distributed run."""
+ASSIGNMENT_KEY = "flowsplit/assignment/{round}"
+"""Store key of round ``round``'s assignment (0-based): (N,) little-endian int64 bytes."""
 
-    def __init__(self, setup: RunSetup, me: Address, transport: GlooTransport, ctx):
+
+class DistRuntime:
+    """This process's role in a distributed run.
+
+    Before each round (:meth:`plan_round`) the server asks the run's
+    :class:`~flowsplit.federated.assignment.AssignmentPolicy` for the round's
+    assignment and writes it to the rendezvous store as raw int64 bytes; every other
+    role reads it from there and connects to any peer the round gives it that it has
+    no group with yet (a client moved to another aggregator).
+    """
+
+    def __init__(
+        self,
+        setup: RunSetup,
+        me: Address,
+        transport: GlooTransport,
+        ctx,
+        *,
+        store: dist.Store | None = None,
+        policy: AssignmentPolicy | None = None,
+        device: Any = None,
+        wait_timeout: float = 60.0,
+    ):
         self.setup, self.me, self.transport, self.ctx = setup, me, transport, ctx
         self.is_server = me == SERVER_ADDRESS
+        self.store, self.device, self.wait_timeout = store, device, wait_timeout
+        self.policy = policy if policy is not None else AssignmentPolicy()
         self.assignment = setup.assignment
+        """The assignment of the last planned round (the run's initial one before)."""
         self.n_samples = setup.n_samples
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         kind, index = me
@@ -149,6 +178,60 @@ class DistRuntime:
                 got = self.transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
                 if got is None:
                     self.role.lost.add(int(i))
+
+    def alive_aggregators(self) -> np.ndarray:
+        """(A,) bool: the aggregators this process has not lost."""
+        alive = np.ones(self.setup.topology.n_aggregators, dtype=bool)
+        for kind, j in self.transport.lost:
+            if kind == AGGREGATOR:
+                alive[j] = False
+        return alive
+
+    def plan_round(self, plan: RoundPlan) -> RoundPlan:
+        """``plan`` on its round's network, with the assignment the server decided."""
+        net = self.policy.network_for_round(plan.round, self.setup.topology)
+        plan = plan.with_network(self.assignment, net.topology, net.available)
+        key = ASSIGNMENT_KEY.format(round=plan.round)
+        if self.is_server:
+            assignment = decide_assignment(
+                self.policy, self.setup, plan, self.alive_aggregators(), self.assignment
+            )
+            if self.store is not None:
+                self.store.set(key, np.ascontiguousarray(assignment, dtype="<i8").tobytes())
+        elif self.store is not None:
+            raw = self.store.get(key)
+            assignment = np.frombuffer(raw, dtype="<i8").astype(np.int64)
+            if assignment.shape != self.assignment.shape:
+                raise FlowsplitError(f"{key}: {len(raw)} bytes, not an assignment of this run")
+        else:
+            assignment = self.assignment
+        plan = plan.with_network(
+            assignment, net.topology, net.available, changes(self.assignment, assignment)
+        )
+        self.assignment = plan.assignment
+        self.ctx.assignment = plan.assignment
+        if self.ctx.meter.topology is not plan.topology:
+            self.ctx.meter.set_topology(plan.topology)
+        self._connect_new_pairs(plan.assignment)
+        return plan
+
+    def _connect_new_pairs(self, assignment: np.ndarray) -> None:
+        """Create the gloo groups of this round's aggregator-client pairs we lack."""
+        kind, index = self.me
+        if self.is_server or self.store is None:
+            return
+        n_aggs = self.setup.topology.n_aggregators
+        for a, b in talking_pairs(assignment, n_aggs):
+            if self.me not in (a, b):
+                continue
+            peer = b if self.me == a else a
+            if peer in self.transport.peers:
+                continue
+            log.info("%s: connecting to %s", role_name(self.me), role_name(peer))
+            self.transport.peers[peer] = pair_group(
+                self.store, self.me, a, b, n_aggs, device=self.device, timeout_s=self.wait_timeout
+            )
+            self.transport.lost.discard(peer)
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
@@ -202,14 +285,14 @@ class DistRuntime:
         kind, index = self.me
         if kind == CLIENT:
             if plan.participants[index]:
-                agg = (AGGREGATOR, int(self.assignment[index]))
+                agg = (AGGREGATOR, int(plan.assignment[index]))
                 self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
             return own
         total = own.copy()
         if kind == AGGREGATOR:
             for i in plan.order:
                 i = int(i)
-                if self.assignment[i] != index or i in self.role.lost:
+                if plan.assignment[i] != index or i in self.role.lost:
                     continue
                 vec = self.transport.recv(
                     Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
@@ -325,20 +408,25 @@ def role_main(
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context()
+    device = gloo_device(payload.get("bind"))
     peers = make_pair_groups(
-        store,
-        me,
-        setup.assignment,
-        topology.n_aggregators,
-        bind_addr=payload.get("bind"),
-        timeout_s=wait_timeout,
+        store, me, setup.assignment, topology.n_aggregators, device=device, timeout_s=wait_timeout
     )
     transport = GlooTransport(
         me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
     )
     log.debug("%s: connected", role_name(me))
     try:
-        runtime = DistRuntime(setup, me, transport, ctx)
+        runtime = DistRuntime(
+            setup,
+            me,
+            transport,
+            ctx,
+            store=store,
+            policy=payload.get("policy"),
+            device=device,
+            wait_timeout=wait_timeout,
+        )
         runtime.handshake()
         start, done = int(payload.get("start_round", 0)), None
         if runtime.is_server and start:
@@ -560,8 +648,12 @@ def launch_roles(
     quiet: bool = False,
     deadline_s: float | None = None,
     resume: bool = False,
+    policy: AssignmentPolicy | None = None,
 ) -> SFLResult:
     """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1.
+
+    ``policy``: the per-round network and assignment (picklable; default: keep the
+    assignment), given to every role.
 
     ``resume``: continue the run in ``out_dir`` from its ``sfl-checkpoint.pt`` (the
     server's state after each finished round), ending on the weights an uninterrupted
@@ -576,7 +668,9 @@ def launch_roles(
         out_dir = tmp.name
     store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
-    payload.update(store=("127.0.0.1", port), bind="127.0.0.1", launcher_pid=os.getpid())
+    payload.update(
+        store=("127.0.0.1", port), bind="127.0.0.1", launcher_pid=os.getpid(), policy=policy
+    )
     if resume:
         if tmp is not None:
             raise ConfigError("resume needs the run directory to continue")
@@ -643,13 +737,18 @@ def run_under_torchrun(
     out_dir: str | Path,
     quiet: bool = False,
     bind: str | None = None,
+    policy: AssignmentPolicy | None = None,
 ) -> SFLResult | None:
-    """Run this process's role of a torchrun launch; rank 0 returns the result."""
+    """Run this process's role of a torchrun launch; rank 0 returns the result.
+
+    ``policy``: as for :func:`launch_roles` (every process builds its own).
+    """
     env = read_dist_env()
     if not env.is_distributed:
         raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
     payload = make_payload(
         setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
     )
+    payload["policy"] = policy
     role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 else None

@@ -43,7 +43,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -148,10 +148,42 @@ class RoundPlan:
     """(N,) compute slowdown factor (1 = normal, > 1 = straggler)."""
     n_batches: np.ndarray
     """(N,) batches each client runs this round (0 for non-participants)."""
+    assignment: np.ndarray | None = None
+    """(N,) the round's client -> aggregator assignment (set by ``runtime.plan_round``)."""
+    topology: Any = None
+    """The round's ``Topology`` (set by ``runtime.plan_round``; its costs charge the round)."""
+    reassigned: tuple[tuple[int, int, int], ...] = ()
+    """``(client, from, to)`` of every client whose aggregator changed for this round."""
 
     @property
     def max_steps(self) -> int:
         return int(self.n_batches.max(initial=0))
+
+    def with_network(
+        self,
+        assignment: np.ndarray,
+        topology: Any,
+        available: np.ndarray | None = None,
+        reassigned: tuple[tuple[int, int, int], ...] = (),
+    ) -> RoundPlan:
+        """This plan on a network: its assignment and topology, without the clients
+        ``available`` rules out (they sit the round out, as dropouts do)."""
+        plan = replace(
+            self,
+            assignment=np.asarray(assignment, dtype=np.int64),
+            topology=topology,
+            reassigned=tuple(reassigned),
+        )
+        if available is None:
+            return plan
+        keep = self.participants & np.asarray(available, dtype=bool)
+        return replace(
+            plan,
+            participants=keep,
+            order=self.order[keep[self.order]],
+            slowdown=np.where(keep, self.slowdown, 1.0),
+            n_batches=np.where(keep, self.n_batches, 0),
+        )
 
 
 def make_round_plan(config: SFLConfig, round_index: int, n_samples: np.ndarray) -> RoundPlan:
@@ -228,6 +260,10 @@ class Runtime(Protocol):
 
     is_server: bool
     n_samples: np.ndarray
+
+    def plan_round(self, plan: RoundPlan) -> RoundPlan:
+        """``plan`` on the round's network and assignment (``flowsplit.federated.assignment``)."""
+        ...
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome: ...
 
@@ -326,7 +362,8 @@ class Scheme:
         history = list(history or [])
         clock = history[-1]["clock_s"] if history else 0.0
         for r in range(start_round, config.rounds):
-            plan = make_round_plan(config, r, runtime.n_samples)
+            # The round's network and assignment (the runtime asks its AssignmentPolicy).
+            plan = runtime.plan_round(make_round_plan(config, r, runtime.n_samples))
             outcome = runtime.execute_round(plan)
             if not runtime.is_server:
                 continue
@@ -351,7 +388,7 @@ class Scheme:
         clock: float,
     ) -> dict[str, Any]:
         """One round's record: scores, delay, faults and bytes."""
-        delay = self.round_delay(outcome.ledger, runtime.assignment)
+        delay = self.round_delay(outcome.ledger, plan.assignment)
         led = outcome.ledger
         record: dict[str, Any] = {
             "round": plan.round + 1,
@@ -369,6 +406,8 @@ class Scheme:
             "stragglers": int((plan.slowdown > 1).sum()),
             "lost": outcome.lost,
             "lost_aggregators": outcome.lost_aggregators,
+            # Clients moved to another aggregator for this round: [client, from, to].
+            "reassigned": [list(m) for m in plan.reassigned],
             "bytes_total": led.bytes_total,
             "messages_total": int(round(led.messages.sum())),
             "bytes": led.bytes_breakdown(),

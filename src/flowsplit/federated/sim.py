@@ -16,8 +16,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
+from flowsplit.federated.assignment import AssignmentPolicy, changes, decide_assignment
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import SFLResult, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
@@ -96,10 +98,20 @@ class SimRuntime:
 
     is_server = True
 
-    def __init__(self, setup: RunSetup, *, meter_enabled: bool = True):
+    def __init__(
+        self,
+        setup: RunSetup,
+        *,
+        meter_enabled: bool = True,
+        policy: AssignmentPolicy | None = None,
+    ):
         self.setup = setup
         self.ctx = setup.context(meter_enabled=meter_enabled)
+        self.policy = policy if policy is not None else AssignmentPolicy()
         self.assignment = setup.assignment
+        """The assignment of the last planned round (the run's initial one before)."""
+        self.alive = np.ones(setup.topology.n_aggregators, dtype=bool)
+        """Aggregators not lost so far."""
         self.n_samples = setup.n_samples
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         self.server = CloudServer(self.ctx, client_tpl, agg_tpl, server_tpl)
@@ -125,6 +137,20 @@ class SimRuntime:
             coros[client.address] = client.run_round(plan)
         return coros
 
+    def plan_round(self, plan: RoundPlan) -> RoundPlan:
+        """``plan`` on its round's network, with the assignment the policy gives it."""
+        net = self.policy.network_for_round(plan.round, self.setup.topology)
+        plan = plan.with_network(self.assignment, net.topology, net.available)
+        assignment = decide_assignment(self.policy, self.setup, plan, self.alive, self.assignment)
+        plan = plan.with_network(
+            assignment, net.topology, net.available, changes(self.assignment, assignment)
+        )
+        self.assignment = plan.assignment
+        self.ctx.assignment = plan.assignment
+        if self.ctx.meter.topology is not plan.topology:
+            self.ctx.meter.set_topology(plan.topology)
+        return plan
+
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
         self.ctx.meter.start_round(plan.slowdown)
@@ -146,10 +172,14 @@ def run_simulation(
     *,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     meter_enabled: bool = True,
+    policy: AssignmentPolicy | None = None,
 ) -> SFLResult:
-    """Train ``setup`` with every role in this process; returns the run's result."""
+    """Train ``setup`` with every role in this process; returns the run's result.
+
+    ``policy``: the per-round network and assignment (default: keep the assignment).
+    """
     torch.set_num_threads(setup.config.threads)
-    runtime = SimRuntime(setup, meter_enabled=meter_enabled)
+    runtime = SimRuntime(setup, meter_enabled=meter_enabled, policy=policy)
     history = setup.scheme.run(runtime, setup.config, on_round=on_round)
     return SFLResult(
         backend="sim",

@@ -64,7 +64,7 @@ def make_pair_groups(
     assignment: np.ndarray,
     n_aggregators: int,
     *,
-    bind_addr: str | None,
+    device,
     timeout_s: float,
 ) -> dict[Address, tuple[dist.ProcessGroupGloo, int]]:
     """Create the two-member gloo groups this process belongs to.
@@ -73,23 +73,43 @@ def make_pair_groups(
     with that shared order the pairwise rendezvous cannot deadlock. Returns
     ``{peer: (group, peer's rank in the group)}``.
     """
-    if bind_addr:
-        device = dist.ProcessGroupGloo.create_device(hostname=bind_addr)
-    elif os.environ.get("GLOO_SOCKET_IFNAME"):
-        device = dist.ProcessGroupGloo.create_device(interface=os.environ["GLOO_SOCKET_IFNAME"])
-    else:
-        device = dist.ProcessGroupGloo.create_default_device()
     groups = {}
     for a, b in talking_pairs(assignment, n_aggregators):
-        if me not in (a, b):
-            continue
-        name = f"flowsplit/{rank_of(a, n_aggregators)}-{rank_of(b, n_aggregators)}/"
-        opts = dist.ProcessGroupGloo._Options()
-        opts._devices = [device]
-        opts._timeout = dt.timedelta(seconds=timeout_s)
-        pg = dist.ProcessGroupGloo(dist.PrefixStore(name, store), 0 if me == a else 1, 2, opts)
-        groups[b if me == a else a] = (pg, 1 if me == a else 0)
+        if me in (a, b):
+            groups[b if me == a else a] = pair_group(
+                store, me, a, b, n_aggregators, device=device, timeout_s=timeout_s
+            )
     return groups
+
+
+def gloo_device(bind_addr: str | None):
+    """The gloo device to bind: ``bind_addr``, else ``GLOO_SOCKET_IFNAME``, else the default."""
+    if bind_addr:
+        return dist.ProcessGroupGloo.create_device(hostname=bind_addr)
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return dist.ProcessGroupGloo.create_device(interface=os.environ["GLOO_SOCKET_IFNAME"])
+    return dist.ProcessGroupGloo.create_default_device()
+
+
+def pair_group(
+    store: dist.Store,
+    me: Address,
+    a: Address,
+    b: Address,
+    n_aggregators: int,
+    *,
+    device,
+    timeout_s: float,
+) -> tuple[dist.ProcessGroupGloo, int]:
+    """The two-member gloo group of the pair ``(a, b)`` (``me`` is one of them), and the
+    peer's rank in it. Both ends call this; it returns once the other end has joined.
+    Each pair is created once per run: its store prefix is the pair's ranks."""
+    name = f"flowsplit/{rank_of(a, n_aggregators)}-{rank_of(b, n_aggregators)}/"
+    opts = dist.ProcessGroupGloo._Options()
+    opts._devices = [device]
+    opts._timeout = dt.timedelta(seconds=timeout_s)
+    pg = dist.ProcessGroupGloo(dist.PrefixStore(name, store), 0 if me == a else 1, 2, opts)
+    return pg, 1 if me == a else 0
 
 
 _KEY = {

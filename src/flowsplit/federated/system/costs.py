@@ -209,9 +209,14 @@ class CostMeter:
     """
 
     def __init__(self, topology: Topology, assignment: np.ndarray, *, enabled: bool = True):
-        self.topology = topology
         self.assignment = np.asarray(assignment, dtype=np.int64)
         self.enabled = enabled
+        self.set_topology(topology)
+        self.start_round()
+
+    def set_topology(self, topology: Topology) -> None:
+        """Charge from now on with ``topology``'s speeds and links (a round's network)."""
+        self.topology = topology
         # Plain Python numbers: charging runs per message, and NumPy scalar indexing
         # costs several times more than list indexing (same float64 arithmetic).
         self._ca_latency = topology.ca_latency.tolist()
@@ -221,7 +226,6 @@ class CostMeter:
         self._client_speed = topology.client_speed.tolist()
         self._aggregator_speed = topology.aggregator_speed.tolist()
         self._server_speed = float(topology.server_speed)
-        self.start_round()
 
     def start_round(self, slowdown: np.ndarray | None = None) -> None:
         n = self.topology.n_clients
