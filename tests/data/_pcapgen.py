@@ -323,8 +323,11 @@ def tcp_conversation(
     close: bool = True,
     dt: float = 0.01,
     v6: bool = False,
+    isn: int = 1,
 ) -> list[Packet]:
-    """Ethernet frames of a whole TCP connection: handshake, data, optional FIN close."""
+    """Ethernet frames of a whole TCP connection: handshake, data, optional FIN close.
+
+    ``isn`` is the sequence number of a's segments (its SYN's: the connection's)."""
     ip = ipv6 if v6 else ipv4
     et = 0x86DD if v6 else 0x0800
     steps: list[tuple[str, int, bytes]] = [("a", SYN, b""), ("b", SYN | ACK, b""), ("a", ACK, b"")]
@@ -334,7 +337,7 @@ def tcp_conversation(
     out = []
     for i, (side, flags, data) in enumerate(steps):
         s, d, sp, dp = (a, b, sport, dport) if side == "a" else (b, a, dport, sport)
-        seg = tcp(sp, dp, flags, data, src=s, dst=d)
+        seg = tcp(sp, dp, flags, data, seq=isn if side == "a" else 1, src=s, dst=d)
         out.append(Packet(t0 + i * dt, ether(ip(s, d, 6, seg), et)))
     return out
 

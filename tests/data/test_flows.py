@@ -68,7 +68,7 @@ def test_active_timeout_cuts_long_flows(tmp_path):
 
 def test_tcp_end_keeps_trailing_packets_and_a_new_syn_starts_a_new_flow(tmp_path):
     conv = g.tcp_conversation(A, B, 4000, 80, t0=10.0)  # ends with FIN, FIN, ACK
-    again = g.tcp_conversation(A, B, 4000, 80, t0=11.0, close=False)
+    again = g.tcp_conversation(A, B, 4000, 80, t0=11.0, close=False, isn=7000)
     late = seg(10.9, B, A, 80, 4000, g.ACK)  # a trailing ACK after both FINs
     pkts = conv + [late] + again
     flows = flows_of(g.write_pcap(tmp_path / "a.pcap", pkts))
@@ -78,10 +78,35 @@ def test_tcp_end_keeps_trailing_packets_and_a_new_syn_starts_a_new_flow(tmp_path
 
 def test_rst_ends_a_flow_but_a_syn_alone_does_not(tmp_path):
     syn = seg(1.0, A, B, 5, 6, g.SYN)
-    pkts = [syn, seg(1.1, B, A, 6, 5, g.RST | g.ACK), seg(1.2, A, B, 5, 6, g.SYN)]
+    rst = seg(1.1, B, A, 6, 5, g.RST | g.ACK)
+    new_syn = g.Packet(1.2, g.ether(g.ipv4(A, B, 6, g.tcp(5, 6, g.SYN, seq=999))))
+    pkts = [syn, rst, new_syn]
     assert [n for _, n, _ in flows_of(g.write_pcap(tmp_path / "a.pcap", pkts))] == [2, 1]
     retransmit = [syn, seg(1.5, A, B, 5, 6, g.SYN), seg(1.6, B, A, 6, 5, g.SYN | g.ACK)]
     assert [n for _, n, _ in flows_of(g.write_pcap(tmp_path / "b.pcap", retransmit))] == [3]
+
+
+def test_a_syn_retried_after_an_rst_stays_in_its_flow(tmp_path):
+    # A stack refused with an RST retries the same SYN (same sequence number): one
+    # connection attempt, as NFStream counts it; a SYN with a new one is a new flow.
+    syn = seg(1.0, A, B, 5, 6, g.SYN)
+    rst = seg(1.1, B, A, 6, 5, g.RST | g.ACK)
+    pkts = [syn, rst, seg(1.6, A, B, 5, 6, g.SYN), rst, seg(2.1, A, B, 5, 6, g.SYN), rst]
+    assert [n for _, n, _ in flows_of(g.write_pcap(tmp_path / "a.pcap", pkts))] == [6]
+    other = g.Packet(2.5, g.ether(g.ipv4(A, B, 6, g.tcp(5, 6, g.SYN, seq=77))))
+    pkts += [other, seg(2.6, A, B, 5, 6, g.SYN)]  # a new attempt, then its retry
+    assert [n for _, n, _ in flows_of(g.write_pcap(tmp_path / "b.pcap", pkts))] == [6, 2]
+
+
+def test_timestamps_that_go_back_are_timed_on_the_packet_clock(tmp_path):
+    # After a packet at t=1000 the clock stays at 1000 while later packets carry
+    # earlier times: their gaps (10 -> 200 -> 500) are no idle time, as in nDPI.
+    pkts = [dgram(1000, A, C, 5, 6), dgram(10, A, B, 1, 2), dgram(200, A, B, 1, 2)]
+    pkts += [dgram(500, A, B, 1, 2), dgram(1100, A, B, 1, 2)]
+    flows = flows_of(g.write_pcap(tmp_path / "a.pcap", pkts))
+    assert sorted((i, n) for _, n, i in flows) == [(0, 1), (1, 4)]
+    short = flows_of(g.write_pcap(tmp_path / "b.pcap", pkts), FlowOptions(idle_timeout=50))
+    assert sorted((i, n) for _, n, i in short) == [(0, 1), (1, 3), (4, 1)]
 
 
 def test_fin_from_one_side_only_does_not_end_the_flow(tmp_path):
@@ -114,7 +139,9 @@ def _random_capture(path, seed, n=400):
         ts = t - rng.uniform(0, 300) if rng.random() < 0.02 else t
         if rng.random() < 0.5:
             flags = rng.choice([g.SYN, g.ACK, g.FIN | g.ACK, g.RST, g.PSH | g.ACK, g.SYN | g.ACK])
-            pkts.append(g.Packet(ts, g.ether(g.ipv4(a, b, 6, g.tcp(sp, dp, flags, b"p" * 30)))))
+            seq = rng.choice([1, 2])  # SYNs both retried and new after a flow's end
+            seg_ = g.tcp(sp, dp, flags, b"p" * 30, seq=seq)
+            pkts.append(g.Packet(ts, g.ether(g.ipv4(a, b, 6, seg_))))
         else:
             pkts.append(
                 g.Packet(

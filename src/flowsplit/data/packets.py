@@ -102,6 +102,7 @@ class Packets:
     dport: np.ndarray  # int64
     flags: np.ndarray  # uint8, TCP flags (0 for UDP)
     window: np.ndarray  # int64, TCP window (0 for UDP)
+    syn_seq: np.ndarray  # int64, sequence number of a pure SYN (SYN without ACK); -1 otherwise
     ip_len: np.ndarray  # int64, IP packet length on the wire
     pay_len: np.ndarray  # int64, transport payload length on the wire
     ip_off: np.ndarray  # int64, offset of the IP header in the staging buffer
@@ -345,6 +346,13 @@ class PacketDecoder:
             ports, tw, pay_rel = ports[keep], tw[keep], pay_rel[keep]
         sa_hi, sa_lo, da_hi, da_lo = _addresses(sb, ip_off, is6)
         ip_cap = np.minimum(ip_cap, ip_len)
+        flags = np.where(tcp, (tw >> 16) & 0xFF, 0).astype(np.uint8)
+        # A SYN's sequence number tells a retransmitted SYN (the same connection
+        # attempt) from a new connection on the same ports; only pure SYNs load it.
+        syn_seq = np.full(len(idx), -1, dtype=np.int64)
+        syn = np.flatnonzero(tcp & P.is_pure_syn(flags))
+        if len(syn):
+            syn_seq[syn] = word(ip_off[syn] + l4_rel[syn] + P.TCP_SEQ_AT, ">u4")
         return Packets(
             src=recs.src[idx],
             index=recs.index[idx],
@@ -357,8 +365,9 @@ class PacketDecoder:
             da_lo=da_lo,
             sport=ports >> 16,
             dport=ports & 0xFFFF,
-            flags=np.where(tcp, (tw >> 16) & 0xFF, 0).astype(np.uint8),
+            flags=flags,
             window=np.where(tcp, tw & 0xFFFF, 0),
+            syn_seq=syn_seq,
             ip_len=ip_len,
             pay_len=ip_len - pay_rel,
             ip_off=ip_off,

@@ -115,6 +115,7 @@ TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK, TCP_URG, TCP_ECE, TCP_CWR = (
     0x40,
     0x80,
 )
+TCP_SEQ_AT = 4
 TCP_CHECKSUM_AT = 16
 UDP_CHECKSUM_AT = 6
 PORTS = slice(0, 4)  # source and destination port, TCP and UDP alike
