@@ -29,6 +29,7 @@ import argparse
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -123,8 +124,18 @@ def _own_field_docs(cls: type) -> dict[str, str]:
             and isinstance(after.value, ast.Constant)
             and isinstance(after.value.value, str)
         ):
-            docs[node.target.id] = " ".join(after.value.value.replace("``", "").split())
+            docs[node.target.id] = _plain(after.value.value)
     return docs
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]*)`")
+
+
+def _plain(doc: str) -> str:
+    """A docstring as ``--help`` prints it: one line, no reST markup
+    (``:class:`~a.b.C``` -> ``C``)."""
+    doc = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], doc)
+    return " ".join(doc.replace("``", "").split())
 
 
 def _spec(f: dataclasses.Field, overrides: Mapping[str, dict] | None = None) -> dict[str, Any]:

@@ -6,9 +6,84 @@ import argparse
 import sys
 from pathlib import Path
 
+from flowsplit.config_args import (
+    HelpFormatter,
+    add_config_arguments,
+    cli,
+    cli_fields,
+    config_values,
+    csv_tuple,
+)
+from flowsplit.data.dpi import NDPI_FIELDS
+from flowsplit.data.flows import ALL_VIEWS
+from flowsplit.data.labels import LABEL_SOURCES, LabelSpec
+from flowsplit.data.packets import TUNNEL_MODES
+from flowsplit.data.prepare import SPLIT_BY, PrepareOptions
 from flowsplit.errors import ConfigError
 
-VIEW_CHOICES = ("seq", "bytes", "pkt_bytes", "stats")
+VIEW_CHOICES = ALL_VIEWS
+
+# The option names `prepare` had before its options came from the dataclasses.
+LABEL_OPTIONS = {
+    "by": cli(
+        flag="--label-by",
+        choices=LABEL_SOURCES,
+        help="auto: flow-csv/file-csv when --labels is given, else one folder per class; "
+        "ndpi: nDPI's labels through NFStream (pip install 'flowsplit[dpi]')",
+    ),
+    "labels": cli(parse=Path, metavar="CSV", help="file->label or 5-tuple->label CSV"),
+    "port_map": cli(parse=Path, metavar="JSON"),
+    "ndpi_field": cli(choices=NDPI_FIELDS),
+}
+"""``flowsplit prepare``'s view of :class:`~flowsplit.data.labels.LabelSpec`."""
+
+
+def _views(text: str) -> tuple[str, ...]:
+    views = csv_tuple(text)
+    if not views or any(v not in VIEW_CHOICES for v in views):
+        raise ConfigError(f"--views {text!r}: choose from {', '.join(VIEW_CHOICES)}")
+    return views
+
+
+def _show_csv(value: tuple[str, ...] | None) -> str:
+    return ",".join(value) if value else "none"
+
+
+PREPARE_OPTIONS = {
+    "views": cli(parse=_views, show=_show_csv),
+    "mask_port": cli(flag="--mask-ports"),
+    "mask_checksum": cli(flag="--mask-checksums"),
+    "tunnels": cli(choices=TUNNEL_MODES),
+    "reassemble": cli(flag="--reassembly"),
+    "split_by": cli(choices=SPLIT_BY),
+    "val_frac": cli(flag="--val"),
+    "test_frac": cli(flag="--test"),
+    "classes": cli(parse=lambda t: csv_tuple(t) or None, show=_show_csv),
+    "exclude_classes": cli(parse=csv_tuple, show=_show_csv),
+    "class_names": cli(parse=lambda t: csv_tuple(t) or None, show=_show_csv),
+}
+"""``flowsplit prepare``'s view of :class:`~flowsplit.data.prepare.PrepareOptions`."""
+FLOW_FIELDS = (
+    "views",
+    "idle_timeout",
+    "active_timeout",
+    "seq_len",
+    "n_bytes",
+    "n_pkts",
+    "pkt_len",
+    "mask_ip",
+    "mask_port",
+    "mask_checksum",
+    "vlan_key",
+    "tunnels",
+    "reassemble",
+    "fragment_timeout",
+)
+"""The PrepareOptions fields in the "flows and views" group; the rest are "splits and
+balance" (and --strict), but for ``labels`` and ``label_column``."""
+# --label-column names the label column of both a label CSV (LabelSpec, default
+# "label") and a flow CSV (PrepareOptions, default "Label"): one option, two defaults.
+SHARED_FIELDS = ("labels", "label_column")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,15 +96,26 @@ def register(sub: argparse._SubParsersAction) -> None:
             "sessions), assemble bidirectional flows, compute the views models need, label, "
             "deduplicate and split them by capture file, and write a dataset directory."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture/CSV/IDX files or folders")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="dataset directory to write")
-    _label_arguments(p)
-    _flow_arguments(p)
-    _split_arguments(p)
+    # One option per field of LabelSpec and PrepareOptions (their docstrings are the help).
+    g = p.add_argument_group("labels")
+    add_config_arguments(g, LabelSpec, exclude=("label_column",), overrides=LABEL_OPTIONS)
+    g.add_argument(
+        "--label-column", default=None, help="label column (default: label; Label for flow CSVs)"
+    )
+    g = p.add_argument_group("flows and views")
+    add_config_arguments(g, PrepareOptions, only=FLOW_FIELDS, overrides=PREPARE_OPTIONS)
+    g = p.add_argument_group("splits and balance")
+    add_config_arguments(
+        g,
+        PrepareOptions,
+        exclude=(*FLOW_FIELDS, *SHARED_FIELDS),
+        overrides=PREPARE_OPTIONS,
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at -o")
-    p.add_argument("--strict", action="store_true", help="turn counted skips into errors")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run_prepare)
 
@@ -39,153 +125,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_inspect)
 
 
-def _label_arguments(p: argparse.ArgumentParser) -> None:
-    """Where labels come from."""
-    g = p.add_argument_group("labels")
-    g.add_argument(
-        "--label-by",
-        default="auto",
-        choices=("auto", "folder", "file-csv", "flow-csv", "port", "ndpi"),
-        help="auto: flow-csv/file-csv when --labels is given, else one folder per class; "
-        "ndpi: nDPI's labels through NFStream (pip install 'flowsplit[dpi]')",
-    )
-    g.add_argument("--labels", type=Path, metavar="CSV", help="file->label or 5-tuple->label CSV")
-    g.add_argument(
-        "--label-column", default=None, help="label column (default: label; Label for flow CSVs)"
-    )
-    g.add_argument("--file-column", default="file", help="capture-file column of --labels")
-    g.add_argument("--key-column", default="key", help="5-tuple key column of a flow-label CSV")
-    g.add_argument(
-        "--key-format", default="L4|ipA|portA|ipB|portB", help="layout of the key column"
-    )
-    g.add_argument(
-        "--port-map", type=Path, metavar="JSON", help='--label-by port: {"name": port, ...}'
-    )
-    g.add_argument("--class-names", help="IDX: comma-separated names of labels 0..n-1")
-    g.add_argument(
-        "--ndpi-field",
-        choices=("master", "app", "category"),
-        default="master",
-        help="--label-by ndpi: label with nDPI's master protocol, master.app, or category",
-    )
-    g.add_argument(
-        "--ndpi-min-confidence",
-        type=int,
-        default=2,
-        help="--label-by ndpi: lowest nDPI confidence kept (1: by port; 7, by IP, never kept)",
-    )
-    g.add_argument(
-        "--ndpi-keep-guessed", action="store_true", help="--label-by ndpi: keep guessed labels"
-    )
-
-
-def _flow_arguments(p: argparse.ArgumentParser) -> None:
-    """How packets become flows, and the views."""
-    g = p.add_argument_group("flows and views")
-    g.add_argument(
-        "--views", default=",".join(VIEW_CHOICES), help="comma-separated views to compute"
-    )
-    g.add_argument("--idle-timeout", type=float, default=120.0, help="seconds")
-    g.add_argument("--active-timeout", type=float, default=1800.0, help="seconds")
-    g.add_argument("--seq-len", type=int, default=32, help="T: packets in the seq view")
-    g.add_argument("--n-bytes", type=int, default=784, help="K: payload bytes in the bytes view")
-    g.add_argument("--n-pkts", type=int, default=16, help="P: packets in the pkt_bytes view")
-    g.add_argument("--pkt-len", type=int, default=64, help="B: bytes per packet in pkt_bytes")
-    g.add_argument("--no-mask-ip", action="store_true", help="keep IP addresses in pkt_bytes")
-    g.add_argument("--no-mask-ports", action="store_true", help="keep ports (pkt_bytes and stats)")
-    g.add_argument("--no-mask-checksums", action="store_true", help="keep checksums in pkt_bytes")
-    g.add_argument(
-        "--no-vlan-key", action="store_true", help="one flow for a 5-tuple in several VLANs"
-    )
-    g.add_argument(
-        "--tunnels",
-        choices=("inner", "outer"),
-        default="inner",
-        help="classify the flows inside IP-in-IP/GRE/VXLAN/Geneve/GTP-U, or the tunnel's own",
-    )
-    g.add_argument("--no-reassembly", action="store_true", help="count IP fragments, unjoined")
-    g.add_argument("--fragment-timeout", type=float, default=30.0, help="seconds")
-
-
-def _split_arguments(p: argparse.ArgumentParser) -> None:
-    """Splits, class selection and balance."""
-    g = p.add_argument_group("splits and balance")
-    g.add_argument("--split-by", default="auto", choices=("auto", "file", "flow", "time"))
-    g.add_argument("--val", type=float, default=0.15, help="fraction for validation")
-    g.add_argument("--test", type=float, default=0.15, help="fraction for test")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--no-dedup", action="store_true", help="keep identical flows")
-    g.add_argument("--classes", help="comma-separated classes to keep")
-    g.add_argument("--exclude-classes", default="", help="comma-separated classes to drop")
-    g.add_argument("--top-classes", type=int, help="keep the N largest classes")
-    g.add_argument("--min-flows-per-class", type=int, default=0)
-    g.add_argument("--min-groups-per-class", type=int, default=0, help="capture files per class")
-    g.add_argument("--max-flows-per-group", type=int, help="cap flows per (capture file, class)")
-    g.add_argument(
-        "--small-split-flows",
-        type=int,
-        default=5,
-        help="warn about classes with fewer flows than this in a split (recorded in the manifest)",
-    )
-
-
-def _csv_list(text: str | None) -> tuple[str, ...]:
-    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
-
-
-def options_from_args(args: argparse.Namespace):
+def options_from_args(args: argparse.Namespace) -> PrepareOptions:
     """Build validated PrepareOptions from parsed CLI arguments."""
-    from flowsplit.data.labels import LabelSpec
-    from flowsplit.data.prepare import PrepareOptions
-
-    views = _csv_list(args.views)
-    unknown = [v for v in views if v not in VIEW_CHOICES]
-    if unknown or not views:
-        raise ConfigError(f"--views {args.views!r}: choose from {', '.join(VIEW_CHOICES)}")
-    # Everything else is checked by PrepareOptions itself.
     spec = LabelSpec(
-        by=args.label_by,
-        labels=args.labels,
-        file_column=args.file_column,
+        **config_values(args, [f.name for f in cli_fields(LabelSpec, exclude=["label_column"])]),
         label_column=args.label_column or "label",
-        key_column=args.key_column,
-        key_format=args.key_format,
-        port_map=args.port_map,
-        ndpi_field=args.ndpi_field,
-        ndpi_min_confidence=args.ndpi_min_confidence,
-        ndpi_keep_guessed=args.ndpi_keep_guessed,
     )
+    names = [f.name for f in cli_fields(PrepareOptions, exclude=SHARED_FIELDS)]
     return PrepareOptions(
+        **config_values(args, names),
         labels=spec,
-        views=views,
-        idle_timeout=args.idle_timeout,
-        active_timeout=args.active_timeout,
-        seq_len=args.seq_len,
-        n_bytes=args.n_bytes,
-        n_pkts=args.n_pkts,
-        pkt_len=args.pkt_len,
-        mask_ip=not args.no_mask_ip,
-        mask_port=not args.no_mask_ports,
-        mask_checksum=not args.no_mask_checksums,
-        vlan_key=not args.no_vlan_key,
-        tunnels=args.tunnels,
-        reassemble=not args.no_reassembly,
-        fragment_timeout=args.fragment_timeout,
-        small_split_flows=args.small_split_flows,
-        split_by=args.split_by,
-        val_frac=args.val,
-        test_frac=args.test,
-        seed=args.seed,
-        dedup=not args.no_dedup,
-        min_flows_per_class=args.min_flows_per_class,
-        min_groups_per_class=args.min_groups_per_class,
-        max_flows_per_group=args.max_flows_per_group,
-        classes=_csv_list(args.classes) or None,
-        exclude_classes=_csv_list(args.exclude_classes),
-        top_classes=args.top_classes,
-        class_names=_csv_list(args.class_names) or None,
         label_column=args.label_column or "Label",
-        strict=args.strict,
     )
 
 
