@@ -26,7 +26,7 @@ from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import InputError
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.federated.system.topology import Topology, read_topology, write_topology
-from flowsplit.train.checkpoint import save_tensors
+from flowsplit.train.checkpoint import load_tensors, save_tensors
 from flowsplit.train.result import RoundRecord, RunResult, read_result
 
 
@@ -150,8 +150,8 @@ def write_run(out_dir: str | Path, result: SFLResult) -> Path:
 
 
 def read_model_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """Load ``model.pt`` safely (tensors only)."""
-    return torch.load(Path(path), map_location="cpu", weights_only=True)
+    """Load ``model.pt`` safely (tensors only); a damaged file is an ``InputError``."""
+    return load_tensors(path, what="model")
 
 
 def read_run(out_dir: str | Path) -> SFLResult:

@@ -155,7 +155,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     from flowsplit.privacy.attack import AttackConfig
     from flowsplit.privacy.defences import parse_defences
     from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
-    from flowsplit.privacy.study import PrivacyConfig, run_study
+    from flowsplit.privacy.study import PrivacyConfig, check_sfl_run, run_study
 
     out: Path = args.out
     if out.exists() and not out.is_dir():
@@ -167,10 +167,19 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         if out.is_dir() and any(out.iterdir()):
             if not args.overwrite:
                 raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
+            if not (out / "privacy.json").is_file():
+                # rmtree below: never of a folder that is not a study (a dataset, a home).
+                raise InputError(
+                    out, "is not an `sfl privacy` study; --overwrite replaces only one"
+                )
             shutil.rmtree(out)
         defences = parse_defences(args.defences)
-        if args.weights is not None and defences:
-            log.info("note: defences are trained afresh; only the undefended cuts use --weights")
+        if args.weights is not None:
+            check_sfl_run(args.weights)  # before the note: a wrong path is the only line
+            if defences:
+                log.info(
+                    "note: defences are trained afresh; only the undefended cuts use --weights"
+                )
         config = PrivacyConfig(
             model=args.model,
             view=args.view,

@@ -265,6 +265,15 @@ def activations(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return torch.cat([fn(x[s : s + 256]) for s in range(0, len(x), 256)])
 
 
+def check_sfl_run(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, if it holds an ``sfl run``'s model.pt and config.json."""
+    run = Path(run_dir)
+    for name in ("model.pt", "config.json"):
+        if not (run / name).is_file():
+            raise InputError(run, f"has no {name}: not an `sfl run` directory")
+    return run
+
+
 def load_run_weights(model: BlockModel, run_dir: str | Path) -> BlockModel:
     """Load the final global model of an ``sfl run`` directory into ``model``.
 
@@ -272,10 +281,7 @@ def load_run_weights(model: BlockModel, run_dir: str | Path) -> BlockModel:
     (``0.layers.i.*``, ``1.layers.j.*``, ``2.layers.k.*``); ``config.json`` gives
     the cuts that say which block each index is.
     """
-    run = Path(run_dir)
-    for name in ("model.pt", "config.json"):
-        if not (run / name).is_file():
-            raise InputError(run, f"has no {name}: not an `sfl run` directory")
+    run = check_sfl_run(run_dir)
     try:
         cuts = json.loads((run / "config.json").read_text(encoding="utf-8"))["cuts"]
         a, c = int(cuts[0]), int(cuts[1])

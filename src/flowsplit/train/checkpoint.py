@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,27 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "no checkpoint to resume from (the run never finished an epoch)")
+    return load_tensors(path, what="checkpoint")
+
+
+def load_tensors(path: str | Path, *, what: str = "tensor file") -> Any:
+    """``torch.load(weights_only=True)`` of ``path`` onto the CPU; a file that cannot be
+    read so is an :class:`InputError` in a few words.
+
+    torch's own messages run to many lines, and for a refused pickle they advise
+    ``weights_only=False``, which flowsplit never does: they are not passed on.
+    """
+    path = Path(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:
+        raise  # a full disk or no permission: the CLI names the file
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user problem
-        raise InputError(path, f"unreadable checkpoint ({type(exc).__name__}: {exc})") from None
+        if isinstance(exc, pickle.UnpicklingError):
+            problem = "damaged, or it holds pickled objects besides tensors, never loaded"
+        else:
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+            problem = f"{type(exc).__name__}: {first[:160]}"
+        raise InputError(
+            path, f"unreadable {what}: not a tensors-only PyTorch file ({problem})"
+        ) from None
