@@ -30,6 +30,8 @@ from flowsplit.errors import ConfigError, InputError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CAPTURES = REPO_ROOT / "demo" / "captures"
 MODELS = ("cnn", "lstm", "xgboost")  # the recurrent-convolutional pair takes minutes more
+SKIPPABLE = ("data-parallel", "split-learning")
+"""Stages ``--skip`` can leave out."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,11 +83,17 @@ def run_demo(args: argparse.Namespace) -> int:
         raise InputError(
             args.captures, "lab capture folder not found (run from a flowsplit checkout)"
         )
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = sorted(skip - set(SKIPPABLE))
+    if unknown:  # before any work: a typo would otherwise run the stage it meant to skip
+        raise ConfigError(f"--skip {','.join(unknown)}: choose from {', '.join(SKIPPABLE)}")
+    for name in ("seeds", "epochs"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
     out: Path = args.out
     if args.fresh and out.exists():
         _clear_demo_outputs(out)
     out.mkdir(parents=True, exist_ok=True)
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
 
