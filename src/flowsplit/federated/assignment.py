@@ -74,8 +74,12 @@ class AssignmentPolicy:
         return f"{type(self).__name__}(place={getattr(self.place, '__name__', self.place)})"
 
     def network_for_round(self, round_index: int, topology: Topology) -> RoundNetwork:
-        """The round's network (``round_index`` 0-based; ``topology``: the run's)."""
-        return RoundNetwork(topology)
+        """The round's network (``round_index`` 0-based; ``topology``: the run's): the
+        topology's trace applied (``Topology.at_round``, ``available_at``), so every
+        policy, the static one too, is charged on the network of each round."""
+        if not topology.trace:
+            return RoundNetwork(topology)
+        return RoundNetwork(topology.at_round(round_index), topology.available_at(round_index))
 
     def assignment_for_round(
         self,

@@ -1,0 +1,159 @@
+"""Re-planning per round: the warm-started assignment on a round's network."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from flowsplit.errors import ConfigError
+from flowsplit.federated.schemes import get_scheme
+from flowsplit.federated.system.topology import TraceEvent, random_trace
+from flowsplit.planner.costs import evaluate_assignment
+from flowsplit.planner.exact import enumerate_assignments
+from flowsplit.planner.replan import ReplanPolicy, replan_assignment, round_table
+from tests.planner.helpers import queue_table, random_topology, small_profile
+
+SCHEME = get_scheme("hsfl")
+COSTS = SCHEME.part_costs(small_profile(), 1, 2)
+
+
+def _table(topology, samples=None, alive=None):
+    samples = topology.client_samples if samples is None else samples
+    return round_table(COSTS, SCHEME, topology, samples, batch_size=32, alive=alive)
+
+
+def test_a_congested_link_moves_its_client_to_the_optimum():
+    # Prepare: work 3, 3, 2, 2, 2 on two identical aggregators; last round's
+    # assignment {3, 3} | {2, 2, 2} was optimal (makespan 6). This round client 2's
+    # path to aggregator 1 congests: its chain there is 10.
+    # By hand: client 2 must go to aggregator 0; the best is then {2, 2, 2} on 0 and
+    # {3, 3} on 1, makespan 6 again (keeping the assignment costs 10).
+    previous = np.array([0, 0, 1, 1, 1])
+    chain = np.zeros((5, 2))
+    chain[2, 1] = 10.0
+    table = queue_table([3, 3, 2, 2, 2], chain=chain)
+    # Execute
+    out = replan_assignment(table, previous)
+    # Assert
+    assert out.previous_delay_s == pytest.approx(10.0)
+    assert out.delay_s == pytest.approx(6.0)
+    assert out.assignment.tolist() == [1, 1, 0, 0, 0]
+    assert evaluate_assignment(table, 0, out.assignment)[0] == pytest.approx(out.delay_s)
+    assert [m[0] for m in out.moved] == [0, 1, 2, 3, 4]
+
+
+def test_an_unchanged_network_keeps_a_good_assignment_as_it_is():
+    # Prepare: the optimum of the hand instance, network unchanged.
+    table = queue_table([3, 3, 2, 2, 2])
+    previous = np.array([0, 0, 1, 1, 1])
+    # Execute
+    out = replan_assignment(table, previous)
+    # Assert: nothing better to find; nobody moves.
+    assert out.start == "kept" and out.moved == []
+    assert out.assignment.tolist() == previous.tolist()
+    assert out.delay_s == pytest.approx(out.previous_delay_s) == pytest.approx(6.0)
+
+
+def test_a_gain_below_min_gain_moves_nobody():
+    # Prepare: work 3, 3, 2, 2, 2 with last round's {3, 2} | {3, 2, 2}: makespan 7;
+    # the optimum {3, 3} | {2, 2, 2} is 6, a gain of 1/7 = 14.3 %.
+    table = queue_table([3, 3, 2, 2, 2])
+    previous = np.array([0, 1, 0, 1, 1])
+    # Execute
+    small = replan_assignment(table, previous, min_gain=0.15)
+    taken = replan_assignment(table, previous, min_gain=0.14)
+    # Assert: a 14.3 % gain is below 15 % (kept) and above 14 % (taken).
+    assert small.start == "kept" and small.delay_s == pytest.approx(7.0) and small.moved == []
+    assert taken.start != "kept" and taken.delay_s == pytest.approx(6.0)
+    with pytest.raises(ConfigError, match="min_gain"):
+        replan_assignment(table, previous, min_gain=1.0)
+
+
+def test_on_random_traces_replanning_never_loses_and_is_near_the_exact_optimum():
+    # Prepare: 6 clients, 3 aggregators (3^6 = 729 assignments, enumerable), and a
+    # random trace over 8 rounds; start from the round-1 plan and follow the rounds.
+    topo = random_topology(6, 3, seed=11)
+    topo = topo.with_trace(random_trace(topo, 8, seed=3, link_rate=0.4, backbone_rate=0.3))
+    previous = replan_assignment(_table(topo), np.zeros(6, dtype=np.int64)).assignment
+    gaps, gains = [], []
+    for r in range(1, 8):
+        net = topo.at_round(r)
+        table = _table(net)
+        # Execute
+        out = replan_assignment(table, previous)
+        exact = enumerate_assignments(table, 0, delay_coef=1.0, bytes_coef=0.0)
+        # Assert: never worse than keeping last round's assignment, never below the
+        # optimum, and the prediction is the cost model's.
+        kept = evaluate_assignment(table, 0, previous)[0]
+        assert out.previous_delay_s == pytest.approx(kept)
+        assert out.delay_s <= kept * (1 + 1e-12)
+        assert out.delay_s >= exact.objective * (1 - 1e-9)
+        assert out.delay_s == pytest.approx(evaluate_assignment(table, 0, out.assignment)[0])
+        gaps.append(out.delay_s / exact.objective - 1)
+        gains.append(1 - out.delay_s / kept)
+        previous = out.assignment
+    # The trace changes something that matters in some round, and re-planning finds it.
+    assert max(gains) > 0.05
+    assert np.mean(gaps) < 0.02
+
+
+def test_lost_aggregators_are_closed_and_idle_clients_stay_put():
+    # Prepare: 6 clients on 3 aggregators; aggregator 2 is lost; client 5 takes no part.
+    topo = random_topology(6, 3, seed=2)
+    samples = np.array([100, 120, 80, 90, 150, 0])
+    alive = np.array([True, True, False])
+    table = _table(topo, samples, alive)
+    for idle_at in (0, 1):
+        previous = np.array([2, 2, 0, 1, 2, idle_at])
+        # Execute
+        out = replan_assignment(table, previous)
+        # Assert: every client that takes part leaves the lost aggregator; the idle
+        # one, which costs nothing anywhere, is not moved.
+        assert set(out.assignment[:5].tolist()) <= {0, 1}
+        assert out.assignment[5] == idle_at
+        assert np.isnan(out.previous_delay_s)  # clients were on a closed aggregator
+
+
+def test_capacities_are_honoured():
+    # Prepare
+    topo = random_topology(9, 3, seed=5)
+    table = _table(replace(topo, client_samples=np.full(9, 100)))
+    # Execute
+    out = replan_assignment(table, np.zeros(9, dtype=np.int64), capacity=np.array([3, 3, 3]))
+    # Assert
+    assert np.bincount(out.assignment, minlength=3).tolist() == [3, 3, 3]
+    with pytest.raises(ConfigError, match="entries for 9 clients"):
+        replan_assignment(table, np.zeros(4, dtype=np.int64))
+
+
+def test_the_policy_replans_on_the_rounds_network_every_k_rounds():
+    # Prepare: the round loop's view: a setup with the run's costs and shard sizes.
+    topo = random_topology(6, 2, seed=8)
+    topo = replace(topo, client_samples=np.full(6, 100))
+    setup = SimpleNamespace(
+        costs=COSTS,
+        scheme=SCHEME,
+        config=SimpleNamespace(batch_size=32, local_epochs=1),
+        n_samples=np.full(6, 100),
+    )
+    # Round 2 (index 1): client 0's link to aggregator 0 is 100x slower.
+    event = TraceEvent(round=2, client=0, aggregator=0, bandwidth_scale=0.01, latency_scale=50)
+    net = topo.with_trace((event,)).at_round(1)
+    policy = ReplanPolicy(every=2)
+    alive, everyone = np.ones(2, dtype=bool), np.ones(6, dtype=bool)
+    stay = np.zeros(6, dtype=np.int64)
+    kw = {"setup": setup, "participants": everyone}
+    # Execute / Assert: round index 1 is not a re-planning round (every 2).
+    odd = policy.assignment_for_round(1, alive, stay, topology=net, **kw)
+    assert odd.tolist() == stay.tolist() and policy.log == []
+    # Index 2 is, and it takes client 0 off its congested link, at a lower predicted delay.
+    even = policy.assignment_for_round(2, alive, stay, topology=net, **kw)
+    assert even[0] == 1
+    (entry,) = policy.log
+    assert entry["round"] == 3 and entry["delay_s"] < entry["previous_delay_s"]
+    assert [0, 0, 1] in entry["moved"]
+    with pytest.raises(ConfigError, match="interval"):
+        ReplanPolicy(every=0)
