@@ -32,7 +32,10 @@ heterogeneous topology (``--clients`` 10, ``--aggregators`` 3, topology seed 0):
    within 1 pt), Spearman >= 0.8, and delay and bytes against hsfl as ratios with
    intervals next to the research's +3 pt / -20 % / -50 %.
 
-``--quick``: 2 seeds, 4 rounds, 300 training rows, pilots of 4 rounds: a smoke check.
+``--quick``: 2 seeds, 4 rounds, 240 training rows, pilots of 4 rounds on 80 rows, a
+narrow CNN (embed 8, channels 16/32, hidden 32): a smoke check of every path in a few
+minutes, not a measurement. ``--model-option KEY=VALUE`` sets the CNN's options
+(``channels=[32,64]``), ``--train-limit`` and ``--pilot-train-limit`` the rows.
 Every figure is measured on this machine; timings are not the point (the simulated
 delay and bytes are the cost model's, independent of load).
 """
@@ -40,6 +43,7 @@ delay and bytes are the cost model's, independent of load).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -55,7 +59,7 @@ from scipy.stats import spearmanr  # noqa: E402
 
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci  # noqa: E402
 from flowsplit.federated.metrics import evaluate_model  # noqa: E402
-from flowsplit.federated.setup import prepare_run  # noqa: E402
+from flowsplit.federated.setup import RegistryModel, prepare_run  # noqa: E402
 from flowsplit.federated.sim import run_simulation  # noqa: E402
 from flowsplit.planner.objective import Weights  # noqa: E402
 from flowsplit.planner.plan import PlannerConfig, plan_split  # noqa: E402
@@ -65,6 +69,7 @@ from flowsplit.planner.study import (  # noqa: E402
     plan_seed,
     resolve_study_config,
 )
+from flowsplit.train.config import parse_model_options  # noqa: E402
 
 SHARED = _common.SHARED
 SOURCES = {
@@ -73,8 +78,22 @@ SOURCES = {
     "ustc": (SHARED / "ustc-tfc2016", []),
 }
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
-QUICK = {"seeds": 2, "rounds": 4, "train_limit": 300}
-FULL = {"seeds": 5, "rounds": 20, "train_limit": None}
+# Quick: a smoke check of every path in minutes (two seeds, few rows, a narrow CNN,
+# pilots on a third of the rows), not a measurement: its pilots are as long as its runs.
+QUICK = {
+    "seeds": 2,
+    "rounds": 4,
+    "train_limit": 240,
+    "pilot_train_limit": 80,
+    "model_options": {"embed": 8, "channels": [16, 32], "hidden": 32},
+}
+FULL = {
+    "seeds": 5,
+    "rounds": 20,
+    "train_limit": None,
+    "pilot_train_limit": None,
+    "model_options": {},
+}
 
 
 def prepare(name: str, data_dir: Path) -> tuple[Path | None, str | None]:
@@ -141,12 +160,14 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
         rounds=mode["rounds"],
         family=args.family,
         train_limit=mode["train_limit"],
+        pilot_train_limit=mode["pilot_train_limit"],
         acc_tolerance=args.acc_tolerance,
         pilot_steps=args.pilot_steps,
         batch_size=args.batch_size,
     )
     t0 = time.perf_counter()
-    study = make_study(path, cfg, quiet=True, seed=0)
+    model_fn = RegistryModel("cnn", None, dict(mode["model_options"]))
+    study = make_study(path, cfg, model_fn=model_fn, quiet=True, seed=0)
     pilot_s = time.perf_counter() - t0
     probe = prepare_run(
         base_config(cfg, 0, eval_split="val"),
@@ -270,6 +291,11 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
             "hsfl_greedy_worse_by_at_most_pts": 100 * greedy_worse,
             "goal_never_worse_than_hsfl_greedy_by_1pt": bool(greedy_worse <= 0.01),
             "acc_aware_minus_best_fixed_pts": 100 * vs_best.diff.mean,
+            "acc_aware_minus_best_fixed_ci_pts": {
+                "mean": 100 * vs_best.diff.mean,
+                "low": 100 * vs_best.diff.low,
+                "high": 100 * vs_best.diff.high,
+            },
             "goal_within_1pt_of_best_fixed": bool(vs_best.diff.mean >= -0.01),
             "goal_spearman_0_8": bool(rho >= 0.8),
             "acc_aware_minus_hsfl_pts": {
@@ -291,7 +317,12 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
         },
         "max_rel_delay_error_sim_vs_plan": sim_vs_pred,
         "accuracy_ci": {s: _interval(mean_ci(v["accuracy"])) for s, v in schemes.items()},
-        "config": {**cfg.to_dict(), "seeds": seeds, "dataset_path": str(path)},
+        "config": {
+            **cfg.to_dict(),
+            "seeds": seeds,
+            "dataset_path": str(path),
+            "model_options": dict(mode["model_options"]),
+        },
         "n_classes": int(study.dataset.n_classes),
         "pilot_wall_s": pilot_s,
     }
@@ -301,11 +332,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("bench-results/planner_accuracy.json"))
     p.add_argument("--datasets", default="demo,ndpi8,ustc")
-    p.add_argument("--quick", action="store_true", help="2 seeds, 4 rounds, 300 rows")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 seeds, 4 rounds, 240 rows (pilots 80), a narrow CNN: a smoke check",
+    )
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
+    p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
     p.add_argument("--pilot-steps", type=int, default=None, help="default: 1/4 of a run's")
+    p.add_argument(
+        "--model-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="CNN option, e.g. channels=[32,64] (repeatable; replaces quick mode's)",
+    )
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--aggregators", type=int, default=3)
     p.add_argument("--family", default="hsfl", choices=("hsfl", "hsfl-ll"))
@@ -314,9 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=Path("bench-results/datasets"))
     args = p.parse_args(argv)
     mode = dict(QUICK if args.quick else FULL)
-    for key in ("seeds", "rounds", "train_limit"):
+    for key in ("seeds", "rounds", "train_limit", "pilot_train_limit"):
         if getattr(args, key) is not None:
             mode[key] = getattr(args, key)
+    if args.model_option:
+        mode["model_options"] = parse_model_options(args.model_option)
     t0 = time.perf_counter()
     out: dict = {
         "datasets": {},
@@ -331,7 +375,10 @@ def main(argv: list[str] | None = None) -> int:
             out["skipped"][name] = why
             print(f"{name}: skipped ({why})", flush=True)
             continue
+        t_set = time.perf_counter()
         out["datasets"][name] = bench_dataset(name, path, args, mode)
+        out["datasets"][name]["wall_s"] = time.perf_counter() - t_set
+        out["datasets"][name]["load_average_1_5_15"] = list(os.getloadavg())
         g = out["datasets"][name]["goals"]
         print(
             f"{name}: spearman {out['datasets'][name]['spearman']:.2f}, acc-aware - "
