@@ -2,24 +2,25 @@
 
 A flow is keyed by (file, protocol, {address, port} pair), direction-free; its
 initiator (a) is the sender of its first packet. Packets are taken in capture
-order. Timeouts are measured on each file's packet clock: the latest timestamp
-of its TCP/UDP packets so far, so a timestamp that goes back counts as the latest
-one seen (nDPI's reader, and so NFStream, repair such timestamps the same way).
-For captures in time order the clock is simply the timestamp. A packet starts a
-new flow of its key when
+order. A packet starts a new flow of its key when
 
-1. idle timeout: the clock at this packet is more than ``idle_timeout`` past the
-   clock at the key's previous packet (so one packet with a wild timestamp ends
-   the flows it overtakes, once);
-2. active timeout: the clock at this packet is more than ``active_timeout`` past
-   the clock at the flow's first packet;
+1. idle timeout: the largest timestamp of the file's TCP/UDP packets since the
+   key's previous packet (this one included) exceeds that packet's time by more
+   than ``idle_timeout``. For captures in time order this is simply "more than
+   ``idle_timeout`` since the key's previous packet"; it is also what a meter that
+   expires flows as its packet clock advances does when timestamps jump around,
+   so one packet with a wild timestamp ends the flows it overtakes, once (nDPI's
+   reader, and so NFStream, instead takes a timestamp that goes back as the latest
+   one seen, which stops all timeouts of the capture until real time catches up
+   with the latest one: after one wild timestamp, or in a capture merged from
+   several, its flows run on through hours-long gaps);
+2. active timeout: the flow's latest timestamp, this packet included, is more than
+   ``active_timeout`` after its first packet;
 3. TCP end: the flow has ended (an RST seen, or a FIN seen from both sides) and
    the packet is a pure SYN (SYN without ACK) that is not a retransmission of the
    flow's opening SYN (same sequence number: a stack retrying its connection
-   after an RST). Anything else after the end (trailing ACKs, retransmitted
-   FINs) stays in the ended flow.
-
-The views keep the packets' own timestamps; only the flow rules use the clock.
+   after an RST, as NFStream counts it too). Anything else after the end
+   (trailing ACKs, retransmitted FINs) stays in the ended flow.
 
 These rules let a flow be closed at a chunk boundary with certainty once it can no
 longer continue, so streaming in chunks gives exactly the flows of reading the
@@ -116,28 +117,47 @@ _CARRIED_COLUMNS = (
     "init_low",
     "first_index",
     "first_ts",
-    "first_clk",
     "syn_seq",
 )
 
 
-def file_clock(src: np.ndarray, ts: np.ndarray, carried: tuple[int, float]) -> np.ndarray:
-    """Per packet (capture order, files one after another): the file's packet clock,
-    the latest timestamp of its packets so far; ``carried`` is (file, clock) at the
-    end of the previous chunk."""
-    back = (ts[1:] < ts[:-1]) & (src[1:] == src[:-1])
-    fix = set(src[1:][back].tolist())
-    if len(src) and src[0] == carried[0] and ts[0] < carried[1]:
-        fix.add(int(src[0]))
-    if not fix:
+def _latest_since_previous(pk: Packets, order, gs, ts) -> np.ndarray:
+    """Per sorted packet: the file's latest time since the key's previous packet.
+
+    In time-ordered files this is the packet's own time. Where timestamps go
+    backwards, it is a range maximum over capture order.
+    """
+    same_file = pk.src[1:] == pk.src[:-1]
+    back = np.flatnonzero((pk.ts[1:] < pk.ts[:-1]) & same_file)
+    if not len(back):
         return ts
-    clk = ts.copy()
-    for s in fix:
-        lo, hi = np.searchsorted(src, s), np.searchsorted(src, s, side="right")
-        clk[lo:hi] = np.maximum.accumulate(ts[lo:hi])
-        if s == carried[0]:
-            clk[lo:hi] = np.maximum(clk[lo:hi], carried[1])
-    return clk
+    n = len(pk)
+    rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
+    at = np.full(n, -1)
+    at[rows] = np.arange(len(rows))
+    j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
+    j = j[at[order[j]] >= 0]
+    latest = ts.copy()
+    latest[j] = RangeMax(pk.ts[rows])(at[order[j - 1]], at[order[j]])
+    return latest
+
+
+class RangeMax:
+    """Maximum of ``x[lo+1 .. hi]`` for many (lo, hi) pairs: a sparse table."""
+
+    def __init__(self, x: np.ndarray):
+        levels = [x]
+        while 2 ** len(levels) <= len(x):
+            prev, step = levels[-1], 2 ** (len(levels) - 1)
+            levels.append(np.maximum(prev[:-step], prev[step:]))
+        self.table = np.full((len(levels), len(x)), -np.inf)  # (log2 n, n)
+        for k, lev in enumerate(levels):
+            self.table[k, : len(lev)] = lev
+
+    def __call__(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        length = hi - lo  # >= 1
+        k = np.floor(np.log2(length)).astype(np.int64)
+        return np.maximum(self.table[k, lo + 1], self.table[k, hi - (1 << k) + 1])
 
 
 class FlowAssembler:
@@ -146,7 +166,6 @@ class FlowAssembler:
     def __init__(self, options):
         self.opts = options
         self.open: FlowTable | None = None  # flows that may continue, sorted by hash
-        self._clock = (-1, -np.inf)  # (file, packet clock) where the last chunk ended
 
     def add_chunk(self, pk: Packets, sb, ended: list[int]) -> list[FlowTable]:
         """Add one chunk's packets; return the flows known to be finished.
@@ -157,16 +176,14 @@ class FlowAssembler:
         op = self.open
         if len(pk) == 0:
             return self._retire_open(pk, ended, np.zeros(len(op) if op else 0, dtype=bool), None)
-        clk = file_clock(pk.src, pk.ts, self._clock)
-        self._clock = (int(pk.src[-1]), float(clk[-1]))
         keys = self._group_by_key(pk)
         cont_g = self._match_open(keys)
         touched = np.zeros(len(op) if op else 0, dtype=bool)
         touched[cont_g[cont_g >= 0]] = True
-        new, cont_at = self._flow_starts(pk, keys, cont_g, clk)
+        new, cont_at = self._flow_starts(pk, keys, cont_g)
         starts = new | keys.gs
         fs = np.flatnonzero(starts)
-        f, fp, cc, is_cont = self._chunk_flows(pk, keys, starts, fs, cont_at, clk)
+        f, fp, cc, is_cont = self._chunk_flows(pk, keys, starts, fs, cont_at)
         fill_before = np.zeros(len(fs), dtype=np.int64)
         if is_cont.any():
             fill_before[is_cont] = op.cols["fill"][cc]
@@ -192,7 +209,7 @@ class FlowAssembler:
         keep = FlowTable({k: v[n_fin:].copy() for k, v in cols.items()})
         continued = np.zeros(len(touched), dtype=bool)
         continued[cc] = True
-        return [done, *self._retire_open(pk, ended, touched, keep, continued, clk)]
+        return [done, *self._retire_open(pk, ended, touched, keep, continued)]
 
     def _group_by_key(self, pk: Packets) -> _KeyGroups:
         es = endpoint_hash(pk.sa_hi, pk.sa_lo, pk.sport)
@@ -216,16 +233,17 @@ class FlowAssembler:
         at = np.minimum(np.searchsorted(op.cols["h"], hs[g]), len(op) - 1)
         return np.where(op.cols["h"][at] == hs[g], at, -1)
 
-    def _flow_starts(self, pk: Packets, keys: _KeyGroups, cont_g: np.ndarray, clk):
+    def _flow_starts(self, pk: Packets, keys: _KeyGroups, cont_g: np.ndarray):
         """Packets that start a new flow, and the open flow each group start continues."""
         opts, op, order, gs, g = self.opts, self.open, keys.order, keys.gs, keys.g
-        ck, flags, syn_seq = clk[order], pk.flags[order], pk.syn_seq[order]
+        ts, flags, syn_seq = pk.ts[order], pk.flags[order], pk.syn_seq[order]
         n = len(pk)
-        # Rule 1 inside the chunk: the clock since the key's previous packet.
+        # Rule 1 inside the chunk: the latest time seen since the key's previous packet.
         prev = np.empty(n)
         prev[0] = np.nan
-        prev[1:] = ck[:-1]
-        new = ck - prev > opts.idle_timeout
+        prev[1:] = ts[:-1]
+        latest = _latest_since_previous(pk, order, gs, ts)
+        new = latest - prev > opts.idle_timeout
         new[g] = True
         pure_syn = P.is_pure_syn(flags)
         cont_at = np.full(n, -1, dtype=np.int64)  # open flow continued at position j
@@ -234,18 +252,19 @@ class FlowAssembler:
             # All rules at group starts, against the state of the open flow.
             gm, c = g[matched], cont_g[matched]
             oc = op.cols
-            seen = np.maximum(oc["seen_max"][c], ck[gm])
+            seen = np.maximum(oc["seen_max"][c], np.maximum.accumulate(pk.ts)[order[gm]])
+            max_ts = np.maximum(oc["acc"][c, V.ACC["last_ts"]], ts[gm])
             done_before = oc["rst"][c] | (oc["fin_lo"][c] & oc["fin_hi"][c])
             new[gm] = (
-                (seen - oc["last_clk"][c] > opts.idle_timeout)
-                | (ck[gm] - oc["first_clk"][c] > opts.active_timeout)
+                (seen - oc["last_pkt_ts"][c] > opts.idle_timeout)
+                | (max_ts - oc["first_ts"][c] > opts.active_timeout)
                 | (done_before & pure_syn[gm] & (syn_seq[gm] != oc["syn_seq"][c]))
             )
             cont_at[gm] = np.where(new[gm], -1, c)
-        self._replay(new, gs, ck, flags, syn_seq, keys.low, pure_syn, cont_at)
+        self._replay(new, gs, ts, flags, syn_seq, keys.low, pure_syn, cont_at)
         return new, cont_at
 
-    def _chunk_flows(self, pk: Packets, keys: _KeyGroups, starts, fs, cont_at, clk):
+    def _chunk_flows(self, pk: Packets, keys: _KeyGroups, starts, fs, cont_at):
         """Columns of the chunk's flows (runs between flow starts) and their packets."""
         op, order, n = self.open, keys.order, len(pk)
         fid = np.cumsum(starts) - 1
@@ -253,7 +272,7 @@ class FlowAssembler:
         cont = cont_at[fs]
         is_cont = cont >= 0
         cc = cont[is_cont]
-        ts, ck = pk.ts[order], clk[order]
+        ts = pk.ts[order]
         p0 = order[fs]
         f = {
             "h": keys.hs[fs],
@@ -271,16 +290,14 @@ class FlowAssembler:
             "first_index": pk.index[p0],
             "first_ts": ts[fs],
             "last_pkt_ts": ts[fe - 1],
-            "first_clk": ck[fs],
-            "last_clk": ck[fe - 1],
             "syn_seq": pk.syn_seq[p0],
             "n": fe - fs,
         }
-        # The file's clock after each flow's last packet (only the file read last
-        # can continue in the next chunk; the others have ended).
+        # Latest time of the file after each flow's last packet (only the file read
+        # last can continue in the next chunk; the others have ended).
         after = np.empty(n)
         after[-1] = -np.inf
-        after[:-1] = np.maximum.accumulate(clk[:0:-1])[::-1]
+        after[:-1] = np.maximum.accumulate(pk.ts[:0:-1])[::-1]
         f["seen_max"] = after[order[fe - 1]]
         n_before = np.zeros(len(fs), dtype=np.int64)
         if is_cont.any():
@@ -351,24 +368,23 @@ class FlowAssembler:
         return out
 
     # ------------------------------------------------------------------ helpers
-    def _replay(self, new, gs, ck, flags, syn_seq, low, pure_syn, cont_at) -> None:
+    def _replay(self, new, gs, ts, flags, syn_seq, low, pure_syn, cont_at) -> None:
         """Rules 2-3 packet by packet, only in the runs where they may fire.
 
-        ``ck`` is the packet clock, ``syn_seq`` the sequence number of pure SYNs, both
-        in key order.
+        ``syn_seq`` is the sequence number of each pure SYN (-1 otherwise), in key order.
         """
         opts, op = self.opts, self.open
         starts = new | gs
         fs = np.flatnonzero(starts)
-        first = ck[fs]
-        top = np.maximum.reduceat(ck, fs)
+        first = ts[fs]
+        top = np.maximum.reduceat(ts, fs)
         c = cont_at[fs]
         cm = c >= 0
         carried = np.zeros((len(fs), 3), dtype=bool)
         opening = syn_seq[fs]  # the opening SYN's sequence number of each run (-1: none)
         if cm.any():
-            first[cm] = op.cols["first_clk"][c[cm]]
-            top[cm] = np.maximum(top[cm], op.cols["last_clk"][c[cm]])
+            first[cm] = op.cols["first_ts"][c[cm]]
+            top[cm] = np.maximum(top[cm], op.cols["acc"][c[cm], V.ACC["last_ts"]])
             carried[cm] = np.stack([op.cols[k][c[cm]] for k in ("rst", "fin_lo", "fin_hi")], 1)
             opening[cm] = op.cols["syn_seq"][c[cm]]
         flagged = top - first > opts.active_timeout
@@ -385,17 +401,21 @@ class FlowAssembler:
             flagged[fid[cand[ended]]] = True
         if not flagged.any():
             return
-        fe = np.append(fs[1:], len(ck))
+        fe = np.append(fs[1:], len(ts))
         active_to = opts.active_timeout
         for k in np.flatnonzero(flagged).tolist():
             b, e = int(fs[k]), int(fe[k])
             t0, syn0 = float(first[k]), int(opening[k])
+            # The latest time of the flow so far (a carried flow: before this chunk).
+            t_max = float(op.cols["acc"][c[k], V.ACC["last_ts"]]) if cm[k] else t0
             r_, fl_, fh_ = (bool(x) for x in carried[k])
             for j in range(b, e):
+                t_max = max(t_max, float(ts[j]))
                 ended = (r_ or (fl_ and fh_)) and pure_syn[j] and int(syn_seq[j]) != syn0
-                if j > b and (float(ck[j]) - t0 > active_to or ended):
+                if j > b and (t_max - t0 > active_to or ended):
                     new[j] = True
-                    t0, syn0 = float(ck[j]), int(syn_seq[j])
+                    t0 = t_max = float(ts[j])
+                    syn0 = int(syn_seq[j])
                     r_ = fl_ = fh_ = False
                 r_ = r_ or bool(rst[j])
                 fl_ = fl_ or bool(fin[j] and low[j])
@@ -416,11 +436,11 @@ class FlowAssembler:
         """Flows no later packet can join: their file ended, or they timed out."""
         opts = self.opts
         done = np.isin(c["src"], ended)
-        done |= c["seen_max"] - c["last_clk"] > opts.idle_timeout
-        done |= c["last_clk"] - c["first_clk"] > opts.active_timeout
+        done |= c["seen_max"] - c["last_pkt_ts"] > opts.idle_timeout
+        done |= c["acc"][:, V.ACC["last_ts"]] - c["first_ts"] > opts.active_timeout
         return done
 
-    def _retire_open(self, pk, ended, touched, keep, continued=None, clk=None) -> list[FlowTable]:
+    def _retire_open(self, pk, ended, touched, keep, continued=None) -> list[FlowTable]:
         """Replace the open flows; return those of the old ones that are finished."""
         op = self.open
         out, kept = [], [] if keep is None or not len(keep) else [keep]
@@ -432,7 +452,7 @@ class FlowAssembler:
             if len(pk):
                 # Untouched flows saw the chunk's packets of their file go by.
                 top = {
-                    s: float(clk[pk.src == s].max())
+                    s: float(pk.ts[pk.src == s].max())
                     for s in np.unique(c["src"]).tolist()
                     if (pk.src == s).any()
                 }

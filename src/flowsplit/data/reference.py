@@ -36,8 +36,6 @@ class RefFlow:
     last_ts: float
     first_index: int
     last_pkt_ts: float = 0.0
-    first_clk: float = 0.0  # the file's packet clock at the first and last packet
-    last_clk: float = 0.0
     syn_seq: int = -1  # sequence number of the opening SYN (-1: the flow opened otherwise)
     n_packets: int = 0
     n_bytes: int = 0
@@ -189,28 +187,36 @@ def reference_flows(path: str | Path, options, *, keep_packets: bool = True) -> 
     flows: list[RefFlow] = []
     res = RefResult(flows)
     packets = _decode_all(path, res)
-    clock = -math.inf  # the file's packet clock: the latest time of its TCP/UDP packets
-    open_: dict[tuple, RefFlow] = {}
-    for index, ts, vlan, proto, src, dst, l4, ip_len, l4_rel, raw in packets:
+    times = [p[1] for p in packets]  # (index, ts, vlan, ...)
+    # Sparse table: latest time among the TCP/UDP packets in positions (q, p].
+    table = [times]
+    while 2 ** len(table) <= len(times):
+        prev, step = table[-1], 2 ** (len(table) - 1)
+        table.append([max(a, b) for a, b in zip(prev, prev[step:], strict=False)])
+
+    def latest(q: int, p: int) -> float:
+        k = (p - q).bit_length() - 1
+        return max(table[k][q + 1], table[k][p - (1 << k) + 1])
+
+    open_: dict[tuple, tuple[RefFlow, int]] = {}  # key -> (flow, position of its last packet)
+    for pos, (index, ts, vlan, proto, src, dst, l4, ip_len, l4_rel, raw) in enumerate(packets):
         key = (proto, vlan if options.vlan_key else 0, *sorted([(src, l4.sport), (dst, l4.dport)]))
-        clock = max(clock, ts)
         flags = l4.flags if proto == 6 else 0
         pure_syn = (flags & 0x12) == 0x02
         seq = l4.seq if pure_syn else -1
         pay_len = ip_len - (l4_rel + len(l4) - len(l4.data))
-        f = open_.get(key)
+        f, last = open_.get(key, (None, -1))
         if f is not None and (
-            clock - f.last_clk > options.idle_timeout
-            or clock - f.first_clk > options.active_timeout
+            latest(last, pos) - f.last_pkt_ts > options.idle_timeout
+            or max(f.last_ts, ts) - f.first_ts > options.active_timeout
             or ((f.rst or (f.fin_a and f.fin_b)) and pure_syn and seq != f.syn_seq)
         ):
             f = None
         if f is None:
             f = RefFlow(proto, _ip_str(src), l4.sport, _ip_str(dst), l4.dport, ts, ts, index)
-            f.first_clk, f.syn_seq = clock, seq
+            f.syn_seq = seq
             flows.append(f)
-        open_[key] = f
-        f.last_clk = clock
+        open_[key] = (f, pos)
         from_a = (_ip_str(src), l4.sport) == (f.ip_a, f.port_a)
         f.n_packets += 1
         f.n_bytes += ip_len
