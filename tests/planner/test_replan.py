@@ -157,3 +157,67 @@ def test_the_policy_replans_on_the_rounds_network_every_k_rounds():
     assert [0, 0, 1] in entry["moved"]
     with pytest.raises(ConfigError, match="interval"):
         ReplanPolicy(every=0)
+
+
+def test_static_and_replanned_runs_are_charged_on_each_rounds_network(tmp_path):
+    # Prepare: a toy run, 6 clients on 2 aggregators, 3 rounds, from one first plan;
+    # from round 2 the first plan's aggregator of client 0 is 100x slower to reach and
+    # aggregator 1's backbone 50x slower; in round 3 client 5 is out.
+    from flowsplit.federated.assignment import AssignmentPolicy
+    from flowsplit.federated.config import SFLConfig
+    from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.sim import run_simulation
+    from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.planner.plan import plan_fixed
+    from tests.federated._toy import ToyFactory, write_toy_dataset
+
+    data = write_toy_dataset(tmp_path / "toy", n=120)
+    base = resolve_topology("heterogeneous", n_clients=6, n_aggregators=2, seed=1)
+    config = SFLConfig(cuts=(1, 2), rounds=3, batch_size=16, seed=2)
+    setup = prepare_run(config, dataset=data, model_fn=ToyFactory("mlp"), topology=base)
+    first = plan_fixed(setup.profile, setup.topology, "hsfl", (1, 2), rule="greedy", batch_size=16)
+    j0 = int(first.assignment[0])
+    trace = (
+        TraceEvent(round=2, client=0, aggregator=j0, bandwidth_scale=0.01, latency_scale=100),
+        TraceEvent(round=2, backbone=1, bandwidth_scale=0.02),
+        TraceEvent(round=3, until=3, client=5, available=False),
+    )
+    topo = base.with_trace(trace)
+
+    def run(policy):
+        s = prepare_run(
+            config,
+            dataset=data,
+            model_fn=ToyFactory("mlp"),
+            topology=topo,
+            assignment=first.assignment,
+            profile=setup.profile,
+        )
+        return s, run_simulation(s, policy=policy).history
+
+    # Execute
+    s_static, static = run(AssignmentPolicy())
+    replan = ReplanPolicy()
+    s_replan, replanned = run(replan)
+    # Assert: each round of both runs costs what the cost model predicts for that
+    # round's network, participants and assignment.
+    for s, hist, moves in ((s_static, static, False), (s_replan, replanned, True)):
+        assignment = first.assignment.copy()
+        for r, rec in enumerate(hist):
+            for client, old, new in rec["reassigned"]:
+                assert assignment[client] == old
+                assignment[client] = new
+            out = topo.available_at(r)
+            samples = np.where(out, s.n_samples, 0)
+            table = round_table(s.costs, s.scheme, topo.at_round(r), samples, batch_size=16)
+            assert rec["delay_s"] == pytest.approx(evaluate_assignment(table, 0, assignment)[0])
+            assert rec["participants"] == int(out.sum())
+        assert bool(sum(len(rec["reassigned"]) for rec in hist)) == moves
+    # The static run suffers the congestion; re-planning moves clients off it, and its
+    # predictions are the simulated delays.
+    assert static[1]["delay_s"] > 2 * static[0]["delay_s"]
+    assert replanned[1]["delay_s"] < 0.8 * static[1]["delay_s"]
+    assert sum(r["delay_s"] for r in replanned) < sum(r["delay_s"] for r in static)
+    predicted = {e["round"]: e["delay_s"] for e in replan.log}
+    for rec in replanned:
+        assert rec["delay_s"] == pytest.approx(predicted[rec["round"]], rel=1e-9)
