@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.config_args import cli
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, InputError
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -196,7 +196,15 @@ class TrainConfig:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        return cls.from_dict(doc.get("train", doc))
+        train = doc.get("train", doc) if isinstance(doc, dict) else None
+        unknown = (
+            sorted(set(train) - {f.name for f in fields(cls)}) if isinstance(train, dict) else []
+        )
+        if not isinstance(train, dict) or unknown:
+            # An sfl run's config.json, say: name the file, not 25 foreign options.
+            what = f" (unknown options {', '.join(unknown[:3])}, ...)" if unknown else ""
+            raise InputError(path, f"is not the config.json of a `flowsplit train` run{what}")
+        return cls.from_dict(train)
 
 
 def parse_model_options(items: list[str] | None) -> dict[str, Any]:
