@@ -11,6 +11,7 @@ import io
 import os
 import pickle
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,10 @@ def load_tensors(path: str | Path, *, what: str = "tensor file") -> Any:
     """
     path = Path(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # Said of a foreign pickle just before refusing it: the refusal is the news.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except OSError:
         raise  # a full disk or no permission: the CLI names the file
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user problem
