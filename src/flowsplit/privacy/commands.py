@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from flowsplit.config_args import HelpFormatter
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import parse_model_options
 
@@ -59,7 +60,7 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
             "same way. Writes OUT/privacy.json (the planner's --leakage-file) and "
             "OUT/pareto.png (delay, accuracy and leakage per cut pair)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
