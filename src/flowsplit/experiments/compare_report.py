@@ -39,7 +39,7 @@ from flowsplit.experiments.scaling import NETWORK_PRESETS, Network, Workload, fi
 
 def write_workloads(out: Path, dataset) -> None:
     """Store each model's workload (parameter bytes, features ...) while the dataset is at hand."""
-    cfg = _read_json(out / "compare.json")["config"]
+    cfg = _read_study(out)["config"]
     result = {}
     for model in cfg["models"]:
         recs = [r for r in _records(out, cfg, cores=0) if r["model"] == model]
@@ -51,7 +51,7 @@ def write_workloads(out: Path, dataset) -> None:
 
 def _refresh_workloads(out: Path) -> None:
     """Recount the workloads from the runs when the dataset is still where it was."""
-    cfg = _read_json(out / "compare.json")["config"]
+    cfg = _read_study(out)["config"]
     try:
         dataset = load_dataset(cfg["dataset"])
     except InputError:
@@ -64,6 +64,17 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(path.parent, f"no {path.name}: not a `flowsplit compare` study") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
+
+
+def _read_study(out: Path) -> dict:
+    """``OUT/compare.json``, checked to hold a study's settings (``config``)."""
+    meta = _read_json(out / "compare.json")
+    cfg = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("models"), list):
+        raise InputError(out / "compare.json", "holds no study settings ('config' with 'models')")
+    return meta
 
 
 def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
@@ -90,7 +101,7 @@ def _host_network(bench: dict | None) -> tuple[Network | None, float]:
 def build_results(out: str | Path) -> dict:
     """Analyse a study directory; the returned dict is what ``results.json`` holds."""
     out = Path(out)
-    meta = _read_json(out / "compare.json")
+    meta = _read_study(out)
     cfg, cores = meta["config"], int(meta.get("cores") or 0)
     records = _records(out, cfg, cores)
     bench_path = out / "allreduce.json"
