@@ -78,6 +78,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from flowsplit.data.commands import format_summary
     from flowsplit.data.prepare import PrepareOptions, prepare_dataset
     from flowsplit.data.store import load_dataset
+    from flowsplit.experiments.configs import ALL_MODELS
 
     if not args.captures.is_dir():
         raise InputError(
@@ -90,6 +91,13 @@ def run_demo(args: argparse.Namespace) -> int:
     for name in ("seeds", "epochs"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in ALL_MODELS]
+    if unknown or not models:
+        raise ConfigError(f"--models {args.models!r}: choose from {', '.join(ALL_MODELS)}")
+    neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
+    if args.sfl_model not in neural:
+        raise ConfigError(f"--sfl-model {args.sfl_model!r}: choose from {', '.join(neural)}")
     out: Path = args.out
     if args.fresh and out.exists():
         _clear_demo_outputs(out)
@@ -112,7 +120,6 @@ def run_demo(args: argparse.Namespace) -> int:
 
         _stage("2/4 centralised vs data-parallel training (1 and 2 workers)", args.quiet)
         t = time.perf_counter()
-        models = [m.strip() for m in args.models.split(",") if m.strip()]
         dp_report = run_compare(
             dataset_dir,
             out / "data-parallel",

@@ -176,7 +176,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             shutil.rmtree(out)
         defences = parse_defences(args.defences)
         if args.weights is not None:
-            check_sfl_run(args.weights)  # before the note: a wrong path is the only line
+            check_sfl_run(args.weights, read=True)  # before the note: a bad run is the only line
             if defences:
                 log.info(
                     "note: defences are trained afresh; only the undefended cuts use --weights"

@@ -265,12 +265,15 @@ def activations(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return torch.cat([fn(x[s : s + 256]) for s in range(0, len(x), 256)])
 
 
-def check_sfl_run(run_dir: str | Path) -> Path:
-    """``run_dir`` as a path, if it holds an ``sfl run``'s model.pt and config.json."""
+def check_sfl_run(run_dir: str | Path, *, read: bool = False) -> Path:
+    """``run_dir`` as a path, if it holds an ``sfl run``'s model.pt and config.json
+    (``read``: and its model.pt reads as tensors)."""
     run = Path(run_dir)
     for name in ("model.pt", "config.json"):
         if not (run / name).is_file():
             raise InputError(run, f"has no {name}: not an `sfl run` directory")
+    if read:
+        read_model_state(run / "model.pt")
     return run
 
 
