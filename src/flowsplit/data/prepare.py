@@ -465,9 +465,8 @@ def _read_idx(files, opts: PrepareOptions, new_writer):
 def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: Counter, info, t0):
     meta = writer.collected_meta()
     if meta.empty:
-        raise FlowsplitError(
-            f"no labelled flows in the inputs ({_what_was_skipped(skipped, info)})"
-        )
+        what = f"no labelled flows in the inputs ({_what_was_skipped(skipped, info)})"
+        raise InputError(files[0].root, what) if files else FlowsplitError(what)
     labels = meta["label_name"].to_numpy(dtype=object)
     groups = meta["group"].to_numpy(dtype=object)
     idx = _select_flows(meta, labels, groups, opts, skipped)
