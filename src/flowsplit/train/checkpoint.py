@@ -82,7 +82,9 @@ def load_tensors(path: str | Path, *, what: str = "tensor file") -> Any:
             problem = "damaged, or it holds pickled objects besides tensors, never loaded"
         else:
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-            problem = f"{type(exc).__name__}: {first[:160]}"
+            problem = (
+                f"{type(exc).__name__}: {first.split('. ')[0][:160]}"  # torch's first sentence
+            )
         raise InputError(
             path, f"unreadable {what}: not a tensors-only PyTorch file ({problem})"
         ) from None
