@@ -24,3 +24,139 @@ def test_demo_fresh_refuses_a_directory_that_is_not_a_demo(tmp_path, capsys):
     rc = main(["demo", "-o", str(tmp_path), "--fresh", "--quiet"])
     assert rc == 2 and "--fresh deletes only a demo directory" in capsys.readouterr().err
     assert (tmp_path / "thesis.tex").read_text() == "precious"
+
+
+# --- options generated from the config dataclasses -------------------------------------
+
+
+def _subparsers(parser, prefix=()):
+    """``{("sfl", "plan"): parser, ...}`` of every sub-command of ``parser``."""
+    import argparse
+
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[(*prefix, name)] = sub
+                found.update(_subparsers(sub, (*prefix, name)))
+    return found
+
+
+def test_every_config_field_is_an_option_of_its_command_with_its_docstring():
+    # Prepare: each command and the dataclass its options come from.
+    from dataclasses import fields
+
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import field_docs
+    from flowsplit.data.labels import LabelSpec
+    from flowsplit.data.prepare import PrepareOptions
+    from flowsplit.experiments.configs import CompareConfig, SFLCompareConfig
+    from flowsplit.planner.study_config import StudyConfig
+    from flowsplit.train.config import TrainConfig
+
+    commands = _subparsers(build_parser())
+    cases = [
+        (("train",), TrainConfig, {"model_options"}),  # as --model-option KEY=VALUE
+        (("prepare",), PrepareOptions, {"labels", "label_column"}),  # LabelSpec; shared
+        (("prepare",), LabelSpec, {"label_column"}),
+        (("compare",), CompareConfig, set()),
+        (("sfl", "plan"), StudyConfig, {"only_cuts"}),  # from --max-leakage
+        (("sfl", "compare"), SFLCompareConfig, {"only_cuts"}),
+    ]
+    for command, cls, elsewhere in cases:
+        parser = commands[command]
+        # Execute
+        dests = {a.dest for a in parser._actions}
+        helptext = " ".join(parser.format_help().split())
+        # Assert: one option per field; a field's docstring is its help unless overridden.
+        missing = {f.name for f in fields(cls)} - elsewhere - dests
+        assert not missing, (command, missing)
+        hits = [f for f, doc in field_docs(cls).items() if " ".join(doc.split()[:3]) in helptext]
+        assert len(hits) >= len(fields(cls)) // 2, (command, hits)
+
+
+def test_help_of_every_command_shows_a_default_once_and_never_as_none():
+    import argparse
+    import re
+
+    from flowsplit.cli import build_parser
+
+    for command, parser in _subparsers(build_parser()).items():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                continue
+            text = formatter._expand_help(action)
+            assert text.count("(default") <= 1, (command, action.dest, text)
+            assert not re.search(r"\bNone\b", text), (command, action.dest, text)
+
+
+def test_seeds_rounds_and_out_mean_the_same_in_compare_and_sfl_compare():
+    from flowsplit.cli import build_parser
+
+    parser = build_parser()
+    compare = ["compare", "DS", "-o", "OUT"]
+    sfl = ["sfl", "compare", "DS", "-o", "OUT"]
+    for seeds, expected in (("3", (0, 1, 2)), ("0,4", (0, 4)), ("7", tuple(range(7)))):
+        assert parser.parse_args([*compare, "--seeds", seeds]).seeds == expected
+        assert parser.parse_args([*sfl, "--seeds", seeds]).seeds == expected
+    commands = _subparsers(parser)
+    helps = [
+        next(a.help for a in commands[c]._actions if a.dest == "seeds")
+        for c in (("compare",), ("sfl", "compare"))
+    ]
+    assert helps[0].split(" (default")[0] == helps[1].split(" (default")[0]
+    for bad in ("0", "-2", "a,b"):
+        assert main([*compare, "--seeds", bad]) == 2
+        assert main([*sfl, "--seeds", bad]) == 2
+
+
+def test_old_option_names_still_set_the_fields(tmp_path):
+    # Prepare: the spellings the commands had before their options were generated.
+    from flowsplit.cli import build_parser
+    from flowsplit.data.commands import options_from_args
+    from flowsplit.train.commands import config_from_args
+
+    parser = build_parser()
+    # Execute
+    cfg, resume = config_from_args(
+        parser.parse_args(
+            ["train", str(tmp_path), "-m", "cnn", "-o", "R", "--max-epochs", "3", "-q",
+             "--timeout", "5", "--scale-lr", "--model-option", "channels=[4]"]
+        )
+    )  # fmt: skip
+    opts = options_from_args(
+        parser.parse_args(
+            ["prepare", "IN", "-o", "DS", "--no-mask-ports", "--no-reassembly", "--no-dedup",
+             "--val", "0.2", "--test", "0.1", "--views", "seq,stats", "--classes", "a,b",
+             "--exclude-classes", "c", "--label-by", "port", "--label-column", "app"]
+        )
+    )  # fmt: skip
+    compare = parser.parse_args(
+        ["compare", "DS", "-o", "OUT", "--margin", "2", "--workers", "2",
+         "--train-arg=--lr=0.01", "--cell-timeout", "9", "--models", "cnn,xgboost"]
+    )  # fmt: skip
+    # Assert
+    assert not resume and cfg.epochs == 3 and cfg.quiet and cfg.timeout_s == 5.0
+    assert cfg.scale_lr and cfg.model_options == {"channels": [4]} and cfg.batch_size == 64
+    assert (opts.mask_port, opts.reassemble, opts.dedup, opts.mask_ip) == (
+        False,
+        False,
+        False,
+        True,
+    )
+    assert (opts.val_frac, opts.test_frac, opts.views) == (0.2, 0.1, ("seq", "stats"))
+    assert opts.classes == ("a", "b") and opts.exclude_classes == ("c",)
+    assert opts.labels.by == "port" and opts.labels.label_column == opts.label_column == "app"
+    assert compare.margin == 0.02 and compare.workers == (2,) and compare.cell_timeout_s == 9.0
+    assert compare.train_args == ["--lr=0.01"] and compare.models == ("cnn", "xgboost")
+
+
+def test_train_resume_sees_only_the_options_given(tmp_path):
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import cli_fields, config_values
+    from flowsplit.train.config import TrainConfig
+
+    args = build_parser().parse_args(["train", "--resume", str(tmp_path), "--epochs", "9"])
+    given = config_values(args, [f.name for f in cli_fields(TrainConfig)], given_only=True)
+    assert given == {"epochs": 9}

@@ -78,7 +78,8 @@ def cli(
         metavar: the value's name in ``--help``.
         help: the help text (default: the field's docstring).
         hidden: an option that works but ``--help`` leaves out (testing hooks).
-        positional: an optional positional argument (``nargs='?'``) instead of an option.
+        positional: a positional argument instead of an option (optional when the
+            field has a default or the options are ``unset``).
         append: the option may be repeated; the field gets the list of values.
         enabled: False keeps the field off the command line (it keeps its default).
     """
@@ -196,7 +197,7 @@ def _help(doc: str, default: Any, spec: dict[str, Any], required: bool = False) 
     elif spec["show"] is not None:
         shown = spec["show"](default)
     elif isinstance(default, list | tuple):
-        shown = ",".join(map(str, default))
+        shown = ",".join(map(str, default)) or "none"
     else:
         shown = str(default)
     if shown is not None:
@@ -249,10 +250,12 @@ def add_config_arguments(
             kw["metavar"] = spec["metavar"]
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         kw["help"] = _help(docs.get(f.name, ""), default, spec, required)
-        if spec["positional"]:
-            parser.add_argument(f.name, nargs="?", **kw)
+        if spec["positional"]:  # optional when unset: the command decides (train --resume)
+            parser.add_argument(f.name, nargs="?" if unset or not required else None, **kw)
         else:
             flag = spec["flag"] or "--" + f.name.replace("_", "-")
+            if required and not unset:
+                kw["required"] = True
             parser.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
         added.append(f.name)
     return added
@@ -313,9 +316,9 @@ def show_list(value: Any) -> str:
     return "none" if value is None else ",".join(map(str, value))
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions kept as written; a hand-written option's default shown when it has
-    one worth showing (options from :func:`add_config_arguments` show theirs already)."""
+class HelpFormatter(argparse.HelpFormatter):
+    """A hand-written option's default shown when it has one worth showing (options
+    from :func:`add_config_arguments` show theirs already)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -324,9 +327,15 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             "%(default)" in text
             or "(default" in text
             or not action.option_strings
-            or default in (None, False, argparse.SUPPRESS)
+            or default is None
+            or default is False  # (0 == False: compared by identity)
+            or default == argparse.SUPPRESS
             or isinstance(action, argparse._StoreTrueAction | argparse._AppendAction)
             or (isinstance(default, list | tuple) and not default)
         ):
             return text
         return f"{text} (default: %(default)s)"
+
+
+class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """:class:`HelpFormatter` with the description kept as written (examples, lists)."""

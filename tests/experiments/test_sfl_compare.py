@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
+from flowsplit.config_args import parse_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.sfl_analysis import delay_to_target
-from flowsplit.experiments.sfl_commands import _seed_list, add_compare_parser
+from flowsplit.experiments.sfl_commands import add_compare_parser
 from flowsplit.experiments.sfl_compare import resolve_config, run_sfl_compare
 from flowsplit.planner import study
 from flowsplit.planner.commands import add_plan_parser
@@ -33,7 +34,7 @@ def test_config_adds_the_reference_and_quick_defaults_yield_to_explicit_values()
     assert cfg.rounds == 7 and cfg.seeds == (0, 1) and cfg.train_limit == 600
     with pytest.raises(ConfigError, match="unknown"):
         resolve_config(schemes=("magic",))
-    assert _seed_list("3") == (0, 1, 2) and _seed_list("4,9") == (4, 9)
+    assert parse_seeds("3") == (0, 1, 2) and parse_seeds("4,9") == (4, 9)
 
 
 def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(tmp_path):

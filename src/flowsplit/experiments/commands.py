@@ -6,21 +6,61 @@ import argparse
 import json
 from pathlib import Path
 
+from flowsplit.config_args import (
+    SEEDS_HELP,
+    HelpFormatter,
+    add_config_arguments,
+    cli,
+    cli_fields,
+    config_values,
+    csv_tuple,
+    int_tuple,
+    parse_seeds,
+)
 from flowsplit.errors import ConfigError
+from flowsplit.experiments.configs import CompareConfig
 
 
-def _int_list(text: str) -> list[int]:
+def _margin_points(text: str) -> float:
+    """``--margin`` in percentage points -> CompareConfig.margin, a fraction."""
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        points = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected integers separated by commas, got {text!r}"
-        ) from None
+        raise ConfigError(f"--margin {text!r} is not a number") from None
+    if not 0 < points < 100:
+        raise ConfigError(f"--margin is in percentage points, in (0, 100); got {text}")
+    return points / 100
 
 
-def _seeds(text: str) -> int | list[int]:
-    """``5`` means seeds 0..4; ``0,3,7`` means exactly those."""
-    return _int_list(text) if "," in text else int(text)
+COMPARE_OPTIONS = {
+    "dataset": cli(positional=True, metavar="DATASET"),
+    "out": cli(flag="--out", aliases=("-o",), metavar="OUT"),
+    "models": cli(parse=csv_tuple, help="Models, comma-separated."),
+    "workers": cli(parse=int_tuple, metavar="N,N,..."),
+    "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
+    "epochs": cli(help="Maximum epochs of the neural models (default: train's; --quick: 2)."),
+    "rounds": cli(help="Maximum XGBoost boosting rounds (default: train's; --quick: 20)."),
+    "patience": cli(help="Early-stopping patience of every run (default: train's)."),
+    "margin": cli(
+        parse=_margin_points,
+        show=lambda v: f"{100 * v:g}",
+        help="TOST equivalence margin in percentage points.",
+    ),
+    "alpha": cli(help="Significance level of the tests."),
+    "cell_timeout_s": cli(flag="--cell-timeout", metavar="S"),
+    "train_args": cli(
+        flag="--train-arg",
+        append=True,
+        parse=str,
+        metavar="ARG",
+        help="Extra argument for every `flowsplit train` (repeatable), "
+        "e.g. --train-arg=--batch-size=128.",
+    ),
+    "quiet_wait_s": cli(flag="--quiet-wait", metavar="S"),
+    "max_busy": cli(metavar="F"),
+    "max_foreign": cli(metavar="F"),
+}
+"""``flowsplit compare``'s view of :class:`~flowsplit.experiments.compare.CompareConfig`."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,78 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "measure all-reduce on this machine, and write OUT/report.html, report.md, "
             "results.csv and results.json with statistics, speedups and a scaling model."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("dataset", type=Path, metavar="DATASET", help="prepared dataset directory")
-    p.add_argument("-o", "--out", type=Path, required=True, help="study directory to write")
-    p.add_argument(
-        "--models", default="cnn,lstm,convlstm,convgru,xgboost", help="models, comma-separated"
-    )
-    p.add_argument(
-        "--workers",
-        type=_int_list,
-        default=[1, 2, 4],
-        help="worker counts, comma-separated (1, the reference, is always run)",
-    )
-    p.add_argument(
-        "--seeds", type=_seeds, default=5, help="number of seeds (0..n-1) or a comma-separated list"
-    )
-    p.add_argument("--epochs", type=int, default=None, help="max epochs (default: train's)")
-    p.add_argument("--rounds", type=int, default=None, help="max XGBoost rounds")
-    p.add_argument("--threads", type=int, default=1, help="threads per worker, in every run")
-    p.add_argument("--patience", type=int, default=None, help="early-stopping patience")
-    p.add_argument(
-        "--margin", type=float, default=1.0, help="TOST equivalence margin in percentage points"
-    )
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="short runs (2 epochs, 20 rounds) and a short micro-benchmark",
-    )
-    p.add_argument(
-        "--cell-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="kill a run after S seconds (it is then reported as failed)",
-    )
-    p.add_argument(
-        "--train-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra argument for every `flowsplit train` (repeatable), "
-        "e.g. --train-arg=--batch-size=128",
-    )
-    p.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=0.0,
-        metavar="S",
-        help="before each run wait up to S seconds for the CPUs to be mostly idle",
-    )
-    p.add_argument(
-        "--max-busy",
-        type=float,
-        default=0.25,
-        metavar="F",
-        help="'mostly idle' for --quiet-wait: at most this fraction of CPUs busy",
-    )
-    p.add_argument(
-        "--max-foreign",
-        type=float,
-        default=None,
-        metavar="F",
-        help="run again (once) a run during which other processes used more "
-        "than this fraction of the CPUs",
-    )
-    p.add_argument(
-        "--rerun-contended",
-        action="store_true",
-        help="run again finished runs that other processes disturbed (more than "
-        "--max-foreign, default 0.15, of the CPUs); keep the less disturbed",
-    )
+    # One option per CompareConfig field (its docstring is the help).
+    add_config_arguments(p, CompareConfig, overrides=COMPARE_OPTIONS)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_compare)
 
@@ -123,31 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.compare import run_compare
 
-    if not 0 < args.margin < 100:
-        raise ConfigError(f"--margin is in percentage points, in (0, 100); got {args.margin}")
-    if not 0 < args.alpha < 0.5:
-        raise ConfigError(f"--alpha must be in (0, 0.5); got {args.alpha}")
-    path = run_compare(
-        args.dataset,
-        args.out,
-        models=[m.strip() for m in args.models.split(",") if m.strip()],
-        workers=args.workers,
-        seeds=args.seeds,
-        epochs=args.epochs,
-        rounds=args.rounds,
-        quick=args.quick,
-        threads=args.threads,
-        patience=args.patience,
-        margin=args.margin / 100,
-        alpha=args.alpha,
-        cell_timeout_s=args.cell_timeout,
-        train_args=args.train_arg,
-        quiet_wait_s=args.quiet_wait,
-        max_busy=args.max_busy,
-        max_foreign=args.max_foreign,
-        rerun_contended=args.rerun_contended,
-        progress=not args.quiet,
-    )
+    values = config_values(args, [f.name for f in cli_fields(CompareConfig)])
+    path = run_compare(values.pop("dataset"), values.pop("out"), **values, progress=not args.quiet)
     _print_summary(path)
     return 0
 

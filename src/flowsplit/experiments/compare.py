@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from tqdm import tqdm
@@ -30,18 +30,14 @@ from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.compare_report import render_report, write_workloads
+from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
 from flowsplit.experiments.hostload import ContentionMeter, die_with_parent, wait_for_quiet
 from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
 
 log = logging.getLogger(__name__)
 
-ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
-QUICK_EPOCHS = 2
-QUICK_ROUNDS = 20
 QUICK_ALLREDUCE_SIZES = (4, 1024, 64 << 10, 1 << 20, 8 << 20)
-# Settings that change what a cell measures: a rerun into the same OUT must match them.
-FINGERPRINT_KEYS = ("dataset", "epochs", "rounds", "threads", "patience", "train_args")
 
 
 def available_cores() -> int:
@@ -50,73 +46,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-@dataclass
-class CompareConfig:
-    """One comparison study."""
-
-    dataset: str
-    """Prepared dataset directory (``flowsplit prepare``)."""
-    out: str
-    """Study directory: runs, logs, results and report."""
-    models: list[str] = field(default_factory=lambda: list(ALL_MODELS))
-    workers: list[int] = field(default_factory=lambda: [1, 2, 4])
-    """Worker counts; 1 (centralised, the reference) is always added."""
-    seeds: list[int] = field(default_factory=lambda: list(range(5)))
-    epochs: int | None = None
-    """Maximum epochs of the neural models (None: the engine's default; quick: 2)."""
-    rounds: int | None = None
-    """Maximum XGBoost rounds (None: the engine's default; quick: 20)."""
-    threads: int = 1
-    """Threads per worker, the same in every cell, so N workers use N x threads cores."""
-    patience: int | None = None
-    """Early-stopping patience passed to every run (None: the engine's default)."""
-    margin: float = 0.01
-    """TOST equivalence margin, as a fraction (0.01 = +-1 percentage point)."""
-    alpha: float = 0.05
-    quick: bool = False
-    """Short runs and a short micro-benchmark, for demos and smoke tests."""
-    cell_timeout_s: float | None = None
-    """Kill a cell that runs longer than this (it is recorded as failed)."""
-    train_args: list[str] = field(default_factory=list)
-    """Extra arguments passed verbatim to every ``flowsplit train``."""
-    quiet_wait_s: float = 0.0
-    """Before each run, wait up to this long for the machine to be mostly idle."""
-    max_busy: float = 0.25
-    """"Mostly idle": at most this fraction of the CPUs busy (over one second)."""
-    max_foreign: float | None = None
-    """Rerun (once) a run during which other processes took more than this fraction of
-    the CPUs; None keeps every run (contended ones are flagged in the report)."""
-    rerun_contended: bool = False
-    """Also run again finished runs that were contended (beyond ``max_foreign``, or the
-    report's threshold), keeping whichever of the two was disturbed less."""
-
-    def __post_init__(self) -> None:
-        self.workers = sorted({1, *(int(w) for w in self.workers)})
-        self.seeds = sorted({int(s) for s in self.seeds})
-        self.models = list(dict.fromkeys(self.models))
-        if self.quick:
-            self.epochs = self.epochs or QUICK_EPOCHS
-            self.rounds = self.rounds or QUICK_ROUNDS
-        if min(self.workers) < 1:
-            raise ConfigError(f"--workers must be positive, got {self.workers}")
-        if not self.seeds:
-            raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
-        if self.threads < 1:
-            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
-        if not 0 < self.margin < 1:
-            raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
-        unknown = [m for m in self.models if m not in ALL_MODELS]
-        if unknown:
-            raise ConfigError(
-                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)}"
-            )
-
-    def fingerprint(self) -> dict:
-        d = asdict(self)
-        d["dataset"] = str(Path(self.dataset).resolve())
-        return {k: d[k] for k in FINGERPRINT_KEYS}
 
 
 def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from flowsplit.experiments.configs import BASELINES
 from flowsplit.federated.metrics import evaluate_model, macro_f1
 
-BASELINES = ("majority", "centralised", "fedavg")
 FLOAT_BYTES = 4
 
 

@@ -8,23 +8,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flowsplit.errors import ConfigError
+from flowsplit.config_args import SEEDS_HELP, HelpFormatter, cli, csv_tuple, parse_seeds, show_list
+from flowsplit.experiments.configs import ALL_SCHEMES, BASELINES, QUICK, SFLCompareConfig
 from flowsplit.planner.commands import add_common, options
 
-
-def _seed_list(text: str) -> tuple[int, ...]:
-    """``"5"`` -> (0, 1, 2, 3, 4); ``"0,3,7"`` -> (0, 3, 7)."""
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise ConfigError(f"--seeds {text!r}: give a count (5) or a list (0,1,2)")
-    if len(values) == 1 and "," not in str(text):
-        if values[0] < 1:
-            raise ConfigError("--seeds: the count must be >= 1")
-        return tuple(range(values[0]))
-    return tuple(values)
+SFL_COMPARE_OPTIONS = {
+    "schemes": cli(
+        parse=csv_tuple,
+        show=show_list,
+        help=f"Schemes, comma-separated, of {', '.join(ALL_SCHEMES)} (best-fixed: every "
+        "legal cut trained, the best on validation kept: costly); hsfl always runs.",
+    ),
+    "seeds": cli(
+        parse=parse_seeds,
+        metavar="N|S,S,...",
+        help=SEEDS_HELP + ".",
+        show=lambda v: f"{len(v)} ({show_list(v)}); --quick: {len(QUICK['seeds'])}",
+    ),
+    "baselines": cli(
+        parse=csv_tuple,
+        show=show_list,
+        help=f"Baselines that split nothing, comma-separated, of {', '.join(BASELINES)}.",
+    ),
+}
+"""``sfl compare``'s options beyond ``sfl plan``'s (:class:`SFLCompareConfig`)."""
 
 
 def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,29 +45,11 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
             "round, delay per round and to a target accuracy, bytes per tier and message "
             "type, and differences against HSFL with paired confidence intervals."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    add_common(p)
+    # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
+    add_common(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
-    p.add_argument(
-        "--schemes",
-        default="sfl,hsfl,hsfl-greedy,delay,acc-aware",
-        help="comma list of sfl, hsfl, hsfl-greedy, delay, acc-aware and best-fixed "
-        "(every legal cut trained, the best on validation kept: costly); hsfl "
-        "always runs",
-    )
-    p.add_argument(
-        "--seeds",
-        default=None,
-        type=_seed_list,
-        help="number of seeds (5) or a list (0,1,2); default 5, quick 2",
-    )
-    p.add_argument(
-        "--target-accuracy",
-        type=float,
-        default=None,
-        help="accuracy to time (default: 0.95 x HSFL's mean final accuracy)",
-    )
     p.set_defaults(func=cmd_compare)
     return p
 
@@ -68,18 +57,9 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
 def cmd_compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.sfl_compare import run_sfl_compare
 
-    schemes = tuple(s.strip() for s in args.schemes.split(",") if s.strip())
+    given = options(args, SFLCompareConfig)
     path = run_sfl_compare(
-        args.dataset,
-        args.out,
-        model=args.model,
-        schemes=schemes,
-        topology=args.topology,
-        seeds=args.seeds,
-        quick=args.quick,
-        quiet=args.quiet,
-        target_accuracy=args.target_accuracy,
-        **options(args),
+        args.dataset, args.out, quick=given.pop("quick"), quiet=args.quiet, **given
     )
     print(f"report: {path}")
     return 0

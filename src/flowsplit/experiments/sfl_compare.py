@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,66 +34,33 @@ import torch
 
 from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import ConfigError
+from flowsplit.experiments.configs import (
+    ALL_SCHEMES,
+    FULL,
+    QUICK,
+    REFERENCE,
+    SCHEMES,
+    SFLCompareConfig,
+)
 from flowsplit.experiments.sfl_analysis import (
     ablation,
     baseline_summary,
     summarise,
     summary_lines,
 )
-from flowsplit.experiments.sfl_baselines import BASELINES, run_baselines
+from flowsplit.experiments.sfl_baselines import run_baselines
 from flowsplit.experiments.sfl_report import write_report
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
 from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.topology import write_topology
-from flowsplit.planner import study as study_mod
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import eval_split_for
 from flowsplit.planner.plan import PlannerConfig, plan_split
-from flowsplit.planner.study import Study, StudyConfig, base_config, make_study, plan_seed, resolve
+from flowsplit.planner.study import Study, base_config, make_study, plan_seed, resolve
 
 log = logging.getLogger("flowsplit.experiments")
-
-SCHEMES = ("sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware")
-"""The schemes run by default."""
-ALL_SCHEMES = (*SCHEMES, "best-fixed")
-"""``best-fixed`` trains every legal cut pair (with the planner's assignment for that
-pair) for every seed and keeps the pair with the best mean final validation accuracy:
-the oracle the planner approximates, chosen in hindsight (costly: opt in)."""
-REFERENCE = "hsfl"
-QUICK = {**study_mod.QUICK, "seeds": (0, 1)}
-FULL = {**study_mod.FULL, "seeds": (0, 1, 2, 3, 4)}
-
-
-@dataclass
-class SFLCompareConfig(StudyConfig):
-    """What ``sfl compare`` runs (saved in results.json): a study plus its schemes,
-    seeds and target accuracy."""
-
-    schemes: tuple[str, ...] = SCHEMES
-    """Schemes to run; ``hsfl`` (the reference) is always added."""
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    """Run seeds (partition, initial weights, batch order, random assignments)."""
-    target_accuracy: float | None = None
-    """Accuracy whose first reaching is timed (default: 0.95 x HSFL's mean final accuracy)."""
-    baselines: tuple[str, ...] = BASELINES
-    """Baselines that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
-
-    def validate(self) -> None:
-        super().validate()
-        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
-        if bad:
-            raise ConfigError(
-                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
-            )
-        if not self.seeds:
-            raise ConfigError("--seeds: give at least one seed")
-        bad = [b for b in self.baselines if b not in BASELINES]
-        if bad:
-            raise ConfigError(
-                f"--baselines: unknown {', '.join(bad)}; choose from {', '.join(BASELINES)}"
-            )
 
 
 def resolve_config(quick: bool = False, **options: Any) -> SFLCompareConfig:

@@ -12,8 +12,17 @@ import logging
 import time
 from pathlib import Path
 
+from flowsplit.config_args import (
+    HelpFormatter,
+    add_config_arguments,
+    cli,
+    cli_fields,
+    config_values,
+    show_list,
+)
 from flowsplit.errors import ConfigError
 from flowsplit.planner.leakage import budget_pairs
+from flowsplit.planner.study_config import MAX_PILOTS, PILOT_FRACTION, StudyConfig
 
 log = logging.getLogger("flowsplit.planner")
 
@@ -40,17 +49,55 @@ def _weights(text: str) -> tuple[float, float, float]:
     return (w.loss, w.delay, w.bytes)
 
 
-def _tolerance(points: float) -> float:
+def _tolerance(text: str) -> float:
+    """``--acc-tolerance`` in percentage points -> StudyConfig.acc_tolerance, a fraction."""
+    try:
+        points = float(text)
+    except ValueError:
+        raise ConfigError(f"--acc-tolerance {text!r}: give percentage points in [0, 100]") from None
     if not (0.0 <= points <= 100.0):
         raise ConfigError(f"--acc-tolerance {points:g}: give percentage points in [0, 100]")
     return points / 100.0
 
 
-def add_common(p: argparse.ArgumentParser) -> None:
-    """The options ``sfl plan`` and ``sfl compare`` share."""
+STUDY_OPTIONS = {
+    "model": cli(help="Neural model (cnn, lstm, convlstm, convgru)."),
+    "n_clients": cli(flag="--clients"),
+    "n_aggregators": cli(flag="--aggregators"),
+    "rounds": cli(show=lambda v: f"{v}; --quick: 4"),
+    "family": cli(choices=("hsfl", "hsfl-ll")),
+    "fixed_cuts": cli(parse=_pair, show=show_list, metavar="A,C"),
+    "weights": cli(parse=_weights, show=lambda v: ",".join(f"{w:g}" for w in v), metavar="L,D,B"),
+    "reference": cli(choices=("hsfl", "median")),
+    "n_pilots": cli(
+        flag="--pilots",
+        help="Pilot cut pairs.",
+        show=lambda _: f"every legal pair, at most {MAX_PILOTS}",
+    ),
+    "pilot_steps": cli(
+        help="Optimiser steps per pilot, client batches summed over clients.",
+        show=lambda _: f"{PILOT_FRACTION:g} of the run's",
+    ),
+    "train_limit": cli(show=lambda _: "every row; --quick: 600"),
+    "capacity": cli(parse=_capacity, show=lambda _: "no limit", metavar="N,N,..."),
+    "objective": cli(choices=("guard", "weighted")),
+    "acc_tolerance": cli(
+        parse=_tolerance,
+        show=lambda v: f"{100 * v:g}",
+        help="Accuracy guard: plans within this many percentage points of the best "
+        "predicted accuracy.",
+    ),
+    "quick": cli(help="Small defaults (2 seeds, 4 rounds, 600 rows, 8 clients, 3 aggregators)."),
+    "only_cuts": cli(enabled=False),  # from --max-leakage and --leakage-file
+}
+"""``sfl plan``'s and ``sfl compare``'s view of :class:`~flowsplit.planner.study_config.StudyConfig`."""
+
+
+def add_common(p: argparse.ArgumentParser, config: type = StudyConfig, **overrides) -> None:
+    """The options ``sfl plan`` and ``sfl compare`` share: one per field of ``config``
+    (a :class:`StudyConfig`), unset when not given so that ``--quick`` picks the defaults."""
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
-    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    add_config_arguments(p, config, overrides={**STUDY_OPTIONS, **overrides}, unset=True)
     p.add_argument(
         "--max-leakage",
         type=float,
@@ -69,115 +116,22 @@ def add_common(p: argparse.ArgumentParser) -> None:
         help="measure of --max-leakage (bytes_recovered, ascii_recovered, dcor, "
         "label_probe_acc, grad_label_acc, seq_recovered)",
     )
-    p.add_argument("--topology", default="heterogeneous", help="preset name or TOML file")
-    p.add_argument("--clients", type=int, default=None, help="clients N (default: preset's)")
-    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
-    p.add_argument("--topology-seed", type=int, default=0, help="seed of a generated topology")
-    p.add_argument(
-        "--family",
-        default="hsfl",
-        choices=("hsfl", "hsfl-ll"),
-        help="scheme the three-tier runs train with",
-    )
-    p.add_argument(
-        "--objective",
-        default="guard",
-        choices=("guard", "weighted"),
-        help="guard: least delay/bytes among the plans within --acc-tolerance of "
-        "the best predicted accuracy; weighted: the weighted sum with the "
-        "predicted loss",
-    )
-    p.add_argument(
-        "--acc-tolerance",
-        type=float,
-        default=1.0,
-        help="accuracy guard tolerance in percentage points",
-    )
-    p.add_argument(
-        "--three-tier",
-        action="store_true",
-        help="plan only cut pairs with an aggregator part (a < c); a == c is two-tier",
-    )
-    p.add_argument(
-        "--weights",
-        default="1,1,1",
-        type=_weights,
-        help="objective weights loss,delay,bytes (the guard uses delay,bytes)",
-    )
-    p.add_argument(
-        "--reference",
-        default="hsfl",
-        choices=("hsfl", "median"),
-        help="delay/bytes references (deterministic): HSFL at --fixed-cuts with "
-        "the round-robin assignment, or the median cut pair",
-    )
-    p.add_argument(
-        "--rounds",
-        type=int,
-        default=None,
-        help="rounds of the planned run (default 5, quick 4): the surrogate's budget",
-    )
-    p.add_argument("--fixed-cuts", default="1,2", type=_pair, help="HSFL baseline cuts a,c")
-    p.add_argument("--sfl-cut", type=int, default=1, help="SFL baseline cut")
-    p.add_argument("--capacity", default=None, help="most clients per aggregator, comma list")
-    p.add_argument(
-        "--pilots",
-        type=int,
-        default=None,
-        help="pilot cut pairs (default: every legal pair, at most 6)",
-    )
-    p.add_argument(
-        "--pilot-steps",
-        type=int,
-        default=None,
-        help="optimiser steps (client batches) per pilot (default: 1/4 of the "
-        "run's, at least 4 rounds)",
-    )
-    p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--partition", default="iid", help="iid, dirichlet:ALPHA or site")
-    p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
-    p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="small defaults (2 seeds, 4 rounds, 600 rows, 8 clients, 3 aggregators)",
-    )
     p.add_argument("--quiet", action="store_true", help="no per-run log")
 
 
-def options(args: argparse.Namespace) -> dict:
-    """The :class:`~flowsplit.planner.study.StudyConfig` fields of ``add_common``'s options."""
-    return {
-        "view": args.view,
-        "n_clients": args.clients,
-        "n_aggregators": args.aggregators,
-        "topology_seed": args.topology_seed,
-        "family": args.family,
-        "weights": args.weights,
-        "objective": args.objective,
-        "acc_tolerance": _tolerance(args.acc_tolerance),
-        "three_tier": args.three_tier,
-        "rounds": args.rounds,
-        "reference": args.reference,
-        "fixed_cuts": args.fixed_cuts,
-        "sfl_cut": args.sfl_cut,
-        "capacity": _capacity(args.capacity),
-        "n_pilots": args.pilots,
-        "pilot_steps": args.pilot_steps,
-        "pilot_train_limit": args.pilot_train_limit,
-        "batch_size": args.batch_size,
-        "lr": args.lr,
-        "local_epochs": args.local_epochs,
-        "partition": args.partition,
-        "train_limit": args.train_limit,
-        "threads": args.threads,
-        "only_cuts": budget_pairs(
-            args.leakage_file, args.leakage_measure, args.max_leakage, model=args.model
-        ),
-    }
+def options(args: argparse.Namespace, config: type = StudyConfig) -> dict:
+    """The ``config`` fields given on the command line (``None``: the mode's default),
+    with ``only_cuts`` from the leakage options."""
+    values = config_values(args, [f.name for f in cli_fields(config, overrides=STUDY_OPTIONS)])
+    given = {k: v for k, v in values.items() if v is not None}
+    given["quick"] = bool(given.get("quick"))
+    given["only_cuts"] = budget_pairs(
+        args.leakage_file,
+        args.leakage_measure,
+        args.max_leakage,
+        model=given.get("model") or config.model,
+    )
+    return given
 
 
 def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -191,10 +145,10 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
             "w_bytes * bytes / bytes_ref; write the plan (with the baselines' predicted "
             "costs) as JSON."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_common(p)
-    p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON to write")
+    p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON file to write")
     p.add_argument("--seed", type=int, default=0, help="partition and pilot seed")
     p.add_argument(
         "--no-pilots",
@@ -211,14 +165,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.federated.system.topology import topology_to_toml
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
-    weights = args.weights
-    if args.no_pilots and args.objective == "weighted" and weights[0] > 0:
+    given = options(args)
+    cfg = resolve_study_config(given.pop("quick"), **given)
+    if args.no_pilots and cfg.objective == "weighted" and cfg.weights[0] > 0:
         raise ConfigError(
             "--no-pilots with --objective weighted needs a loss weight of 0, e.g. --weights 0,1,1"
         )
-    cfg = resolve_study_config(
-        args.quick, model=args.model, topology=args.topology, **options(args)
-    )
     t0 = time.perf_counter()
     study = make_study(
         args.dataset, cfg, quiet=args.quiet, pilots=not args.no_pilots, seed=args.seed

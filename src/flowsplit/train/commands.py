@@ -9,7 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from flowsplit.config_args import HelpFormatter, add_config_arguments, cli_fields, config_values
+from flowsplit.config_args import (
+    HelpFormatter,
+    RawDescriptionHelpFormatter,
+    add_config_arguments,
+    cli_fields,
+    config_values,
+)
 from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
@@ -335,12 +341,12 @@ def write_output(path: str | Path, text: str) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this area's sub-commands to the CLI."""
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = HelpFormatter
     p = sub.add_parser(
         "train",
         help="train a model centralised or data-parallel",
         description=TRAIN_DESCRIPTION,
-        formatter_class=HelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     add_train_arguments(p)
     p.set_defaults(func=cmd_train)

@@ -1,0 +1,137 @@
+"""The configurations of the two comparisons, apart from the code that runs them.
+
+``flowsplit compare`` (:class:`CompareConfig`, run by :mod:`flowsplit.experiments.compare`)
+and ``flowsplit sfl compare`` (:class:`SFLCompareConfig`, run by
+:mod:`flowsplit.experiments.sfl_compare`). Kept light (no torch) so that the command
+line builds their options from these dataclasses at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from flowsplit.errors import ConfigError
+from flowsplit.planner import study_config
+from flowsplit.planner.study_config import StudyConfig
+
+ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
+QUICK_EPOCHS = 2
+QUICK_ROUNDS = 20
+# Settings that change what a cell measures: a rerun into the same OUT must match them.
+FINGERPRINT_KEYS = ("dataset", "epochs", "rounds", "threads", "patience", "train_args")
+
+
+@dataclass
+class CompareConfig:
+    """One comparison study."""
+
+    dataset: str
+    """Prepared dataset directory (``flowsplit prepare``)."""
+    out: str
+    """Study directory: runs, logs, results and report."""
+    models: list[str] = field(default_factory=lambda: list(ALL_MODELS))
+    """Models to train (registry names)."""
+    workers: list[int] = field(default_factory=lambda: [1, 2, 4])
+    """Worker counts; 1 (centralised, the reference) is always added."""
+    seeds: list[int] = field(default_factory=lambda: list(range(5)))
+    """Seeds of every (model, workers) cell."""
+    epochs: int | None = None
+    """Maximum epochs of the neural models (None: the engine's default; quick: 2)."""
+    rounds: int | None = None
+    """Maximum XGBoost rounds (None: the engine's default; quick: 20)."""
+    threads: int = 1
+    """Threads per worker, the same in every cell, so N workers use N x threads cores."""
+    patience: int | None = None
+    """Early-stopping patience passed to every run (None: the engine's default)."""
+    margin: float = 0.01
+    """TOST equivalence margin, as a fraction (0.01 = +-1 percentage point)."""
+    alpha: float = 0.05
+    """Significance level of the tests."""
+    quick: bool = False
+    """Short runs and a short micro-benchmark, for demos and smoke tests."""
+    cell_timeout_s: float | None = None
+    """Kill a cell that runs longer than this (it is recorded as failed)."""
+    train_args: list[str] = field(default_factory=list)
+    """Extra arguments passed verbatim to every ``flowsplit train``."""
+    quiet_wait_s: float = 0.0
+    """Before each run, wait up to this long for the machine to be mostly idle."""
+    max_busy: float = 0.25
+    """"Mostly idle": at most this fraction of the CPUs busy (over one second)."""
+    max_foreign: float | None = None
+    """Rerun (once) a run during which other processes took more than this fraction of
+    the CPUs (default: none: every run is kept, contended ones flagged in the report)."""
+    rerun_contended: bool = False
+    """Also run again finished runs that were contended (beyond ``max_foreign``, or the
+    report's threshold), keeping whichever of the two was disturbed less."""
+
+    def __post_init__(self) -> None:
+        self.workers = sorted({1, *(int(w) for w in self.workers)})
+        self.seeds = sorted({int(s) for s in self.seeds})
+        self.models = list(dict.fromkeys(self.models))
+        if self.quick:
+            self.epochs = self.epochs or QUICK_EPOCHS
+            self.rounds = self.rounds or QUICK_ROUNDS
+        if min(self.workers) < 1:
+            raise ConfigError(f"--workers must be positive, got {self.workers}")
+        if not self.seeds:
+            raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
+        if self.threads < 1:
+            raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        if not 0 < self.margin < 1:
+            raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
+        if not 0 < self.alpha < 0.5:
+            raise ConfigError(f"--alpha must be in (0, 0.5); got {self.alpha}")
+        unknown = [m for m in self.models if m not in ALL_MODELS]
+        if unknown:
+            raise ConfigError(
+                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)}"
+            )
+
+    def fingerprint(self) -> dict:
+        d = asdict(self)
+        d["dataset"] = str(Path(self.dataset).resolve())
+        return {k: d[k] for k in FINGERPRINT_KEYS}
+
+
+BASELINES = ("majority", "centralised", "fedavg")
+"""Baselines of ``sfl compare`` that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
+SCHEMES = ("sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware")
+"""The schemes run by default."""
+ALL_SCHEMES = (*SCHEMES, "best-fixed")
+"""``best-fixed`` trains every legal cut pair (with the planner's assignment for that
+pair) for every seed and keeps the pair with the best mean final validation accuracy:
+the oracle the planner approximates, chosen in hindsight (costly: opt in)."""
+REFERENCE = "hsfl"
+QUICK = {**study_config.QUICK, "seeds": (0, 1)}
+FULL = {**study_config.FULL, "seeds": (0, 1, 2, 3, 4)}
+
+
+@dataclass
+class SFLCompareConfig(StudyConfig):
+    """What ``sfl compare`` runs (saved in results.json): a study plus its schemes,
+    seeds and target accuracy."""
+
+    schemes: tuple[str, ...] = SCHEMES
+    """Schemes to run; ``hsfl`` (the reference) is always added."""
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Run seeds (partition, initial weights, batch order, random assignments)."""
+    target_accuracy: float | None = None
+    """Accuracy whose first reaching is timed (default: 0.95 x HSFL's mean final accuracy)."""
+    baselines: tuple[str, ...] = BASELINES
+    """Baselines that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
+
+    def validate(self) -> None:
+        super().validate()
+        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
+        if bad:
+            raise ConfigError(
+                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
+            )
+        if not self.seeds:
+            raise ConfigError("--seeds: give at least one seed")
+        bad = [b for b in self.baselines if b not in BASELINES]
+        if bad:
+            raise ConfigError(
+                f"--baselines: unknown {', '.join(bad)}; choose from {', '.join(BASELINES)}"
+            )

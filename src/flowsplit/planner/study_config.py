@@ -1,0 +1,141 @@
+"""What a planning study is told (:class:`StudyConfig`), apart from its heavy machinery.
+
+:mod:`flowsplit.planner.study` runs a study; this module only holds its configuration
+and the quick/full defaults, so the command line can build ``sfl plan``'s options from
+the dataclass without importing torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from flowsplit.errors import ConfigError
+
+QUICK = {
+    "rounds": 4,
+    "train_limit": 600,
+    "pilot_train_limit": None,
+    "n_clients": 8,
+    "n_aggregators": 3,
+}
+"""Quick-mode defaults (explicit options win)."""
+FULL = {
+    "rounds": 5,
+    "train_limit": None,
+    "pilot_train_limit": None,
+    "n_clients": None,
+    "n_aggregators": None,
+}
+"""Defaults otherwise."""
+PLANS = ("acc-aware", "delay", "hsfl", "hsfl-greedy", "sfl")
+"""Plans :func:`plan_seed` can make: the planner, the delay-only planner, HSFL at the
+fixed cuts with a seeded random assignment (the research's baseline) and with the
+planner's delay-aware greedy assignment, and SFL."""
+MAX_PILOTS = 6
+"""Default number of pilot cut pairs: every legal pair up to this many."""
+PILOT_FRACTION = 0.25
+"""Default pilot budget: this share of the run's optimiser steps (at least
+:data:`~flowsplit.planner.pilots.MIN_CURVE_POINTS` rounds)."""
+
+
+@dataclass
+class StudyConfig:
+    """Everything that decides what is planned (saved next to every plan)."""
+
+    model: str = "cnn"
+    """Neural model (cnn, lstm, convlstm, convgru)."""
+    view: str | None = None
+    """Dataset view (default: the model's)."""
+    topology: str = "heterogeneous"
+    """Topology preset or TOML file."""
+    n_clients: int | None = None
+    """Clients (default: the preset's; --quick: 8)."""
+    n_aggregators: int | None = None
+    """Aggregators (default: the preset's; --quick: 3)."""
+    topology_seed: int = 0
+    """Seed of a generated topology (the same for every run seed)."""
+    rounds: int = 5
+    """Federated rounds of the planned run (the budget the surrogate predicts for)."""
+    family: str = "hsfl"
+    """Scheme of the three-tier runs: ``hsfl`` or ``hsfl-ll``."""
+    fixed_cuts: tuple[int, int] = (1, 2)
+    """HSFL baseline cuts."""
+    sfl_cut: int = 1
+    """SFL baseline cut."""
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Objective weights loss, delay, bytes of the accuracy-aware planner."""
+    reference: str = "hsfl"
+    """Objective references: ``hsfl`` or ``median``."""
+    n_pilots: int | None = None
+    """Pilot cut pairs (``None``: every legal pair, at most :data:`MAX_PILOTS`)."""
+    pilot_steps: int | None = None
+    """Optimiser steps per pilot, client batches summed over clients (``None``:
+    :data:`PILOT_FRACTION` of the run's)."""
+    pilot_train_limit: int | None = None
+    """Training rows per pilot (default: as the runs)."""
+    batch_size: int = 32
+    """Client batch size."""
+    lr: float = 1e-3
+    """Learning rate of every tier (Adam)."""
+    local_epochs: int = 1
+    """Local epochs per round."""
+    partition: str = "iid"
+    """``iid``, ``dirichlet:ALPHA`` or ``site``."""
+    train_limit: int | None = None
+    """Training rows per run (a seeded subset), for quick runs."""
+    capacity: tuple[int, ...] | None = None
+    """Most clients per aggregator (the planners honour it)."""
+    threads: int = 1
+    """torch threads."""
+    objective: str = "guard"
+    """``guard`` (accuracy first, see :func:`flowsplit.planner.plan.accuracy_guard`) or
+    ``weighted`` (the weighted sum with the predicted loss)."""
+    acc_tolerance: float = 0.01
+    """Accuracy guard: plans within this of the best predicted accuracy (1 point)."""
+    three_tier: bool = False
+    """Plan only cut pairs with an aggregator part (a < c)."""
+    only_cuts: tuple[tuple[int, int], ...] | None = None
+    """Cut pairs the planners may choose (a leakage budget, see ``planner/leakage.py``)."""
+    quick: bool = False
+    """Quick-mode defaults (see :data:`QUICK`)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the values (on construction); errors name the option to change."""
+        if self.family not in ("hsfl", "hsfl-ll"):
+            raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
+        if self.rounds < 1 or (self.n_pilots or 1) < 1 or (self.pilot_steps or 1) < 1:
+            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
+        if self.objective not in ("guard", "weighted"):
+            raise ConfigError(f"--objective {self.objective!r}: choose guard or weighted")
+        if not (0.0 <= self.acc_tolerance <= 1.0):
+            raise ConfigError(
+                f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1]"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TUPLE_FIELDS = ("schemes", "seeds", "fixed_cuts", "weights", "capacity")
+
+
+def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any]):
+    """An instance of the config class ``cls`` from ``defaults`` and keyword
+    ``options`` (``None`` takes the default), validated."""
+    known = set(cls.__dataclass_fields__)
+    unknown = set(options) - known
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    merged = dict(defaults)
+    merged.update({k: v for k, v in options.items() if v is not None})
+    merged["quick"] = quick
+    for key in TUPLE_FIELDS:
+        if merged.get(key) is not None:
+            merged[key] = tuple(merged[key])
+    cfg = cls(**merged)
+    cfg.validate()
+    return cfg
