@@ -8,11 +8,14 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from flowsplit.cli import main
 from flowsplit.data.labels import LabelSpec
 from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+from flowsplit.data.sources import row_hashes
+from flowsplit.data.splits import dedup_mask
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError, InputError
 from tests.data import _pcapgen as g
@@ -161,3 +164,21 @@ def test_no_flows_message_says_what_was_read(tmp_path):
         FlowsplitError, match="1 packets read, none of them TCP/UDP: packets:non_tcp_udp 1"
     ):
         prepare_dataset([cap], tmp_path / "ds", PrepareOptions(labels=LabelSpec(by="port")))
+
+
+def test_duplicates_dropped_while_reading_equal_dedup_of_the_whole_set(tmp_path):
+    # The flows of copied captures are dropped as they are read (none is written);
+    # the dataset is the one deduplicated at the end: first occurrences, in order.
+    root = _captures(tmp_path / "in", files=2, flows=6)
+    for cls in ("dns", "web"):
+        (root / cls / "copy.pcap").write_bytes((root / cls / "0.pcap").read_bytes())
+    opts = PrepareOptions(labels=LabelSpec(by="folder"), split_by="flow", seed=3)
+    prepare_dataset([root], tmp_path / "ds", opts)
+    prepare_dataset([root], tmp_path / "all", PrepareOptions(**{**vars(opts), "dedup": False}))
+    ds, every = load_dataset(tmp_path / "ds"), load_dataset(tmp_path / "all")
+    assert ds.manifest["skipped"]["duplicate_flow"] == 12 and ds.n_flows == every.n_flows - 12
+    views = ("seq", "bytes", "pkt_bytes")
+    order = every.meta.sort_values("flow_id").index.to_numpy()
+    keep = dedup_mask(row_hashes([every.view(v)[order] for v in views]))
+    for v in views:
+        assert np.array_equal(ds.view(v), every.view(v)[order][keep])

@@ -241,6 +241,9 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
     writer = new_writer({v: (s, dtypes[v]) for v, s in shapes.items()})
     report = ReadReport()
     rows = _Rows()
+    # Duplicates are dropped as they are read (the first of equal flows is kept, as
+    # dedup_mask would keep it), so that they are never written and held.
+    seen: set[bytes] | None = set() if opts.dedup else None
     bar = _progress(files, progress)
     done_bytes = 0
     try:
@@ -259,7 +262,9 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
             keep = labels != None  # noqa: E711 - elementwise on an object array
             skipped["unlabelled"] += int(len(keep) - keep.sum())
             if keep.any():
-                rows.add(*_capture_rows(files, batch, labels, keep))
+                meta, views, stats = _capture_rows(files, batch, labels, keep, seen, skipped)
+                if len(meta["digest"]):
+                    rows.add(meta, views, stats)
             if rows.n >= FLUSH_FLOWS:
                 rows.flush(writer)
             if bar is not None:
@@ -313,8 +318,24 @@ def _label_batch(labeller: Labeller, files, batch) -> np.ndarray:
     return labels
 
 
-def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray):
-    """Metadata, views and stats of the kept flows of one batch, with their fingerprints."""
+def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray, seen, skipped: Counter):
+    """Metadata, views and stats of the kept flows of one batch, with their fingerprints.
+
+    With ``seen`` (the fingerprints of the flows kept so far), flows equal to an
+    earlier one are left out too, and counted as ``duplicate_flow``.
+    """
+    parts = list(batch.views.values())
+    if batch.stats is not None:
+        parts.append(batch.stats.to_numpy(np.float32))
+    digest = src_mod.row_hashes(parts)  # row by row: the same for any subset of rows
+    if seen is not None:
+        kept = np.flatnonzero(keep)
+        uniq, first = np.unique(digest[kept], return_index=True)
+        fresh = [i for i, d in zip(first.tolist(), uniq.tolist(), strict=True) if d not in seen]
+        seen.update(uniq.tolist())
+        keep = np.zeros(len(keep), dtype=bool)
+        keep[kept[np.sort(np.array(fresh, dtype=np.int64))]] = True
+        skipped["duplicate_flow"] += len(kept) - len(fresh)
     b = batch.take(keep) if not keep.all() else batch
     rel = np.array([f.rel for f in files], dtype=object)[b.source]
     meta = {
@@ -331,10 +352,7 @@ def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray):
         "n_packets": b.n_packets.astype(np.int64),
         "n_bytes": b.n_bytes.astype(np.int64),
     }
-    parts = list(b.views.values())
-    if b.stats is not None:
-        parts.append(b.stats.to_numpy(np.float32))
-    meta["digest"] = src_mod.row_hashes(parts)
+    meta["digest"] = digest[keep] if not keep.all() else digest
     return meta, b.views, b.stats
 
 
