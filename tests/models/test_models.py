@@ -11,6 +11,8 @@ from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
 from flowsplit.models.layers import (
     ConvRecurrent,
+    MaskedFramePool,
+    MaskedTimePool,
     SeqInput,
     SizeEmbedding,
     fit_input_scaler,
@@ -198,6 +200,18 @@ def test_registry_contract():
         (lambda: build_estimator("xgboost", depth=3), "no option depth"),
         (
             lambda: build_model(
+                "convgru", view="pkt_bytes", input_shape=(6, 64), n_classes=3, pool="mean"
+            ),
+            "pool must be global, time or last",
+        ),
+        (
+            lambda: build_model(
+                "lstm", view="bytes", input_shape=(784,), n_classes=3, step_bytes=10
+            ),
+            "step_bytes=10 does not divide the 784 payload bytes",
+        ),
+        (
+            lambda: build_model(
                 "convlstm", view="pkt_bytes", input_shape=(6, 64), n_classes=3, kernel=2
             ),
             "convlstm cannot be built with kernel=2",
@@ -253,15 +267,18 @@ def test_size_embedding_buckets_by_direction_and_size():
 
 
 @pytest.mark.parametrize(
-    ("name", "view", "short", "long"),
+    ("name", "view", "short", "long", "options"),
     [
-        ("lstm", "seq", (6, 4), (11, 4)),
-        ("lstm", "bytes", (4, 8), (9, 8)),
-        ("convlstm", "pkt_bytes", (4, 16), (7, 16)),
-        ("convgru", "pkt_bytes", (4, 16), (7, 16)),
+        ("lstm", "seq", (6, 4), (11, 4), {}),
+        ("lstm", "bytes", (4, 8), (9, 8), {}),
+        *(
+            (name, "pkt_bytes", (4, 16), (7, 16), {"pool": pool})
+            for name in ("convlstm", "convgru")
+            for pool in ("global", "time", "last")
+        ),
     ],
 )
-def test_padding_does_not_change_the_prediction(name, view, short, long):
+def test_padding_does_not_change_the_prediction(name, view, short, long, options):
     # Prepare: the same flows (3 packets / rows) padded to two lengths; the model's
     # parameters do not depend on the length, so the same seed builds the same model.
     x_long = _raw_batch(view, long, n=4)
@@ -271,6 +288,22 @@ def test_padding_does_not_change_the_prediction(name, view, short, long):
     models = []
     for shape in (short, long):
         torch.manual_seed(0)
-        models.append(build_model(name, view=view, input_shape=shape, n_classes=3).eval())
+        model = build_model(name, view=view, input_shape=shape, n_classes=3, **options)
+        models.append(model.eval())
     # Execute / Assert
     torch.testing.assert_close(models[0](x_short), models[1](x_long))
+
+
+def test_lstm_reads_bytes_in_steps_of_step_bytes():
+    model = build_model("lstm", view="bytes", input_shape=(784,), n_classes=3, step_bytes=16)
+    first = model.forward_range(_raw_batch("bytes", (784,)), 0, 1)
+    assert first.shape[:2] == (3, 49)  # 784 bytes -> 49 steps of 16
+
+
+def test_time_pool_ignores_padding_frames_and_keeps_positions():
+    # (B=1, T=3, C=1 + mask, H=1, W=2): two present frames, one padding frame of large values
+    x = torch.tensor([[[[[1.0, 2.0]], [[1.0, 1.0]]], [[[3.0, 0.0]], [[1.0, 1.0]]],
+                       [[[9.0, 9.0]], [[0.0, 0.0]]]]])  # fmt: skip
+    per_position = MaskedTimePool()(x)  # (1, 2C, H, W): mean then max
+    assert per_position.tolist() == [[[[2.0, 1.0]], [[3.0, 2.0]]]]
+    assert MaskedFramePool()(x).tolist() == [[1.5, 3.0]]

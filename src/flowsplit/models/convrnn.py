@@ -27,6 +27,8 @@ from flowsplit.models.layers import (
     ChannelsLast,
     ConvRecurrent,
     LastFrame,
+    MaskedFramePool,
+    MaskedTimePool,
     WithMask,
     frame_shape,
     image_side,
@@ -70,13 +72,21 @@ def _build(
     hidden: int,
     dropout: float,
     rows_per_frame: int,
+    pool: str,
 ) -> BlockModel:
+    if pool not in ("global", "time", "last"):
+        raise ConfigError(f"{name} pool must be global, time or last, got {pool!r}")
     input_shape = tuple(int(s) for s in input_shape)
     t, fh, fw = _frames(view, input_shape, int(rows_per_frame))
     c1, c2 = (int(c) for c in channels)
     # Pool only dimensions that can take it (a 1-row strip stays 1 row high).
-    pool = (2 if fh >= 2 else 1, 2 if fw >= 2 else 1)
-    flat = c2 * (fh // pool[0]) * (fw // pool[1])
+    if pool == "global":  # (B, 2 * C2): mean and max over present frames and positions
+        summary, n_summary = [MaskedFramePool()], 2 * c2
+    else:  # 2x2 max-pooled, position by position: the last state, or mean and max over time
+        pool2 = (2 if fh >= 2 else 1, 2 if fw >= 2 else 1)
+        first = LastFrame(masked=True) if pool == "last" else MaskedTimePool()
+        summary = [first, nn.MaxPool2d(pool2), nn.Flatten()]
+        n_summary = (1 if pool == "last" else 2) * c2 * (fh // pool2[0]) * (fw // pool2[1])
     if embed:  # (B, d, T, H, W) -> (B, T, d, H, W): d channels per frame
         stem, in_ch = nn.Sequential(ByteEmbedding(embed, (t, fh, fw)), ChannelsLast()), embed
     else:
@@ -91,14 +101,7 @@ def _build(
         ("rnn2", ConvRecurrent(cell, c1, c2, kernel, masked=True)),
         (
             "fc",
-            nn.Sequential(
-                LastFrame(masked=True),  # (B, C2, H, W): the state after the last packet
-                nn.MaxPool2d(pool),
-                nn.Flatten(),
-                nn.Linear(flat, hidden),
-                nn.ReLU(),
-                nn.Dropout(dropout),
-            ),
+            nn.Sequential(*summary, nn.Linear(n_summary, hidden), nn.ReLU(), nn.Dropout(dropout)),
         ),
         ("head", nn.Linear(hidden, n_classes)),
     ]
@@ -116,6 +119,7 @@ def build_convlstm(
     hidden: int = 128,
     dropout: float = 0.2,
     rows_per_frame: int = 4,
+    pool: str = "last",
 ) -> BlockModel:
     """Build the ConvLSTM.
 
@@ -129,6 +133,9 @@ def build_convlstm(
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
         rows_per_frame: image rows per frame when reading ``bytes``.
+        pool: what ``fc`` reads: ``global`` (mean and max of ``rnn2``'s states over
+            the flow's frames and the frame's positions) or ``last`` (the state after
+            the last frame, 2x2 max-pooled, position by position).
     """
     return _build(
         "lstm",
@@ -142,6 +149,7 @@ def build_convlstm(
         hidden=hidden,
         dropout=dropout,
         rows_per_frame=rows_per_frame,
+        pool=pool,
     )
 
 
@@ -156,6 +164,7 @@ def build_convgru(
     hidden: int = 128,
     dropout: float = 0.2,
     rows_per_frame: int = 4,
+    pool: str = "last",
 ) -> BlockModel:
     """Build the ConvGRU (same arguments as :func:`build_convlstm`)."""
     return _build(
@@ -170,4 +179,5 @@ def build_convgru(
         hidden=hidden,
         dropout=dropout,
         rows_per_frame=rows_per_frame,
+        pool=pool,
     )

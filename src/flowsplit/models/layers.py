@@ -178,6 +178,38 @@ class LastFrame(nn.Module):
         return x[:, -1, :-1] if self.masked else x[:, -1]
 
 
+class MaskedFramePool(nn.Module):
+    """``(B, T, C + 1, H, W)`` (mask last) -> ``(B, 2C)``: mean and max over present frames and positions.
+
+    The convolutional counterpart of :class:`MaskedSeqPool`: every frame's state
+    reaches the classifier directly (the gradient does not have to travel back
+    through the whole recurrence from the last frame), and a pattern counts wherever
+    it sits in the frame, as in the CNN's global pooling. Padding frames are ignored.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, m = x[:, :, :-1], x[:, :, -1:, :1, :1]  # (B, T, C, H, W), (B, T, 1, 1, 1)
+        n = m.sum(1).clamp(min=1.0) * h.shape[-2] * h.shape[-1]  # (B, 1, 1, 1)
+        mean = (h * m).sum((1, 3, 4)) / n.flatten(1)
+        top = h.masked_fill(m == 0, float("-inf")).amax((1, 3, 4))
+        return torch.cat([mean, top], dim=1)
+
+
+class MaskedTimePool(nn.Module):
+    """``(B, T, C + 1, H, W)`` (mask last) -> ``(B, 2C, H, W)``: mean and max over present frames.
+
+    Position by position: in per-packet frames a position is a header field (the IP
+    length, the protocol, the TCP flags), so it keeps its place; every frame's state
+    still reaches the classifier directly. Padding frames are ignored.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, m = x[:, :, :-1], x[:, :, -1:, :1, :1]  # (B, T, C, H, W), (B, T, 1, 1, 1)
+        mean = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+        top = h.masked_fill(m == 0, float("-inf")).amax(1)
+        return torch.cat([mean, top], dim=1)
+
+
 class ConvLSTMCell(nn.Module):
     """A convolutional LSTM cell (Shi et al., 2015): all four gates are convolutions.
 

@@ -21,6 +21,7 @@ so split learning can cut between them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from torch import nn
@@ -50,6 +51,7 @@ def build_lstm(
     hidden: int = 128,
     dropout: float = 0.2,
     bidirectional: bool = False,
+    step_bytes: int = 0,
 ) -> BlockModel:
     """Build the LSTM.
 
@@ -66,6 +68,8 @@ def build_lstm(
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
         bidirectional: run each LSTM layer in both directions (doubles its output).
+        step_bytes: bytes only: payload bytes per step (must divide the stored length);
+            0 reads the near-square image rows (784 bytes -> 28 steps of 28).
     """
     input_shape = tuple(int(s) for s in input_shape)
     if view == "seq":
@@ -75,7 +79,14 @@ def build_lstm(
         stem: nn.Module = PacketFeatures(n_feat, int(size_embed))
         n_feat += int(size_embed)
     elif view == "bytes":
-        if len(input_shape) == 2:
+        n_bytes = math.prod(input_shape)
+        if step_bytes:
+            if n_bytes % int(step_bytes):
+                raise ConfigError(
+                    f"step_bytes={step_bytes} does not divide the {n_bytes} payload bytes"
+                )
+            steps, n_feat = n_bytes // int(step_bytes), int(step_bytes)
+        elif len(input_shape) == 2:
             steps, n_feat = input_shape
         else:
             steps, n_feat = frame_shape(input_shape[0])
