@@ -62,6 +62,9 @@ SFL_COMMAND_MODULES = (
     "flowsplit.experiments.sfl_commands",
     "flowsplit.privacy.commands",
 )
+# Modules with an ``sfl_policies()`` function (name -> factory of the assignment policy
+# ``sfl run`` uses), for the same reason.
+SFL_POLICY_MODULES = ("flowsplit.planner.reassign",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SFL_COMMAND_MODULES:
         for command, build in importlib.import_module(name).sfl_commands().items():
             add_sfl_command(command)(build)
+    add_sfl_policy = importlib.import_module("flowsplit.federated.commands").add_sfl_policy
+    for name in SFL_POLICY_MODULES:
+        for policy, factory in importlib.import_module(name).sfl_policies().items():
+            add_sfl_policy(policy, factory)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

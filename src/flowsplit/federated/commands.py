@@ -27,6 +27,23 @@ log = logging.getLogger("flowsplit.federated")
 SFL_COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {}
 
 
+# name -> factory(config) of an AssignmentPolicy (flowsplit.federated.assignment), added
+# by flowsplit.cli from the packages built on this one (the planner's reassignment):
+# ``reassign`` is what ``sfl run`` uses (the clients of a lost aggregator are moved).
+SFL_POLICIES: dict[str, Callable[[SFLConfig], Any]] = {}
+
+
+def add_sfl_policy(name: str, factory: Callable[[SFLConfig], Any]) -> None:
+    """Register an assignment-policy factory for ``sfl run`` under ``name``."""
+    SFL_POLICIES[name] = factory
+
+
+def run_policy(config: SFLConfig):
+    """The assignment policy ``sfl run`` gives its runtime (None: keep the assignment)."""
+    factory = SFL_POLICIES.get("reassign")
+    return None if factory is None else factory(config)
+
+
 def add_sfl_command(name: str):
     """Decorator: register a builder of ``flowsplit sfl NAME`` (for later sub-commands)."""
 
@@ -174,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if writes and not args.quiet:
         _log_start(args, config, topology)
     if args.backend == "sim":
-        result = _simulate(setup, out, quiet=args.quiet)
+        result = _simulate(setup, out, quiet=args.quiet, policy=run_policy(config))
     elif torchrun is not None:
         result = run_under_torchrun(
             setup,
@@ -183,6 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out_dir=out,
             quiet=args.quiet,
             bind=args.bind,
+            policy=run_policy(config),
         )
         if result is None:
             return 0
@@ -194,6 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out_dir=out,
             quiet=args.quiet,
             resume=args.resume,
+            policy=run_policy(config),
         )
     totals = result.totals()
     print(
@@ -218,14 +237,14 @@ def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
     )
 
 
-def _simulate(setup, out: Path, *, quiet: bool):
+def _simulate(setup, out: Path, *, quiet: bool, policy=None):
     """Train ``setup`` in this process with a progress bar and a tree per round; write OUT."""
     from flowsplit.federated.results import write_run
     from flowsplit.federated.schemes import round_log
     from flowsplit.federated.sim import run_simulation
 
     with round_log(setup.config.rounds, quiet=quiet) as on_round:
-        result = run_simulation(setup, on_round=on_round)
+        result = run_simulation(setup, on_round=on_round, policy=policy)
     write_run(out, result)
     return result
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flowsplit.config_args import cli
+from flowsplit.config_args import cli, int_tuple, show_list
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system import AUX_MODES
 from flowsplit.federated.system.partition import parse_partition
@@ -86,6 +86,14 @@ class SFLConfig:
     """Use at most this many training rows (a seeded subset), for quick runs."""
     threads: int = 1
     """torch threads per process."""
+    fail: list[str] = field(
+        default_factory=list, metadata=cli(parse=str, append=True, metavar="aggregator:J@roundR")
+    )
+    """Fault schedule: aggregator J is gone from round R (1-based) on, its clients lost that round and reassigned from the next; repeat or comma-separate. sim: simulated; dist: the aggregator's process SIGKILLs itself at the start of round R."""
+    capacity: tuple[int, ...] = field(
+        default=(), metadata=cli(parse=int_tuple, show=show_list, metavar="K[,K...]")
+    )
+    """Most clients an aggregator may serve when clients are reassigned: one value for all or one per aggregator (default: no limit)."""
     exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
     hang_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
@@ -95,6 +103,12 @@ class SFLConfig:
         self.cuts = (int(self.cuts[0]), int(self.cuts[1]))
         self.exit_clients = {int(k): int(v) for k, v in dict(self.exit_clients).items()}
         self.hang_clients = {int(k): int(v) for k, v in dict(self.hang_clients).items()}
+        # One entry per failure, normalised, in the order given (comma lists split).
+        self.fail = [
+            f"aggregator:{j}@round{r + 1}"
+            for j, r in _parse_failures([self.fail] if isinstance(self.fail, str) else self.fail)
+        ]
+        self.capacity = tuple(int(c) for c in self.capacity)
         self.validate()
 
     def validate(self) -> None:
@@ -132,10 +146,20 @@ class SFLConfig:
         if self.train_limit is not None and self.train_limit < 1:
             raise ConfigError("--train-limit must be >= 1")
         parse_partition(self.partition)
+        if any(c < 0 for c in self.capacity):
+            raise ConfigError(f"--capacity {show_list(self.capacity)}: capacities are >= 0")
+
+    def failed_aggregators(self) -> dict[int, int]:
+        """``{aggregator: round (0-based) from which it is gone}`` of ``--fail``."""
+        out: dict[int, int] = {}
+        for j, r in _parse_failures(self.fail):
+            out[j] = min(r, out.get(j, r))
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["cuts"] = list(self.cuts)
+        d["capacity"] = list(self.capacity)
         d["exit_clients"] = {str(k): v for k, v in self.exit_clients.items()}
         d["hang_clients"] = {str(k): v for k, v in self.hang_clients.items()}
         return d
@@ -152,4 +176,26 @@ class SFLConfig:
         values = dict(d)
         if "cuts" in values:
             values["cuts"] = tuple(values["cuts"])
+        if "capacity" in values:
+            values["capacity"] = tuple(values["capacity"])
         return cls(**values)
+
+
+def _parse_failures(entries: list[str]) -> list[tuple[int, int]]:
+    """``["aggregator:1@round3,aggregator:0@round5"]`` -> ``[(1, 2), (0, 4)]`` (0-based rounds)."""
+    out = []
+    for entry in entries:
+        for item in str(entry).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            role, _, when = item.partition("@")
+            kind, _, index = role.partition(":")
+            rnd = when[len("round") :] if when.startswith("round") else ""
+            if kind != "aggregator" or not index.isdigit() or not rnd.isdigit() or int(rnd) < 1:
+                raise ConfigError(
+                    f"--fail {item!r}: write aggregator:J@roundR (J the aggregator, R >= 1 the "
+                    "round, 1-based, from which it is gone)"
+                )
+            out.append((int(index), int(rnd) - 1))
+    return out

@@ -48,7 +48,14 @@ from tqdm import tqdm
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 from flowsplit.federated.assignment import AssignmentPolicy, changes, decide_assignment
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.results import SFLResult, read_run, run_facts, save_tensors, write_run
+from flowsplit.federated.results import (
+    SFLResult,
+    assignment_facts,
+    read_run,
+    run_facts,
+    save_tensors,
+    write_run,
+)
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan, round_log
 from flowsplit.federated.server import CloudServer
@@ -188,49 +195,118 @@ class DistRuntime:
         return alive
 
     def plan_round(self, plan: RoundPlan) -> RoundPlan:
-        """``plan`` on its round's network, with the assignment the server decided."""
+        """``plan`` on its round's network, with the assignment the server decided.
+
+        The server asks the policy, brings the clients it moved back from its lost set,
+        and writes ``(assignment, skipped)`` as a (2, N) int64 array to the store; every
+        other role reads it. Aggregators then report ready (telemetry): one that does
+        not (its process is gone) is lost before any of the round's traffic, and its
+        clients are lost for this round, as in the simulation.
+        """
         net = self.policy.network_for_round(plan.round, self.setup.topology)
         plan = plan.with_network(self.assignment, net.topology, net.available)
         key = ASSIGNMENT_KEY.format(round=plan.round)
+        kind, index = self.me
+        if kind == AGGREGATOR and self.setup.config.failed_aggregators().get(index) == plan.round:
+            log.warning(
+                "aggregator %d: SIGKILLs itself at the start of round %d (--fail)",
+                index,
+                plan.round + 1,
+            )
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.is_server:
             assignment = decide_assignment(
                 self.policy, self.setup, plan, self.alive_aggregators(), self.assignment
             )
+            moves = changes(self.assignment, assignment)
+            self.role.lost.difference_update(i for i, _, _ in moves)
+            skipped = np.zeros(len(assignment), dtype=np.int64)
+            skipped[sorted(self.role.lost)] = 1
             if self.store is not None:
-                self.store.set(key, np.ascontiguousarray(assignment, dtype="<i8").tobytes())
+                both = np.stack([assignment, skipped]).astype("<i8")
+                self.store.set(key, np.ascontiguousarray(both).tobytes())
         elif self.store is not None:
             raw = self.store.get(key)
-            assignment = np.frombuffer(raw, dtype="<i8").astype(np.int64)
-            if assignment.shape != self.assignment.shape:
+            both = np.frombuffer(raw, dtype="<i8").astype(np.int64)
+            if both.shape != (2 * len(self.assignment),):
                 raise FlowsplitError(f"{key}: {len(raw)} bytes, not an assignment of this run")
+            assignment, skipped = both.reshape(2, -1)
+            moves = changes(self.assignment, assignment)
         else:
-            assignment = self.assignment
+            assignment, skipped, moves = self.assignment, None, []
         plan = plan.with_network(
-            assignment, net.topology, net.available, changes(self.assignment, assignment)
+            assignment,
+            net.topology,
+            net.available,
+            moves,
+            None if skipped is None else skipped.astype(bool),
         )
+        for i, old, new in moves:
+            if self.me in ((CLIENT, i), (AGGREGATOR, new)):
+                log.info(
+                    "round %d: client %d moves from aggregator %d to %d",
+                    plan.round + 1,
+                    i,
+                    old,
+                    new,
+                )
         self.assignment = plan.assignment
         self.ctx.assignment = plan.assignment
         if self.ctx.meter.topology is not plan.topology:
             self.ctx.meter.set_topology(plan.topology)
-        self._connect_new_pairs(plan.assignment)
+        self._connect_new_pairs(plan)
+        self._report_ready()
         return plan
 
-    def _connect_new_pairs(self, assignment: np.ndarray) -> None:
-        """Create the gloo groups of this round's aggregator-client pairs we lack."""
+    def _report_ready(self) -> None:
+        """Aggregators tell the server they are there; the server loses those that are not."""
+        kind, _ = self.me
+        ready = torch.zeros(1)
+        if kind == AGGREGATOR:
+            self.transport.send(Send(SERVER_ADDRESS, ready, CONTROL), telemetry=True)
+        elif self.is_server:
+            for j in np.flatnonzero(self.alive_aggregators()):
+                got = self.transport.recv(Recv((AGGREGATOR, int(j)), CONTROL), telemetry=True)
+                if got is None:  # gone: its clients are lost this round, moved the next
+                    self.role.lost.update(int(i) for i in np.flatnonzero(self.assignment == j))
+
+    def _connect_new_pairs(self, plan: RoundPlan) -> None:
+        """Create the gloo groups of this round's aggregator-client pairs we lack.
+
+        Both ends create a pair at the same point of the same round. An aggregator gives
+        a client that does not join within ``--timeout`` up as lost (it tells the server
+        in the client's first slot, as for any lost client).
+        """
         kind, index = self.me
         if self.is_server or self.store is None:
             return
         n_aggs = self.setup.topology.n_aggregators
-        for a, b in talking_pairs(assignment, n_aggs):
+        for a, b in talking_pairs(plan.assignment, n_aggs):
             if self.me not in (a, b):
                 continue
             peer = b if self.me == a else a
-            if peer in self.transport.peers:
+            if peer in self.transport.peers or not plan.takes_part(
+                peer[1] if peer[0] == CLIENT else index
+            ):
                 continue
             log.info("%s: connecting to %s", role_name(self.me), role_name(peer))
-            self.transport.peers[peer] = pair_group(
-                self.store, self.me, a, b, n_aggs, device=self.device, timeout_s=self.wait_timeout
-            )
+            try:
+                self.transport.peers[peer] = pair_group(
+                    self.store,
+                    self.me,
+                    a,
+                    b,
+                    n_aggs,
+                    device=self.device,
+                    timeout_s=self.setup.config.timeout_s,
+                )
+            except RuntimeError as exc:
+                self.transport.peers[peer] = None
+                self.transport.lose(peer, f"no connection: {exc}")
+                if kind == AGGREGATOR:
+                    self.role.lost.add(peer[1])
+                continue
             self.transport.lost.discard(peer)
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
@@ -241,10 +317,13 @@ class DistRuntime:
         kind, index = self.me
         if kind == CLIENT:
             self._inject_faults(index, plan.round)
-            if plan.participants[index]:
+            if plan.takes_part(index):
                 drive(self.role.run_round(plan), self.transport)
         else:
             drive(self.role.run_round(plan), self.transport)
+        if self.is_server:  # an aggregator lost mid-round loses all its clients' work
+            gone = ~self.alive_aggregators()
+            self.role.lost.update(int(i) for i in plan.order if gone[plan.assignment[i]])
         log.debug("%s: round %d trained", role_name(self.me), plan.round + 1)
         total = self._gather_telemetry(plan)
         self.transport.flush()
@@ -284,7 +363,7 @@ class DistRuntime:
         own = np.concatenate([self.ctx.meter.ledger.to_vector(), self.transport.received.ravel()])
         kind, index = self.me
         if kind == CLIENT:
-            if plan.participants[index]:
+            if plan.takes_part(index):
                 agg = (AGGREGATOR, int(plan.assignment[index]))
                 self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
             return own
@@ -292,7 +371,7 @@ class DistRuntime:
         if kind == AGGREGATOR:
             for i in plan.order:
                 i = int(i)
-                if plan.assignment[i] != index or i in self.role.lost:
+                if plan.assignment[i] != index or i in self.role.lost or not plan.takes_part(i):
                     continue
                 vec = self.transport.recv(
                     Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
@@ -340,6 +419,8 @@ class DistRuntime:
         server.server_opt.load_state_dict(state["server_opt"])
         torch.set_rng_state(state["rng"])
         server.lost = set(state["lost"])
+        # The assignment the last round ran with (moves included): the next starts from it.
+        self.assignment = np.asarray(state["assignment"], dtype=np.int64)
         return json.loads(state["history"])
 
     def evaluate(self) -> dict[str, float]:
@@ -457,7 +538,11 @@ def role_main(
                 assignment=setup.assignment,
                 model_state=runtime.role.global_model().state_dict(),
                 **run_facts(setup),
-                info={"world_size": world_size, "telemetry_bytes": transport.telemetry_bytes},
+                info={
+                    "world_size": world_size,
+                    "telemetry_bytes": transport.telemetry_bytes,
+                    **assignment_facts(history, runtime.assignment),
+                },
             )
             write_run(payload["out_dir"], result)
     finally:

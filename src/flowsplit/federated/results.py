@@ -124,6 +124,19 @@ class SFLResult:
         )
 
 
+def assignment_facts(history: list[dict[str, Any]], final: np.ndarray) -> dict[str, Any]:
+    """What a result's ``info`` says of the assignment's changes: every move (which client
+    went from which aggregator to which, from which round on) and the last assignment."""
+    return {
+        "reassignments": [
+            {"round": int(rec["round"]), "client": c, "from": f, "to": t}
+            for rec in history
+            for c, f, t in rec.get("reassigned", [])
+        ],
+        "final_assignment": [int(a) for a in final],
+    }
+
+
 def run_facts(setup: Any) -> dict[str, Any]:
     """The dataset facts an :class:`SFLResult` states, from a run's ``RunSetup``."""
     return {

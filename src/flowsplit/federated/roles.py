@@ -163,7 +163,9 @@ class EdgeAggregator:
         view = [
             int(i)
             for i in plan.order
-            if ctx.assignment[i] == self.index and int(i) not in self.notified
+            if ctx.assignment[i] == self.index
+            and int(i) not in self.notified
+            and plan.takes_part(int(i))
         ]
         if not view:
             return

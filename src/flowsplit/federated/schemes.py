@@ -154,10 +154,18 @@ class RoundPlan:
     """The round's ``Topology`` (set by ``runtime.plan_round``; its costs charge the round)."""
     reassigned: tuple[tuple[int, int, int], ...] = ()
     """``(client, from, to)`` of every client whose aggregator changed for this round."""
+    skipped: np.ndarray | None = None
+    """(N,) bool: clients the server has given up on (lost before this round and not
+    brought back by a reassignment); no role works with them. None: nobody."""
 
     @property
     def max_steps(self) -> int:
         return int(self.n_batches.max(initial=0))
+
+    def takes_part(self, client: int) -> bool:
+        """Client ``client`` is scheduled this round and not given up on."""
+        skipped = self.skipped is not None and bool(self.skipped[client])
+        return bool(self.participants[client]) and not skipped
 
     def with_network(
         self,
@@ -165,6 +173,7 @@ class RoundPlan:
         topology: Any,
         available: np.ndarray | None = None,
         reassigned: tuple[tuple[int, int, int], ...] = (),
+        skipped: np.ndarray | None = None,
     ) -> RoundPlan:
         """This plan on a network: its assignment and topology, without the clients
         ``available`` rules out (they sit the round out, as dropouts do)."""
@@ -173,6 +182,7 @@ class RoundPlan:
             assignment=np.asarray(assignment, dtype=np.int64),
             topology=topology,
             reassigned=tuple(reassigned),
+            skipped=None if skipped is None else np.asarray(skipped, dtype=bool),
         )
         if available is None:
             return plan

@@ -174,6 +174,18 @@ def _check_client_memory(topo: Topology, costs: PartCosts, config: SFLConfig) ->
         )
 
 
+def _check_faults(topo: Topology, config: SFLConfig) -> None:
+    a = topo.n_aggregators
+    for j in config.failed_aggregators():
+        if j >= a:
+            raise ConfigError(f"--fail aggregator:{j}: the topology has aggregators 0..{a - 1}")
+    if len(config.capacity) not in (0, 1, a):
+        raise ConfigError(
+            f"--capacity gives {len(config.capacity)} values for {a} aggregators; "
+            "give one for all or one per aggregator"
+        )
+
+
 def prepare_run(
     config: SFLConfig,
     *,
@@ -211,6 +223,7 @@ def prepare_run(
     )
     topo = topology.with_samples(np.array([len(s) for s in shards]))
     _check_client_memory(topo, costs, config)
+    _check_faults(topo, config)
     if assignment is None:
         assignment = assign_clients(topo, config.assign, config.seed)
     assignment = topo.check_assignment(assignment)

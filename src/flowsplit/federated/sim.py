@@ -21,7 +21,7 @@ import torch
 
 from flowsplit.federated.assignment import AssignmentPolicy, changes, decide_assignment
 from flowsplit.federated.metrics import evaluate_model
-from flowsplit.federated.results import SFLResult, run_facts
+from flowsplit.federated.results import SFLResult, assignment_facts, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
@@ -112,6 +112,8 @@ class SimRuntime:
         """The assignment of the last planned round (the run's initial one before)."""
         self.alive = np.ones(setup.topology.n_aggregators, dtype=bool)
         """Aggregators not lost so far."""
+        self.failures = setup.config.failed_aggregators()
+        """``--fail``: aggregator -> round (0-based) from which it is gone."""
         self.n_samples = setup.n_samples
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         self.server = CloudServer(self.ctx, client_tpl, agg_tpl, server_tpl)
@@ -131,24 +133,38 @@ class SimRuntime:
     def coroutines(self, plan: RoundPlan) -> dict[Address, Coroutine]:
         coros = {self.server.address: self.server.run_round(plan)}
         for agg in self.aggregators:
-            coros[agg.address] = agg.run_round(plan)
+            if self.alive[agg.index]:
+                coros[agg.address] = agg.run_round(plan)
         for i in plan.order:
-            client = self.clients[int(i)]
-            coros[client.address] = client.run_round(plan)
+            # Lost clients (a gone aggregator's, this round) do nothing, as in dist.
+            if int(i) not in self.server.lost:
+                client = self.clients[int(i)]
+                coros[client.address] = client.run_round(plan)
         return coros
 
     def plan_round(self, plan: RoundPlan) -> RoundPlan:
-        """``plan`` on its round's network, with the assignment the policy gives it."""
+        """``plan`` on its round's network, with the assignment the policy gives it.
+
+        Then the ``--fail`` schedule: an aggregator gone from this round on takes its
+        clients with it for this round (as the dist server finds at the round's start).
+        """
         net = self.policy.network_for_round(plan.round, self.setup.topology)
         plan = plan.with_network(self.assignment, net.topology, net.available)
         assignment = decide_assignment(self.policy, self.setup, plan, self.alive, self.assignment)
-        plan = plan.with_network(
-            assignment, net.topology, net.available, changes(self.assignment, assignment)
-        )
+        moves = changes(self.assignment, assignment)
+        lost = self.server.lost
+        lost.difference_update(i for i, _, _ in moves)  # brought back at their new aggregator
+        skipped = np.zeros(len(assignment), dtype=bool)
+        skipped[sorted(lost)] = True
+        plan = plan.with_network(assignment, net.topology, net.available, moves, skipped)
         self.assignment = plan.assignment
         self.ctx.assignment = plan.assignment
         if self.ctx.meter.topology is not plan.topology:
             self.ctx.meter.set_topology(plan.topology)
+        for j, r in self.failures.items():
+            if r == plan.round and self.alive[j]:
+                self.alive[j] = False
+                lost.update(int(i) for i in np.flatnonzero(assignment == j))
         return plan
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
@@ -158,8 +174,9 @@ class SimRuntime:
         return RoundOutcome(
             ledger=self.ctx.meter.ledger,
             train_loss=self.server.train_loss,
-            lost=[],
+            lost=sorted(self.server.lost),
             wall_s=time.perf_counter() - start,
+            lost_aggregators=[int(j) for j in np.flatnonzero(~self.alive)],
         )
 
     def evaluate(self) -> dict[str, float]:
@@ -190,4 +207,5 @@ def run_simulation(
         assignment=setup.assignment,
         model_state=runtime.server.global_model().state_dict(),
         **run_facts(setup),
+        info=assignment_facts(history, runtime.assignment),
     )

@@ -142,7 +142,8 @@ class GlooTransport:
         self.received = np.zeros((len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES)))
         self.telemetry_bytes = 0
 
-    def _lose(self, peer: Address, why: str) -> None:
+    def lose(self, peer: Address, why: str) -> None:
+        """Give ``peer`` up (logged once): messages to it are dropped, from it are None."""
         if peer in self.lost:
             return
         self.lost.add(peer)
@@ -167,7 +168,7 @@ class GlooTransport:
             for t in tensors:
                 self.pending.append((pg.send([t], rank, 0), t, peer))
         except RuntimeError as exc:
-            self._lose(peer, f"send failed: {exc}")
+            self.lose(peer, f"send failed: {exc}")
             return
         nbytes = sum(t.nbytes for t in tensors)
         if telemetry:
@@ -187,7 +188,7 @@ class GlooTransport:
             try:
                 work.wait(dt.timedelta(seconds=self.wait_timeout))
             except RuntimeError as exc:
-                self._lose(peer, f"send did not complete: {exc}")
+                self.lose(peer, f"send did not complete: {exc}")
 
     # --- receiving ---------------------------------------------------------------------
     def recv(self, op: Recv, *, telemetry: bool = False) -> torch.Tensor | None:
@@ -202,7 +203,7 @@ class GlooTransport:
         try:
             decoded = decode_header(header)
         except ValueError as exc:
-            self._lose(peer, str(exc))
+            self.lose(peer, str(exc))
             return None
         if decoded is None:
             self._count(peer, header.nbytes, CONTROL, telemetry)
@@ -226,7 +227,7 @@ class GlooTransport:
         except RuntimeError as exc:
             text = str(exc)
             why = f"nothing for {timeout:g} s" if "Timed out" in text else text
-            self._lose(peer, why)
+            self.lose(peer, why)
             return False
 
     def _count(self, peer: Address, nbytes: int, kind: str, telemetry: bool) -> None:
