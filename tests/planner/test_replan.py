@@ -221,3 +221,22 @@ def test_static_and_replanned_runs_are_charged_on_each_rounds_network(tmp_path):
     predicted = {e["round"]: e["delay_s"] for e in replan.log}
     for rec in replanned:
         assert rec["delay_s"] == pytest.approx(predicted[rec["round"]], rel=1e-9)
+
+
+def test_the_policy_honours_the_runs_capacity():
+    # Prepare: 6 clients, 2 aggregators, aggregator 0 much faster to reach, so without
+    # a limit most clients would go there; the run allows 3 per aggregator.
+    topo = random_topology(6, 2, seed=8)
+    bw = topo.ca_bandwidth.copy()
+    bw[:, 1] *= 0.01
+    topo = replace(topo, ca_bandwidth=bw, client_samples=np.full(6, 100))
+    config = SimpleNamespace(batch_size=32, local_epochs=1, capacity=(3,))
+    setup = SimpleNamespace(costs=COSTS, scheme=SCHEME, config=config, n_samples=np.full(6, 100))
+    start = np.array([1, 1, 1, 1, 0, 0])
+    kw = {"setup": setup, "topology": topo, "participants": np.ones(6, dtype=bool)}
+    # Execute
+    free = ReplanPolicy(capacity=(6, 6)).assignment_for_round(0, np.ones(2, bool), start, **kw)
+    capped = ReplanPolicy().assignment_for_round(0, np.ones(2, bool), start, **kw)
+    # Assert
+    assert np.bincount(free, minlength=2)[0] > 3
+    assert np.bincount(capped, minlength=2).tolist() == [3, 3]

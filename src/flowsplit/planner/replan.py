@@ -203,6 +203,15 @@ class ReplanPolicy(AssignmentPolicy):
         self.min_gain = float(min_gain)
         self.log: list[dict[str, Any]] = []
 
+    def _capacity(self, setup: Any, n_aggregators: int) -> np.ndarray | None:
+        """This policy's capacities, else the run's ``--capacity`` (one value for all
+        aggregators or one each), else None (no limit)."""
+        given = self.capacity or tuple(getattr(setup.config, "capacity", ()) or ())
+        if not given:
+            return None
+        cap = np.array(given, dtype=np.int64)
+        return np.full(n_aggregators, cap[0]) if cap.size == 1 else cap
+
     def __repr__(self) -> str:
         return f"ReplanPolicy(every={self.every}, objective={self.objective.reference_text!r})"
 
@@ -243,7 +252,7 @@ class ReplanPolicy(AssignmentPolicy):
             local_epochs=setup.config.local_epochs,
             alive=alive_aggregators,
         )
-        cap = None if self.capacity is None else np.array(self.capacity)
+        cap = self._capacity(setup, topology.n_aggregators)
         result = replan_assignment(
             table,
             base,
