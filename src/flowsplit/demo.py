@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+from flowsplit.config_args import SEEDS_HELP, HelpFormatter, parse_seeds
 from flowsplit.errors import ConfigError, InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,16 +45,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "training (CNN, LSTM, XGBoost by default), compare split federated learning schemes, "
             "and write one report that says what to use."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("-o", "--out", default="runs/demo", type=Path, help="output directory")
     p.add_argument("--captures", default=DEFAULT_CAPTURES, type=Path, help="lab capture folder")
     p.add_argument(
         "--seeds",
-        type=int,
-        default=3,
-        help="seeds per cell of each comparison (an accuracy-equivalence verdict "
-        "needs 5; with fewer the advice says 'not enough seeds')",
+        type=parse_seeds,
+        default=(0, 1, 2),
+        metavar="N|S,S,...",
+        help=f"{SEEDS_HELP}, for every cell of each comparison (an accuracy-equivalence "
+        "verdict needs 5; with fewer the advice says 'not enough seeds')",
     )
     p.add_argument(
         "--models",
@@ -88,9 +90,8 @@ def run_demo(args: argparse.Namespace) -> int:
     unknown = sorted(skip - set(SKIPPABLE))
     if unknown:  # before any work: a typo would otherwise run the stage it meant to skip
         raise ConfigError(f"--skip {','.join(unknown)}: choose from {', '.join(SKIPPABLE)}")
-    for name in ("seeds", "epochs"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.epochs < 1:  # --seeds is checked by parse_seeds
+        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in ALL_MODELS]
     if unknown or not models:
@@ -125,7 +126,7 @@ def run_demo(args: argparse.Namespace) -> int:
             out / "data-parallel",
             models=models,
             workers=(1, 2),
-            seeds=args.seeds,
+            seeds=list(args.seeds),
             epochs=args.epochs,
             quick=True,
             progress=not args.quiet,
@@ -142,7 +143,7 @@ def run_demo(args: argparse.Namespace) -> int:
             out / "split-learning",
             model=args.sfl_model,
             topology="heterogeneous",
-            seeds=tuple(range(args.seeds)),
+            seeds=tuple(args.seeds),
             quick=True,
             quiet=args.quiet,
         )

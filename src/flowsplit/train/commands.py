@@ -361,7 +361,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="split to score; all = every flow (for a dataset the model never trained on)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    p.add_argument("--output", metavar="FILE", help="also write the metrics to FILE (JSON)")
+    p.add_argument("--output", "-o", metavar="FILE", help="also write the metrics to FILE (JSON)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
