@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     except FlowsplitError as exc:
         if debug:
             raise
-        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        print(f"flowsplit: error: {one_line(exc)}", file=sys.stderr)
         return 2
     if not getattr(args, "func", None):
         parser.print_help()
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except FlowsplitError as exc:
         if debug:
             raise
-        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        print(f"flowsplit: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("flowsplit: interrupted", file=sys.stderr)
@@ -140,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line: a message quoting a library's several lines
+    (a file's parse error, say) must not spread the error over several."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
 
 
 def user_os_error(exc: BaseException) -> str | None:
