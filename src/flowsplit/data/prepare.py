@@ -26,7 +26,7 @@ from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
-from flowsplit.data.store import DatasetWriter, check_target, file_digest, load_dataset
+from flowsplit.data.store import DatasetWriter, check_target, file_digest, read_manifest
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 
 log = logging.getLogger("flowsplit.prepare")
@@ -538,7 +538,7 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         "prepare_time_s": round(time.perf_counter() - t0, 3),
     }
     writer.finish(classes=classes, meta=meta, keep=idx, manifest_extra=manifest_extra)
-    return load_dataset(writer.out_dir).manifest
+    return read_manifest(writer.out_dir)
 
 
 def _select_flows(meta, labels, groups, opts: PrepareOptions, skipped: Counter) -> np.ndarray:

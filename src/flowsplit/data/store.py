@@ -118,7 +118,7 @@ class NpyAppender:
             raise ValueError(
                 f"{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}"
             )
-        self._fh.write(rows.tobytes())
+        self._fh.write(memoryview(rows).cast("B"))  # the array's bytes, not a copy of them
         self.n_rows += rows.shape[0]
 
     def close(self) -> tuple[int, ...]:
@@ -350,6 +350,11 @@ def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | Non
     return None
 
 
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of a dataset just written (no checks, no lock: see load_dataset)."""
+    return json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
+
+
 def load_dataset(path: str | Path) -> Dataset:
     """Open a dataset directory written by :func:`write_dataset`."""
     root = Path(path)
@@ -501,15 +506,22 @@ class DatasetWriter:
     def _write_views(self, keep_idx: np.ndarray, chunk_rows: int) -> dict[str, Any]:
         """The kept rows of every view, in their final files; the views' manifest part."""
         views_info: dict[str, Any] = {}
+        every_row = len(keep_idx) == self.n_rows and bool(
+            (keep_idx == np.arange(self.n_rows)).all()
+        )
         for name, app in self._appenders.items():
-            app.close()
-            raw = np.load(app.path, mmap_mode="r")
-            out = NpyAppender(self.tmp_dir / f"{name}.npy", raw.shape[1:], raw.dtype)
-            for start in range(0, len(keep_idx), chunk_rows):
-                out.append(np.asarray(raw[keep_idx[start : start + chunk_rows]]))
-            shape = out.close()
-            del raw
-            app.path.unlink()
+            shape = app.close()
+            final = self.tmp_dir / f"{name}.npy"
+            if every_row:  # the staged file is the final one, byte for byte
+                os.replace(app.path, final)
+            else:
+                raw = np.load(app.path, mmap_mode="r")
+                out = NpyAppender(final, raw.shape[1:], raw.dtype)
+                for start in range(0, len(keep_idx), chunk_rows):
+                    out.append(np.asarray(raw[keep_idx[start : start + chunk_rows]]))
+                shape = out.close()
+                del raw
+                app.path.unlink()
             views_info[name] = {
                 "file": f"{name}.npy",
                 "shape": list(shape),
