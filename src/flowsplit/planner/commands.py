@@ -162,7 +162,6 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from flowsplit.data.store import atomic_write_json
-    from flowsplit.federated.system.topology import topology_to_toml
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     given = options(args)
@@ -177,7 +176,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     plans = plan_seed(study, args.seed)
     chosen = plans["acc-aware"]
-    doc = {
+    doc = _plan_document(study, cfg, plans, args.seed, time.perf_counter() - t0)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out, jsonable(doc))
+    acc = doc["predicted_accuracy"]
+    print(
+        f"plan: cuts {tuple(chosen.cuts)} ({chosen.tiers} tiers), clients per aggregator "
+        f"{doc['clients_per_aggregator']}, predicted accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f} %'}, delay {chosen.delay_s:.3f} s/round, "
+        f"{chosen.bytes / 1e6:.2f} MB/round, planned in {1e3 * chosen.planning_s:.0f} ms "
+        f"-> {args.out}"
+    )
+    if "guard" in doc:
+        print(f"rule: {doc['guard']['rule']}")
+    return 0
+
+
+def _plan_document(study, cfg, plans: dict, seed: int, total_s: float) -> dict:
+    """plan.json: the chosen plan, its baselines, surrogate, topology and run settings."""
+    from flowsplit.federated.system.topology import topology_to_toml
+
+    chosen = plans["acc-aware"]
+    return {
         **chosen.to_dict(),
         "baselines": {
             k: {f: v for f, v in p.to_dict().items() if f not in ("assignment",)}
@@ -199,28 +219,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
             "local_epochs": cfg.local_epochs,
             "partition": cfg.partition,
             "train_limit": cfg.train_limit,
-            "seed": args.seed,
+            "seed": seed,
             "model": cfg.model,
             "view": cfg.view,
             "rounds": cfg.rounds,
         },
         "topology_toml": topology_to_toml(study.topology),
         "config": cfg.to_dict(),
-        "total_s": time.perf_counter() - t0,
+        "total_s": total_s,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, jsonable(doc))
-    acc = doc["predicted_accuracy"]
-    print(
-        f"plan: cuts {tuple(chosen.cuts)} ({chosen.tiers} tiers), clients per aggregator "
-        f"{doc['clients_per_aggregator']}, predicted accuracy "
-        f"{'n/a' if acc is None else f'{100 * acc:.2f} %'}, delay {chosen.delay_s:.3f} s/round, "
-        f"{chosen.bytes / 1e6:.2f} MB/round, planned in {1e3 * chosen.planning_s:.0f} ms "
-        f"-> {args.out}"
-    )
-    if "guard" in doc:
-        print(f"rule: {doc['guard']['rule']}")
-    return 0
 
 
 def sfl_commands() -> dict:

@@ -261,23 +261,28 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        print(
-            f"{info['name']} on {args.dataset} ({args.split}, {summary['n_scored']} of "
-            f"{len(rows)} samples scored): accuracy {summary['accuracy']:.4f}, "
-            f"macro-F1 {summary['macro_f1']:.4f}"
-        )
-        for name, f1 in summary["per_class_f1"].items():
-            note = "  (not in the dataset)" if name in mapping.absent else ""
-            print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}{note}")
-        for name, count in summary["unseen_classes"].items():
-            called = ", ".join(f"{c} {k}" for c, k in summary["unseen_predicted_as"][name].items())
-            print(
-                f"  {name:<24} not scored: {count} flows of a class the model was not "
-                f"trained on (predicted as: {called})"
-            )
+        _print_scores(summary, info["name"], args, absent=mapping.absent)
     if args.output:
         write_output(args.output, json.dumps(summary, indent=1) + "\n")
     return 0
+
+
+def _print_scores(summary: dict, model: str, args: argparse.Namespace, absent) -> None:
+    """``evaluate``'s table: the scores, per-class F1, and the classes not scored."""
+    print(
+        f"{model} on {args.dataset} ({args.split}, {summary['n_scored']} of "
+        f"{summary['n']} samples scored): accuracy {summary['accuracy']:.4f}, "
+        f"macro-F1 {summary['macro_f1']:.4f}"
+    )
+    for name, f1 in summary["per_class_f1"].items():
+        note = "  (not in the dataset)" if name in absent else ""
+        print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}{note}")
+    for name, count in summary["unseen_classes"].items():
+        called = ", ".join(f"{c} {k}" for c, k in summary["unseen_predicted_as"][name].items())
+        print(
+            f"  {name:<24} not scored: {count} flows of a class the model was not "
+            f"trained on (predicted as: {called})"
+        )
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
