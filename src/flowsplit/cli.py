@@ -64,7 +64,7 @@ SFL_COMMAND_MODULES = (
 )
 # Modules with an ``sfl_policies()`` function (name -> factory of the assignment policy
 # ``sfl run`` uses), for the same reason.
-SFL_POLICY_MODULES = ("flowsplit.planner.reassign",)
+SFL_POLICY_MODULES = ("flowsplit.planner.reassign", "flowsplit.planner.replan")
 
 
 def build_parser() -> argparse.ArgumentParser:

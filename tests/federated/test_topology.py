@@ -276,6 +276,8 @@ def test_resolve_trace_specs(tmp_path):
         resolve_trace(topo, "random:x", rounds=5)
     with pytest.raises(ConfigError, match="no such file"):
         resolve_trace(topo, str(tmp_path / "nope.toml"), rounds=5)
+    with pytest.raises(ConfigError, match="random:SEED', or a TOML file"):
+        resolve_trace(topo, "sometimes", rounds=5)
     bad = tmp_path / "bad-trace.toml"
     bad.write_text('[[trace]]\nround = 2\nlink = "backbone:7"\nlatency_ms = 1\n')
     with pytest.raises(InputError, match="bad-trace.toml: \\[\\[trace\\]\\] #1: link"):

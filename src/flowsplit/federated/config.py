@@ -9,13 +9,15 @@ from flowsplit.config_args import cli, int_tuple, show_list
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system import AUX_MODES
 from flowsplit.federated.system.partition import parse_partition
-from flowsplit.federated.system.topology import ASSIGN_RULES
+from flowsplit.federated.system.topology import ASSIGN_RULES, parse_trace_spec
 
 SCHEMES = ("sfl", "hsfl", "hsfl-ll")
 """The scheme names (their definitions: ``flowsplit.federated.schemes``)."""
 SFL_VERSIONS = ("v1", "v2")
 OPTIMIZERS = ("sgd", "adam")
 EVAL_SPLITS = ("train", "val", "test")
+REPLAN_MODES = ("never", "every-round")
+"""``--replan``: keep the first assignment, or re-plan it before every round."""
 
 
 def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
@@ -94,6 +96,10 @@ class SFLConfig:
         default=(), metadata=cli(parse=int_tuple, show=show_list, metavar="K[,K...]")
     )
     """Most clients an aggregator may serve when clients are reassigned: one value for all or one per aggregator (default: no limit)."""
+    replan: str = field(default="never", metadata=cli(choices=REPLAN_MODES))
+    """``never``: keep the first assignment; ``every-round``: re-plan it before every round on that round's network (``flowsplit.planner.replan``; the cuts stay)."""
+    trace: str | None = field(default=None, metadata=cli(metavar="SPEC"))
+    """Per-round network changes, replacing the topology's own ``[[trace]]``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's)."""
     exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
     hang_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
@@ -148,6 +154,9 @@ class SFLConfig:
         parse_partition(self.partition)
         if any(c < 0 for c in self.capacity):
             raise ConfigError(f"--capacity {show_list(self.capacity)}: capacities are >= 0")
+        if self.replan not in REPLAN_MODES:
+            raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_MODES)}")
+        parse_trace_spec(self.trace)  # the file itself is read with the topology
 
     def failed_aggregators(self) -> dict[int, int]:
         """``{aggregator: round (0-based) from which it is gone}`` of ``--fail``."""

@@ -39,6 +39,7 @@ import numpy as np
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.assignment import AssignmentPolicy, Placer, changes
+from flowsplit.federated.config import REPLAN_MODES
 from flowsplit.federated.schemes import Scheme
 from flowsplit.federated.system.profile import PartCosts
 from flowsplit.federated.system.topology import Topology
@@ -46,9 +47,7 @@ from flowsplit.planner.assign import check_capacity, greedy_assign
 from flowsplit.planner.costs import COUNT, ONE, CostTable, build_cost_table, evaluate_assignment
 from flowsplit.planner.objective import Objective, Weights
 from flowsplit.planner.plan import PlannerConfig, refine_assignment
-
-REPLAN_MODES = ("never", "every-round")
-"""``sfl run --replan``: keep the first assignment, or re-plan it before every round."""
+from flowsplit.planner.reassign import capacities, place_clients
 
 DELAY_ALONE = Objective(Weights(0.0, 1.0, 0.0), 1.0, 1.0, "none", "delay alone (s)")
 """The default objective of re-planning: the round's delay."""
@@ -207,10 +206,7 @@ class ReplanPolicy(AssignmentPolicy):
         """This policy's capacities, else the run's ``--capacity`` (one value for all
         aggregators or one each), else None (no limit)."""
         given = self.capacity or tuple(getattr(setup.config, "capacity", ()) or ())
-        if not given:
-            return None
-        cap = np.array(given, dtype=np.int64)
-        return np.full(n_aggregators, cap[0]) if cap.size == 1 else cap
+        return capacities(given, n_aggregators)
 
     def __repr__(self) -> str:
         return f"ReplanPolicy(every={self.every}, objective={self.objective.reference_text!r})"
@@ -268,11 +264,24 @@ class ReplanPolicy(AssignmentPolicy):
         return assignment
 
 
+def replanning_policy(config: Any = None) -> ReplanPolicy:
+    """``sfl run --replan every-round``'s policy: re-plan before every round, and move
+    the clients of a lost aggregator as ``--fail`` runs do (``place_clients``)."""
+    return ReplanPolicy(place_clients)
+
+
+def sfl_policies() -> dict[str, Any]:
+    """The policies this module gives ``sfl run`` (by ``--replan`` value; see flowsplit.cli)."""
+    return {"every-round": replanning_policy}
+
+
 __all__ = [
     "DELAY_ALONE",
     "REPLAN_MODES",
     "ReplanPolicy",
     "Replanned",
+    "replanning_policy",
+    "sfl_policies",
     "replan_assignment",
     "round_table",
 ]

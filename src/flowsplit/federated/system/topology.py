@@ -688,6 +688,24 @@ TRACE_SPECS = "'none', 'random:SEED', or a TOML file with [[trace]] tables"
 """What ``--trace`` accepts."""
 
 
+def parse_trace_spec(spec: str | None) -> tuple[str, int | str | None]:
+    """``(kind, value)`` of a ``--trace`` spec: ``keep`` (None), ``none``, ``random``
+    (the seed) or ``file`` (the path, not yet read); a :class:`ConfigError` otherwise."""
+    if spec is None or spec == "":
+        return "keep", None
+    if spec == "none":
+        return "none", None
+    if spec == "random" or spec.startswith("random:"):
+        _, _, seed = spec.partition(":")
+        try:
+            return "random", int(seed) if seed else 0
+        except ValueError:
+            raise ConfigError(f"--trace {spec!r}: give random:SEED with an integer seed") from None
+    if not spec.lower().endswith(".toml"):
+        raise ConfigError(f"--trace {spec!r}: give {TRACE_SPECS}")
+    return "file", spec
+
+
 def resolve_trace(topology: Topology, spec: str | None, *, rounds: int) -> Topology:
     """``topology`` with the trace ``spec`` names (:data:`TRACE_SPECS`).
 
@@ -695,17 +713,13 @@ def resolve_trace(topology: Topology, spec: str | None, *, rounds: int) -> Topol
     it by :func:`random_trace` over ``rounds`` rounds; a file path replaces it by the
     file's ``[[trace]]`` tables (a full topology file works too: only its trace is used).
     """
-    if spec is None or spec == "":
+    kind, value = parse_trace_spec(spec)
+    if kind == "keep":
         return topology
-    if spec == "none":
+    if kind == "none":
         return topology.with_trace(())
-    if spec.startswith("random"):
-        _, _, seed = spec.partition(":")
-        try:
-            value = int(seed) if seed else 0
-        except ValueError:
-            raise ConfigError(f"--trace {spec!r}: give random:SEED with an integer seed") from None
-        return topology.with_trace(random_trace(topology, rounds, value))
+    if kind == "random":
+        return topology.with_trace(random_trace(topology, rounds, int(value)))
     path = Path(spec)
     if not path.is_file():
         raise ConfigError(f"--trace {spec!r}: no such file; give {TRACE_SPECS}")
