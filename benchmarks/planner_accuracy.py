@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from flowsplit.data.store import load_dataset  # noqa: E402
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci  # noqa: E402
 from flowsplit.federated.metrics import evaluate_model  # noqa: E402
 from flowsplit.federated.setup import RegistryModel, prepare_run  # noqa: E402
@@ -110,6 +111,24 @@ def prepare(name: str, data_dir: Path) -> tuple[Path | None, str | None]:
     if done.returncode != 0:
         return None, f"prepare failed: {(done.stderr or done.stdout).strip()[-300:]}"
     return out, None
+
+
+def limit_eval_rows(data, limit: int | None) -> dict[str, int]:
+    """Keep a seeded subset of ``limit`` rows of the validation and of the test split
+    (the others take no part: their split becomes ``"unused"``); rows per split after.
+
+    Evaluation after every round on a large split (USTC's 1,939 test rows) costs more
+    than the training of a small ``--train-limit``; every scheme and seed is judged on
+    the same subset, so paired differences stay paired."""
+    split = data.meta["split"].to_numpy().astype(object)
+    if limit is not None:
+        rng = np.random.default_rng(12345)
+        for name in ("val", "test"):
+            rows = np.flatnonzero(split == name)
+            if len(rows) > limit:
+                split[rng.choice(rows, len(rows) - limit, replace=False)] = "unused"
+        data.meta["split"] = split
+    return {name: int(np.sum(split == name)) for name in ("train", "val", "test")}
 
 
 def train(study, seed: int, plan, val) -> dict:
@@ -167,7 +186,9 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     )
     t0 = time.perf_counter()
     model_fn = RegistryModel("cnn", None, dict(mode["model_options"]))
-    study = make_study(path, cfg, model_fn=model_fn, quiet=True, seed=0)
+    data = load_dataset(path)
+    eval_rows = limit_eval_rows(data, args.eval_limit)
+    study = make_study(data, cfg, model_fn=model_fn, quiet=True, seed=0)
     pilot_s = time.perf_counter() - t0
     probe = prepare_run(
         base_config(cfg, 0, eval_split="val"),
@@ -322,6 +343,8 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
             "seeds": seeds,
             "dataset_path": str(path),
             "model_options": dict(mode["model_options"]),
+            "eval_limit": args.eval_limit,
+            "split_rows": eval_rows,
         },
         "n_classes": int(study.dataset.n_classes),
         "pilot_wall_s": pilot_s,
@@ -341,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
     p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
+    p.add_argument(
+        "--eval-limit",
+        type=int,
+        default=None,
+        help="validation and test rows (a seeded subset of each split; default all)",
+    )
     p.add_argument("--pilot-steps", type=int, default=None, help="default: 1/4 of a run's")
     p.add_argument(
         "--model-option",

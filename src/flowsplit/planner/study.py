@@ -71,14 +71,15 @@ def make_study(
     pilots: bool = True,
     seed: int = 0,
 ) -> Study:
-    """Load the data, build and profile the model, resolve the topology, run the pilots
+    """Load the data (``dataset_dir``, or a :class:`~flowsplit.data.store.Dataset`
+    already loaded), build and profile the model, resolve the topology, run the pilots
     (with ``seed``'s partition and initial weights)."""
     import torch
 
-    from flowsplit.data.store import load_dataset
+    from flowsplit.data.store import Dataset, load_dataset
 
     torch.set_num_threads(cfg.threads)
-    ds = load_dataset(dataset_dir)
+    ds = dataset_dir if isinstance(dataset_dir, Dataset) else load_dataset(dataset_dir)
     fn = model_fn if model_fn is not None else registry_model(cfg.model, cfg.view)
     view = cfg.view or getattr(fn, "view", None) or RegistryModel(cfg.model).resolved_view()
     if not ds.has_view(view):
