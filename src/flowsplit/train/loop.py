@@ -419,18 +419,31 @@ def _test_and_save(
         test_flow_ids=ds.meta["flow_id"].iloc[data.test_idx].astype(str).tolist(),
         config=cfg.to_dict(),
         env=environment(),
-        extra={
-            "load_time_s": data.load_time_s,
-            "layout": _layout_record(layout),
-            "comm_calls_last_epoch": meter.n_calls,
-            "comm_hook": cfg.comm_hook,
-            "bucket_mb": cfg.bucket_mb,
-            "exposed_comm_per_epoch_s": hist.get("exposed_comm", []),
-            "uneven_shards": "drop_last",
-            "resumed": bool(resumed),
-            "n_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        },
+        extra=_extra(cfg, layout, data, state, meter, resumed=resumed),
     )
+
+
+def _extra(
+    cfg: TrainConfig,
+    layout: ParallelLayout,
+    data: _RunData,
+    state: _RunState,
+    meter: CommMeter,
+    *,
+    resumed: bool,
+) -> dict:
+    """``RunResult.extra`` of a neural run: how it ran, beyond the common fields."""
+    return {
+        "load_time_s": data.load_time_s,
+        "layout": _layout_record(layout),
+        "comm_calls_last_epoch": meter.n_calls,
+        "comm_hook": cfg.comm_hook,
+        "bucket_mb": cfg.bucket_mb,
+        "exposed_comm_per_epoch_s": state.hist.get("exposed_comm", []),
+        "uneven_shards": "drop_last",
+        "resumed": bool(resumed),
+        "n_params": sum(p.numel() for p in state.model.parameters() if p.requires_grad),
+    }
 
 
 def _layout_record(layout: ParallelLayout) -> dict:
