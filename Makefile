@@ -7,10 +7,17 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
-STAMP  := $(VENV)/.installed-dev
+# Extras `make install`/`test`/`demo` install; CI adds `exact` (OR-Tools) for the
+# exact-solver tests, which skip without it: make test EXTRAS=dev,exact
+EXTRAS ?= dev
+comma  := ,
+STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 BSTAMP := $(VENV)/.installed-bench
 DEMO_OUT ?= runs/demo
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
+# No bytecode compiled at install (330 MB for every module of every package): Python
+# writes it at first import for the modules actually used (about 100 MB).
+PIP_INSTALL := $(PIP) install -q --no-compile
 
 .PHONY: demo test test-fast lint pytest pytest-fast bench install clean demo-capture
 
@@ -27,13 +34,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q "$(TORCH)"
+	$(PIP_INSTALL) "$(TORCH)"
 	$(DROP_CUDA_XGBOOST)
-	$(PIP) install -q -e ".[dev]"
+	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
 	@touch $@
 
 $(BSTAMP): $(STAMP)
-	$(PIP) install -q -e ".[dev,bench]"
+	$(PIP_INSTALL) -e ".[$(EXTRAS),bench]"
 	@touch $@
 
 install: $(STAMP)
