@@ -133,6 +133,10 @@ class Launch:
         lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines() if ln]
         return lines[-1] if lines else ""
 
+    def stderr_text(self) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")
+
     def tracebacks(self) -> int:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace").count("Traceback")
@@ -222,7 +226,10 @@ def lost_line(out: Path, what: str) -> bool:
 def sfl_case(data: Path, work: Path, role: str, sig: signal.Signals) -> dict[str, Any]:
     """``role``: launcher, server, aggregator-1, client-2; ``sig``: what it receives."""
     out = work / f"sfl-{role}-{sig.name}"
-    run = Launch(sfl_args(data, out), out, cwd=work)
+    # Aggregator 1 serves half the clients: the round it is lost in keeps 2 of 4, which
+    # the default minimum (a majority) would refuse before they could be reassigned.
+    extra = ("--min-clients", "2") if role.startswith("aggregator") else ()
+    run = Launch(sfl_args(data, out, *extra), out, cwd=work)
     case: dict[str, Any] = {"name": f"sfl-{role}-{sig.name}"}
     try:
         if not wait_for(lambda: round_started(out, 2), 240, 0.2):
@@ -243,6 +250,8 @@ def sfl_case(data: Path, work: Path, role: str, sig: signal.Signals) -> dict[str
         detect: float | None = None
         if role.startswith(("client", "aggregator")):
             kind, index = role.split("-")
+            # A stopped aggregator: the launcher ends it when its heartbeat stops, and the
+            # server then loses it like a killed one.
             seen = wait_for(lambda: lost_line(out, f"{kind} {index}"), 120, 0.05)
             detect = time.monotonic() - t0 if seen else None
         if role == "launcher" and sig == signal.SIGKILL:
@@ -320,6 +329,10 @@ def judge_sfl(role: str, sig: signal.Signals, rc, run: Launch, out: Path) -> dic
     elif role == "launcher":
         expected = f"exit != 0 within seconds, one line 'stopped by {sig.name}', nothing after"
         ok = rc not in (0, None) and "stopped by" in line and not metrics.exists()
+    elif role == "server" and sig == signal.SIGSTOP:
+        expected = "exit != 0 within the heartbeat timeout, one line naming the silent server"
+        ok = rc not in (0, None) and "server (rank 0) sent no heartbeat" in line
+        ok = ok and run.tracebacks() == 0 and not metrics.exists()
     elif role == "server":
         expected = "exit != 0 within seconds, one line naming the server, no orphans"
         ok = rc not in (0, None) and "server" in line and run.tracebacks() == 0
@@ -340,10 +353,36 @@ def judge_sfl(role: str, sig: signal.Signals, rc, run: Launch, out: Path) -> dic
         if rc == 0:
             lost_files = sum(not (out / f).is_file() for f in ("metrics.json", "model.pt"))
             lost_files += 0 if loadable(out / "model.pt") else 1
-    else:  # an aggregator: issue 14 item 3 asks for its clients to be reassigned
-        expected = "its clients reassigned to the other aggregator; run completes with all clients"
-        ok = False  # reassignment is not built: the run stops on --min-clients instead
-        observed += " (reassignment not built)"
+    else:  # an aggregator: its clients are reassigned (issue 14 item 3)
+        index = int(role.split("-")[1])
+        expected = (
+            f"run completes (exit 0); aggregator {index} lost, its clients reassigned to the "
+            f"other, all {SFL_CLIENTS} clients in the last round"
+        )
+        if sig == signal.SIGSTOP:
+            expected += "; the launcher names the silent aggregator"
+        ok = False
+        if rc == 0 and metrics.is_file():
+            data = json.loads(metrics.read_text())
+            last = data["rounds"][-1].get("detail", data["rounds"][-1])
+            moves = data.get("extra", {}).get("reassignments", [])
+            moved = sorted({m["client"] for m in moves if m["from"] == index})
+            ok = (
+                last.get("lost_aggregators") == [index]
+                and last.get("participants") == SFL_CLIENTS
+                and moved == list(range(index, SFL_CLIENTS, SFL_AGGS))
+            )
+            observed += (
+                f"; last round participants {last.get('participants')}, lost aggregators "
+                f"{last.get('lost_aggregators')}; moved {moved}"
+            )
+            if sig == signal.SIGSTOP:
+                named = run.stderr_text().count(f"aggregator {index} (rank {1 + index}) sent no")
+                ok = ok and named == 1
+                observed += f"; launcher named it: {named == 1}"
+        if rc == 0:
+            lost_files = sum(not (out / f).is_file() for f in ("metrics.json", "model.pt"))
+            lost_files += 0 if loadable(out / "model.pt") else 1
     return {"expected": expected, "observed": observed, "held": bool(ok), "lost_files": lost_files}
 
 
@@ -550,7 +589,10 @@ def all_cases(data: Path, work: Path) -> list[tuple[str, Callable[[], dict[str, 
             cases.append(
                 (f"sfl-{role}-{sig.name}", lambda r=role, s=sig: sfl_case(data, work, r, s))
             )
-    cases.append(("sfl-client-2-SIGSTOP", lambda: sfl_case(data, work, "client-2", signal.SIGSTOP)))
+    for role in ("client-2", "aggregator-1", "server"):
+        cases.append(
+            (f"sfl-{role}-SIGSTOP", lambda r=role: sfl_case(data, work, r, signal.SIGSTOP))
+        )
     cases.append(("sfl-server-SIGKILL-resume", lambda: sfl_resume_case(data, work)))
     for target, sig in (
         ("worker", signal.SIGKILL),

@@ -294,3 +294,48 @@ def test_resume_refuses_a_checkpoint_of_other_options(dataset, tmp_path):
     )
     with pytest.raises(InputError, match="written by a run with other lr"):
         read_checkpoint(out, SFLConfig())
+
+
+@pytest.mark.slow
+def test_sfl_run_resume_out_continues_a_killed_run_with_its_own_options(dataset, tmp_path):
+    # Prepare: the uninterrupted 3-round dist run, from the command line.
+    args = ["--model", "cnn", "--model-option", "channels=[4,4]", "--model-option", "hidden=8"]
+    args += ["--clients", "2", "--aggregators", "1", "--rounds", "3", "--batch-size", "16"]
+    args += ["--backend", "dist", "--timeout", "5", "--quiet"]
+    assert main(["sfl", "run", str(dataset), *args, "-o", str(tmp_path / "a")]) == 0
+    # Execute: the same run in a process of its own, its server SIGKILLed in round 2;
+    # then `sfl run --resume OUT` alone (dataset and options from OUT/sfl-run.json).
+    out = tmp_path / "b"
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowsplit", "sfl", "run", str(dataset), *args, "-o", str(out)],
+        cwd=ROOT,
+        env={**os.environ, TAG: tag, "OMP_NUM_THREADS": "1"},
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        log = out / "logs" / "server.log"
+        assert _wait(lambda: log.is_file() and "round 2 starts" in log.read_text(), 120)
+        os.kill(_holder(log.resolve(), tag), signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+    finally:
+        _cleanup(proc, tag)
+    rc = main(["sfl", "run", "--resume", str(out), "--quiet"])
+    # Assert: the uninterrupted run's weights, all 3 rounds.
+    assert rc == 0
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)
+    b = torch.load(out / "model.pt", weights_only=True)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert len(json.loads((out / "metrics.json").read_text())["rounds"]) == 3
+
+
+def test_resume_out_without_its_run_file_says_how_to_resume(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    rc = main(["sfl", "run", "--resume", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "sfl-run.json: missing" in err and "-o OUT --resume" in err, err
+    assert main(["sfl", "run"]) == 2
+    assert "needs a DATASET and -o OUT (or --resume OUT)" in capsys.readouterr().err

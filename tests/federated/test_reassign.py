@@ -7,14 +7,20 @@ two must report the same rounds and end on the same weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from flowsplit.cli import main
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles
 from flowsplit.federated.predict import predict_ledger
@@ -166,3 +172,72 @@ def test_dist_with_a_real_kill_equals_the_simulated_failure(dataset, tmp_path, s
     for key, value in sim.model_state.items():
         torch.testing.assert_close(dist.model_state[key], value, rtol=1e-6, atol=1e-7)
     assert "SIGKILLs itself" in (tmp_path / "logs" / "aggregator-1.log").read_text()
+
+
+def _holder(path: Path) -> int | None:
+    """The process that has ``path`` open (a role holds its own log file)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (d / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) == str(path):
+                        return int(d.name)
+    return None
+
+
+def _stop_when(out: Path, role: str, round_no: int, stopped: list) -> None:
+    """SIGSTOP ``role``'s process once the server has started round ``round_no``."""
+    server_log = out / "logs" / "server.log"
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        if server_log.is_file() and f"round {round_no} starts" in server_log.read_text():
+            pid = _holder((out / "logs" / f"{role}.log").resolve())
+            if pid is not None:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append((pid, time.monotonic()))
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["aggregator-1", "server"])
+def test_a_stopped_upper_tier_role_is_found_by_its_heartbeat(dataset, tmp_path, role):
+    # Prepare: a 6-round run; SIGSTOP the role once round 2 has started.
+    setup = _setup(dataset, rounds=6, timeout_s=5.0, min_clients=4)
+    stopped: list = []
+    thread = threading.Thread(target=_stop_when, args=(tmp_path, role, 2, stopped))
+    thread.start()
+    # Execute
+    start = time.monotonic()
+    try:
+        if role == "server":
+            with pytest.raises(FlowsplitError) as info:
+                launch_roles(
+                    setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path,
+                    quiet=True, policy=reassigning_policy(),
+                )  # fmt: skip
+        else:
+            result = launch_roles(
+                setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path,
+                quiet=True, policy=reassigning_policy(),
+            )  # fmt: skip
+    finally:
+        thread.join()
+        for pid, _ in stopped:  # never leave a stopped process behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    # Assert: found within the heartbeat timeout (5 s) plus a margin; a stopped server
+    # ends the run with one line naming it; a stopped aggregator's clients are moved.
+    assert stopped, "the role was never stopped"
+    if role == "server":
+        assert "server (rank 0) sent no heartbeat for 5 s" in str(info.value)
+        assert time.monotonic() - stopped[0][1] < 30
+        assert not (tmp_path / "metrics.json").exists()
+        return
+    h = result.history
+    assert h[-1]["lost_aggregators"] == [1] and h[-1]["participants"] == 6
+    assert result.info["final_assignment"].count(1) == 0
+    assert {m["client"] for m in result.info["reassignments"]} == {1, 4}
+    assert time.monotonic() - start < 120

@@ -9,6 +9,7 @@ package imports neither.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -39,8 +40,9 @@ def add_sfl_policy(name: str, factory: Callable[[SFLConfig], Any]) -> None:
 
 
 def run_policy(config: SFLConfig):
-    """The assignment policy ``sfl run`` gives its runtime (None: keep the assignment)."""
-    factory = SFL_POLICIES.get("reassign")
+    """The assignment policy ``sfl run`` gives its runtime (None: keep the assignment):
+    ``--replan``'s (``every-round``), else ``reassign`` (only lost aggregators' clients move)."""
+    factory = SFL_POLICIES.get(config.replan if config.replan != "never" else "reassign")
     return None if factory is None else factory(config)
 
 
@@ -101,14 +103,20 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
             "profile.json and model.pt."
         ),
     )
-    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
-    p.add_argument("-o", "--out", required=True, help="run directory to write")
+    p.add_argument(
+        "dataset", nargs="?", help="dataset directory (from `flowsplit prepare`; not with --resume)"
+    )
+    p.add_argument("-o", "--out", help="run directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument(
         "--resume",
-        action="store_true",
-        help="dist: continue the run in -o OUT "
-        "from its sfl-checkpoint.pt (written after every round; same options)",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="OUT",
+        help="dist: continue the run in OUT from its sfl-checkpoint.pt (written after "
+        f"every round) with the options it was started with (OUT/{RUN_ARGS}); "
+        "`-o OUT --resume` with the same options works too",
     )
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
@@ -137,18 +145,73 @@ def _config_from_args(args: argparse.Namespace) -> SFLConfig:
     return config_from_args(SFLConfig, args)
 
 
+RUN_ARGS = "sfl-run.json"
+"""``OUT/sfl-run.json``: what a dist run was started with, for ``sfl run --resume OUT``."""
+_RUN_ARG_NAMES = ("dataset", "model", "view", "model_option", "topology", "clients")
+_RUN_ARG_NAMES += ("aggregators", "backend", "plan")
+
+
+def _resolved(path: str | None) -> str | None:
+    """A path as an absolute one when it names a file or folder (else as given: a preset)."""
+    return str(Path(path).resolve()) if path and Path(path).exists() else path
+
+
+def write_run_args(out: Path, args: argparse.Namespace, config: SFLConfig) -> None:
+    """Save what ``sfl run --resume OUT`` needs to start the same run again (atomic)."""
+    from flowsplit.data.store import atomic_write_json
+
+    saved = {name: getattr(args, name) for name in _RUN_ARG_NAMES}
+    for name in ("dataset", "topology", "plan"):
+        saved[name] = _resolved(saved[name])
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / RUN_ARGS, {"args": saved, "config": config.to_dict()})
+
+
+def _resume_args(args: argparse.Namespace) -> SFLConfig | None:
+    """Fill ``args`` for ``--resume OUT``; returns the saved config (None: the old form,
+    ``DATASET ... -o OUT --resume``, whose options are the command line's)."""
+    if args.resume is None:
+        if args.dataset is None or args.out is None:
+            raise ConfigError("sfl run needs a DATASET and -o OUT (or --resume OUT)")
+        return None
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise ConfigError(f"--resume {args.resume} and -o {args.out}: name one run directory")
+    args.out = args.resume or args.out
+    if not args.out:
+        raise ConfigError("--resume needs the run directory: --resume OUT")
+    if args.dataset is not None:
+        return None
+    path = Path(args.out) / RUN_ARGS
+    if not path.is_file():
+        raise InputError(
+            path,
+            "missing: not a dist run started by this version of sfl run; resume with the "
+            "run's options: sfl run DATASET ... -o OUT --resume",
+        )
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        for name in _RUN_ARG_NAMES:
+            setattr(args, name, saved["args"][name])
+        return SFLConfig.from_dict(saved["config"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(path, f"unreadable ({type(exc).__name__}: {exc})") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from flowsplit.federated.dist import launch_roles, run_under_torchrun
     from flowsplit.federated.setup import prepare_run
     from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.federated.system.topology import resolve_trace
     from flowsplit.train.distributed import read_dist_env
 
-    config = _config_from_args(args)
+    saved = _resume_args(args)
+    config = saved if saved is not None else _config_from_args(args)
     plan = read_plan(args.plan) if args.plan else None
-    if plan is not None:  # the plan decides what its predicted costs depend on
+    if plan is not None and saved is None:  # the plan decides what its costs depend on
         config = plan.apply(config)
+    if plan is not None:
         args.model, args.view = plan.model or args.model, plan.view
     out = Path(args.out)
     env = read_dist_env()
@@ -156,11 +219,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
-    if args.resume and (args.backend != "dist" or torchrun is not None):
+    resume = args.resume is not None
+    if resume and (args.backend != "dist" or torchrun is not None):
         raise ConfigError("--resume continues a --backend dist run started by sfl run itself")
-    if writes and previous and not args.overwrite and not args.resume:
+    if writes and previous and not args.overwrite and not resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
-    is_run = any((out / name).is_file() for name in ("topology.toml", "sfl-checkpoint.pt"))
+    is_run = any(
+        (out / name).is_file() for name in ("topology.toml", "sfl-checkpoint.pt", RUN_ARGS)
+    )
     if writes and previous and args.overwrite and not is_run:
         # --overwrite replaces an sfl run; a dataset, a train run or a user's folder is not one.
         raise InputError(out, "is not an `sfl run` directory; --overwrite replaces only a run")
@@ -169,8 +235,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         topology = plan.topology
     else:
         topology = resolve_topology(
-            args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
+            args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=config.seed
         )
+    topology = resolve_trace(topology, config.trace, rounds=config.rounds)
     if topology.n_aggregators > topology.n_clients:
         raise ConfigError(
             f"{topology.n_aggregators} aggregators for {topology.n_clients} clients: some "
@@ -205,13 +272,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result is None:
             return 0
     else:
+        if not resume:
+            write_run_args(out, args, config)
         result = launch_roles(
             setup,
             dataset=args.dataset,
             model_fn=model_fn,
             out_dir=out,
             quiet=args.quiet,
-            resume=args.resume,
+            resume=resume,
             policy=run_policy(config),
         )
     totals = result.totals()

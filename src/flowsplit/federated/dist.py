@@ -487,6 +487,8 @@ def role_main(
     if setup is None:
         setup = _setup_from_payload(config, topology, payload)
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
+    if payload.get("store") and me[0] != CLIENT:
+        _start_heartbeat(payload["store"], rank, world_size)
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context()
     device = gloo_device(payload.get("bind"))
@@ -640,6 +642,70 @@ def _watch_launcher(pid: int) -> None:
     os._exit(1)  # not sys.exit: no cleanup that could write into the run directory
 
 
+HEARTBEAT_KEY = "flowsplit/heartbeat/{rank}"
+"""Store counter the server and each aggregator (spawned by :func:`launch_roles`) bump
+every :data:`HEARTBEAT_S` seconds; the launcher watches it (:class:`_HeartbeatWatch`)."""
+HEARTBEAT_S = 1.0
+
+
+def heartbeat_timeout(config: SFLConfig) -> float:
+    """Seconds of silence after which the launcher takes an upper-tier role for stopped:
+    ``--timeout``, within 5..30 s (a heartbeat of a loaded machine may come late; a
+    stopped role must be found well within a minute)."""
+    return min(max(float(config.timeout_s), 5.0), 30.0)
+
+
+def _start_heartbeat(address: tuple[str, int], rank: int, world_size: int) -> None:
+    """Bump this role's heartbeat counter every second, on a connection of its own.
+
+    A thread, so it beats while the role waits in gloo or computes; it stops with the
+    process, and when the process is stopped (SIGSTOP), which is what it is for.
+    """
+    host, port = address
+
+    def beat() -> None:
+        try:
+            store = dist.TCPStore(host, int(port), world_size, False, dt.timedelta(seconds=30))
+            key = HEARTBEAT_KEY.format(rank=rank)
+            while True:
+                store.add(key, 1)
+                time.sleep(HEARTBEAT_S)
+        except Exception:  # noqa: BLE001 - the launcher (and its store) is gone: stop beating
+            return
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+class _HeartbeatWatch:
+    """The launcher's view of the server's and the aggregators' heartbeats."""
+
+    def __init__(self, store: dist.Store, procs: list, n_aggregators: int, timeout_s: float):
+        self.store, self.procs, self.timeout_s = store, procs, timeout_s
+        self.ranks = list(range(1 + n_aggregators))
+        self.seen: dict[int, tuple[int, float]] = {}
+        self.ended: set[int] = set()
+
+    def silent(self) -> int | None:
+        """The first live rank whose counter, once started, has not moved for ``timeout_s``
+        (a role whose process ended is not silent: its peers see its connections close)."""
+        now = time.monotonic()
+        for rank in self.ranks:
+            if rank in self.ended or not self.procs[rank].is_alive():
+                continue
+            value = int(self.store.add(HEARTBEAT_KEY.format(rank=rank), 0))
+            last = self.seen.get(rank)
+            if last is None or value != last[0]:
+                self.seen[rank] = (value, now)
+            elif value > 0 and now - last[1] > self.timeout_s:
+                self.ended.add(rank)
+                return rank
+        return None
+
+
+class ServerSilent(FlowsplitError):
+    """The server stopped sending heartbeats; every role process was ended."""
+
+
 class RunStopped(FlowsplitError):
     """The launcher got SIGINT, SIGTERM or SIGHUP; every role process was ended."""
 
@@ -774,7 +840,27 @@ def launch_roles(
         with _stop_on_signals():
             for p in procs:
                 p.start()
-            procs[0].join(deadline_s)
+            watch = _HeartbeatWatch(
+                store, procs, topo.n_aggregators, heartbeat_timeout(setup.config)
+            )
+            end = None if deadline_s is None else time.monotonic() + deadline_s
+            while procs[0].is_alive() and (end is None or time.monotonic() < end):
+                procs[0].join(0.5)
+                silent = watch.silent()
+                if silent == 0:  # the server: nothing can go on without it
+                    raise ServerSilent(
+                        f"dist run failed: the server (rank 0) sent no heartbeat for "
+                        f"{watch.timeout_s:g} s (stopped or hung); every role process was ended"
+                    )
+                if silent is not None:  # an aggregator: end it, the server moves its clients
+                    log.warning(
+                        "aggregator %d (rank %d) sent no heartbeat for %g s (stopped or hung): "
+                        "ending its process; its clients are reassigned",
+                        silent - 1,
+                        silent,
+                        watch.timeout_s,
+                    )
+                    procs[silent].kill()
             # The others finish within moments of the server; a hung one is ended below.
             grace = time.monotonic() + 3.0
             for p in procs[1:]:
@@ -782,6 +868,10 @@ def launch_roles(
             stopped = False
     except RunStopped as exc:
         raise RunStopped(f"{exc}: every role process was ended; {out_dir} has no result") from None
+    except ServerSilent:
+        if tmp is not None:
+            tmp.cleanup()
+        raise
     finally:
         _end_roles(procs, at_once=stopped)
         del store
