@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import pytest
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.schemes import get_scheme
-from flowsplit.federated.system.topology import TraceEvent, random_trace
+from flowsplit.federated.system.topology import TraceEvent, random_trace, read_topology
 from flowsplit.planner.costs import evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments
 from flowsplit.planner.replan import ReplanPolicy, replan_assignment, round_table
@@ -240,3 +241,58 @@ def test_the_policy_honours_the_runs_capacity():
     # Assert
     assert np.bincount(free, minlength=2)[0] > 3
     assert np.bincount(capped, minlength=2).tolist() == [3, 3]
+
+
+def test_sfl_run_replan_every_round_with_a_trace_file(tmp_path, monkeypatch, capsys):
+    # Prepare: a toy dataset and a trace file congesting every link of aggregator 0
+    # (each client's path to it, and its backbone) from round 2.
+    from flowsplit.cli import main
+    from flowsplit.federated import commands as fed_commands
+    from tests.federated._toy import ToyFactory, write_toy_dataset
+
+    monkeypatch.setattr(fed_commands, "_neural_model", lambda *a: ToyFactory("mlp"))
+    data = write_toy_dataset(tmp_path / "toy", n=120)
+    trace = tmp_path / "trace.toml"
+    tables = [f'link = "client:{i}/aggregator:0"\nbandwidth_scale = 0.01' for i in range(4)]
+    tables.append('link = "backbone:0"\nlatency_ms = 500')
+    trace.write_text("".join(f"[[trace]]\nround = 2\n{t}\n" for t in tables))
+    common = [
+        str(data),
+        "--clients",
+        "4",
+        "--aggregators",
+        "2",
+        "--rounds",
+        "2",
+        "--batch-size",
+        "16",
+        "--trace",
+        str(trace),
+        "--quiet",
+    ]
+
+    def run(name, *extra):
+        out = tmp_path / name
+        assert main(["sfl", "run", *common, *extra, "-o", str(out)]) == 0
+        return json.loads((out / "metrics.json").read_text()), out
+
+    # Execute
+    static, _ = run("static")
+    replanned, out = run("replanned", "--replan", "every-round")
+    # Assert: same first round; in round 2 the static run pays the congestion and the
+    # re-planned one moves its clients off aggregator 0 (round-robin put 2 there).
+    s1, s2 = static["rounds"]
+    r1, r2 = replanned["rounds"]
+    assert s1["delay_s"] == pytest.approx(r1["delay_s"]) and s1["reassigned"] == []
+    assert static["rounds"][1]["reassigned"] == []
+    assert {move[1] for move in r2["reassigned"]} == {0} and len(r2["reassigned"]) >= 2
+    assert r2["delay_s"] < s2["delay_s"] / 2
+    assert replanned["config"]["replan"] == "every-round"
+    # The run's topology.toml carries the trace, so it can be rerun as it was.
+    assert len(read_topology(out / "topology.toml").trace) == 5
+    # A bad trace file is one line naming it.
+    trace.write_text('[[trace]]\nround = 2\nlink = "client:9"\nlatency_ms = 1\n')
+    capsys.readouterr()
+    assert main(["sfl", "run", *common, "-o", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"flowsplit: error: {trace}: [[trace]] #1: link: client 9 not in 0..3"
