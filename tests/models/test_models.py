@@ -26,6 +26,7 @@ from flowsplit.models.registry import (
     model_options,
     neural_models,
 )
+from flowsplit.train.config import TrainConfig
 
 # (model, view, stored sample shape) covering every accepted view, at small sizes.
 CASES = [
@@ -307,3 +308,14 @@ def test_time_pool_ignores_padding_frames_and_keeps_positions():
     per_position = MaskedTimePool()(x)  # (1, 2C, H, W): mean then max
     assert per_position.tolist() == [[[[2.0, 1.0]], [[3.0, 2.0]]]]
     assert MaskedFramePool()(x).tolist() == [[1.5, 3.0]]
+
+
+def test_convolutional_recurrent_models_default_to_a_higher_learning_rate():
+    # They learn slowly at Adam's usual 1e-3 (models.defaults); an explicit --lr wins.
+    def lr(**kw):
+        return TrainConfig(dataset="d", out="r", **kw).effective_lr("torch")
+
+    assert lr(model="cnn") == lr(model="lstm") == 1e-3
+    assert lr(model="convlstm") == lr(model="convgru") == 3e-3
+    assert lr(model="convgru", lr=5e-4) == 5e-4
+    assert TrainConfig(dataset="d", out="r", model="xgboost").effective_lr("xgboost") == 0.1

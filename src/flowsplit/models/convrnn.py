@@ -119,7 +119,7 @@ def build_convlstm(
     hidden: int = 128,
     dropout: float = 0.2,
     rows_per_frame: int = 4,
-    pool: str = "last",
+    pool: str = "time",
 ) -> BlockModel:
     """Build the ConvLSTM.
 
@@ -164,7 +164,7 @@ def build_convgru(
     hidden: int = 128,
     dropout: float = 0.2,
     rows_per_frame: int = 4,
-    pool: str = "last",
+    pool: str = "time",
 ) -> BlockModel:
     """Build the ConvGRU (same arguments as :func:`build_convlstm`)."""
     return _build(

@@ -78,6 +78,15 @@ def build_lstm(
         steps, n_feat = input_shape
         stem: nn.Module = PacketFeatures(n_feat, int(size_embed))
         n_feat += int(size_embed)
+    elif view == "pkt_bytes":  # one step per packet: its first L bytes, embedded
+        if len(input_shape) not in (2, 3):
+            raise ConfigError(f"pkt_bytes samples must be (P, L) or (P, H, W), got {input_shape}")
+        steps, n_feat = input_shape[0], math.prod(input_shape[1:])
+        if embed:
+            stem = nn.Sequential(ByteEmbedding(embed, (steps, n_feat)), ChannelsLast(True))
+            n_feat *= embed
+        else:
+            stem = ByteInput((steps, n_feat))
     elif view == "bytes":
         n_bytes = math.prod(input_shape)
         if step_bytes:
@@ -97,7 +106,7 @@ def build_lstm(
         else:
             stem = ByteInput((steps, n_feat))  # (B, T, F): one image row per step
     else:
-        raise ConfigError(f"lstm reads the seq or bytes view, not {view!r}")
+        raise ConfigError(f"lstm reads the pkt_bytes, bytes or seq view, not {view!r}")
     h, dirs = int(hidden_size), 2 if bidirectional else 1
 
     def lstm(n_in: int) -> MaskedRecurrent:

@@ -80,7 +80,7 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             # bytes first: on the nDPI 8-protocol set (ports masked, split by file) the
             # LSTM over payload rows reaches 0.88 test macro-F1, over per-packet sizes,
             # gaps and flags 0.49 (flow statistics with XGBoost: 0.73).
-            ("bytes", "seq"),
+            ("bytes", "seq", "pkt_bytes"),
             build_lstm,
             "two-layer LSTM over payload-image rows (or over per-packet features: --view seq)",
         ),
