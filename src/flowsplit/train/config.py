@@ -9,6 +9,7 @@ from typing import Any
 
 from flowsplit.config_args import cli
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.models.defaults import default_lr
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -52,8 +53,8 @@ class TrainConfig:
     batch_size: int = 64
     """Global batch size: each of N workers takes batch_size / N per step."""
     lr: float | None = None
-    """Learning rate for the global batch (default: 1e-3 (Adam) for neural models, 0.1
-    (eta) for XGBoost)."""
+    """Learning rate for the global batch (default: Adam 1e-3 for cnn and lstm, 3e-3 for
+    convlstm and convgru; eta 0.1 for XGBoost)."""
     lr_schedule: str = field(default="cosine", metadata=cli(choices=LR_SCHEDULES))
     """cosine (decay per epoch from lr to 0 over --epochs) or constant."""
     scale_lr: bool = False
@@ -158,10 +159,10 @@ class TrainConfig:
             raise ConfigError("give the run directory with -o RUN")
 
     def effective_lr(self, kind: str) -> float:
-        """Learning rate after defaults: 1e-3 for Adam, 0.1 for XGBoost."""
+        """Learning rate after defaults: Adam's per model (models.defaults), 0.1 for XGBoost."""
         if self.lr is not None:
             return self.lr
-        return 0.1 if kind == "xgboost" else 1e-3
+        return 0.1 if kind == "xgboost" else default_lr(self.model)
 
     def effective_patience(self, kind: str) -> int:
         """Patience after defaults: 4 epochs for neural models, 20 rounds for XGBoost."""
