@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import add_config_arguments, config_from_args
+from flowsplit.config_args import HelpFormatter, add_config_arguments, config_from_args
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.plan_file import read_plan
@@ -102,6 +102,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
             "by hop/direction/message type; totals), topology.toml, config.json, "
             "profile.json and model.pt."
         ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument(
         "dataset", nargs="?", help="dataset directory (from `flowsplit prepare`; not with --resume)"
@@ -126,7 +127,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topology", default="homogeneous", help="preset name or TOML file")
     p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
-    p.add_argument("--backend", default="sim", choices=("sim", "dist"))
+    p.add_argument(
+        "--backend",
+        default="sim",
+        choices=("sim", "dist"),
+        help="how the roles run: sim, all in this process over a simulated network; dist, "
+        "one process per role over gloo (local, or under torchrun)",
+    )
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
     p.add_argument(
         "--plan",
@@ -330,6 +337,7 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
             "FLOPs, parameters and activation bytes of every block of a model built for a "
             "dataset, and the costs of every legal cut (a, c)."
         ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--model", required=True, help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--dataset", required=True, help="dataset directory")
