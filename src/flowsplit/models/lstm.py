@@ -52,6 +52,7 @@ def build_lstm(
     dropout: float = 0.2,
     bidirectional: bool = False,
     step_bytes: int = 0,
+    input_dropout: float = 0.0,
 ) -> BlockModel:
     """Build the LSTM.
 
@@ -70,6 +71,7 @@ def build_lstm(
         bidirectional: run each LSTM layer in both directions (doubles its output).
         step_bytes: bytes only: payload bytes per step (must divide the stored length);
             0 reads the near-square image rows (784 bytes -> 28 steps of 28).
+        input_dropout: dropout on each step's input features (0 disables it).
     """
     input_shape = tuple(int(s) for s in input_shape)
     if view == "seq":
@@ -108,6 +110,8 @@ def build_lstm(
     else:
         raise ConfigError(f"lstm reads the pkt_bytes, bytes or seq view, not {view!r}")
     h, dirs = int(hidden_size), 2 if bidirectional else 1
+    if input_dropout:  # on the features only: the presence mask is appended after the stem
+        stem = nn.Sequential(stem, nn.Dropout(float(input_dropout)))
 
     def lstm(n_in: int) -> MaskedRecurrent:
         return MaskedRecurrent(
