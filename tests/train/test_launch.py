@@ -60,3 +60,44 @@ def test_workers_die_when_the_launcher_is_killed(tmp_path):
         for p in marks.iterdir():
             if _alive(int(p.name)):
                 os.kill(int(p.name), signal.SIGKILL)
+
+
+FAILING = """
+import os, signal, sys, time
+from tqdm import tqdm
+from flowsplit.errors import FlowsplitError
+from flowsplit.train.launch import launch_local
+
+def work():
+    for _ in tqdm(range(1), disable=True):  # a bar takes tqdm's lock, as training does
+        pass
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    try:
+        launch_local(work, n_workers=2, threads_per_worker=1)
+    except FlowsplitError as exc:
+        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+"""
+
+
+@pytest.mark.slow  # three processes
+def test_a_killed_worker_is_one_line_and_the_last(tmp_path):
+    # Prepare: two workers, the second killed by SIGKILL (the OOM killer's signal).
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    # Execute
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=180
+    )
+    # Assert: one line, the reason; no torch "Terminating process" line before it and no
+    # resource_tracker "leaked semaphore" warning after it (issue 14).
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2
+    assert lines == [
+        "flowsplit: error: worker 1 was killed by SIGKILL (out of memory?); the other "
+        "workers were stopped (continue from the last checkpoint with --resume RUN)"
+    ], done.stderr

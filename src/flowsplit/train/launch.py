@@ -10,15 +10,18 @@ through :func:`flowsplit.train.distributed.read_dist_env` like under torchrun.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch.multiprocessing as mp
+from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 
@@ -46,6 +49,17 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextmanager
+def _log_level(logger: logging.Logger, level: int) -> Iterator[None]:
+    """Raise ``logger``'s level for the duration."""
+    saved = logger.level
+    logger.setLevel(max(level, saved))
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
+
+
 def _die_with_parent() -> None:
     """Ask Linux to send this worker SIGTERM when its launcher dies (even by SIGKILL, as a
     timeout does): workers in their own sessions would otherwise outlive it and hold
@@ -70,6 +84,12 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
     with contextlib.suppress(OSError):
         os.setsid()
     _die_with_parent()
+    # tqdm takes a multiprocessing RLock on its first bar (even a disabled one); in a
+    # spawned worker that is a named semaphore held by the resource tracker, so a
+    # worker killed mid-run leaks it and the tracker's "leaked semaphore" warning is
+    # printed after the run's one-line error, as its last line. A worker's bars are
+    # its own: a thread lock serves, and nothing is left to leak.
+    tqdm.set_lock(threading.RLock())
     os.environ["RANK"] = str(local_rank)
     os.environ["LOCAL_RANK"] = str(local_rank)
     fn(*args)
@@ -101,7 +121,10 @@ def launch_local(
     if master_addr in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
         # Gloo's own sockets follow the host name's address unless told an interface.
         env["GLOO_SOCKET_IFNAME"] = "lo"
-    with _environ(env):
+    # torch logs "Terminating process N via signal SIGTERM" for each worker it stops after
+    # one failed: a line before ours that says less; the error below names what happened.
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    with _environ(env), _log_level(spawn_log, logging.ERROR):
         ctx = mp.start_processes(
             _child, args=(fn, args), nprocs=n_workers, start_method="spawn", join=False
         )
