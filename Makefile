@@ -7,8 +7,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
-# Extras `make install`/`test`/`demo` install; CI adds `exact` (OR-Tools) for the
-# exact-solver tests, which skip without it: make test EXTRAS=dev,exact
+# Extras `make install`/`test`/`demo` install (dev includes OR-Tools for the exact-solver
+# tests); a lighter venv without the tooling: make install EXTRAS=exact
 EXTRAS ?= dev
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
