@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
 import pytest
 
 from flowsplit.cli import main
@@ -160,3 +164,19 @@ def test_train_resume_sees_only_the_options_given(tmp_path):
     args = build_parser().parse_args(["train", "--resume", str(tmp_path), "--epochs", "9"])
     given = config_values(args, [f.name for f in cli_fields(TrainConfig)], given_only=True)
     assert given == {"epochs": 9}
+
+
+def test_help_imports_no_torch_and_the_lazy_policies_match_their_modules():
+    # --help must stay fast: building the parser imports no torch (a subprocess, so the
+    # test's own imports do not count); the policies it names are the modules' own.
+    code = (
+        "import sys; from flowsplit.cli import build_parser; build_parser(); "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    from flowsplit import cli
+
+    for name, (module, factory) in cli.SFL_POLICIES.items():
+        declared = importlib.import_module(module).sfl_policies()
+        assert declared[name] is getattr(importlib.import_module(module), factory)

@@ -62,9 +62,17 @@ SFL_COMMAND_MODULES = (
     "flowsplit.experiments.sfl_commands",
     "flowsplit.privacy.commands",
 )
-# Modules with an ``sfl_policies()`` function (name -> factory of the assignment policy
-# ``sfl run`` uses), for the same reason.
-SFL_POLICY_MODULES = ("flowsplit.planner.reassign", "flowsplit.planner.replan")
+# The assignment policies ``sfl run`` may use (name -> module and factory), for the same
+# reason; imported only when a run asks for one (they import torch, which --help must not).
+SFL_POLICIES = {
+    "reassign": ("flowsplit.planner.reassign", "reassigning_policy"),
+    "every-round": ("flowsplit.planner.replan", "replanning_policy"),
+}
+
+
+def _lazy_policy(module: str, factory: str):
+    """A factory that imports ``module`` when first called."""
+    return lambda config: getattr(importlib.import_module(module), factory)(config)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,9 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
         for command, build in importlib.import_module(name).sfl_commands().items():
             add_sfl_command(command)(build)
     add_sfl_policy = importlib.import_module("flowsplit.federated.commands").add_sfl_policy
-    for name in SFL_POLICY_MODULES:
-        for policy, factory in importlib.import_module(name).sfl_policies().items():
-            add_sfl_policy(policy, factory)
+    for policy, (module, factory) in SFL_POLICIES.items():
+        add_sfl_policy(policy, _lazy_policy(module, factory))
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
