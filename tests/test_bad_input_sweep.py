@@ -19,6 +19,7 @@ input). ``names`` (placeholders too) must appear in the line, and ``says`` as we
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -438,6 +439,18 @@ CASES = [
     C("sfl-privacy-redraw-without-study", "sfl privacy {ds} --redraw -o {t}", "privacy.json"),
     C("sfl-privacy-redraw-corrupt-study", "sfl privacy {ds} --redraw -o {t}", "privacy.json",
       make=lambda w, t: write(t / "privacy.json", '{"cuts": 3}')),
+    # ---- outputs nobody may write (mkdir in /sys: EPERM as root, EACCES otherwise) -------
+    C("prepare-out-unwritable", "prepare {captures} -o /sys/flowsplit-sweep/ds",
+      "/sys/flowsplit-sweep"),
+    C("train-out-unwritable", "train {ds} -m cnn -o /sys/flowsplit-sweep/r -q",
+      "/sys/flowsplit-sweep"),
+    C("evaluate-output-unwritable", "evaluate {run} {ds} --output /sys/flowsplit-sweep.json",
+      "/sys/flowsplit-sweep.json"),
+    C("predict-output-unwritable", "predict {run} {pcap} -o /sys/flowsplit-sweep.csv",
+      "/sys/flowsplit-sweep.csv"),
+    C("sfl-run-out-unwritable", SFL + " -o /sys/flowsplit-sweep/o", "/sys/flowsplit-sweep"),
+    C("compare-out-unwritable", "compare {ds} --quick -o /sys/flowsplit-sweep/s",
+      "/sys/flowsplit-sweep"),
     # ---- demo ------------------------------------------------------------------
     C("demo-captures-missing", "demo --captures {t}/nocap -o {t}/d --quiet", "nocap"),
     C("demo-captures-empty", "demo --captures {x} -o {t}/d --quiet", "cap",
@@ -474,6 +487,8 @@ def _check_line(err: str, names: str, says: str) -> str:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_one_handled_line(case, world, tmp_path, capsys):
     # Prepare
+    if "/sys/" in case.cmd and not _sys_refuses_writes():
+        pytest.skip("/sys is missing or writable here: no output path that must be refused")
     argv, names = _run_case(case, world, tmp_path)
     capsys.readouterr()
     # Execute
@@ -481,6 +496,40 @@ def test_bad_input_is_one_handled_line(case, world, tmp_path, capsys):
     # Assert
     assert rc == 2, f"exit {rc} for {argv}"
     _check_line(capsys.readouterr().err, names, case.says)
+
+
+def _sys_refuses_writes() -> bool:
+    try:
+        os.mkdir("/sys/flowsplit-sweep")
+    except OSError as exc:
+        return exc.errno in (errno.EPERM, errno.EACCES, errno.EROFS)
+    os.rmdir("/sys/flowsplit-sweep")
+    return False
+
+
+@pytest.mark.parametrize(
+    "code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES], ids=errno.errorcode.get
+)
+def test_a_full_disk_or_read_only_output_is_one_line_naming_the_file(
+    code, tmp_path, monkeypatch, capsys
+):
+    # Prepare: the disk says no when the run writes its weights (tmpfs needs root: see
+    # benchmarks/faults.py for the real full and read-only disks)
+    import flowsplit.train.checkpoint as checkpoint
+
+    def refused(path, state):
+        raise OSError(code, os.strerror(code), str(path))
+
+    monkeypatch.setattr(checkpoint, "save_tensors", refused)
+    data = write_synthetic(tmp_path / "ds", n=60, n_classes=2)
+    # Execute
+    rc = main(
+        shlex.split(f"train {data} -m cnn --epochs 1 {SMALL_CNN} --batch-size 8 -o {tmp_path}/r -q")
+    )
+    # Assert
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f"flowsplit: error: {tmp_path}/r/") and os.strerror(code) in err[0]
 
 
 SUBPROCESS_CASES = ["train-truncated-npy", "sfl-run-unknown-scheme"]  # ~3 s each: a few only
