@@ -507,9 +507,7 @@ def _sys_refuses_writes() -> bool:
     return False
 
 
-@pytest.mark.parametrize(
-    "code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES], ids=errno.errorcode.get
-)
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES], ids=errno.errorcode.get)
 def test_a_full_disk_or_read_only_output_is_one_line_naming_the_file(
     code, tmp_path, monkeypatch, capsys
 ):
