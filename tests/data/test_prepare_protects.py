@@ -89,17 +89,17 @@ def test_requested_class_without_flows_is_an_error_naming_it(tmp_path):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"seq_len": -5}, "seq_len"),
-        ({"val_frac": 2.0}, "val_frac"),
+        ({"seq_len": -5}, "--seq-len"),
+        ({"val_frac": 2.0}, "--val "),
         ({"split_by": "bogus"}, "split_by"),
-        ({"top_classes": -3}, "top_classes"),
-        ({"top_classes": 0}, "top_classes"),
-        ({"min_flows_per_class": -1}, "min_flows_per_class"),
-        ({"max_flows_per_group": 0}, "max_flows_per_group"),
-        ({"val_frac": 0.6, "test_frac": 0.5}, "val_frac \\+ test_frac"),
+        ({"top_classes": -3}, "--top-classes"),
+        ({"top_classes": 0}, "--top-classes"),
+        ({"min_flows_per_class": -1}, "--min-flows-per-class"),
+        ({"max_flows_per_group": 0}, "--max-flows-per-group"),
+        ({"val_frac": 0.6, "test_frac": 0.5}, "--val \\+ --test"),
         ({"views": ("seq", "nope")}, "unknown view"),
         ({"tunnels": "middle"}, "tunnels"),
-        ({"fragment_timeout": 0}, "fragment_timeout"),
+        ({"fragment_timeout": 0}, "--fragment-timeout"),
     ],
 )
 def test_prepare_options_are_validated_on_construction(kw, match):
@@ -111,7 +111,7 @@ def test_negative_counts_on_the_command_line_are_one_line_errors(tmp_path, capsy
     src = _idx_inputs(tmp_path)
     assert main(["prepare", str(src), "-o", str(tmp_path / "ds"), "--top-classes", "-3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "top_classes" in err and len(err.splitlines()) == 1
+    assert "--top-classes" in err and len(err.splitlines()) == 1  # the option typed
 
 
 def test_small_classes_are_warned_about_and_recorded(tmp_path, caplog):
