@@ -96,16 +96,20 @@ def make_study(
 def check_options_early(study: Study) -> None:
     """The baselines' cuts and the capacities, checked as soon as the model is known."""
     cfg, n_blocks = study.config, study.profile.n_blocks
+    n, a = study.topology.n_clients, study.topology.n_aggregators
+    if a > n:  # as sfl run refuses it: a plan for it could not be run
+        raise ConfigError(
+            f"{a} aggregators for {n} clients: some aggregator would serve no client; "
+            "give --aggregators at most --clients"
+        )
     check_cuts(n_blocks, *cfg.fixed_cuts)
     check_cuts(n_blocks, cfg.sfl_cut, cfg.sfl_cut)
     capacity = cfg.capacity
-    if capacity is not None:
-        n, a = study.topology.n_clients, study.topology.n_aggregators
-        if len(capacity) != a or min(capacity) < 0 or sum(capacity) < n:
-            raise ConfigError(
-                f"--capacity {','.join(map(str, capacity))}: give {a} non-negative integers "
-                f"summing to at least the {n} clients"
-            )
+    if capacity is not None and (len(capacity) != a or min(capacity) < 0 or sum(capacity) < n):
+        raise ConfigError(
+            f"--capacity {','.join(map(str, capacity))}: give {a} non-negative integers "
+            f"summing to at least the {n} clients"
+        )
 
 
 def registry_model(name: str, view: str | None):
