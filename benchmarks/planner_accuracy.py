@@ -391,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.model_option:
         mode["model_options"] = parse_model_options(args.model_option)
     t0 = time.perf_counter()
+    # The code a long run ran on is the one at its start (others may commit meanwhile).
+    started = {"date": _common.environment()["date"], "git_commit": _common.git_commit()}
     out: dict = {
+        "started": started,
         "datasets": {},
         "skipped": {},
         "mode": {**mode, "quick": args.quick, "family": args.family},
