@@ -566,7 +566,10 @@ def read_checkpoint(out_dir: str | Path, config: SFLConfig) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the same user problem
         raise InputError(path, f"unreadable checkpoint ({type(exc).__name__})") from None
-    theirs = json.loads(state["config"])
+    try:
+        theirs = json.loads(state["config"])
+    except (KeyError, TypeError, ValueError):  # a tensor file, but no SFL checkpoint
+        raise InputError(path, "is not an SFL checkpoint (it holds no run configuration)") from None
     ours = json.loads(json.dumps(config.to_dict(), sort_keys=True))
     differ = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
     if differ:
