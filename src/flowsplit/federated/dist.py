@@ -779,7 +779,8 @@ def _loopback_store(world: int, wait_s: float) -> tuple[dist.TCPStore, int]:
     # port cannot be taken between choosing and using it.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    sock.listen(world)
+    # Every role connects once, the server and each aggregator once more (heartbeat).
+    sock.listen(2 * world)
     port = sock.getsockname()[1]
     store = dist.TCPStore(
         "127.0.0.1",
