@@ -198,6 +198,10 @@ def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> No
     tmp.replace(path)
 
 
+MODEL_KEYS = ("name", "kind", "view", "input_shape", "n_classes", "classes")
+"""What config.json's ``model`` must hold to rebuild the trained model."""
+
+
 def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
     """The trained model of a run directory (a :class:`BlockModel` or an
     ``XGBoostClassifier``) and its ``config.json``."""
@@ -208,6 +212,13 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
         if (run / "topology.toml").is_file():
             raise InputError(run, "is an `sfl run` directory; this takes a `flowsplit train` run")
         raise InputError(run / CONFIG_NAME, "is not the config.json of a `flowsplit train` run")
+    missing = [f"model.{k}" for k in MODEL_KEYS if info.get(k) is None]
+    missing += [] if isinstance(doc.get("dataset"), dict) else ["dataset"]
+    missing += (
+        [] if isinstance(doc["train"].get("model_options"), dict) else ["train.model_options"]
+    )
+    if missing:
+        raise InputError(run / CONFIG_NAME, f"lacks {', '.join(missing)}: the run is damaged")
     if info["kind"] == "xgboost":
         path = run / BOOSTER_NAME
         if not path.is_file():
