@@ -194,11 +194,12 @@ def test_many_files_share_chunks_but_never_flows(tmp_path):
 
 
 def test_options_are_checked():
-    with pytest.raises(ConfigError, match="idle_timeout"):
+    # Messages name the command-line option (--idle-timeout for idle_timeout).
+    with pytest.raises(ConfigError, match="--idle-timeout must be > 0"):
         FlowOptions(idle_timeout=0)
     with pytest.raises(ConfigError, match="unknown view"):
         FlowOptions(views=("seq", "pictures"))
-    with pytest.raises(ConfigError, match="seq_len"):
+    with pytest.raises(ConfigError, match="--seq-len must be >= 1"):
         FlowOptions(seq_len=0)
 
 
