@@ -450,6 +450,8 @@ CASES = [
     C("sfl-plan-out-under-a-file", "sfl plan {ds} --no-pilots --quick -o {file}/p.json",
       "plain-file", make=lambda w, t: write(t / "plain-file", "x")),
     C("sfl-compare-unknown-scheme", "sfl compare {ds} --schemes sfl,magic -o {t}/c", "magic"),
+    C("sfl-compare-empty-test-split", "sfl compare {x} --quick -o {t}/c", "ds", "test split",
+      lambda w, t: write_synthetic(t / "ds", n=60, n_classes=2, split=(0.8, 0.2))),
     C("sfl-compare-seeds-zero", "sfl compare {ds} --seeds 0 -o {t}/c", "--seeds"),
     C("sfl-privacy-weights-not-a-run", "sfl privacy {ds} --weights {t} -o {t}/pv", "{t}",
       "model.pt"),

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowsplit.data.store import atomic_write_json
-from flowsplit.errors import ConfigError
+from flowsplit.data.store import Dataset, atomic_write_json, load_dataset
+from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.configs import (
     ALL_SCHEMES,
     FULL,
@@ -107,11 +107,15 @@ def run_sfl_compare(
         rounds=rounds,
         **options,
     )
+    ds = dataset_dir if isinstance(dataset_dir, Dataset) else load_dataset(dataset_dir)
+    split = base_config(cfg, cfg.seeds[0]).eval_split
+    if not len(ds.split_indices(split)):  # found now, not after minutes of pilots
+        raise InputError(ds.root, f"its {split} split is empty: sfl compare scores every run on it")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     study = make_study(
-        dataset_dir,
+        ds,
         cfg,
         model_fn=model_fn,
         quiet=quiet,

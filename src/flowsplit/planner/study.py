@@ -83,7 +83,7 @@ def make_study(
     fn = model_fn if model_fn is not None else registry_model(cfg.model, cfg.view)
     view = cfg.view or getattr(fn, "view", None) or RegistryModel(cfg.model).resolved_view()
     if not ds.has_view(view):
-        raise ConfigError(f"dataset {dataset_dir} has no view {view!r}; choose another --view")
+        raise ConfigError(f"dataset {ds.root} has no view {view!r}; choose another --view")
     torch.manual_seed(0)
     profile = profile_model(fn(input_shape=ds.view_shape(view), n_classes=ds.n_classes))
     study = Study(cfg, ds, fn, profile, _topology(cfg))
