@@ -7,10 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system.profile import client_memory_bytes, part_costs
 from flowsplit.planner.objective import Objective, Weights
 from flowsplit.planner.plan import PlannerConfig, lower_bounds, plan_fixed, plan_split
+from flowsplit.planner.study import make_study, resolve_study_config
+from tests.federated._toy import ToyFactory, write_toy_dataset
 from tests.planner.helpers import random_topology, small_profile
 
 LOSS = {(1, 1): 1.0, (1, 2): 0.9, (1, 3): 0.8, (2, 2): 1.1, (2, 3): 1.0, (3, 3): 1.2}
@@ -195,3 +198,17 @@ def test_guard_needs_a_cost_weight_and_a_sane_tolerance():
         )
     with pytest.raises(ConfigError, match="acc-tolerance"):
         PlannerConfig(acc_tolerance=2.0)
+
+
+def test_a_study_takes_a_loaded_dataset_as_it_is(tmp_path):
+    # A benchmark narrows a loaded dataset's evaluation rows; the study must use that
+    # object, not reload the directory.
+    path = write_toy_dataset(tmp_path / "toy", n=60)
+    cfg = resolve_study_config(True, model="toy", n_clients=4, n_aggregators=2)
+    data = load_dataset(path)
+    data.meta["split"] = np.where(data.meta["split"] == "test", "unused", data.meta["split"])
+    loaded = make_study(data, cfg, model_fn=ToyFactory("mlp"), quiet=True, pilots=False)
+    fresh = make_study(path, cfg, model_fn=ToyFactory("mlp"), quiet=True, pilots=False)
+    assert loaded.dataset is data and len(loaded.dataset.split_indices("test")) == 0
+    assert len(fresh.dataset.split_indices("test")) > 0
+    assert loaded.profile.legal_cuts() == fresh.profile.legal_cuts()
