@@ -199,7 +199,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     )
     val = probe.eval_data()
     legal = study.profile.legal_cuts()
-    seeds = list(range(mode["seeds"]))
+    seeds = list(range(args.first_seed, args.first_seed + mode["seeds"]))
     runs: dict[str, list[dict]] = {"hsfl": [], "hsfl-greedy": [], "acc-aware": []}
     per_cut: dict[tuple[int, int], list[dict]] = {c: [] for c in legal}
     chosen = []
@@ -361,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         help="2 seeds, 4 rounds, 240 rows (pilots 80), a narrow CNN: a smoke check",
     )
     p.add_argument("--seeds", type=int, default=None)
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="run seeds FIRST..FIRST+SEEDS-1 (the pilots stay on seed 0's partition), "
+        "to add seeds to an earlier run",
+    )
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--train-limit", type=int, default=None, help="training rows per run")
     p.add_argument("--pilot-train-limit", type=int, default=None, help="training rows per pilot")
