@@ -37,6 +37,7 @@ CASES = [
     ("cnn", "seq", (16, 5)),
     ("lstm", "seq", (16, 5)),
     ("lstm", "bytes", (64,)),
+    ("lstm", "pkt_bytes", (6, 64)),
     ("convlstm", "pkt_bytes", (6, 64)),
     ("convlstm", "pkt_bytes", (6, 8, 8)),
     ("convlstm", "bytes", (64,)),
@@ -272,6 +273,7 @@ def test_size_embedding_buckets_by_direction_and_size():
     [
         ("lstm", "seq", (6, 4), (11, 4), {}),
         ("lstm", "bytes", (4, 8), (9, 8), {}),
+        ("lstm", "pkt_bytes", (4, 16), (7, 16), {}),
         *(
             (name, "pkt_bytes", (4, 16), (7, 16), {"pool": pool})
             for name in ("convlstm", "convgru")
