@@ -2,7 +2,8 @@
 
     python benchmarks/planner_accuracy.py --out bench-results/planner_accuracy.json \\
         [--datasets demo,ndpi8,ustc] [--quick] [--seeds 5] [--rounds 20] \\
-        [--family hsfl|hsfl-ll] [--train-limit N] [--data-dir DIR]
+        [--family hsfl|hsfl-ll] [--train-limit N] [--eval-limit N] [--first-seed S] \\
+        [--model-option KEY=VALUE ...] [--data-dir DIR]
 
 Per dataset (the embedded lab capture ``demo``, the nDPI 8-protocol set ``ndpi8`` and
 USTC-TFC2016 ``ustc``, prepared from ``../shared/data`` into ``--data-dir`` on first
