@@ -101,3 +101,50 @@ def test_a_killed_worker_is_one_line_and_the_last(tmp_path):
         "flowsplit: error: worker 1 was killed by SIGKILL (out of memory?); the other "
         "workers were stopped (continue from the last checkpoint with --resume RUN)"
     ], done.stderr
+
+
+STOPPING = """
+import os, signal, sys, time
+from flowsplit.errors import FlowsplitError
+from flowsplit.train.launch import launch_local
+
+def work(path):
+    open(os.path.join(path, str(os.getpid())), "w").close()
+    time.sleep(2)  # a few heartbeats first
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    try:
+        launch_local(work, (sys.argv[1],), n_workers=2, threads_per_worker=1, heartbeat_s=5)
+    except FlowsplitError as exc:
+        print(f"flowsplit: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+"""
+
+
+@pytest.mark.slow  # three processes
+def test_a_stopped_worker_is_named_by_its_missing_heartbeat_and_every_worker_ends(tmp_path):
+    # Prepare: two workers; the second stops itself (SIGSTOP) after two seconds, so only
+    # the launcher's heartbeat watch can find it (its peer sleeps in no collective).
+    script = tmp_path / "stopping.py"
+    script.write_text(STOPPING)
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    # Execute
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script), str(marks)], capture_output=True, text=True, timeout=180
+    )
+    took = time.monotonic() - start
+    # Assert: one line naming rank 1 within the 120 s the workers would otherwise sleep,
+    # and neither worker left behind (the stopped one needs SIGKILL).
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "flowsplit: error: worker 1 (rank 1) sent no heartbeat for 5 s (stopped or frozen); "
+        "every worker was ended (continue from the last checkpoint with --resume RUN)"
+    ]
+    assert took < 100
+    pids = [int(p.name) for p in marks.iterdir()]
+    assert len(pids) == 2 and not any(_alive(p) for p in pids)

@@ -196,7 +196,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         train_worker(cfg, resume)
     else:
         from flowsplit.train.distributed import available_cores
-        from flowsplit.train.launch import launch_local
+        from flowsplit.train.launch import heartbeat_limit, launch_local
 
         threads = cfg.threads or max(1, available_cores() // cfg.workers)
         launch_local(
@@ -205,6 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             n_workers=cfg.workers,
             threads_per_worker=threads,
             master_addr=cfg.master_addr,
+            heartbeat_s=heartbeat_limit(cfg.timeout_s),
         )
     r = RunResult.from_json(Path(cfg.out))
     per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")

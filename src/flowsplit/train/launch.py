@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -76,7 +77,27 @@ def _die_with_parent() -> None:
             os._exit(1)
 
 
-def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
+HEARTBEAT_PERIOD_S = 1.0
+"""How often each worker's heartbeat thread stamps its slot."""
+
+
+def heartbeat_limit(timeout_s: float) -> float:
+    """How long a worker may go without a heartbeat: its collectives' timeout, clamped to
+    5-30 s (a stopped worker is found well before a peer's collective times out)."""
+    return float(min(max(timeout_s, 5.0), 30.0))
+
+
+def _beat(slots: Any, rank: int) -> None:
+    """Stamp ``slots[rank]`` with the monotonic clock (system-wide on Linux) every period.
+
+    A thread, so it beats while the worker computes; a stopped (SIGSTOP) or frozen
+    process stops beating, which is what the launcher watches for."""
+    while True:
+        slots[rank] = time.monotonic()
+        time.sleep(HEARTBEAT_PERIOD_S)
+
+
+def _child(local_rank: int, fn: Callable[..., Any], args: tuple, slots: Any = None) -> None:
     # Each worker leads its own session, as under torchrun. With the kernel's autogroup
     # scheduling (a fair share per session) workers sharing the launcher's session
     # would split one share between them on a busy machine and look slower than
@@ -92,6 +113,8 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple) -> None:
     tqdm.set_lock(threading.RLock())
     os.environ["RANK"] = str(local_rank)
     os.environ["LOCAL_RANK"] = str(local_rank)
+    if slots is not None:
+        threading.Thread(target=_beat, args=(slots, local_rank), daemon=True).start()
     fn(*args)
 
 
@@ -102,11 +125,14 @@ def launch_local(
     n_workers: int,
     threads_per_worker: int,
     master_addr: str = "127.0.0.1",
+    heartbeat_s: float | None = None,
 ) -> None:
     """Run ``fn(*args)`` in ``n_workers`` spawned processes forming one process group.
 
     A worker's :class:`FlowsplitError` comes back as the same one-line error; a
-    worker that dies takes the others down and raises :class:`RuntimeError`.
+    worker that dies takes the others down and raises :class:`FlowsplitError`, and so
+    does one that sends no heartbeat for ``heartbeat_s`` seconds (stopped or frozen:
+    its peers would only notice when their collective times out), naming it.
     """
     port = free_port(master_addr)
     env = {
@@ -125,12 +151,19 @@ def launch_local(
     # one failed: a line before ours that says less; the error below names what happened.
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
     with _environ(env), _log_level(spawn_log, logging.ERROR):
+        slots = None
+        if heartbeat_s is not None:
+            # Shared doubles without a lock (one writer per slot): no semaphore to leak.
+            # 0 until a worker's first beat: its imports (seconds on a busy machine) are
+            # not silence; a worker that never starts fails the rendezvous instead.
+            slots = mp.get_context("spawn").Array("d", n_workers, lock=False)
         ctx = mp.start_processes(
-            _child, args=(fn, args), nprocs=n_workers, start_method="spawn", join=False
+            _child, args=(fn, args, slots), nprocs=n_workers, start_method="spawn", join=False
         )
         try:
-            while not ctx.join():
-                pass
+            while not ctx.join(timeout=HEARTBEAT_PERIOD_S):
+                if slots is not None:
+                    _check_heartbeats(ctx.processes, slots, heartbeat_s)
         except KeyboardInterrupt:
             # Workers in their own sessions do not see the terminal's Ctrl-C: stop them.
             for proc in ctx.processes:
@@ -151,6 +184,29 @@ def launch_local(
                 f"worker {exc.error_index} {how} (out of memory?); the other workers were "
                 "stopped (continue from the last checkpoint with --resume RUN)"
             ) from None
+
+
+def _check_heartbeats(processes: list, slots: Any, limit_s: float) -> None:
+    """End every worker and raise if one has sent no heartbeat for ``limit_s`` seconds."""
+    now = time.monotonic()
+    silent = [
+        r
+        for r, p in enumerate(processes)
+        if p.is_alive() and slots[r] > 0 and now - slots[r] > limit_s
+    ]
+    if not silent:
+        return
+    for proc in processes:
+        if proc.is_alive():
+            # SIGKILL: a stopped process would not act on SIGTERM until continued.
+            proc.kill()
+    for proc in processes:
+        proc.join(10)
+    names = ", ".join(f"worker {r} (rank {r})" for r in silent)
+    raise FlowsplitError(
+        f"{names} sent no heartbeat for {limit_s:.0f} s (stopped or frozen); every worker "
+        "was ended (continue from the last checkpoint with --resume RUN)"
+    )
 
 
 def _as_user_error(text: str) -> Exception:
