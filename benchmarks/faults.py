@@ -457,11 +457,15 @@ def ddp_case(data: Path, work: Path, target: str, sig: signal.Signals) -> dict[s
             expected = "both workers gone within seconds (parent-death signal)"
             ok = detect is not None
         elif sig == signal.SIGSTOP:
-            expected = f"exit != 0 within --timeout {DDP_TIMEOUT_S:g} s + a margin, one line"
+            expected = (
+                f"exit != 0 within --timeout {DDP_TIMEOUT_S:g} s + a margin, one line naming "
+                "the worker with no heartbeat"
+            )
             ok = rc not in (0, None) and detect is not None and detect < 60
+            ok = ok and "heartbeat" in line and "internal error" not in line
         else:
             expected = "exit != 0 within seconds with one line; checkpoint.pt loadable"
-            ok = rc not in (0, None) and "Traceback" not in line
+            ok = rc not in (0, None) and "Traceback" not in line and "internal error" not in line
         return {
             **case,
             "expected": expected,
