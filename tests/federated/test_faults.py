@@ -252,37 +252,6 @@ def _holder(path: Path, tag: str) -> int | None:
     return None
 
 
-@pytest.mark.slow
-def test_a_killed_server_resumes_to_the_uninterrupted_weights(dataset, tmp_path):
-    # Prepare: the uninterrupted 4-round run (same config as the launcher script's).
-    cfg = SFLConfig(rounds=4, batch_size=16, seed=1, timeout_s=5.0)
-    topo = resolve_topology("homogeneous", n_clients=2, n_aggregators=1)
-    setup = prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)
-    whole = launch_roles(
-        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path / "a", quiet=True
-    )
-    # Execute: the same run, its server SIGKILLed in round 3, then resumed.
-    out = tmp_path / "b"
-    proc, tag = _start_launcher(dataset, out, rounds=4, until=3)
-    try:
-        server = _holder((out / "logs" / "server.log").resolve(), tag)
-        assert server is not None
-        os.kill(server, signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 2 and "server process exited with code -9" in err, err
-    finally:
-        _cleanup(proc, tag)
-    assert not (out / "metrics.json").exists() and (out / "sfl-checkpoint.pt").is_file()
-    resumed = launch_roles(
-        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=out, quiet=True, resume=True
-    )
-    # Assert: all 4 rounds reported, and exactly the uninterrupted run's weights.
-    assert [r["round"] for r in resumed.history] == [1, 2, 3, 4]
-    for key, value in whole.model_state.items():
-        assert torch.equal(resumed.model_state[key], value), key
-    assert resumed.history[-1]["accuracy"] == whole.history[-1]["accuracy"]
-
-
 def test_resume_refuses_a_checkpoint_of_other_options(dataset, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -320,9 +289,11 @@ def test_sfl_run_resume_out_continues_a_killed_run_with_its_own_options(dataset,
         assert _wait(lambda: log.is_file() and "round 2 starts" in log.read_text(), 120)
         os.kill(_holder(log.resolve(), tag), signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 2, err
+        assert proc.returncode == 2 and "server process exited with code -9" in err, err
     finally:
         _cleanup(proc, tag)
+    # The killed run left its checkpoint and no result.
+    assert not (out / "metrics.json").exists() and (out / "sfl-checkpoint.pt").is_file()
     rc = main(["sfl", "run", "--resume", str(out), "--quiet"])
     # Assert: the uninterrupted run's weights, all 3 rounds.
     assert rc == 0
