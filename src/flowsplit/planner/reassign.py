@@ -96,8 +96,3 @@ def reassigning_policy(config: Any = None) -> AssignmentPolicy:
     """The default policy of ``sfl run``: keep the assignment, move lost aggregators'
     clients with :func:`place_clients`."""
     return AssignmentPolicy(place=place_clients)
-
-
-def sfl_policies() -> dict[str, Any]:
-    """Assignment policies for ``flowsplit sfl run``: name -> factory(config)."""
-    return {"reassign": reassigning_policy}

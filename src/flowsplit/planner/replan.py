@@ -270,18 +270,12 @@ def replanning_policy(config: Any = None) -> ReplanPolicy:
     return ReplanPolicy(place_clients)
 
 
-def sfl_policies() -> dict[str, Any]:
-    """The policies this module gives ``sfl run`` (by ``--replan`` value; see flowsplit.cli)."""
-    return {"every-round": replanning_policy}
-
-
 __all__ = [
     "DELAY_ALONE",
     "REPLAN_MODES",
     "ReplanPolicy",
     "Replanned",
     "replanning_policy",
-    "sfl_policies",
     "replan_assignment",
     "round_table",
 ]
