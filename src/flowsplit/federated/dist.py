@@ -82,6 +82,7 @@ from flowsplit.federated.transport import (
     talking_pairs,
 )
 from flowsplit.train.distributed import read_dist_env
+from flowsplit.train.launch import heartbeat_limit
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -653,9 +654,9 @@ HEARTBEAT_S = 1.0
 
 def heartbeat_timeout(config: SFLConfig) -> float:
     """Seconds of silence after which the launcher takes an upper-tier role for stopped:
-    ``--timeout``, within 5..30 s (a heartbeat of a loaded machine may come late; a
-    stopped role must be found well within a minute)."""
-    return min(max(float(config.timeout_s), 5.0), 30.0)
+    ``--timeout``, within 5..30 s, as for DDP workers (a heartbeat of a loaded machine
+    may come late; a stopped role must be found well within a minute)."""
+    return heartbeat_limit(config.timeout_s)
 
 
 def _start_heartbeat(address: tuple[str, int], rank: int, world_size: int) -> None:
