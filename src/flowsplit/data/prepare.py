@@ -293,6 +293,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "n_flows_read": int(report.n_flows),
         "view_info": _capture_view_info(flow_opts),
         "digests": report.digests,
+        "deduplicated": opts.dedup,  # duplicates already dropped while reading
     }
     if labeller_info is not None:
         info["labeller"] = labeller_info
@@ -487,7 +488,7 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         raise InputError(files[0].root, what) if files else FlowsplitError(what)
     labels = meta["label_name"].to_numpy(dtype=object)
     groups = meta["group"].to_numpy(dtype=object)
-    idx = _select_flows(meta, labels, groups, opts, skipped)
+    idx = _select_flows(meta, labels, groups, opts, skipped, info.get("deduplicated", False))
     split_by = _resolve_split_by(
         opts.split_by,
         kind,
@@ -541,10 +542,15 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     return read_manifest(writer.out_dir)
 
 
-def _select_flows(meta, labels, groups, opts: PrepareOptions, skipped: Counter) -> np.ndarray:
-    """Rows kept: deduplicated, class filters, the per-group cap, then class minima."""
+def _select_flows(
+    meta, labels, groups, opts: PrepareOptions, skipped: Counter, deduplicated: bool = False
+) -> np.ndarray:
+    """Rows kept: deduplicated, class filters, the per-group cap, then class minima.
+
+    ``deduplicated``: the reader already dropped duplicates (no second pass over all rows).
+    """
     keep = np.ones(len(meta), dtype=bool)
-    if opts.dedup:
+    if opts.dedup and not deduplicated:
         keep = dedup_mask(meta["digest"].to_numpy())
         skipped["duplicate_flow"] += int((~keep).sum())
     if opts.classes:
