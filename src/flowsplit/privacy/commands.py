@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,12 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     from flowsplit.privacy.attack import AttackConfig
     from flowsplit.privacy.defences import parse_defences
     from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
-    from flowsplit.privacy.study import PrivacyConfig, check_sfl_run, run_study
+    from flowsplit.privacy.study import (
+        SUMMARY_MEASURES,
+        PrivacyConfig,
+        check_sfl_run,
+        run_study,
+    )
 
     out: Path = args.out
     if out.exists() and not out.is_dir():
@@ -248,7 +254,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         unconstrained=unconstrained,
         planned=planned,
     )
-    print(format_summary(result))
+    print(format_summary(result, SUMMARY_MEASURES))
     if args.max_leakage is not None:
         if chosen is None:
             print(f"no cut pair has {measure} <= {args.max_leakage}")
@@ -294,21 +300,9 @@ def _planned(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     raise InputError(path, f"plans cuts {tuple(cuts)}, which this study did not measure")
 
 
-def format_summary(result: dict[str, Any]) -> str:
-    """A plain table of the per-cut measures, undefended and per defence."""
-    keys = [
-        k
-        for k in (
-            "accuracy",
-            "bytes_recovered",
-            "ascii_recovered",
-            "seq_nrmse",
-            "dcor",
-            "label_probe_acc",
-            "grad_label_acc",
-        )
-        if any(k in rec for rec in result["cuts"].values())
-    ]
+def format_summary(result: dict[str, Any], measures: Sequence[str]) -> str:
+    """A plain table of the per-cut ``measures`` (those present), undefended and per defence."""
+    keys = [k for k in measures if any(k in rec for rec in result["cuts"].values())]
     head = f"{'defence':<8} {'cut':>3} {'block':<8} " + " ".join(f"{k:>15}" for k in keys)
     lines = [
         f"{result['model']} on {result['view']} of {result['dataset']}: accuracy "

@@ -574,14 +574,17 @@ def run_study(
     return result
 
 
+SUMMARY_MEASURES = (
+    "accuracy",
+    "bytes_recovered",
+    "ascii_recovered",
+    "seq_nrmse",
+    "dcor",
+    "label_probe_acc",
+    "grad_label_acc",
+)
+"""The per-cut measures a summary shows, in this order (the log here, the CLI's table)."""
+
+
 def _summary(rec: dict[str, Any]) -> str:
-    keys = (
-        "accuracy",
-        "bytes_recovered",
-        "ascii_recovered",
-        "seq_nrmse",
-        "dcor",
-        "label_probe_acc",
-        "grad_label_acc",
-    )
-    return ", ".join(f"{k} {rec[k]:.3f}" for k in keys if isinstance(rec.get(k), float))
+    return ", ".join(f"{k} {rec[k]:.3f}" for k in SUMMARY_MEASURES if isinstance(rec.get(k), float))
