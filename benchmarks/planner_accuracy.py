@@ -61,7 +61,7 @@ from scipy.stats import spearmanr  # noqa: E402
 from flowsplit.data.store import load_dataset  # noqa: E402
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci  # noqa: E402
 from flowsplit.federated.metrics import evaluate_model  # noqa: E402
-from flowsplit.federated.setup import RegistryModel, prepare_run  # noqa: E402
+from flowsplit.federated.setup import RegistryModel  # noqa: E402
 from flowsplit.federated.sim import run_simulation  # noqa: E402
 from flowsplit.planner.objective import Weights  # noqa: E402
 from flowsplit.planner.plan import PlannerConfig, plan_split  # noqa: E402
@@ -137,14 +137,7 @@ def train(study, seed: int, plan, val) -> dict:
     validation metrics, total simulated delay and bytes."""
     cfg = study.config
     sfl_cfg = base_config(cfg, seed, cuts=tuple(plan.cuts))
-    setup = prepare_run(
-        sfl_cfg,
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-        assignment=plan.assignment,
-    )
+    setup = study.prepare(sfl_cfg, assignment=plan.assignment)
     t0 = time.perf_counter()
     result = run_simulation(setup)
     # The final global model as the server holds it: client, aggregator, server parts.
@@ -191,13 +184,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     eval_rows = limit_eval_rows(data, args.eval_limit)
     study = make_study(data, cfg, model_fn=model_fn, quiet=True, seed=0)
     pilot_s = time.perf_counter() - t0
-    probe = prepare_run(
-        base_config(cfg, 0, eval_split="val"),
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-    )
+    probe = study.prepare(base_config(cfg, 0, eval_split="val"))
     val = probe.eval_data()
     legal = study.profile.legal_cuts()
     seeds = list(range(args.first_seed, args.first_seed + mode["seeds"]))
@@ -206,13 +193,7 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     chosen = []
     for seed in seeds:
         plans = plan_seed(study, seed, ("acc-aware", "hsfl", "hsfl-greedy"))
-        topo = prepare_run(
-            base_config(cfg, seed),
-            dataset=study.dataset,
-            model_fn=study.model_fn,
-            topology=study.topology,
-            profile=study.profile,
-        ).topology
+        topo = study.prepare(base_config(cfg, seed)).topology
         for c in legal:
             one = PlannerConfig(
                 weights=Weights(0.0, *cfg.weights[1:]),

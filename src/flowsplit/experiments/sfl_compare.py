@@ -52,7 +52,6 @@ from flowsplit.experiments.sfl_baselines import run_baselines
 from flowsplit.experiments.sfl_report import write_report
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
-from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.topology import write_topology
 from flowsplit.planner.objective import Weights
@@ -136,13 +135,7 @@ def run_sfl_compare(
                 for (a, c), plan in cut_plans(study, seed).items()
             ]
         if cfg.baselines:
-            setup = prepare_run(
-                base_config(cfg, seed),
-                dataset=study.dataset,
-                model_fn=study.model_fn,
-                topology=study.topology,
-                profile=study.profile,
-            )
+            setup = study.prepare(base_config(cfg, seed))
             for name, rec in run_baselines(setup, cfg.baselines).items():
                 baselines.append({"baseline": name, "seed": seed, **rec})
     atomic_write_json(out / "plans.json", plans)
@@ -162,14 +155,7 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
     cfg = study.config
     engine_scheme = "sfl" if scheme == "sfl" else cfg.family  # also the cut- runs
     sfl_cfg = base_config(cfg, seed, scheme=engine_scheme, cuts=tuple(plan.cuts))
-    setup = prepare_run(
-        sfl_cfg,
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-        assignment=plan.assignment,
-    )
+    setup = study.prepare(sfl_cfg, assignment=plan.assignment)
     t0 = time.perf_counter()
     result = run_simulation(setup)
     wall = time.perf_counter() - t0
@@ -221,13 +207,7 @@ def cut_plans(study: Study, seed: int) -> dict:
     """Every legal cut pair with the planner's own assignment for it (delay/bytes
     objective, the accuracy-aware plan's weights and references)."""
     cfg = study.config
-    topo = prepare_run(
-        base_config(cfg, seed),
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-    ).topology
+    topo = study.prepare(base_config(cfg, seed)).topology
     out = {}
     for pair in study.profile.legal_cuts():
         config = PlannerConfig(

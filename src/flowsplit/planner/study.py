@@ -61,6 +61,18 @@ class Study:
     pilots: list = field(default_factory=list)
     surrogate: dict = field(default_factory=dict)
 
+    def prepare(self, config: Any, **kwargs: Any) -> Any:
+        """``prepare_run`` of ``config`` on this study's data, model, topology and profile
+        (``kwargs``: its other keywords, e.g. ``assignment``)."""
+        return prepare_run(
+            config,
+            dataset=self.dataset,
+            model_fn=self.model_fn,
+            topology=self.topology,
+            profile=self.profile,
+            **kwargs,
+        )
+
 
 def make_study(
     dataset_dir,
@@ -164,13 +176,7 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
     cuts = choose_pilot_cuts(study.profile.n_blocks, n_pilots)
     base = base_config(cfg, seed)
     limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.train_limit
-    probe = prepare_run(
-        base,
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-    )
+    probe = study.prepare(base)
     run_steps = cfg.rounds * steps_per_round(probe)
     steps = cfg.pilot_steps or max(1, int(math.ceil(PILOT_FRACTION * run_steps)))
     records = run_pilots(
@@ -213,13 +219,7 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     """The plans named in ``plans`` (of :data:`PLANS`; ``hsfl`` always) for one seed
     (shard sizes of that seed's partition)."""
     cfg = study.config
-    setup = prepare_run(
-        base_config(cfg, seed),
-        dataset=study.dataset,
-        model_fn=study.model_fn,
-        topology=study.topology,
-        profile=study.profile,
-    )
+    setup = study.prepare(base_config(cfg, seed))
     topo = setup.topology  # shard sizes filled in
     common = {
         "family": cfg.family,
