@@ -202,7 +202,7 @@ class Dataset:
         if name == "stats":
             arr = self.stats_frame().to_numpy(dtype=np.float32)
         else:
-            arr = _read_view_file(
+            arr = _read_dataset_file(
                 path, lambda: np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
             )
         if list(arr.shape) != list(info["shape"]):
@@ -216,7 +216,7 @@ class Dataset:
     def stats_frame(self) -> pd.DataFrame:
         self._require_view("stats")
         path = self.root / self.manifest["views"]["stats"]["file"]
-        return _read_view_file(path, lambda: pd.read_parquet(path))
+        return _read_dataset_file(path, lambda: pd.read_parquet(path))
 
     def split_indices(self, split: str) -> np.ndarray:
         """Row indices of one split (``train``, ``val`` or ``test``), in store order."""
@@ -318,8 +318,8 @@ def check_target(out_dir: str | Path, *, overwrite: bool) -> None:
         raise InputError(out_dir, "exists and is not a flowsplit dataset; refusing to replace it")
 
 
-def _read_view_file(path: Path, read):
-    """``read()`` of a view's file; a missing or damaged file is an :class:`InputError`."""
+def _read_dataset_file(path: Path, read):
+    """``read()`` of a dataset's file; a missing or damaged file is an :class:`InputError`."""
     if not path.is_file():
         raise InputError(path, "missing: the dataset is incomplete (prepare it again)")
     try:
@@ -375,14 +375,7 @@ def load_dataset(path: str | Path) -> Dataset:
             manifest_path, f"schema version {version}, this flowsplit reads {SCHEMA_VERSION}"
         )
     meta_path = root / "meta.parquet"
-    if not meta_path.is_file():
-        raise InputError(meta_path, "missing: the dataset is incomplete (prepare it again)")
-    try:
-        meta = pd.read_parquet(meta_path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a bad file
-        raise InputError(
-            meta_path, f"unreadable ({type(exc).__name__}); prepare it again"
-        ) from None
+    meta = _read_dataset_file(meta_path, lambda: pd.read_parquet(meta_path))
     problem = _manifest_problem(manifest, meta)
     if problem:
         raise InputError(manifest_path, f"{problem}: the dataset is damaged (prepare it again)")
