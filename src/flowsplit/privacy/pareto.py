@@ -120,36 +120,27 @@ def draw_pareto(
     )
     if max_leakage is not None and math.isfinite(max_leakage):
         ax1.axhline(max_leakage, c="tab:red", ls="--", lw=1, label=f"budget {max_leakage:g}")
-    if unconstrained is not None:
-        ax1.scatter(
-            [unconstrained["delay_s"]],
-            [unconstrained["leakage"]],
-            marker="x",
-            s=120,
-            c="black",
-            label="least delay, no budget",
-        )
-    if chosen is not None:
-        ax1.scatter(
-            [chosen["delay_s"]],
-            [chosen["leakage"]],
-            marker="*",
-            s=260,
-            c="tab:red",
-            zorder=5,
-            label="chosen under budget",
-        )
-    if planned is not None:
-        ax1.scatter(
-            [planned["delay_s"]],
-            [planned["leakage"]],
-            marker="D",
-            s=90,
-            facecolors="none",
-            edgecolors="tab:purple",
-            lw=2,
-            label="the planner's plan",
-        )
+    marks = (
+        (unconstrained, {"marker": "x", "s": 120, "c": "black", "label": "least delay, no budget"}),
+        (
+            chosen,
+            {"marker": "*", "s": 260, "c": "tab:red", "zorder": 5, "label": "chosen under budget"},
+        ),
+        (
+            planned,
+            {
+                "marker": "D",
+                "s": 90,
+                "facecolors": "none",
+                "edgecolors": "tab:purple",
+                "lw": 2,
+                "label": "the planner's plan",
+            },
+        ),
+    )
+    for point, style in marks:
+        if point is not None:
+            ax1.scatter([point["delay_s"]], [point["leakage"]], **style)
     ax1.set_xlabel("predicted round delay (s), end-to-end HSFL")
     ax1.set_ylabel(f"leakage: {measure}")
     # Centrally trained, one model for every cut; federated training converges
