@@ -22,11 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 # The public corpora (README, Public corpora): FLOWSPLIT_SHARED_DATA, as the tests read it.
 SHARED = Path(os.environ.get("FLOWSPLIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
-# `flowsplit prepare` options of the nDPI 8-protocol set (after the input folder), as the
-# README gives them.
-NDPI8_OPTIONS = [
-    "--labels",
-    str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
+# How the nDPI sets choose their flows (nDPI's master protocol, no Unknown, at most 30
+# flows per capture and class, classes in at least 5 captures); the number of classes
+# and the labels file are given apart.
+NDPI_SELECTION = [
     "--label-column",
     "master",
     "--exclude-classes",
@@ -35,6 +34,13 @@ NDPI8_OPTIONS = [
     "30",
     "--min-groups-per-class",
     "5",
+]
+# `flowsplit prepare` options of the nDPI 8-protocol set (after the input folder), as the
+# README gives them.
+NDPI8_OPTIONS = [
+    "--labels",
+    str(SHARED / "ndpi" / "ndpi_flow_labels.csv"),
+    *NDPI_SELECTION,
     "--top-classes",
     "8",
 ]

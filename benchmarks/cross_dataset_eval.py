@@ -31,19 +31,10 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from _common import NDPI_SELECTION
 
 SUBSET = ("DNS", "HTTP", "QUIC", "STUN", "TLS")
-PREPARE = [
-    "--label-column",
-    "master",
-    "--exclude-classes",
-    "Unknown",
-    "--max-flows-per-group",
-    "30",
-    "--min-groups-per-class",
-    "5",
-    "--quiet",
-]
+PREPARE = [*NDPI_SELECTION, "--quiet"]
 
 
 def flowsplit(*args: str) -> None:
