@@ -199,7 +199,7 @@ def _help(doc: str, default: Any, spec: dict[str, Any], required: bool = False) 
     elif spec["show"] is not None:
         shown = spec["show"](default)
     elif isinstance(default, list | tuple):
-        shown = ",".join(map(str, default)) or "none"
+        shown = show_list(default) or "none"
     else:
         shown = str(default)
     if shown is not None:
