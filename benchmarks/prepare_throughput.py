@@ -45,6 +45,7 @@ sys.path.insert(0, str(C.ROOT / "src"))
 import numpy as np  # noqa: E402
 
 from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many  # noqa: E402
+from flowsplit.data.labels import flow_key  # noqa: E402
 
 DEFAULT_CORPUS = C.ROOT.parent / "shared" / "data" / "ndpi" / "pcap"
 OPTIONS = FlowOptions()  # all four views, default sizes and masks
@@ -133,11 +134,6 @@ def run_dpkt(paths: list[Path]) -> dict:
     return {"n_flows": n_flows}
 
 
-def _key(proto: int, a: str, pa: int, b: str, pb: int) -> str:
-    lo, hi = sorted([(a, pa), (b, pb)])
-    return f"{proto}|{lo[0]}|{lo[1]}|{hi[0]}|{hi[1]}"
-
-
 def _our_flows(paths: list[Path], tunnels: str):
     """Per file: Counter of (5-tuple key, packets) and Counter of 5-tuple keys."""
     import collections
@@ -157,8 +153,9 @@ def _our_flows(paths: list[Path], tunnels: str):
             strict=True,
         )
         for s, p, a, pa, ib, pb, n in rows:
-            ours[s][(_key(p, a, pa, ib, pb), n)] += 1
-            keys[s][_key(p, a, pa, ib, pb)] += 1
+            key = flow_key(p, a, pa, ib, pb)
+            ours[s][(key, n)] += 1
+            keys[s][key] += 1
     return ours, keys
 
 
@@ -175,23 +172,16 @@ def agreement(paths: list[Path]) -> dict:
     (``tunnels="inner"``) and with ``tunnels="outer"`` (key ``tunnels_outer``).
     """
     import collections
-    import ipaddress
 
     from nfstream import NFStreamer
 
-    nfs: dict[int, list[tuple[str, int]]] = {}
+    nfs: dict[int, list[tuple[tuple, int]]] = {}
     failed = 0
     for s, path in enumerate(paths):
         try:
             nfs[s] = [
                 (
-                    _key(
-                        f.protocol,
-                        str(ipaddress.ip_address(f.src_ip)),
-                        f.src_port,
-                        str(ipaddress.ip_address(f.dst_ip)),
-                        f.dst_port,
-                    ),
+                    flow_key(f.protocol, f.src_ip, f.src_port, f.dst_ip, f.dst_port),
                     f.bidirectional_packets,
                 )
                 for f in NFStreamer(source=str(path), n_dissections=0, n_meters=1)
