@@ -16,6 +16,9 @@ import torch
 from torch import nn
 
 from flowsplit.data.store import write_dataset
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.setup import RunSetup, prepare_run
+from flowsplit.federated.system.presets import resolve_topology
 from flowsplit.models.base import BlockModel
 
 
@@ -112,3 +115,11 @@ def write_toy_dataset(
         }
     )
     return write_dataset(out, meta=meta, classes=classes, views={"bytes": data})
+
+
+def toy_setup(dataset: Path, clients: int, aggregators: int, **config) -> RunSetup:
+    """A one-round run of the toy MLP on a ``clients`` x ``aggregators`` heterogeneous
+    topology (``config``: SFLConfig fields over small defaults), for the runner's tests."""
+    cfg = SFLConfig(**{"rounds": 1, "batch_size": 16, "lr": 1e-2, "seed": 11, **config})
+    topo = resolve_topology("heterogeneous", n_clients=clients, n_aggregators=aggregators)
+    return prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)

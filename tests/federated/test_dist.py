@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles
-from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.costs import CostMeter
 from flowsplit.federated.system.presets import resolve_topology
@@ -25,18 +23,12 @@ from flowsplit.federated.system.protocol import (
 )
 from flowsplit.federated.transport import GlooTransport
 from flowsplit.train.distributed import read_dist_env
-from tests.federated._toy import ToyFactory, write_toy_dataset
+from tests.federated._toy import ToyFactory, toy_setup, write_toy_dataset
 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
-
-
-def _setup(dataset, clients: int, aggregators: int, **kw):
-    cfg = SFLConfig(**{"rounds": 1, "batch_size": 16, "lr": 1e-2, "seed": 11, **kw})
-    topo = resolve_topology("heterogeneous", n_clients=clients, n_aggregators=aggregators)
-    return prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)
 
 
 @pytest.mark.slow
@@ -45,7 +37,7 @@ def _setup(dataset, clients: int, aggregators: int, **kw):
 )
 def test_sim_and_dist_report_identical_bytes_and_weights(dataset, tmp_path, scheme, cuts):
     # Prepare: 3 clients, 2 aggregators, 1 round, fixed seed.
-    setup = _setup(dataset, 3, 2, scheme=scheme, cuts=cuts, timeout_s=30.0)
+    setup = toy_setup(dataset, 3, 2, scheme=scheme, cuts=cuts, timeout_s=30.0)
     # Execute: in process, then as 6 processes (server, 2 aggregators, 3 clients).
     sim = run_simulation(setup)
     dist = launch_roles(
@@ -66,7 +58,7 @@ def test_sim_and_dist_report_identical_bytes_and_weights(dataset, tmp_path, sche
 @pytest.mark.slow
 def test_clients_that_disappear_or_hang_are_dropped_not_waited_for(dataset, tmp_path):
     # Prepare: client 1's process exits and client 2 stops answering at round 2.
-    setup = _setup(
+    setup = toy_setup(
         dataset,
         4,
         2,

@@ -25,9 +25,7 @@ from flowsplit.experiments.compare import run_compare
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles, read_checkpoint
 from flowsplit.federated.schemes import ParticipationError, check_participation
-from flowsplit.federated.setup import prepare_run
-from flowsplit.federated.system.presets import resolve_topology
-from tests.federated._toy import ToyFactory, write_toy_dataset
+from tests.federated._toy import ToyFactory, toy_setup, write_toy_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "FLOWSPLIT_TEST_TAG"
@@ -36,12 +34,6 @@ TAG = "FLOWSPLIT_TEST_TAG"
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
-
-
-def _setup(dataset, clients: int, aggregators: int, **kw):
-    cfg = SFLConfig(**{"rounds": 1, "batch_size": 16, "lr": 1e-2, "seed": 11, **kw})
-    topo = resolve_topology("heterogeneous", n_clients=clients, n_aggregators=aggregators)
-    return prepare_run(cfg, dataset=dataset, model_fn=ToyFactory("mlp"), topology=topo)
 
 
 def _tagged(tag: str) -> list[int]:
@@ -195,7 +187,7 @@ def test_participation_rules_like_flowers():
 @pytest.mark.slow
 def test_a_round_below_the_minimum_stops_the_dist_run_with_one_line(dataset, tmp_path):
     # Prepare: three of four clients exit at the start of round 2.
-    setup = _setup(dataset, 4, 2, rounds=3, timeout_s=5.0, exit_clients={0: 1, 1: 1, 3: 1})
+    setup = toy_setup(dataset, 4, 2, rounds=3, timeout_s=5.0, exit_clients={0: 1, 1: 1, 3: 1})
     # Execute / Assert: no result, a one-line reason naming the round and the minimum.
     with pytest.raises(FlowsplitError) as info:
         launch_roles(
