@@ -326,9 +326,6 @@ def attack_activations(
     z_aux: torch.Tensor,
     z_eval: torch.Tensor,
     *,
-    target_aux: torch.Tensor,
-    target_eval: torch.Tensor,
-    inputs_eval: torch.Tensor,
     config: PrivacyConfig,
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     prior: dict[str, float] | None = None,
@@ -337,10 +334,11 @@ def attack_activations(
 
     ``z_aux`` are the attacker's clean activations (``transform``, the defence, is
     applied to them batch by batch while the decoder learns); ``z_eval`` are the
-    activations as sent (already defended). ``target_*`` are what to reconstruct:
+    activations as sent (already defended). What is reconstructed (:func:`_targets`):
     byte values ``(N, L)`` or standardised features ``(N, T, F)``.
     """
     t0 = time.perf_counter()
+    target_aux, target_eval = _targets(data)
     decoder, scaler = fit_inversion(
         z_aux, target_aux, kind=data.kind, config=config.attack, transform=transform
     )
@@ -360,7 +358,10 @@ def attack_activations(
     if prior:
         out.update(prior)
     out["dcor"] = distance_correlation_np(
-        inputs_eval.numpy(), z_eval.numpy(), max_rows=config.dcor_rows, seed=config.seed
+        input_features(data, data.x_eval).numpy(),
+        z_eval.numpy(),
+        max_rows=config.dcor_rows,
+        seed=config.seed,
     )
     z_aux_sent = activations(transform, z_aux) if transform is not None else z_aux
     out["label_probe_acc"] = label_probe(
@@ -409,7 +410,6 @@ def measure_cut(
     torch.manual_seed(config.seed + 7)
     z_aux = activations(lambda x: model.forward_range(x, 0, cut), data.x_aux)
     z_eval = activations(lambda x: layer(model.forward_range(x, 0, cut)), data.x_eval)
-    target_aux, target_eval = _targets(data)
     out: dict[str, Any] = {
         "block": model.block_names[cut - 1],
         "act_shape": list(z_eval.shape[1:]),
@@ -421,9 +421,6 @@ def measure_cut(
             data,
             z_aux,
             z_eval,
-            target_aux=target_aux,
-            target_eval=target_eval,
-            inputs_eval=input_features(data, data.x_eval),
             config=config,
             transform=layer if defence.kind in ("noise", "quant") else None,
             prior=prior,
@@ -449,7 +446,6 @@ def measure_reference(model: BlockModel, data: StudyData, config: PrivacyConfig)
     stem = first[0]
     model.eval()
     z_aux, z_eval = activations(stem, data.x_aux), activations(stem, data.x_eval)
-    target_aux, target_eval = _targets(data)
     out: dict[str, Any] = {
         "after": f"{model.block_names[0]}[0] ({type(stem).__name__})",
         "act_shape": list(z_eval.shape[1:]),
@@ -459,9 +455,6 @@ def measure_reference(model: BlockModel, data: StudyData, config: PrivacyConfig)
             data,
             z_aux,
             z_eval,
-            target_aux=target_aux,
-            target_eval=target_eval,
-            inputs_eval=input_features(data, data.x_eval),
             config=config,
         )
     )
