@@ -244,6 +244,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
     # Duplicates are dropped as they are read (the first of equal flows is kept, as
     # dedup_mask would keep it), so that they are never written and held.
     seen: set[bytes] | None = set() if opts.dedup else None
+    rels = np.array([f.rel for f in files], dtype=object)  # once, not per batch
     bar = _progress(files, progress)
     done_bytes = 0
     try:
@@ -262,7 +263,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
             keep = labels != None  # noqa: E711 - elementwise on an object array
             skipped["unlabelled"] += int(len(keep) - keep.sum())
             if keep.any():
-                meta, views, stats = _capture_rows(files, batch, labels, keep, seen, skipped)
+                meta, views, stats = _capture_rows(rels, batch, labels, keep, seen, skipped)
                 if len(meta["digest"]):
                     rows.add(meta, views, stats)
             if rows.n >= FLUSH_FLOWS:
@@ -319,8 +320,10 @@ def _label_batch(labeller: Labeller, files, batch) -> np.ndarray:
     return labels
 
 
-def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray, seen, skipped: Counter):
+def _capture_rows(rels, batch, labels: np.ndarray, keep: np.ndarray, seen, skipped: Counter):
     """Metadata, views and stats of the kept flows of one batch, with their fingerprints.
+
+    ``rels`` is the input-relative path of every file, by source index.
 
     With ``seen`` (the fingerprints of the flows kept so far), flows equal to an
     earlier one are left out too, and counted as ``duplicate_flow``.
@@ -338,7 +341,7 @@ def _capture_rows(files, batch, labels: np.ndarray, keep: np.ndarray, seen, skip
         keep[kept[np.sort(np.array(fresh, dtype=np.int64))]] = True
         skipped["duplicate_flow"] += len(kept) - len(fresh)
     b = batch.take(keep) if not keep.all() else batch
-    rel = np.array([f.rel for f in files], dtype=object)[b.source]
+    rel = rels[b.source]
     meta = {
         "source": rel,
         "group": rel,
