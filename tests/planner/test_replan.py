@@ -9,12 +9,21 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from flowsplit.cli import main
 from flowsplit.errors import ConfigError
+from flowsplit.federated import commands as fed_commands
+from flowsplit.federated.assignment import AssignmentPolicy
+from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.schemes import get_scheme
+from flowsplit.federated.setup import prepare_run
+from flowsplit.federated.sim import run_simulation
+from flowsplit.federated.system.presets import resolve_topology
 from flowsplit.federated.system.topology import TraceEvent, random_trace, read_topology
 from flowsplit.planner.costs import evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments
+from flowsplit.planner.plan import plan_fixed
 from flowsplit.planner.replan import ReplanPolicy, replan_assignment, round_table
+from tests.federated._toy import ToyFactory, write_toy_dataset
 from tests.planner.helpers import queue_table, random_topology, small_profile
 
 SCHEME = get_scheme("hsfl")
@@ -164,13 +173,6 @@ def test_static_and_replanned_runs_are_charged_on_each_rounds_network(tmp_path):
     # Prepare: a toy run, 6 clients on 2 aggregators, 3 rounds, from one first plan;
     # from round 2 the first plan's aggregator of client 0 is 100x slower to reach and
     # aggregator 1's backbone 50x slower; in round 3 client 5 is out.
-    from flowsplit.federated.assignment import AssignmentPolicy
-    from flowsplit.federated.config import SFLConfig
-    from flowsplit.federated.setup import prepare_run
-    from flowsplit.federated.sim import run_simulation
-    from flowsplit.federated.system.presets import resolve_topology
-    from flowsplit.planner.plan import plan_fixed
-    from tests.federated._toy import ToyFactory, write_toy_dataset
 
     data = write_toy_dataset(tmp_path / "toy", n=120)
     base = resolve_topology("heterogeneous", n_clients=6, n_aggregators=2, seed=1)
@@ -246,9 +248,6 @@ def test_the_policy_honours_the_runs_capacity():
 def test_sfl_run_replan_every_round_with_a_trace_file(tmp_path, monkeypatch, capsys):
     # Prepare: a toy dataset and a trace file congesting every link of aggregator 0
     # (each client's path to it, and its backbone) from round 2.
-    from flowsplit.cli import main
-    from flowsplit.federated import commands as fed_commands
-    from tests.federated._toy import ToyFactory, write_toy_dataset
 
     monkeypatch.setattr(fed_commands, "_neural_model", lambda *a: ToyFactory("mlp"))
     data = write_toy_dataset(tmp_path / "toy", n=120)
