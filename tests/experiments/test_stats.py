@@ -16,10 +16,12 @@ from flowsplit.experiments.stats import (
     SCORE_BOUNDS,
     compare_paired,
     equivalence_verdict,
+    mcnemar_p,
     mcnemar_test,
     mean_ci,
     ratio_ci,
     speedup_ci,
+    tost_paired_p,
 )
 
 
@@ -224,3 +226,52 @@ def test_tost_verdict_matches_its_own_one_minus_two_alpha_interval():
     assert res.diff_tost.low > -0.01 and res.diff_tost.high < 0.01
     with pytest.raises(ValueError, match="alpha"):
         compare_paired(a, b, alpha=0.7)
+
+
+def test_tost_upper_test_binds_closed_form_t4():
+    # Prepare: differences [4, 6, 5, 7, 3] thousandths: mean 0.005, sem sqrt(5e-7),
+    # so against the upper margin 0.01 t = -0.005 / sqrt(5e-7) = -sqrt(50) on 4 df.
+    # Student t with 4 df: F(t) = 1/2 + 3/8 * t/sqrt(1 + t^2/4) * (1 - t^2 / (12 (1 + t^2/4))),
+    # so F(-sqrt(50)) = 1/2 - 3/8 * 10/(3 sqrt 3) * 56/81 = 1/2 - 70 / (81 sqrt 3).
+    a = np.zeros(5)
+    b = np.array([0.004, 0.006, 0.005, 0.007, 0.003])
+    expected = 0.5 - 70 / (81 * math.sqrt(3))  # 0.0010553...
+    # Execute
+    p = tost_paired_p(b, a, -0.01, 0.01)
+    res = compare_paired(np.full(5, 0.5), 0.5 + b, margin=0.01, min_seeds=5)
+    # Assert: the lower test (t = +sqrt(450)) is far smaller, so the upper one is the p-value.
+    assert p == pytest.approx(expected, rel=1e-9)
+    assert res.tost_p == pytest.approx(expected, rel=1e-6)  # 0.5 + b rounds the differences
+    assert res.verdict == EQUIVALENT
+
+
+def test_tost_lower_test_binds_and_swapping_the_pair_mirrors_it():
+    # Same differences negated: now the lower bound -0.01 is the one 0.005 away.
+    b = np.zeros(5)
+    a = np.array([0.004, 0.006, 0.005, 0.007, 0.003])
+    expected = 0.5 - 70 / (81 * math.sqrt(3))
+    assert tost_paired_p(b, a, -0.01, 0.01) == pytest.approx(expected, rel=1e-9)
+    # A margin the mean lies outside: the upper test's t > 0, so p > 1/2.
+    assert tost_paired_p(a, b, -0.004, 0.004) > 0.5
+
+
+def test_mcnemar_exact_by_hand():
+    # 0 against 5 discordant: 2 * P(X <= 0 | n=5, 1/2) = 2 / 32.
+    assert mcnemar_p(0, 5, exact=True) == (0.0, pytest.approx(0.0625))
+    assert mcnemar_p(5, 0, exact=True) == (0.0, pytest.approx(0.0625))
+    # 2 against 9: 2 * (1 + 11 + 55) / 2048.
+    assert mcnemar_p(9, 2, exact=True) == (2.0, pytest.approx(2 * 67 / 2048))
+    # 3 against 3: 2 * P(X <= 3 | n=6) = 2 * 42 / 64 > 1, so the p-value is 1.
+    assert mcnemar_p(3, 3, exact=True) == (3.0, pytest.approx(1.0))
+
+
+def test_mcnemar_chi_square_balanced_counts_by_hand():
+    # 15 against 15 with the continuity correction: (|0| - 1)^2 / 30 = 1/30;
+    # chi-square with 1 df: P(X > x) = erfc(sqrt(x / 2)).
+    stat, p = mcnemar_p(15, 15, exact=False)
+    assert stat == pytest.approx(1 / 30)
+    assert p == pytest.approx(math.erfc(math.sqrt(1 / 60)), rel=1e-12)
+    # 40 against 10: (30 - 1)^2 / 50 = 16.82.
+    stat, p = mcnemar_p(40, 10, exact=False)
+    assert stat == pytest.approx(16.82)
+    assert p == pytest.approx(math.erfc(math.sqrt(16.82 / 2)), rel=1e-9)
