@@ -286,3 +286,64 @@ def test_best_fixed_is_the_legal_pair_best_on_validation(tmp_path):
     assert results["best_fixed"]["chosen"] == best["cuts"]
     assert results["schemes"]["best-fixed"]["cuts"] == [best["cuts"]]
     assert "baselines" in results and results["baselines"] == {}
+
+
+def test_compare_with_a_trace_reports_static_and_replanned_runs_side_by_side(tmp_path):
+    # Prepare: a toy dataset, 5 clients on 2 aggregators, 2 seeds, 3 rounds, and a trace
+    # congesting every path to aggregator 0 (and its backbone) from round 2.
+    data = write_toy_dataset(tmp_path / "toy", n=150)
+    trace = tmp_path / "trace.toml"
+    tables = [f'link = "client:{i}/aggregator:0"\nbandwidth_scale = 0.01' for i in range(5)]
+    tables.append('link = "backbone:0"\nlatency_ms = 500')
+    trace.write_text("".join(f"[[trace]]\nround = 2\n{t}\n" for t in tables))
+    out = tmp_path / "cmp"
+    # Execute
+    report = run_sfl_compare(
+        data,
+        out,
+        model="toy",
+        model_fn=ToyFactory("mlp"),
+        schemes=("hsfl-greedy",),
+        seeds=(0, 1),
+        rounds=3,
+        n_clients=5,
+        n_aggregators=2,
+        baselines=(),
+        trace=str(trace),
+        replan="every-round",
+        quiet=True,
+    )
+    # Assert: both rows, paired by seed, with intervals; the plans were made on round
+    # 1's network and say so; every round of every run (static on the trace, and
+    # re-planned) costs what the cost model predicts for that round's network.
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["schemes"]) == {"hsfl", "hsfl-greedy", "hsfl-greedy+replan"}
+    assert results["trace"]["events"] == 6 and results["trace"]["rounds_changed"] == [2, 3]
+    plans = json.loads((out / "plans.json").read_text())
+    first = {s: plans[str(s)]["hsfl-greedy"] for s in (0, 1)}
+    assert all(p["trace"]["planned_on"] == "round 1" for p in first.values())
+    assert all(0 in p["assignment"] for p in first.values())  # someone pays the congestion
+    (row,) = results["replanning"]
+    assert row["scheme"] == "hsfl-greedy" and row["replanned"] == "hsfl-greedy+replan"
+    assert row["n_seeds"] == 2 and row["moves_per_run"] >= 1
+    static = row["per_seed"]["static_delay_total_s"]
+    replanned = row["per_seed"]["replanned_delay_total_s"]
+    assert all(r < s for r, s in zip(replanned, static, strict=True))
+    iv = row["delay_diff_s"]
+    assert iv["mean"] == pytest.approx(np.mean(np.subtract(replanned, static)))
+    assert iv["low"] <= iv["mean"] <= iv["high"] and iv["high"] < 0
+    by_scheme = {(r["scheme"], r["seed"]): r for r in results["runs"]}
+    for seed in (0, 1):  # the first round is the planned network: the same for both
+        s_hist = by_scheme["hsfl-greedy", seed]["history"]
+        r_hist = by_scheme["hsfl-greedy+replan", seed]["history"]
+        assert s_hist[0]["delay_s"] == pytest.approx(r_hist[0]["delay_s"])
+        assert s_hist[0]["delay_s"] == pytest.approx(first[seed]["delay_s"])
+        assert s_hist[1]["delay_s"] > 2 * s_hist[0]["delay_s"]
+    assert results["prediction_check"]["max_rel_delay_error"] < 1e-9
+    assert results["prediction_check"]["max_rel_bytes_error"] < 1e-12
+    text = (out / "report.md").read_text()
+    assert "Static and re-planned" in text and "hsfl-greedy+replan" in text
+    assert any(
+        line.startswith("Re-planned every round, hsfl-greedy") for line in results["summary"]
+    )
+    assert "Static and re-planned" in report.read_text()

@@ -104,3 +104,36 @@ def test_a_broken_plan_file_is_a_one_line_error(toy_plan, tmp_path, capsys):
         ]
     )
     assert rc == 2 and "plan file not found" in capsys.readouterr().err
+
+
+def test_a_plan_on_a_trace_is_made_on_round_1s_network_and_says_so(
+    toy_plan, tmp_path, monkeypatch, capsys
+):
+    # Prepare: a trace congesting every path to aggregator 1 (where toy_plan's plan puts
+    # every client) in round 1 only, and the same plan made with it.
+    data, untraced_path = toy_plan
+    trace = tmp_path / "trace.toml"
+    tables = [f'link = "client:{i}/aggregator:1"\nbandwidth_scale = 0.001' for i in range(6)]
+    trace.write_text("".join(f"[[trace]]\nround = 1\nuntil = 1\n{t}\n" for t in tables))
+    plan_path = tmp_path / "traced.json"
+    args = ["--clients", "6", "--aggregators", "2", "--topology", "heterogeneous"]
+    args += ["--no-pilots", "--batch-size", "16", "--seed", "3", "--quiet"]
+    capsys.readouterr()
+    # Execute
+    assert main(["sfl", "plan", str(data), *args, "--trace", str(trace), "-o", str(plan_path)]) == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "run"
+    rc = main(
+        ["sfl", "run", str(data), "--plan", str(plan_path), "--rounds", "2", "--quiet"]
+        + ["-o", str(out)]
+    )
+    # Assert: the plan saw round 1's congestion (it moved every client off aggregator
+    # 1) and says what it did not foresee; the run's round 1 costs what it predicts.
+    assert rc == 0
+    plan, untraced = json.loads(plan_path.read_text()), json.loads(untraced_path.read_text())
+    assert plan["trace"]["events"] == 6 and plan["trace"]["round_1_events"] == 6
+    assert plan["trace"]["planned_on"] == "round 1" and "trace: 6 change(s)" in printed
+    assert "trace" not in untraced and untraced["clients_per_aggregator"] == [0, 6]
+    assert plan["clients_per_aggregator"] == [6, 0]
+    first, _ = json.loads((out / "metrics.json").read_text())["rounds"]
+    assert first["delay_s"] == pytest.approx(plan["predicted"]["delay_s_per_round"], rel=1e-9)

@@ -64,6 +64,10 @@ class CompareConfig:
     rerun_contended: bool = False
     """Also run again finished runs that were contended (beyond ``max_foreign``, or the
     report's threshold), keeping whichever of the two was disturbed less."""
+    fresh_process: bool = False
+    """Run every cell as a ``flowsplit train`` process of its own (each pays an interpreter
+    and torch's import, about 10 s a process on 2 cores) instead of in long-lived
+    processes, one set per worker count."""
 
     def __post_init__(self) -> None:
         self.workers = sorted({1, *(int(w) for w in self.workers)})
@@ -103,6 +107,24 @@ ALL_SCHEMES = (*SCHEMES, "best-fixed")
 pair) for every seed and keeps the pair with the best mean final validation accuracy:
 the oracle the planner approximates, chosen in hindsight (costly: opt in)."""
 REFERENCE = "hsfl"
+REPLANNED = ("hsfl-greedy", "delay", "acc-aware")
+"""Schemes whose assignment a planner made: with ``--replan every-round`` each also runs
+re-planned (``NAME+replan``), from the same first plan, beside its static run."""
+REPLAN_SUFFIX = "+replan"
+REPLAN_CHOICES = ("never", "every-round")
+
+
+def replanned_name(scheme: str) -> str:
+    """The name of ``scheme``'s re-planned twin (``acc-aware+replan``)."""
+    return scheme + REPLAN_SUFFIX
+
+
+def run_schemes(schemes: tuple[str, ...], replan: str) -> tuple[str, ...]:
+    """The schemes a comparison reports: ``schemes``, then the re-planned twins."""
+    twins = [replanned_name(s) for s in schemes if s in REPLANNED] if replan != "never" else []
+    return (*schemes, *twins)
+
+
 QUICK = {**study_config.QUICK, "seeds": (0, 1)}
 FULL = {**study_config.FULL, "seeds": (0, 1, 2, 3, 4)}
 
@@ -120,9 +142,13 @@ class SFLCompareConfig(StudyConfig):
     """Accuracy whose first reaching is timed (default: 0.95 x HSFL's mean final accuracy)."""
     baselines: tuple[str, ...] = BASELINES
     """Baselines that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
+    replan: str = "never"
+    """``every-round``: also run hsfl-greedy, delay and acc-aware with their assignment re-planned before every round on that round's network (NAME+replan, from the same first plan), to compare with the static runs; meaningful with a --trace. The cuts stay those of the plan: moving a cut moves layers and their optimiser state between tiers mid-training, which the runtime does not do."""
 
     def validate(self) -> None:
         super().validate()
+        if self.replan not in REPLAN_CHOICES:
+            raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_CHOICES)}")
         bad = [s for s in self.schemes if s not in ALL_SCHEMES]
         if bad:
             raise ConfigError(

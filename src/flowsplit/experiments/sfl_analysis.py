@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.experiments.configs import REPLAN_SUFFIX, run_schemes
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 
@@ -54,19 +55,18 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
     target = cfg.target_accuracy
     if target is None:
         target = TARGET_FRACTION * float(np.mean(ref_final))
-    per_scheme = {s: _scheme_summary(scheme_rows(runs, s), target) for s in cfg.schemes}
-    versus = {
-        s: _versus(scheme_rows(runs, s), ref_rows, target) for s in cfg.schemes if s != "hsfl"
-    }
+    names = run_schemes(cfg.schemes, getattr(cfg, "replan", "never"))
+    per_scheme = {s: _scheme_summary(scheme_rows(runs, s), target) for s in names}
+    versus = {s: _versus(scheme_rows(runs, s), ref_rows, target) for s in names if s != "hsfl"}
     pred_err = [
-        abs(h["delay_s"] - r["predicted_delay_s"]) / max(h["delay_s"], 1e-12)
+        abs(h["delay_s"] - p) / max(h["delay_s"], 1e-12)
         for r in runs
-        for h in r["history"]
+        for h, p in zip(r["history"], _predicted(r, "delay"), strict=True)
     ]
     pred_bytes_err = [
-        abs(h["bytes_total"] - r["predicted_bytes"]) / max(h["bytes_total"], 1)
+        abs(h["bytes_total"] - p) / max(h["bytes_total"], 1)
         for r in runs
-        for h in r["history"]
+        for h, p in zip(r["history"], _predicted(r, "bytes"), strict=True)
     ]
     ds = study.dataset
     results = {
@@ -102,6 +102,8 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
             "max_rel_bytes_error": max(pred_bytes_err, default=math.nan),
         },
         "plans": _plan_summary(plans),
+        "trace": _trace_summary(study.topology, cfg.rounds),
+        "replanning": replanning(runs, names),
         "runs": runs,
         "wall_s": wall_s,
         "environment": {
@@ -115,6 +117,78 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
     }
     results["summary"] = summary_lines(results)
     return results
+
+
+def _predicted(run: dict, what: str) -> list[float]:
+    """The cost model's prediction of each round of ``run`` (``delay`` or ``bytes``):
+    per round when the run recorded it (a trace, re-planning), else the plan's."""
+    key, plan_key = (
+        ("predicted_delay_per_round_s", "predicted_delay_s")
+        if what == "delay"
+        else ("predicted_bytes_per_round", "predicted_bytes")
+    )
+    return run.get(key) or [run[plan_key]] * len(run["history"])
+
+
+def _trace_summary(topology, rounds: int) -> dict | None:
+    """The network changes every run of the comparison went through (None: none)."""
+    if not topology.trace:
+        return None
+    kinds = {"link": 0, "backbone": 0, "client links": 0, "out": 0}
+    for e in topology.trace:
+        if e.available is not None:
+            kinds["out"] += 1
+        elif e.backbone >= 0:
+            kinds["backbone"] += 1
+        elif e.aggregator >= 0:
+            kinds["link"] += 1
+        else:
+            kinds["client links"] += 1
+    return {
+        "events": len(topology.trace),
+        "by_kind": kinds,
+        "rounds_changed": [r + 1 for r in range(rounds) if topology.events_at(r)],
+    }
+
+
+def replanning(runs: list[dict], names: tuple[str, ...] | list[str]) -> list[dict]:
+    """Each re-planned scheme beside its static run, paired by seed: total delay of both
+    (mean, 95 % t interval), re-planned minus static (seconds, paired t interval) and as
+    a ratio (log interval), the accuracy difference, and the clients moved per run."""
+    rows = []
+    for twin in names:
+        if not twin.endswith(REPLAN_SUFFIX):
+            continue
+        static = twin[: -len(REPLAN_SUFFIX)]
+        a = {r["seed"]: r for r in scheme_rows(runs, static)}
+        b = {r["seed"]: r for r in scheme_rows(runs, twin)}
+        seeds = sorted(set(a) & set(b))
+        if not seeds:
+            continue
+        d_a = np.array([a[s]["totals"]["delay_total_s"] for s in seeds], dtype=float)
+        d_b = np.array([b[s]["totals"]["delay_total_s"] for s in seeds], dtype=float)
+        acc = compare_paired(
+            np.array([a[s]["history"][-1]["accuracy"] for s in seeds], dtype=float),
+            np.array([b[s]["history"][-1]["accuracy"] for s in seeds], dtype=float),
+        )
+        rows.append(
+            {
+                "scheme": static,
+                "replanned": twin,
+                "n_seeds": len(seeds),
+                "static_delay_total_s": _interval(d_a),
+                "replanned_delay_total_s": _interval(d_b),
+                "delay_diff_s": _interval(d_b - d_a),
+                "delay_ratio": ratio_ci(d_b, d_a).as_dict(),
+                "accuracy_diff": acc.diff.as_dict(),
+                "moves_per_run": float(np.mean([b[s].get("moves", 0) for s in seeds])),
+                "per_seed": {
+                    "static_delay_total_s": d_a.tolist(),
+                    "replanned_delay_total_s": d_b.tolist(),
+                },
+            }
+        )
+    return rows
 
 
 def _cores() -> int:
@@ -351,6 +425,17 @@ def _break_even(results: dict, cost: dict) -> str | None:
     )
 
 
+def _ci_text(iv: dict, *, signed: bool = False) -> str:
+    """``12.34 (95 % CI 11.90 to 12.80)`` (signed: ``+0.12 (...)``)."""
+    f = "+.2f" if signed else ".2f"
+    if not np.isfinite(iv["mean"]):
+        return "n/a"
+    text = format(iv["mean"], f)
+    if np.isfinite(iv["low"]):
+        text += f" (95 % CI {format(iv['low'], f)} to {format(iv['high'], f)})"
+    return text
+
+
 def _num_text(x, fmt: str) -> str:
     return "n/a" if x is None or not np.isfinite(x) else format(x, fmt)
 
@@ -424,6 +509,22 @@ def summary_lines(results: dict) -> list[str]:
         f"{chk['max_rel_delay_error']:.1e} and {chk['max_rel_bytes_error']:.1e} "
         "(relative, worst round): the planner optimises exactly what the engine charges."
     )
+    trace = results.get("trace")
+    if trace:
+        lines.append(
+            f"Every run went through the same trace of {trace['events']} network changes "
+            "(congested links and backbones, clients out); the plans were made on round 1's "
+            "network."
+        )
+    for row in results.get("replanning") or []:
+        lines.append(
+            f"Re-planned every round, {row['scheme']} over {row['n_seeds']} paired seeds: total "
+            f"delay {_ci_text(row['replanned_delay_total_s'])} s against "
+            f"{_ci_text(row['static_delay_total_s'])} s static, a difference of "
+            f"{_ci_text(row['delay_diff_s'], signed=True)} s ({_ratio_text(row['delay_ratio'])});"
+            f" accuracy {_pts_text(row['accuracy_diff'])}; "
+            f"{row['moves_per_run']:.1f} client moves per run; the cuts stay the plan's."
+        )
     for row in results.get("ablation") or []:
         lines.append(
             f"Ablation, {row['part']}: accuracy {_pts_text(row['accuracy_diff'])}, total delay "

@@ -9,7 +9,13 @@ import argparse
 from pathlib import Path
 
 from flowsplit.config_args import SEEDS_HELP, HelpFormatter, cli, csv_tuple, parse_seeds, show_list
-from flowsplit.experiments.configs import ALL_SCHEMES, BASELINES, QUICK, SFLCompareConfig
+from flowsplit.experiments.configs import (
+    ALL_SCHEMES,
+    BASELINES,
+    QUICK,
+    REPLAN_CHOICES,
+    SFLCompareConfig,
+)
 from flowsplit.planner.commands import add_common, options
 
 SFL_COMPARE_OPTIONS = {
@@ -25,6 +31,7 @@ SFL_COMPARE_OPTIONS = {
         help=SEEDS_HELP + ".",
         show=lambda v: f"{len(v)} ({show_list(v)}); --quick: {len(QUICK['seeds'])}",
     ),
+    "replan": cli(choices=REPLAN_CHOICES),
     "baselines": cli(
         parse=csv_tuple,
         show=show_list,

@@ -39,8 +39,10 @@ from flowsplit.experiments.configs import (
     FULL,
     QUICK,
     REFERENCE,
+    REPLANNED,
     SCHEMES,
     SFLCompareConfig,
+    replanned_name,
 )
 from flowsplit.experiments.sfl_analysis import (
     ablation,
@@ -57,6 +59,8 @@ from flowsplit.federated.system.topology import write_topology
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import eval_split_for
 from flowsplit.planner.plan import PlannerConfig, plan_split
+from flowsplit.planner.reassign import place_clients
+from flowsplit.planner.replan import ReplanPolicy, predicted_rounds
 from flowsplit.planner.study import Study, base_config, make_study, plan_seed, resolve
 
 log = logging.getLogger("flowsplit.experiments")
@@ -129,6 +133,11 @@ def run_sfl_compare(
         for scheme in cfg.schemes:
             if scheme != "best-fixed":
                 runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
+            if scheme in REPLANNED and cfg.replan == "every-round":
+                # The same first plan, its assignment re-planned before every round.
+                twin = replanned_name(scheme)
+                policy = ReplanPolicy(place_clients, capacity=cfg.capacity)
+                runs.append(_run_one(study, twin, seed, seed_plans[scheme], out, quiet, policy))
         if "best-fixed" in cfg.schemes:
             per_cut += [
                 _run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
@@ -151,15 +160,21 @@ def run_sfl_compare(
     return write_report(out, results)
 
 
-def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool) -> dict:
+def _run_one(
+    study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool, policy=None
+) -> dict:
+    """One simulated run of ``plan`` (``policy``: the per-round assignment policy, e.g.
+    re-planning; default: keep the plan's assignment)."""
     cfg = study.config
     engine_scheme = "sfl" if scheme == "sfl" else cfg.family  # also the cut- runs
     sfl_cfg = base_config(cfg, seed, scheme=engine_scheme, cuts=tuple(plan.cuts))
     setup = study.prepare(sfl_cfg, assignment=plan.assignment)
     t0 = time.perf_counter()
-    result = run_simulation(setup)
+    result = run_simulation(setup, policy=policy)
     wall = time.perf_counter() - t0
-    result.info = {"compare_scheme": scheme, "plan": plan.to_dict()}
+    result.info = {**(result.info or {}), "compare_scheme": scheme, "plan": plan.to_dict()}
+    if policy is not None:
+        result.info["replan_log"] = list(getattr(policy, "log", []))
     write_run(out / "runs" / f"{scheme}-seed{seed}", copy.copy(result))
     history = result.history
     if not quiet:
@@ -175,6 +190,12 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
             result.totals()["bytes_total"] / 1e6,
             wall,
         )
+    # What the cost model predicts for each round: the plan's figures on an unchanging
+    # network; on a trace (or re-planned) each round's network, participants and moves.
+    if setup.topology.trace or policy is not None:
+        per_round = predicted_rounds(setup, history, plan.assignment)
+    else:
+        per_round = [(plan.delay_s, plan.bytes)] * len(history)
     return {
         "scheme": scheme,
         "seed": seed,
@@ -184,6 +205,9 @@ def _run_one(study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool)
         "wall_s": wall,
         "predicted_delay_s": plan.delay_s,
         "predicted_bytes": plan.bytes,
+        "predicted_delay_per_round_s": [d for d, _ in per_round],
+        "predicted_bytes_per_round": [b for _, b in per_round],
+        "moves": int(sum(len(r.get("reassigned", [])) for r in history)),
         "history": [
             {
                 k: r[k]
@@ -207,7 +231,7 @@ def cut_plans(study: Study, seed: int) -> dict:
     """Every legal cut pair with the planner's own assignment for it (delay/bytes
     objective, the accuracy-aware plan's weights and references)."""
     cfg = study.config
-    topo = study.prepare(base_config(cfg, seed)).topology
+    topo = study.prepare(base_config(cfg, seed)).topology.at_round(0)  # as plan_seed's
     out = {}
     for pair in study.profile.legal_cuts():
         config = PlannerConfig(

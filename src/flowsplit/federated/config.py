@@ -97,7 +97,7 @@ class SFLConfig:
     )
     """Most clients an aggregator may serve when clients are reassigned: one value for all or one per aggregator (default: no limit)."""
     replan: str = field(default="never", metadata=cli(choices=REPLAN_MODES))
-    """``never``: keep the first assignment; ``every-round``: re-plan it before every round on that round's network (``flowsplit.planner.replan``; the cuts stay)."""
+    """``never``: keep the first assignment; ``every-round``: re-plan it before every round on that round's network (``flowsplit.planner.replan``). The cuts stay: moving one mid-training moves layers and their optimiser state between tiers, which the runtime does not do."""
     trace: str | None = field(default=None, metadata=cli(metavar="SPEC"))
     """Per-round network changes, replacing the topology's own ``[[trace]]``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's)."""
     exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))

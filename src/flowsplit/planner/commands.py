@@ -64,6 +64,7 @@ STUDY_OPTIONS = {
     "model": cli(help="Neural model (cnn, lstm, convlstm, convgru)."),
     "n_clients": cli(flag="--clients"),
     "n_aggregators": cli(flag="--aggregators"),
+    "trace": cli(metavar="SPEC"),  # as sfl run's
     "rounds": cli(show=lambda v: f"{v}; --quick: 4"),
     "family": cli(choices=("hsfl", "hsfl-ll")),
     "fixed_cuts": cli(parse=_pair, show=show_list, metavar="A,C"),
@@ -189,6 +190,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     if "guard" in doc:
         print(f"rule: {doc['guard']['rule']}")
+    if doc.get("trace"):
+        t = doc["trace"]
+        print(f"trace: {t['events']} change(s); {t['note']}")
     return 0
 
 

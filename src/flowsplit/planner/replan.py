@@ -107,6 +107,35 @@ def round_table(
     return replace(table, linked=linked)
 
 
+def predicted_rounds(
+    setup: Any, history: list[dict[str, Any]], first_assignment: np.ndarray
+) -> list[tuple[float, float]]:
+    """``(delay_s, bytes)`` the cost model predicts for every round of a finished run
+    of ``setup``: on that round's network (:meth:`Topology.at_round`), with the clients
+    the trace lets take part, and the assignment of that round (``first_assignment``
+    as each round's ``reassigned`` moves left it). Equal to what the simulation charged
+    (``tests/planner/test_replan.py``); a static run on a trace and a re-planned run are
+    checked against it."""
+    topology, config = setup.topology, setup.config
+    assignment = np.asarray(first_assignment, dtype=np.int64).copy()
+    out = []
+    for r, rec in enumerate(history):
+        for client, _old, new in rec.get("reassigned", []):
+            assignment[int(client)] = int(new)
+        samples = np.where(topology.available_at(r), setup.n_samples, 0)
+        table = round_table(
+            setup.costs,
+            setup.scheme,
+            topology.at_round(r),
+            samples,
+            batch_size=config.batch_size,
+            local_epochs=config.local_epochs,
+        )
+        delay, nbytes = evaluate_assignment(table, 0, assignment)
+        out.append((float(delay), float(nbytes)))
+    return out
+
+
 def replan_assignment(
     table: CostTable,
     previous: np.ndarray,
@@ -275,6 +304,7 @@ __all__ = [
     "REPLAN_MODES",
     "ReplanPolicy",
     "Replanned",
+    "predicted_rounds",
     "replanning_policy",
     "replan_assignment",
     "round_table",

@@ -22,6 +22,7 @@ from flowsplit.federated.setup import RegistryModel, prepare_run
 from flowsplit.federated.system.parts import check_cuts
 from flowsplit.federated.system.presets import resolve_topology
 from flowsplit.federated.system.profile import profile_model
+from flowsplit.federated.system.topology import resolve_trace
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import (
     PilotCost,
@@ -134,12 +135,33 @@ def registry_model(name: str, view: str | None):
 
 
 def _topology(cfg: StudyConfig):
-    return resolve_topology(
+    base = resolve_topology(
         cfg.topology,
         n_clients=cfg.n_clients,
         n_aggregators=cfg.n_aggregators,
         seed=cfg.topology_seed,
     )
+    return resolve_trace(base, cfg.trace, rounds=cfg.rounds)
+
+
+def trace_note(topology) -> dict | None:
+    """What a plan made on ``topology`` says about its trace (None: it has none).
+
+    A plan is made on round 1's network: a trace is a replay of what happened (or a
+    seeded draw), which a planner on the server does not know in advance; the rounds
+    after the first are re-planned by ``sfl run --replan every-round`` (assignment
+    only: see :mod:`flowsplit.planner.replan` for why the cuts stay)."""
+    if not topology.trace:
+        return None
+    later = sorted({e.round for e in topology.trace if e.round > 1})
+    return {
+        "events": len(topology.trace),
+        "planned_on": "round 1",
+        "round_1_events": sum(1 for e in topology.trace if e.round <= 1),
+        "later_change_rounds": later,
+        "note": "planned on round 1's network; the trace's later changes are not foreseen "
+        "(re-plan them with sfl run --replan every-round, which moves clients, not cuts)",
+    }
 
 
 def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
@@ -220,7 +242,9 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     (shard sizes of that seed's partition)."""
     cfg = study.config
     setup = study.prepare(base_config(cfg, seed))
-    topo = setup.topology  # shard sizes filled in
+    # Shard sizes filled in; the network of round 1 (a trace's later rounds are unknown
+    # to a planner that runs before training, see trace_note).
+    topo = setup.topology.at_round(0)
     common = {
         "family": cfg.family,
         "fixed_cuts": tuple(cfg.fixed_cuts),
@@ -288,6 +312,10 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             batch_size=cfg.batch_size,
             local_epochs=cfg.local_epochs,
         )
+    note = trace_note(setup.topology)
+    if note is not None:
+        for p in out.values():
+            p.info["trace"] = note
     return out
 
 
@@ -336,4 +364,5 @@ __all__ = [
     "registry_model",
     "resolve",
     "resolve_study_config",
+    "trace_note",
 ]

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from flowsplit.errors import ConfigError
+from flowsplit.federated.system.topology import parse_trace_spec
 
 QUICK = {
     "rounds": 4,
@@ -55,6 +56,8 @@ class StudyConfig:
     """Aggregators (default: the preset's; --quick: 3)."""
     topology_seed: int = 0
     """Seed of a generated topology (the same for every run seed)."""
+    trace: str | None = None
+    """Per-round network changes, as ``sfl run --trace``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's own). Plans are made on round 1's network (later changes are not foreseen: that is what re-planning is for); ``sfl compare`` runs every scheme on the changing network."""
     rounds: int = 5
     """Federated rounds of the planned run (the budget the surrogate predicts for)."""
     family: str = "hsfl"
@@ -111,6 +114,7 @@ class StudyConfig:
             raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
         if self.objective not in ("guard", "weighted"):
             raise ConfigError(f"--objective {self.objective!r}: choose guard or weighted")
+        parse_trace_spec(self.trace)  # the file itself is read with the topology
         if not (0.0 <= self.acc_tolerance <= 1.0):
             raise ConfigError(
                 f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1]"
