@@ -33,7 +33,8 @@ endif
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(PY)
+# setup.py and the .pyx: the compiled reader kernel, rebuilt by the install when they change.
+$(STAMP): pyproject.toml setup.py src/flowsplit/data/_kernel.pyx | $(PY)
 	$(PIP_INSTALL) "$(TORCH)"
 	$(DROP_CUDA_XGBOOST)
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"

@@ -42,6 +42,11 @@ from flowsplit.data.fragments import Fragment, Reassembler
 from flowsplit.data.pcap import ReadReport
 from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
 
+try:  # the compiled fast path, built by `pip install`; without it NumPy decodes every record
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 REASONS = (
     "",
     "truncated_packet",
@@ -174,7 +179,12 @@ class PacketDecoder:
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
         completed: list[tuple[int, bytes, int]] = []  # (record position, datagram, VLAN key)
-        parts = [self._decode(chunk, sb, recs, pos, vlan, 0, completed)]
+        common, rest = _decode_common(sb, recs, self.vlan_key)
+        parts = [] if common is None else [common]
+        if rest is None or len(rest):
+            sub = recs if rest is None else recs.take(rest)
+            at = pos if rest is None else rest
+            parts.append(self._decode(chunk, sb, sub, at, vlan[: len(at)], 0, completed))
         for _ in range(_MAX_TUNNEL_DEPTH):  # a datagram may hold a tunnel of fragments
             if not completed:
                 break
@@ -395,6 +405,64 @@ class PacketDecoder:
         for code in np.flatnonzero(counts).tolist():
             if code != _BAD_LT:  # counted by link type where it was found
                 report.skipped[REASONS[code]] += int(counts[code])
+
+
+def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
+    """The records of the common case decoded by the compiled kernel, and the rest.
+
+    Returns (packets or None, positions of the records left to the NumPy decoder,
+    or None for all of them when the kernel is not built). The kernel takes only
+    records whose every field it computes as the NumPy path does.
+    """
+    n = len(recs)
+    if _kernel is None or n == 0:
+        return None, None
+    rows = np.empty(n, dtype=np.int64)
+    ver, proto = np.empty(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
+    addr = np.empty((n, 4), dtype=np.uint64)
+    f = np.empty((n, 13), dtype=np.int64)
+    k = _kernel.decode_common(
+        sb.array,
+        np.ascontiguousarray(recs.data_off, dtype=np.int64),
+        np.ascontiguousarray(recs.caplen, dtype=np.int64),
+        np.ascontiguousarray(recs.wirelen, dtype=np.int64),
+        np.ascontiguousarray(recs.linktype, dtype=np.int32),
+        vlan_key,
+        rows,
+        ver,
+        proto,
+        addr,
+        f,
+    )
+    rows, f, addr = rows[:k], f[:k].T.copy(), addr[:k].T.copy()
+    rest = np.ones(n, dtype=bool)
+    rest[rows] = False
+    packets = Packets(
+        src=recs.src[rows],
+        index=recs.index[rows],
+        ts=recs.ts[rows],
+        ver=ver[:k],
+        proto=proto[:k],
+        sa_hi=addr[0],
+        sa_lo=addr[1],
+        da_hi=addr[2],
+        da_lo=addr[3],
+        sport=f[0],
+        dport=f[1],
+        flags=f[2].astype(np.uint8),
+        window=f[3],
+        syn_seq=f[4],
+        ip_len=f[5],
+        pay_len=f[6],
+        ip_off=f[7],
+        ip_cap=f[8],
+        l4_rel=f[9],
+        pay_off=f[10],
+        pay_cap=f[11],
+        vlan=f[12],
+        pos=rows,
+    )
+    return packets, np.flatnonzero(rest)
 
 
 _REASSEMBLED_PROTOS = frozenset({P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE})

@@ -1,0 +1,285 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled fast path of the packet decoder: the common case, one pass per record.
+
+:func:`decode_common` decodes the records that take the common path through
+:mod:`flowsplit.data.packets` (Ethernet, Linux cooked v1/v2, raw IP or BSD
+loopback, with any VLAN tags, then IPv4 without fragmentation or IPv6 without
+extension headers, then a well-formed TCP or UDP header on a port that is not a
+tunnel's) and leaves every other record, untouched, to the NumPy decoder: this
+kernel only ever says "mine, with these fields" or "not mine". For the records it
+takes, every field is the one ``PacketDecoder`` computes (``tests/data/
+test_kernel.py`` compares the two on every record of generated and shared
+captures), so the output does not depend on whether the extension is built.
+
+The protocol numbers are those of :mod:`flowsplit.data.protocols`; they are
+repeated here as C constants, and :data:`CONSTANTS` exports them so that a test
+checks they agree.
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+
+cdef enum:
+    LT_NULL = 0
+    LT_ETHERNET = 1
+    LT_RAW = 12
+    LT_RAW_14 = 14
+    LT_RAW_101 = 101
+    LT_LOOP = 108
+    LT_LINUX_SLL = 113
+    LT_IPV4 = 228
+    LT_IPV6 = 229
+    LT_LINUX_SLL2 = 276
+    ET_IPV4 = 0x0800
+    ET_IPV6 = 0x86DD
+    ET_VLAN_Q = 0x8100
+    ET_VLAN_AD = 0x88A8
+    ET_VLAN_OLD = 0x9100
+    ETH_HEADER = 14
+    ETH_TYPE_AT = 12
+    SLL_HEADER = 16
+    SLL_TYPE_AT = 14
+    SLL2_HEADER = 20
+    LOOP_HEADER = 4
+    AF_INET = 2
+    VLAN_TAG = 4
+    VLAN_ID_MASK = 0x0FFF
+    IPV4_MIN_HEADER = 20
+    IPV6_HEADER = 40
+    IPV4_FLAGS_OFFSET_MASK = 0x3FFF
+    IPV4_PROTO_AT = 9
+    IPV6_DST_AT = 24
+    PROTO_TCP = 6
+    PROTO_UDP = 17
+    TCP_MIN_HEADER = 20
+    UDP_HEADER = 8
+    TCP_SEQ_AT = 4
+    TCP_SYN = 0x02
+    TCP_ACK = 0x10
+    UDP_PORT_VXLAN = 4789
+    UDP_PORT_GENEVE = 6081
+    UDP_PORT_GTP_U = 2152
+    UDP_PORT_CAPWAP_DATA = 5247
+    MAX_VLAN_TAGS = 4  # more tags than this: the NumPy decoder (ids would overflow 64 bits)
+
+# The IPv6 extension headers the NumPy decoder follows (protocols.IPV6_EXTENSIONS).
+cdef int[8] IPV6_EXTENSIONS = [0, 43, 60, 44, 51, 135, 139, 140]
+cdef uint64_t V4_MAPPED = 0xFFFF00000000ULL
+
+CONSTANTS = {
+    "LT_NULL": LT_NULL, "LT_ETHERNET": LT_ETHERNET, "LT_RAW_IP": (LT_RAW, LT_RAW_14, LT_RAW_101),
+    "LT_LOOP": LT_LOOP, "LT_LINUX_SLL": LT_LINUX_SLL, "LT_IPV4": LT_IPV4, "LT_IPV6": LT_IPV6,
+    "LT_LINUX_SLL2": LT_LINUX_SLL2, "ET_IPV4": ET_IPV4, "ET_IPV6": ET_IPV6,
+    "ET_VLAN": (ET_VLAN_Q, ET_VLAN_AD, ET_VLAN_OLD), "ETH_HEADER": ETH_HEADER,
+    "ETH_TYPE_AT": ETH_TYPE_AT, "SLL_HEADER": SLL_HEADER, "SLL_TYPE_AT": SLL_TYPE_AT,
+    "SLL2_HEADER": SLL2_HEADER, "LOOP_HEADER": LOOP_HEADER, "AF_INET": AF_INET,
+    "VLAN_TAG": VLAN_TAG, "VLAN_ID_MASK": VLAN_ID_MASK, "IPV4_MIN_HEADER": IPV4_MIN_HEADER,
+    "IPV6_HEADER": IPV6_HEADER, "IPV4_FLAGS_OFFSET_MASK": IPV4_FLAGS_OFFSET_MASK,
+    "IPV4_PROTO_AT": IPV4_PROTO_AT, "IPV6_DST_AT": IPV6_DST_AT, "PROTO_TCP": PROTO_TCP,
+    "PROTO_UDP": PROTO_UDP, "TCP_MIN_HEADER": TCP_MIN_HEADER, "UDP_HEADER": UDP_HEADER,
+    "TCP_SEQ_AT": TCP_SEQ_AT, "TCP_SYN": TCP_SYN, "TCP_ACK": TCP_ACK,
+    "UDP_PORT_VXLAN": UDP_PORT_VXLAN, "UDP_PORT_GENEVE": UDP_PORT_GENEVE,
+    "UDP_PORT_GTP_U": UDP_PORT_GTP_U, "UDP_PORT_CAPWAP_DATA": UDP_PORT_CAPWAP_DATA,
+    "IPV6_EXTENSIONS": tuple(IPV6_EXTENSIONS[k] for k in range(8)),
+}
+
+
+cdef inline uint64_t be16(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0] << 8) | p[1]
+
+
+cdef inline uint64_t be32(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0] << 24) | (<uint64_t>p[1] << 16) | (<uint64_t>p[2] << 8) | p[3]
+
+
+cdef inline uint64_t le32(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[3] << 24) | (<uint64_t>p[2] << 16) | (<uint64_t>p[1] << 8) | p[0]
+
+
+cdef inline uint64_t be64(const uint8_t* p) noexcept nogil:
+    return (be32(p) << 32) | be32(p + 4)
+
+
+cdef inline bint is_vlan(uint64_t et) noexcept nogil:
+    return et == ET_VLAN_Q or et == ET_VLAN_AD or et == ET_VLAN_OLD
+
+
+cdef inline int64_t link_header(
+    const uint8_t* f, int64_t lt, uint64_t* et
+) noexcept nogil:
+    """Offset of the network header and its ethertype; -1 when not a common link type."""
+    cdef uint64_t fam, v
+    if lt == LT_ETHERNET:
+        et[0] = be16(f + ETH_TYPE_AT)
+        return ETH_HEADER
+    if lt == LT_LINUX_SLL:
+        et[0] = be16(f + SLL_TYPE_AT)
+        return SLL_HEADER
+    if lt == LT_LINUX_SLL2:
+        et[0] = be16(f)
+        return SLL2_HEADER
+    if lt == LT_RAW or lt == LT_RAW_14 or lt == LT_RAW_101:
+        v = f[0] >> 4
+        et[0] = ET_IPV4 if v == 4 else (ET_IPV6 if v == 6 else 0)
+        return 0
+    if lt == LT_IPV4 or lt == LT_IPV6:
+        et[0] = ET_IPV4 if lt == LT_IPV4 else ET_IPV6
+        return 0
+    if lt == LT_NULL or lt == LT_LOOP:
+        fam = min(le32(f), be32(f))  # the address family in either byte order
+        if fam == AF_INET:
+            et[0] = ET_IPV4
+        elif fam == 24 or fam == 28 or fam == 30:  # protocols.AF_INET6_BSD
+            et[0] = ET_IPV6
+        else:
+            et[0] = 0
+        return LOOP_HEADER
+    return -1
+
+
+cdef inline bint is_ipv6_extension(uint64_t proto) noexcept nogil:
+    cdef int k
+    for k in range(8):
+        if proto == <uint64_t>IPV6_EXTENSIONS[k]:
+            return True
+    return False
+
+
+def decode_common(
+    const uint8_t[::1] buf,
+    const int64_t[::1] data_off,
+    const int64_t[::1] caplen,
+    const int64_t[::1] wirelen,
+    const int32_t[::1] linktype,
+    bint vlan_key,
+    int64_t[::1] rows,
+    uint8_t[::1] ver,
+    uint8_t[::1] proto,
+    uint64_t[:, ::1] addr,
+    int64_t[:, ::1] fields,
+):
+    """Decode the common-case records; returns how many were taken.
+
+    For the k-th record taken: ``rows[k]`` is its position in the input,
+    ``addr[k]`` its (source hi, source lo, destination hi, destination lo) and
+    ``fields[k]`` its (sport, dport, flags, window, syn_seq, ip_len, pay_len,
+    ip_off, ip_cap, l4_rel, pay_off, pay_cap, vlan), as ``PacketDecoder`` names them.
+    """
+    cdef Py_ssize_t n = data_off.shape[0], i, k = 0
+    cdef Py_ssize_t size = buf.shape[0]
+    cdef const uint8_t* b = &buf[0]
+    cdef const uint8_t* f
+    cdef const uint8_t* ip
+    cdef uint64_t et, w0, ports, tw, vlan, tags, flags, version, l4proto
+    cdef int64_t off, l3, ip_cap, ip_len, ihl, l4_rel, thl, pay_rel, sport, dport, ip_off
+    cdef bint tcp, is6
+    with nogil:
+        for i in range(n):
+            off = data_off[i]
+            # Every byte read below lies in [off, off + 128) or in the IP packet's
+            # captured bytes, which lie in the buffer: the rest is left to NumPy.
+            if off < 0 or off + 128 > size:
+                continue
+            f = b + off
+            l3 = link_header(f, linktype[i], &et)
+            if l3 < 0:
+                continue
+            vlan = 0
+            tags = 0
+            while is_vlan(et) and tags < MAX_VLAN_TAGS:
+                vlan = (vlan << 12) | (be16(f + l3) & VLAN_ID_MASK)
+                et = be16(f + l3 + 2)
+                l3 += VLAN_TAG
+                tags += 1
+            if et != ET_IPV4 and et != ET_IPV6:
+                continue  # non-IP, a shim other than VLAN, or too many tags
+            ip_cap = caplen[i] - l3
+            is6 = et == ET_IPV6
+            if ip_cap < (IPV6_HEADER if is6 else IPV4_MIN_HEADER) or off + l3 + ip_cap > size:
+                continue
+            ip_off = off + l3
+            ip = b + ip_off
+            w0 = be64(ip)
+            version = (w0 >> 60) & 15
+            if is6:
+                if version != 6:
+                    continue
+                ip_len = <int64_t>((w0 >> 16) & 0xFFFF) + IPV6_HEADER
+                if ip_len == IPV6_HEADER:  # 0: segmentation offload
+                    ip_len = max(wirelen[i] - l3, <int64_t>IPV6_HEADER)
+                l4proto = (w0 >> 8) & 0xFF
+                if is_ipv6_extension(l4proto):
+                    continue
+                l4_rel = IPV6_HEADER
+            else:
+                ihl = <int64_t>((w0 >> 56) & 15) * 4
+                if version != 4 or ihl < IPV4_MIN_HEADER or ip_cap < ihl:
+                    continue
+                ip_len = <int64_t>((w0 >> 32) & 0xFFFF)
+                if ip_len == 0:  # segmentation offload
+                    ip_len = wirelen[i] - l3
+                if ip_len < ihl or (w0 & IPV4_FLAGS_OFFSET_MASK) != 0:
+                    continue  # a bad length, or a fragment
+                l4proto = ip[IPV4_PROTO_AT]
+                l4_rel = ihl
+            tcp = l4proto == PROTO_TCP
+            if not tcp and l4proto != PROTO_UDP:
+                continue
+            if ip_cap < l4_rel + (TCP_MIN_HEADER if tcp else UDP_HEADER):
+                continue
+            ports = be32(ip + l4_rel)
+            sport, dport = <int64_t>(ports >> 16), <int64_t>(ports & 0xFFFF)
+            if not tcp and (
+                dport == UDP_PORT_VXLAN
+                or dport == UDP_PORT_GENEVE
+                or dport == UDP_PORT_GTP_U
+                or sport == UDP_PORT_GTP_U
+                or dport == UDP_PORT_CAPWAP_DATA
+                or sport == UDP_PORT_CAPWAP_DATA
+            ):
+                continue  # maybe a tunnel: the NumPy decoder decides
+            if tcp:
+                tw = be32(ip + l4_rel + 12)  # data offset, flags, window
+                thl = <int64_t>((tw >> 28) & 15) * 4
+                if thl < TCP_MIN_HEADER:
+                    continue
+                flags = (tw >> 16) & 0xFF
+            else:
+                tw = 0
+                thl = UDP_HEADER
+                flags = 0
+            pay_rel = l4_rel + thl
+            if ip_len < pay_rel:
+                continue
+            rows[k] = i
+            ver[k] = 6 if is6 else 4
+            proto[k] = <uint8_t>l4proto
+            if is6:
+                addr[k, 0] = be64(ip + 8)
+                addr[k, 1] = be64(ip + 16)
+                addr[k, 2] = be64(ip + IPV6_DST_AT)
+                addr[k, 3] = be64(ip + IPV6_DST_AT + 8)
+            else:
+                addr[k, 0] = 0
+                addr[k, 1] = be32(ip + 12) | V4_MAPPED
+                addr[k, 2] = 0
+                addr[k, 3] = be32(ip + 16) | V4_MAPPED
+            ip_cap = min(ip_cap, ip_len)
+            fields[k, 0] = sport
+            fields[k, 1] = dport
+            fields[k, 2] = <int64_t>flags
+            fields[k, 3] = <int64_t>(tw & 0xFFFF)
+            if tcp and (flags & (TCP_SYN | TCP_ACK)) == TCP_SYN:
+                fields[k, 4] = <int64_t>be32(ip + l4_rel + TCP_SEQ_AT)
+            else:
+                fields[k, 4] = -1
+            fields[k, 5] = ip_len
+            fields[k, 6] = ip_len - pay_rel
+            fields[k, 7] = ip_off
+            fields[k, 8] = ip_cap
+            fields[k, 9] = l4_rel
+            fields[k, 10] = ip_off + pay_rel
+            fields[k, 11] = max(ip_cap - pay_rel, <int64_t>0)
+            fields[k, 12] = <int64_t>vlan if vlan_key else 0
+            k += 1
+    return k
+

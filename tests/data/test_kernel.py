@@ -1,0 +1,189 @@
+"""The compiled reader kernel gives what the NumPy reader gives, record for record.
+
+``flowsplit.data._kernel`` is built by ``pip install``; the reader runs without it
+(pure NumPy). Each test here decodes the same records both ways and requires the
+same packets, fields, dtypes and skip counts: on captures of every link layer and
+tunnel the tests can write, on randomly damaged copies of them (the kernel must
+then decline or agree), and on the shared nDPI corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from flowsplit.data import packets as PK
+from flowsplit.data import protocols as P
+from flowsplit.data.pcap import ReadReport
+from flowsplit.data.staging import iter_record_chunks
+from tests.conftest import NDPI_DIR, needs_ndpi
+from tests.data import _pcapgen as g
+
+try:
+    from flowsplit.data import _kernel
+except ImportError:  # reported by test_kernel_is_built
+    _kernel = None
+
+needs_kernel = pytest.mark.skipif(_kernel is None, reason="flowsplit.data._kernel is not built")
+A, B, A6, B6 = "10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2"
+# One interface per link type of the capture written below.
+LINKTYPES = (1, 113, 276, 101, 0, 108, 228, 229, 9, 192)
+
+
+def test_kernel_is_built():
+    # `pip install .` (and so `make test` and CI) compiles it; the fallback is for
+    # a source tree run without installing.
+    assert _kernel is not None, "flowsplit.data._kernel missing: run `pip install -e .`"
+
+
+@needs_kernel
+def test_kernel_constants_are_the_protocol_modules():
+    for name, value in _kernel.CONSTANTS.items():
+        want = {"LT_RAW_IP": P.LT_RAW_IP}.get(name, getattr(P, name))
+        assert value == want, name
+
+
+def decode_both(paths, chunk_bytes=1 << 14, **options):
+    """Every chunk's decoded packets with the kernel and without, both reports, and
+    how many packets the kernel decoded."""
+    out, taken = [], []
+
+    def counted(sb, recs, vlan_key):
+        common, rest = decode_common(sb, recs, vlan_key)
+        taken.append(0 if common is None else len(common))
+        return common, rest
+
+    decode_common = PK._decode_common
+    for kernel in (_kernel, None):
+        saved, PK._kernel, PK._decode_common = PK._kernel, kernel, counted
+        try:
+            report = ReadReport()
+            decoder = PK.PacketDecoder(report, **options)
+            chunks = []
+            for chunk in iter_record_chunks(
+                paths, report, on_error="skip", chunk_bytes=chunk_bytes
+            ):
+                pk, _ = decoder.decode(chunk)
+                chunks.append({f.name: getattr(pk, f.name).copy() for f in dataclasses.fields(pk)})
+        finally:
+            PK._kernel, PK._decode_common = saved, decode_common
+        out.append((chunks, report))
+    return out, sum(taken)
+
+
+def assert_same(paths, **options):
+    ((fast, rf), (slow, rs)), taken = decode_both(paths, **options)
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        for name in a:
+            assert a[name].dtype == b[name].dtype, name
+            assert np.array_equal(a[name], b[name]), name
+    assert rf.skipped == rs.skipped
+    assert (rf.n_packets, rf.n_merged) == (rs.n_packets, rs.n_merged)
+    return sum(len(c["src"]) for c in fast), taken
+
+
+def frames() -> list[bytes]:
+    """IP packets of many kinds: TCP, UDP, IPv6, tunnels, fragments, extension headers."""
+    syn = g.tcp(1000, 80, g.SYN, seq=77, src=A, dst=B)
+    packets = [
+        g.ipv4(A, B, 6, syn),
+        g.ipv4(A, B, 6, g.tcp(1000, 80, g.ACK, b"x" * 40, options=b"\1\1\1\1")),
+        g.ipv4(A, B, 17, g.udp(53, 5353, b"q" * 20)),
+        g.ipv4(A, B, 17, g.udp(4000, 4789, g.vxlan(g.ether(g.ipv4(A, B, 17, g.udp(1, 2)))))),
+        g.ipv4(A, B, 17, g.udp(2152, 2152, g.gtp_u(g.ipv4(A, B, 6, g.tcp(5, 6))))),
+        g.ipv4(A, B, 47, g.gre(g.ipv4(A, B, 17, g.udp(7, 8)))),
+        g.ipv4(A, B, 4, g.ipv4(A, B, 6, g.tcp(9, 10))),
+        g.ipv6(A6, B6, 6, g.tcp(443, 5000, g.SYN | g.ACK, b"y" * 10)),
+        g.ipv6(A6, B6, 17, g.udp(123, 123, b"t" * 48)),
+        g.ipv6(A6, B6, 0, bytes([17, 0, 1, 4, 0, 0, 0, 0]) + g.udp(1, 2)),  # hop-by-hop
+        g.ipv4(A, B, 1, b"\x08\0" + b"\0" * 30),  # ICMP
+        *g.ipv4_fragments(A, B, 17, g.udp(11, 12, b"f" * 100), 48),
+    ]
+    return packets
+
+
+def link(lt: int, ip: bytes, rng: random.Random) -> bytes:
+    """``ip`` framed for link type ``lt`` (Ethernet maybe with VLAN tags)."""
+    et = 0x86DD if ip[0] >> 4 == 6 else 0x0800
+    if lt == 1:
+        tags = rng.choice([(), ((0x8100, 5),), ((0x88A8, 7), (0x8100, 9)), ((0x8100, 1),) * 5])
+        return g.ether(ip, et, vlans=tags)
+    if lt == 113:
+        return g.sll(ip, et)
+    if lt == 276:
+        return g.sll2(ip, et)
+    if lt in (0, 108):
+        family = 2 if et == 0x0800 else rng.choice([24, 28, 30, 10])
+        return g.null(ip, family, rng.choice("<>"))
+    if lt == 9:
+        return g.ppp(ip, 0x0021 if et == 0x0800 else 0x0057)
+    if lt == 192:
+        return g.ppi(g.ether(ip, et))
+    return ip  # raw IP, and the IPv4/IPv6 link types
+
+
+def damaged(data: bytes, rng: random.Random) -> tuple[bytes, int | None]:
+    """A copy with a few bytes changed or cut, and maybe a different wire length."""
+    b = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        b[rng.randrange(min(len(b), 80))] = rng.randrange(256)
+    if rng.random() < 0.3:
+        b = b[: rng.randrange(len(b) + 1)]
+    wirelen = rng.choice([None, None, len(b) + rng.randint(0, 50), max(len(b) - 10, 0)])
+    return bytes(b), wirelen
+
+
+def capture(path, rng: random.Random, *, damage: bool):
+    packets = []
+    for k in range(600):
+        iface = rng.randrange(len(LINKTYPES))
+        ip = rng.choice(frames())
+        if rng.random() < 0.2 and ip[0] >> 4 == 4:  # a length of 0: segmentation offload
+            ip = ip[:2] + b"\0\0" + ip[4:]
+        data, wirelen = link(LINKTYPES[iface], ip, rng), None
+        if damage:
+            data, wirelen = damaged(data, rng)
+        packets.append(g.Packet(1000.0 + k * 0.01, data, wirelen, iface))
+    return g.write_pcapng(path, packets, linktypes=LINKTYPES)
+
+
+@needs_kernel
+@pytest.mark.parametrize("damage", [False, True])
+@pytest.mark.parametrize("options", [{}, {"tunnels": "outer", "vlan_key": False}])
+def test_kernel_matches_numpy_on_written_captures(tmp_path, damage, options):
+    rng = random.Random(13 + damage)
+    paths = [capture(tmp_path / f"c{i}.pcapng", rng, damage=damage) for i in range(3)]
+    n, taken = assert_same(paths, **options)
+    assert n > 500 and taken > 200  # damaged or not, many are TCP/UDP; many the kernel's
+
+
+@needs_kernel
+def test_kernel_matches_numpy_on_classic_pcap(tmp_path):
+    rng = random.Random(5)
+    frames_ = [link(1, rng.choice(frames()), rng) for _ in range(300)]
+    path = g.write_pcap(tmp_path / "e.pcap", [(i * 0.5, f) for i, f in enumerate(frames_)])
+    n, taken = assert_same([path])
+    assert n > 200 and taken > 50
+
+
+@needs_kernel
+def test_kernel_takes_the_common_case(tmp_path):
+    # Ordinary TCP/UDP over Ethernet is decoded by the kernel alone.
+    pkts = [(i * 0.1, g.ether(g.ipv4(A, B, 6, g.tcp(1000, 80, g.ACK, b"z")))) for i in range(50)]
+    path = g.write_pcap(tmp_path / "plain.pcap", pkts)
+    chunk = next(iter_record_chunks([path], ReadReport()))
+    common, rest = PK._decode_common(chunk.buffer, chunk.records, True)
+    assert len(common) == 50 and len(rest) == 0
+
+
+@needs_kernel
+@needs_ndpi
+@pytest.mark.shared_data
+def test_kernel_matches_numpy_on_the_ndpi_corpus():
+    paths = sorted(p for p in (NDPI_DIR / "pcap").iterdir() if p.is_file())
+    n, taken = assert_same(paths, chunk_bytes=8 << 20)
+    assert n > 100_000 and taken > 0.9 * n
