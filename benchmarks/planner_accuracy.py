@@ -4,6 +4,7 @@
         [--datasets demo,ndpi8,ustc] [--quick] [--seeds 5] [--rounds 20] \\
         [--family hsfl|hsfl-ll] [--train-limit N] [--eval-limit N] [--first-seed S] \\
         [--model-option KEY=VALUE ...] [--data-dir DIR]
+    python benchmarks/planner_accuracy.py --combine A.json B.json ... --out ALL.json
 
 Per dataset (the embedded lab capture ``demo``, the nDPI 8-protocol set ``ndpi8`` and
 USTC-TFC2016 ``ustc``, prepared from ``../shared/data`` into ``--data-dir`` on first
@@ -37,6 +38,9 @@ heterogeneous topology (``--clients`` 10, ``--aggregators`` 3, topology seed 0):
 narrow CNN (embed 8, channels 16/32, hidden 32): a smoke check of every path in a few
 minutes, not a measurement. ``--model-option KEY=VALUE`` sets the CNN's options
 (``channels=[32,64]``), ``--train-limit`` and ``--pilot-train-limit`` the rows.
+``--combine A.json B.json ...`` pools runs on disjoint seeds (``--first-seed``, the
+same settings and pilots, checked) into one ``--out``, as one run over all their seeds
+would have reported it (best-fixed, Spearman and goals recomputed); it trains nothing.
 Every figure is measured on this machine; timings are not the point (the simulated
 delay and bytes are the cost model's, independent of load).
 """
@@ -44,6 +48,7 @@ delay and bytes are the cost model's, independent of load).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -163,6 +168,48 @@ def _interval(iv) -> dict:
     return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
 
 
+def goal_summary(schemes: dict, rho: float) -> dict:
+    """The issue's goals from the per-seed columns of ``schemes`` (``hsfl``,
+    ``hsfl-greedy``, ``best-fixed``, ``acc-aware``; seeds in the same order in each)
+    and the surrogate's Spearman ``rho``."""
+
+    def col(scheme, key):
+        return np.array(schemes[scheme][key], dtype=float)
+
+    vs_greedy = compare_paired(col("hsfl-greedy", "accuracy"), col("acc-aware", "accuracy"))
+    vs_best = compare_paired(col("best-fixed", "accuracy"), col("acc-aware", "accuracy"))
+    vs_hsfl = compare_paired(col("hsfl", "accuracy"), col("acc-aware", "accuracy"))
+    delay_ratio = ratio_ci(col("acc-aware", "delay_s"), col("hsfl", "delay_s"))
+    bytes_ratio = ratio_ci(col("acc-aware", "bytes"), col("hsfl", "bytes"))
+    # Worst case of (hsfl-greedy - acc-aware): minus the low end of (acc-aware - greedy).
+    greedy_worse = -vs_greedy.diff.low if np.isfinite(vs_greedy.diff.low) else float("nan")
+
+    def pts(iv) -> dict:
+        return {"mean": 100 * iv.mean, "low": 100 * iv.low, "high": 100 * iv.high, "n": iv.n}
+
+    def change(r) -> dict:
+        return {"mean": r.mean - 1, "low": r.low - 1, "high": r.high - 1}
+
+    return {
+        "acc_aware_minus_hsfl_greedy_pts": pts(vs_greedy.diff),
+        "hsfl_greedy_worse_by_at_most_pts": 100 * greedy_worse,
+        "goal_never_worse_than_hsfl_greedy_by_1pt": bool(greedy_worse <= 0.01),
+        "acc_aware_minus_best_fixed_pts": 100 * vs_best.diff.mean,
+        "acc_aware_minus_best_fixed_ci_pts": pts(vs_best.diff),
+        "goal_within_1pt_of_best_fixed": bool(vs_best.diff.mean >= -0.01),
+        "goal_spearman_0_8": bool(rho >= 0.8),
+        "acc_aware_minus_hsfl_pts": pts(vs_hsfl.diff),
+        "delay_change_vs_hsfl": change(delay_ratio),
+        "bytes_change_vs_hsfl": change(bytes_ratio),
+        "paper": PAPER,
+    }
+
+
+def accuracy_intervals(schemes: dict) -> dict:
+    """Each scheme's mean final test accuracy over seeds with its 95 % t interval."""
+    return {s: _interval(mean_ci(v["accuracy"])) for s, v in schemes.items()}
+
+
 def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     cfg = resolve_study_config(
         False,
@@ -228,30 +275,16 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
     real = [realised_val[c] for c in legal]
     rho = float(spearmanr(pred, real).statistic) if np.ptp(pred) > 0 else float("nan")
 
-    def col(scheme, key):
-        return [r[key] for r in runs[scheme]]
-
     schemes = {
-        s: {k: col(s, k) for k in ("accuracy", "macro_f1", "delay_s", "bytes", "cuts")}
+        s: {
+            k: [r[k] for r in runs[s]] for k in ("accuracy", "macro_f1", "delay_s", "bytes", "cuts")
+        }
         for s in runs
     }
     for c in legal:
         schemes[f"cut-{c[0]},{c[1]}"] = {
             k: [r[k] for r in per_cut[c]] for k in ("accuracy", "macro_f1", "delay_s", "bytes")
         }
-    vs_greedy = compare_paired(
-        np.array(col("hsfl-greedy", "accuracy")), np.array(col("acc-aware", "accuracy"))
-    )
-    vs_best = compare_paired(
-        np.array(col("best-fixed", "accuracy")), np.array(col("acc-aware", "accuracy"))
-    )
-    vs_hsfl = compare_paired(
-        np.array(col("hsfl", "accuracy")), np.array(col("acc-aware", "accuracy"))
-    )
-    delay_ratio = ratio_ci(col("acc-aware", "delay_s"), col("hsfl", "delay_s"))
-    bytes_ratio = ratio_ci(col("acc-aware", "bytes"), col("hsfl", "bytes"))
-    # Worst case of (hsfl-greedy - acc-aware): minus the low end of (acc-aware - greedy).
-    greedy_worse = -vs_greedy.diff.low if np.isfinite(vs_greedy.diff.low) else float("nan")
     sim_vs_pred = max(
         abs(r["delay_s"] - r["predicted_delay_s"]) / r["delay_s"]
         for rs in per_cut.values()
@@ -284,42 +317,9 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
                 "cost",
             )
         },
-        "goals": {
-            "acc_aware_minus_hsfl_greedy_pts": _interval(vs_greedy.diff)
-            | {
-                "mean": 100 * vs_greedy.diff.mean,
-                "low": 100 * vs_greedy.diff.low,
-                "high": 100 * vs_greedy.diff.high,
-            },
-            "hsfl_greedy_worse_by_at_most_pts": 100 * greedy_worse,
-            "goal_never_worse_than_hsfl_greedy_by_1pt": bool(greedy_worse <= 0.01),
-            "acc_aware_minus_best_fixed_pts": 100 * vs_best.diff.mean,
-            "acc_aware_minus_best_fixed_ci_pts": {
-                "mean": 100 * vs_best.diff.mean,
-                "low": 100 * vs_best.diff.low,
-                "high": 100 * vs_best.diff.high,
-            },
-            "goal_within_1pt_of_best_fixed": bool(vs_best.diff.mean >= -0.01),
-            "goal_spearman_0_8": bool(rho >= 0.8),
-            "acc_aware_minus_hsfl_pts": {
-                "mean": 100 * vs_hsfl.diff.mean,
-                "low": 100 * vs_hsfl.diff.low,
-                "high": 100 * vs_hsfl.diff.high,
-            },
-            "delay_change_vs_hsfl": {
-                "mean": delay_ratio.mean - 1,
-                "low": delay_ratio.low - 1,
-                "high": delay_ratio.high - 1,
-            },
-            "bytes_change_vs_hsfl": {
-                "mean": bytes_ratio.mean - 1,
-                "low": bytes_ratio.low - 1,
-                "high": bytes_ratio.high - 1,
-            },
-            "paper": PAPER,
-        },
+        "goals": goal_summary(schemes, rho),
         "max_rel_delay_error_sim_vs_plan": sim_vs_pred,
-        "accuracy_ci": {s: _interval(mean_ci(v["accuracy"])) for s, v in schemes.items()},
+        "accuracy_ci": accuracy_intervals(schemes),
         "config": {
             **cfg.to_dict(),
             "seeds": seeds,
@@ -331,6 +331,102 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
         "n_classes": int(study.dataset.n_classes),
         "pilot_wall_s": pilot_s,
     }
+
+
+def combine(paths: list[Path]) -> dict:
+    """Pool runs of the same datasets and settings on disjoint seeds (``--first-seed``)
+    into one document, as if run at once: per-seed columns joined (in seed order),
+    best-fixed chosen again on the pooled mean validation accuracy, Spearman and the
+    goals recomputed. Refused unless the settings (seeds apart) and the surrogate's
+    predictions (the pilots, on seed 0's partition in every run) agree exactly."""
+    docs = [(p, json.loads(Path(p).read_text(encoding="utf-8"))) for p in paths]
+    names = sorted({n for _, d in docs for n in d["datasets"]})
+    out: dict = {"combined_from": [str(p) for p, _ in docs], "datasets": {}, "skipped": {}}
+    for name in names:
+        parts = sorted(
+            ((p, d["datasets"][name]) for p, d in docs if name in d["datasets"]),
+            key=lambda pd: pd[1]["config"]["seeds"][0],
+        )
+        seeds = [s for _, part in parts for s in part["config"]["seeds"]]
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"planner_accuracy --combine: {name}: seeds overlap ({seeds})")
+        first = parts[0][1]
+        settings = {k: v for k, v in first["config"].items() if k != "seeds"}
+        pred = {tuple(c["cuts"]): c["predicted_val_accuracy"] for c in first["cuts"]}
+        for p, part in parts[1:]:
+            other = {k: v for k, v in part["config"].items() if k != "seeds"}
+            if other != settings:
+                diff = sorted(
+                    k for k in settings.keys() | other.keys() if settings.get(k) != other.get(k)
+                )
+                raise SystemExit(
+                    f"planner_accuracy --combine: {p}: {name} settings differ ({diff})"
+                )
+            if {tuple(c["cuts"]): c["predicted_val_accuracy"] for c in part["cuts"]} != pred:
+                raise SystemExit(
+                    f"planner_accuracy --combine: {p}: {name} pilots predict otherwise"
+                )
+        schemes = {
+            s: {k: [v for _, part in parts for v in part["schemes"][s][k]] for k in cols}
+            for s, cols in first["schemes"].items()
+        }
+        legal = list(pred)
+        n = [len(part["config"]["seeds"]) for _, part in parts]
+        realised = {
+            c: float(
+                np.average(
+                    [
+                        next(x for x in part["cuts"] if tuple(x["cuts"]) == c)[
+                            "realised_val_accuracy"
+                        ]
+                        for _, part in parts
+                    ],
+                    weights=n,
+                )
+            )
+            for c in legal
+        }
+        best = max(legal, key=lambda c: realised[c])
+        schemes["best-fixed"] = {
+            **schemes[f"cut-{best[0]},{best[1]}"],
+            "cuts": [list(best)] * len(seeds),
+        }
+        p_col, r_col = [pred[c] for c in legal], [realised[c] for c in legal]
+        rho = float(spearmanr(p_col, r_col).statistic) if np.ptp(p_col) > 0 else float("nan")
+        out["datasets"][name] = {
+            "schemes": schemes,
+            "spearman": rho,
+            "cuts": [
+                {
+                    "cuts": list(c),
+                    "predicted_val_accuracy": pred[c],
+                    "realised_val_accuracy": realised[c],
+                    "test_accuracy_mean": float(np.mean(schemes[f"cut-{c[0]},{c[1]}"]["accuracy"])),
+                }
+                for c in legal
+            ],
+            "best_fixed_cuts": list(best),
+            "acc_aware_cuts": [c for _, part in parts for c in part["acc_aware_cuts"]],
+            "surrogate": first["surrogate"],
+            "goals": goal_summary(schemes, rho),
+            "max_rel_delay_error_sim_vs_plan": max(
+                part["max_rel_delay_error_sim_vs_plan"] for _, part in parts
+            ),
+            "accuracy_ci": accuracy_intervals(schemes),
+            "config": {**first["config"], "seeds": seeds},
+            "n_classes": first["n_classes"],
+            "parts": [
+                {
+                    "file": str(p),
+                    "seeds": part["config"]["seeds"],
+                    "wall_s": part.get("wall_s"),
+                    "load_average_1_5_15": part.get("load_average_1_5_15"),
+                    "started": dict(docs)[p].get("started"),
+                }
+                for p, part in parts
+            ],
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,7 +468,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--acc-tolerance", type=float, default=0.01, help="accuracy, 0.01 = 1 pt")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--data-dir", type=Path, default=Path("bench-results/datasets"))
+    p.add_argument(
+        "--combine",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="pool the --out files of runs on disjoint seeds (same settings) into --out "
+        "and recompute best-fixed, Spearman and the goals; runs nothing",
+    )
     args = p.parse_args(argv)
+    if args.combine:
+        doc = combine(args.combine)
+        _common.write_json(args.out, {**doc, "environment": _common.environment()})
+        for name, v in doc["datasets"].items():
+            g = v["goals"]["acc_aware_minus_hsfl_greedy_pts"]
+            print(
+                f"{name} (seeds {v['config']['seeds']}): spearman {v['spearman']:.2f}, "
+                f"acc-aware - hsfl-greedy {g['mean']:+.2f} pt [{g['low']:+.2f}, {g['high']:+.2f}]"
+            )
+        print(f"wrote {args.out}")
+        return 0
     mode = dict(QUICK if args.quick else FULL)
     for key in ("seeds", "rounds", "train_limit", "pilot_train_limit"):
         if getattr(args, key) is not None:
