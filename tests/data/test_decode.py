@@ -199,22 +199,68 @@ def test_first_fragments_cut_by_the_snaplen_still_count(tmp_path):
     assert flows[f"UDP|{A}|1000|{B}|53"][0]["bytes"] == 3 * 1500  # the fragments' IP lengths
 
 
-def test_missing_fragment_drops_the_datagram_counted(tmp_path):
-    seg, _ = _datagram()
+def test_missing_fragment_keeps_the_first_fragment_as_a_packet(tmp_path):
+    # The datagram cannot be joined, but its first fragment carries the ports: it is
+    # a packet of its flow (as NFStream counts it), the other fragments are counted.
+    seg, body = _datagram()
     frags = g.ipv4_fragments(A, B, 17, seg, 64)
     del frags[2]
     pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
+    pkts.append((1.5, g.ether(g.ipv4(B, A, 17, g.udp(53, 1000, b"reply")))))
     flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
-    assert flows == {} and report.skipped["ip_fragment_incomplete"] == len(frags)
+    (f,) = flows[f"UDP|{A}|1000|{B}|53"]  # A first: the fragment keeps its place
+    assert f["n"] == 2 and f["bytes"] == 20 + 64 + 20 + 8 + 5  # the fragment's IP length
+    assert bytes(f["payload"][:56]) == body[:56]  # its data, after the UDP header
+    assert report.skipped == {"ip_fragment_incomplete": len(frags) - 1}
+
+
+def test_missing_first_fragment_gives_nothing_back(tmp_path):
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)[1:]
+    pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert flows == {} and report.skipped == {"ip_fragment_incomplete": len(frags)}
+
+
+def test_ipv6_first_fragment_of_a_lost_datagram_counts(tmp_path):
+    seg = g.udp(1000, 53, b"z" * 200, src=A6, dst=B6)
+    frags = g.ipv6_fragments(A6, B6, 17, seg, 72)[:-1]  # the last one never comes
+    pkts = [(1.0 + 0.1 * i, g.ether(f, 0x86DD)) for i, f in enumerate(frags)]
+    flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
+    assert [f["n"] for f in flows[f"UDP|{A6}|1000|{B6}|53"]] == [1]
+    assert flows[f"UDP|{A6}|1000|{B6}|53"][0]["bytes"] == 40 + 72
+    assert report.skipped == {"ip_fragment_incomplete": len(frags) - 1}
 
 
 def test_fragments_time_out(tmp_path):
     seg, _ = _datagram()
     frags = g.ipv4_fragments(A, B, 17, seg, 64)
-    # The last fragment comes 60 s after the first: past the 30 s timeout.
+    # The last fragment comes 60 s after the first: past the 30 s timeout. The first
+    # fragment stays a packet of its flow; the others held, and the late last one
+    # (a datagram of its own that never completes), are counted.
     pkts = [(1.0, g.ether(f)) for f in frags[:-1]] + [(61.0, g.ether(frags[-1]))]
     flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
-    assert flows == {} and report.skipped["ip_fragment_incomplete"] == len(frags)
+    assert [f["n"] for f in flows[f"UDP|{A}|1000|{B}|53"]] == [1]
+    assert report.skipped == {"ip_fragment_incomplete": len(frags) - 1}
+
+
+def test_first_fragment_given_up_in_a_later_chunk_joins_its_flow(tmp_path):
+    # The datagram is given up (timeout) chunks after its first fragment: the fragment
+    # still counts once, in its flow, whatever the chunk size.
+    seg, _ = _datagram()
+    frags = g.ipv4_fragments(A, B, 17, seg, 64)
+    pkts = [(1.0, g.ether(frags[0])), (1.5, g.ether(g.ipv4(B, A, 17, g.udp(53, 1000, b"r"))))]
+    pkts += [(2.0 + i, g.ether(g.ipv4(C, D, 17, g.udp(7, 9, b"x" * 200)))) for i in range(40)]
+    path = g.write_pcap(tmp_path / "f.pcap", pkts)
+    for chunk_bytes in (1500, 8 << 20):
+        report = ReadReport()
+        got = {}
+        for b in iter_flows(path, OPTS, report, chunk_bytes=chunk_bytes):
+            for i, key in enumerate(b.keys()):
+                got.setdefault(key.split("|", 1)[1], []).append(int(b.n_packets[i]))
+        key = sorted(k for k in got if "1000" in k)
+        assert [got[k] for k in key] == [[2]], chunk_bytes
+        assert report.n_flow_packets == 42 and not report.skipped, chunk_bytes
 
 
 def test_overlapping_fragments_drop_the_datagram(tmp_path):
@@ -370,10 +416,18 @@ def test_reassembler_memory_is_bounded():
 
     report = ReadReport()
     r = Reassembler(report, max_datagrams=2, max_bytes=1000)
-    for i in range(3):  # three first fragments whose rest never comes
-        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 0, True, b"x" * 100, b"h" * 20, 17))
+    hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)  # a first fragment's IPv4 header
+    for i in range(3):  # three datagrams whose rest never comes: first fragment + one more
+        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 0, True, b"x" * 100, hdr, 17, i, i))
+        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 200, True, b"x" * 8, b"", 17))
     assert len(r) == 2 and report.skipped == {"ip_fragment_memory": 1}
-    r.add(Fragment((0, 0, b"a", 9, 17), 0, 1.0, 0, True, b"y" * 900, b"h" * 20, 17))
+    r.add(Fragment((0, 0, b"a", 9, 17), 0, 1.0, 0, True, b"y" * 900, hdr, 17, 9, 9))
     assert len(r) == 1 and report.skipped["ip_fragment_memory"] == 3  # bytes bound too
     r.expire({0: 100.0}, [])
-    assert len(r) == 0 and report.skipped["ip_fragment_incomplete"] == 1
+    assert len(r) == 0 and report.skipped["ip_fragment_incomplete"] == 0
+    # Each datagram given up hands its first fragment back, at its place.
+    back = r.take_given_up()
+    assert [(x.index, x.pos) for x in back] == [(0, 0), (1, 1), (2, 2), (9, 9)]
+    packet = back[0].packet  # unfragmented now: MF cleared, its own length
+    assert packet[20:] == b"x" * 100 and packet[6:8] == bytes(2) and packet[2:4] == bytes([0, 120])
+    assert not r.take_given_up()

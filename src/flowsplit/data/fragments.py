@@ -15,10 +15,18 @@ Decisions worth knowing:
   for IPv4): ``ip_fragment_overlap``. An exact duplicate is ignored
   (``ip_fragment_duplicate``).
 - A datagram still incomplete ``timeout`` seconds (capture time) after its first
-  fragment, or when its file ends, is dropped: ``ip_fragment_incomplete``, one per
+  fragment, or when its file ends, is given up: ``ip_fragment_incomplete``, one per
   fragment held.
 - At most ``max_bytes`` of fragment data and ``max_datagrams`` datagrams are held;
-  beyond that the oldest datagram is dropped (``ip_fragment_memory``).
+  beyond that the oldest datagram is given up (``ip_fragment_memory``).
+- A datagram given up on (incomplete or for memory) whose first fragment was seen
+  hands that fragment back (:meth:`Reassembler.take_given_up`) as a packet of its own,
+  at the fragment's place and time: it carries the ports, so its flow keeps the packet
+  (as NFStream, which never reassembles, counts it); only the other fragments held are
+  counted as skipped. A datagram dropped for overlapping fragments gives nothing back.
+  When the fragment came in an earlier chunk of records than the one in which its
+  datagram is given up, it goes before that chunk's packets: its flow counts it all
+  the same, but its place among the flow's packets can differ from a read in one chunk.
 - A fragment not captured whole (cut by the snapshot length) cannot be joined:
   ``ip_fragment_truncated``.
 - The reassembled IPv6 datagram keeps the fixed header of its first fragment and
@@ -50,6 +58,9 @@ class Fragment:
     data: bytes  # the fragment's part of the datagram payload
     header: bytes  # first fragment only: the IP header (IPv4 with options; IPv6 fixed 40)
     proto: int  # the transport protocol (IPv6: the fragment header's next header)
+    pos: int = -1  # position of the fragment's record in its chunk
+    index: int = -1  # record number of the fragment in its file
+    vlan: int = 0  # the VLAN key of the fragment's record
 
 
 @dataclass
@@ -65,6 +76,9 @@ class _Datagram:
     held: int = 0  # fragments held (each counted when the datagram is resolved)
     nbytes: int = 0
     overlap: bool = False
+    proto: int = 0
+    first: Fragment | None = None  # the first fragment (offset 0), once seen
+    first_chunk: int = -1  # the chunk the first fragment came in
 
 
 @dataclass
@@ -73,6 +87,19 @@ class Completed:
 
     packet: bytes
     n_fragments: int
+
+
+@dataclass
+class GivenUp:
+    """The first fragment of a datagram given up on, as an unfragmented IP packet."""
+
+    packet: bytes  # the fragment's IP header (MF cleared, length its own) and data
+    src: int
+    ts: float
+    index: int  # record number in the file
+    pos: int  # position of its record in the current chunk; -1: an earlier chunk
+    vlan: int
+    chunk: int  # serial number of the chunk its record came in
 
 
 class Reassembler:
@@ -85,6 +112,20 @@ class Reassembler:
         self.timeout, self.max_bytes, self.max_datagrams = timeout, max_bytes, max_datagrams
         self._pending: OrderedDict[tuple, _Datagram] = OrderedDict()  # oldest first
         self._bytes = 0
+        self._chunk = 0  # serial number of the chunk being decoded
+        self._given_up: list[GivenUp] = []
+
+    def begin_chunk(self) -> None:
+        """A new chunk starts: record positions from here on are in it."""
+        self._chunk += 1
+
+    def take_given_up(self) -> list[GivenUp]:
+        """The first fragments handed back since the last call (see module doc)."""
+        out, self._given_up = self._given_up, []
+        for g in out:
+            if g.chunk != self._chunk:
+                g.pos = -1  # it goes before the current chunk's packets
+        return out
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -111,7 +152,7 @@ class Reassembler:
 
     def _place(self, d: _Datagram, frag: Fragment) -> bool:
         """Put the fragment's data in place; False when it adds nothing."""
-        if d.overlap:  # already given up on: every later fragment goes the same way
+        if d.overlap:  # already dropped: every later fragment goes the same way
             self.report.skipped["ip_fragment_overlap"] += 1
             return False
         lo, hi = frag.offset, frag.offset + len(frag.data)
@@ -139,7 +180,7 @@ class Reassembler:
             self.report.skipped["ip_fragment_overlap"] += d.held
             d.held = 0
             self._bytes -= d.nbytes
-            d.nbytes, d.pieces, d.starts = 0, {}, []
+            d.nbytes, d.pieces, d.starts, d.first = 0, {}, [], None
             return False
         d.pieces[lo] = frag.data
         d.starts.insert(at, lo)
@@ -147,6 +188,8 @@ class Reassembler:
         d.max_end = max(d.max_end, hi)
         if frag.header:
             d.header = frag.header
+        if lo == 0:
+            d.first, d.first_chunk, d.proto = frag, self._chunk, frag.proto
         d.nbytes += len(frag.data) + len(frag.header)
         self._bytes += len(frag.data) + len(frag.header)
         return True
@@ -158,10 +201,18 @@ class Reassembler:
             self._drop(next(iter(self._pending)), "ip_fragment_memory")
 
     def _drop(self, key: tuple, reason: str) -> None:
+        """Give the datagram up: its first fragment back as a packet, the rest counted."""
         d = self._pending.pop(key)
         self._bytes -= d.nbytes
-        if d.held:
-            self.report.skipped[reason] += d.held
+        held, f = d.held, d.first
+        if f is not None and d.header:
+            held -= 1
+            packet = _rebuild(d.header, d.pieces[0], d.proto)
+            self._given_up.append(
+                GivenUp(packet, f.src, f.ts, f.index, f.pos, f.vlan, d.first_chunk)
+            )
+        if held:
+            self.report.skipped[reason] += held
 
     def expire(self, latest: dict[int, float], ended: list[int]) -> None:
         """Drop datagrams that timed out (``latest``: each file's latest time seen)

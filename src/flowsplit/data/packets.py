@@ -16,7 +16,7 @@ report, and drop out at the end. The layers, outside in:
    ``tunnels="outer"`` the outer flow is kept instead);
 4. fragments: IPv4 and IPv6 fragments go to a
    :class:`~flowsplit.data.fragments.Reassembler`; a completed datagram is decoded
-   like a raw IP packet;
+   like a raw IP packet, and so is the first fragment of a datagram given up on;
 5. TCP/UDP: ports, flags, window, payload offsets.
 
 Decisions worth knowing:
@@ -176,6 +176,9 @@ class PacketDecoder:
         appended when fragments completed in this chunk.
         """
         recs, sb = chunk.records, chunk.buffer
+        rs = self.reassembler
+        if rs is not None:
+            rs.begin_chunk()
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
         completed: list[tuple[int, bytes, int]] = []  # (record position, datagram, VLAN key)
@@ -192,29 +195,45 @@ class PacketDecoder:
             parts.append(pk)
         if completed:
             self.report.skipped["tunnel_too_deep"] += len(completed)
-        if self.reassembler is not None and len(self.reassembler):
-            # Capture time advances per file: each file's latest time in this chunk.
-            files = np.unique(recs.src).tolist()
-            latest = {s: float(recs.ts[recs.src == s].max()) for s in files}
-            self.reassembler.expire(latest, chunk.ended)
+        if rs is not None:
+            if len(rs):
+                # Capture time advances per file: each file's latest time in this chunk.
+                files = np.unique(recs.src).tolist()
+                latest = {s: float(recs.ts[recs.src == s].max()) for s in files}
+                rs.expire(latest, chunk.ended)
+            for _ in range(_MAX_TUNNEL_DEPTH):
+                # First fragments of datagrams given up on: packets of their own
+                # (fragments.py); one may hold a tunnel of fragments given up in turn.
+                given = rs.take_given_up()
+                if not given:
+                    break
+                sb, more, pk = self._decode_reassembled(chunk, sb, recs, [], given)
+                parts.append(pk)
+                if more:
+                    self.report.skipped["tunnel_too_deep"] += len(more)
         return Packets.concat(parts), sb
 
-    def _decode_reassembled(self, chunk, sb, recs: Records, completed):
+    def _decode_reassembled(self, chunk, sb, recs: Records, completed, given=()):
         """Decode datagrams completed in this chunk as raw IP packets, at the place of
-        the fragment that completed each."""
-        sb, offsets = sb.with_extra([data for _, data, _ in completed])
-        at = np.array([p for p, _, _ in completed], dtype=np.int64)
-        lengths = np.array([len(data) for _, data, _ in completed], dtype=np.int64)
+        the fragment that completed each, and the first fragments ``given`` back by the
+        reassembler at their own place (before the chunk's packets when it was in an
+        earlier chunk)."""
+        rows = [(p, d, v, recs.src[p], recs.ts[p], recs.index[p]) for p, d, v in completed]
+        rows += [(g.pos, g.packet, g.vlan, g.src, g.ts, g.index) for g in given]
+        at, data, vlan, src, ts, index = zip(*rows, strict=True)
+        sb, offsets = sb.with_extra(list(data))
+        at = np.array(at, dtype=np.int64)
+        lengths = np.array([len(d) for d in data], dtype=np.int64)
         inner = Records(
-            src=recs.src[at],
+            src=np.array(src, dtype=recs.src.dtype),
             data_off=offsets,
             caplen=lengths,
             wirelen=lengths,
-            ts=recs.ts[at],
+            ts=np.array(ts, dtype=np.float64),
             linktype=np.full(len(at), P.LT_RAW, dtype=np.int32),
-            index=recs.index[at],
+            index=np.array(index, dtype=recs.index.dtype),
         )
-        vlan = np.array([v for _, _, v in completed], dtype=np.int64)
+        vlan = np.array(vlan, dtype=np.int64)
         more: list[tuple[int, bytes, int]] = []
         pk = self._decode(chunk, sb, inner, at, vlan, 1, more)
         return sb, more, pk
@@ -295,10 +314,11 @@ class PacketDecoder:
             recs.ts[rows].tolist(),
             vlan[rows].tolist(),
             pos[rows].tolist(),
+            recs.index[rows].tolist(),
             strict=True,
         )
         skipped = self.report.skipped
-        for k, (off, cap, length, v6, w, proto, at, src, ts, vl, p) in enumerate(columns):
+        for k, (off, cap, length, v6, w, proto, at, src, ts, vl, p, i) in enumerate(columns):
             if v6:
                 proto, field = (w >> 56) & 0xFF, (w >> 32) & 0xFFFF
                 offset, more, ident = field & ~7, bool(field & 1), w & 0xFFFFFFFF
@@ -320,7 +340,8 @@ class PacketDecoder:
                 continue
             key = (src, vl, addr, ident, proto)
             data = bytes(mv[off + at : off + length])
-            got = self.reassembler.add(Fragment(key, src, ts, offset, more, data, header, proto))
+            frag = Fragment(key, src, ts, offset, more, data, header, proto, p, i, vl)
+            got = self.reassembler.add(frag)
             if got is not None:
                 self.report.n_merged += got.n_fragments - 1
                 completed.append((p, got.packet, vl))
