@@ -1,7 +1,8 @@
 """The reader's NumPy fast path gives exactly what the plain path gives.
 
 The pcapng walk takes runs of enhanced packet blocks with NumPy (``_EpbRuns``); it
-is switched off here by its size threshold and the results compared, on captures
+is switched off here by its size threshold and the results compared (and with the
+compiled walk of ``flowsplit.data._kernel``, when built), on captures
 with fake block headers in packet bytes, other blocks between the packets, two
 sections of either byte order, and random damage.
 """
@@ -20,6 +21,7 @@ from flowsplit.data.staging import iter_record_chunks
 from tests.data import _pcapgen as g
 
 A, B = "10.0.0.1", "10.0.0.2"
+_KERNEL = pcap._kernel  # the compiled walks, or None when not built
 
 
 def _fake_epb(endian: str) -> bytes:
@@ -50,7 +52,10 @@ def _capture(rng: np.random.Generator) -> bytes:
     return b"".join(out)
 
 
-def _records(path, monkeypatch, fast: bool, chunk_bytes: int):
+def _records(path, monkeypatch, fast: bool, chunk_bytes: int, compiled: bool = False):
+    # Without the compiled walk (flowsplit.data._kernel) unless asked for: the NumPy
+    # runs are the fallback's fast path.
+    monkeypatch.setattr(pcap, "_kernel", _KERNEL if compiled else None)
     monkeypatch.setattr(pcap._EpbRuns, "_MIN_BYTES", 0 if fast else 1 << 40)
     report = ReadReport()
     parts = []
@@ -97,6 +102,8 @@ def test_epb_runs_match_the_python_walk(tmp_path, monkeypatch, seed, chunk_bytes
     monkeypatch.setattr(pcap._EpbRuns, "extend", spy)
     fast = _records(path, monkeypatch, True, chunk_bytes)
     assert fast == slow
+    if _KERNEL is not None:  # and the compiled walk
+        assert _records(path, monkeypatch, False, chunk_bytes, compiled=True) == slow
     assert sum(taken) > 0  # the NumPy runs did take blocks
     if not seed:
         assert slow[2] == 2 * (400 + 3) and not slow[1]  # every packet read, none skipped
@@ -107,7 +114,8 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
     path = tmp_path / "c.pcapng"
     path.write_bytes(_capture(np.random.default_rng(99)))
     got = []
-    for fast in (False, True):
+    for fast in (False, True, "compiled"):
+        monkeypatch.setattr(pcap, "_kernel", _KERNEL if fast == "compiled" else None)
         monkeypatch.setattr(pcap._EpbRuns, "_MIN_BYTES", 0 if fast else 1 << 40)
         opts = FlowOptions(seq_len=4, n_bytes=32, n_pkts=2, pkt_len=32)
         rows = []
@@ -126,4 +134,4 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
                 ]
             )
         got.append(rows)
-    assert got[0] == got[1] and got[0]
+    assert got[0] == got[1] == got[2] and got[0]

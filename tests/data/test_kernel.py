@@ -9,6 +9,7 @@ then decline or agree), and on the shared nDPI corpus.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from flowsplit.data import packets as PK
+from flowsplit.data import pcap as PC
 from flowsplit.data import protocols as P
 from flowsplit.data.pcap import ReadReport
 from flowsplit.data.staging import iter_record_chunks
@@ -46,6 +48,23 @@ def test_kernel_constants_are_the_protocol_modules():
         assert value == want, name
 
 
+# The modules that use the kernel when it is built.
+USERS = (PK, PC)
+
+
+@contextlib.contextmanager
+def kernel(on: bool):
+    """The reader with the kernel (as installed) or without it (pure NumPy/Python)."""
+    saved = [m._kernel for m in USERS]
+    for m in USERS:
+        m._kernel = _kernel if on else None
+    try:
+        yield
+    finally:
+        for m, k in zip(USERS, saved, strict=True):
+            m._kernel = k
+
+
 def decode_both(paths, chunk_bytes=1 << 14, **options):
     """Every chunk's decoded packets with the kernel and without, both reports, and
     how many packets the kernel decoded."""
@@ -57,9 +76,9 @@ def decode_both(paths, chunk_bytes=1 << 14, **options):
         return common, rest
 
     decode_common = PK._decode_common
-    for kernel in (_kernel, None):
-        saved, PK._kernel, PK._decode_common = PK._kernel, kernel, counted
-        try:
+    for on in (True, False):
+        PK._decode_common = counted
+        with kernel(on):
             report = ReadReport()
             decoder = PK.PacketDecoder(report, **options)
             chunks = []
@@ -68,8 +87,7 @@ def decode_both(paths, chunk_bytes=1 << 14, **options):
             ):
                 pk, _ = decoder.decode(chunk)
                 chunks.append({f.name: getattr(pk, f.name).copy() for f in dataclasses.fields(pk)})
-        finally:
-            PK._kernel, PK._decode_common = saved, decode_common
+        PK._decode_common = decode_common
         out.append((chunks, report))
     return out, sum(taken)
 
@@ -187,3 +205,57 @@ def test_kernel_matches_numpy_on_the_ndpi_corpus():
     paths = sorted(p for p in (NDPI_DIR / "pcap").iterdir() if p.is_file())
     n, taken = assert_same(paths, chunk_bytes=8 << 20)
     assert n > 100_000 and taken > 0.9 * n
+    (fast, rf), (slow, rs) = records_both(paths, chunk_bytes=1 << 20)
+    assert rf == rs and len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        assert all(np.array_equal(a[name], b[name]) for name in a)
+
+
+def records_both(paths, chunk_bytes=1 << 13):
+    """Every chunk's records read with the kernel's walks and with Python's, and reports."""
+    out = []
+    for on in (True, False):
+        with kernel(on):
+            report, chunks = ReadReport(), []
+            for chunk in iter_record_chunks(
+                paths, report, on_error="skip", chunk_bytes=chunk_bytes
+            ):
+                r = chunk.records
+                chunks.append({f.name: getattr(r, f.name).copy() for f in dataclasses.fields(r)})
+        out.append((chunks, report))
+    return out
+
+
+def corrupted(path, rng: random.Random, n: int = 12) -> None:
+    """Overwrite ``n`` random 4-byte words of a capture after its header with junk."""
+    data = bytearray(path.read_bytes())
+    for _ in range(n):
+        at = rng.randrange(64, len(data) - 4)
+        data[at : at + 4] = rng.choice([b"\xff\xff\xff\x7f", b"\0\0\0\0", rng.randbytes(4)])
+    path.write_bytes(bytes(data))
+
+
+@needs_kernel
+@pytest.mark.parametrize("fmt", ["pcap", "pcap-be", "pcapng", "pcapng-be"])
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_kernel_walks_match_python(tmp_path, fmt, corrupt):
+    rng = random.Random(hash((fmt, corrupt)) & 0xFFFF)
+    paths = []
+    for i in range(4):
+        pkts = [g.Packet(5.0 + k, link(1, rng.choice(frames()), rng)) for k in range(150)]
+        endian = ">" if fmt.endswith("-be") else "<"
+        path = tmp_path / f"{i}.{fmt}"
+        if fmt.startswith("pcapng"):
+            g.write_pcapng(path, pkts, endian=endian)
+        else:
+            g.write_pcap(path, pkts, endian=endian)
+        if corrupt:
+            corrupted(path, rng)
+        paths.append(path)
+    (fast, rf), (slow, rs) = records_both(paths)
+    assert len(fast) == len(slow) > 1
+    for a, b in zip(fast, slow, strict=True):
+        for name in a:
+            assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
+    assert rf == rs  # counts, skip reasons and file errors alike
+    assert rf.n_packets > 400

@@ -283,3 +283,49 @@ def decode_common(
             k += 1
     return k
 
+
+
+cdef inline uint64_t u32(const uint8_t* p, bint big) noexcept nogil:
+    return be32(p) if big else le32(p)
+
+
+def pcap_chain(
+    const uint8_t[::1] buf, Py_ssize_t off, Py_ssize_t last, bint big, uint64_t max_caplen,
+    list starts,
+):
+    """Follow classic pcap record headers from ``off``; returns the first one not taken.
+
+    A record is taken (its offset appended to ``starts``) while it starts at or before
+    ``last`` and its captured length is at most ``max_caplen``: the chain
+    ``PcapSource.walk`` follows in Python.
+    """
+    cdef uint64_t caplen
+    while off <= last:
+        caplen = u32(&buf[off + 8], big)
+        if caplen > max_caplen:
+            break
+        starts.append(off)
+        off += 16 + <Py_ssize_t>caplen
+    return off
+
+
+def epb_chain(
+    const uint8_t[::1] buf, Py_ssize_t off, Py_ssize_t stop, Py_ssize_t data_end, bint big,
+    list starts,
+):
+    """Follow a run of pcapng enhanced packet blocks from ``off``.
+
+    Returns (offset of the first block not taken, whether the walk reached ``stop``).
+    A block is taken while it starts before ``stop``, has type 6 and a length of at
+    least 32 that ends by ``data_end``: the run ``PcapngSource.walk`` follows in Python.
+    """
+    cdef uint64_t btype, blen
+    cdef Py_ssize_t limit = max(stop, 0) + 7  # a header at off is read while off + 8 <= limit
+    while off + 8 <= limit:
+        btype = u32(&buf[off], big)
+        blen = u32(&buf[off + 4], big)
+        if btype != 6 or blen < 32 or off + <Py_ssize_t>blen > data_end:
+            return off, False
+        starts.append(off)
+        off += <Py_ssize_t>blen
+    return off, True

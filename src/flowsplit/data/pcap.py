@@ -24,6 +24,11 @@ import numpy as np
 from flowsplit.data.capfile import open_file
 from flowsplit.errors import InputError
 
+try:  # the compiled record walks, built by `pip install`; without them Python walks
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN: no sane record captures more
 MAX_RECORD = MAX_CAPLEN + 8192  # a packet record or block, with headers and options
 
@@ -181,20 +186,8 @@ class PcapSource(Source):
         n0 = len(starts)
         off = pos
         if last >= pos:
-            # mv8[off] is the caplen field of a record at off; the view ends so that
-            # unpacking fails exactly past `last`, which ends the loop without a test.
-            mv8 = mv[8 : last + 12]
-            caplen_at, append = self._caplen_at, starts.append
-            try:
-                while True:
-                    append(off)
-                    (caplen,) = caplen_at(mv8, off)
-                    if caplen > MAX_CAPLEN:
-                        break
-                    off += 16 + caplen
-            except struct.error:
-                pass
-            off = starts.pop()
+            off = self._chain(mv, off, last, starts)
+            caplen_at = self._caplen_at
             if off + 16 <= data_end and caplen_at(mv, off + 8)[0] > MAX_CAPLEN:
                 # A length no capture can have: look for the next record that makes sense.
                 self._register(batch, starts, n0, mv)
@@ -213,6 +206,26 @@ class PcapSource(Source):
         ):
             self.lost_record("truncated_record", " cut by end of file")
         return off
+
+    def _chain(self, mv, off: int, last: int, starts: list) -> int:
+        """Append the chain of records from ``off`` that start by ``last`` with a length
+        a capture can have; the offset of the first record not taken."""
+        if _kernel is not None:
+            return _kernel.pcap_chain(mv, off, last, self.endian == ">", MAX_CAPLEN, starts)
+        # mv8[off] is the caplen field of a record at off; the view ends so that
+        # unpacking fails exactly past `last`, which ends the loop without a test.
+        mv8 = mv[8 : last + 12]
+        caplen_at, append = self._caplen_at, starts.append
+        try:
+            while True:
+                append(off)
+                (caplen,) = caplen_at(mv8, off)
+                if caplen > MAX_CAPLEN:
+                    break
+                off += 16 + caplen
+        except struct.error:
+            pass
+        return starts.pop()
 
     def _resync(self, mv, lo: int, data_end: int, at_eof: bool) -> int:
         """After a corrupt record: the offset of the next plausible record header.
@@ -303,19 +316,24 @@ class PcapngSource(Source):
         append = epbs.append
         runs = _EpbRuns(mv, data_end, stop)
         while True:
-            # Fastest path: a run of enhanced packet blocks found with NumPy; the loop
-            # below then goes on from the first block the run does not cover.
-            off = runs.extend(off, self.endian, epbs)
-            # Fast path: a run of enhanced packet blocks.
-            try:
-                while True:
-                    btype, blen = hdr(mvl, off)
-                    if btype != 6 or blen < 32 or off + blen > data_end:
-                        break
-                    append(off)
-                    off += blen
-            except struct.error:
-                break
+            if _kernel is not None:  # a run of enhanced packet blocks, compiled
+                off, at_stop = _kernel.epb_chain(mv, off, stop, data_end, self.endian == ">", epbs)
+                if at_stop:
+                    break
+                btype, blen = hdr(mvl, off)
+            else:
+                # Fastest path: a run of enhanced packet blocks found with NumPy; the
+                # loop below then goes on from the first block the run does not cover.
+                off = runs.extend(off, self.endian, epbs)
+                try:  # fast path: a run of enhanced packet blocks
+                    while True:
+                        btype, blen = hdr(mvl, off)
+                        if btype != 6 or blen < 32 or off + blen > data_end:
+                            break
+                        append(off)
+                        off += blen
+                except struct.error:
+                    break
             # Slow path: any other block, or an EPB that needs a closer look.
             if btype == _SHB:
                 if off + 12 > data_end:
