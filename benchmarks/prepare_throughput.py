@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ipaddress
 import json
 import os
 import resource
@@ -51,6 +52,7 @@ import numpy as np  # noqa: E402
 
 from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many  # noqa: E402
 from flowsplit.data.labels import flow_key  # noqa: E402
+from flowsplit.data.packets import PacketDecoder  # noqa: E402
 from flowsplit.data.staging import iter_record_chunks  # noqa: E402
 
 DEFAULT_CORPUS = C.ROOT.parent / "shared" / "data" / "ndpi" / "pcap"
@@ -218,6 +220,120 @@ def _match(nfs, ours) -> dict[int, list[bool]]:
     return out
 
 
+def _record_cause(linktype: int, b: bytes) -> str:
+    """What in a record's headers flowsplit and NFStream read differently (see agreement)."""
+    if linktype == 1:
+        off, et = 14, int.from_bytes(b[12:14], "big")
+        while et in (0x8100, 0x88A8) and len(b) >= off + 4:
+            et, off = int.from_bytes(b[off + 2 : off + 4], "big"), off + 4
+    elif linktype == 113:
+        off, et = 16, int.from_bytes(b[14:16], "big")
+    elif linktype in (12, 14, 101, 228, 229):
+        off = 0
+        et = {4: 0x0800, 6: 0x86DD}.get(b[0] >> 4 if b else 0, 0)
+    else:
+        return "other_link_type"
+    if len(b) < off + 20:
+        return "truncated_ip_header"
+    version = b[off] >> 4
+    if et not in (0x0800, 0x86DD):
+        return "ip_after_non_ip_ethertype" if version in (4, 6) else "non_ip"
+    if version != 4:
+        return "ipv6_other"
+    ihl = (b[off] & 15) * 4
+    if ihl < 20:
+        return "ipv4_header_length_below_5"
+    total = int.from_bytes(b[off + 2 : off + 4], "big")
+    if total == 0:
+        return "ipv4_total_length_0"
+    if int.from_bytes(b[off + 6 : off + 8], "big") & 0x3FFF:
+        return "ip_fragment"
+    l4 = off + ihl
+    if b[off + 9] == 6:
+        if len(b) < l4 + 20 or total < ihl + 20:
+            return "truncated_tcp_header"  # NFStream: a TCP flow with ports 0
+        if b[l4 + 12] >> 4 < 5:
+            return "tcp_data_offset_below_5"
+        if total < ihl + (b[l4 + 12] >> 4) * 4:
+            return "tcp_header_beyond_ip_length"
+    return "other"
+
+
+def _packet_causes(path: Path, keys: set, tunnels: str) -> dict[tuple, list[str]]:
+    """Per 5-tuple of ``keys``: why the packets NFStream and flowsplit put in its flows
+    differ, each packet told by its record's headers (``nfstream_only_*``: NFStream
+    counts a packet flowsplit does not use; ``flowsplit_only_*``: the converse;
+    ``same_packets``: both hold the same packets, split into flows differently)."""
+    from nfstream import NFPlugin, NFStreamer
+
+    class Packets(NFPlugin):
+        def on_init(self, packet, flow):
+            flow.udps.pk = [(packet.time, packet.raw_size)]
+
+        def on_update(self, packet, flow):
+            flow.udps.pk.append((packet.time, packet.raw_size))
+
+    theirs: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
+    for f in NFStreamer(source=str(path), n_dissections=0, n_meters=1, udps=Packets()):
+        key = flow_key(f.protocol, f.src_ip, f.src_port, f.dst_ip, f.dst_port)
+        if key in keys:
+            theirs[key].update(f.udps.pk)
+    report = ReadReport()
+    decoder = PacketDecoder(report, tunnels=tunnels)
+    records: dict[tuple, list[tuple[int, bytes]]] = collections.defaultdict(list)  # (ms, len)
+    used: set[int] = set()
+    mine: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
+    for chunk in iter_record_chunks([path], report, on_error="skip"):
+        r, mv = chunk.records, chunk.buffer.mv
+        ms = np.floor(r.ts * 1000 + 1e-6).astype(np.int64).tolist()
+        for i, (t, w, off, cap, lt) in enumerate(
+            zip(
+                ms,
+                r.wirelen.tolist(),
+                r.data_off.tolist(),
+                r.caplen.tolist(),
+                r.linktype.tolist(),
+                strict=True,
+            )
+        ):
+            records[(t, w)].append((int(r.index[i]), int(lt), bytes(mv[off : off + min(cap, 96)])))
+        by_index = {int(r.index[i]): (ms[i], int(r.wirelen[i])) for i in range(len(r))}
+        pk, _ = decoder.decode(chunk)
+        for j in range(len(pk)):
+            key = flow_key(
+                int(pk.proto[j]),
+                _address(pk.sa_hi[j], pk.sa_lo[j]),
+                int(pk.sport[j]),
+                _address(pk.da_hi[j], pk.da_lo[j]),
+                int(pk.dport[j]),
+            )
+            used.add(int(pk.index[j]))
+            if key in keys:
+                mine[key][by_index[int(pk.index[j])]] += 1
+    out = {}
+    for key in keys:
+        causes = []
+        for side, extra in (
+            ("nfstream_only", theirs[key] - mine[key]),
+            ("flowsplit_only", mine[key] - theirs[key]),
+        ):
+            for tw in extra:
+                recs = records.get(tw, [])
+                pick = [x for x in recs if (x[0] not in used) == (side == "nfstream_only")]
+                if not recs:  # e.g. a record length past any snapshot length
+                    causes.append(f"{side}_record_not_read_by_flowsplit")
+                    continue
+                lt, b = (pick or recs)[0][1:]
+                causes.append(f"{side}_{_record_cause(lt, b)}")
+        out[key] = sorted(set(causes)) or ["same_packets"]
+    return out
+
+
+def _address(hi, lo) -> str:
+    a = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
+    return str(a.ipv4_mapped or a)
+
+
 def agreement(paths: list[Path]) -> dict:
     """Flows on which flowsplit and NFStream agree (5-tuple and packet count), by reason.
 
@@ -243,9 +359,20 @@ def agreement(paths: list[Path]) -> dict:
     (``tunnels="inner"``), with ``tunnels="outer"`` (key ``tunnels_outer``), and
     ``tunnels_as_nfstream``: per file the mode NFStream agrees with more (the
     files that take ``outer`` are named), which compares each tunnel the way NFStream
-    decodes it. A breakdown of what the packet-level differences are (seen on the nDPI
-    corpus: IP read after a non-IP ethertype, TCP data offsets below 5 and IPv4
-    total length 0 in NFStream) is in the closing notes of issue 13.
+    decodes it.
+
+    The flows told apart by what was decoded (not tunnels, not the clock) are then
+    compared packet by packet (:func:`_packet_causes`: NFStream's packets through a
+    plugin against flowsplit's decoded records, matched by millisecond and length);
+    the header feature of each packet one tool counts and the other does not gives
+    ``disagree_by_packet_cause`` (a flow with several causes counts once, under all
+    of them joined by ``+``). On the nDPI corpus: NFStream reads an IP header after a
+    non-IP ethertype (fuzzed frames), keeps TCP headers with a data offset below 5 or
+    past the IP length and IPv4 headers shorter than 20 bytes (as flows with the
+    ports it finds there, or 0), and drops IPv4 packets of total length 0 (segmentation
+    offload), which flowsplit keeps. ``disagreeing_flows`` lists every flow not
+    matched, with its reason, packet causes and flowsplit's packet counts for the
+    5-tuple.
     """
     nfs, failed = _nfstream_flows(paths)
     back = _clock_jumps_back(paths)
@@ -256,7 +383,7 @@ def agreement(paths: list[Path]) -> dict:
         name = paths[s].name
         return "fuzz" in name or name.startswith("bad")
 
-    def summary(per_file: dict[int, str]) -> dict:
+    def summary(per_file: dict[int, str], missed: list | None = None) -> dict:
         total = agree = m_total = m_agree = 0
         reasons: collections.Counter = collections.Counter()
         by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -270,7 +397,7 @@ def agreement(paths: list[Path]) -> dict:
             for (k, n), c in ours[mode].get(s, {}).items():
                 mine[k] += n * c
             bad = malformed(s)
-            for (k, _), hit, hit_other in zip(flows, hits[mode][s], hits[other][s], strict=True):
+            for (k, n), hit, hit_other in zip(flows, hits[mode][s], hits[other][s], strict=True):
                 total += 1
                 m_total += bad
                 agree += hit
@@ -287,6 +414,8 @@ def agreement(paths: list[Path]) -> dict:
                     )
                 else:
                     why = "five_tuple_not_found"
+                if missed is not None:
+                    missed.append((s, k, n, why))
                 why += "_malformed_file" if bad else ""
                 reasons[why] += 1
                 by_file[paths[s].name][why] += 1
@@ -303,7 +432,34 @@ def agreement(paths: list[Path]) -> dict:
             },
         }
 
-    out = summary(dict.fromkeys(nfs, "inner"))
+    missed: list[tuple[int, tuple, int, str]] = []
+    out = summary(dict.fromkeys(nfs, "inner"), missed)
+    # Packet by packet, for the flows told apart by what was decoded.
+    decoded = collections.defaultdict(set)
+    for s, k, _, why in missed:
+        if not why.startswith(("tunnel_", "clock_")):
+            decoded[s].add(k)
+    causes = {s: _packet_causes(paths[s], keys, "inner") for s, keys in decoded.items()}
+    by_cause: collections.Counter = collections.Counter()
+    listing = []
+    for s, k, n, why in missed:
+        cause = causes.get(s, {}).get(k)
+        if cause is not None:
+            by_cause["+".join(cause)] += 1
+        listing.append(
+            {
+                "file": paths[s].name,
+                "five_tuple": [k[0], *k[1], *k[2]],
+                "nfstream_packets": n,
+                "flowsplit_packets": sorted(
+                    c for (kk, c), m in ours["inner"][s].items() for _ in range(m) if kk == k
+                ),
+                "reason": why,
+                **({"packet_causes": cause} if cause is not None else {}),
+            }
+        )
+    out["disagree_by_packet_cause"] = dict(by_cause.most_common())
+    out["disagreeing_flows"] = listing
     out["tunnels_outer"] = summary(dict.fromkeys(nfs, "outer"))
     best = {s: "outer" if sum(hits["outer"][s]) > sum(hits["inner"][s]) else "inner" for s in nfs}
     out["tunnels_as_nfstream"] = {
@@ -506,6 +662,7 @@ def _print_agreement(agree: dict) -> None:
             f"{a['agree_fraction']:.2%} ({a['agree_fraction_without_malformed_files']:.2%} "
             f"without malformed files); {a['disagree_by_reason']}"
         )
+    print("flows told apart by decoding, by packet cause:", agree["disagree_by_packet_cause"])
 
 
 def main(argv=None) -> int:
