@@ -10,12 +10,14 @@ from flowsplit.experiments.scaling import (
     Network,
     Workload,
     comm_bytes_per_epoch,
+    comm_time,
     fit_allreduce,
     fit_scaling,
     messages_per_epoch,
     relative_errors,
     ring_allreduce_time,
     steps_per_epoch,
+    tbf_network,
 )
 
 NET = Network("test", latency_s=1e-5, bandwidth_Bps=1e9)
@@ -38,6 +40,32 @@ def test_fit_allreduce_recovers_latency_and_bandwidth():
     assert net.latency_s == pytest.approx(150e-6, rel=1e-6)
     assert net.bandwidth_Bps == pytest.approx(800e6, rel=1e-6)
     assert max_err < 1e-6
+
+
+def test_tbf_network_charges_framing_and_acks():
+    # 10 Mbit/s, MTU 1500: 1448-byte segments in 1514-byte frames, plus one 66-byte ACK
+    # per two segments on the link -> 1547 wire bytes per 1448 payload bytes.
+    net = tbf_network(10, 16384, mtu=1500, latency_s=0.0)
+    assert net.bandwidth_Bps == pytest.approx(1.25e6 * 1448 / 1547)
+    assert net.burst_bytes == pytest.approx(16384 * 1448 / 1547)
+    # A 125 kB bucket passes 64 KiB GSO packets whole: one ACK per 43 segments.
+    fast = tbf_network(100, 125_000, mtu=1500, latency_s=0.0)
+    assert fast.bandwidth_Bps == pytest.approx(12.5e6 / (1514 / 1448 + 66 / (43 * 1448)))
+    with pytest.raises(ValueError, match="rate"):
+        tbf_network(0, 16384)
+
+
+def test_burst_is_free_once_per_step():
+    # Prepare: 1 MB/s payload, a 100 kB bucket; 2 workers send 2 (2-1)/2 * M = M per step.
+    net = Network("tbf", 0.0, 1e6, burst_bytes=1e5)
+    small = Workload("s", n_samples=640, param_bytes=50_000, batch_size=64, global_batch=True)
+    big = Workload("b", n_samples=640, param_bytes=400_000, batch_size=64, global_batch=True)
+    # Execute / Assert: 10 steps; the small message fits the bucket, the big one pays
+    # (400 kB - 100 kB) / 1 MB/s = 0.3 s a step.
+    assert comm_time(small, 2, net) == pytest.approx(0.0)
+    assert comm_time(big, 2, net) == pytest.approx(10 * 0.3)
+    assert comm_time(big, 2, Network("plain", 0.0, 1e6)) == pytest.approx(10 * 0.4)
+    assert comm_time(big, 1, net) == 0.0
 
 
 def test_ddp_messages_split_into_buckets():

@@ -48,6 +48,11 @@ class Network:
     """alpha: one-way time of a small message, seconds."""
     bandwidth_Bps: float
     """beta: bytes per second one worker sends to its ring neighbour."""
+    burst_bytes: float = 0.0
+    """Payload bytes a token-bucket shaper (``tc ... tbf``) lets through at line rate
+    before its rate applies: the bucket refills while the link idles, so each step's
+    all-reduce gets this much for free when compute between steps lasts longer than
+    ``burst / rate`` (see :func:`tbf_network`). 0 for an unshaped link."""
 
 
 # Typical figures, not vendor peaks: TCP over Ethernet pays tens of microseconds per
@@ -58,6 +63,47 @@ NETWORK_PRESETS: dict[str, Network] = {
     "ib100": Network("100 Gb/s InfiniBand", 2e-6, 100e9 / 8 * 0.9),
     "nvlink": Network("NVLink-class", 3e-6, 200e9),
 }
+
+
+TCP_IP_ETH_HEADER_BYTES = 14 + 20 + 32
+"""Ethernet + IPv4 + TCP (with the timestamp option Linux sends) header bytes per segment."""
+ACK_SEGMENTS = 2
+"""Linux's delayed ACK: one pure ACK per two full-sized segments received."""
+
+
+def tbf_network(
+    mbit: float,
+    burst_bytes: float,
+    *,
+    mtu: int = 1500,
+    gso_bytes: int = 65536,
+    latency_s: float = 50e-6,
+) -> Network:
+    """The ``Network`` of a TCP link shaped by ``tc qdisc ... tbf rate MBIT burst BURST``.
+
+    tbf meters whole frames (a GSO packet as its segments' frames), so the payload
+    rate is the shaped rate times the payload share of the bytes on the wire. Each
+    segment of ``mtu - 52`` payload bytes carries 66 header bytes; the reverse
+    direction (which, in a ring of two, carries the other worker's data at the same
+    time) also carries header-only ACKs. How many depends on the bucket: tbf splits a
+    GSO packet larger than its burst into segments, and the receiver acks every
+    second one (``ACK_SEGMENTS``); a GSO packet (``gso_bytes``, veth's default 64 KiB)
+    that fits the bucket reaches the receiver whole and is acked once. The burst is
+    converted to payload bytes the same way. Every figure follows from the shaping
+    command and TCP, none from timings.
+    """
+    if not mbit > 0:
+        raise ValueError(f"tbf rate must be > 0 Mbit/s, got {mbit}")
+    mss = mtu - 20 - 32  # IPv4 and TCP headers inside the MTU
+    frame = mss + TCP_IP_ETH_HEADER_BYTES
+    acked_payload = ACK_SEGMENTS * mss if burst_bytes < gso_bytes else gso_bytes // frame * mss
+    wire_per_payload = frame / mss + TCP_IP_ETH_HEADER_BYTES / acked_payload
+    return Network(
+        f"tbf {mbit:g} Mbit/s",
+        latency_s,
+        mbit * 1e6 / 8 / wire_per_payload,
+        burst_bytes=float(burst_bytes) / wire_per_payload,
+    )
 
 
 def ring_allreduce_time(n_bytes: float, n_workers: int, network: Network) -> float:
@@ -169,11 +215,20 @@ def comm_bytes_per_epoch(workload: Workload, n_workers: int) -> float:
 
 
 def comm_time(workload: Workload, n_workers: int, network: Network) -> float:
-    """Seconds one epoch spends in all-reduce (no overlap with compute)."""
-    return sum(
-        count * ring_allreduce_time(nbytes, n_workers, network)
-        for nbytes, count in messages_per_epoch(workload, n_workers)
-    )
+    """Seconds one epoch spends in all-reduce (no overlap with compute).
+
+    With a shaped link (``network.burst_bytes``), each DDP step's first
+    ``burst_bytes`` per worker pass at line rate, so their wire time is taken off
+    once per step (the bucket refills during the next step's compute).
+    """
+    messages = messages_per_epoch(workload, n_workers)
+    total = sum(count * ring_allreduce_time(b, n_workers, network) for b, count in messages)
+    if network.burst_bytes > 0 and workload.kind == "ddp" and messages:
+        p = n_workers
+        sent_per_step = sum(2 * (p - 1) / p * b for b, _ in messages)
+        steps = steps_per_epoch(workload, p)
+        total -= steps * min(network.burst_bytes, sent_per_step) / network.bandwidth_Bps
+    return total
 
 
 @dataclass(frozen=True)
