@@ -193,7 +193,7 @@ def sfl_args(data: Path, out: Path, *extra: str) -> list[str]:
         str(data),
         "-o",
         str(out),
-        "--backend",
+        "--mode",
         "dist",
         "--model",
         "cnn",

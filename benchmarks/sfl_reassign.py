@@ -1,6 +1,6 @@
 """An aggregator killed in round 3 of a 6-round dist run, against the fault-free run.
 
-Three ``sfl run --backend dist`` runs of the same configuration (cnn, heterogeneous
+Three ``sfl run --mode dist`` runs of the same configuration (cnn, heterogeneous
 topology, 8 clients, 3 aggregators, 6 rounds): fault-free; ``--fail aggregator:1@round3``
 (the aggregator's process SIGKILLs itself at the start of round 3); and an external
 SIGKILL of aggregator 1's process as soon as the server logs ``round 3 starts``. Per
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     base = ["sfl", "run", str(Path(args.dataset).resolve()), "--model", "cnn"]
     base += ["--topology", "heterogeneous", "--clients", "8", "--aggregators", "3"]
-    base += ["--rounds", "6", "--seed", str(args.seed), "--backend", "dist"]
+    base += ["--rounds", "6", "--seed", str(args.seed), "--mode", "dist"]
     base += ["--timeout", "20", "--quiet"]
     with tempfile.TemporaryDirectory(prefix="flowsplit-reassign-") as tmp:
         work = Path(tmp)

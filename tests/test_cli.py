@@ -183,3 +183,108 @@ def test_help_imports_no_torch_and_the_lazy_policies_resolve():
     build_parser()
     assert type(run_policy(SFLConfig())) is AssignmentPolicy  # --fail's reassignment
     assert isinstance(run_policy(SFLConfig(replan="every-round")), ReplanPolicy)
+
+
+# --- one option name, one meaning ------------------------------------------------------
+
+# Options whose value parser differs between commands although they mean the same thing:
+# each with the reason. Every other shared option parses with the same function.
+SAME_MEANING_OTHER_PARSER = {
+    "--workers": "compare runs train's --workers over a comma list of worker counts",
+    "--models": "demo splits the same comma list of model names itself",
+    "--capacity": "sfl plan/compare parse the same comma list of integers themselves",
+    "--train-limit": "sfl privacy also takes 'all'",
+}
+
+
+def _meaning(action) -> tuple:
+    """What an option is, as far as a parser can tell: flag or value (or repeated),
+    the choices, the field it sets (``n_clients`` = ``clients``) and the value parser."""
+    import argparse
+
+    if action.nargs == 0:
+        kind = "flag"
+    elif isinstance(action, argparse._AppendAction):
+        kind = "repeated"
+    else:
+        kind = "value"  # train --resume RUN and sfl run --resume [OUT] alike
+    parser = getattr(action.type, "__name__", "str")
+    parser = "text" if parser in ("str", "Path") else parser
+    choices = tuple(action.choices) if action.choices else None
+    return kind, choices, action.dest.removeprefix("n_"), parser
+
+
+def _options() -> dict[str, dict[tuple[str, ...], tuple]]:
+    """``{option: {command: meaning}}`` of every option of every command."""
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import is_renamed
+
+    seen: dict[str, dict[tuple[str, ...], tuple]] = {}
+    for command, parser in _subparsers(build_parser()).items():
+        for action in parser._actions:
+            if action.dest == "help" or is_renamed(action):
+                continue
+            for name in action.option_strings:
+                seen.setdefault(name, {})[command] = _meaning(action)
+    return seen
+
+
+def test_an_option_name_means_the_same_in_every_command():
+    options = _options()
+    shared = {name: uses for name, uses in options.items() if len(uses) > 1}
+    # The names the issue found changing meaning are shared, so the walk reaches them.
+    assert {"-o", "--out", "--rounds", "--workers", "--seeds", "--quiet"} <= set(shared)
+    for name, uses in shared.items():
+        if name in SAME_MEANING_OTHER_PARSER:
+            # Assert: the same but for the parser, and the parsers do differ (no stale entry).
+            assert len({m[:3] for m in uses.values()}) == 1, (name, uses)
+            assert len({m[3] for m in uses.values()}) > 1, (name, "no longer differs")
+        else:
+            assert len(set(uses.values())) == 1, (name, uses)
+    # The old clashes: --backend is train's process group only, --rounds federated only.
+    assert set(options["--backend"]) == {("train",)} and set(options["--mode"]) == {("sfl", "run")}
+    assert set(options["--rounds"]) == {("sfl", "run"), ("sfl", "plan"), ("sfl", "compare")}
+    assert set(options["--boost-rounds"]) == {("train",), ("compare",)}
+    assert {("evaluate",), ("predict",), ("sfl", "plan")} <= set(shared["-o"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["sfl", "run", "{t}/ds", "-o", "{t}/o", "--backend", "dist"], "--mode"),
+        (["train", "{t}/ds", "-m", "xgboost", "-o", "{t}/o", "--rounds", "5"], "--boost-rounds"),
+        (["compare", "{t}/ds", "-o", "{t}/o", "--rounds", "5"], "--boost-rounds"),
+        (["evaluate", "{t}/run", "{t}/ds", "--output", "{t}/m.json"], "--out"),
+        (["predict", "{t}/run", "{t}/x.pcap", "--output", "{t}/p.csv"], "--out"),
+        (["sfl", "privacy", "{t}/ds", "-o", "{t}/o", "--cuts", "1"], "--client-cuts"),
+        (["sfl", "privacy", "{t}/ds", "-o", "{t}/o", "--weights", "{t}/run"], "--victim-run"),
+    ],
+)
+def test_a_renamed_option_is_one_line_naming_its_new_name(tmp_path, capsys, argv, new):
+    old = next(a for a in argv if a in ("--backend", "--rounds", "--output", "--cuts", "--weights"))
+    rc = main([a.format(t=tmp_path) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"{old} is now {new} (" in err[0] and "Traceback" not in err[0], err
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_the_new_names_set_the_fields_the_old_ones_did(tmp_path):
+    from flowsplit.cli import build_parser
+    from flowsplit.train.commands import config_from_args
+
+    parser = build_parser()
+    cfg, _ = config_from_args(
+        parser.parse_args(["train", "DS", "-m", "xgboost", "-o", "R", "--boost-rounds", "7"])
+    )
+    assert cfg.rounds == 7
+    assert parser.parse_args(["compare", "DS", "-o", "O", "--boost-rounds", "9"]).rounds == 9
+    assert parser.parse_args(["sfl", "run", "DS", "-o", "O", "--mode", "dist"]).mode == "dist"
+    assert parser.parse_args(["sfl", "run", "DS", "-o", "O"]).mode == "sim"
+    assert parser.parse_args(["evaluate", "R", "DS", "--out", "m.json"]).out == "m.json"
+    assert parser.parse_args(["predict", "R", "x.pcap", "-o", "p.csv"]).out == "p.csv"
+    privacy = parser.parse_args(
+        ["sfl", "privacy", "DS", "-o", "O", "--client-cuts", "1,2", "--victim-run", "R"]
+    )
+    assert privacy.cuts == (1, 2) and str(privacy.victim_run) == "R"
+    assert parser.parse_args(["sfl", "privacy", "DS", "-o", "O"]).cuts is None  # all

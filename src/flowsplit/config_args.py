@@ -298,6 +298,41 @@ SEEDS_HELP = "seeds: a count N (seeds 0..N-1) or a comma-separated list (0,3,7)"
 """The help of ``--seeds`` in every command."""
 
 
+class _Renamed(argparse.Action):
+    """An option's former name: refused with one line that names the new one."""
+
+    def __init__(self, option_strings, dest, *, message: str, nargs="?", **kwargs):
+        kwargs.update(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise argparse.ArgumentError(None, self.message)
+
+
+def add_renamed(
+    parser: argparse.ArgumentParser, old: str, new: str, why: str, *, takes_value: bool = True
+) -> None:
+    """Refuse ``old``, an option name this command used to have, with one line naming
+    ``new`` and ``why`` (the name now means one thing in every command).
+
+    The old name is not kept as an alias: the same spelling would then mean one thing
+    here and another in the commands where it now belongs. ``--help`` leaves it out.
+    """
+    parser.add_argument(
+        old,
+        action=_Renamed,
+        nargs="?" if takes_value else 0,
+        dest=f"renamed{old.replace('-', '_')}",
+        message=f"{old} is now {new} ({why})",
+    )
+
+
+def is_renamed(action: argparse.Action) -> bool:
+    """Whether ``action`` is a former name added by :func:`add_renamed`."""
+    return isinstance(action, _Renamed)
+
+
 def csv_tuple(text: str) -> tuple[str, ...]:
     """``"a, b,,c"`` -> ``("a", "b", "c")``: a comma-separated option."""
     return tuple(t.strip() for t in (text or "").split(",") if t.strip())

@@ -262,7 +262,7 @@ def test_sfl_run_resume_out_continues_a_killed_run_with_its_own_options(dataset,
     # Prepare: the uninterrupted 3-round dist run, from the command line.
     args = ["--model", "cnn", "--model-option", "channels=[4,4]", "--model-option", "hidden=8"]
     args += ["--clients", "2", "--aggregators", "1", "--rounds", "3", "--batch-size", "16"]
-    args += ["--backend", "dist", "--timeout", "5", "--quiet"]
+    args += ["--mode", "dist", "--timeout", "5", "--quiet"]
     assert main(["sfl", "run", str(dataset), *args, "-o", str(tmp_path / "a")]) == 0
     # Execute: the same run in a process of its own, its server SIGKILLed in round 2;
     # then `sfl run --resume OUT` alone (dataset and options from OUT/sfl-run.json).

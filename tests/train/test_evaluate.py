@@ -43,7 +43,7 @@ def trained(tmp_path_factory):
         str(data),
         "--model",
         "xgboost",
-        "--rounds",
+        "--boost-rounds",
         "15",
         "--threads",
         "1",
@@ -139,7 +139,7 @@ def test_a_full_disk_or_a_refused_file_is_one_line_naming_it(trained, monkeypatc
         raise OSError(errno.ENOSPC, "No space left on device")  # no file name, as from write()
 
     monkeypatch.setattr(commands, "atomic_write_text", full)
-    rc = cli_main(["evaluate", str(run), str(data), "--output", "/out/eval.json"])
+    rc = cli_main(["evaluate", str(run), str(data), "--out", "/out/eval.json"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == (
         "flowsplit: error: /out/eval.json: cannot write it (No space left on device)"

@@ -32,7 +32,7 @@ def test_predict_classifies_new_captures(demo_dataset, tmp_path, model, capsys):
     # Prepare: a quick model of each kind
     run = tmp_path / "run"
     extra = (
-        ["--rounds", "20"]
+        ["--boost-rounds", "20"]
         if model == "xgboost"
         else ["--epochs", "2", "--model-option", "channels=[8,8]"]
     )
@@ -55,7 +55,7 @@ def test_predict_classifies_new_captures(demo_dataset, tmp_path, model, capsys):
     )
     capture = sorted((DEMO_CAPTURES / "dns").glob("*.pcap"))[0]
     # Execute
-    rc = cli_main(["predict", str(run), str(capture), "--output", str(tmp_path / "p.csv")])
+    rc = cli_main(["predict", str(run), str(capture), "--out", str(tmp_path / "p.csv")])
     # Assert: every flow gets one of the trained classes and a probability
     assert rc == 0
     rows = list(csv.DictReader((tmp_path / "p.csv").open()))
@@ -131,7 +131,7 @@ def test_predict_min_confidence_labels_the_unsure_flows_unknown(demo_dataset, tm
                 str(demo_dataset),
                 "--model",
                 "xgboost",
-                "--rounds",
+                "--boost-rounds",
                 "20",
                 "--threads",
                 "1",

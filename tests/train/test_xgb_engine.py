@@ -12,7 +12,7 @@ from flowsplit.train.metrics import macro_f1
 from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
-ARGS = ["--model", "xgboost", "--rounds", "40", "--threads", "1", "-q"]
+ARGS = ["--model", "xgboost", "--boost-rounds", "40", "--threads", "1", "-q"]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from flowsplit.config_args import (
     SEEDS_HELP,
     HelpFormatter,
     add_config_arguments,
+    add_renamed,
     cli,
     cli_fields,
     config_values,
@@ -19,6 +20,7 @@ from flowsplit.config_args import (
 )
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.configs import CompareConfig
+from flowsplit.train.commands import ROUNDS_WHY
 
 
 def _margin_points(text: str) -> float:
@@ -39,7 +41,10 @@ COMPARE_OPTIONS = {
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
     "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
     "epochs": cli(help="Maximum epochs of the neural models (default: train's; --quick: 2)."),
-    "rounds": cli(help="Maximum XGBoost boosting rounds (default: train's; --quick: 20)."),
+    "rounds": cli(
+        flag="--boost-rounds",
+        help="Maximum XGBoost boosting rounds (default: train's; --quick: 20).",
+    ),
     "patience": cli(help="Early-stopping patience of every run (default: train's)."),
     "margin": cli(
         parse=_margin_points,
@@ -78,6 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     # One option per CompareConfig field (its docstring is the help).
     add_config_arguments(p, CompareConfig, overrides=COMPARE_OPTIONS)
+    add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_compare)
 

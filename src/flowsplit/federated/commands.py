@@ -16,7 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import HelpFormatter, add_config_arguments, config_from_args
+from flowsplit.config_args import (
+    HelpFormatter,
+    add_config_arguments,
+    add_renamed,
+    config_from_args,
+)
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.plan_file import read_plan
@@ -128,12 +133,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
     p.add_argument(
-        "--backend",
+        "--mode",
         default="sim",
-        choices=("sim", "dist"),
+        choices=MODES,
         help="how the roles run: sim, all in this process over a simulated network; dist, "
         "one process per role over gloo (local, or under torchrun)",
     )
+    add_renamed(p, "--backend", "--mode", "--backend is train's process-group backend")
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
     p.add_argument(
         "--plan",
@@ -152,10 +158,13 @@ def _config_from_args(args: argparse.Namespace) -> SFLConfig:
     return config_from_args(SFLConfig, args)
 
 
+MODES = ("sim", "dist")
+"""``sfl run --mode``: the roles simulated in one process, or one process per role."""
+
 RUN_ARGS = "sfl-run.json"
 """``OUT/sfl-run.json``: what a dist run was started with, for ``sfl run --resume OUT``."""
 _RUN_ARG_NAMES = ("dataset", "model", "view", "model_option", "topology", "clients")
-_RUN_ARG_NAMES += ("aggregators", "backend", "plan")
+_RUN_ARG_NAMES += ("aggregators", "mode", "plan")
 
 
 def _resolved(path: str | None) -> str | None:
@@ -222,13 +231,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.model, args.view = plan.model or args.model, plan.view
     out = Path(args.out)
     env = read_dist_env()
-    torchrun = env if args.backend == "dist" and env.is_distributed else None
+    torchrun = env if args.mode == "dist" and env.is_distributed else None
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
     resume = args.resume is not None
-    if resume and (args.backend != "dist" or torchrun is not None):
-        raise ConfigError("--resume continues a --backend dist run started by sfl run itself")
+    if resume and (args.mode != "dist" or torchrun is not None):
+        raise ConfigError("--resume continues a --mode dist run started by sfl run itself")
     if writes and previous and not args.overwrite and not resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
     is_run = any(
@@ -264,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if writes and not args.quiet:
         _log_start(args, config, topology)
-    if args.backend == "sim":
+    if args.mode == "sim":
         result = _simulate(setup, out, quiet=args.quiet, policy=run_policy(config))
     elif torchrun is not None:
         result = run_under_torchrun(
@@ -301,7 +310,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
     log.info(
-        "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s backend",
+        "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s mode",
         config.scheme,
         args.model,
         config.cuts,
@@ -309,7 +318,7 @@ def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
         topology.n_aggregators,
         topology.name,
         config.partition,
-        args.backend,
+        args.mode,
     )
 
 

@@ -12,7 +12,7 @@ Two ways to start it:
 
 - :func:`launch_roles`: this process hosts the rendezvous store on 127.0.0.1 and
   starts one process per role (``forkserver``, torch preloaded once);
-- under ``torchrun --nproc-per-node ... -m flowsplit sfl run ... --backend dist``
+- under ``torchrun --nproc-per-node ... -m flowsplit sfl run ... --mode dist``
   (one or many machines): each process reads its rank from the environment
   (:func:`flowsplit.train.distributed.read_dist_env`, the one reader of it) and rank
   0 writes the run directory. Set ``GLOO_SOCKET_IFNAME`` (or ``--bind``) to the interface the

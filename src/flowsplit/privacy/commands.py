@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import HelpFormatter
+from flowsplit.config_args import HelpFormatter, add_renamed
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import parse_model_options
 
@@ -32,7 +32,7 @@ def _cuts(text: str) -> tuple[int, ...] | None:
     except ValueError:
         values = ()
     if not values:
-        raise ConfigError(f"--cuts {text!r}: give 'all' or a comma list of cuts, e.g. 1,2")
+        raise ConfigError(f"--client-cuts {text!r}: give 'all' or a comma list of cuts, e.g. 1,2")
     return values
 
 
@@ -69,13 +69,22 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--cuts", default="all", type=_cuts, help="'all' or a comma list of cuts k")
     p.add_argument(
-        "--weights",
+        "--client-cuts",
+        dest="cuts",
+        default="all",
+        type=_cuts,
+        help="the cuts k to attack (the client holds blocks 1..k): 'all' or a comma list",
+    )
+    add_renamed(p, "--cuts", "--client-cuts", "--cuts a,c are the cut pair of sfl run")
+    p.add_argument(
+        "--victim-run",
         type=Path,
         default=None,
+        metavar="RUN",
         help="an `sfl run` directory whose model to attack (default: train one)",
     )
+    add_renamed(p, "--weights", "--victim-run", "--weights are the planner's objective weights")
     p.add_argument("--epochs", type=int, default=3, help="training epochs of each model")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -181,11 +190,11 @@ def cmd_privacy(args: argparse.Namespace) -> int:
                 )
             shutil.rmtree(out)
         defences = parse_defences(args.defences)
-        if args.weights is not None:
-            check_sfl_run(args.weights, read=True)  # before the note: a bad run is the only line
+        if args.victim_run is not None:
+            check_sfl_run(args.victim_run, read=True)  # before the note: a bad run is the only line
             if defences:
                 log.info(
-                    "note: defences are trained afresh; only the undefended cuts use --weights"
+                    "note: defences are trained afresh; only the undefended cuts use --victim-run"
                 )
         config = PrivacyConfig(
             model=args.model,
@@ -206,7 +215,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
         say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
-        result = run_study(args.dataset, config, weights=args.weights, progress=say)
+        result = run_study(args.dataset, config, weights=args.victim_run, progress=say)
     first = result["cuts"][next(iter(result["cuts"]))]
     measure = args.leakage_measure or (
         "bytes_recovered" if "bytes_recovered" in first else "seq_recovered"

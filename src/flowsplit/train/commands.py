@@ -13,6 +13,7 @@ from flowsplit.config_args import (
     HelpFormatter,
     RawDescriptionHelpFormatter,
     add_config_arguments,
+    add_renamed,
     cli_fields,
     config_values,
 )
@@ -20,6 +21,11 @@ from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
 from flowsplit.train.evaluation import SPLIT_CHOICES
+
+ROUNDS_WHY = "--rounds are federated rounds in the sfl commands"
+"""Why ``train --rounds`` (XGBoost's boosting rounds) was renamed."""
+OUT_WHY = "-o/--out is what every command writes"
+"""Why ``evaluate/predict --output`` was renamed."""
 
 UNKNOWN = "unknown"
 """``predict --min-confidence``: the label of a flow the model is not confident about."""
@@ -70,6 +76,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start again in a -o RUN that holds a run (removes that run's files only)",
     )
+    add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -263,8 +270,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
     else:
         _print_scores(summary, info["name"], args, absent=mapping.absent)
-    if args.output:
-        write_output(args.output, json.dumps(summary, indent=1) + "\n")
+    if args.out:
+        write_output(args.out, json.dumps(summary, indent=1) + "\n")
     return 0
 
 
@@ -324,11 +331,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         names = np.where(confidence >= args.min_confidence, names, UNKNOWN)
     table["predicted"] = names
     table["confidence"] = confidence.round(4)
-    if args.output:
-        write_output(args.output, table.to_csv(index=False))
+    if args.out:
+        write_output(args.out, table.to_csv(index=False))
         unknown = int((names == UNKNOWN).sum()) if args.min_confidence is not None else 0
         note = f" ({unknown} below --min-confidence: {UNKNOWN})" if unknown else ""
-        print(f"{len(table)} flows classified{note} -> {args.output}")
+        print(f"{len(table)} flows classified{note} -> {args.out}")
     elif args.format == "csv":
         table.to_csv(sys.stdout, index=False)
     else:
@@ -367,14 +374,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="split to score; all = every flow (for a dataset the model never trained on)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    p.add_argument("--output", "-o", metavar="FILE", help="also write the metrics to FILE (JSON)")
+    p.add_argument("-o", "--out", metavar="FILE", help="also write the metrics to FILE (JSON)")
+    add_renamed(p, "--output", "--out", OUT_WHY)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
     p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
     p.add_argument("--format", choices=("table", "csv"), default="table")
-    p.add_argument("--output", "-o", metavar="FILE", help="write CSV to FILE")
+    p.add_argument("-o", "--out", metavar="FILE", help="write CSV to FILE")
+    add_renamed(p, "--output", "--out", OUT_WHY)
     p.add_argument(
         "--min-confidence",
         type=_probability,

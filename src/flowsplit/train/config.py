@@ -73,7 +73,7 @@ class TrainConfig:
     """auto (CUDA when available), cpu or cuda."""
     backend: str = field(default="auto", metadata=cli(choices=BACKENDS))
     """Process-group backend: auto (nccl on CUDA, gloo on CPU), gloo or nccl."""
-    rounds: int = 300
+    rounds: int = field(default=300, metadata=cli(flag="--boost-rounds"))
     """Maximum boosting rounds (XGBoost)."""
     dask_scheduler: str | None = field(
         default=None, metadata=cli(metavar="tcp://HOST:PORT", show=lambda _: "a local cluster")
@@ -114,7 +114,7 @@ class TrainConfig:
         if self.epochs < 1:
             raise ConfigError(f"--epochs must be >= 1, got {self.epochs}")
         if self.rounds < 1:
-            raise ConfigError(f"--rounds must be >= 1, got {self.rounds}")
+            raise ConfigError(f"--boost-rounds must be >= 1, got {self.rounds}")
         if self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.lr is not None and not self.lr > 0:
