@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import math
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from flowsplit.experiments.hostload import ContentionMeter, busy_share, read_cpu_ticks
+from flowsplit.experiments.hostload import (
+    ContentionMeter,
+    busy_share,
+    descendants_cpu_s,
+    read_cpu_ticks,
+)
 
 needs_proc_stat = pytest.mark.skipif(read_cpu_ticks() is None, reason="no /proc/stat here")
 
@@ -26,6 +33,40 @@ def test_meter_attributes_a_child_burning_cpu_to_us():
     assert res.foreign_cpu_s >= 0.0
     assert res.wall_s >= 0.4
     assert 0.0 <= res.foreign_share <= 1.0 + 1e-9
+
+
+@needs_proc_stat
+def test_meter_counts_a_live_grandchild_through_extra_own():
+    # Prepare: a child that starts a grandchild spinning ~0.4 s of CPU and then both
+    # sleep, alive past the metered block (as pooled workers and a Dask cluster are).
+    burn = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.4: pass\n"
+    inner = f"{burn}print('done', flush=True)\ntime.sleep(30)"
+    outer = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {inner!r}])\n"
+        "time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", outer], stdout=subprocess.PIPE, text=True)
+    try:
+        # Execute
+        with ContentionMeter(cores=2, extra_own=descendants_cpu_s) as meter:
+            # the grandchild inherits the pipe: its line says it has burnt its CPU
+            assert child.stdout.readline().strip() == "done"
+        # Assert: its CPU is ours, though neither process has ended.
+        assert meter.result.own_cpu_s >= 0.35
+        assert descendants_cpu_s() >= 0.35
+    finally:
+        for pid in _descendants_of(child.pid):
+            os.kill(pid, signal.SIGKILL)
+        child.kill()
+        child.wait()
+    # A process with no descendants has none of their time.
+    assert descendants_cpu_s(child.pid) == 0.0
+
+
+def _descendants_of(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
 
 
 @needs_proc_stat

@@ -290,15 +290,18 @@ def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
         )
     }
     if by["contended"]:
-        shares = [r["foreign_share"] for r in by["contended"] if not math.isnan(r["foreign_share"])]
-        used = (
-            f" (other processes used a median {100 * max(shares):.0f} % of the CPUs"
-            if shares
-            else ""
-        )
+        # "Contended" (analysis.compare_to_central): no seed whose centralised and
+        # data-parallel runs were both undisturbed; some runs may have been.
+        shares = [
+            f"{100 * r['foreign_share']:.0f} % for {r['name']}"
+            for r in by["contended"]
+            if not math.isnan(r["foreign_share"])
+        ]
+        used = f"; other processes used a median {', '.join(shares)} of the CPUs" if shares else ""
         out.append(
-            f"No speedup is claimed for {_names(by['contended'])}: every run was disturbed"
-            + (used + " while they were timed)" if used else "")
+            f"No speedup is claimed for {_names(by['contended'])}: no seed has both its "
+            "centralised and its data-parallel run undisturbed by other processes"
+            + (used + " while the runs were timed" if used else "")
             + ". Rerun on a quiet machine (`flowsplit compare ... --rerun-contended "
             "--quiet-wait 60`): under other load an epoch time measures the CPU a run was given, "
             "not how training scales, and the centralised and data-parallel runs lose different "

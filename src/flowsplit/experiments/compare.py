@@ -1,10 +1,12 @@
 """``flowsplit compare``: centralised against data-parallel, model x workers x seed.
 
-Each cell of the matrix is one ``flowsplit train`` run in its own process and its
-own directory ``OUT/runs/<model>/w<N>/seed<S>``, so a crash (or Ctrl-C) of one cell
-loses nothing already finished, and a rerun skips every cell whose ``metrics.json``
-is there. All cells read the same prepared dataset, hence the same splits and test
-set. Afterwards the all-reduce micro-benchmark measures the backend, and
+Each cell of the matrix is one ``flowsplit train`` run in its own directory
+``OUT/runs/<model>/w<N>/seed<S>``, so a crash (or Ctrl-C) of one cell loses nothing
+already finished, and a rerun skips every cell whose ``metrics.json`` is there. Cells
+run in long-lived processes, one set per worker count
+(:mod:`flowsplit.experiments.cellpool`: the interpreter and torch start once, not per
+cell), or with ``fresh_process`` each in a ``flowsplit train`` process of its own. All
+cells read the same prepared dataset, hence the same splits and test set. Afterwards the all-reduce micro-benchmark measures the backend, and
 :func:`flowsplit.experiments.compare_report.render_report` writes the report.
 
 Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_tables``,
@@ -23,15 +25,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
+from flowsplit.experiments.cellpool import CellPools, environ, thread_env
 from flowsplit.experiments.compare_report import render_report, write_workloads
 from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
-from flowsplit.experiments.hostload import ContentionMeter, die_with_parent, wait_for_quiet
+from flowsplit.experiments.hostload import (
+    ContentionMeter,
+    descendants_cpu_s,
+    die_with_parent,
+    wait_for_quiet,
+)
 from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
 
@@ -81,8 +90,7 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
     """Run one cell as ``flowsplit train`` in a child process; (ok, log tail)."""
     run = cell_dir(cfg.out, cell)
     run.parent.mkdir(parents=True, exist_ok=True)
-    log_path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}-seed{cell.seed}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = _log_path(cfg, cell)
     threads = str(cfg.threads)
     env = {
         **os.environ,
@@ -108,8 +116,81 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
             status = f"exit status {proc.returncode}"
         except subprocess.TimeoutExpired:
             ok, status = False, f"killed after {cfg.cell_timeout_s:g} s"
-    tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
-    return ok, status + ("\n" + "\n".join(tail) if not ok else "")
+    return ok, status + ("\n" + _log_tail(log_path) if not ok else "")
+
+
+class PooledCells:
+    """A ``run_cell_fn`` that runs each cell's ``flowsplit train`` in :class:`CellPools`:
+    neural cells on as many pooled processes as the cell has workers, XGBoost cells in
+    the one-process pool. XGBoost cells of N > 1 workers share one Dask ``LocalCluster``
+    of N processes (``--dask-scheduler``), started at the first of them: a cluster's
+    start (about 20 CPU-seconds, which no boosting round includes) is paid once, and
+    the workers' peak memory is then the peak over those cells."""
+
+    def __init__(self) -> None:
+        self.pools = CellPools()
+        self._clusters: dict[tuple[int, int], Any] = {}
+
+    def __call__(self, cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
+        run = cell_dir(cfg.out, cell)
+        run.parent.mkdir(parents=True, exist_ok=True)
+        log_path = _log_path(cfg, cell)
+        cmd = train_command(cell, cfg)
+        if cell.model == "xgboost" and cell.workers > 1 and not _gives_scheduler(cfg):
+            cmd += ["--dask-scheduler", self._scheduler(cell.workers, cfg.threads)]
+        log_path.write_text(" ".join(cmd) + "  (in a pooled process)\n", encoding="utf-8")
+        ok, status = self.pools.run(
+            cmd[4:],  # after `python -m flowsplit train`
+            world=1 if cell.model == "xgboost" else cell.workers,
+            threads=cfg.threads,
+            log_path=log_path,
+            timeout_s=cfg.cell_timeout_s,
+        )
+        return ok, "" if ok else status + "\n" + _log_tail(log_path)
+
+    def _scheduler(self, n_workers: int, threads: int) -> str:
+        """The address of the study's Dask cluster of ``n_workers`` processes."""
+        key = (n_workers, threads)
+        if key not in self._clusters:
+            # Imported here: only XGBoost studies on several workers need Dask (seconds).
+            from distributed import LocalCluster
+
+            with environ(thread_env(threads)):  # as a subprocess cell's own cluster
+                self._clusters[key] = LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=threads,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
+        return self._clusters[key].scheduler_address
+
+    @staticmethod
+    def own_cpu_s() -> float:
+        """CPU seconds of this process's descendants so far (the pools, the Dask cluster):
+        the contention meter counts them as the study's own."""
+        return descendants_cpu_s()
+
+    def close(self) -> None:
+        self.pools.close()
+        for cluster in self._clusters.values():
+            cluster.close()
+        self._clusters.clear()
+
+
+def _gives_scheduler(cfg: CompareConfig) -> bool:
+    return any(a.startswith("--dask-scheduler") for a in cfg.train_args)
+
+
+def _log_path(cfg: CompareConfig, cell: Cell) -> Path:
+    path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}-seed{cell.seed}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _log_tail(path: Path, n: int = 5) -> str:
+    return "\n".join(path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-n:])
 
 
 def _check_fingerprint(cfg: CompareConfig) -> None:
@@ -145,7 +226,8 @@ def _timed_cell(cell: Cell, cfg: CompareConfig, run_cell_fn) -> tuple[bool, str,
     if cfg.quiet_wait_s > 0:
         quiet, busy = wait_for_quiet(cfg.max_busy, cfg.quiet_wait_s)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    with ContentionMeter(available_cores()) as meter:
+    # A pooled runner's processes outlive the cell: their CPU is counted as ours.
+    with ContentionMeter(available_cores(), getattr(run_cell_fn, "own_cpu_s", None)) as meter:
         ok, message = run_cell_fn(cell, cfg)
     info = {
         "cell": cell.name,
@@ -250,13 +332,16 @@ def run_compare(
     max_busy: float = 0.25,
     max_foreign: float | None = None,
     rerun_contended: bool = False,
+    fresh_process: bool = False,
     progress: bool = True,
-    run_cell_fn: Callable[[Cell, CompareConfig], tuple[bool, str]] = run_cell_subprocess,
+    run_cell_fn: Callable[[Cell, CompareConfig], tuple[bool, str]] | None = None,
 ) -> Path:
     """Run (or resume) the study and write its report; return the path of ``report.html``.
 
     ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds. Finished cells are skipped;
     failed ones are retried on the next call and listed in the report meanwhile.
+    ``run_cell_fn`` (tests) replaces the runner: by default :class:`PooledCells`, or
+    :func:`run_cell_subprocess` with ``fresh_process``.
     """
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     cfg = CompareConfig(
@@ -278,6 +363,7 @@ def run_compare(
         max_busy=max_busy,
         max_foreign=max_foreign,
         rerun_contended=rerun_contended,
+        fresh_process=fresh_process,
     )
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     out = Path(cfg.out)
@@ -299,7 +385,14 @@ def run_compare(
         sizes = QUICK_ALLREDUCE_SIZES if cfg.quick else None
         kwargs = {"sizes": sizes, "repeats": 3} if sizes else {}
         atomic_write_json(bench_path, run_allreduce_benchmark(**kwargs))
-    status = run_cells(cfg, run_cell_fn=run_cell_fn, progress=progress)
+    runner = run_cell_fn
+    if runner is None:
+        runner = run_cell_subprocess if cfg.fresh_process else PooledCells()
+    try:
+        status = run_cells(cfg, run_cell_fn=runner, progress=progress)
+    finally:
+        if isinstance(runner, PooledCells):
+            runner.close()
     atomic_write_json(out / "status.json", status)
 
     write_workloads(out, dataset)

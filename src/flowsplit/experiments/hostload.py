@@ -18,6 +18,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 _BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal
@@ -61,6 +62,47 @@ def _self_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def descendants_cpu_s(root: int | None = None) -> float:
+    """CPU seconds used so far by the live descendants of ``root`` (default: this process),
+    each with its own waited-for children, from ``/proc/PID/stat``; 0.0 without ``/proc``.
+
+    With :func:`_children_cpu_s` this is conserved as processes end: a descendant's time
+    moves into its parent's children's time when it is waited for, and is counted there.
+    """
+    root = os.getpid() if root is None else root
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    hz = os.sysconf("SC_CLK_TCK")
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+        except OSError:  # ended meanwhile
+            continue
+        # The fields after the command name (which may hold spaces and parentheses).
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) < 15:
+            continue
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / hz  # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    total, stack = 0.0, list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
 @dataclass
 class Contention:
     """CPU use around one run: ours, other processes', and the hypervisor's steal."""
@@ -85,23 +127,30 @@ class ContentionMeter:
     """Context manager measuring :class:`Contention` around a block that runs children.
 
     Counts the CPU time of this process and of its *waited-for* children (a run in a
-    subprocess counts once it has exited), so use it around ``subprocess.run``.
+    subprocess counts once it has exited), so use it around ``subprocess.run``; work
+    done by live children that outlast the block (a pool of workers) counts through
+    ``extra_own``, a function returning their CPU seconds so far.
     """
 
-    def __init__(self, cores: int):
+    def __init__(self, cores: int, extra_own: Callable[[], float] | None = None):
         self.cores = cores
+        self.extra_own = extra_own
         self.result: Contention | None = None
+
+    def _own_cpu_s(self) -> float:
+        extra = self.extra_own() if self.extra_own is not None else 0.0
+        return _children_cpu_s() + _self_cpu_s() + extra
 
     def __enter__(self) -> ContentionMeter:
         self._t0 = time.perf_counter()
         self._ticks0 = read_cpu_ticks()
-        self._own0 = _children_cpu_s() + _self_cpu_s()
+        self._own0 = self._own_cpu_s()
         return self
 
     def __exit__(self, *exc) -> None:
         wall = time.perf_counter() - self._t0
         ticks1 = read_cpu_ticks()
-        own = _children_cpu_s() + _self_cpu_s() - self._own0
+        own = self._own_cpu_s() - self._own0
         if self._ticks0 is None or ticks1 is None:
             self.result = Contention(wall, self.cores, own, math.nan, math.nan)
             return
