@@ -19,6 +19,9 @@ import pytest
 from flowsplit.data import packets as PK
 from flowsplit.data import pcap as PC
 from flowsplit.data import protocols as P
+from flowsplit.data import staging as ST
+from flowsplit.data import views as V
+from flowsplit.data.flows import FlowOptions, iter_flows_many
 from flowsplit.data.pcap import ReadReport
 from flowsplit.data.staging import iter_record_chunks
 from tests.conftest import NDPI_DIR, needs_ndpi
@@ -49,7 +52,7 @@ def test_kernel_constants_are_the_protocol_modules():
 
 
 # The modules that use the kernel when it is built.
-USERS = (PK, PC)
+USERS = (PK, PC, ST, V)
 
 
 @contextlib.contextmanager
@@ -259,3 +262,29 @@ def test_kernel_walks_match_python(tmp_path, fmt, corrupt):
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
     assert rf == rs  # counts, skip reasons and file errors alike
     assert rf.n_packets > 400
+
+
+def flows_both(paths, options):
+    """Every flow batch's arrays, views and stats, with the kernel and without."""
+    out = []
+    for on in (True, False):
+        with kernel(on):
+            rows = []
+            for b in iter_flows_many(paths, options, ReadReport(), on_error="skip"):
+                arrays = {k: v for k, v in vars(b).items() if isinstance(v, np.ndarray)}
+                rows.append({**arrays, **b.views, "stats": b.stats.to_numpy()})
+        out.append(rows)
+    return out
+
+
+@needs_kernel
+@pytest.mark.parametrize("damage", [False, True])
+def test_flows_and_views_match_with_and_without_kernel(tmp_path, damage):
+    rng = random.Random(7 + damage)
+    paths = [capture(tmp_path / f"c{i}.pcapng", rng, damage=damage) for i in range(2)]
+    options = FlowOptions(n_bytes=300, n_pkts=4, pkt_len=80)
+    fast, slow = flows_both(paths, options)
+    assert len(fast) == len(slow) > 0
+    for a, b in zip(fast, slow, strict=True):
+        for name in a:
+            assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name

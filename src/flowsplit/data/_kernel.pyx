@@ -17,6 +17,7 @@ checks they agree.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy
 
 cdef enum:
     LT_NULL = 0
@@ -329,3 +330,48 @@ def epb_chain(
         starts.append(off)
         off += <Py_ssize_t>blen
     return off, True
+
+
+def gather_u32(
+    const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] rels,
+    const uint8_t[::1] big, int64_t[:, ::1] out,
+):
+    """``out[j, i]`` = the unsigned 32-bit word at ``starts[i] + rels[j]``.
+
+    Big-endian where ``big[i]`` (``big`` empty: all little-endian), as
+    ``RecordBatch._u32`` reads them; an offset outside the buffer raises IndexError.
+    """
+    cdef Py_ssize_t n = starts.shape[0], m = rels.shape[0], i, j
+    cdef Py_ssize_t size = buf.shape[0]
+    cdef int64_t at
+    cdef bint any_big = big.shape[0] > 0
+    if any_big and big.shape[0] != n:
+        raise ValueError("big must be empty or one flag per start")
+    for i in range(n):
+        for j in range(m):
+            at = starts[i] + rels[j]
+            if at < 0 or at + 4 > size:
+                raise IndexError(f"word at {at} is outside the {size}-byte buffer")
+            out[j, i] = <int64_t>u32(&buf[at], any_big and big[i])
+    return out
+
+
+def copy_pieces(
+    const uint8_t[::1] buf, uint8_t[::1] out, const int64_t[::1] dst,
+    const int64_t[::1] src, const int64_t[::1] length,
+):
+    """``out[dst[i] : dst[i] + length[i]] = buf[src[i] : src[i] + length[i]]`` for each i.
+
+    ``views.fill_bytes`` in one pass; a piece outside either array raises IndexError.
+    """
+    cdef Py_ssize_t n = dst.shape[0], i
+    cdef int64_t d, s, k
+    if src.shape[0] != n or length.shape[0] != n:
+        raise ValueError("dst, src and length must have one entry per piece")
+    for i in range(n):
+        d, s, k = dst[i], src[i], length[i]
+        if k <= 0:
+            continue
+        if d < 0 or s < 0 or d + k > out.shape[0] or s + k > buf.shape[0]:
+            raise IndexError(f"piece {i} ({k} bytes from {s} to {d}) is outside the arrays")
+        memcpy(&out[d], &buf[s], <size_t>k)

@@ -19,7 +19,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 from flowsplit.data.pcap import MAX_RECORD, ReadReport, Source, open_capture
 from flowsplit.errors import InputError
 
+try:  # the compiled header gathers, built by `pip install`; without them NumPy gathers
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 WINDOW_PAD = 4096  # zero bytes after the buffer: fixed-width gathers never run off it
+_NO_FLAGS = np.zeros(0, dtype=np.uint8)  # gather_u32: every record little-endian
 
 
 @dataclass
@@ -204,6 +210,15 @@ class RecordBatch:
         recs = Records(src, *fields, index)
         return recs if keep is None else recs.take(keep)
 
+    def _u32s(self, starts, rels: tuple[int, ...], big) -> list[np.ndarray]:
+        """The 32-bit words at ``starts + rel`` for each rel (one pass when compiled)."""
+        if _kernel is None:
+            return [self._u32(starts + rel, big) for rel in rels]
+        out = np.empty((len(rels), len(starts)), dtype=np.int64)
+        flags = _NO_FLAGS if big is None else np.ascontiguousarray(big, dtype=np.uint8)
+        _kernel.gather_u32(self.sb.array, starts, np.array(rels, dtype=np.int64), flags, out)
+        return list(out)
+
     def _u32(self, offsets, big) -> np.ndarray:
         value = self.sb.word(offsets, "<u4")
         if big is None:
@@ -222,18 +237,17 @@ class RecordBatch:
     def _pcap(self, starts, segs, rep, big, src, index):
         # A record longer than the file's snapshot length is kept: the walk has
         # already bounded every length (MAX_CAPLEN), and such writers exist.
-        caplen = self._u32(starts + 8, big)
-        ts = self._u32(starts, big) + self._u32(starts + 4, big) * segs.at(4, rep)
+        sec, frac, caplen, wirelen = self._u32s(starts, (0, 4, 8, 12), big)
+        ts = sec + frac * segs.at(4, rep)
         linktype = np.broadcast_to(segs.at(5, rep), starts.shape).astype(np.int32)
-        fields = (starts + 16, caplen, self._u32(starts + 12, big), ts, linktype)
+        fields = (starts + 16, caplen, wirelen, ts, linktype)
         return fields, None
 
     def _pcapng(self, starts, segs, rep, big, src, index, kind):
         u32 = self._u32
         n = len(starts)
-        blen = u32(starts + 4, big)
+        blen, if_id, ts_hi, ts_lo, caplen, wirelen = self._u32s(starts, (4, 8, 12, 16, 20, 24), big)
         spb, opb = kind == 3, kind == 2
-        if_id = u32(starts + 8, big)
         if opb.any():  # an obsolete packet block has a 16-bit interface and drop count
             if_id = np.where(
                 opb,
@@ -246,7 +260,7 @@ class RecordBatch:
         gi = segs.at(4, rep).astype(np.int64) + np.where(ok_if & ~spb, if_id, 0)
         gi = np.minimum(gi, len(table) - 1)
         snap = table[gi, 1].astype(np.int64)
-        caplen, wirelen, data_off = u32(starts + 20, big), u32(starts + 24, big), starts + 28
+        data_off = starts + 28
         if spb.any():  # a simple packet block: original length only, data at +12
             caplen = np.where(spb, np.minimum(if_id, blen - 16), caplen)
             caplen = np.where(spb & (snap > 0), np.minimum(caplen, snap), caplen)
@@ -259,8 +273,8 @@ class RecordBatch:
             self._drop("bad_interface", ~ok_if, src, index)
             self._drop("bad_block_trailer", ok_if & ~ok_trailer, src, index)
             self._drop("bad_caplen", ok_if & ok_trailer & ~ok_cap, src, index)
-        hi = u32(starts + 12, big).astype(np.uint64)
-        ticks = (hi << np.uint64(32)) | u32(starts + 16, big).astype(np.uint64)
+        hi = ts_hi.astype(np.uint64)
+        ticks = (hi << np.uint64(32)) | ts_lo.astype(np.uint64)
         if (table[:, 2] == table[0, 2]).all():
             div = np.uint64(table[0, 2])
         else:

@@ -32,6 +32,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from flowsplit.data import protocols as P
 
+try:  # the compiled copies, built by `pip install`; without them NumPy copies in blocks
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 SEQ_FEATURES = ("size", "log_iat", "fin", "syn", "rst", "psh", "ack", "urg", "payload", "mask")
 _FLAG_NAMES = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")
 _LANE_BITS = 21
@@ -380,6 +385,10 @@ def fill_bytes(out: np.ndarray, sb, dst_row, dst_at, src_off, length) -> None:
     """
     flat = out.reshape(-1)
     dst = dst_row * out.shape[1] + dst_at
+    if _kernel is not None:  # one memcpy per piece, compiled
+        i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (dst, src_off, length)]
+        _kernel.copy_pieces(sb.array, flat, *i64)
+        return
     nb = length // _BLOCK
     if nb.any():
         reps = np.repeat(np.arange(len(nb)), nb)
