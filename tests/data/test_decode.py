@@ -431,3 +431,15 @@ def test_reassembler_memory_is_bounded():
     packet = back[0].packet  # unfragmented now: MF cleared, its own length
     assert packet[20:] == b"x" * 100 and packet[6:8] == bytes(2) and packet[2:4] == bytes([0, 120])
     assert not r.take_given_up()
+
+
+def test_datagram_over_the_memory_bound_is_given_up_even_when_complete():
+    from flowsplit.data.fragments import Fragment, Reassembler
+
+    report = ReadReport()
+    r = Reassembler(report, max_bytes=100)
+    hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)
+    assert r.add(Fragment((0, 0, b"a", 1, 17), 0, 1.0, 0, True, b"x" * 56, hdr, 17, 0, 0)) is None
+    assert r.add(Fragment((0, 0, b"a", 1, 17), 0, 1.1, 56, False, b"y" * 56, b"", 17, 1, 1)) is None
+    assert len(r) == 0 and report.skipped == {"ip_fragment_memory": 1}
+    assert [x.index for x in r.take_given_up()] == [0]

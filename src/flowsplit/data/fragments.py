@@ -141,6 +141,8 @@ class Reassembler:
         if not self._place(d, frag):
             return None
         self._make_room()
+        if frag.key not in self._pending:
+            return None  # given up to make room, even if this fragment completed it
         if d.end is None or not d.header:
             return None
         if d.covered != d.end:
