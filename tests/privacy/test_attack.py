@@ -9,11 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from scipy import optimize
+from scipy.special import logsumexp
 from torch import nn
 
 from flowsplit.privacy.attack import (
     AttackConfig,
     Layout,
+    LogisticProbe,
     activation_layout,
     cut_gradients,
     fit_inversion,
@@ -83,6 +86,46 @@ def test_label_probe_reads_separable_activations_and_not_noise():
     z_sep = z + 4.0 * np.eye(3)[y] @ rng.normal(size=(3, 10))
     assert label_probe(z_sep[:200], y[:200], z_sep[200:], y[200:]) > 0.9
     assert label_probe(z[:200], y[:200], z[200:], y[200:]) < 0.6
+
+
+def test_binary_probe_is_one_column_with_the_penalty_by_hand():
+    # Prepare: two rows at -3 and +3 (standardised: -1, +1), labels 0 and 1. By symmetry
+    # the intercept is 0 and the weight w minimises 2 log(1 + e^-w) + w^2 / 2, so
+    # w = 2 / (1 + e^w). (Two softmax columns would penalise half as hard: s = 4 / (1 + e^s).)
+    z = np.array([[-3.0], [3.0]])
+    y = np.array([0, 1])
+    w_hand = optimize.brentq(lambda w: w - 2 / (1 + np.exp(w)), 0, 2)  # 0.6749...
+    # Execute
+    probe = LogisticProbe.fit(z, y)
+    # Assert
+    assert probe.weight.shape == (1, 1)
+    assert float(probe.weight) == pytest.approx(w_hand, abs=1e-4)
+    assert float(probe.bias) == pytest.approx(0.0, abs=1e-6)
+    assert list(probe.predict(np.array([[-0.5], [0.5]]))) == [0, 1]
+
+
+def test_multiclass_probe_reaches_the_optimum_of_the_same_objective_by_scipy():
+    # Prepare: 3 classes, 5 features (one constant), the objective written again in NumPy:
+    # summed softmax log-loss + |W|^2 / 2 on standardised features, minimised by scipy.
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 3, 90)
+    z = rng.normal(size=(90, 5)) + np.eye(3)[y] @ rng.normal(size=(3, 5))
+    z[:, 2] = 7.0
+    x = (z - z.mean(0)) / np.where(z.std(0) > 0, z.std(0), 1.0)
+
+    def objective(theta):
+        w, b = theta[:15].reshape(5, 3), theta[15:]
+        s = x @ w + b
+        return (logsumexp(s, axis=1) - s[np.arange(90), y]).sum() + (w**2).sum() / 2
+
+    best = optimize.minimize(objective, np.zeros(18), method="BFGS", options={"gtol": 1e-8})
+    # Execute
+    probe = LogisticProbe.fit(z, y)
+    # Assert: the same optimum (the probe's objective is divided by the rows).
+    assert probe.objective(z, y) * 90 == pytest.approx(best.fun, rel=1e-5)
+    w_ref = best.x[:15].reshape(5, 3)
+    assert np.abs(probe.weight.numpy() - w_ref).max() < 1e-2
+    assert np.isfinite(probe.weight.numpy()).all() and abs(probe.weight.numpy()[2]).max() < 1e-6
 
 
 def test_gradient_attack_labels_by_direction():

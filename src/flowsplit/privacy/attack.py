@@ -9,7 +9,7 @@ runs its auxiliary rows through the client part and fits:
 
 - an :class:`InversionDecoder` from activations back to the input (payload bytes
   as 256-way classes per position, per-packet features by regression);
-- a logistic-regression probe from activations to the label;
+- a logistic-regression probe from activations to the label (:func:`label_probe`);
 - from per-sample gradients at the cut (what travels down in end-to-end schemes),
   a nearest-centroid classifier on gradient directions (a direction-based label
   inference, after Li et al., 2022, "Label leakage and protection in two-party
@@ -19,16 +19,11 @@ runs its auxiliary rows through the client part and fits:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from torch import nn
 
 # Largest flat activation the decoder's first dense layer and the probe take;
@@ -214,17 +209,105 @@ def prior_guess(target_aux: np.ndarray, n: int, *, kind: str) -> np.ndarray:
     return np.broadcast_to(guess, (n, *guess.shape)).copy()
 
 
+PROBE_C = 1.0
+"""Inverse L2 strength of the label probe (scikit-learn's ``LogisticRegression`` default)."""
+PROBE_MAX_ITER = 500
+PROBE_GTOL = 1e-4
+"""L-BFGS stops when no gradient entry of the per-row objective exceeds this (scikit-learn's
+``tol`` for its L-BFGS solver)."""
+
+
+@dataclass
+class LogisticProbe:
+    """scikit-learn's ``make_pipeline(StandardScaler(), LogisticRegression())``, on torch.
+
+    Features are standardised on the fitting rows (population std; constant features
+    keep scale 1), then a logistic regression with an L2 penalty ``|W|^2 / (2 C)`` on the
+    summed log-loss (intercepts unpenalised) is fitted by L-BFGS from zero: multinomial
+    (one weight column per class) for three or more classes, one column for two, as
+    scikit-learn does. The objective is strictly convex, so any converged solver finds
+    the same probe; written here because scikit-learn cost 40 MB for this one model.
+    """
+
+    classes: np.ndarray
+    mean: torch.Tensor
+    scale: torch.Tensor
+    weight: torch.Tensor
+    """``(features, classes)``, or ``(features, 1)`` with two classes."""
+    bias: torch.Tensor
+
+    @classmethod
+    def fit(
+        cls, z: np.ndarray, y: np.ndarray, *, c: float = PROBE_C, max_iter: int = PROBE_MAX_ITER
+    ) -> LogisticProbe:
+        """Fit on rows ``z`` (``(N, ...)``, flattened) with labels ``y`` (two classes or more)."""
+        classes, target = np.unique(np.asarray(y), return_inverse=True)
+        if len(classes) < 2:
+            raise ValueError(f"a logistic probe needs two classes or more, got {classes}")
+        x = _flat64(z)
+        mean, std = x.mean(0), x.std(0, correction=0)
+        scale = torch.where(std > 10 * torch.finfo(torch.float64).eps, std, torch.ones_like(std))
+        x = (x - mean) / scale
+        y_t = torch.as_tensor(target)
+        cols = 1 if len(classes) == 2 else len(classes)
+        weight = torch.zeros(x.shape[1], cols, dtype=torch.float64, requires_grad=True)
+        bias = torch.zeros(cols, dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.LBFGS(
+            [weight, bias],
+            max_iter=max_iter,
+            tolerance_grad=PROBE_GTOL,
+            tolerance_change=1e-12,
+            line_search_fn="strong_wolfe",
+        )
+
+        def objective() -> torch.Tensor:
+            opt.zero_grad()
+            loss = cls._loss(x, y_t, weight, bias, c)
+            loss.backward()
+            return loss
+
+        # An unconverged probe after max_iter steps is still a probe (a weaker attacker).
+        opt.step(objective)
+        return cls(classes, mean, scale, weight.detach(), bias.detach())
+
+    @staticmethod
+    def _loss(x, y, weight, bias, c: float) -> torch.Tensor:
+        """Summed log-loss plus ``|W|^2 / (2 C)``, divided by the rows (the optimum stays)."""
+        loss = F.cross_entropy(_class_logits(x @ weight + bias), y, reduction="sum")
+        return (loss + weight.square().sum() / (2 * c)) / len(y)
+
+    def objective(self, z: np.ndarray, y: np.ndarray, c: float = PROBE_C) -> float:
+        """The fitted objective on rows ``z``, labels ``y`` (to compare solvers)."""
+        target = torch.as_tensor(np.searchsorted(self.classes, np.asarray(y)))
+        x = (_flat64(z) - self.mean) / self.scale
+        return float(self._loss(x, target, self.weight, self.bias, c))
+
+    @torch.no_grad()
+    def predict(self, z: np.ndarray) -> np.ndarray:
+        """The predicted class of each row."""
+        logits = _class_logits((_flat64(z) - self.mean) / self.scale @ self.weight + self.bias)
+        return self.classes[logits.argmax(1).numpy()]
+
+
+def _flat64(z: np.ndarray) -> torch.Tensor:
+    z = np.asarray(z, dtype=np.float64)
+    return torch.from_numpy(z.reshape(len(z), -1))
+
+
+def _class_logits(scores: torch.Tensor) -> torch.Tensor:
+    """One logit per class: a single binary score ``s`` becomes ``(0, s)`` (softmax = sigmoid)."""
+    return F.pad(scores, (1, 0)) if scores.shape[1] == 1 else scores
+
+
 def label_probe(
     z_aux: np.ndarray, y_aux: np.ndarray, z_test: np.ndarray, y_test: np.ndarray, *, seed: int = 0
 ) -> float:
-    """Test accuracy of a logistic-regression probe fitted on the attacker's activations."""
+    """Test accuracy of a logistic-regression probe (:class:`LogisticProbe`) fitted on the
+    attacker's activations. ``seed`` is kept for callers: the fit uses no randomness."""
+    del seed
     if len(np.unique(y_aux)) < 2:
         return float(np.mean(y_test == y_aux[0]))
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500, random_state=seed))
-    with warnings.catch_warnings():
-        # An unconverged probe is still a probe (a weaker attacker); say nothing per cut.
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        probe.fit(z_aux, y_aux)
+    probe = LogisticProbe.fit(z_aux, y_aux)
     return float(np.mean(probe.predict(z_test) == y_test))
 
 
