@@ -14,7 +14,7 @@ import struct
 import numpy as np
 import pytest
 
-from flowsplit.data import pcap
+from flowsplit.data import pcap, staging
 from flowsplit.data.flows import FlowOptions, iter_flows
 from flowsplit.data.pcap import ReadReport
 from flowsplit.data.staging import iter_record_chunks
@@ -135,3 +135,32 @@ def test_flows_match_with_and_without_fast_paths(tmp_path, monkeypatch):
             )
         got.append(rows)
     assert got[0] == got[1] == got[2] and got[0]
+
+
+@pytest.mark.parametrize("chunk_bytes", [2048, 8 << 20])
+def test_reassembled_datagrams_in_place_or_in_a_copy_give_the_same_flows(
+    tmp_path, monkeypatch, chunk_bytes
+):
+    # Reassembled datagrams go into the staging buffer's spare room, or into a copy
+    # of the buffer when they do not fit (room 0 here): the flows must not differ.
+    pkts, t = [], 1.0
+    for k in range(60):
+        seg = g.udp(2000 + k % 7, 53, bytes(range(256)) * (1 + k % 3))
+        for frag in g.ipv4_fragments(A, B, 17, seg, 64 + 8 * (k % 4), ident=k):
+            pkts.append((t, g.ether(frag)))
+            t += 0.01
+        pkts.append((t, g.ether(g.ipv4(A, B, 6, g.tcp(3000 + k % 5, 80, g.ACK, b"p" * k)))))
+    path = g.write_pcap(tmp_path / "frags.pcap", pkts)
+    opts = FlowOptions(n_bytes=600, n_pkts=4, pkt_len=80)
+    got = []
+    for room in (staging.EXTRA_ROOM, 0):
+        monkeypatch.setattr(staging, "EXTRA_ROOM", room)
+        monkeypatch.setattr(staging, "_POOL", [])  # new buffers, with this room
+        report = ReadReport()
+        rows = [
+            (b.keys(), b.n_packets.tolist(), {k: v.tobytes() for k, v in b.views.items()})
+            for b in iter_flows(path, opts, report, chunk_bytes=chunk_bytes)
+        ]
+        got.append((rows, report.n_merged, dict(report.skipped)))
+    assert got[0] == got[1]
+    assert got[0][1] > 100  # fragments were joined

@@ -9,6 +9,7 @@ header fields of every record of the chunk are then gathered in one go.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -25,6 +26,9 @@ except ImportError:
     _kernel = None
 
 WINDOW_PAD = 4096  # zero bytes after the buffer: fixed-width gathers never run off it
+# Room after the records for a chunk's reassembled datagrams (StagingBuffer.with_extra),
+# so that they are appended in place rather than to a copy of the whole buffer.
+EXTRA_ROOM = 1 << 20
 _NO_FLAGS = np.zeros(0, dtype=np.uint8)  # gather_u32: every record little-endian
 
 
@@ -65,10 +69,13 @@ class StagingBuffer:
     def __init__(self, chunk_bytes: int):
         self.chunk_bytes = max(int(chunk_bytes), 1)
         self.capacity = self.chunk_bytes + MAX_RECORD
-        self.array = np.zeros(self.capacity + WINDOW_PAD, dtype=np.uint8)
+        self._room = EXTRA_ROOM
+        self.array = np.zeros(self.capacity + self._room + WINDOW_PAD, dtype=np.uint8)
         self.mv = memoryview(self.array)
         self._windows: dict[int, np.ndarray] = {}
         self._typed: dict[str, np.ndarray] = {}
+        self._owner = self  # the buffer whose room with_extra fills
+        self._extra_end = self.capacity  # end of what with_extra wrote into the room
 
     def word(self, offsets: np.ndarray, code: str) -> np.ndarray:
         """The integer of type ``code`` (``">u2"``, ``"<u4"``, ``">u8"``...) at each offset.
@@ -98,23 +105,39 @@ class StagingBuffer:
         return win[offsets]
 
     def with_extra(self, blobs: list[bytes]) -> tuple[StagingBuffer, np.ndarray]:
-        """A copy of this buffer with ``blobs`` appended; their offsets in the copy.
+        """This buffer with ``blobs`` appended after its bytes; their offsets.
 
         Used for reassembled IP datagrams, so that every packet of a chunk is read
-        from one buffer. Only chunks where fragments completed pay for the copy.
+        from one buffer. They go into the room kept after the records (the buffer
+        returned shares this one's array) or, when they do not fit, into a copy.
+        Either way the bytes after them read as zeros, as in a fresh buffer.
         """
         used = self.capacity
         lengths = np.array([len(b) for b in blobs], dtype=np.int64)
         offsets = used + np.cumsum(lengths) - lengths
-        out = StagingBuffer.__new__(StagingBuffer)
-        out.chunk_bytes, out.capacity = self.chunk_bytes, used + int(lengths.sum())
-        out.array = np.zeros(out.capacity + WINDOW_PAD, dtype=np.uint8)
-        out.array[:used] = self.array[:used]
+        end = used + int(lengths.sum())
+        owner = self._owner
+        if end <= owner.capacity + owner._room:
+            out = copy.copy(self)  # the same array and cached views
+            out.capacity = end
+            owner._extra_end = max(owner._extra_end, end)
+        else:
+            out = StagingBuffer.__new__(StagingBuffer)
+            out.chunk_bytes, out.capacity = self.chunk_bytes, end
+            out.array = np.zeros(out.capacity + WINDOW_PAD, dtype=np.uint8)
+            out.array[:used] = self.array[:used]
+            out.mv = memoryview(out.array)
+            out._windows, out._typed = {}, {}
+            out._owner, out._room, out._extra_end = out, 0, end
         for at, blob in zip(offsets.tolist(), blobs, strict=True):
             out.array[at : at + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
-        out.mv = memoryview(out.array)
-        out._windows, out._typed = {}, {}
         return out, offsets
+
+    def clear_extra(self) -> None:
+        """Zero the room after the records again (a new chunk is about to be decoded)."""
+        if self._extra_end > self.capacity:
+            self.array[self.capacity : self._extra_end] = 0
+            self._extra_end = self.capacity
 
 
 class _Segments:
@@ -346,6 +369,7 @@ def _stream(paths, report, strict, on_error, sb, digests) -> Iterator[RecordChun
 
     def flush() -> RecordChunk:
         nonlocal batch, ended, pos
+        sb.clear_extra()  # the last chunk's datagrams: its consumer is done with them
         chunk = RecordChunk(sb, batch.build(), ended, paths)
         batch, ended, pos = RecordBatch(sb, report, strict), [], 0
         return chunk
