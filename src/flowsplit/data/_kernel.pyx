@@ -161,9 +161,10 @@ def decode_common(
     """Decode the common-case records; returns how many were taken.
 
     For the k-th record taken: ``rows[k]`` is its position in the input,
-    ``addr[k]`` its (source hi, source lo, destination hi, destination lo) and
-    ``fields[k]`` its (sport, dport, flags, window, syn_seq, ip_len, pay_len,
-    ip_off, ip_cap, l4_rel, pay_off, pay_cap, vlan), as ``PacketDecoder`` names them.
+    ``addr[:, k]`` its (source hi, source lo, destination hi, destination lo) and
+    ``fields[:, k]`` its (sport, dport, flags, window, syn_seq, ip_len, pay_len,
+    ip_off, ip_cap, l4_rel, pay_off, pay_cap, vlan), as ``PacketDecoder`` names them
+    (one row per field, so that each field's column is contiguous).
     """
     cdef Py_ssize_t n = data_off.shape[0], i, k = 0
     cdef Py_ssize_t size = buf.shape[0]
@@ -255,32 +256,32 @@ def decode_common(
             ver[k] = 6 if is6 else 4
             proto[k] = <uint8_t>l4proto
             if is6:
-                addr[k, 0] = be64(ip + 8)
-                addr[k, 1] = be64(ip + 16)
-                addr[k, 2] = be64(ip + IPV6_DST_AT)
-                addr[k, 3] = be64(ip + IPV6_DST_AT + 8)
+                addr[0, k] = be64(ip + 8)
+                addr[1, k] = be64(ip + 16)
+                addr[2, k] = be64(ip + IPV6_DST_AT)
+                addr[3, k] = be64(ip + IPV6_DST_AT + 8)
             else:
-                addr[k, 0] = 0
-                addr[k, 1] = be32(ip + 12) | V4_MAPPED
-                addr[k, 2] = 0
-                addr[k, 3] = be32(ip + 16) | V4_MAPPED
+                addr[0, k] = 0
+                addr[1, k] = be32(ip + 12) | V4_MAPPED
+                addr[2, k] = 0
+                addr[3, k] = be32(ip + 16) | V4_MAPPED
             ip_cap = min(ip_cap, ip_len)
-            fields[k, 0] = sport
-            fields[k, 1] = dport
-            fields[k, 2] = <int64_t>flags
-            fields[k, 3] = <int64_t>(tw & 0xFFFF)
+            fields[0, k] = sport
+            fields[1, k] = dport
+            fields[2, k] = <int64_t>flags
+            fields[3, k] = <int64_t>(tw & 0xFFFF)
             if tcp and (flags & (TCP_SYN | TCP_ACK)) == TCP_SYN:
-                fields[k, 4] = <int64_t>be32(ip + l4_rel + TCP_SEQ_AT)
+                fields[4, k] = <int64_t>be32(ip + l4_rel + TCP_SEQ_AT)
             else:
-                fields[k, 4] = -1
-            fields[k, 5] = ip_len
-            fields[k, 6] = ip_len - pay_rel
-            fields[k, 7] = ip_off
-            fields[k, 8] = ip_cap
-            fields[k, 9] = l4_rel
-            fields[k, 10] = ip_off + pay_rel
-            fields[k, 11] = max(ip_cap - pay_rel, <int64_t>0)
-            fields[k, 12] = <int64_t>vlan if vlan_key else 0
+                fields[4, k] = -1
+            fields[5, k] = ip_len
+            fields[6, k] = ip_len - pay_rel
+            fields[7, k] = ip_off
+            fields[8, k] = ip_cap
+            fields[9, k] = l4_rel
+            fields[10, k] = ip_off + pay_rel
+            fields[11, k] = max(ip_cap - pay_rel, <int64_t>0)
+            fields[12, k] = <int64_t>vlan if vlan_key else 0
             k += 1
     return k
 

@@ -440,8 +440,8 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
         return None, None
     rows = np.empty(n, dtype=np.int64)
     ver, proto = np.empty(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-    addr = np.empty((n, 4), dtype=np.uint64)
-    f = np.empty((n, 13), dtype=np.int64)
+    addr = np.empty((4, n), dtype=np.uint64)
+    f = np.empty((13, n), dtype=np.int64)
     k = _kernel.decode_common(
         sb.array,
         np.ascontiguousarray(recs.data_off, dtype=np.int64),
@@ -455,7 +455,7 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
         addr,
         f,
     )
-    rows, f, addr = rows[:k], f[:k].T.copy(), addr[:k].T.copy()
+    rows, f, addr = rows[:k], f[:, :k], addr[:, :k]
     rest = np.ones(n, dtype=bool)
     rest[rows] = False
     packets = Packets(
