@@ -23,12 +23,7 @@ from flowsplit.federated.system.protocol import (
 )
 from flowsplit.federated.transport import GlooTransport
 from flowsplit.train.distributed import read_dist_env
-from tests.federated._toy import ToyFactory, toy_setup, write_toy_dataset
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
+from tests.federated._toy import ToyFactory, toy_setup
 
 
 @pytest.mark.slow

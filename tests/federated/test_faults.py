@@ -25,15 +25,10 @@ from flowsplit.experiments.compare import run_compare
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles, read_checkpoint
 from flowsplit.federated.schemes import ParticipationError, check_participation
-from tests.federated._toy import ToyFactory, toy_setup, write_toy_dataset
+from tests.federated._toy import ToyFactory, toy_setup
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "FLOWSPLIT_TEST_TAG"
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
 
 
 def _tagged(tag: str) -> list[int]:

@@ -29,12 +29,7 @@ from flowsplit.federated.setup import prepare_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.presets import resolve_topology
 from flowsplit.planner.reassign import place_clients, reassigning_policy
-from tests.federated._toy import ToyFactory, write_toy_dataset
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return write_toy_dataset(tmp_path_factory.mktemp("toy") / "ds", n=150)
+from tests.federated._toy import ToyFactory
 
 
 def _setup(dataset, **kw):

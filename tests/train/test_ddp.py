@@ -1,8 +1,8 @@
 """Data parallelism is the centralised optimisation: 2 gloo workers vs 1 process.
 
-Multi-process, CPU, gloo, 127.0.0.1, free ports. The four models train in one
-2-worker process group (the real ``run_training`` per model, one spawn for all)
-so the test costs one start-up, not four.
+Multi-process, CPU, gloo, 127.0.0.1, free ports. The four models and the two
+all-reduce hooks train in one 2-worker process group (the real ``run_training`` per
+run, one spawn for all, :func:`ddp_runs`), so the tests cost one start-up, not six.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ def _last_weights(run) -> dict[str, torch.Tensor]:
     return load_checkpoint(run / "checkpoint.pt")["model"]
 
 
-def test_two_gloo_workers_end_with_the_centralised_weights(tmp_path):
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """The directory of every run of both tests below, trained in one process group:
+    ``{model}-1`` (one process) and ``{model}-2`` (2 workers) per neural model, and the
+    2-worker CNN with plain (``none``) and ``fp16`` all-reduce."""
+    tmp_path = tmp_path_factory.mktemp("ddp")
     # Prepare
     # 48 training rows, imbalanced: the balanced class weights differ from 1.
     data = write_synthetic(tmp_path / "data", n=80, class_share=(0.6, 0.25, 0.15))
@@ -67,10 +72,30 @@ def test_two_gloo_workers_end_with_the_centralised_weights(tmp_path):
     }
     central = {m: dataclasses.replace(c, out=c.out.format("1")) for m, c in cfgs.items()}
     ddp = {m: dataclasses.replace(c, out=c.out.format("2"), workers=2) for m, c in cfgs.items()}
+    # The same small CNN run with plain and with fp16-compressed all-reduce.
+    hooks_data = write_synthetic(tmp_path / "hooks-data", n=80)
+    base = TrainConfig(
+        dataset=str(hooks_data),
+        model="cnn",
+        out=str(tmp_path / "run"),
+        workers=2,
+        model_options=OPTIONS["cnn"],
+        **COMMON,
+    )
+    hooks = [
+        dataclasses.replace(base, out=str(tmp_path / hook), comm_hook=hook, bucket_mb=0.001)
+        for hook in ("none", "fp16")
+    ]
     # Execute
     for cfg in central.values():
         train_worker(cfg)
-    launch_local(_train_all_in_one_group, (list(ddp.values()),), n_workers=2, threads_per_worker=1)
+    runs = [*ddp.values(), *hooks]
+    launch_local(_train_all_in_one_group, (runs,), n_workers=2, threads_per_worker=1)
+    return tmp_path
+
+
+def test_two_gloo_workers_end_with_the_centralised_weights(ddp_runs):
+    tmp_path = ddp_runs
     # Assert
     for m in neural_models():
         a, b = _last_weights(tmp_path / f"{m}-1"), _last_weights(tmp_path / f"{m}-2")
@@ -106,23 +131,8 @@ def test_cli_two_workers_writes_one_result_with_every_rank_measured(tmp_path, ca
     assert "2 worker(s) x 1 thread(s)" in capsys.readouterr().out
 
 
-def test_fp16_hook_trains_and_sends_half_the_bytes(tmp_path):
-    # Prepare: the same small CNN run with plain and with fp16-compressed all-reduce.
-    data = write_synthetic(tmp_path / "data", n=80)
-    base = TrainConfig(
-        dataset=str(data),
-        model="cnn",
-        out=str(tmp_path / "run"),
-        workers=2,
-        model_options=OPTIONS["cnn"],
-        **COMMON,
-    )
-    cfgs = [
-        dataclasses.replace(base, out=str(tmp_path / hook), comm_hook=hook, bucket_mb=0.001)
-        for hook in ("none", "fp16")
-    ]
-    # Execute
-    launch_local(_train_all_in_one_group, (cfgs,), n_workers=2, threads_per_worker=1)
+def test_fp16_hook_trains_and_sends_half_the_bytes(ddp_runs):
+    tmp_path = ddp_runs
     # Assert
     plain, half = (RunResult.from_json(tmp_path / h) for h in ("none", "fp16"))
     assert (plain.comm_hook, half.comm_hook) == ("none", "fp16")
