@@ -58,7 +58,7 @@ def held_out(ds, seen_sources: set, keep: list[str], out: Path) -> Path:
 
 def evaluate(run: Path, data: Path, split: str, work: Path) -> dict:
     out = work / f"eval-{data.name}.json"
-    flowsplit("evaluate", str(run), str(data), "--split", split, "--output", str(out))
+    flowsplit("evaluate", str(run), str(data), "--split", split, "--out", str(out))
     return json.loads(out.read_text())
 
 
