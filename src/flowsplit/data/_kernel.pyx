@@ -376,3 +376,30 @@ def copy_pieces(
         if d < 0 or s < 0 or d + k > out.shape[0] or s + k > buf.shape[0]:
             raise IndexError(f"piece {i} ({k} bytes from {s} to {d}) is outside the arrays")
         memcpy(&out[d], &buf[s], <size_t>k)
+
+
+def masked_rows(
+    const uint8_t[::1] buf, const int64_t[::1] src, const int64_t[::1] length,
+    const int64_t[::1] kind, const uint8_t[:, ::1] keep, uint8_t[:, ::1] out,
+    const int64_t[::1] dst,
+):
+    """``out[dst[i], j] = buf[src[i] + j] * keep[kind[i], j]`` for ``j < length[i]``, else 0.
+
+    The rows of the ``pkt_bytes`` view (``views.pkt_rows``): the first bytes of each
+    packet from its IP header, masked, written straight into their rows of the view.
+    """
+    cdef Py_ssize_t n = src.shape[0], width = out.shape[1], i, j, m
+    cdef int64_t s, d, k
+    if length.shape[0] != n or kind.shape[0] != n or dst.shape[0] != n or keep.shape[1] != width:
+        raise ValueError("masked_rows: inconsistent shapes")
+    for i in range(n):
+        s, d, k = src[i], dst[i], kind[i]
+        m = min(max(length[i], <int64_t>0), <int64_t>width)
+        if s < 0 or s + width > buf.shape[0] or d < 0 or d >= out.shape[0]:
+            raise IndexError(f"row {i} reads from {s} or writes row {d} outside the arrays")
+        if k < 0 or k >= keep.shape[0]:
+            raise IndexError(f"row {i} has mask {k} of {keep.shape[0]}")
+        for j in range(m):
+            out[d, j] = buf[s + j] * keep[k, j]
+        for j in range(m, width):
+            out[d, j] = 0

@@ -339,23 +339,29 @@ def pkt_rows(sb, ip_off, ip_cap, l4_rel, ver, proto, options) -> np.ndarray:
     """Rows of the ``pkt_bytes`` view for some packets: uint8 (m, B), masked."""
     width = options.pkt_len
     rows = sb.rows(ip_off, width)  # (m, B)
-    # What to zero depends only on (IP version, protocol, transport offset) -- a few
-    # kinds -- and on the captured length: one row of a small mask table per packet.
-    kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == P.PROTO_TCP)
-    kinds, inv = np.unique(kind, return_inverse=True)
-    small = width <= 256  # else the (kinds, length, B) table would be too large
-    table = np.tril(np.ones((width + 1 if small else 1, width), dtype=np.uint8), -1)
-    masks = np.empty((len(kinds), len(table), width), dtype=np.uint8)  # (kinds, length, B)
-    for i, k in enumerate(kinds.tolist()):
-        masks[i] = (table if small else 1) * _header_mask(
-            width, k >> 2, (k >> 1) & 1, k & 1, options
-        )
-    if small:
+    inv, keep = header_masks(width, l4_rel, ver, proto, options)
+    if width <= 256:
+        # One row of a (kinds, captured length, B) mask table per packet.
+        table = np.tril(np.ones((width + 1, width), dtype=np.uint8), -1)
+        masks = table[None] * keep[:, None, :]
         which = inv * (width + 1) + np.minimum(ip_cap, width)
         return np.multiply(rows, masks.reshape(-1, width)[which], out=rows)
-    rows *= masks[inv, 0]
+    rows *= keep[inv]  # else the table would be too large
     rows *= np.arange(width)[None, :] < ip_cap[:, None]  # nothing past the captured packet
     return rows
+
+
+def header_masks(width: int, l4_rel, ver, proto, options) -> tuple[np.ndarray, np.ndarray]:
+    """Each packet's kind, and each kind's mask of its first ``width`` bytes (uint8, 1 keeps).
+
+    What to zero depends only on (IP version, protocol, transport offset): a few kinds.
+    """
+    kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == P.PROTO_TCP)
+    kinds, inv = np.unique(kind, return_inverse=True)
+    keep = np.empty((len(kinds), width), dtype=np.uint8)
+    for i, k in enumerate(kinds.tolist()):
+        keep[i] = _header_mask(width, k >> 2, (k >> 1) & 1, k & 1, options)
+    return inv.reshape(-1), keep
 
 
 def _header_mask(width: int, l4_rel: int, v6: bool, tcp: bool, options) -> np.ndarray:
@@ -464,7 +470,13 @@ def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray
         pb[rows.cont_rows] = rows.carried["pkt_bytes"]
     sel = np.flatnonzero(fp.rank < P)
     o = fp.order[sel]
-    pb.reshape(-1, B)[rows.row[sel] * P + fp.rank[sel]] = pkt_rows(
+    dst = rows.row[sel] * P + fp.rank[sel]
+    if _kernel is not None:  # copied, masked and placed in one compiled pass
+        inv, keep = header_masks(B, pk.l4_rel[o], pk.ver[o], pk.proto[o], opts)
+        i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (pk.ip_off[o], pk.ip_cap[o], inv)]
+        _kernel.masked_rows(sb.array, *i64, keep, pb.reshape(-1, B), dst.astype(np.int64))
+        return pb
+    pb.reshape(-1, B)[dst] = pkt_rows(
         sb, pk.ip_off[o], pk.ip_cap[o], pk.l4_rel[o], pk.ver[o], pk.proto[o], opts
     )
     return pb
