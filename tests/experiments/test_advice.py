@@ -187,6 +187,13 @@ def test_sfl_advice_measures_the_pick_against_the_fair_baselines_with_intervals(
         "For split learning use acc-aware (cuts 1,3): final accuracy 89.5 % (95 % CI 88.5-90.5), "
         "30.0 s (95 % CI 28.0-32.0) of simulated delay"
     )
+    # What was run is said with it.
+    with_setting = {
+        **SFL_RES,
+        "config": {"quick": True, "model": "cnn", "view": "seq", "rounds": 4},
+    }
+    first = advise_sfl(with_setting, sfl_rows(with_setting))[0]
+    assert "of simulated delay (cnn over the seq view, 4 rounds)." in first
     # Against the greedy assignment first (the fair baseline), then HSFL, paired by seed.
     greedy, hsfl = advice[1], advice[2]
     assert greedy.startswith(

@@ -427,6 +427,9 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
         f"For split learning use {pick['scheme']} (cuts {pick['cuts']}): final accuracy "
         f"{pick['accuracy_ci']}, {pick['delay_ci']} of simulated delay"
     )
+    ran = _sfl_setting((res or {}).get("config") or {})
+    if ran:
+        text += f" ({ran})"
     maj = next((r for r in rows if r["scheme"] == "majority"), None)
     if maj is not None and not math.isnan(maj["accuracy"]) and pick["accuracy"] <= maj["accuracy"]:
         text += f"; but it is not above the majority class ({maj['accuracy_ci']}): not learned"
@@ -465,6 +468,15 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
     if n < 2:
         lines.append("One seed per scheme: no intervals; run more seeds before relying on it.")
     return lines
+
+
+def _sfl_setting(cfg: dict[str, Any]) -> str:
+    """What the split-learning figures are of: ``cnn over the seq view, 4 rounds``."""
+    if not cfg.get("model"):
+        return ""
+    view = f"the {cfg['view']} view" if cfg.get("view") else "its default view"
+    rounds = f", {cfg['rounds']} rounds" if cfg.get("rounds") else ""
+    return f"{cfg['model']} over {view}{rounds}"
 
 
 def advise(

@@ -6,7 +6,8 @@ already finished, and a rerun skips every cell whose ``metrics.json`` is there. 
 run in long-lived processes, one set per worker count
 (:mod:`flowsplit.experiments.cellpool`: the interpreter and torch start once, not per
 cell), or with ``fresh_process`` each in a ``flowsplit train`` process of its own. All
-cells read the same prepared dataset, hence the same splits and test set. Afterwards the all-reduce micro-benchmark measures the backend, and
+cells read the same prepared dataset, hence the same splits and test set. Afterwards
+the all-reduce micro-benchmark measures the backend, and
 :func:`flowsplit.experiments.compare_report.render_report` writes the report.
 
 Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_tables``,
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -130,6 +132,7 @@ class PooledCells:
     def __init__(self) -> None:
         self.pools = CellPools()
         self._clusters: dict[tuple[int, int], Any] = {}
+        self._log_level: int | None = None  # of the "distributed" logger, before a cluster
 
     def __call__(self, cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
         run = cell_dir(cfg.out, cell)
@@ -155,7 +158,16 @@ class PooledCells:
             # Imported here: only XGBoost studies on several workers need Dask (seconds).
             from distributed import LocalCluster
 
-            with environ(thread_env(threads)):  # as a subprocess cell's own cluster
+            if self._log_level is None:
+                # Its scheduler runs in this process for the study's length: its INFO lines
+                # and event-loop warnings (a busy machine stalls it) are not the study's.
+                chatter = logging.getLogger("distributed")
+                self._log_level = chatter.level
+                chatter.setLevel(max(self._log_level, logging.ERROR))
+            with environ(thread_env(threads)), warnings.catch_warnings():
+                # Its HTTP endpoint (on 127.0.0.1) moves to a free port when 8787 is taken,
+                # and says so.
+                warnings.filterwarnings("ignore", message="Port .* is already in use")
                 self._clusters[key] = LocalCluster(
                     n_workers=n_workers,
                     threads_per_worker=threads,
@@ -177,6 +189,9 @@ class PooledCells:
         for cluster in self._clusters.values():
             cluster.close()
         self._clusters.clear()
+        if self._log_level is not None:
+            logging.getLogger("distributed").setLevel(self._log_level)
+            self._log_level = None
 
 
 def _gives_scheduler(cfg: CompareConfig) -> bool:
