@@ -1,4 +1,5 @@
-"""LSTM over per-packet sequences (``seq``) or over the rows of the payload-byte image.
+"""LSTM over packets' first bytes (``pkt_bytes``, one step per packet), per-packet features
+(``seq``) or the rows of the payload-byte image (``bytes``).
 
 Blocks: ``lstm1`` (input features + LSTM layer), ``lstm2`` (LSTM layer), ``fc``
 (mean, max and last output over the flow's packets + dense), ``head`` (logits).
