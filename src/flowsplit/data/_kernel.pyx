@@ -145,6 +145,112 @@ cdef inline bint is_ipv6_extension(uint64_t proto) noexcept nogil:
     return False
 
 
+cdef struct Packet:
+    # What decode_common writes per packet (PacketDecoder's names).
+    int64_t l3, ip_off, ip_cap, ip_len, l4_rel, pay_rel, sport, dport, syn_seq
+    uint64_t vlan, flags, window, l4proto
+    bint is6, tcp
+
+
+cdef inline bint link_layer(
+    const uint8_t* f, int64_t lt, Packet* p, uint64_t* et
+) noexcept nogil:
+    """The network header's offset and ethertype, past any VLAN tags; False: not ours."""
+    cdef int tags = 0
+    p.l3 = link_header(f, lt, et)
+    if p.l3 < 0:
+        return False
+    p.vlan = 0
+    while is_vlan(et[0]) and tags < MAX_VLAN_TAGS:
+        p.vlan = (p.vlan << 12) | (be16(f + p.l3) & VLAN_ID_MASK)
+        et[0] = be16(f + p.l3 + 2)
+        p.l3 += VLAN_TAG
+        tags += 1
+    # Non-IP, a shim other than VLAN (MPLS, PPPoE, LLC), or too many tags: NumPy's.
+    return et[0] == ET_IPV4 or et[0] == ET_IPV6
+
+
+cdef inline bint ip_layer(const uint8_t* ip, int64_t wirelen, Packet* p) noexcept nogil:
+    """IPv4 (not a fragment) or IPv6 (no extension header): length and transport offset."""
+    cdef uint64_t w0 = be64(ip), version = (w0 >> 60) & 15
+    cdef int64_t ihl
+    if p.is6:
+        p.ip_len = <int64_t>((w0 >> 16) & 0xFFFF) + IPV6_HEADER
+        if p.ip_len == IPV6_HEADER:  # 0: segmentation offload
+            p.ip_len = max(wirelen - p.l3, <int64_t>IPV6_HEADER)
+        p.l4proto = (w0 >> 8) & 0xFF
+        p.l4_rel = IPV6_HEADER
+        return version == 6 and not is_ipv6_extension(p.l4proto)
+    ihl = <int64_t>((w0 >> 56) & 15) * 4
+    if version != 4 or ihl < IPV4_MIN_HEADER or p.ip_cap < ihl:
+        return False
+    p.ip_len = <int64_t>((w0 >> 32) & 0xFFFF)
+    if p.ip_len == 0:  # segmentation offload
+        p.ip_len = wirelen - p.l3
+    p.l4proto = ip[IPV4_PROTO_AT]
+    p.l4_rel = ihl
+    # A bad length, or a fragment (MF set or an offset): NumPy's.
+    return p.ip_len >= ihl and (w0 & IPV4_FLAGS_OFFSET_MASK) == 0
+
+
+cdef inline bint is_tunnel_port(int64_t sport, int64_t dport) noexcept nogil:
+    return (
+        dport == UDP_PORT_VXLAN
+        or dport == UDP_PORT_GENEVE
+        or dport == UDP_PORT_GTP_U
+        or sport == UDP_PORT_GTP_U
+        or dport == UDP_PORT_CAPWAP_DATA
+        or sport == UDP_PORT_CAPWAP_DATA
+    )
+
+
+cdef inline bint transport(const uint8_t* ip, Packet* p) noexcept nogil:
+    """A whole TCP or UDP header (UDP not on a tunnel port): ports, flags, window."""
+    cdef uint64_t ports, tw
+    cdef int64_t thl
+    p.tcp = p.l4proto == PROTO_TCP
+    if not p.tcp and p.l4proto != PROTO_UDP:
+        return False
+    if p.ip_cap < p.l4_rel + (TCP_MIN_HEADER if p.tcp else UDP_HEADER):
+        return False
+    ports = be32(ip + p.l4_rel)
+    p.sport, p.dport = <int64_t>(ports >> 16), <int64_t>(ports & 0xFFFF)
+    p.syn_seq = -1
+    if not p.tcp:
+        if is_tunnel_port(p.sport, p.dport):
+            return False  # maybe a tunnel: NumPy decides
+        p.flags = p.window = 0
+        p.pay_rel = p.l4_rel + UDP_HEADER
+        return p.ip_len >= p.pay_rel
+    tw = be32(ip + p.l4_rel + 12)  # data offset, flags, window
+    thl = <int64_t>((tw >> 28) & 15) * 4
+    p.flags, p.window = (tw >> 16) & 0xFF, tw & 0xFFFF
+    if (p.flags & (TCP_SYN | TCP_ACK)) == TCP_SYN:  # a pure SYN: its sequence number
+        p.syn_seq = <int64_t>be32(ip + p.l4_rel + TCP_SEQ_AT)
+    p.pay_rel = p.l4_rel + thl
+    return thl >= TCP_MIN_HEADER and p.ip_len >= p.pay_rel
+
+
+cdef inline bint decode_one(
+    const uint8_t* b, Py_ssize_t size, int64_t off, int64_t caplen, int64_t wirelen,
+    int64_t lt, Packet* p,
+) noexcept nogil:
+    """Decode one record if it takes the common path; False leaves it to NumPy."""
+    cdef uint64_t et
+    # Every byte read lies in [off, off + 128) or in the IP packet's captured bytes,
+    # which must lie in the buffer: anything else is left to NumPy.
+    if off < 0 or off + 128 > size:
+        return False
+    if not link_layer(b + off, lt, p, &et):
+        return False
+    p.is6 = et == ET_IPV6
+    p.ip_cap = caplen - p.l3
+    p.ip_off = off + p.l3
+    if p.ip_cap < (IPV6_HEADER if p.is6 else IPV4_MIN_HEADER) or p.ip_off + p.ip_cap > size:
+        return False
+    return ip_layer(b + p.ip_off, wirelen, p) and transport(b + p.ip_off, p)
+
+
 def decode_common(
     const uint8_t[::1] buf,
     const int64_t[::1] data_off,
@@ -167,121 +273,32 @@ def decode_common(
     (one row per field, so that each field's column is contiguous).
     """
     cdef Py_ssize_t n = data_off.shape[0], i, k = 0
-    cdef Py_ssize_t size = buf.shape[0]
-    cdef const uint8_t* b = &buf[0]
-    cdef const uint8_t* f
     cdef const uint8_t* ip
-    cdef uint64_t et, w0, ports, tw, vlan, tags, flags, version, l4proto
-    cdef int64_t off, l3, ip_cap, ip_len, ihl, l4_rel, thl, pay_rel, sport, dport, ip_off
-    cdef bint tcp, is6
+    cdef Packet p
     with nogil:
         for i in range(n):
-            off = data_off[i]
-            # Every byte read below lies in [off, off + 128) or in the IP packet's
-            # captured bytes, which lie in the buffer: the rest is left to NumPy.
-            if off < 0 or off + 128 > size:
+            if not decode_one(&buf[0], buf.shape[0], data_off[i], caplen[i], wirelen[i],
+                              linktype[i], &p):
                 continue
-            f = b + off
-            l3 = link_header(f, linktype[i], &et)
-            if l3 < 0:
-                continue
-            vlan = 0
-            tags = 0
-            while is_vlan(et) and tags < MAX_VLAN_TAGS:
-                vlan = (vlan << 12) | (be16(f + l3) & VLAN_ID_MASK)
-                et = be16(f + l3 + 2)
-                l3 += VLAN_TAG
-                tags += 1
-            if et != ET_IPV4 and et != ET_IPV6:
-                continue  # non-IP, a shim other than VLAN, or too many tags
-            ip_cap = caplen[i] - l3
-            is6 = et == ET_IPV6
-            if ip_cap < (IPV6_HEADER if is6 else IPV4_MIN_HEADER) or off + l3 + ip_cap > size:
-                continue
-            ip_off = off + l3
-            ip = b + ip_off
-            w0 = be64(ip)
-            version = (w0 >> 60) & 15
-            if is6:
-                if version != 6:
-                    continue
-                ip_len = <int64_t>((w0 >> 16) & 0xFFFF) + IPV6_HEADER
-                if ip_len == IPV6_HEADER:  # 0: segmentation offload
-                    ip_len = max(wirelen[i] - l3, <int64_t>IPV6_HEADER)
-                l4proto = (w0 >> 8) & 0xFF
-                if is_ipv6_extension(l4proto):
-                    continue
-                l4_rel = IPV6_HEADER
-            else:
-                ihl = <int64_t>((w0 >> 56) & 15) * 4
-                if version != 4 or ihl < IPV4_MIN_HEADER or ip_cap < ihl:
-                    continue
-                ip_len = <int64_t>((w0 >> 32) & 0xFFFF)
-                if ip_len == 0:  # segmentation offload
-                    ip_len = wirelen[i] - l3
-                if ip_len < ihl or (w0 & IPV4_FLAGS_OFFSET_MASK) != 0:
-                    continue  # a bad length, or a fragment
-                l4proto = ip[IPV4_PROTO_AT]
-                l4_rel = ihl
-            tcp = l4proto == PROTO_TCP
-            if not tcp and l4proto != PROTO_UDP:
-                continue
-            if ip_cap < l4_rel + (TCP_MIN_HEADER if tcp else UDP_HEADER):
-                continue
-            ports = be32(ip + l4_rel)
-            sport, dport = <int64_t>(ports >> 16), <int64_t>(ports & 0xFFFF)
-            if not tcp and (
-                dport == UDP_PORT_VXLAN
-                or dport == UDP_PORT_GENEVE
-                or dport == UDP_PORT_GTP_U
-                or sport == UDP_PORT_GTP_U
-                or dport == UDP_PORT_CAPWAP_DATA
-                or sport == UDP_PORT_CAPWAP_DATA
-            ):
-                continue  # maybe a tunnel: the NumPy decoder decides
-            if tcp:
-                tw = be32(ip + l4_rel + 12)  # data offset, flags, window
-                thl = <int64_t>((tw >> 28) & 15) * 4
-                if thl < TCP_MIN_HEADER:
-                    continue
-                flags = (tw >> 16) & 0xFF
-            else:
-                tw = 0
-                thl = UDP_HEADER
-                flags = 0
-            pay_rel = l4_rel + thl
-            if ip_len < pay_rel:
-                continue
+            ip = &buf[p.ip_off]
             rows[k] = i
-            ver[k] = 6 if is6 else 4
-            proto[k] = <uint8_t>l4proto
-            if is6:
-                addr[0, k] = be64(ip + 8)
-                addr[1, k] = be64(ip + 16)
-                addr[2, k] = be64(ip + IPV6_DST_AT)
-                addr[3, k] = be64(ip + IPV6_DST_AT + 8)
+            ver[k] = 6 if p.is6 else 4
+            proto[k] = <uint8_t>p.l4proto
+            if p.is6:
+                addr[0, k], addr[1, k] = be64(ip + 8), be64(ip + 16)
+                addr[2, k], addr[3, k] = be64(ip + IPV6_DST_AT), be64(ip + IPV6_DST_AT + 8)
             else:
-                addr[0, k] = 0
-                addr[1, k] = be32(ip + 12) | V4_MAPPED
-                addr[2, k] = 0
-                addr[3, k] = be32(ip + 16) | V4_MAPPED
-            ip_cap = min(ip_cap, ip_len)
-            fields[0, k] = sport
-            fields[1, k] = dport
-            fields[2, k] = <int64_t>flags
-            fields[3, k] = <int64_t>(tw & 0xFFFF)
-            if tcp and (flags & (TCP_SYN | TCP_ACK)) == TCP_SYN:
-                fields[4, k] = <int64_t>be32(ip + l4_rel + TCP_SEQ_AT)
-            else:
-                fields[4, k] = -1
-            fields[5, k] = ip_len
-            fields[6, k] = ip_len - pay_rel
-            fields[7, k] = ip_off
-            fields[8, k] = ip_cap
-            fields[9, k] = l4_rel
-            fields[10, k] = ip_off + pay_rel
-            fields[11, k] = max(ip_cap - pay_rel, <int64_t>0)
-            fields[12, k] = <int64_t>vlan if vlan_key else 0
+                addr[0, k], addr[1, k] = 0, be32(ip + 12) | V4_MAPPED
+                addr[2, k], addr[3, k] = 0, be32(ip + 16) | V4_MAPPED
+            p.ip_cap = min(p.ip_cap, p.ip_len)
+            fields[0, k], fields[1, k] = p.sport, p.dport
+            fields[2, k], fields[3, k] = <int64_t>p.flags, <int64_t>p.window
+            fields[4, k], fields[5, k] = p.syn_seq, p.ip_len
+            fields[6, k], fields[7, k] = p.ip_len - p.pay_rel, p.ip_off
+            fields[8, k], fields[9, k] = p.ip_cap, p.l4_rel
+            fields[10, k] = p.ip_off + p.pay_rel
+            fields[11, k] = max(p.ip_cap - p.pay_rel, <int64_t>0)
+            fields[12, k] = <int64_t>p.vlan if vlan_key else 0
             k += 1
     return k
 
