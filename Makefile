@@ -7,8 +7,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
-# Extras `make install`/`test`/`demo` install (dev includes OR-Tools for the exact-solver
-# tests); a lighter venv without the tooling: make install EXTRAS=exact
+# Extras `make install`/`test`/`demo` install (dev: the linters and test tools); a
+# lighter venv without them: make install EXTRAS=dpi (only NFStream, 1 MB)
 EXTRAS ?= dev
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,15 +15,12 @@ from flowsplit.planner.exact import enumerate_assignments, solve_exact
 from flowsplit.planner.search import assignment_objective, improve_assignment
 from tests.planner.helpers import queue_table, random_topology, small_profile
 
-HAS_ORTOOLS = importlib.util.find_spec("ortools") is not None
-
 
 def test_greedy_on_the_lpt_counterexample_then_local_search_and_exact_reach_the_optimum():
     # Prepare: work 3, 3, 2, 2, 2 on two identical aggregators (no other cost).
     # By hand: largest first, each to the earliest finish (ties to the first):
     # 3 -> A (3), 3 -> B (3), 2 -> A (5), 2 -> B (5), 2 -> A (7): makespan 7.
     # Optimum: {3, 3} and {2, 2, 2}, makespan 6; a swap of a 3 on A with a 2 on B finds it.
-    pytest.importorskip("ortools", reason="the exact solver is the [exact] extra")
     table = queue_table([3, 3, 2, 2, 2])
     # Execute
     greedy = greedy_assign(table)[0]
@@ -66,7 +61,6 @@ def test_a_client_whose_chain_is_long_everywhere_sets_the_delay():
 def test_capacities_force_the_second_best_aggregator():
     # By hand: without limits all three light clients would crowd the fast aggregator
     # B (finish 0.5, 1.0, 1.5 < A's 1); with B capped at 1 client, two go to A.
-    pytest.importorskip("ortools", reason="the exact solver is the [exact] extra")
     table = queue_table([1, 1, 1], inv_speed=[1.0, 0.5])
     free = greedy_assign(table)[0]
     capped = greedy_assign(table, capacity=np.array([3, 1]))[0]
@@ -82,9 +76,8 @@ def test_impossible_capacities_are_a_clear_error():
         greedy_assign(table, capacity=np.array([1, 1]))
 
 
-def test_cp_sat_equals_brute_force_on_real_costs():
+def test_the_exact_solver_equals_brute_force_on_real_costs():
     # Prepare: a real cost table (every scheme family), 6 clients, 2 aggregators.
-    pytest.importorskip("ortools", reason="the exact solver is the [exact] extra")
     from flowsplit.federated.system.profile import part_costs
 
     profile = small_profile()
@@ -98,7 +91,7 @@ def test_cp_sat_equals_brute_force_on_real_costs():
             # Execute
             exact = solve_exact(table, p, delay_coef=1.0, bytes_coef=1e-7)
             brute = enumerate_assignments(table, p, delay_coef=1.0, bytes_coef=1e-7)
-            # Assert: the same optimum (CP-SAT works on integers scaled to 1e-7).
+            # Assert: the same optimum (HiGHS's tolerances are about 1e-9 of the delay).
             assert exact.objective == pytest.approx(brute.objective, rel=1e-6)
 
 
@@ -157,8 +150,6 @@ def test_capacities_and_links_are_never_violated(instance):
         assert np.all(assign >= 0)
         assert np.all(linked[np.arange(n), assign])
         assert np.all(np.bincount(assign, minlength=a) <= cap)
-    if not HAS_ORTOOLS:  # the comparison with the optimum needs the [exact] extra
-        return
     exact = solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0, capacity=cap)
     assert np.all(np.bincount(exact.assignment, minlength=a) <= cap)
     heuristic = improve_assignment(
@@ -172,13 +163,12 @@ def test_capacities_and_links_are_never_violated(instance):
     assert assignment_objective(table, 0, heuristic, 1.0, 0.0) >= exact.objective * (1 - 1e-6)
 
 
-def test_the_exact_solver_without_ortools_says_how_to_get_it(monkeypatch):
-    # Prepare: an install without the [exact] extra.
-    import flowsplit.planner.exact as exact
-
-    monkeypatch.setattr(exact, "cp_model", None)
+def test_the_exact_solver_and_the_brute_force_agree_by_hand():
+    # By hand: work 3, 3, 2 on two identical aggregators: {3} and {3, 2}, makespan 5.
     table = queue_table([3, 3, 2])
-    # Execute / Assert: a one-line error naming the extra; the brute force still works.
-    with pytest.raises(ConfigError, match=r"pip install 'flowsplit\[exact\]'"):
-        exact.solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0)
-    assert enumerate_assignments(table, 0, delay_coef=1.0, bytes_coef=0.0).objective == 5.0
+    # Execute
+    exact = solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0)
+    brute = enumerate_assignments(table, 0, delay_coef=1.0, bytes_coef=0.0)
+    # Assert
+    assert exact.optimal and exact.objective == pytest.approx(5.0)
+    assert brute.objective == 5.0
