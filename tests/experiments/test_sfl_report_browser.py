@@ -12,10 +12,8 @@ import json
 import pytest
 
 from flowsplit.experiments.advice import overview_content
-from flowsplit.experiments.sfl_compare import run_sfl_compare
 from flowsplit.report.browser import check_page, find_chromium
 from flowsplit.report.overview import write_overview
-from tests.federated._toy import ToyFactory, write_toy_dataset
 
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None,
@@ -25,23 +23,11 @@ needs_chromium = pytest.mark.skipif(
 
 @needs_chromium
 @pytest.mark.slow
-def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path):
-    # Prepare: a real (toy-sized) split-learning study: 5 clients, 2 aggregators, 2 seeds.
-    data = write_toy_dataset(tmp_path / "toy", n=150)
-    sfl_dir = tmp_path / "sfl"
-    report = run_sfl_compare(
-        data,
-        sfl_dir,
-        model="toy",
-        model_fn=ToyFactory("mlp"),
-        seeds=(0, 1),
-        rounds=2,
-        n_clients=5,
-        n_aggregators=2,
-        n_pilots=3,
-        pilot_steps=4,
-        quiet=True,
-    )
+def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path, toy_sfl_study):
+    # Prepare: a real (toy-sized) split-learning study: 5 clients, 2 aggregators, 2 seeds
+    # (tests/experiments/conftest.py), and the overview page beside it.
+    sfl_dir = toy_sfl_study
+    report = sfl_dir / "report.html"
     n_figures = report.read_text().count("<img")
     manifest = {
         "n_flows": 150,
@@ -50,7 +36,7 @@ def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path):
         "split_by": "file",
     }
     overview = write_overview(
-        tmp_path / "out",
+        sfl_dir.parent / "out",
         manifest=manifest,
         dp_dir=None,
         sfl_dir=sfl_dir,
