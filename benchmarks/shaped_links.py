@@ -16,8 +16,9 @@ pair and its qdiscs) are removed at the end, also after a failure.
 **Links** (``--mbit``). One training job; the link changes between epochs (the
 benchmark follows rank 0's ``train.log`` and re-shapes when an epoch ends, before the
 next epoch's first all-reduce). After one unshaped warm-up epoch, every shaped epoch
-is bracketed by unshaped ones: ``U, S_a, U, S_b, U, S_c, U`` per repeat, the order of
-the bandwidths rotated each repeat. The unshaped epochs on either side calibrate the
+is bracketed by unshaped ones: ``U, S_a, U, S_b, U, S_c`` per repeat and a final ``U``
+(``2 + 2 x bandwidths x repeats`` epochs), the order of the bandwidths rotated each
+repeat. The unshaped epochs on either side calibrate the
 scaling model for the shaped epoch between them, so compute time drifting with the
 machine's load (other jobs on a shared machine) moves calibration and measurement
 together instead of showing up as model error.
