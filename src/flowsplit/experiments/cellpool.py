@@ -79,9 +79,10 @@ def environ(values: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _output_to(path: str) -> Iterator[None]:
+def output_to(path: str | Path) -> Iterator[None]:
     """Send this process's stdout and stderr (file descriptors 1 and 2, so also what C
-    libraries print) to ``path`` for the duration, as a subprocess cell's log."""
+    libraries print, and what processes started meanwhile inherit) to ``path`` for the
+    duration, as a subprocess cell's log."""
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -132,7 +133,7 @@ def _serve(rank: int, world: int, jobs, results) -> None:
             return
         argv, port, log_path = job
         os.environ["MASTER_PORT"] = str(port)
-        with _output_to(log_path):
+        with output_to(log_path):
             try:
                 rc = _run_job(rank, world, argv)
             except SystemExit as exc:  # argparse refusing an option

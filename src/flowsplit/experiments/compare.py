@@ -34,7 +34,7 @@ from tqdm import tqdm
 from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
-from flowsplit.experiments.cellpool import CellPools, environ, thread_env
+from flowsplit.experiments.cellpool import CellPools, environ, output_to, thread_env
 from flowsplit.experiments.compare_report import render_report, write_workloads
 from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
 from flowsplit.experiments.hostload import (
@@ -140,7 +140,7 @@ class PooledCells:
         log_path = _log_path(cfg, cell)
         cmd = train_command(cell, cfg)
         if cell.model == "xgboost" and cell.workers > 1 and not _gives_scheduler(cfg):
-            cmd += ["--dask-scheduler", self._scheduler(cell.workers, cfg.threads)]
+            cmd += ["--dask-scheduler", self._scheduler(cell.workers, cfg.threads, cfg)]
         log_path.write_text(" ".join(cmd) + "  (in a pooled process)\n", encoding="utf-8")
         ok, status = self.pools.run(
             cmd[4:],  # after `python -m flowsplit train`
@@ -151,8 +151,9 @@ class PooledCells:
         )
         return ok, "" if ok else status + "\n" + _log_tail(log_path)
 
-    def _scheduler(self, n_workers: int, threads: int) -> str:
-        """The address of the study's Dask cluster of ``n_workers`` processes."""
+    def _scheduler(self, n_workers: int, threads: int, cfg: CompareConfig) -> str:
+        """The address of the study's Dask cluster of ``n_workers`` processes (their output,
+        XGBoost's tracker lines, goes to ``OUT/logs/dask-w<N>.log``)."""
         key = (n_workers, threads)
         if key not in self._clusters:
             # Imported here: only XGBoost studies on several workers need Dask (seconds).
@@ -164,7 +165,12 @@ class PooledCells:
                 chatter = logging.getLogger("distributed")
                 self._log_level = chatter.level
                 chatter.setLevel(max(self._log_level, logging.ERROR))
-            with environ(thread_env(threads)), warnings.catch_warnings():
+            log_path = Path(cfg.out) / "logs" / f"dask-w{n_workers}.log"
+            with (
+                environ(thread_env(threads)),
+                warnings.catch_warnings(),
+                output_to(log_path),
+            ):
                 # Its HTTP endpoint (on 127.0.0.1) moves to a free port when 8787 is taken,
                 # and says so.
                 warnings.filterwarnings("ignore", message="Port .* is already in use")
