@@ -16,6 +16,7 @@ import random
 import numpy as np
 import pytest
 
+from flowsplit.data import assemble as AS
 from flowsplit.data import packets as PK
 from flowsplit.data import pcap as PC
 from flowsplit.data import protocols as P
@@ -52,7 +53,7 @@ def test_kernel_constants_are_the_protocol_modules():
 
 
 # The modules that use the kernel when it is built.
-USERS = (PK, PC, ST, V)
+USERS = (PK, PC, ST, V, AS)
 
 
 @contextlib.contextmanager
@@ -242,7 +243,7 @@ def corrupted(path, rng: random.Random, n: int = 12) -> None:
 @pytest.mark.parametrize("fmt", ["pcap", "pcap-be", "pcapng", "pcapng-be"])
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_kernel_walks_match_python(tmp_path, fmt, corrupt):
-    rng = random.Random(hash((fmt, corrupt)) & 0xFFFF)
+    rng = random.Random(f"{fmt}-{corrupt}")  # a str seed: the same in every run
     paths = []
     for i in range(4):
         pkts = [g.Packet(5.0 + k, link(1, rng.choice(frames()), rng)) for k in range(150)]
@@ -261,7 +262,7 @@ def test_kernel_walks_match_python(tmp_path, fmt, corrupt):
         for name in a:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
     assert rf == rs  # counts, skip reasons and file errors alike
-    assert rf.n_packets > 400
+    assert rf.n_packets > 200  # junk may end a file early
 
 
 def flows_both(paths, options):
@@ -289,3 +290,18 @@ def test_flows_and_views_match_with_and_without_kernel(tmp_path, damage, pkt_len
     for a, b in zip(fast, slow, strict=True):
         for name in a:
             assert a[name].dtype == b[name].dtype and np.array_equal(a[name], b[name]), name
+
+
+@needs_kernel
+def test_range_max_matches_the_sparse_table():
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        n = int(rng.integers(2, 300))
+        x = [rng.normal(size=n), np.round(rng.normal(size=n), 1), np.sort(rng.normal(size=n))][
+            trial % 3
+        ]
+        lo = rng.integers(0, n - 1, int(rng.integers(1, 200)))
+        hi = lo + 1 + rng.integers(0, n, len(lo)) % (n - 1 - lo)
+        got = AS.range_max(x, lo, hi)
+        assert np.array_equal(got, AS.RangeMax(x)(lo, hi))
+        assert got.tolist() == [x[a + 1 : b + 1].max() for a, b in zip(lo, hi, strict=True)]

@@ -19,6 +19,8 @@ checks they agree.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
+import numpy as np
+
 cdef enum:
     LT_NULL = 0
     LT_ETHERNET = 1
@@ -420,3 +422,39 @@ def masked_rows(
             out[d, j] = buf[s + j] * keep[k, j]
         for j in range(m, width):
             out[d, j] = 0
+
+
+def range_max(
+    const double[::1] x, const int64_t[::1] lo, const int64_t[::1] hi,
+    const int64_t[::1] by_hi, double[::1] out,
+):
+    """``out[q] = max(x[lo[q] + 1 .. hi[q]])`` for each query (``lo < hi``), as
+    ``assemble.RangeMax`` gives it; ``by_hi`` lists the queries in order of ``hi``.
+
+    One pass over ``x`` with a stack of the positions whose value exceeds every later
+    one so far: the maximum over ``(lo, hi]`` is at the first of them after ``lo``.
+    ``x`` must hold no NaN (the caller checks).
+    """
+    cdef Py_ssize_t n = x.shape[0], nq = by_hi.shape[0], top = 0, q, t, a, b, mid
+    cdef int64_t p = 0, h
+    cdef int64_t[::1] stack = np.empty(max(n, 1), dtype=np.int64)
+    for t in range(nq):
+        q = by_hi[t]
+        h = hi[q]
+        if lo[q] < 0 or h >= n or lo[q] >= h:
+            raise IndexError(f"query {q}: ({lo[q]}, {h}] is not a range of {n} values")
+        while p <= h:  # push x[0 .. h]
+            while top > 0 and x[stack[top - 1]] <= x[p]:
+                top -= 1
+            stack[top] = p
+            top += 1
+            p += 1
+        a, b = 0, top - 1  # the first stack entry after lo[q] (the last one is h > lo)
+        while a < b:
+            mid = (a + b) // 2
+            if stack[mid] > lo[q]:
+                b = mid
+            else:
+                a = mid + 1
+        out[q] = x[stack[a]]
+    return out

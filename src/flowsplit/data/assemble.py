@@ -41,6 +41,11 @@ from flowsplit.data import protocols as P
 from flowsplit.data import views as V
 from flowsplit.data.packets import Packets
 
+try:  # the compiled range maximum, built by `pip install`; without it a NumPy sparse table
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _K1, _K2, _K3 = (np.uint64(k) for k in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
 _IDX_BITS = 20  # chunk packets are sorted with their index in the low bits of the key
@@ -138,8 +143,18 @@ def _latest_since_previous(pk: Packets, order, gs, ts) -> np.ndarray:
     j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
     j = j[at[order[j]] >= 0]
     latest = ts.copy()
-    latest[j] = RangeMax(pk.ts[rows])(at[order[j - 1]], at[order[j]])
+    latest[j] = range_max(pk.ts[rows], at[order[j - 1]], at[order[j]])
     return latest
+
+
+def range_max(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Maximum of ``x[lo+1 .. hi]`` for each (lo, hi) pair (lo < hi)."""
+    if _kernel is None or np.isnan(x).any():
+        return RangeMax(x)(lo, hi)
+    lo, hi = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi))
+    out = np.empty(len(lo))
+    by_hi = np.argsort(hi, kind="stable")
+    return _kernel.range_max(np.ascontiguousarray(x, dtype=np.float64), lo, hi, by_hi, out)
 
 
 class RangeMax:
