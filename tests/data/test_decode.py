@@ -340,13 +340,13 @@ def _compress(kind: str, data: bytes) -> bytes:
     import gzip
     import lzma
 
-    import zstandard
+    from flowsplit.data.capfile import zstd
 
     if kind == "gz":
         return gzip.compress(data[:500]) + gzip.compress(data[500:])  # two members
     if kind == "xz":
         return lzma.compress(data)
-    return zstandard.ZstdCompressor().compress(data)
+    return zstd.compress(data)
 
 
 @pytest.mark.parametrize("kind", ["gz", "zst", "xz"])
@@ -378,6 +378,42 @@ def test_corrupt_gzip_is_a_file_error_naming_it(tmp_path):
     bad.write_bytes(bytes(data[: len(data) - 8]))
     with pytest.raises(InputError, match="bad.pcap.gz.*gzip"):
         read(bad)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst", "xz"])
+def test_a_compressed_capture_cut_short_is_a_file_error_naming_it(tmp_path, kind):
+    from flowsplit.errors import InputError
+
+    pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * 50)))) for i in range(200)]
+    data = _compress(kind, g.write_pcap(tmp_path / "p.pcap", pkts).read_bytes())
+    bad = tmp_path / f"cut.pcap.{kind}"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"cut\.pcap\..*cut short"):
+        read(bad)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst", "xz"])
+def test_a_member_ending_exactly_at_a_read_step_is_followed_by_the_next(
+    tmp_path, kind, monkeypatch
+):
+    # Prepare: two members (gzip members, zstd frames, xz streams); each read step of the
+    # compressed file ends exactly where the first member ends.
+    from flowsplit.data import capfile
+
+    pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * i)))) for i in range(300)]
+    plain = g.write_pcap(tmp_path / "p.pcap", pkts).read_bytes()
+    first = _compress(kind, plain[:500])
+    packed = tmp_path / f"p.pcap.{kind}"
+    packed.write_bytes(first + _compress(kind, plain[500:]))
+    monkeypatch.setattr(capfile, "_READ", len(first))
+    # Execute
+    got, report = read(packed)
+    want, _ = read(tmp_path / "p.pcap")
+    # Assert: every packet, as from the plain file.
+    assert {k: [f["n"] for f in v] for k, v in got.items()} == {
+        k: [f["n"] for f in v] for k, v in want.items()
+    }
+    assert report.n_packets == 300
 
 
 def test_prepare_finds_compressed_captures_in_folders(tmp_path):

@@ -12,11 +12,16 @@ from __future__ import annotations
 import hashlib
 import lzma
 import os
+import sys
 import zlib
 
-import zstandard
-
 from flowsplit.errors import InputError
+
+# Python 3.14's zstd module; backports.zstd is the same code for older Pythons.
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 COMPRESSION_MAGICS = {
     b"\x1f\x8b": "gzip",
@@ -119,26 +124,27 @@ class DecompressedFile:
             return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         if self.compression == "xz":
             return lzma.LZMADecompressor()
-        return zstandard.ZstdDecompressor().decompressobj()
+        return zstd.ZstdDecompressor()
 
     def _more(self) -> None:
         """Decompress one more step into the window (sets _done at the end)."""
         raw = os.pread(self.fd, _READ, self._file_pos)
         self.hashing.feed(raw, self._file_pos)
         self._file_pos += len(raw)
+        out, data = b"", raw
         try:
-            out = self._decoder.decompress(raw) if raw else b""
-            # Concatenated members (gzip, xz streams, zstd frames): start the next one.
-            unused = getattr(self._decoder, "unused_data", b"")
-            while unused and getattr(self._decoder, "eof", False):
-                self._decoder = self._new_decoder()
-                out += self._decoder.decompress(unused)
-                unused = getattr(self._decoder, "unused_data", b"")
-        except (zlib.error, lzma.LZMAError, zstandard.ZstdError, EOFError) as exc:
+            while data:
+                # Concatenated members (gzip, xz streams, zstd frames): a member that
+                # ended, here or at the end of the last step, is followed by a new one.
+                if self._decoder.eof:
+                    self._decoder = self._new_decoder()
+                out += self._decoder.decompress(data)
+                data = self._decoder.unused_data if self._decoder.eof else b""
+        except (zlib.error, lzma.LZMAError, zstd.ZstdError, EOFError) as exc:
             raise InputError(self.path, f"corrupt {self.compression} data ({exc})") from None
         self._window += out
         if not raw:
-            if not getattr(self._decoder, "eof", True) and self.compression != "zstd":
+            if not self._decoder.eof:
                 raise InputError(self.path, f"{self.compression} data cut short")
             self._done = True
 
