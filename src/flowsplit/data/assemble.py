@@ -154,7 +154,8 @@ def range_max(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     lo, hi = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi))
     out = np.empty(len(lo))
     by_hi = np.argsort(hi, kind="stable")
-    return _kernel.range_max(np.ascontiguousarray(x, dtype=np.float64), lo, hi, by_hi, out)
+    _kernel.range_max(np.ascontiguousarray(x, dtype=np.float64), lo, hi, by_hi, out)
+    return out
 
 
 class RangeMax:
