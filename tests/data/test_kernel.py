@@ -20,6 +20,7 @@ from flowsplit.data import assemble as AS
 from flowsplit.data import packets as PK
 from flowsplit.data import pcap as PC
 from flowsplit.data import protocols as P
+from flowsplit.data import sources as SR
 from flowsplit.data import staging as ST
 from flowsplit.data import views as V
 from flowsplit.data.flows import FlowOptions, iter_flows_many
@@ -53,7 +54,7 @@ def test_kernel_constants_are_the_protocol_modules():
 
 
 # The modules that use the kernel when it is built.
-USERS = (PK, PC, ST, V, AS)
+USERS = (PK, PC, ST, V, AS, SR)
 
 
 @contextlib.contextmanager
@@ -305,3 +306,19 @@ def test_range_max_matches_the_sparse_table():
         got = AS.range_max(x, lo, hi)
         assert np.array_equal(got, AS.RangeMax(x)(lo, hi))
         assert got.tolist() == [x[a + 1 : b + 1].max() for a, b in zip(lo, hi, strict=True)]
+
+
+@needs_kernel
+def test_row_hashes_match_numpy():
+    rng = np.random.default_rng(4)
+    arrays = [
+        rng.integers(0, 256, size=(50, 7, 3), dtype=np.uint8),
+        rng.normal(size=(50, 5)).astype(np.float32),
+        rng.integers(0, 2**63, size=(50, 2), dtype=np.uint64),
+    ]
+    both = []
+    for on in (True, False):
+        with kernel(on):
+            both.append(SR.row_hashes(arrays))
+    assert both[0].tolist() == both[1].tolist()
+    assert len(set(both[0].tolist())) == 50

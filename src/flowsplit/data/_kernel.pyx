@@ -458,3 +458,29 @@ def range_max(
                 a = mid + 1
         out[q] = x[stack[a]]
     return out
+
+
+def add_row_hashes(
+    const uint64_t[:, ::1] words, const uint64_t[::1] k1, const uint64_t[::1] k2,
+    uint64_t[::1] h1, uint64_t[::1] h2,
+):
+    """``h1 += words @ k1`` and ``h2 += (words ^ 0x9E3779B97F4A7C15) @ k2``, modulo 2**64.
+
+    ``sources.row_hashes``'s two linear hashes of each row; integer sums wrap the
+    same way in any order, so this equals NumPy's matmul bit for bit.
+    """
+    cdef Py_ssize_t n = words.shape[0], w = words.shape[1], r, j
+    cdef uint64_t a, b, x
+    cdef uint64_t golden = 0x9E3779B97F4A7C15ULL
+    if k1.shape[0] != w or k2.shape[0] != w or h1.shape[0] != n or h2.shape[0] != n:
+        raise ValueError("add_row_hashes: inconsistent shapes")
+    with nogil:
+        for r in range(n):
+            a = 0
+            b = 0
+            for j in range(w):
+                x = words[r, j]
+                a += x * k1[j]
+                b += (x ^ golden) * k2[j]
+            h1[r] += a
+            h2[r] += b

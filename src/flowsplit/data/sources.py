@@ -12,6 +12,11 @@ from flowsplit.data.capfile import COMPRESSED_SUFFIXES, open_file
 from flowsplit.data.idx import is_idx_file
 from flowsplit.errors import InputError
 
+try:  # the compiled row hashes, built by `pip install`; without them NumPy's matmul
+    from flowsplit.data import _kernel
+except ImportError:
+    _kernel = None
+
 CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp"}
 _CAPTURE_MAGICS = {
     b"\xd4\xc3\xb2\xa1",
@@ -124,6 +129,9 @@ def row_hashes(arrays: list[np.ndarray]) -> np.ndarray:
             k = rng.integers(1, 2**63, size=(2, words.shape[1]), dtype=np.uint64) | np.uint64(1)
             _HASH_KEYS[key] = (k[0], k[1])
         k1, k2 = _HASH_KEYS[key]
+        if _kernel is not None:  # the same sums in one compiled pass
+            _kernel.add_row_hashes(np.ascontiguousarray(words), k1, k2, h1, h2)
+            continue
         with np.errstate(over="ignore"):
             # integer matmul wraps modulo 2**64, which is the hash we want
             h1 += words @ k1
