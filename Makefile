@@ -56,13 +56,18 @@ lint: $(STAMP)
 
 # The ten slowest tests are listed at the end, so a test that grows shows in every run.
 # Extra pytest options: make test PYTEST_ARGS="-x -k dask".
+# The tests run on PYTEST_WORKERS pytest-xdist processes (auto: one per core), a test
+# file at a time (--dist loadfile), so a module's fixtures are built once; each test
+# gets its own tmp_path and free ports. PYTEST_WORKERS=0 runs them in this one process.
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile
 pytest: $(STAMP)
-	$(PY) -m pytest -q --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 # Everything but the tests marked `slow` (multi-process runs, the browser checks).
 pytest-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 test: lint pytest
 
