@@ -353,12 +353,14 @@ def combine(paths: list[Path]) -> dict:
         first = parts[0][1]
         settings = {k: v for k, v in first["config"].items() if k != "seeds"}
         pred = {tuple(c["cuts"]): c["predicted_val_accuracy"] for c in first["cuts"]}
+        pilot = {tuple(c["cuts"]): c.get("pilot_val_accuracy") for c in first["cuts"]}
         for p, part in parts[1:]:
             other = {k: v for k, v in part["config"].items() if k != "seeds"}
-            if other != settings:
-                diff = sorted(
-                    k for k in settings.keys() | other.keys() if settings.get(k) != other.get(k)
-                )
+            # A setting one file lacks (a newer option) counts as None, its default.
+            diff = sorted(
+                k for k in settings.keys() | other.keys() if settings.get(k) != other.get(k)
+            )
+            if diff:
                 raise SystemExit(
                     f"planner_accuracy --combine: {p}: {name} settings differ ({diff})"
                 )
@@ -402,6 +404,7 @@ def combine(paths: list[Path]) -> dict:
                     "predicted_val_accuracy": pred[c],
                     "realised_val_accuracy": realised[c],
                     "test_accuracy_mean": float(np.mean(schemes[f"cut-{c[0]},{c[1]}"]["accuracy"])),
+                    "pilot_val_accuracy": pilot[c],
                 }
                 for c in legal
             ],
