@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 # Extras `make install`/`test`/`demo` install (dev: the linters and test tools); a
-# lighter venv without them: make install EXTRAS=dpi (only NFStream, 1 MB)
+# lighter venv without them: make install EXTRAS=dpi (only NFStream and its small deps)
 EXTRAS ?= dev
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
