@@ -18,6 +18,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 # No bytecode compiled at install (330 MB for every module of every package): Python
 # writes it at first import for the modules actually used (about 100 MB).
 PIP_INSTALL := $(PIP) install -q --no-compile
+# ...which an environment with PYTHONDONTWRITEBYTECODE set forbids: then every process
+# (each test's workers, each demo run) compiles torch's modules again, about 4 CPU-s a
+# start. Our targets let Python keep its bytecode cache.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: demo test test-fast lint pytest pytest-fast bench install clean demo-capture
 
