@@ -43,6 +43,7 @@ from flowsplit.errors import FlowsplitError
 from flowsplit.experiments.hostload import die_with_parent
 from flowsplit.train.__main__ import main as rank_main
 from flowsplit.train.commands import add_train_arguments, cmd_train
+from flowsplit.train.launch import environ
 
 POLL_S = 0.5
 """How often the parent checks, while a cell runs, that its pool's processes are alive."""
@@ -60,22 +61,6 @@ def thread_env(threads: int) -> dict[str, str]:
     """The thread counts a cell's processes start with, as a subprocess cell's."""
     t = str(threads)
     return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t}
-
-
-@contextlib.contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables while processes are started (they inherit them; OpenMP
-    reads its thread count when torch loads, before any code could set it)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

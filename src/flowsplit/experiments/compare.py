@@ -34,7 +34,7 @@ from tqdm import tqdm
 from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.allreduce import run_allreduce_benchmark
-from flowsplit.experiments.cellpool import CellPools, environ, output_to, thread_env
+from flowsplit.experiments.cellpool import CellPools, output_to, thread_env
 from flowsplit.experiments.compare_report import render_report, write_workloads
 from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
 from flowsplit.experiments.hostload import (
@@ -45,6 +45,7 @@ from flowsplit.experiments.hostload import (
 )
 from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
+from flowsplit.train.launch import environ
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +94,9 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
     run = cell_dir(cfg.out, cell)
     run.parent.mkdir(parents=True, exist_ok=True)
     log_path = _log_path(cfg, cell)
-    threads = str(cfg.threads)
     env = {
         **os.environ,
-        "OMP_NUM_THREADS": threads,
-        "MKL_NUM_THREADS": threads,
-        "OPENBLAS_NUM_THREADS": threads,
+        **thread_env(cfg.threads),
         "PYTHONUNBUFFERED": "1",
     }
     with open(log_path, "w", encoding="utf-8") as fh:

@@ -36,8 +36,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration (inherited by spawned children)."""
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration: processes started meanwhile inherit
+    them (OpenMP reads its thread count when torch loads, before any code could set it)."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -150,7 +151,7 @@ def launch_local(
     # torch logs "Terminating process N via signal SIGTERM" for each worker it stops after
     # one failed: a line before ours that says less; the error below names what happened.
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
-    with _environ(env), _log_level(spawn_log, logging.ERROR):
+    with environ(env), _log_level(spawn_log, logging.ERROR):
         slots = None
         if heartbeat_s is not None:
             # Shared doubles without a lock (one writer per slot): no semaphore to leak.
