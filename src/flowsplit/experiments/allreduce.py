@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import statistics
 import tempfile
 import time
@@ -22,13 +21,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from flowsplit.train.launch import free_port
+
 DEFAULT_SIZES = (4, 64, 1024, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _iterations_for(n_bytes: int) -> int:
@@ -93,7 +88,7 @@ def run_allreduce_benchmark(
         out = os.path.join(tmp, "allreduce.json")
         mp.spawn(
             _worker,
-            args=(n_workers, _free_port(), backend, sizes, repeats, threads_per_worker, out),
+            args=(n_workers, free_port(), backend, sizes, repeats, threads_per_worker, out),
             nprocs=n_workers,
             join=True,
         )

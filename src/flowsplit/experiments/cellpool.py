@@ -29,7 +29,6 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
-import socket
 import sys
 import threading
 import time
@@ -43,18 +42,11 @@ from flowsplit.errors import FlowsplitError
 from flowsplit.experiments.hostload import die_with_parent
 from flowsplit.train.__main__ import main as rank_main
 from flowsplit.train.commands import add_train_arguments, cmd_train
-from flowsplit.train.launch import environ
+from flowsplit.train.launch import environ, free_port
 
 POLL_S = 0.5
 """How often the parent checks, while a cell runs, that its pool's processes are alive."""
 CLOSE_WAIT_S = 10.0
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -161,7 +153,7 @@ class _Pool:
 
     def run(self, argv: list[str], log_path: Path, timeout_s: float | None) -> tuple[bool, str]:
         """Run one cell on every rank; (ok, why not)."""
-        port = _free_port(self.master_addr)
+        port = free_port(self.master_addr)
         for q in self.jobs:
             q.put((list(argv), port, str(log_path)))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
