@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from flowsplit.experiments.layout import PLAIN_HOOK
 from flowsplit.experiments.scaling import (
     NETWORK_PRESETS,
     Network,
@@ -33,6 +34,7 @@ from flowsplit.experiments.stats import (
     compare_paired,
     mcnemar_test,
     mean_ci,
+    ratio_ci,
     speedup_ci,
 )
 
@@ -412,6 +414,66 @@ def analyse(
         "models": models,
         "baselines": baselines,
     }
+
+
+def _per_epoch(run: Mapping, key: str) -> float:
+    """A run's total ``key`` (bytes, seconds over all epochs) per epoch run."""
+    epochs = run["epochs_run"]
+    value = run.get(key, math.nan)
+    return float(value) / epochs if epochs and _finite(value) else math.nan
+
+
+def compare_hooks(records: Sequence[Mapping], *, margin: float, alpha: float) -> dict:
+    """Each DDP communication hook against the plain all-reduce (``none``) of the same
+    model, worker count and seed: per ``model -> workers -> hook``, epoch time,
+    all-reduce bytes and exposed communication per epoch, accuracy and macro-F1 (means
+    with 95 % CIs), and for a hook its paired differences from the plain runs
+    (:func:`compare_paired`, TOST at ``margin``) and its epoch-time ratio hook / plain.
+    Only model and worker counts with some hooked run appear; times come from the
+    undisturbed runs when there are any (:func:`timing_runs`)."""
+    out: dict = {}
+    multi = [r for r in records if r["workers"] > 1]
+    for (model, n), runs in sorted(_by(multi, "model", "workers").items()):
+        by_hook = _by(runs, "comm_hook")
+        if set(by_hook) <= {PLAIN_HOOK}:
+            continue
+        plain = by_hook.get(PLAIN_HOOK, [])
+        entry: dict = {}
+        for hook in [PLAIN_HOOK, *sorted(h for h in by_hook if h != PLAIN_HOOK)]:
+            group = by_hook.get(hook, [])
+            timed, flagged = timing_runs(group)
+            row: dict = {
+                "n_runs": len(group),
+                "seeds": sorted(r["seed"] for r in group),
+                "timing_contended": flagged,
+                "n_contended": sum(1 for r in group if r["contended"]),
+                "epoch_time_s": mean_ci([r["epoch_time_s"] for r in timed]).as_dict(),
+                "comm_bytes_per_epoch": mean_ci(
+                    [_per_epoch(r, "comm_bytes") for r in group]
+                ).as_dict(),
+                "comm_time_per_epoch_s": mean_ci(
+                    [_per_epoch(r, "comm_time_s") for r in timed]
+                ).as_dict(),
+                "exposed_comm_per_epoch_s": mean_ci(
+                    [_per_epoch(r, "exposed_comm_s") for r in timed]
+                ).as_dict(),
+                "epochs_run": mean_ci([r["epochs_run"] for r in group]).as_dict(),
+            }
+            for key in ("accuracy", "macro_f1"):
+                row[key] = mean_ci([r[key] for r in group], bounds=SCORE_BOUNDS).as_dict()
+            if hook != PLAIN_HOOK and plain:
+                vs: dict = {}
+                for key in ("accuracy", "macro_f1"):
+                    seeds, a, b = _paired(plain, group, key)
+                    vs[key] = compare_paired(a, b, margin=margin, alpha=alpha).as_dict()
+                p_timed = timing_runs(plain)[0]
+                seeds, t_plain, t_hook = _paired(p_timed, timed, "epoch_time_s")
+                vs["seeds"] = seeds
+                vs["epoch_time_ratio"] = ratio_ci(t_hook, t_plain).as_dict()
+                row["vs_plain"] = vs
+            entry[hook] = row
+        out.setdefault(model, {})[str(n)] = entry
+    return out
 
 
 def _pts_ci(iv: Mapping | None, label: str) -> str:

@@ -40,6 +40,7 @@ COMPARE_OPTIONS = {
     "models": cli(parse=csv_tuple, help="Models, comma-separated."),
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
     "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
+    "comm_hooks": cli(parse=csv_tuple, metavar="HOOK,HOOK,..."),
     "epochs": cli(help="Maximum epochs of the neural models (default: train's; --quick: 2)."),
     "rounds": cli(
         flag="--boost-rounds",

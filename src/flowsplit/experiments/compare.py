@@ -43,7 +43,7 @@ from flowsplit.experiments.hostload import (
     die_with_parent,
     wait_for_quiet,
 )
-from flowsplit.experiments.layout import Cell, cell_dir, plan_cells
+from flowsplit.experiments.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
 from flowsplit.train.launch import environ
 
@@ -86,6 +86,8 @@ def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
         cmd += ["--boost-rounds", str(cfg.rounds)]
     if cfg.patience is not None:
         cmd += ["--patience", str(cfg.patience)]
+    if cell.hook != PLAIN_HOOK:
+        cmd += ["--comm-hook", cell.hook]
     return cmd + list(cfg.train_args)
 
 
@@ -203,7 +205,8 @@ def _gives_scheduler(cfg: CompareConfig) -> bool:
 
 
 def _log_path(cfg: CompareConfig, cell: Cell) -> Path:
-    path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}-seed{cell.seed}.log"
+    hook = "" if cell.hook == PLAIN_HOOK else f"-{cell.hook}"
+    path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}{hook}-seed{cell.seed}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -266,7 +269,7 @@ def run_cells(
     progress: bool = True,
 ) -> dict:
     """Run every unfinished cell; return counts of done, skipped and failed cells."""
-    cells = plan_cells(cfg.models, cfg.workers, cfg.seeds)
+    cells = plan_cells(cfg.models, cfg.workers, cfg.seeds, cfg.comm_hooks)
     failures: dict[str, str] = {}
     n_skipped = 0
     limit = CONTENDED_SHARE if cfg.max_foreign is None else cfg.max_foreign
@@ -338,6 +341,7 @@ def run_compare(
     models: Sequence[str] = ALL_MODELS,
     workers: Sequence[int] = (1, 2, 4),
     seeds: int | Sequence[int] = 5,
+    comm_hooks: Sequence[str] = (PLAIN_HOOK,),
     epochs: int | None = None,
     quick: bool = False,
     rounds: int | None = None,
@@ -357,7 +361,9 @@ def run_compare(
 ) -> Path:
     """Run (or resume) the study and write its report; return the path of ``report.html``.
 
-    ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds. Finished cells are skipped;
+    ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds; ``comm_hooks`` the DDP
+    communication hooks of the multi-worker neural cells (the plain all-reduce, ``none``,
+    always runs: each hook is compared with it, seed by seed). Finished cells are skipped;
     failed ones are retried on the next call and listed in the report meanwhile.
     ``run_cell_fn`` (tests) replaces the runner: by default :class:`PooledCells`, or
     :func:`run_cell_subprocess` with ``fresh_process``.
@@ -369,6 +375,7 @@ def run_compare(
         models=list(models),
         workers=list(workers),
         seeds=seed_list,
+        comm_hooks=list(comm_hooks),
         epochs=epochs,
         rounds=rounds,
         threads=threads,

@@ -23,9 +23,9 @@ import numpy as np
 from flowsplit import __version__
 from flowsplit.data.store import atomic_write_json, atomic_write_text, load_dataset
 from flowsplit.errors import InputError
-from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, headline
+from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
 from flowsplit.experiments.compare_html import render_html, render_markdown
-from flowsplit.experiments.layout import cell_dir, plan_cells
+from flowsplit.experiments.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
 from flowsplit.experiments.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
@@ -42,7 +42,11 @@ def write_workloads(out: Path, dataset) -> None:
     cfg = _read_study(out)["config"]
     result = {}
     for model in cfg["models"]:
-        recs = [r for r in _records(out, cfg, cores=0) if r["model"] == model]
+        recs = [
+            r
+            for r in _records(out, cfg, cores=0)
+            if r["model"] == model and r["comm_hook"] == PLAIN_HOOK
+        ]
         wl = workload_from_records(recs, dataset)
         if wl is not None:
             result[model] = wl.as_dict()
@@ -79,7 +83,8 @@ def _read_study(out: Path) -> dict:
 
 def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
     recs = []
-    for cell in plan_cells(cfg["models"], cfg["workers"], cfg["seeds"]):
+    hooks = cfg.get("comm_hooks") or [PLAIN_HOOK]  # a study made before hooks: none
+    for cell in plan_cells(cfg["models"], cfg["workers"], cfg["seeds"], hooks):
         rec = read_record(cell_dir(out, cell), cores=cores)
         if rec is not None:
             recs.append(rec)
@@ -111,20 +116,21 @@ def build_results(out: str | Path) -> dict:
     workloads = {
         m: Workload(**d) for m, d in (_read_json(wl_path) if wl_path.is_file() else {}).items()
     }
+    # The study's main comparison (and the scaling fit) is of the plain all-reduce; the
+    # communication hooks are compared with it on their own.
+    plain = [r for r in records if r["comm_hook"] == PLAIN_HOOK]
     analysis = analyse(
-        records,
+        plain,
         workloads=workloads,
         host=host,
         cores=cores,
         margin=cfg["margin"],
         alpha=cfg["alpha"],
     )
+    analysis["comm_hooks"] = compare_hooks(records, margin=cfg["margin"], alpha=cfg["alpha"])
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
-    failures = {
-        k: v
-        for k, v in status.get("failures", {}).items()
-        if not any(f"{r['model']}/w{r['workers']}/seed{r['seed']}" == k for r in records)
-    }
+    done = {cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"]) for r in records}
+    failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
     env = next((r["env"] for r in records if r["env"]), {})
     return {
         "flowsplit_version": __version__,
@@ -145,12 +151,12 @@ def build_results(out: str | Path) -> dict:
         },
         "networks": {k: v.__dict__ for k, v in NETWORK_PRESETS.items()},
         "analysis": analysis,
-        "per_class_f1": per_class_f1(records),
+        "per_class_f1": per_class_f1(plain),
         "summary": summary_lines(analysis, cfg, cores, failures),
         "failures": failures,
         "cells": [{k: r[k] for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
         "env": env,
-        "_records": records,  # dropped before writing; the renderer needs predictions
+        "_records": plain,  # dropped before writing; the renderer needs predictions
     }
 
 
@@ -180,6 +186,7 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
         line = headline(model, entry, cfg["margin"])
         if line:
             lines.append(line)
+    lines += hook_lines(analysis.get("comm_hooks") or {})
     over = sorted(
         {int(n) for e in models.values() for n, g in e["by_workers"].items() if g["oversubscribed"]}
     )
@@ -257,6 +264,43 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             + ", ".join(sorted(failures))
             + "."
         )
+    return lines
+
+
+def hook_lines(comm_hooks: dict) -> list[str]:
+    """One sentence per communication hook: its time and bytes against the plain
+    all-reduce, and its paired score differences with their verdicts."""
+    lines = []
+    for model, by_n in comm_hooks.items():
+        for n, by_hook in by_n.items():
+            plain = by_hook.get(PLAIN_HOOK)
+            for hook, g in by_hook.items():
+                vs = g.get("vs_plain")
+                if not vs or plain is None:
+                    continue
+                ratio = vs["epoch_time_ratio"]["mean"]
+                b_hook = g["comm_bytes_per_epoch"]["mean"]
+                b_plain = plain["comm_bytes_per_epoch"]["mean"]
+                parts = [
+                    f"epoch time {ratio:.2f}x the plain all-reduce's"
+                    + (" (contended timings)" if g["timing_contended"] else ""),
+                    f"{100 * b_hook / b_plain:.0f} % of its all-reduce bytes"
+                    if b_plain > 0
+                    else "bytes not measured",
+                ]
+                for key, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
+                    c = vs[key]
+                    iv = c.get("diff_tost") or c["diff"]
+                    ci = (
+                        ""
+                        if iv["low"] is None or math.isnan(iv["low"])
+                        else f" ({100 * iv['low']:+.2f} to {100 * iv['high']:+.2f})"
+                    )
+                    parts.append(f"{label} {100 * c['diff']['mean']:+.2f} pt{ci}: {c['verdict']}")
+                lines.append(
+                    f"{model}, {n} workers, comm hook {hook} against plain all-reduce over "
+                    f"{len(vs['seeds']) or c['n']} paired seed(s): " + "; ".join(parts) + "."
+                )
     return lines
 
 

@@ -288,3 +288,58 @@ def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:
             for row in rows:
                 row[key] = by_n[n].get(row["class"], math.nan)
     return rows, cols
+
+
+def _mb(d: dict | None) -> float:
+    return d["mean"] / 1e6 if d else math.nan
+
+
+def hook_rows(analysis: dict) -> list[dict]:
+    """One row per model, worker count and communication hook: time, bytes, exposed
+    communication and scores, and a hook's paired differences from the plain all-reduce
+    of the same seeds (``analysis["comm_hooks"]``, empty for a study without hooks)."""
+    rows = []
+    for model, by_n in (analysis.get("comm_hooks") or {}).items():
+        for n, by_hook in by_n.items():
+            for hook, g in by_hook.items():
+                vs = g.get("vs_plain")
+                row = {
+                    "model": model,
+                    "workers": n,
+                    "hook": hook + (" (reference)" if vs is None else ""),
+                    "seeds": ", ".join(map(str, g["seeds"])),
+                    "epoch": _ci(g["epoch_time_s"], 1, 3)
+                    + (" (contended)" if g["timing_contended"] else ""),
+                    "ratio": vs["epoch_time_ratio"]["mean"] if vs else math.nan,
+                    "mb": _mb(g["comm_bytes_per_epoch"]),
+                    "comm": g["comm_time_per_epoch_s"]["mean"],
+                    "exposed": g["exposed_comm_per_epoch_s"]["mean"],
+                    "acc": _score_ci(g["accuracy"]),
+                    "f1": _score_ci(g["macro_f1"]),
+                }
+                if vs:
+                    for key, short in (("accuracy", "acc"), ("macro_f1", "f1")):
+                        c = vs[key]
+                        row[f"d_{short}"] = _ci(c.get("diff_tost") or c["diff"], 100, 2)
+                        row[f"v_{short}"] = c["verdict"]
+                rows.append(row)
+    return rows
+
+
+HOOK_COLS = [
+    Column("model", "model"),
+    Column("workers", "workers"),
+    Column("hook", "comm hook"),
+    Column("seeds", "seeds"),
+    Column("epoch", "time per epoch, s (95 % CI)"),
+    Column("ratio", "epoch time / plain", fmt_float(2), "right"),
+    Column("mb", "all-reduce MB per epoch (rank 0)", fmt_float(2), "right"),
+    Column("comm", "all-reduce s per epoch", fmt_float(3), "right"),
+    Column("exposed", "exposed comm s per epoch", fmt_float(3), "right"),
+    Column("acc", "accuracy %"),
+    Column("d_acc", "accuracy - plain, pt (1-2α CI)"),
+    Column("v_acc", "accuracy vs plain"),
+    Column("f1", "macro-F1 %"),
+    Column("d_f1", "macro-F1 - plain, pt (1-2α CI)"),
+    Column("v_f1", "macro-F1 vs plain"),
+]

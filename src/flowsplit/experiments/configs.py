@@ -14,6 +14,7 @@ from pathlib import Path
 from flowsplit.errors import ConfigError
 from flowsplit.planner import study_config
 from flowsplit.planner.study_config import StudyConfig
+from flowsplit.train.config import COMM_HOOKS
 
 ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
 QUICK_EPOCHS = 2
@@ -36,6 +37,10 @@ class CompareConfig:
     """Worker counts; 1 (centralised, the reference) is always added."""
     seeds: list[int] = field(default_factory=lambda: list(range(5)))
     """Seeds of every (model, workers) cell."""
+    comm_hooks: list[str] = field(default_factory=lambda: ["none"])
+    """DDP communication hooks (``flowsplit train --comm-hook``) of every multi-worker neural
+    cell: none (the plain float32 all-reduce, always run: the others are paired with it by
+    seed), fp16, bf16, powersgd. Centralised and XGBoost cells have no hook."""
     epochs: int | None = None
     """Maximum epochs of the neural models (None: the engine's default; quick: 2)."""
     rounds: int | None = None
@@ -73,6 +78,7 @@ class CompareConfig:
         self.workers = sorted({1, *(int(w) for w in self.workers)})
         self.seeds = sorted({int(s) for s in self.seeds})
         self.models = list(dict.fromkeys(self.models))
+        self.comm_hooks = ["none", *(h for h in dict.fromkeys(self.comm_hooks) if h != "none")]
         if self.quick:
             self.epochs = self.epochs or QUICK_EPOCHS
             self.rounds = self.rounds or QUICK_ROUNDS
@@ -86,6 +92,15 @@ class CompareConfig:
             raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
         if not 0 < self.alpha < 0.5:
             raise ConfigError(f"--alpha must be in (0, 0.5); got {self.alpha}")
+        bad_hooks = [h for h in self.comm_hooks if h not in COMM_HOOKS]
+        if bad_hooks:
+            raise ConfigError(
+                f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
+            )
+        if len(self.comm_hooks) > 1 and any(a.startswith("--comm-hook") for a in self.train_args):
+            raise ConfigError(
+                "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
+            )
         unknown = [m for m in self.models if m not in ALL_MODELS]
         if unknown:
             raise ConfigError(

@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from flowsplit.errors import InputError
+from flowsplit.experiments.layout import PLAIN_HOOK
 from flowsplit.experiments.scaling import Workload
 from flowsplit.models.registry import build_model, model_options
 from flowsplit.train.result import METRICS_NAME, RunResult, read_result
@@ -45,6 +46,7 @@ CSV_COLUMNS = (
     "workers",
     "threads_per_worker",
     "seed",
+    "comm_hook",
     "oversubscribed",
     "epochs_run",
     "epoch_time_s",
@@ -54,6 +56,7 @@ CSV_COLUMNS = (
     "comm_time_s",
     "comm_share",
     "comm_bytes",
+    "exposed_comm_s",
     "data_time_s",
     "peak_rss_mb",
     "accuracy",
@@ -76,6 +79,8 @@ class RunRecord(TypedDict):
     workers: int
     threads_per_worker: int
     seed: int
+    comm_hook: str
+    """How DDP all-reduced gradients (``none``: plain float32; also every run without DDP)."""
     oversubscribed: bool
     epochs_run: int
     epoch_time_s: float
@@ -88,6 +93,8 @@ class RunRecord(TypedDict):
     comm_share: float
     """comm_time_s / train_time_s (NaN without training time)."""
     comm_bytes: int
+    exposed_comm_s: float
+    """All-reduce time not hidden behind backward, all epochs (NaN: not measured)."""
     data_time_s: float
     peak_rss_mb: float
     """Largest peak resident memory over the workers (NaN when none was measured)."""
@@ -154,6 +161,7 @@ def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRec
         "workers": r.workers,
         "threads_per_worker": r.threads_per_worker,
         "seed": r.seed,
+        "comm_hook": r.comm_hook or PLAIN_HOOK,
         "oversubscribed": is_oversubscribed(r.workers, r.threads_per_worker, cores),
         "epochs_run": int(r.epochs_run),
         "epoch_time_s": typical_epoch_time(epochs),
@@ -163,6 +171,7 @@ def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRec
         "comm_time_s": comm,
         "comm_share": comm / train_time if train_time > 0 else math.nan,
         "comm_bytes": int(r.comm_bytes),
+        "exposed_comm_s": math.nan if r.exposed_comm_s is None else float(r.exposed_comm_s),
         "data_time_s": float(r.data_time_s),
         "peak_rss_mb": max(r.peak_rss_mb) if r.peak_rss_mb else math.nan,
         "accuracy": float(r.accuracy),
