@@ -142,10 +142,12 @@ def run_dpkt(paths: list[Path]) -> dict:
     return {"n_flows": n_flows}
 
 
-def _our_flows(paths: list[Path], tunnels: str) -> dict[int, collections.Counter]:
+def _our_flows(
+    paths: list[Path], tunnels: str, reassemble: bool = True
+) -> dict[int, collections.Counter]:
     """Per file: Counter of (5-tuple key, packets) of flowsplit's flows."""
     ours: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-    opts = FlowOptions(views=("seq",), seq_len=1, tunnels=tunnels)
+    opts = FlowOptions(views=("seq",), seq_len=1, tunnels=tunnels, reassemble=reassemble)
     for b in iter_flows_many(paths, opts, ReadReport(), on_error="skip"):
         rows = zip(
             b.source.tolist(),
@@ -329,6 +331,53 @@ def _packet_causes(path: Path, keys: set, tunnels: str) -> dict[tuple, list[str]
     return out
 
 
+# The rule of flowsplit behind each reason or packet cause of disagreement (README,
+# "Prepare a dataset"). Each is kept on purpose: flowsplit does what the standards, a
+# receiving stack (Linux) and Zeek do, where NFStream (nDPI's reader) does otherwise.
+RULES = {
+    # VXLAN, Geneve, GRE: flowsplit classifies the inner flows (--tunnels outer: NFStream's).
+    "tunnel_outer_flow": "tunnel_opened",
+    # NFStream holds its clock at the latest timestamp: after a step back its flows run on
+    # through real idle gaps (and past its own active timeout); flowsplit times each flow
+    # on its own timestamps.
+    "clock_goes_back": "flows_timed_on_own_gaps",
+    # A fuzzed ethertype: nDPI reads an IP header after any ethertype; flowsplit does not.
+    "nfstream_only_ip_after_non_ip_ethertype": "non_ip_ethertype_not_read_as_ip",
+    # Data offset < 5 or past the IP length: a receiving stack drops the segment, Zeek does
+    # not count it (bad_TCP_header_len), Wireshark stops dissecting; skipped, counted.
+    "nfstream_only_tcp_data_offset_below_5": "invalid_tcp_header_skipped",
+    "nfstream_only_tcp_header_beyond_ip_length": "invalid_tcp_header_skipped",
+    # Fewer than 20 bytes of TCP header: NFStream makes a flow with ports 0.
+    "nfstream_only_truncated_tcp_header": "truncated_tcp_header_skipped",
+    "nfstream_only_ipv4_header_length_below_5": "invalid_ipv4_header_skipped",
+    # Total length 0 is segmentation offload in the capture (Zeek: ip_hdr_len_zero, read
+    # with the captured length); NFStream drops the packet.
+    "flowsplit_only_ipv4_total_length_0": "ipv4_total_length_0_read_as_offload",
+    # NFStream counts fragments past the first as packets of a flow with ports 0.
+    "nfstream_only_ip_fragment": "fragments_reassembled",
+    # The reader skips a record it finds corrupt (here: a capture length of 524,501 bytes,
+    # past libpcap's 262,144 and the record's own wire length) and resumes after it.
+    "nfstream_only_record_not_read_by_flowsplit": "corrupt_record_skipped",
+}
+
+
+def _rule(reason: str, causes: list[str] | None) -> str:
+    """The rule of :data:`RULES` behind one disagreeing flow (``unexplained``: none)."""
+    if reason in RULES:
+        return RULES[reason]
+    if not causes:
+        return "unexplained"
+    return "+".join(sorted({RULES.get(c, "unexplained") for c in causes}))
+
+
+def _packet_totals(flows: collections.Counter) -> collections.Counter:
+    """Packets per 5-tuple over all of a file's flows of it."""
+    out: collections.Counter = collections.Counter()
+    for (k, n), m in flows.items():
+        out[k] += n * m
+    return out
+
+
 def _address(hi, lo) -> str:
     a = ipaddress.IPv6Address((int(hi) << 64) | int(lo))
     return str(a.ipv4_mapped or a)
@@ -370,14 +419,33 @@ def agreement(paths: list[Path]) -> dict:
     non-IP ethertype (fuzzed frames), keeps TCP headers with a data offset below 5 or
     past the IP length and IPv4 headers shorter than 20 bytes (as flows with the
     ports it finds there, or 0), and drops IPv4 packets of total length 0 (segmentation
-    offload), which flowsplit keeps. ``disagreeing_flows`` lists every flow not
-    matched, with its reason, packet causes and flowsplit's packet counts for the
-    5-tuple.
+    offload), which flowsplit keeps. ``disagree_by_rule`` names the rule of flowsplit's
+    behind each disagreement (:data:`RULES`); ``disagree_unexplained`` counts those
+    with none (a flowsplit fault to look at). ``disagreeing_flows`` lists every flow
+    not matched, with its reason, packet causes, rule and flowsplit's packet counts for
+    the 5-tuple.
+
+    ``fragmented_flows`` and ``tunnelled_flows``: the same agreement on two subsets of
+    NFStream's flows, those whose 5-tuple flowsplit gives other packets without
+    reassembly (or whose fragments NFStream counts in a flow of their own), and those
+    there in one tunnel mode of flowsplit's and not the other (a tunnel's inner flows,
+    or its own flow).
     """
     nfs, failed = _nfstream_flows(paths)
     back = _clock_jumps_back(paths)
     ours = {m: _our_flows(paths, m) for m in ("inner", "outer")}
     hits = {m: _match(nfs, ours[m]) for m in ours}
+    # Fragmented flows: their packets change when fragments are not reassembled;
+    # tunnelled flows: there in one tunnel mode and not in the other (inner flows of a
+    # tunnel, or a tunnel's own flow).
+    plain = _our_flows(paths, "inner", reassemble=False)
+    fragmented, tunnelled = {}, {}
+    for s in nfs:
+        inner = _packet_totals(ours["inner"].get(s, collections.Counter()))
+        without = _packet_totals(plain.get(s, collections.Counter()))
+        fragmented[s] = {k for k in inner.keys() | without.keys() if inner[k] != without[k]}
+        outer = _packet_totals(ours["outer"].get(s, collections.Counter()))
+        tunnelled[s] = inner.keys() ^ outer.keys()
 
     def malformed(s: int) -> bool:
         name = paths[s].name
@@ -432,6 +500,25 @@ def agreement(paths: list[Path]) -> dict:
             },
         }
 
+    best = {s: "outer" if sum(hits["outer"][s]) > sum(hits["inner"][s]) else "inner" for s in nfs}
+
+    def subset(keys: dict[int, set]) -> dict:
+        total = agree = as_nfstream = 0
+        for s, flows in nfs.items():
+            for (k, _), hit, hit_best in zip(
+                flows, hits["inner"][s], hits[best[s]][s], strict=True
+            ):
+                if k in keys[s]:
+                    total, agree, as_nfstream = total + 1, agree + hit, as_nfstream + hit_best
+        return {
+            "nfstream_tcp_udp_flows": total,
+            "agree": agree,
+            "agree_fraction": agree / max(total, 1),
+            "agree_tunnels_as_nfstream": as_nfstream,
+            "agree_fraction_tunnels_as_nfstream": as_nfstream / max(total, 1),
+            "files": sorted(paths[s].name for s in nfs if keys[s] & {k for k, _ in nfs[s]}),
+        }
+
     missed: list[tuple[int, tuple, int, str]] = []
     out = summary(dict.fromkeys(nfs, "inner"), missed)
     # Packet by packet, for the flows told apart by what was decoded.
@@ -441,11 +528,13 @@ def agreement(paths: list[Path]) -> dict:
             decoded[s].add(k)
     causes = {s: _packet_causes(paths[s], keys, "inner") for s, keys in decoded.items()}
     by_cause: collections.Counter = collections.Counter()
+    by_rule: collections.Counter = collections.Counter()
     listing = []
     for s, k, n, why in missed:
         cause = causes.get(s, {}).get(k)
         if cause is not None:
             by_cause["+".join(cause)] += 1
+        by_rule[_rule(why, cause)] += 1
         listing.append(
             {
                 "file": paths[s].name,
@@ -456,12 +545,18 @@ def agreement(paths: list[Path]) -> dict:
                 ),
                 "reason": why,
                 **({"packet_causes": cause} if cause is not None else {}),
+                "rule": _rule(why, cause),
             }
         )
     out["disagree_by_packet_cause"] = dict(by_cause.most_common())
+    out["disagree_by_rule"] = dict(by_rule.most_common())
+    out["disagree_unexplained"] = sum(n for r, n in by_rule.items() if "unexplained" in r)
+    for s, by_key in causes.items():  # NFStream's flows of fragments it did not reassemble
+        fragmented[s] |= {k for k, c in by_key.items() if "nfstream_only_ip_fragment" in c}
+    out["fragmented_flows"] = subset(fragmented)
+    out["tunnelled_flows"] = subset(tunnelled)
     out["disagreeing_flows"] = listing
     out["tunnels_outer"] = summary(dict.fromkeys(nfs, "outer"))
-    best = {s: "outer" if sum(hits["outer"][s]) > sum(hits["inner"][s]) else "inner" for s in nfs}
     out["tunnels_as_nfstream"] = {
         **summary(best),
         "files_compared_outer": sorted(paths[s].name for s, m in best.items() if m == "outer"),
@@ -663,6 +758,18 @@ def _print_agreement(agree: dict) -> None:
             f"without malformed files); {a['disagree_by_reason']}"
         )
     print("flows told apart by decoding, by packet cause:", agree["disagree_by_packet_cause"])
+    print(
+        "disagreements by flowsplit rule:",
+        agree["disagree_by_rule"],
+        f"(unexplained: {agree['disagree_unexplained']})",
+    )
+    for label in ("fragmented_flows", "tunnelled_flows"):
+        a = agree[label]
+        print(
+            f"agreement on {label.replace('_', ' '):17s} {a['agree']:,}/"
+            f"{a['nfstream_tcp_udp_flows']:,} = {a['agree_fraction']:.2%} (tunnels as NFStream "
+            f"{a['agree_fraction_tunnels_as_nfstream']:.2%}; {len(a['files'])} files)"
+        )
 
 
 def main(argv=None) -> int:
