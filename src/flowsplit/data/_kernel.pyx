@@ -16,6 +16,7 @@ repeated here as C constants, and :data:`CONSTANTS` exports them so that a test
 checks they agree.
 """
 
+from libc.math cimport INFINITY, NAN
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
@@ -484,3 +485,256 @@ def add_row_hashes(
                 b += (x ^ golden) * k2[j]
             h1[r] += a
             h2[r] += b
+
+
+# The accumulator columns of views.ACC_COLS, in order (a test checks they agree).
+ACC_COLS = (
+    "n_fwd", "n_bwd", "bytes_fwd", "bytes_bwd", "sq_fwd", "sq_bwd",
+    "pay_fwd", "pay_bwd", "paypk_fwd", "paypk_bwd",
+    "iat_n", "iat_sum", "iat_sq", "iatf_n", "iatf_sum", "iatf_sq", "iatb_n", "iatb_sum", "iatb_sq",
+    "fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr",
+    "min_fwd", "min_bwd", "iat_min", "iatf_min", "iatb_min",
+    "max_fwd", "max_bwd", "iat_max", "iatf_max", "iatb_max", "last_ts",
+    "win_fwd", "win_bwd", "last_fwd_ts", "last_bwd_ts",
+)
+cdef enum:
+    A_N = 0  # n_fwd; + 1 for the backward twin of each by-direction pair
+    A_BYTES = 2
+    A_SQ = 4
+    A_PAY = 6
+    A_PAYPK = 8
+    A_IAT_N = 10
+    A_IAT_SUM = 11
+    A_IAT_SQ = 12
+    A_IATD_N = 13  # iatf_n, iatf_sum, iatf_sq, then the three iatb columns
+    A_FLAGS = 19
+    A_MIN = 27  # min_fwd, min_bwd
+    A_IAT_MIN = 29
+    A_IATD_MIN = 30
+    A_MAX = 32
+    A_IAT_MAX = 34
+    A_IATD_MAX = 35
+    A_LAST_TS = 37
+    A_WIN = 38
+    A_LAST_DIR_TS = 40
+    N_ACC = 42
+    PW_BLOCK = 128
+
+
+cdef inline double np_max(double a, double b) noexcept nogil:
+    # numpy.maximum: a NaN in either wins
+    return a if (a >= b or a != a) else b
+
+
+cdef inline double np_min(double a, double b) noexcept nogil:
+    return a if (a <= b or a != a) else b
+
+
+cdef double pairwise_sum(const double* a, Py_ssize_t n) noexcept nogil:
+    """NumPy's pairwise summation of float64 (``np.add.reduce``), step for step."""
+    cdef Py_ssize_t i, j, n2
+    cdef double res
+    cdef double r[8]
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    if n <= PW_BLOCK:
+        for j in range(8):
+            r[j] = a[j]
+        i = 8
+        while i < n - (n % 8):
+            for j in range(8):
+                r[j] += a[i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2)
+
+
+cdef inline double reduceat_sum(const double* a, Py_ssize_t n) noexcept nogil:
+    """``np.add.reduceat`` over one segment: its first value plus the pairwise sum of the rest."""
+    if n == 1:
+        return a[0]
+    return a[0] + pairwise_sum(a + 1, n - 1)
+
+
+def accumulate(
+    const int64_t[::1] fs, const uint8_t[::1] fwd, const double[::1] size,
+    const double[::1] pay, const double[::1] ts, const double[::1] prev_ts,
+    const double[::1] prev_dir, const uint8_t[::1] flags, const int64_t[::1] window,
+    const uint8_t[::1] tcp, double[::1] iat0, double[::1] iat_sq, double[:, ::1] acc,
+):
+    """``views.accumulate`` in one pass: the accumulators of each flow (packets of
+    flow f at ``fs[f]`` up to the next start), columns as :data:`ACC_COLS`.
+
+    Sums over whole numbers (counts, bytes, squares) are exact in any order; the
+    float sums are taken in NumPy's order (``bincount``: one after another;
+    ``add.reduceat``: pairwise), so every value equals the NumPy path's bit for bit.
+    ``iat0`` and ``iat_sq`` are scratch (one per packet).
+    """
+    cdef Py_ssize_t n = ts.shape[0], nf = fs.shape[0], f, i, b, e, d, k
+    cdef double t, x, x0, s
+    cdef double* row
+    cdef bint has, seen
+    if (fwd.shape[0] != n or size.shape[0] != n or pay.shape[0] != n or prev_ts.shape[0] != n
+            or prev_dir.shape[0] != n or flags.shape[0] != n or window.shape[0] != n
+            or tcp.shape[0] != n or iat0.shape[0] != n or iat_sq.shape[0] != n
+            or acc.shape[0] != nf or acc.shape[1] != N_ACC):
+        raise ValueError("accumulate: inconsistent shapes")
+    for f in range(nf):
+        b = fs[f]
+        e = fs[f + 1] if f + 1 < nf else n
+        if b < 0 or e > n or b >= e:
+            raise IndexError(f"flow {f} has no packets ({b}, {e})")
+    with nogil:
+        for f in range(nf):
+            b = fs[f]
+            e = fs[f + 1] if f + 1 < nf else n
+            row = &acc[f, 0]
+            for k in range(N_ACC):
+                row[k] = 0.0
+            for d in range(2):
+                row[A_MIN + d] = INFINITY
+                row[A_IATD_MIN + d] = INFINITY
+                row[A_MAX + d] = -INFINITY
+                row[A_WIN + d] = NAN
+                row[A_LAST_DIR_TS + d] = NAN
+            row[A_IAT_MIN] = INFINITY
+            row[A_LAST_TS] = -INFINITY
+            for i in range(b, e):
+                d = 0 if fwd[i] else 1
+                x = size[i]
+                row[A_N + d] += 1.0
+                row[A_BYTES + d] += x
+                row[A_SQ + d] += x * x
+                row[A_PAY + d] += pay[i]
+                if pay[i] > 0:
+                    row[A_PAYPK + d] += 1.0
+                row[A_MIN + d] = np_min(row[A_MIN + d], x)
+                row[A_MAX + d] = np_max(row[A_MAX + d], x)
+                t = ts[i]
+                row[A_LAST_TS] = np_max(row[A_LAST_TS], t)
+                # all packets: time since the flow's previous packet
+                x = np_max(t - prev_ts[i], 0.0)
+                has = x == x
+                x0 = x if has else 0.0
+                iat0[i] = x0
+                iat_sq[i] = x0 * x0
+                if has:
+                    row[A_IAT_N] += 1.0
+                    row[A_IAT_MIN] = np_min(row[A_IAT_MIN], x)
+                row[A_IAT_MAX] = np_max(row[A_IAT_MAX], x0)
+                # one direction: time since its previous packet in the same direction
+                x = np_max(t - prev_dir[i], 0.0)
+                has = x == x
+                x0 = x if has else 0.0
+                if has:
+                    row[A_IATD_N + 3 * d] += 1.0
+                    row[A_IATD_MIN + d] = np_min(row[A_IATD_MIN + d], x)
+                row[A_IATD_N + 3 * d + 1] += x0
+                row[A_IATD_N + 3 * d + 2] += x0 * x0
+                row[A_IATD_MAX + d] = np_max(row[A_IATD_MAX + d], x0)
+                for k in range(8):
+                    row[A_FLAGS + k] += (flags[i] >> k) & 1
+                if tcp[i] and row[A_WIN + d] != row[A_WIN + d]:
+                    row[A_WIN + d] = <double>window[i]
+                row[A_LAST_DIR_TS + d] = t
+            row[A_IAT_SUM] = reduceat_sum(&iat0[b], e - b)
+            row[A_IAT_SQ] = reduceat_sum(&iat_sq[b], e - b)
+
+
+def seq_rows(
+    const int64_t[::1] dst, const uint8_t[::1] fwd, const double[::1] size,
+    const double[::1] log_iat, const uint8_t[::1] flags, const double[::1] pay,
+    float[:, ::1] out,
+):
+    """Rows of the ``seq`` view (``views.seq_rows``), written straight into place:
+    ``out[dst[i]]`` for each packet i with ``dst[i] >= 0``.
+
+    ``log_iat`` is the second feature already computed (NumPy's ``log1p``, whose
+    last bit may differ from the C library's).
+    """
+    cdef Py_ssize_t n = dst.shape[0], i, k
+    cdef int64_t d
+    cdef float* row
+    if (fwd.shape[0] != n or size.shape[0] != n or log_iat.shape[0] != n
+            or flags.shape[0] != n or pay.shape[0] != n or out.shape[1] != 10):
+        raise ValueError("seq_rows: inconsistent shapes")
+    for i in range(n):
+        if dst[i] >= out.shape[0]:
+            raise IndexError(f"packet {i} goes to row {dst[i]} of {out.shape[0]}")
+    with nogil:
+        for i in range(n):
+            d = dst[i]
+            if d < 0:
+                continue
+            row = &out[d, 0]
+            row[0] = <float>(size[i] if fwd[i] else -size[i])
+            row[1] = <float>log_iat[i]
+            for k in range(6):
+                row[2 + k] = <float>((flags[i] >> k) & 1)
+            row[8] = <float>pay[i]
+            row[9] = 1.0
+
+
+def epb_fields(
+    const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] seg,
+    const int64_t[::1] seg_base, const int64_t[::1] seg_n_if, const uint8_t[::1] seg_big,
+    const int32_t[::1] if_linktype, const uint64_t[::1] if_div, const double[::1] if_tsoff,
+    int64_t[::1] caplen, int64_t[::1] wirelen, double[::1] ts, int32_t[::1] linktype,
+    uint8_t[::1] problem,
+):
+    """The header fields of enhanced packet blocks (``RecordBatch._pcapng`` when every
+    block is one), one pass per block.
+
+    Block i starts at ``starts[i]`` and belongs to walk segment ``seg[i]``, whose
+    interfaces are rows ``seg_base .. seg_base + seg_n_if`` of the interface table
+    (link type, timestamp divisor, timestamp offset). ``problem[i]`` is 0 for a good
+    block, else 1 (no such interface), 2 (trailer length differs) or 3 (captured
+    length past the block), in the order ``_pcapng`` checks them.
+    """
+    cdef Py_ssize_t n = starts.shape[0], n_tab = if_linktype.shape[0], size = buf.shape[0], i
+    cdef int64_t at, s, gi
+    cdef uint64_t blen, if_id, ticks, div
+    cdef bint big
+    if (seg.shape[0] != n or caplen.shape[0] != n or wirelen.shape[0] != n
+            or ts.shape[0] != n or linktype.shape[0] != n or problem.shape[0] != n
+            or seg_n_if.shape[0] != seg_base.shape[0] or seg_big.shape[0] != seg_base.shape[0]
+            or if_div.shape[0] != n_tab or if_tsoff.shape[0] != n_tab or n_tab == 0):
+        raise ValueError("epb_fields: inconsistent shapes")
+    for i in range(n):
+        at, s = starts[i], seg[i]
+        if s < 0 or s >= seg_base.shape[0]:
+            raise IndexError(f"block {i} has segment {s} of {seg_base.shape[0]}")
+        if at < 0 or at + 28 > size:
+            raise IndexError(f"block at {at} is outside the {size}-byte buffer")
+        big = seg_big[s]
+        blen = u32(&buf[at + 4], big)
+        if blen < 4 or at + <int64_t>blen > size:
+            raise IndexError(f"block at {at} of length {blen} is outside the buffer")
+        if_id = u32(&buf[at + 8], big)
+        ticks = (u32(&buf[at + 12], big) << 32) | u32(&buf[at + 16], big)
+        caplen[i] = <int64_t>u32(&buf[at + 20], big)
+        wirelen[i] = <int64_t>u32(&buf[at + 24], big)
+        if <int64_t>if_id < seg_n_if[s]:
+            gi = seg_base[s] + <int64_t>if_id
+            problem[i] = 0
+        else:
+            gi = seg_base[s]
+            problem[i] = 1
+        gi = min(gi, <int64_t>(n_tab - 1))
+        if problem[i] == 0 and u32(&buf[at + <int64_t>blen - 4], big) != blen:
+            problem[i] = 2
+        elif problem[i] == 0 and caplen[i] > <int64_t>blen - 32:
+            problem[i] = 3
+        div = if_div[gi]
+        ts[i] = <double>(ticks // div) + <double>(ticks % div) / <double>div + if_tsoff[gi]
+        linktype[i] = if_linktype[gi]
+    return n

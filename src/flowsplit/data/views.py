@@ -142,6 +142,16 @@ def accumulate(fp: FlowPackets) -> np.ndarray:
     if n == 0:
         return empty_acc(nf)
     acc = np.empty((nf, len(ACC_COLS)))
+    if _kernel is not None:  # one compiled pass, the same values bit for bit
+        u8 = [np.ascontiguousarray(a).view(np.uint8) for a in (fp.fwd, fp.flags, fp.tcp)]
+        f64 = [np.ascontiguousarray(a, dtype=np.float64) for a in (fp.size, fp.pay, fp.ts)]
+        prev = [np.ascontiguousarray(a, dtype=np.float64) for a in (fp.prev_ts, fp.prev_dir)]
+        fs = np.ascontiguousarray(fp.fs, dtype=np.int64)
+        window = np.ascontiguousarray(fp.window, dtype=np.int64)
+        _kernel.accumulate(
+            fs, u8[0], *f64, *prev, u8[1], window, u8[2], np.empty(n), np.empty(n), acc
+        )
+        return acc
     _acc_sizes(acc, fp)
     _acc_iats(acc, fp)
     _acc_flags(acc, fp.flags, fp.fs)
@@ -452,6 +462,14 @@ def _seq_view(opts, fp: FlowPackets, rows: FlowRows) -> np.ndarray:
         seq[rows.cont_rows] = rows.carried["seq"]
     rank, iat = fp.rank, fp.ts - fp.prev_ts
     in_seq = rank < T
+    if _kernel is not None:  # rows written in place, compiled (the log still NumPy's)
+        log_iat = np.log1p(np.where(np.isnan(iat) | (iat < 0), 0.0, iat) * 1e6)
+        dst = np.where(in_seq, rows.row * T + rank, -1)
+        u8 = [np.ascontiguousarray(a).view(np.uint8) for a in (fp.fwd, fp.flags)]
+        f64 = [np.ascontiguousarray(a, dtype=np.float64) for a in (fp.size, log_iat)]
+        pay = np.ascontiguousarray(fp.pay, dtype=np.float64)
+        _kernel.seq_rows(dst.astype(np.int64), u8[0], *f64, u8[1], pay, flat)
+        return seq
     if in_seq.mean() > 0.5:
         dst = np.where(in_seq, rows.row * T + rank, len(flat) - 1)
         flat[dst] = seq_rows(fp.fwd, fp.size, iat, fp.flags, fp.pay)
