@@ -18,7 +18,7 @@ from flowsplit.experiments.analysis import (
     majority_baseline,
     summarise_group,
 )
-from flowsplit.experiments.stats import NOT_ENOUGH_SEEDS
+from flowsplit.experiments.stats import NOT_ENOUGH_SEEDS, NOT_SHOWN, seeds_for_tost
 from tests.experiments.synthetic import BLANK
 
 # Per-seed accuracy wobble, the same in both modes unless a test says otherwise.
@@ -229,3 +229,19 @@ def test_unmetered_runs_give_no_speedup_claim():
     v = _compare(central, parallel)
     assert v["claims"]["speedup_withheld"] == ["contention not measured"]
     assert v["timing_contended"] is True
+
+
+def test_not_shown_verdict_names_the_seeds_tost_would_need():
+    # Prepare: paired differences of sd 2 pt (as the LSTM's on nDPI8) around 0.
+    central, parallel = _pair(5, dp_shift=[-0.02, 0.02, 0.0, -0.02, 0.02])
+    # Execute
+    v = _compare(central, parallel)
+    text = headline("m", {"vs_central": {"2": v}}, 0.01)
+    # Assert: the seeds follow from the observed spread, and the sentence says so.
+    need = seeds_for_tost(v["accuracy"]["sd_diff"], 0.01)
+    assert v["claims"]["accuracy_verdict"] == NOT_SHOWN
+    assert v["accuracy"]["seeds_for_power"] == need and 30 <= need <= 45
+    assert f"needs about {need} paired seeds for 80 % power" in text
+    # An equivalent comparison's headline does not ask for more seeds.
+    c2, p2 = _pair(5)
+    assert "paired seeds for" not in headline("m", {"vs_central": {"2": _compare(c2, p2)}}, 0.01)

@@ -20,8 +20,10 @@ from flowsplit.experiments.stats import (
     mcnemar_test,
     mean_ci,
     ratio_ci,
+    seeds_for_tost,
     speedup_ci,
     tost_paired_p,
+    tost_power,
 )
 
 
@@ -275,3 +277,39 @@ def test_mcnemar_chi_square_balanced_counts_by_hand():
     stat, p = mcnemar_p(40, 10, exact=False)
     assert stat == pytest.approx(16.82)
     assert p == pytest.approx(math.erfc(math.sqrt(16.82 / 2)), rel=1e-9)
+
+
+def _simulated_tost_power(n: int, sd: float, margin: float, true_diff: float, trials: int) -> float:
+    """Share of simulated normal paired differences for which TOST shows equivalence."""
+    rng = np.random.default_rng(12345)
+    d = rng.normal(true_diff, sd, size=(trials, n))
+    m, s = d.mean(axis=1), d.std(axis=1, ddof=1)
+    t_crit = sps.t.ppf(0.95, n - 1)
+    half = t_crit * s / np.sqrt(n)
+    return float(np.mean((m - half > -margin) & (m + half < margin)))
+
+
+@pytest.mark.parametrize(("sd", "true_diff"), [(0.02, 0.0), (0.006, 0.0), (0.01, 0.004)])
+def test_tost_power_and_the_seeds_it_needs_match_simulation(sd, true_diff):
+    # Execute
+    n = seeds_for_tost(sd, 0.01, true_diff=true_diff)
+    # Assert: the power formula agrees with simulated TOST at n and at n - 1 seeds, and
+    # n is the first count that reaches 80 % (simulation error about 0.6 pt at 5000 trials).
+    assert n is not None and n > 2
+    for k in (n - 1, n):
+        sim = _simulated_tost_power(k, sd, 0.01, true_diff, 5000)
+        assert tost_power(k, sd, 0.01, true_diff=true_diff) == pytest.approx(sim, abs=0.02)
+    assert tost_power(n, sd, 0.01, true_diff=true_diff) >= 0.8
+    assert tost_power(n - 1, sd, 0.01, true_diff=true_diff) < 0.8
+
+
+def test_seeds_for_tost_edge_cases_and_the_comparison_carries_it():
+    assert seeds_for_tost(0.0, 0.01) is None  # no spread: nothing to plan with
+    assert seeds_for_tost(0.01, 0.01, true_diff=0.012) is None  # outside the margin
+    # Paired differences with sd 2 pt (as the LSTM's on nDPI8): about 36 seeds at +-1 pt.
+    a = np.array([0.80, 0.82, 0.84, 0.86, 0.88])
+    d = np.array([-0.02, 0.02, 0.0, -0.02, 0.02])  # sd exactly 0.02
+    c = compare_paired(a, a + d, margin=0.01)
+    assert c.sd_diff == pytest.approx(float(np.std(d, ddof=1)))
+    assert c.seeds_for_power == seeds_for_tost(c.sd_diff, 0.01)
+    assert c.sd_diff == pytest.approx(0.02) and 30 <= c.seeds_for_power <= 40

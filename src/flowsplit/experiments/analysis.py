@@ -31,6 +31,7 @@ from flowsplit.experiments.stats import (
     MIN_EQUIVALENCE_SEEDS,
     NOT_ENOUGH_SEEDS,
     SCORE_BOUNDS,
+    TARGET_POWER,
     compare_paired,
     mcnemar_test,
     mean_ci,
@@ -533,12 +534,28 @@ def accuracy_text(v: Mapping, margin: float) -> str:
         ci95 = _pts_ci(acc["diff"], "95 % CI")
         return f"accuracy differs by {diff:+.2f} pt ({ci95}; paired t p {t_txt})"
     ci = f"; {ci90}" if ci90 else ""
+    need = seeds_needed_text(acc)
     if verdict == NOT_ENOUGH_SEEDS:
         return (
             f"accuracy equivalence not judged: {acc['n']} paired seed(s), at least "
-            f"{MIN_EQUIVALENCE_SEEDS} needed (mean diff {diff:+.2f} pt{ci})"
+            f"{MIN_EQUIVALENCE_SEEDS} needed (mean diff {diff:+.2f} pt{ci}){need}"
         )
-    return f"accuracy not shown equivalent within {pts} ({p_txt}; mean diff {diff:+.2f} pt{ci})"
+    return (
+        f"accuracy not shown equivalent within {pts} ({p_txt}; mean diff {diff:+.2f} pt{ci})" + need
+    )
+
+
+def seeds_needed_text(c: Mapping) -> str:
+    """``; with the paired differences' spread (sd 2.0 pt), TOST needs about 36 seeds ...``
+    from a paired comparison, or '' when it has no spread to plan with."""
+    n_need, sd = c.get("seeds_for_power"), c.get("sd_diff")
+    if not n_need or sd is None or not math.isfinite(sd):
+        return ""
+    return (
+        f"; with the paired differences' spread (sd {100 * sd:.2f} pt), TOST at +-"
+        f"{100 * c['margin']:g} pt needs about {n_need} paired seeds for "
+        f"{100 * TARGET_POWER:.0f} % power if the true difference is 0"
+    )
 
 
 def headline_comparison(entry: Mapping) -> Mapping | None:

@@ -140,6 +140,8 @@ def stats_rows(analysis: dict) -> list[dict]:
                         "w_p": c["wilcoxon_p"],
                         "diff_tost": _ci(c.get("diff_tost"), 100, 2),
                         "tost": c["tost_p"],
+                        "sd": 100 * c["sd_diff"] if c.get("sd_diff") is not None else None,
+                        "need": c.get("seeds_for_power"),
                         "verdict": v["claims"][f"{metric}_verdict"],
                         "mcnemar": (
                             f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
@@ -165,6 +167,8 @@ STATS_COLS = [
     Column("w_p", "Wilcoxon p", fmt_p, "right"),
     Column("diff_tost", "1-2α CI, pt (TOST)"),
     Column("tost", "TOST p", fmt_p, "right"),
+    Column("sd", "sd of paired diffs, pt", fmt_float(2), "right"),
+    Column("need", "seeds TOST needs (80 % power, true diff 0)", align="right"),
     Column("verdict", "verdict"),
     Column("mcnemar", "McNemar"),
     Column("note", "note"),

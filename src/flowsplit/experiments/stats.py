@@ -19,6 +19,7 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy import integrate
 from scipy import stats as sps
 
 EQUIVALENT = "equivalent"
@@ -30,6 +31,8 @@ MIN_EQUIVALENCE_SEEDS = 5
 estimated from 1-3 degrees of freedom, and one lucky draw of near-identical seeds makes a
 tiny interval. Below this many seeds the verdict is :data:`NOT_ENOUGH_SEEDS` (a difference
 the paired t-test finds is still reported as :data:`DIFFERENT`)."""
+TARGET_POWER = 0.8
+"""The power :func:`seeds_for_tost` plans for (the usual 80 %)."""
 SCORE_BOUNDS = (0.0, 1.0)
 """Range of a score (accuracy, macro-F1, a share): its intervals are clipped to it."""
 DIFF_BOUNDS = (-1.0, 1.0)
@@ -75,6 +78,12 @@ class PairedComparison:
     """Mean of ``b - a`` with its (1 - 2 alpha) interval: TOST shows equivalence exactly
     when this interval lies inside (-margin, margin), so it is the one to show beside the
     verdict (90 % for alpha = 0.05)."""
+    sd_diff: float = math.nan
+    """Standard deviation of the paired differences ``b - a`` (NaN below two pairs)."""
+    seeds_for_power: int | None = None
+    """Paired seeds TOST at this margin and alpha would need for :data:`TARGET_POWER`
+    if the true difference were 0 and the differences spread as ``sd_diff``
+    (:func:`seeds_for_tost`); None when there is no spread to plan with."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -210,7 +219,8 @@ def compare_paired(
     diff = mean_ci(d, confidence, bounds=DIFF_BOUNDS)
     diff_tost = mean_ci(d, 1 - 2 * alpha, bounds=DIFF_BOUNDS)
     nan = math.nan
-    t_stat = t_p = w_stat = w_p = tost_p = nan
+    t_stat = t_p = w_stat = w_p = tost_p = sd_diff = nan
+    seeds_needed: int | None = None
     note = ""
     if n < 2:
         note = "fewer than two paired seeds: no test possible"
@@ -237,6 +247,8 @@ def compare_paired(
             diff_tost,
         )
     else:
+        sd_diff = float(np.std(d, ddof=1))
+        seeds_needed = seeds_for_tost(sd_diff, margin, alpha=alpha)
         t_res = sps.ttest_rel(xb, xa)
         t_stat, t_p = float(t_res.statistic), float(t_res.pvalue)
         tost_p = tost_paired_p(xb, xa, -margin, margin)
@@ -266,7 +278,74 @@ def compare_paired(
         verdict=verdict,
         note=note,
         diff_tost=diff_tost,
+        sd_diff=sd_diff,
+        seeds_for_power=seeds_needed,
     )
+
+
+def tost_power(
+    n: int, sd: float, margin: float, *, alpha: float = 0.05, true_diff: float = 0.0
+) -> float:
+    """Probability that the paired TOST (:func:`tost_paired_p`) over ``n`` pairs shows
+    ``-margin < mean < margin`` at level ``alpha`` when the differences are normal with
+    mean ``true_diff`` and standard deviation ``sd``.
+
+    Exact for normal differences: TOST passes when ``|mean - 0| + t_crit * s / sqrt(n) <
+    margin`` (the 1 - 2 alpha interval inside the margin), so the power is the normal
+    probability of the sample mean's window, integrated over the chi-square distribution
+    of the sample variance.
+    """
+    if n < 2 or not sd > 0 or not margin > 0:
+        raise ValueError(f"need n >= 2, sd > 0 and margin > 0; got {n}, {sd}, {margin}")
+    df = n - 1
+    t_crit = float(sps.t.ppf(1 - alpha, df))
+    root_n = math.sqrt(n)
+    # The window is empty once t_crit * s / sqrt(n) >= margin, i.e. beyond v_max.
+    v_max = df * (margin * root_n / (t_crit * sd)) ** 2
+
+    def passes(v: float) -> float:
+        half = margin - t_crit * sd * math.sqrt(v / df) / root_n
+        if half <= 0:
+            return 0.0
+        z = root_n / sd
+        window = sps.norm.cdf((half - true_diff) * z) - sps.norm.cdf((-half - true_diff) * z)
+        return float(window * sps.chi2.pdf(v, df))
+
+    value, _ = integrate.quad(passes, 0.0, v_max, limit=200)
+    return min(1.0, max(0.0, value))
+
+
+def seeds_for_tost(
+    sd: float,
+    margin: float,
+    *,
+    alpha: float = 0.05,
+    power: float = TARGET_POWER,
+    true_diff: float = 0.0,
+    max_n: int = 100_000,
+) -> int | None:
+    """The fewest paired seeds with which TOST at ``margin`` reaches ``power``, for
+    normal differences of spread ``sd`` around ``true_diff`` (:func:`tost_power`, which
+    grows with ``n``). None without spread (``sd`` 0 or NaN), when the true difference
+    is not inside the margin (no number of seeds helps), or beyond ``max_n``."""
+    if not (sd > 0 and math.isfinite(sd)) or abs(true_diff) >= margin:
+        return None
+
+    def enough(n: int) -> bool:
+        return tost_power(n, sd, margin, alpha=alpha, true_diff=true_diff) >= power
+
+    hi = 2
+    while not enough(hi):
+        if hi >= max_n:
+            return None
+        hi = min(max_n, 2 * hi)
+    lo = max(2, hi // 2)
+    if enough(lo):
+        return lo
+    while hi - lo > 1:  # lo is not enough, hi is
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
 
 
 def _enough_seeds(verdict: str, note: str, n: int, min_seeds: int) -> tuple[str, str]:
