@@ -453,6 +453,8 @@ def agreement(paths: list[Path]) -> dict:
 
     def summary(per_file: dict[int, str], missed: list | None = None) -> dict:
         total = agree = m_total = m_agree = 0
+        # The converse count: flowsplit's flows (of the files NFStream read) without a match.
+        ours_total = sum(sum(ours[per_file[s]].get(s, {}).values()) for s in nfs)
         reasons: collections.Counter = collections.Counter()
         by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         for s, flows in nfs.items():
@@ -493,6 +495,8 @@ def agreement(paths: list[Path]) -> dict:
             "agree_fraction": agree / max(total, 1),
             "agree_fraction_without_malformed_files": (agree - m_agree) / max(total - m_total, 1),
             "disagree": total - agree,
+            "flowsplit_tcp_udp_flows": ours_total,
+            "flowsplit_flows_without_a_match": ours_total - agree,
             "disagree_by_reason": dict(reasons.most_common()),
             "disagree_by_file": {
                 name: dict(c.most_common())
@@ -755,7 +759,8 @@ def _print_agreement(agree: dict) -> None:
         print(
             f"agreement {label:20s} {a['agree']:,}/{a['nfstream_tcp_udp_flows']:,} = "
             f"{a['agree_fraction']:.2%} ({a['agree_fraction_without_malformed_files']:.2%} "
-            f"without malformed files); {a['disagree_by_reason']}"
+            f"without malformed files); {a['disagree_by_reason']}; flowsplit's flows without "
+            f"a match {a['flowsplit_flows_without_a_match']:,}/{a['flowsplit_tcp_udp_flows']:,}"
         )
     print("flows told apart by decoding, by packet cause:", agree["disagree_by_packet_cause"])
     print(
