@@ -267,6 +267,8 @@ class RecordBatch:
         return fields, None
 
     def _pcapng(self, starts, segs, rep, big, src, index, kind):
+        if _kernel is not None and (kind == 6).all():
+            return self._epbs(starts, segs, rep, src, index)
         u32 = self._u32
         n = len(starts)
         blen, if_id, ts_hi, ts_lo, caplen, wirelen = self._u32s(starts, (4, 8, 12, 16, 20, 24), big)
@@ -310,10 +312,44 @@ class RecordBatch:
             prev = np.maximum.accumulate(np.where(spb, -1, np.arange(n)))
             same = (prev >= 0) & (src[np.maximum(prev, 0)] == src)
             ts = np.where(spb, np.where(same, ts[np.maximum(prev, 0)], segs.at(6, rep)), ts)
-        for seg, source in self._ng_sources:  # the last timestamp of each file, for later
-            source.last_ts = float(ts[np.searchsorted(rep, seg, side="right") - 1])
+        self._note_last_ts(ts, rep)
         linktype = table[gi, 0].astype(np.int32)
         return (data_off, caplen, wirelen, ts, linktype), (None if keep.all() else keep)
+
+    def _note_last_ts(self, ts, rep) -> None:
+        for seg, source in self._ng_sources:  # the last timestamp of each file, for later
+            source.last_ts = float(ts[np.searchsorted(rep, seg, side="right") - 1])
+
+    def _epbs(self, starts, segs, rep, src, index):
+        """``_pcapng`` when every block is an enhanced packet block: one compiled pass."""
+        n = len(starts)
+        table = np.array(self._ifaces or [(0, 0, 1, 0.0)], dtype=np.float64)
+        caplen, wirelen = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        ts, linktype = np.empty(n), np.empty(n, dtype=np.int32)
+        problem = np.empty(n, dtype=np.uint8)
+        _kernel.epb_fields(
+            self.sb.array,
+            starts,
+            rep.astype(np.int64),
+            segs.col(4).astype(np.int64),
+            segs.col(5).astype(np.int64),
+            (segs.col(3) > 0).astype(np.uint8),
+            table[:, 0].astype(np.int32),
+            table[:, 2].astype(np.uint64),
+            np.ascontiguousarray(table[:, 3]),
+            caplen,
+            wirelen,
+            ts,
+            linktype,
+            problem,
+        )
+        keep = None
+        if problem.any():
+            keep = problem == 0
+            for code, reason in enumerate(("bad_interface", "bad_block_trailer", "bad_caplen"), 1):
+                self._drop(reason, problem == code, src, index)
+        self._note_last_ts(ts, rep)
+        return (starts + 28, caplen, wirelen, ts, linktype), keep
 
 
 @dataclass
