@@ -361,13 +361,23 @@ def pkt_rows(sb, ip_off, ip_cap, l4_rel, ver, proto, options) -> np.ndarray:
     return rows
 
 
+_FEW_KINDS = 1 << 12  # header_masks: kinds below this are found by counting
+
+
 def header_masks(width: int, l4_rel, ver, proto, options) -> tuple[np.ndarray, np.ndarray]:
     """Each packet's kind, and each kind's mask of its first ``width`` bytes (uint8, 1 keeps).
 
     What to zero depends only on (IP version, protocol, transport offset): a few kinds.
     """
     kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == P.PROTO_TCP)
-    kinds, inv = np.unique(kind, return_inverse=True)
+    if len(kind) and 0 <= kind.min() and kind.max() < _FEW_KINDS:
+        # np.unique's sorted kinds and inverse, by counting rather than sorting
+        kinds = np.flatnonzero(np.bincount(kind, minlength=1))
+        lut = np.zeros(int(kinds[-1]) + 1, dtype=np.int64)
+        lut[kinds] = np.arange(len(kinds))
+        inv = lut[kind]
+    else:
+        kinds, inv = np.unique(kind, return_inverse=True)
     keep = np.empty((len(kinds), width), dtype=np.uint8)
     for i, k in enumerate(kinds.tolist()):
         keep[i] = _header_mask(width, k >> 2, (k >> 1) & 1, k & 1, options)
@@ -490,9 +500,13 @@ def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray
     o = fp.order[sel]
     dst = rows.row[sel] * P + fp.rank[sel]
     if _kernel is not None:  # copied, masked and placed in one compiled pass
+        # In capture order, so that the packets are read front to back from the buffer.
+        at = np.full(len(pk), -1, dtype=np.int64)
+        at[o] = dst
+        o = np.flatnonzero(at >= 0)
         inv, keep = header_masks(B, pk.l4_rel[o], pk.ver[o], pk.proto[o], opts)
         i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (pk.ip_off[o], pk.ip_cap[o], inv)]
-        _kernel.masked_rows(sb.array, *i64, keep, pb.reshape(-1, B), dst.astype(np.int64))
+        _kernel.masked_rows(sb.array, *i64, keep, pb.reshape(-1, B), at[o])
         return pb
     pb.reshape(-1, B)[dst] = pkt_rows(
         sb, pk.ip_off[o], pk.ip_cap[o], pk.l4_rel[o], pk.ver[o], pk.proto[o], opts
