@@ -370,7 +370,7 @@ def header_masks(width: int, l4_rel, ver, proto, options) -> tuple[np.ndarray, n
     What to zero depends only on (IP version, protocol, transport offset): a few kinds.
     """
     kind = (l4_rel << 2) | ((ver == 6) << 1) | (proto == P.PROTO_TCP)
-    if len(kind) and 0 <= kind.min() and kind.max() < _FEW_KINDS:
+    if len(kind) and kind.min() >= 0 and kind.max() < _FEW_KINDS:
         # np.unique's sorted kinds and inverse, by counting rather than sorting
         kinds = np.flatnonzero(np.bincount(kind, minlength=1))
         lut = np.zeros(int(kinds[-1]) + 1, dtype=np.int64)
