@@ -266,13 +266,16 @@ def test_kernel_walks_match_python(tmp_path, fmt, corrupt):
     assert rf.n_packets > 200  # junk may end a file early
 
 
-def flows_both(paths, options):
+def flows_both(paths, options, chunk_bytes=8 << 20):
     """Every flow batch's arrays, views and stats, with the kernel and without."""
     out = []
     for on in (True, False):
         with kernel(on):
             rows = []
-            for b in iter_flows_many(paths, options, ReadReport(), on_error="skip"):
+            batches = iter_flows_many(
+                paths, options, ReadReport(), on_error="skip", chunk_bytes=chunk_bytes
+            )
+            for b in batches:
                 arrays = {k: v for k, v in vars(b).items() if isinstance(v, np.ndarray)}
                 rows.append({**arrays, **b.views, "stats": b.stats.to_numpy()})
         out.append(rows)
@@ -282,11 +285,13 @@ def flows_both(paths, options):
 @needs_kernel
 @pytest.mark.parametrize("damage", [False, True])
 @pytest.mark.parametrize("pkt_len", [80, 300])  # the NumPy path masks these two differently
-def test_flows_and_views_match_with_and_without_kernel(tmp_path, damage, pkt_len):
+# Small chunks: flows continue from chunk to chunk with their carried times and views.
+@pytest.mark.parametrize("chunk_bytes", [8 << 20, 3000])
+def test_flows_and_views_match_with_and_without_kernel(tmp_path, damage, pkt_len, chunk_bytes):
     rng = random.Random(7 + damage)
     paths = [capture(tmp_path / f"c{i}.pcapng", rng, damage=damage) for i in range(2)]
     options = FlowOptions(n_bytes=300, n_pkts=4, pkt_len=pkt_len)
-    fast, slow = flows_both(paths, options)
+    fast, slow = flows_both(paths, options, chunk_bytes)
     assert len(fast) == len(slow) > 0
     for a, b in zip(fast, slow, strict=True):
         for name in a:

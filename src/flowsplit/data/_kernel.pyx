@@ -759,3 +759,40 @@ def epb_fields(
         ts[i] = <double>(ticks // div) + <double>(ticks % div) / <double>div + if_tsoff[gi]
         linktype[i] = if_linktype[gi]
     return n
+
+
+def previous_times(
+    const int64_t[::1] fs, const uint8_t[::1] fwd, const double[::1] ts,
+    const double[::1] carried_last, const double[::1] carried_fwd,
+    const double[::1] carried_bwd, double[::1] prev_ts, double[::1] prev_dir,
+):
+    """Per packet of flows laid out one after another (flow f from ``fs[f]``): the time
+    of the flow's previous packet and of its previous packet in the same direction
+    (``FlowAssembler._flow_packets``). Before a flow's first packet here, those of
+    earlier chunks: ``carried_*[f]`` (NaN: none).
+    """
+    cdef Py_ssize_t n = ts.shape[0], nf = fs.shape[0], f, i, b, e
+    cdef double last, last_f, last_b
+    if (fwd.shape[0] != n or prev_ts.shape[0] != n or prev_dir.shape[0] != n
+            or carried_last.shape[0] != nf or carried_fwd.shape[0] != nf
+            or carried_bwd.shape[0] != nf):
+        raise ValueError("previous_times: inconsistent shapes")
+    for f in range(nf):
+        b = fs[f]
+        e = fs[f + 1] if f + 1 < nf else n
+        if b < 0 or e > n or b >= e:
+            raise IndexError(f"flow {f} has no packets ({b}, {e})")
+    with nogil:
+        for f in range(nf):
+            b = fs[f]
+            e = fs[f + 1] if f + 1 < nf else n
+            last, last_f, last_b = carried_last[f], carried_fwd[f], carried_bwd[f]
+            for i in range(b, e):
+                prev_ts[i] = last
+                last = ts[i]
+                if fwd[i]:
+                    prev_dir[i] = last_f
+                    last_f = last
+                else:
+                    prev_dir[i] = last_b
+                    last_b = last

@@ -339,9 +339,53 @@ class FlowAssembler:
 
     def _flow_packets(self, pk, keys, fs, fid, init_low, n_before, is_cont, cc) -> V.FlowPackets:
         """Per packet: direction, rank in its flow, times of previous packets."""
-        op, order, n = self.open, keys.order, len(pk)
+        order, n = keys.order, len(pk)
         ts = pk.ts[order]
         fwd = keys.low == init_low[fid]
+        if _kernel is not None:
+            prev_ts, prev_dir = self._previous_times(fs, fwd, ts, is_cont, cc)
+        else:
+            prev_ts, prev_dir = self._previous_times_numpy(fs, fid, fwd, ts, is_cont, cc)
+        flags = pk.flags[order]
+        return V.FlowPackets(
+            order=order,
+            fs=fs,
+            fid=fid,
+            fwd=fwd,
+            rank=np.arange(n) - fs[fid] + n_before[fid],
+            ts=ts,
+            prev_ts=prev_ts,
+            prev_dir=prev_dir,
+            size=pk.ip_len[order].astype(np.float64),
+            pay=pk.pay_len[order].astype(np.float64),
+            pay_cap=pk.pay_cap[order],
+            flags=flags,
+            window=pk.window[order],
+            tcp=(pk.proto[order[fs]] == P.PROTO_TCP)[fid],
+        )
+
+    def _previous_times(self, fs, fwd, ts, is_cont, cc):
+        """Each packet's previous time in its flow, and in its direction: compiled."""
+        carried = np.full((3, len(fs)), np.nan)
+        if is_cont.any():
+            oc = self.open.cols
+            carried[0, is_cont] = oc["last_pkt_ts"][cc]
+            carried[1, is_cont] = oc["acc"][cc, V.ACC["last_fwd_ts"]]
+            carried[2, is_cont] = oc["acc"][cc, V.ACC["last_bwd_ts"]]
+        prev_ts, prev_dir = np.empty(len(ts)), np.empty(len(ts))
+        _kernel.previous_times(
+            np.ascontiguousarray(fs, dtype=np.int64),
+            fwd.view(np.uint8),
+            np.ascontiguousarray(ts, dtype=np.float64),
+            *carried,
+            prev_ts,
+            prev_dir,
+        )
+        return prev_ts, prev_dir
+
+    def _previous_times_numpy(self, fs, fid, fwd, ts, is_cont, cc):
+        """What ``_previous_times`` computes, with NumPy."""
+        op, n = self.open, len(ts)
         prev_ts = np.empty(n)
         prev_ts[0] = np.nan
         prev_ts[1:] = ts[:-1]
@@ -358,23 +402,7 @@ class FlowAssembler:
             prev_f[need] = last_dir[fid[need], 0]
             need = np.isnan(prev_b)
             prev_b[need] = last_dir[fid[need], 1]
-        flags = pk.flags[order]
-        return V.FlowPackets(
-            order=order,
-            fs=fs,
-            fid=fid,
-            fwd=fwd,
-            rank=np.arange(n) - fs[fid] + n_before[fid],
-            ts=ts,
-            prev_ts=prev_ts,
-            prev_dir=np.where(fwd, prev_f, prev_b),
-            size=pk.ip_len[order].astype(np.float64),
-            pay=pk.pay_len[order].astype(np.float64),
-            pay_cap=pk.pay_cap[order],
-            flags=flags,
-            window=pk.window[order],
-            tcp=(pk.proto[order[fs]] == P.PROTO_TCP)[fid],
-        )
+        return prev_ts, np.where(fwd, prev_f, prev_b)
 
     def finish(self) -> FlowTable | None:
         """All flows still open (end of input), by (file, first packet)."""
