@@ -34,6 +34,14 @@ else
 DROP_CUDA_XGBOOST := ! $(PIP) show -q xgboost 2>/dev/null || $(PIP) uninstall -q -y xgboost nvidia-nccl-cu12
 endif
 
+# torch requires networkx, but only torch.compile's graph partitioner imports it
+# (torch/_functorch/partitioners.py) and flowsplit never compiles, so each install
+# below removes it again (9 MB): pip cannot leave one requirement out, and every
+# install that resolves torch brings it back. `pip check` reports it missing; for
+# torch.compile: $(PIP) install networkx. sympy and mpmath, torch's other compiler
+# requirements, stay: every torch.optim optimizer imports torch._dynamo, hence sympy.
+DROP_NETWORKX := $(PIP) uninstall -q -y networkx
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
@@ -42,10 +50,12 @@ $(STAMP): pyproject.toml setup.py src/flowsplit/data/_kernel.pyx | $(PY)
 	$(PIP_INSTALL) "$(TORCH)"
 	$(DROP_CUDA_XGBOOST)
 	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	$(DROP_NETWORKX)
 	@touch $@
 
 $(BSTAMP): $(STAMP)
 	$(PIP_INSTALL) -e ".[$(EXTRAS),bench]"
+	$(DROP_NETWORKX)
 	@touch $@
 
 install: $(STAMP)
