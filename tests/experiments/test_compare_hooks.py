@@ -174,4 +174,4 @@ def test_a_study_without_hooks_has_no_hook_table(study):
     )
     res = json.loads((out / "results.json").read_text())
     assert res["analysis"]["comm_hooks"] == {}
-    assert "Communication hooks" not in (out / "report.md").read_text()
+    assert "Communication hooks against the plain all-reduce" not in (out / "report.md").read_text()

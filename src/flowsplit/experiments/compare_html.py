@@ -42,6 +42,14 @@ METHODS = [
     "noise to tell); 'not above the majority class' when the model's accuracy (the lower end "
     "of its 95 % CI over seeds) is not above the majority-class rate, centralised or "
     "data-parallel: such a model has not learned, and no verdict is given.",
+    "Seeds TOST needs: beside a verdict short of 'equivalent', the number of paired seeds "
+    "with which TOST at the margin would show equivalence with 80 % probability if the true "
+    "difference were 0 and the paired differences spread as observed (sd over seeds; the "
+    "exact power of the paired TOST for normal differences). With 5 seeds at +-1 pt it "
+    "passes that often only when the sd of the paired differences is about 0.6 pt or less.",
+    "Communication hooks (--comm-hooks): each hook's data-parallel runs are paired by seed "
+    "with the plain float32 all-reduce runs of the same model and worker count (TOST at "
+    "the same margin); every other table and the scaling fit use the plain runs only.",
     "Baselines in every accuracy table: the majority class (always predicting the most "
     "frequent test class, the best a constant can do) and XGBoost on per-flow statistics.",
     "A speedup is claimed only from timings that are neither oversubscribed (more worker "
