@@ -294,7 +294,8 @@ def hook_lines(comm_hooks: dict) -> list[str]:
                     ci = (
                         ""
                         if iv["low"] is None or math.isnan(iv["low"])
-                        else f" ({100 * iv['low']:+.2f} to {100 * iv['high']:+.2f})"
+                        else f" ({100 * iv['confidence']:.0f} % CI {100 * iv['low']:+.2f} to "
+                        f"{100 * iv['high']:+.2f})"
                     )
                     parts.append(f"{label} {100 * c['diff']['mean']:+.2f} pt{ci}: {c['verdict']}")
                 lines.append(
