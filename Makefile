@@ -8,7 +8,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 # Extras `make install`/`test`/`demo` install (dev: the linters and test tools); a
-# lighter venv without them: make install EXTRAS=dpi (only NFStream and its small deps)
+# lighter venv without them: make install EXTRAS=dpi (only NFStream and its small deps),
+# or none at all: make install EXTRAS=
 EXTRAS ?= dev
 comma  := ,
 STAMP  := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
@@ -49,12 +50,12 @@ $(PY):
 $(STAMP): pyproject.toml setup.py src/flowsplit/data/_kernel.pyx | $(PY)
 	$(PIP_INSTALL) "$(TORCH)"
 	$(DROP_CUDA_XGBOOST)
-	$(PIP_INSTALL) -e ".[$(EXTRAS)]"
+	$(PIP_INSTALL) -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	$(DROP_NETWORKX)
 	@touch $@
 
 $(BSTAMP): $(STAMP)
-	$(PIP_INSTALL) -e ".[$(EXTRAS),bench]"
+	$(PIP_INSTALL) -e ".[$(if $(EXTRAS),$(EXTRAS)$(comma))bench]"
 	$(DROP_NETWORKX)
 	@touch $@
 
