@@ -274,6 +274,7 @@ def test_size_embedding_buckets_by_direction_and_size():
         ("lstm", "seq", (6, 4), (11, 4), {}),
         ("lstm", "bytes", (4, 8), (9, 8), {}),
         ("lstm", "pkt_bytes", (4, 16), (7, 16), {}),
+        ("lstm", "pkt_bytes", (4, 16), (7, 16), {"bidirectional": False}),
         *(
             (name, "pkt_bytes", (4, 16), (7, 16), {"pool": pool})
             for name in ("convlstm", "convgru")
@@ -295,6 +296,19 @@ def test_padding_does_not_change_the_prediction(name, view, short, long, options
         models.append(model.eval())
     # Execute / Assert
     torch.testing.assert_close(models[0](x_short), models[1](x_long))
+
+
+def test_lstm_is_bidirectional_by_default():
+    # Both directions by default (chosen on validation macro-F1, see build_lstm): each
+    # LSTM block passes on 2 * hidden_size features per step, then the presence mask.
+    assert model_options("lstm")["bidirectional"] is True
+    for options, width in (({}, 2 * 8), ({"bidirectional": False}, 8)):
+        model = build_model(
+            "lstm", view="pkt_bytes", input_shape=(6, 16), n_classes=3, hidden_size=8, **options
+        )
+        x = _raw_batch("pkt_bytes", (6, 16))
+        for cut in (1, 2):
+            assert model.forward_range(x, 0, cut).shape == (3, 6, width + 1)
 
 
 def test_lstm_reads_bytes_in_steps_of_step_bytes():

@@ -16,8 +16,8 @@ What a recurrent model needs on packet sequences, and what each part is for:
   thing split learning passes on) and the LSTMs run on packed sequences, so the
   recurrence ends at the flow's last packet and pooling ignores the padding.
 
-Each LSTM block returns its whole output sequence ``(B, T, H + 1)`` (mask last)
-so split learning can cut between them.
+Each LSTM block returns its whole output sequence ``(B, T, D * H + 1)`` (mask last;
+``D`` = 2 directions by default) so split learning can cut between them.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def build_lstm(
     hidden_size: int = 128,
     hidden: int = 128,
     dropout: float = 0.2,
-    bidirectional: bool = False,
+    bidirectional: bool = True,
     step_bytes: int = 0,
     input_dropout: float = 0.0,
 ) -> BlockModel:
@@ -69,7 +69,11 @@ def build_lstm(
         hidden_size: LSTM state size of both layers.
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
-        bidirectional: run each LSTM layer in both directions (doubles its output).
+        bidirectional: run each LSTM layer in both directions (doubles its output); the
+            default: on the nDPI 8-protocol set (pkt_bytes, validation split, seeds 0
+            and 1) the best validation macro-F1 was 0.875 and 0.878 against 0.855 and
+            0.865 one way (a packet's meaning depends on what follows it too, e.g. the
+            reply to a request); each epoch costs about twice as much.
         step_bytes: bytes only: payload bytes per step (must divide the stored length);
             0 reads the near-square image rows (784 bytes -> 28 steps of 28).
         input_dropout: dropout on each step's input features (0 disables it).
