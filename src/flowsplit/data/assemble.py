@@ -137,9 +137,12 @@ def _latest_since_previous(pk: Packets, order, gs, ts) -> np.ndarray:
     if not len(back):
         return ts
     n = len(pk)
-    rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
-    at = np.full(n, -1)
-    at[rows] = np.arange(len(rows))
+    if same_file.all():  # one file: all its packets
+        rows = at = np.arange(n)
+    else:
+        rows = np.flatnonzero(np.isin(pk.src, pk.src[back]))  # those files' packets
+        at = np.full(n, -1)
+        at[rows] = np.arange(len(rows))
     j = np.flatnonzero(~gs)  # the key's previous packet is at j - 1
     j = j[at[order[j]] >= 0]
     latest = ts.copy()
@@ -153,9 +156,22 @@ def range_max(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return RangeMax(x)(lo, hi)
     lo, hi = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi))
     out = np.empty(len(lo))
-    by_hi = np.argsort(hi, kind="stable")
+    by_hi = _order_of_distinct(hi, len(x))
+    if by_hi is None:
+        by_hi = np.argsort(hi, kind="stable")
     _kernel.range_max(np.ascontiguousarray(x, dtype=np.float64), lo, hi, by_hi, out)
     return out
+
+
+def _order_of_distinct(keys: np.ndarray, bound: int) -> np.ndarray | None:
+    """``np.argsort(keys, kind="stable")`` in linear time when the keys are distinct
+    integers in [0, bound); None when they are not."""
+    if not len(keys) or keys.min() < 0 or keys.max() >= bound:
+        return None
+    slot = np.full(bound, -1, dtype=np.int64)
+    slot[keys] = np.arange(len(keys))
+    order = slot[slot >= 0]
+    return order if len(order) == len(keys) else None
 
 
 class RangeMax:

@@ -130,10 +130,14 @@ class Packets:
         parts = [p for p in parts if len(p)] or parts[:1]
         if len(parts) == 1:
             return parts[0]
-        joined = Packets(
-            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Packets))
+        order = np.argsort(np.concatenate([p.pos for p in parts]), kind="stable")
+        # Columns concatenated and gathered in one expression each (ndarray.take)
+        return Packets(
+            *(
+                np.concatenate([getattr(p, f.name) for p in parts]).take(order)
+                for f in fields(Packets)
+            )
         )
-        return joined.take(np.argsort(joined.pos, kind="stable"))
 
 
 @dataclass
