@@ -35,14 +35,6 @@ else
 DROP_CUDA_XGBOOST := ! $(PIP) show -q xgboost 2>/dev/null || $(PIP) uninstall -q -y xgboost nvidia-nccl-cu12
 endif
 
-# torch requires networkx, but only torch.compile's graph partitioner imports it
-# (torch/_functorch/partitioners.py) and flowsplit never compiles, so each install
-# below removes it again (9 MB): pip cannot leave one requirement out, and every
-# install that resolves torch brings it back. `pip check` reports it missing; for
-# torch.compile: $(PIP) install networkx. sympy and mpmath, torch's other compiler
-# requirements, stay: every torch.optim optimizer imports torch._dynamo, hence sympy.
-DROP_NETWORKX := $(PIP) uninstall -q -y networkx
-
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
@@ -51,12 +43,10 @@ $(STAMP): pyproject.toml setup.py src/flowsplit/data/_kernel.pyx | $(PY)
 	$(PIP_INSTALL) "$(TORCH)"
 	$(DROP_CUDA_XGBOOST)
 	$(PIP_INSTALL) -e ".$(if $(EXTRAS),[$(EXTRAS)])"
-	$(DROP_NETWORKX)
 	@touch $@
 
 $(BSTAMP): $(STAMP)
 	$(PIP_INSTALL) -e ".[$(if $(EXTRAS),$(EXTRAS)$(comma))bench]"
-	$(DROP_NETWORKX)
 	@touch $@
 
 install: $(STAMP)
@@ -71,12 +61,16 @@ lint: $(STAMP)
 
 # The ten slowest tests are listed at the end, so a test that grows shows in every run.
 # Extra pytest options: make test PYTEST_ARGS="-x -k dask".
-# The tests run on PYTEST_WORKERS pytest-xdist processes (auto: one per core), a test
-# file at a time (--dist loadfile), so a module's fixtures are built once; each test
-# gets its own tmp_path and free ports. PYTEST_WORKERS=0 runs them in this one process.
+# The tests run on PYTEST_WORKERS pytest-xdist processes, a test file at a time (--dist
+# loadfile), so a module's fixtures are built once; each test gets its own tmp_path and
+# free ports. PYTEST_WORKERS=0 runs them in this one process. Default: two more workers
+# than cores, as the multi-process tests spend much of their time waiting (peers
+# starting, heartbeats, timeouts) and one worker per core left the cores idle about
+# half the time. Files are handed out in tests/conftest.py's order (the multi-process
+# files first), not xdist's (most tests first, which left those files for the end).
 PYTEST_ARGS ?=
-PYTEST_WORKERS ?= auto
-XDIST := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 2)")
+XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 pytest: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) --durations=10 $(PYTEST_ARGS)
 
