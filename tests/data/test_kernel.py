@@ -368,3 +368,37 @@ def test_accumulate_matches_numpy_bit_for_bit():
             with kernel(on):
                 both.append(V.accumulate(fp))
         assert both[0].tobytes() == both[1].tobytes(), trial
+
+
+@needs_kernel
+@pytest.mark.parametrize("vlan_key", [True, False])
+def test_key_hashes_match_numpy(vlan_key):
+    rng = np.random.default_rng(6)
+    n = 5000
+    u64 = [rng.integers(0, 2**64, n, dtype=np.uint64) for _ in range(4)]
+    pk = PK.Packets(
+        src=rng.integers(0, 600, n).astype(np.int32),
+        index=np.arange(n),
+        ts=np.zeros(n),
+        ver=np.full(n, 4, dtype=np.uint8),
+        proto=rng.choice([6, 17], n).astype(np.uint8),
+        sa_hi=u64[0],
+        sa_lo=u64[1],
+        da_hi=u64[2],
+        da_lo=u64[3],
+        sport=rng.integers(0, 65536, n),
+        dport=rng.integers(0, 65536, n),
+        **{k: np.zeros(n, dtype=np.int64) for k in ("window", "syn_seq", "ip_len", "pay_len")},
+        **{k: np.zeros(n, dtype=np.int64) for k in ("ip_off", "ip_cap", "l4_rel", "pay_off")},
+        flags=np.zeros(n, dtype=np.uint8),
+        pay_cap=np.zeros(n, dtype=np.int64),
+        vlan=rng.integers(0, 2**36, n),
+        pos=np.arange(n),
+    )
+    asm = AS.FlowAssembler(FlowOptions(vlan_key=vlan_key))
+    both = []
+    for on in (True, False):
+        with kernel(on):
+            both.append(asm._key_hashes(pk))
+    for a, b in zip(*both, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -796,3 +796,38 @@ def previous_times(
                 else:
                     prev_dir[i] = last_b
                     last_b = last
+
+
+cdef inline uint64_t mix64(uint64_t h) noexcept nogil:
+    h = (h ^ (h >> 33)) * 0xFF51AFD7ED558CCDULL
+    h = (h ^ (h >> 33)) * 0xC4CEB9FE1A85EC53ULL
+    return h ^ (h >> 33)
+
+
+def key_hashes(
+    const uint64_t[::1] sa_hi, const uint64_t[::1] sa_lo, const int64_t[::1] sport,
+    const uint64_t[::1] da_hi, const uint64_t[::1] da_lo, const int64_t[::1] dport,
+    const int32_t[::1] src, const uint8_t[::1] proto, const int64_t[::1] vlan, bint vlan_key,
+    uint64_t[::1] h, uint8_t[::1] low,
+):
+    """``FlowAssembler._group_by_key``'s hashes: each packet's direction-free flow key
+    hash, and whether its sender is the endpoint with the lower hash (the same
+    unsigned 64-bit arithmetic as ``assemble.endpoint_hash`` and ``assemble._mix``).
+    """
+    cdef Py_ssize_t n = sa_hi.shape[0], i
+    cdef uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xBF58476D1CE4E5B9ULL
+    cdef uint64_t k3 = 0x94D049BB133111EBULL, es, ed, small
+    if (sa_lo.shape[0] != n or sport.shape[0] != n or da_hi.shape[0] != n
+            or da_lo.shape[0] != n or dport.shape[0] != n or src.shape[0] != n
+            or proto.shape[0] != n or vlan.shape[0] != n or h.shape[0] != n
+            or low.shape[0] != n):
+        raise ValueError("key_hashes: inconsistent shapes")
+    with nogil:
+        for i in range(n):
+            es = mix64(sa_lo[i] * k1 + (sa_hi[i] ^ (<uint64_t>sport[i] * k2)))
+            ed = mix64(da_lo[i] * k1 + (da_hi[i] ^ (<uint64_t>dport[i] * k2)))
+            low[i] = es < ed
+            small = (<uint64_t>src[i] << 8) | proto[i]
+            if vlan_key:
+                small = small ^ mix64(<uint64_t>vlan[i] + k2)
+            h[i] = mix64((es + ed) ^ (small * k3))
