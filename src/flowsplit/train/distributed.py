@@ -213,6 +213,13 @@ def process_group(
             layout.backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout
         )
         yield
+        # Every rank leaves together (as torch's own tests do before destroying a group):
+        # gloo's threads release a finished collective's tensors after the caller has
+        # moved on, and a rank that returned at once (while rank 0 still tested and
+        # wrote) could reach interpreter exit first; freeing a Python tensor then killed
+        # it with SIGABRT ("terminate called without an active exception"). Only on
+        # success: after a failure a peer may never arrive.
+        dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
