@@ -81,8 +81,10 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             # nDPI 8-protocol set (ports masked, split by file) the bidirectional LSTM's
             # best validation macro-F1 (seeds 0, 1) was 0.879 and 0.894 over bytes against
             # 0.875 and 0.878 over pkt_bytes (one step per packet, its first 64 bytes from
-            # the IP header on), at about the same cost per epoch. One way, pkt_bytes had
-            # led (0.849-0.862 against 0.823-0.843). Over per-packet sizes, gaps and flags
+            # the IP header on), within the split's noise, for about 2.3x the CPU per
+            # training step (every flow runs 28 steps; over pkt_bytes the packed sequences
+            # stop at a short flow's last packet). One way, pkt_bytes had led
+            # (0.849-0.862 against 0.823-0.843). Over per-packet sizes, gaps and flags
             # (seq) 0.49 on test. USTC-TFC2016's byte sessions have only bytes.
             ("bytes", "pkt_bytes", "seq"),
             build_lstm,
