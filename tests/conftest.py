@@ -58,3 +58,20 @@ def _quiet_threads(monkeypatch):
     # put them back so that later tests keep one thread.
     yield
     torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Test files that start processes (the ``slow`` tests) run first, most such tests
+    first; the rest keep their order. pytest-xdist hands out whole files (``--dist
+    loadfile --no-loadscope-reorder``, see the Makefile) in this order, so the long
+    multi-process files start while the short ones fill the workers' gaps, instead of
+    one of them running last on one worker while the other workers sit idle."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def n_slow(tests: list) -> int:
+        return sum(t.get_closest_marker("slow") is not None for t in tests)
+
+    ordered = sorted(files.values(), key=n_slow, reverse=True)  # stable: ties keep order
+    items[:] = [item for tests in ordered for item in tests]
