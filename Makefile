@@ -69,7 +69,9 @@ lint: $(STAMP)
 # half the time. Files are handed out in tests/conftest.py's order (the multi-process
 # files first), not xdist's (most tests first, which left those files for the end).
 PYTEST_ARGS ?=
-PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print((os.cpu_count() or 1) + 2)")
+# (cores: those this process may run on, so taskset and cgroup cpusets count; macOS: all)
+PYTEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 2)" \
+	2>/dev/null || $(PYTHON) -c "import os; print(os.cpu_count() + 2)")
 XDIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 pytest: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) --durations=10 $(PYTEST_ARGS)
