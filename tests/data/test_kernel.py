@@ -402,3 +402,38 @@ def test_key_hashes_match_numpy(vlan_key):
             both.append(asm._key_hashes(pk))
     for a, b in zip(*both, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@needs_kernel
+@pytest.mark.parametrize("mask_port", [True, False])
+def test_stats_rows_match_numpy(mask_port):
+    # Accumulators of real-looking flows, plus flows with no packet in a direction
+    # (infinite minima, NaN windows), zero durations and one-packet flows.
+    rng = np.random.default_rng(7)
+    nf = 400
+    acc = V.empty_acc(nf)
+    for name in ("n_fwd", "n_bwd", "iat_n", "iatf_n", "iatb_n", *V._FLAG_NAMES):
+        acc[:, V.ACC[name]] = rng.integers(0, 50, nf) * (rng.random(nf) < 0.8)
+    for name in ("bytes_fwd", "bytes_bwd", "pay_fwd", "pay_bwd", "paypk_fwd", "paypk_bwd"):
+        acc[:, V.ACC[name]] = rng.integers(0, 10**6, nf)
+    for name in ("sq_fwd", "sq_bwd", "iat_sum", "iat_sq", "iatf_sum", "iatf_sq", "iatb_sum"):
+        acc[:, V.ACC[name]] = rng.exponential(3.0, nf) * 1e3
+    acc[:, V.ACC["iatb_sq"]] = rng.exponential(1e-6, nf)  # std from a negative difference
+    for name in ("min_fwd", "min_bwd", "iat_min", "iatf_min", "iatb_min"):
+        acc[:, V.ACC[name]] = np.where(rng.random(nf) < 0.2, np.inf, rng.random(nf) * 100)
+    for name in ("max_fwd", "max_bwd", "iat_max", "iatf_max", "iatb_max"):
+        acc[:, V.ACC[name]] = np.where(rng.random(nf) < 0.2, -np.inf, rng.random(nf) * 1e4)
+    first = 1e9 + rng.random(nf) * 100
+    acc[:, V.ACC["last_ts"]] = first + np.where(rng.random(nf) < 0.3, 0.0, rng.random(nf) * 50)
+    for name in ("win_fwd", "win_bwd"):
+        acc[:, V.ACC[name]] = np.where(rng.random(nf) < 0.3, np.nan, rng.integers(0, 65536, nf))
+    ports = [rng.integers(0, 65536, nf) for _ in range(2)]
+    is_tcp = rng.random(nf) < 0.5
+    both = []
+    for on in (True, False):
+        with kernel(on):
+            both.append(V.stats_frame(acc, first, is_tcp, *ports, mask_port))
+    a, b = both
+    assert list(a.columns) == list(b.columns) == list(V.stats_columns(mask_port))
+    assert a.to_numpy().dtype == np.float32
+    assert a.to_numpy().tobytes() == b.to_numpy().tobytes()

@@ -16,7 +16,7 @@ repeated here as C constants, and :data:`CONSTANTS` exports them so that a test
 checks they agree.
 """
 
-from libc.math cimport INFINITY, NAN
+from libc.math cimport INFINITY, NAN, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -831,3 +831,65 @@ def key_hashes(
             if vlan_key:
                 small = small ^ mix64(<uint64_t>vlan[i] + k2)
             h[i] = mix64((es + ed) ^ (small * k3))
+
+
+cdef inline void summary(
+    float* out, double n, double total, double sq, double mn, double mx
+) noexcept nogil:
+    """``views._summary``: min, mean, std and max from count, sum, sum of squares."""
+    cdef double safe = np_max(n, 1.0), mean = total / safe
+    out[0] = <float>(mn if n > 0 else 0.0)
+    out[1] = <float>mean
+    out[2] = <float>sqrt(np_max(sq / safe - mean * mean, 0.0))
+    out[3] = <float>(mx if n > 0 else 0.0)
+
+
+def stats_rows(
+    const double[:, ::1] acc, const double[::1] first_ts, const uint8_t[::1] is_tcp,
+    const int64_t[::1] port_a, const int64_t[::1] port_b, bint mask_port, float[:, ::1] out,
+):
+    """The ``stats`` view's rows (``views.stats_frame``) from the flows' accumulators
+    (columns as :data:`ACC_COLS`), in ``views.stats_columns`` order, with the same
+    float64 arithmetic before the cast to float32."""
+    cdef Py_ssize_t nf = acc.shape[0], f, k, d
+    cdef const double* c
+    cdef float* o
+    cdef double n, dur, safe, bytes_, a, b
+    if (acc.shape[1] != N_ACC or first_ts.shape[0] != nf or is_tcp.shape[0] != nf
+            or port_a.shape[0] != nf or port_b.shape[0] != nf or out.shape[0] != nf
+            or out.shape[1] != (51 if mask_port else 53)):
+        raise ValueError("stats_rows: inconsistent shapes")
+    with nogil:
+        for f in range(nf):
+            c, o = &acc[f, 0], &out[f, 0]
+            n = c[A_N] + c[A_N + 1]
+            bytes_ = c[A_BYTES] + c[A_BYTES + 1]
+            dur = c[A_LAST_TS] - first_ts[f]
+            o[0] = <float>dur
+            o[1], o[2], o[3] = <float>n, <float>c[A_N], <float>c[A_N + 1]
+            o[4], o[5], o[6] = <float>bytes_, <float>c[A_BYTES], <float>c[A_BYTES + 1]
+            o[7] = <float>(c[A_PAY] + c[A_PAY + 1])
+            o[8], o[9] = <float>c[A_PAY], <float>c[A_PAY + 1]
+            o[10], o[11] = <float>c[A_PAYPK], <float>c[A_PAYPK + 1]
+            summary(o + 12, n, bytes_, c[A_SQ] + c[A_SQ + 1], np_min(c[A_MIN], c[A_MIN + 1]),
+                    np_max(c[A_MAX], c[A_MAX + 1]))
+            for d in range(2):
+                summary(o + 16 + 4 * d, c[A_N + d], c[A_BYTES + d], c[A_SQ + d], c[A_MIN + d],
+                        c[A_MAX + d])
+            summary(o + 24, c[A_IAT_N], c[A_IAT_SUM], c[A_IAT_SQ], c[A_IAT_MIN], c[A_IAT_MAX])
+            for d in range(2):
+                summary(o + 28 + 4 * d, c[A_IATD_N + 3 * d], c[A_IATD_N + 3 * d + 1],
+                        c[A_IATD_N + 3 * d + 2], c[A_IATD_MIN + d], c[A_IATD_MAX + d])
+            for k in range(8):
+                o[36 + k] = <float>c[A_FLAGS + k]
+            safe = dur if dur > 0 else 1.0
+            o[44] = <float>(n / safe if dur > 0 else 0.0)
+            o[45] = <float>(bytes_ / safe if dur > 0 else 0.0)
+            o[46] = <float>(c[A_N + 1] / np_max(c[A_N], 1.0))
+            o[47] = <float>(c[A_BYTES + 1] / np_max(c[A_BYTES], 1.0))
+            a, b = c[A_WIN], c[A_WIN + 1]
+            o[48] = <float>(0.0 if a != a else a)
+            o[49] = <float>(0.0 if b != b else b)
+            o[50] = 1.0 if is_tcp[f] else 0.0
+            if not mask_port:
+                o[51], o[52] = <float>port_b[f], <float>port_a[f]

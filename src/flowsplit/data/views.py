@@ -266,6 +266,18 @@ def merge_acc(old: np.ndarray, new: np.ndarray) -> np.ndarray:
 
 def stats_frame(acc: np.ndarray, first_ts, is_tcp, port_a, port_b, mask_port) -> pd.DataFrame:
     """The ``stats`` view of finished flows from their accumulators (float32 columns)."""
+    if _kernel is not None:  # the same arithmetic, one compiled pass
+        arr = np.empty((len(acc), len(stats_columns(mask_port))), dtype=np.float32)
+        _kernel.stats_rows(
+            np.ascontiguousarray(acc, dtype=np.float64),
+            np.ascontiguousarray(first_ts, dtype=np.float64),
+            np.ascontiguousarray(is_tcp, dtype=bool).view(np.uint8),
+            np.ascontiguousarray(port_a, dtype=np.int64),
+            np.ascontiguousarray(port_b, dtype=np.int64),
+            mask_port,
+            arr,
+        )
+        return pd.DataFrame(arr, columns=_column_index(stats_columns(mask_port)), copy=False)
     c = {name: acc[:, i] for i, name in enumerate(ACC_COLS)}
     nf, nb = c["n_fwd"], c["n_bwd"]
     n = nf + nb
