@@ -159,7 +159,7 @@ def test_registry_contract():
     assert neural_models() == ["cnn", "lstm", "convlstm", "convgru"]
     assert [default_view(m) for m in MODEL_SPECS] == [
         "bytes",
-        "bytes",
+        "pkt_bytes",
         "pkt_bytes",
         "pkt_bytes",
         "stats",

@@ -144,4 +144,4 @@ def test_missing_view_is_named(tmp_path, capsys):
     )
     rc = cli_main(["train", str(only_stats), "--model", "lstm", "-o", str(tmp_path / "r")])
     err = capsys.readouterr().err
-    assert rc == 2 and "lstm needs one of the views bytes, pkt_bytes, seq" in err
+    assert rc == 2 and "lstm needs one of the views pkt_bytes, bytes, seq" in err

@@ -1,5 +1,5 @@
-"""Bidirectional LSTM over the rows of the payload-byte image (``bytes``, the default),
-packets' first bytes (``pkt_bytes``, one step per packet) or per-packet features (``seq``).
+"""Bidirectional LSTM over packets' first bytes (``pkt_bytes``, one step per packet, the
+default), per-packet features (``seq``) or the rows of the payload-byte image (``bytes``).
 
 Blocks: ``lstm1`` (input features + LSTM layer), ``lstm2`` (LSTM layer), ``fc``
 (mean, max and last output over the flow's packets + dense), ``head`` (logits).
