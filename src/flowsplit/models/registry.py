@@ -78,19 +78,18 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             "lstm",
             "torch",
             # pkt_bytes first (one step per packet, its first 64 bytes from the IP header
-            # on). nDPI 8-protocol set (ports masked, split by file), bidirectional, best
-            # validation macro-F1: over bytes (28 steps of 28 payload bytes) 0.879 and
-            # 0.894 for seeds 0 and 1 against 0.875 and 0.878 over pkt_bytes, but over
-            # seeds 0-4 bytes averaged 0.856 (0.809-0.894), no better than the one-way
-            # LSTM over pkt_bytes (0.859), while pkt_bytes gained over it on every seed
-            # measured (0.875, 0.878, 0.868 against 0.855, 0.865, 0.863); bytes also costs
-            # about 2.3x the CPU per training step (every flow runs 28 steps; the packed
-            # sequences stop at a short flow's last packet). Over per-packet sizes, gaps
-            # and flags (seq) 0.49 on test. USTC-TFC2016's byte sessions have only bytes.
+            # on): on the nDPI 8-protocol set (ports masked, split by file) its best
+            # validation macro-F1 was 0.849-0.862 in three runs against 0.823-0.843 over
+            # the 28 rows of the payload image (bytes), for about a third of the CPU per
+            # step (the packed sequences stop at a short flow's last packet). Both ways
+            # (bidirectional) bytes scored 0.879 and 0.894 for seeds 0 and 1 against 0.875
+            # and 0.878 over pkt_bytes, but over seeds 0-4 averaged 0.856 against 0.869.
+            # Over per-packet sizes, gaps and flags (seq) 0.49 on test. Sets without
+            # pkt_bytes (USTC-TFC2016's byte sessions) fall back to bytes.
             ("pkt_bytes", "bytes", "seq"),
             build_lstm,
-            "two-layer bidirectional LSTM over the packets' first bytes, one step per packet "
-            "(or over payload-image rows: --view bytes; per-packet features: --view seq)",
+            "two-layer LSTM over the packets' first bytes, one step per packet (or over "
+            "payload-image rows: --view bytes; per-packet features: --view seq)",
         ),
         ModelSpec(
             "convlstm",
