@@ -68,13 +68,13 @@ def build_lstm(
         size_embed: seq only: size of the packet-size embedding; 0 disables it.
         hidden_size: LSTM state size of both layers.
         hidden: width of the dense ``fc`` block.
-        dropout: dropout after ``fc`` (0 disables it).        bidirectional: run each LSTM layer in both directions (doubles its output and
+        dropout: dropout after ``fc`` (0 disables it).
+        bidirectional: run each LSTM layer in both directions (doubles its output and
             the CPU per step). Not the default: on the nDPI 8-protocol set (pkt_bytes,
             seeds 0-4) it raised the best validation macro-F1 by 0.98 points on average
             (0.869 against 0.859; 4 of 5 seeds higher), under the 1 point set
             beforehand as worth twice the CPU, and left the test macro-F1 as it was
             (0.855 against 0.856).
-
         step_bytes: bytes only: payload bytes per step (must divide the stored length);
             0 reads the near-square image rows (784 bytes -> 28 steps of 28).
         input_dropout: dropout on each step's input features (0 disables it).
