@@ -137,6 +137,8 @@ def test_three_seeds_give_no_equivalence_verdict():
     assert v["accuracy"]["tost_p"] < 0.05
     assert v["claims"]["accuracy_verdict"] == NOT_ENOUGH_SEEDS and not v["claims"]["equivalent"]
     assert "equivalence not judged: 3 paired seed(s), at least 5 needed" in text
+    # The spread alone would need fewer seeds than the rule asks for: the text says both.
+    assert v["accuracy"]["seeds_for_power"] < 5 and "(a verdict still needs 5)" in text
     assert "equivalent within" not in text
 
 

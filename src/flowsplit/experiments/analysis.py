@@ -555,6 +555,11 @@ def seeds_needed_text(c: Mapping) -> str:
         f"; with the paired differences' spread (sd {100 * sd:.2f} pt), TOST at +-"
         f"{100 * c['margin']:g} pt needs about {n_need} paired seeds for "
         f"{100 * TARGET_POWER:.0f} % power if the true difference is 0"
+        + (
+            f" (a verdict still needs {MIN_EQUIVALENCE_SEEDS})"
+            if n_need < MIN_EQUIVALENCE_SEEDS
+            else ""
+        )
     )
 
 
