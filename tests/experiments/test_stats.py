@@ -306,6 +306,7 @@ def test_tost_power_and_the_seeds_it_needs_match_simulation(sd, true_diff):
 def test_seeds_for_tost_edge_cases_and_the_comparison_carries_it():
     assert seeds_for_tost(0.0, 0.01) is None  # no spread: nothing to plan with
     assert seeds_for_tost(0.01, 0.01, true_diff=0.012) is None  # outside the margin
+    assert seeds_for_tost(1e-4, 0.01) == 2  # the smallest count with a test is enough
     # What the report's Method says: 5 seeds at +-1 pt pass 80 % of the time up to sd ~0.6 pt.
     assert tost_power(5, 0.006, 0.01) > 0.8 > tost_power(5, 0.0065, 0.01)
     # Paired differences with sd 2 pt (as the LSTM's on nDPI8): about 36 seeds at +-1 pt.

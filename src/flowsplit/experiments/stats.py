@@ -334,14 +334,11 @@ def seeds_for_tost(
     def enough(n: int) -> bool:
         return tost_power(n, sd, margin, alpha=alpha, true_diff=true_diff) >= power
 
-    hi = 2
+    lo, hi = 1, 2  # lo is not enough (one pair has no test), hi is a candidate
     while not enough(hi):
         if hi >= max_n:
             return None
-        hi = min(max_n, 2 * hi)
-    lo = max(2, hi // 2)
-    if enough(lo):
-        return lo
+        lo, hi = hi, min(max_n, 2 * hi)
     while hi - lo > 1:  # lo is not enough, hi is
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if enough(mid) else (mid, hi)
