@@ -307,6 +307,11 @@ def test_seeds_for_tost_edge_cases_and_the_comparison_carries_it():
     assert seeds_for_tost(0.0, 0.01) is None  # no spread: nothing to plan with
     assert seeds_for_tost(0.01, 0.01, true_diff=0.012) is None  # outside the margin
     assert seeds_for_tost(1e-4, 0.01) == 2  # the smallest count with a test is enough
+    # Many pairs: the sample sd is then close to sd, so the power tends to the normal
+    # window 2 * Phi((margin - z * se) / se) - 1 with se = sd / sqrt(n) (about 0.931 here).
+    se = 0.5 / math.sqrt(30_000)
+    window = 2 * sps.norm.cdf((0.01 - sps.norm.ppf(0.95) * se) / se) - 1
+    assert tost_power(30_000, 0.5, 0.01) == pytest.approx(window, abs=0.005)
     # What the report's Method says: 5 seeds at +-1 pt pass 80 % of the time up to sd ~0.6 pt.
     assert tost_power(5, 0.006, 0.01) > 0.8 > tost_power(5, 0.0065, 0.01)
     # Paired differences with sd 2 pt (as the LSTM's on nDPI8): about 36 seeds at +-1 pt.

@@ -19,7 +19,6 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import integrate
 from scipy import stats as sps
 
 EQUIVALENT = "equivalent"
@@ -33,6 +32,8 @@ tiny interval. Below this many seeds the verdict is :data:`NOT_ENOUGH_SEEDS` (a 
 the paired t-test finds is still reported as :data:`DIFFERENT`)."""
 TARGET_POWER = 0.8
 """The power :func:`seeds_for_tost` plans for (the usual 80 %)."""
+POWER_QUANTILES = 2000
+"""Slices of the sample variance's distribution :func:`tost_power` averages over."""
 SCORE_BOUNDS = (0.0, 1.0)
 """Range of a score (accuracy, macro-F1, a share): its intervals are clipped to it."""
 DIFF_BOUNDS = (-1.0, 1.0)
@@ -290,29 +291,23 @@ def tost_power(
     ``-margin < mean < margin`` at level ``alpha`` when the differences are normal with
     mean ``true_diff`` and standard deviation ``sd``.
 
-    Exact for normal differences: TOST passes when ``|mean - 0| + t_crit * s / sqrt(n) <
+    For normal differences TOST passes when ``|mean - 0| + t_crit * s / sqrt(n) <
     margin`` (the 1 - 2 alpha interval inside the margin), so the power is the normal
-    probability of the sample mean's window, integrated over the chi-square distribution
-    of the sample variance.
+    probability of the sample mean's window averaged over the chi-square distribution of
+    the sample variance: here a midpoint rule over :data:`POWER_QUANTILES` equally likely
+    slices of that distribution (within 1e-5 of a 200,000-slice reference from 2 to 85,600
+    pairs; an adaptive integral missed the narrow chi-square peak there and returned 0).
     """
     if n < 2 or not sd > 0 or not margin > 0:
         raise ValueError(f"need n >= 2, sd > 0 and margin > 0; got {n}, {sd}, {margin}")
     df = n - 1
     t_crit = float(sps.t.ppf(1 - alpha, df))
     root_n = math.sqrt(n)
-    # The window is empty once t_crit * s / sqrt(n) >= margin, i.e. beyond v_max.
-    v_max = df * (margin * root_n / (t_crit * sd)) ** 2
-
-    def passes(v: float) -> float:
-        half = margin - t_crit * sd * math.sqrt(v / df) / root_n
-        if half <= 0:
-            return 0.0
-        z = root_n / sd
-        window = sps.norm.cdf((half - true_diff) * z) - sps.norm.cdf((-half - true_diff) * z)
-        return float(window * sps.chi2.pdf(v, df))
-
-    value, _ = integrate.quad(passes, 0.0, v_max, limit=200)
-    return min(1.0, max(0.0, value))
+    v = sps.chi2.ppf((np.arange(POWER_QUANTILES) + 0.5) / POWER_QUANTILES, df)
+    half = margin - t_crit * sd * np.sqrt(v / df) / root_n  # the mean's window, per slice
+    z = root_n / sd
+    window = sps.norm.cdf((half - true_diff) * z) - sps.norm.cdf((-half - true_diff) * z)
+    return float(np.where(half > 0, window, 0.0).mean())
 
 
 def seeds_for_tost(
