@@ -300,7 +300,7 @@ def hook_lines(comm_hooks: dict) -> list[str]:
                     parts.append(f"{label} {100 * c['diff']['mean']:+.2f} pt{ci}: {c['verdict']}")
                 lines.append(
                     f"{model}, {n} workers, comm hook {hook} against plain all-reduce over "
-                    f"{len(vs['seeds']) or c['n']} paired seed(s): " + "; ".join(parts) + "."
+                    f"{vs['accuracy']['n']} paired seed(s): " + "; ".join(parts) + "."
                 )
     return lines
 

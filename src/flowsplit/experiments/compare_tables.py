@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from flowsplit.experiments.analysis import FLOW_STATS_MODEL
+from flowsplit.experiments.layout import PLAIN_HOOK
 from flowsplit.experiments.scaling import NETWORK_PRESETS
 from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
 
@@ -310,7 +311,7 @@ def hook_rows(analysis: dict) -> list[dict]:
                 row = {
                     "model": model,
                     "workers": n,
-                    "hook": hook + (" (reference)" if vs is None else ""),
+                    "hook": hook + (" (reference)" if hook == PLAIN_HOOK else ""),
                     "seeds": ", ".join(map(str, g["seeds"])),
                     "epoch": _ci(g["epoch_time_s"], 1, 3)
                     + (" (contended)" if g["timing_contended"] else ""),

@@ -97,7 +97,8 @@ class CompareConfig:
             raise ConfigError(
                 f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
             )
-        if len(self.comm_hooks) > 1 and any(a.startswith("--comm-hook") for a in self.train_args):
+        # Also with the default hooks: the study keys its runs by the hook their records name.
+        if any(a.startswith("--comm-hook") for a in self.train_args):
             raise ConfigError(
                 "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
             )
