@@ -437,3 +437,32 @@ def test_stats_rows_match_numpy(mask_port):
     assert list(a.columns) == list(b.columns) == list(V.stats_columns(mask_port))
     assert a.to_numpy().dtype == np.float32
     assert a.to_numpy().tobytes() == b.to_numpy().tobytes()
+
+
+@needs_kernel
+def test_the_per_flow_passes_refuse_a_flow_without_packets():
+    # Flow 1 of fs = [0, 2, 2] over 2 packets is empty: the loops that index a flow's
+    # packets without bounds checks must refuse it before they start.
+    n, fs = 2, np.array([0, 2, 2], dtype=np.int64)
+    u8, f64 = np.zeros(n, np.uint8), np.zeros(n)
+    with pytest.raises(IndexError, match="flow 1 has no packets"):
+        _kernel.previous_times(
+            fs, u8, f64, *(np.zeros(3) for _ in range(3)), f64.copy(), f64.copy()
+        )
+    acc = np.zeros((3, len(V.ACC_COLS)))
+    with pytest.raises(IndexError, match="flow 1 has no packets"):
+        _kernel.accumulate(
+            fs,
+            u8,
+            f64,
+            f64,
+            f64,
+            f64,
+            f64,
+            u8,
+            np.zeros(n, np.int64),
+            u8,
+            f64.copy(),
+            f64.copy(),
+            acc,
+        )

@@ -11,6 +11,12 @@ takes, every field is the one ``PacketDecoder`` computes (``tests/data/
 test_kernel.py`` compares the two on every record of generated and shared
 captures), so the output does not depend on whether the extension is built.
 
+The module also holds the compiled twins of the reader's other per-record and
+per-packet passes (record walks, header gathers, view copies, flow accumulators,
+``seq`` and ``stats`` rows, flow-key and row hashes, range maxima): each is used only
+when the extension is built, beside its NumPy path, and equals it bit for bit
+(``tests/data/test_kernel.py``).
+
 The protocol numbers are those of :mod:`flowsplit.data.protocols`; they are
 repeated here as C constants, and :data:`CONSTANTS` exports them so that a test
 checks they agree.
@@ -586,6 +592,18 @@ cdef inline double reduceat_sum(const double* a, Py_ssize_t n) noexcept nogil:
     return a[0] + pairwise_sum(a + 1, n - 1)
 
 
+cdef int check_flows(const int64_t[::1] fs, Py_ssize_t n) except -1:
+    """Every flow ``f`` of ``fs`` (packets ``fs[f]`` up to the next start, or ``n``) is a
+    non-empty range inside ``n`` packets: the loops over flows may then index freely."""
+    cdef Py_ssize_t nf = fs.shape[0], f, b, e
+    for f in range(nf):
+        b = fs[f]
+        e = fs[f + 1] if f + 1 < nf else n
+        if b < 0 or e > n or b >= e:
+            raise IndexError(f"flow {f} has no packets ({b}, {e})")
+    return 0
+
+
 def accumulate(
     const int64_t[::1] fs, const uint8_t[::1] fwd, const double[::1] size,
     const double[::1] pay, const double[::1] ts, const double[::1] prev_ts,
@@ -601,19 +619,15 @@ def accumulate(
     ``iat0`` and ``iat_sq`` are scratch (one per packet).
     """
     cdef Py_ssize_t n = ts.shape[0], nf = fs.shape[0], f, i, b, e, d, k
-    cdef double t, x, x0, s
+    cdef double t, x, x0
     cdef double* row
-    cdef bint has, seen
+    cdef bint has
     if (fwd.shape[0] != n or size.shape[0] != n or pay.shape[0] != n or prev_ts.shape[0] != n
             or prev_dir.shape[0] != n or flags.shape[0] != n or window.shape[0] != n
             or tcp.shape[0] != n or iat0.shape[0] != n or iat_sq.shape[0] != n
             or acc.shape[0] != nf or acc.shape[1] != N_ACC):
         raise ValueError("accumulate: inconsistent shapes")
-    for f in range(nf):
-        b = fs[f]
-        e = fs[f + 1] if f + 1 < nf else n
-        if b < 0 or e > n or b >= e:
-            raise IndexError(f"flow {f} has no packets ({b}, {e})")
+    check_flows(fs, n)
     with nogil:
         for f in range(nf):
             b = fs[f]
@@ -777,11 +791,7 @@ def previous_times(
             or carried_last.shape[0] != nf or carried_fwd.shape[0] != nf
             or carried_bwd.shape[0] != nf):
         raise ValueError("previous_times: inconsistent shapes")
-    for f in range(nf):
-        b = fs[f]
-        e = fs[f + 1] if f + 1 < nf else n
-        if b < 0 or e > n or b >= e:
-            raise IndexError(f"flow {f} has no packets ({b}, {e})")
+    check_flows(fs, n)
     with nogil:
         for f in range(nf):
             b = fs[f]
