@@ -371,7 +371,7 @@ def _rule(reason: str, causes: list[str] | None) -> str:
 
 
 def _packet_totals(flows: collections.Counter) -> collections.Counter:
-    """Packets per 5-tuple over all of a file's flows of it."""
+    """Packets per 5-tuple, summed over one file's flows."""
     out: collections.Counter = collections.Counter()
     for (k, n), m in flows.items():
         out[k] += n * m

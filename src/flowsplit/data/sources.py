@@ -111,8 +111,9 @@ def row_hashes(arrays: list[np.ndarray]) -> np.ndarray:
 
     Two random linear hashes over the rows' 64-bit words (wrapping arithmetic),
     summed over the arrays with a different key per array: equal rows always
-    collide, different rows collide with negligible chance. Vectorised (an integer
-    matmul per array, no concatenated copy), so it costs little beside reading.
+    collide, different rows collide with negligible chance. One compiled pass per array
+    when the kernel is built (``_kernel.add_row_hashes``), else an integer matmul per
+    array; no concatenated copy either way, so it costs little beside reading.
     """
     n = arrays[0].shape[0]
     h1 = np.zeros(n, dtype=np.uint64)
