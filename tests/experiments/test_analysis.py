@@ -13,6 +13,7 @@ from flowsplit.experiments.analysis import (
     OVERSUBSCRIBED,
     SUPERLINEAR,
     analyse,
+    compare_hooks,
     compare_to_central,
     headline,
     majority_baseline,
@@ -247,3 +248,19 @@ def test_not_shown_verdict_names_the_seeds_tost_would_need():
     # An equivalent comparison's headline does not ask for more seeds.
     c2, p2 = _pair(5)
     assert "paired seeds for" not in headline("m", {"vs_central": {"2": _compare(c2, p2)}}, 0.01)
+
+
+def test_a_hooks_epoch_time_ratio_is_flagged_when_the_plain_runs_were_disturbed():
+    # Prepare: 3 seeds of plain all-reduce, every one contended, and 3 clean fp16 seeds.
+    runs = [
+        _rec(s, 2, 0.9, 10.0, comm_hook="none", contended=True, foreign_cpu_share=0.5, epochs_run=5)
+        for s in range(3)
+    ] + [_rec(s, 2, 0.9, 8.0, comm_hook="fp16", contended=False, epochs_run=5) for s in range(3)]
+    # Execute
+    g = compare_hooks(runs, margin=0.01, alpha=0.05)["m"]["2"]
+    # Assert: the hook's own timings are clean, but the ratio rests on disturbed plain
+    # runs (all seeds used, as no seed is clean on both sides), so it is flagged.
+    assert g["fp16"]["timing_contended"] is False and g["none"]["timing_contended"] is True
+    vs = g["fp16"]["vs_plain"]
+    assert vs["timing_contended"] is True and vs["seeds"] == [0, 1, 2]
+    assert vs["epoch_time_ratio"]["mean"] == pytest.approx(0.8)

@@ -93,6 +93,20 @@ def timing_runs(runs: Sequence[Mapping]) -> tuple[list[Mapping], bool]:
     return (clean, False) if clean else (list(runs), bool(runs))
 
 
+def paired_times(ref: Sequence[Mapping], other: Sequence[Mapping]):
+    """Epoch times of the seeds both groups timed cleanly (:func:`timing_runs`), in seed
+    order, and whether they are flagged: when no seed has clean timings on both sides,
+    those of every seed both finished, flagged. Returns ``(seeds, t_ref, t_other,
+    contended)``."""
+    r_timed, r_flag = timing_runs(ref)
+    o_timed, o_flag = timing_runs(other)
+    seeds, t_ref, t_other = _paired(r_timed, o_timed, "epoch_time_s")
+    if not seeds:  # no seed with clean timings on both sides: use all, flagged
+        seeds, t_ref, t_other = _paired(ref, other, "epoch_time_s")
+        r_flag = True
+    return seeds, t_ref, t_other, r_flag or o_flag
+
+
 _BOUNDED = {"accuracy": SCORE_BOUNDS, "macro_f1": SCORE_BOUNDS, "comm_share": SCORE_BOUNDS}
 
 
@@ -137,15 +151,10 @@ def compare_to_central(
     for key in ("accuracy", "macro_f1"):
         seeds, a, b = _paired(central, parallel, key)
         out[key] = compare_paired(a, b, margin=margin, alpha=alpha).as_dict()
-    c_timed, c_flag = timing_runs(central)
-    p_timed, p_flag = timing_runs(parallel)
-    seeds, t_ref, t_par = _paired(c_timed, p_timed, "epoch_time_s")
-    if not seeds:  # no seed with clean timings on both sides: use all, flagged
-        seeds, t_ref, t_par = _paired(central, parallel, "epoch_time_s")
-        c_flag = True
+    seeds, t_ref, t_par, contended = paired_times(central, parallel)
     speed, eff = speedup_ci(t_ref, t_par, n_workers)
     out["seeds"] = seeds
-    out["timing_contended"] = c_flag or p_flag
+    out["timing_contended"] = contended
     out["speedup"] = speed.as_dict()
     out["efficiency"] = eff.as_dict()
     out["oversubscribed"] = any(r["oversubscribed"] for r in parallel)
@@ -467,9 +476,9 @@ def compare_hooks(records: Sequence[Mapping], *, margin: float, alpha: float) ->
                 for key in ("accuracy", "macro_f1"):
                     seeds, a, b = _paired(plain, group, key)
                     vs[key] = compare_paired(a, b, margin=margin, alpha=alpha).as_dict()
-                p_timed = timing_runs(plain)[0]
-                seeds, t_plain, t_hook = _paired(p_timed, timed, "epoch_time_s")
+                seeds, t_plain, t_hook, contended = paired_times(plain, group)
                 vs["seeds"] = seeds
+                vs["timing_contended"] = contended  # either side's runs disturbed
                 vs["epoch_time_ratio"] = ratio_ci(t_hook, t_plain).as_dict()
                 row["vs_plain"] = vs
             entry[hook] = row

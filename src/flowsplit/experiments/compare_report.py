@@ -283,7 +283,7 @@ def hook_lines(comm_hooks: dict) -> list[str]:
                 b_plain = plain["comm_bytes_per_epoch"]["mean"]
                 parts = [
                     f"epoch time {ratio:.2f}x the plain all-reduce's"
-                    + (" (contended timings)" if g["timing_contended"] else ""),
+                    + (" (contended timings)" if vs["timing_contended"] else ""),
                     f"{100 * b_hook / b_plain:.0f} % of its all-reduce bytes"
                     if b_plain > 0
                     else "bytes not measured",
