@@ -205,8 +205,7 @@ def _gives_scheduler(cfg: CompareConfig) -> bool:
 
 
 def _log_path(cfg: CompareConfig, cell: Cell) -> Path:
-    hook = "" if cell.hook == PLAIN_HOOK else f"-{cell.hook}"
-    path = Path(cfg.out) / "logs" / f"{cell.model}-w{cell.workers}{hook}-seed{cell.seed}.log"
+    path = Path(cfg.out) / "logs" / f"{cell.name.replace('/', '-')}.log"  # cnn-w2-fp16-seed0
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flowsplit.errors import ConfigError
+from flowsplit.experiments.layout import plain_first
 from flowsplit.planner import study_config
 from flowsplit.planner.study_config import StudyConfig
 from flowsplit.train.config import COMM_HOOKS
@@ -78,7 +79,7 @@ class CompareConfig:
         self.workers = sorted({1, *(int(w) for w in self.workers)})
         self.seeds = sorted({int(s) for s in self.seeds})
         self.models = list(dict.fromkeys(self.models))
-        self.comm_hooks = ["none", *(h for h in dict.fromkeys(self.comm_hooks) if h != "none")]
+        self.comm_hooks = plain_first(self.comm_hooks)
         if self.quick:
             self.epochs = self.epochs or QUICK_EPOCHS
             self.rounds = self.rounds or QUICK_ROUNDS

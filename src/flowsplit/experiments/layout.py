@@ -30,6 +30,12 @@ class Cell:
         return cell_name(self.model, self.workers, self.seed, self.hook)
 
 
+def plain_first(hooks: Sequence[str]) -> list[str]:
+    """The plain all-reduce, then the other hooks once each in the order given: the plain
+    runs always run, as every hook is judged against them."""
+    return [PLAIN_HOOK, *(h for h in dict.fromkeys(hooks) if h != PLAIN_HOOK)]
+
+
 def cell_name(model: str, workers: int, seed: int, hook: str = PLAIN_HOOK) -> str:
     """``cnn/w2/seed0``; a cell with a communication hook: ``cnn/w2-fp16/seed0``."""
     return f"{model}/{_workers_part(workers, hook)}/seed{seed}"
@@ -54,7 +60,7 @@ def plan_cells(
     """All cells, seed-major: after each seed every model has a complete set of worker
     counts (and, on several workers, of ``hooks``), so an interrupted study still has
     paired results to analyse. The plain all-reduce always runs: hooks are judged by it."""
-    hook_list = [PLAIN_HOOK, *(h for h in dict.fromkeys(hooks) if h != PLAIN_HOOK)]
+    hook_list = plain_first(hooks)
     return [
         Cell(m, n, s, h)
         for s in seeds
