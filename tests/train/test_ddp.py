@@ -86,6 +86,14 @@ def ddp_runs(tmp_path_factory):
         dataclasses.replace(base, out=str(tmp_path / hook), comm_hook=hook, bucket_mb=0.001)
         for hook in ("none", "fp16")
     ]
+    # The CNN with dropout on (half the units), its masks drawn for the global batch.
+    dropping = dataclasses.replace(
+        cfgs["cnn"],
+        model_options={**OPTIONS["cnn"], "dropout": 0.5},
+        dropout_masks="global",
+    )
+    central["dropout"] = dataclasses.replace(dropping, out=str(tmp_path / "dropout-1"))
+    ddp["dropout"] = dataclasses.replace(dropping, out=str(tmp_path / "dropout-2"), workers=2)
     # Execute
     for cfg in central.values():
         train_worker(cfg)
@@ -110,6 +118,15 @@ def test_two_gloo_workers_end_with_the_centralised_weights(ddp_runs):
         n_params = sum(v.numel() for k, v in a.items() if not k.endswith(("mean", "std")))
         assert r2.comm_bytes == 2 * 3 * 4 * n_params
         assert r1.comm_bytes == 0 and 0 < r2.comm_time_s < sum(r2.epoch_times_s)
+
+
+def test_global_dropout_masks_make_two_workers_the_centralised_run(ddp_runs):
+    # Dropout 0.5 on: per-rank masks would part the runs at the first step.
+    a, b = _last_weights(ddp_runs / "dropout-1"), _last_weights(ddp_runs / "dropout-2")
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, f"dropout on: 2 workers differ from 1 process by {worst:.2e}"
+    off = _last_weights(ddp_runs / "cnn-1")  # the same run without dropout
+    assert max((a[k] - off[k]).abs().max().item() for k in a) > 1e-3  # dropout did act
 
 
 def test_cli_two_workers_writes_one_result_with_every_rank_measured(tmp_path, capsys):

@@ -16,6 +16,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 LR_SCHEDULES = ("cosine", "constant")
 CLASS_WEIGHTS = ("none", "balanced")
+DROPOUT_MASKS = ("global", "rank")
 # Options that may change when a run is resumed; anything else would make the
 # resumed run a different experiment.
 RESUMABLE_OPTIONS = (
@@ -61,6 +62,11 @@ class TrainConfig:
     """Keep batch_size per worker and multiply lr by the number of workers (linear scaling)."""
     class_weight: str = field(default="none", metadata=cli(choices=CLASS_WEIGHTS))
     """none, or balanced: weight each class's loss by n / (classes * n_class) (imbalanced sets)."""
+    dropout_masks: str = field(default="rank", metadata=cli(choices=DROPOUT_MASKS))
+    """global: each step's dropout masks are drawn for the whole global batch from a stream
+    seeded alike on every rank, and each rank applies its rows, so N workers drop what one
+    process drops; rank: each rank draws masks for its own rows (N workers see other masks
+    than one process)."""
     weight_decay: float = 0.0
     """Adam weight decay."""
     patience: int | None = None
@@ -123,6 +129,8 @@ class TrainConfig:
             raise ConfigError(f"--lr-schedule must be cosine or constant, got {self.lr_schedule!r}")
         if self.class_weight not in CLASS_WEIGHTS:
             raise ConfigError(f"--class-weight must be none or balanced, got {self.class_weight!r}")
+        if self.dropout_masks not in DROPOUT_MASKS:
+            raise ConfigError(f"--dropout-masks must be global or rank, got {self.dropout_masks!r}")
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.patience is not None and self.patience < 0:

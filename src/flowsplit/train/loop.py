@@ -19,7 +19,8 @@ sets threads, opens the process group, and calls :func:`run_training`:
 
 With per-worker batch = global batch / N and gradients averaged over N equal
 shards, a step of N workers is the centralised step on the same global batch up
-to floating-point summation order (dropout masks aside: seeded per rank).
+to floating-point summation order; dropout too with ``--dropout-masks global``, whose
+masks are drawn for the global batch alike on every rank (:mod:`flowsplit.train.dropout`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from flowsplit.train.distributed import (
     process_group,
     read_dist_env,
 )
+from flowsplit.train.dropout import MaskSource, use_global_masks
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
 from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
@@ -114,6 +116,7 @@ class _RunState:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     weights: torch.Tensor | None  # class weights of the loss
+    masks: MaskSource | None = None  # --dropout-masks global
     hist: dict = field(
         default_factory=lambda: {
             "loss": [],
@@ -213,7 +216,9 @@ def _fit(
             break
         for group in state.optimizer.param_groups:  # a function of the epoch: resumes exactly
             group["lr"] = epoch_lr(layout.lr, epoch, cfg.epochs, cfg.lr_schedule)
-        torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # dropout masks
+        torch.manual_seed(_seed_for(cfg.seed, layout.rank, epoch))  # per-rank randomness
+        if state.masks is not None:  # the same stream on every rank
+            state.masks.reseed(_seed_for(cfg.seed, 0, epoch))
         meter.reset()
         _train_epoch(cfg, layout, data, state, ddp_model, meter, epoch, device, show=show)
         stop = False
@@ -260,13 +265,19 @@ def _build_model(
         n_classes=data.ds.n_classes,
         **cfg.model_options,
     )
+    masks = None
+    if cfg.dropout_masks == "global":
+        masks = MaskSource(
+            world_size=layout.world_size, rank=layout.rank, global_batch=layout.global_batch
+        )
+        use_global_masks(model, masks)
     if has_input_scaler(model):  # the statistics of every training row, on every rank
         fit_input_scaler(model, torch.from_numpy(data.reader.read(data.train_idx)))
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
     weights = class_weights(data.y_train.numpy(), data.ds.n_classes, cfg.class_weight)
     weights = None if weights is None else torch.from_numpy(weights).to(device)
-    return _RunState(model, optimizer, weights)
+    return _RunState(model, optimizer, weights, masks)
 
 
 def _train_epoch(
