@@ -7,26 +7,49 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DistributedSampler
 
-from flowsplit.train.batches import RowReader, shard_order
+from flowsplit.train.batches import RowReader, epoch_rows, shard_order, step_rows
 from flowsplit.train.distributed import CommMeter
 
 
-@pytest.mark.parametrize(("n", "world"), [(10, 1), (10, 2), (11, 2), (13, 4), (3, 4)])
-def test_shard_order_is_the_distributed_samplers(n, world):
+@pytest.mark.parametrize(("n", "world"), [(10, 1), (10, 2), (12, 4)])
+def test_shard_order_is_the_distributed_samplers_when_shards_are_even(n, world):
     for epoch in (0, 3):
         for rank in range(world):
             sampler = DistributedSampler(
                 range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=True
             )
             sampler.set_epoch(epoch)
-            assert shard_order(n, world, rank, 7, epoch).tolist() == list(sampler)
+            assert shard_order(n, world, rank, 7, epoch, 4).tolist() == list(sampler)
 
 
-def test_shards_are_disjoint_and_leave_out_less_than_a_row_per_rank():
-    shards = [set(shard_order(103, 4, r, 0, 1).tolist()) for r in range(4)]
-    assert sum(len(s) for s in shards) == len(set.union(*shards)) == 100
+@pytest.mark.parametrize(("n", "world", "batch"), [(45, 2, 16), (103, 4, 8), (40, 3, 12)])
+def test_each_global_step_is_the_centralised_one_with_the_ranks_rows_interleaved(n, world, batch):
+    central = shard_order(n, 1, 0, 5, 2, batch)
+    shards = [shard_order(n, world, r, 5, 2, batch) for r in range(world)]
+    per_rank = batch // world
+    used = epoch_rows(n, world, batch)
+    steps = [len(range(0, len(s), per_rank)) for s in shards]
+    assert len(set(steps)) == 1  # every rank takes the same number of steps (no Join)
+    for k in range(steps[0]):
+        parts = [s[k * per_rank : (k + 1) * per_rank] for s in shards]
+        rows = step_rows(used, batch, k)
+        assert sum(len(p) for p in parts) == rows
+        # Rank r holds rows r, r + N, ... of the centralised step k.
+        merged = torch.empty(rows, dtype=torch.long)
+        for r, p in enumerate(parts):
+            merged[r::world] = p
+        assert merged.tolist() == central[k * batch : k * batch + rows].tolist()
+    assert used == n  # these tails hold at least one row per rank: nothing sits out
+
+
+def test_only_a_last_step_with_fewer_rows_than_ranks_sits_out():
+    # 33 rows, steps of 16: the last step's one row cannot go to 4 ranks.
+    assert (epoch_rows(33, 4, 16), epoch_rows(36, 4, 16), epoch_rows(33, 1, 16)) == (32, 36, 33)
+    shards = [set(shard_order(33, 4, r, 0, 1, 16).tolist()) for r in range(4)]
+    assert sum(len(s) for s in shards) == len(set.union(*shards)) == 32
 
 
 @pytest.mark.parametrize(("dtype", "shape"), [(np.uint8, (5,)), (np.float32, (3, 2))])

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 COMMON = {"epochs": 2, "batch_size": 16, "patience": 0, "quiet": True, "threads": 1}
 OPTIONS = {
     "cnn": {"dropout": 0.0, "channels": [4, 8], "hidden": 16, "embed": 4},
-    "lstm": {"dropout": 0.0, "hidden_size": 8, "hidden": 16},
+    "lstm": {"dropout": 0.0, "input_dropout": 0.0, "hidden_size": 8, "hidden": 16},
     "convlstm": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
     "convgru": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
 }
@@ -86,9 +86,12 @@ def ddp_runs(tmp_path_factory):
         dataclasses.replace(base, out=str(tmp_path / hook), comm_hook=hook, bucket_mb=0.001)
         for hook in ("none", "fp16")
     ]
-    # The CNN with dropout on (half the units), its masks drawn for the global batch.
+    # The CNN with dropout on (half the units), its masks drawn for the global batch, on
+    # 45 training rows: steps of 16, 16 and 13, whose rows split 7 / 6 between the ranks.
+    uneven = write_synthetic(tmp_path / "uneven-data", n=75, class_share=(0.6, 0.25, 0.15))
     dropping = dataclasses.replace(
         cfgs["cnn"],
+        dataset=str(uneven),
         model_options={**OPTIONS["cnn"], "dropout": 0.5},
         dropout_masks="global",
     )
@@ -121,10 +124,14 @@ def test_two_gloo_workers_end_with_the_centralised_weights(ddp_runs):
 
 
 def test_global_dropout_masks_make_two_workers_the_centralised_run(ddp_runs):
-    # Dropout 0.5 on: per-rank masks would part the runs at the first step.
+    # Dropout 0.5 on: per-rank masks would part the runs at the first step; an odd
+    # training split: a dropped row or an unweighted short last step would too.
     a, b = _last_weights(ddp_runs / "dropout-1"), _last_weights(ddp_runs / "dropout-2")
     worst = max((a[k] - b[k]).abs().max().item() for k in a)
     assert worst < 1e-5, f"dropout on: 2 workers differ from 1 process by {worst:.2e}"
+    r1 = RunResult.from_json(ddp_runs / "dropout-1")
+    r2 = RunResult.from_json(ddp_runs / "dropout-2")
+    assert r1.loss_per_epoch == pytest.approx(r2.loss_per_epoch, rel=1e-5)
     off = _last_weights(ddp_runs / "cnn-1")  # the same run without dropout
     assert max((a[k] - off[k]).abs().max().item() for k in a) > 1e-3  # dropout did act
 

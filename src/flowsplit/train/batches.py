@@ -1,8 +1,8 @@
 """Training rows batch by batch: each rank reads only the rows of its own shard.
 
 A worker never holds the training split in memory. Per epoch it computes its
-shard (:func:`shard_order`, the rows ``DistributedSampler(drop_last=True)`` would
-give it, as one tensor rather than a Python list of every index), and per step
+shard (:func:`shard_order`: every ``N``-th row of the epoch's permutation, as one
+tensor rather than a Python list of every index), and per step
 :class:`RowReader` reads that step's rows from the view's ``.npy`` file.
 
 Why ``pread`` and not fancy indexing of the memory map: pages of a mapped file
@@ -14,27 +14,49 @@ size of the dataset. The bytes read are the ones the memory map would give.
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
 import torch
 
 
-def shard_order(n: int, world_size: int, rank: int, seed: int, epoch: int) -> torch.Tensor:
+def epoch_rows(n: int, world_size: int, global_batch: int) -> int:
+    """How many of the ``n`` training rows an epoch of ``world_size`` ranks trains on.
+
+    All of them, unless the last global step would have fewer rows than ranks (a rank
+    with no row would skip the step's all-reduce): that step's rows sit out, so at most
+    ``world_size - 1`` rows, and none in a centralised run.
+    """
+    tail = n % global_batch
+    return n - tail if 0 < tail < world_size else n
+
+
+def shard_order(
+    n: int, world_size: int, rank: int, seed: int, epoch: int, global_batch: int
+) -> torch.Tensor:
     """Positions (into the ``n`` training rows) of ``rank``'s shard for ``epoch``, in order.
 
-    Exactly ``list(DistributedSampler(range(n), world_size, rank, shuffle=True,
-    seed=seed, drop_last=True))`` after ``set_epoch(epoch)``: the rows are permuted
-    by a generator seeded ``seed + epoch`` (so the order depends on the seed and the
-    epoch only), the tail that does not divide evenly sits out, and rank ``r`` takes
-    every ``world_size``-th row from position ``r``.
+    The rows are permuted by a generator seeded ``seed + epoch`` (the permutation
+    ``DistributedSampler(shuffle=True, seed=seed)`` draws after ``set_epoch(epoch)``,
+    so the order depends on the seed and the epoch only) and cut into global steps of
+    ``global_batch`` rows; rank ``r`` takes every ``world_size``-th row from position
+    ``r``. With ``global_batch`` a multiple of ``world_size``, the rank's rows of
+    global step ``k`` are then its ``k``-th slice of ``global_batch / world_size``
+    rows, also on the short last step, where the ranks' shares differ by at most one
+    row: the loop weighs each rank's loss by its share of the step
+    (:func:`step_rows`), so N ranks take the centralised step on every global batch,
+    the last one included. Unlike ``DistributedSampler(drop_last=True)``, no row sits
+    out except as :func:`epoch_rows` says.
     """
     g = torch.Generator()
     g.manual_seed(seed + epoch)
     perm = torch.randperm(n, generator=g)
-    per_rank = n // world_size if n % world_size else math.ceil(n / world_size)
-    return perm[: per_rank * world_size][rank::world_size]
+    return perm[: epoch_rows(n, world_size, global_batch)][rank::world_size]
+
+
+def step_rows(used: int, global_batch: int, step: int) -> int:
+    """Rows of global step ``step`` (0-based) of an epoch on ``used`` rows."""
+    return min(global_batch, used - step * global_batch)
 
 
 class RowReader:

@@ -40,8 +40,9 @@ PyTorch DDP (gloo on CPU, NCCL on CUDA; rendezvous on 127.0.0.1), or, for xgboos
 a Dask LocalCluster of N workers. The global batch and learning rate stay those of
 the centralised run (each worker takes batch/N), so N workers follow the same
 optimisation; --scale-lr keeps the batch per worker and multiplies the lr by N.
-Uneven shards: every rank takes floor(n/N) rows an epoch (DistributedSampler with
-drop_last; at most N-1 rows sit out, different ones each epoch).
+Uneven shards: every row trains each epoch; on the short last step the ranks' shares
+differ by a row and each rank's loss is weighed by its share, so that step too is the
+centralised one (only a last step with fewer rows than workers sits out).
 
 Across machines, run the same training under torchrun, one command per node:
 

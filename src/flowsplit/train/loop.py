@@ -10,16 +10,18 @@ sets threads, opens the process group, and calls :func:`run_training`:
 3. wrap it in DDP (gradients averaged, plain or compressed by ``--comm-hook``; a
    hook times and counts all-reduce bytes, and the exposed part of that time),
 4. per epoch: the rows are ordered by (seed, epoch) only, as DistributedSampler
-   orders them, each rank takes every N-th of them (``drop_last``: at most N-1
-   rows sit out an epoch, so all ranks take the same number of equal-sized steps
-   and need no ``Join``) and reads its batches from disk as it goes
+   orders them, each rank takes every N-th of them (all rows, so the ranks' shares
+   of the short last step differ by at most one row and each rank's loss is weighed
+   by its share; only a last step with fewer rows than ranks sits out, so all ranks
+   take the same number of steps and need no ``Join``) and reads its batches from
+   disk as it goes
    (:mod:`flowsplit.train.batches`), rank 0 validates, checkpoints and decides
    early stopping, and the decision is broadcast so every rank stops together,
 5. rank 0 restores the best weights, tests, writes weights and ``metrics.json``.
 
-With per-worker batch = global batch / N and gradients averaged over N equal
-shards, a step of N workers is the centralised step on the same global batch up
-to floating-point summation order; dropout too with ``--dropout-masks global``, whose
+With per-worker batch = global batch / N and each rank's loss weighed by its
+share of the global step, a step of N workers is the centralised step on the same
+global batch up to floating-point summation order; dropout too with ``--dropout-masks global``, whose
 masks are drawn for the global batch alike on every rank (:mod:`flowsplit.train.dropout`).
 """
 
@@ -43,7 +45,7 @@ from tqdm.auto import tqdm
 
 from flowsplit.data.store import load_dataset
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
-from flowsplit.train.batches import RowReader, shard_order
+from flowsplit.train.batches import RowReader, epoch_rows, shard_order, step_rows
 from flowsplit.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import (
@@ -295,28 +297,34 @@ def _train_epoch(
     """Step 4, one epoch on this rank; its loss, times and bytes go to ``state.hist``."""
     ddp_model.train()
     # This rank's rows, in order: a function of (seed, epoch) only.
-    order = shard_order(len(data.train_idx), layout.world_size, layout.rank, cfg.seed, epoch)
+    n, world, batch = len(data.train_idx), layout.world_size, layout.global_batch
+    order = shard_order(n, world, layout.rank, cfg.seed, epoch, batch)
+    used = epoch_rows(n, world, batch)  # rows of the epoch on all ranks together
     if cfg.steps_per_epoch is not None:
         order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
+        used = min(used, cfg.steps_per_epoch * batch)
     bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
     loss_sum, data_time = torch.zeros((), device=device), 0.0
     t0 = time.perf_counter()
-    for start in range(0, len(order), layout.per_worker_batch):
+    for step, start in enumerate(range(0, len(order), layout.per_worker_batch)):
         td = time.perf_counter()
         rows = order[start : start + layout.per_worker_batch]
         xb = torch.from_numpy(data.reader.read(data.train_idx[rows.numpy()]))
         xb = xb.to(device, non_blocking=True)  # (b, *view_shape)
         yb = data.y_train[rows].to(device, non_blocking=True)  # (b,)
         data_time += time.perf_counter() - td
-        # Sum over the batch / its size (not a weighted mean): equal on every rank, so
-        # the all-reduce average is the centralised loss even with class weights.
+        # The sum over this rank's rows, divided by the rows of the whole global step
+        # and times N (not a weighted mean): DDP's average over the N ranks is then the
+        # centralised loss of the global batch, even with class weights and on a short
+        # last step whose shares differ by a row.
         logits = ddp_model(xb)
-        loss = F.cross_entropy(logits, yb, weight=state.weights, reduction="sum") / len(rows)
+        ce_sum = F.cross_entropy(logits, yb, weight=state.weights, reduction="sum")
+        loss = ce_sum * (world / step_rows(used, batch, step))
         state.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
         meter.step_done()
         state.optimizer.step()
-        loss_sum += loss.detach() * len(rows)
+        loss_sum += ce_sum.detach()
         bar.update(len(rows))
     epoch_time = time.perf_counter() - t0
     bar.close()
@@ -451,7 +459,7 @@ def _extra(
         "comm_hook": cfg.comm_hook,
         "bucket_mb": cfg.bucket_mb,
         "exposed_comm_per_epoch_s": state.hist.get("exposed_comm", []),
-        "uneven_shards": "drop_last",
+        "uneven_shards": "weighted",
         "resumed": bool(resumed),
         "n_params": sum(p.numel() for p in state.model.parameters() if p.requires_grad),
     }
