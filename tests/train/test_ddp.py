@@ -96,6 +96,10 @@ def ddp_runs(tmp_path_factory):
         dropout_masks="global",
     )
     central["dropout"] = dataclasses.replace(dropping, out=str(tmp_path / "dropout-1"))
+    # The same run with dropout off: the check that dropout acted at all.
+    central["dropout-off"] = dataclasses.replace(
+        dropping, out=str(tmp_path / "dropout-off"), model_options=OPTIONS["cnn"]
+    )
     ddp["dropout"] = dataclasses.replace(dropping, out=str(tmp_path / "dropout-2"), workers=2)
     # Execute
     for cfg in central.values():
@@ -132,7 +136,7 @@ def test_global_dropout_masks_make_two_workers_the_centralised_run(ddp_runs):
     r1 = RunResult.from_json(ddp_runs / "dropout-1")
     r2 = RunResult.from_json(ddp_runs / "dropout-2")
     assert r1.loss_per_epoch == pytest.approx(r2.loss_per_epoch, rel=1e-5)
-    off = _last_weights(ddp_runs / "cnn-1")  # the same run without dropout
+    off = _last_weights(ddp_runs / "dropout-off")  # the same data and run, dropout off
     assert max((a[k] - off[k]).abs().max().item() for k in a) > 1e-3  # dropout did act
 
 
