@@ -208,9 +208,12 @@ def test_missing_fragment_keeps_the_first_fragment_as_a_packet(tmp_path):
     pkts = [(1.0 + 0.01 * i, g.ether(f)) for i, f in enumerate(frags)]
     pkts.append((1.5, g.ether(g.ipv4(B, A, 17, g.udp(53, 1000, b"reply")))))
     flows, report = read(g.write_pcap(tmp_path / "f.pcap", pkts))
-    (f,) = flows[f"UDP|{A}|1000|{B}|53"]  # A first: the fragment keeps its place
-    assert f["n"] == 2 and f["bytes"] == 20 + 64 + 20 + 8 + 5  # the fragment's IP length
-    assert bytes(f["payload"][:56]) == body[:56]  # its data, after the UDP header
+    # The datagram is given up when the file ends: its first fragment goes there,
+    # after the reply, so B's reply opens the flow (the price of flows that do not
+    # depend on where chunks of records are cut, fragments.py).
+    (f,) = flows[f"UDP|{B}|53|{A}|1000"]
+    assert f["n"] == 2 and f["bytes"] == 20 + 8 + 5 + 20 + 64  # the fragment's IP length
+    assert bytes(f["payload"][:61]) == b"reply" + body[:56]  # its data after the UDP header
     assert report.skipped == {"ip_fragment_incomplete": len(frags) - 1}
 
 
@@ -448,34 +451,111 @@ def test_digests_computed_while_reading_match_a_second_pass(tmp_path):
 
 
 def test_reassembler_memory_is_bounded():
+    import numpy as np
+
     from flowsplit.data.fragments import Fragment, Reassembler
 
     report = ReadReport()
     r = Reassembler(report, max_datagrams=2, max_bytes=1000)
+    r.begin_chunk(np.zeros(12, dtype=np.int32), np.arange(12.0) / 100)
     hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)  # a first fragment's IPv4 header
     for i in range(3):  # three datagrams whose rest never comes: first fragment + one more
-        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 0, True, b"x" * 100, hdr, 17, i, i))
-        r.add(Fragment((0, 0, b"a", i, 17), 0, 1.0, 200, True, b"x" * 8, b"", 17))
+        r.add(Fragment((0, 0, b"a", i, 17), 0, i / 100, 0, True, b"x" * 100, hdr, 17, 2 * i, i))
+        r.add(Fragment((0, 0, b"a", i, 17), 0, i / 100, 200, True, b"x" * 8, b"", 17, 2 * i + 1))
     assert len(r) == 2 and report.skipped == {"ip_fragment_memory": 1}
-    r.add(Fragment((0, 0, b"a", 9, 17), 0, 1.0, 0, True, b"y" * 900, hdr, 17, 9, 9))
+    r.add(Fragment((0, 0, b"a", 9, 17), 0, 0.09, 0, True, b"y" * 900, hdr, 17, 9, 9))
     assert len(r) == 1 and report.skipped["ip_fragment_memory"] == 3  # bytes bound too
-    r.expire({0: 100.0}, [])
+    r.end_chunk([0])  # the file ends
     assert len(r) == 0 and report.skipped["ip_fragment_incomplete"] == 0
-    # Each datagram given up hands its first fragment back, at its place.
+    # Each datagram given up hands its first fragment back, to go after the record
+    # where it was given up: the fragment that needed the room, or the file's last.
     back = r.take_given_up()
-    assert [(x.index, x.pos) for x in back] == [(0, 0), (1, 1), (2, 2), (9, 9)]
+    assert [(x.index, x.pos) for x in back] == [(0, 4), (1, 9), (2, 9), (9, 11)]
     packet = back[0].packet  # unfragmented now: MF cleared, its own length
     assert packet[20:] == b"x" * 100 and packet[6:8] == bytes(2) and packet[2:4] == bytes([0, 120])
     assert not r.take_given_up()
 
 
 def test_datagram_over_the_memory_bound_is_given_up_even_when_complete():
+    import numpy as np
+
     from flowsplit.data.fragments import Fragment, Reassembler
 
     report = ReadReport()
     r = Reassembler(report, max_bytes=100)
+    r.begin_chunk(np.zeros(2, dtype=np.int32), np.array([1.0, 1.1]))
     hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)
     assert r.add(Fragment((0, 0, b"a", 1, 17), 0, 1.0, 0, True, b"x" * 56, hdr, 17, 0, 0)) is None
     assert r.add(Fragment((0, 0, b"a", 1, 17), 0, 1.1, 56, False, b"y" * 56, b"", 17, 1, 1)) is None
     assert len(r) == 0 and report.skipped == {"ip_fragment_memory": 1}
-    assert [x.index for x in r.take_given_up()] == [0]
+    assert [(x.index, x.pos) for x in r.take_given_up()] == [(0, 1)]
+
+
+def test_datagram_times_out_at_the_record_that_passes_its_deadline():
+    import numpy as np
+
+    from flowsplit.data.fragments import Fragment, Reassembler
+
+    report = ReadReport()
+    r = Reassembler(report, timeout=30.0)
+    hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)
+    key = (0, 0, b"a", 1, 17)
+    # Chunk 1: the first fragment at t=100 (record 1); the clock went back before it.
+    r.begin_chunk(np.zeros(3, dtype=np.int32), np.array([500.0, 100.0, 120.0]))
+    r.add(Fragment(key, 0, 100.0, 0, True, b"x" * 56, hdr, 17, 1, 1))
+    r.end_chunk([])
+    assert len(r) == 1  # record 0 (t=500) came before it: it does not count
+    # Chunk 2: t=125 is within 30 s, t=131 is past: given up there (record 1), before
+    # its second fragment comes (record 2), which starts a datagram of its own.
+    r.begin_chunk(np.zeros(4, dtype=np.int32), np.array([125.0, 131.0, 132.0, 133.0]))
+    r.add(Fragment(key, 0, 132.0, 56, True, b"y" * 56, b"", 17, 2, 5))
+    assert [(x.index, x.pos) for x in r.take_given_up()] == [(1, 1)]
+    assert len(r) == 1 and report.skipped == {}
+    r.end_chunk([0])
+    assert report.skipped == {"ip_fragment_incomplete": 1} and not r.take_given_up()
+
+
+def _fragment_soup(rng: random.Random) -> list[tuple[float, bytes]]:
+    """Flows with fragmented datagrams (some never complete) among whole packets, the
+    clock now and then jumping ahead past the timeouts or back."""
+    hosts = [f"10.1.0.{i}" for i in range(1, 7)]
+    pkts, t, ident = [], 100.0, 1
+    for _ in range(160):
+        t += rng.choice([0.01, 0.5, 3.0, 3.0, 12.0, 40.0, -60.0])
+        src, dst = rng.sample(hosts, 2)
+        sport = rng.choice([1000, 1001])
+        if rng.random() < 0.4:
+            ident += 1
+            seg = g.udp(sport, 53, bytes([ident % 251]) * rng.choice([100, 300]), src=src, dst=dst)
+            frags = g.ipv4_fragments(src, dst, 17, seg, 64, ident=ident)
+            if rng.random() < 0.4:
+                frags.pop(rng.randrange(len(frags)))  # lost on the way
+            rng.shuffle(frags)
+            for f in frags:  # the rest of the datagram comes later, maybe much later
+                pkts.append((t, g.ether(f)))
+                t += rng.choice([0.01, 0.01, 2.0, 9.0, 35.0])
+        else:
+            pkts.append((t, g.ether(g.ipv4(src, dst, 17, g.udp(sport, 53, b"w" * 40)))))
+    return pkts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flows_do_not_depend_on_the_chunk_size_when_fragments_time_out(tmp_path, seed):
+    # Whether a datagram times out, and where its first fragment then lands among its
+    # flow's packets, is decided by the capture alone: the same flows, packet for
+    # packet, whatever the staging buffer's size.
+    path = g.write_pcap(tmp_path / "f.pcap", _fragment_soup(random.Random(seed)))
+    opts = dataclasses.replace(OPTS, idle_timeout=10.0, fragment_timeout=20.0)
+
+    def flows(chunk_bytes):
+        report, out = ReadReport(), []
+        for b in iter_flows(path, opts, report, chunk_bytes=chunk_bytes):
+            for i, key in enumerate(b.keys()):
+                seq = b.views["seq"][i].tobytes()
+                out.append((key, int(b.n_packets[i]), int(b.n_bytes[i]), seq))
+        return sorted(out), dict(report.skipped), report.n_merged
+
+    whole = flows(8 << 20)
+    assert whole[1].get("ip_fragment_incomplete") and whole[2]  # both paths are exercised
+    for chunk_bytes in (1500, 2600, 4096, 9000):
+        assert flows(chunk_bytes) == whole, chunk_bytes

@@ -14,19 +14,24 @@ Decisions worth knowing:
 - Overlapping fragments discard the whole datagram (RFC 5722; Linux does the same
   for IPv4): ``ip_fragment_overlap``. An exact duplicate is ignored
   (``ip_fragment_duplicate``).
-- A datagram still incomplete ``timeout`` seconds (capture time) after its first
-  fragment, or when its file ends, is given up: ``ip_fragment_incomplete``, one per
-  fragment held.
+- A datagram is given up at the first later record of its file whose timestamp is
+  more than ``timeout`` seconds after its first fragment's (the rule of flow idle
+  timeouts, assemble.py: a timestamp that jumps ahead ends the datagrams it
+  overtakes), or when its file ends: ``ip_fragment_incomplete``, one per fragment
+  held.
 - At most ``max_bytes`` of fragment data and ``max_datagrams`` datagrams are held;
   beyond that the oldest datagram is given up (``ip_fragment_memory``).
 - A datagram given up on (incomplete or for memory) whose first fragment was seen
-  hands that fragment back (:meth:`Reassembler.take_given_up`) as a packet of its own,
-  at the fragment's place and time: it carries the ports, so its flow keeps the packet
-  (as NFStream, which never reassembles, counts it); only the other fragments held are
-  counted as skipped. A datagram dropped for overlapping fragments gives nothing back.
-  When the fragment came in an earlier chunk of records than the one in which its
-  datagram is given up, it goes before that chunk's packets: its flow counts it all
-  the same, but its place among the flow's packets can differ from a read in one chunk.
+  hands that fragment back (:meth:`Reassembler.take_given_up`) as a packet of its own
+  with its own time: it carries the ports, so its flow keeps the packet (as NFStream,
+  which never reassembles, counts it); only the other fragments held are counted as
+  skipped. A datagram dropped for overlapping fragments gives nothing back.
+  The packet takes its place in capture order where the datagram is given up: just
+  after the record that moved the clock past the timeout, after the fragment that
+  needed the room, or after the file's last record. Every one of those places is a
+  record of the capture, so the flows do not depend on how the records were cut into
+  chunks (the first fragment may lie chunks back); the price is that such a packet
+  comes after the packets of its flow captured while its datagram was pending.
 - A fragment not captured whole (cut by the snapshot length) cannot be joined:
   ``ip_fragment_truncated``.
 - The reassembled IPv6 datagram keeps the fixed header of its first fragment and
@@ -40,6 +45,8 @@ import bisect
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from flowsplit.data import protocols as P
 
@@ -66,7 +73,9 @@ class Fragment:
 @dataclass
 class _Datagram:
     src: int
-    first_ts: float
+    first_ts: float  # time of the first fragment to arrive
+    pos: int  # where that fragment's record is in its chunk
+    chunk: int  # serial number of that chunk
     pieces: dict[int, bytes] = field(default_factory=dict)  # offset -> data
     starts: list[int] = field(default_factory=list)  # the offsets of pieces, sorted
     covered: int = 0  # payload bytes held (pieces never overlap)
@@ -78,7 +87,6 @@ class _Datagram:
     overlap: bool = False
     proto: int = 0
     first: Fragment | None = None  # the first fragment (offset 0), once seen
-    first_chunk: int = -1  # the chunk the first fragment came in
 
 
 @dataclass
@@ -97,13 +105,16 @@ class GivenUp:
     src: int
     ts: float
     index: int  # record number in the file
-    pos: int  # position of its record in the current chunk; -1: an earlier chunk
+    pos: int  # where it goes: after this record of the current chunk (-1: before them all)
     vlan: int
-    chunk: int  # serial number of the chunk its record came in
 
 
 class Reassembler:
-    """Fragments in, whole IP datagrams out; counts every fragment it gives up on."""
+    """Fragments in, whole IP datagrams out; counts every fragment it gives up on.
+
+    Each chunk of records is framed by :meth:`begin_chunk` and :meth:`end_chunk`,
+    which keep each file's capture clock; fragments are added in between.
+    """
 
     def __init__(
         self, report, *, timeout: float = 30.0, max_bytes: int = 16 << 20, max_datagrams=8192
@@ -112,19 +123,43 @@ class Reassembler:
         self.timeout, self.max_bytes, self.max_datagrams = timeout, max_bytes, max_datagrams
         self._pending: OrderedDict[tuple, _Datagram] = OrderedDict()  # oldest first
         self._bytes = 0
-        self._chunk = 0  # serial number of the chunk being decoded
         self._given_up: list[GivenUp] = []
+        self._chunk = 0  # serial number of the chunk being decoded
+        self._ts = np.zeros(0)
+        self._runs: dict[int, tuple[int, int]] = {}  # file -> its records' range in the chunk
+        self._peak: np.ndarray | None = None  # running maximum of times within each run
 
-    def begin_chunk(self) -> None:
-        """A new chunk starts: record positions from here on are in it."""
+    def begin_chunk(self, src: np.ndarray, ts: np.ndarray) -> None:
+        """A chunk's records start (file and time of each, grouped by file)."""
         self._chunk += 1
+        self._ts, self._peak = ts, None
+        n = len(src)
+        if not n:
+            self._runs = {}
+        elif src[0] == src[-1]:
+            self._runs = {int(src[0]): (0, n)}
+        else:
+            cuts = [0, *(np.flatnonzero(np.diff(src)) + 1).tolist(), n]
+            self._runs = {int(src[a]): (a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)}
+
+    def end_chunk(self, ended: list[int]) -> None:
+        """The chunk's records are done: give up the datagrams that timed out in it,
+        or whose file ended."""
+        ended_set = set(ended)
+        for key in list(self._pending):
+            d = self._pending[key]
+            run = self._runs.get(d.src)
+            at = None if run is None else self._timed_out(d, run[1] - 1)
+            if at is None and d.src in ended_set:
+                at = -1 if run is None else run[1] - 1
+            if at is not None:
+                self._drop(key, "ip_fragment_incomplete", at)
 
     def take_given_up(self) -> list[GivenUp]:
-        """The first fragments handed back since the last call (see module doc)."""
+        """The first fragments handed back since the last call (see module doc), in
+        the order they go among the chunk's packets."""
         out, self._given_up = self._given_up, []
-        for g in out:
-            if g.chunk != self._chunk:
-                g.pos = -1  # it goes before the current chunk's packets
+        out.sort(key=lambda g: (g.pos, g.src, g.index))
         return out
 
     def __len__(self) -> int:
@@ -133,14 +168,16 @@ class Reassembler:
     def add(self, frag: Fragment) -> Completed | None:
         """Add one fragment; the datagram it completes, if it completes one."""
         d = self._pending.get(frag.key)
-        if d is not None and frag.ts - d.first_ts > self.timeout:
-            self._drop(frag.key, "ip_fragment_incomplete")
-            d = None
+        if d is not None:
+            at = self._timed_out(d, frag.pos)
+            if at is not None:
+                self._drop(frag.key, "ip_fragment_incomplete", at)
+                d = None
         if d is None:
-            d = self._pending[frag.key] = _Datagram(frag.src, frag.ts)
+            d = self._pending[frag.key] = _Datagram(frag.src, frag.ts, frag.pos, self._chunk)
         if not self._place(d, frag):
             return None
-        self._make_room()
+        self._make_room(frag.pos)
         if frag.key not in self._pending:
             return None  # given up to make room, even if this fragment completed it
         if d.end is None or not d.header:
@@ -151,6 +188,36 @@ class Reassembler:
         self._bytes -= d.nbytes
         payload = b"".join(d.pieces[k] for k in d.starts)
         return Completed(_rebuild(d.header, payload, frag.proto), d.held)
+
+    def _timed_out(self, d: _Datagram, upto: int) -> int | None:
+        """The first record of ``d``'s file in this chunk, after ``d``'s first fragment
+        and up to record ``upto``, more than the timeout after it (None: none)."""
+        run = self._runs.get(d.src)
+        if run is None or upto < 0:
+            return None
+        a, b = run
+        lo = d.pos + 1 if d.chunk == self._chunk else a  # records after its first fragment
+        hi = min(upto, b - 1) + 1
+        if lo >= hi:
+            return None
+        deadline = d.first_ts + self.timeout
+        if self._peak is None:
+            self._peak = np.empty(len(self._ts))
+            for s, e in self._runs.values():
+                self._peak[s:e] = np.maximum.accumulate(self._ts[s:e])
+        peak = self._peak
+        if lo == a or peak[lo - 1] <= deadline:
+            # No record of the run before ``lo`` passes the deadline: the first that
+            # does is where the running maximum first passes it.
+            at = a + int(np.searchsorted(peak[a:hi], deadline, side="right"))
+            return at if at < hi else None
+        # A record before the datagram already passed the deadline (the clock went
+        # back): look at those after it, block by block.
+        for s in range(lo, hi, 4096):
+            past = np.flatnonzero(self._ts[s : min(s + 4096, hi)] > deadline)
+            if len(past):
+                return s + int(past[0])
+        return None
 
     def _place(self, d: _Datagram, frag: Fragment) -> bool:
         """Put the fragment's data in place; False when it adds nothing."""
@@ -191,39 +258,29 @@ class Reassembler:
         if frag.header:
             d.header = frag.header
         if lo == 0:
-            d.first, d.first_chunk, d.proto = frag, self._chunk, frag.proto
+            d.first, d.proto = frag, frag.proto
         d.nbytes += len(frag.data) + len(frag.header)
         self._bytes += len(frag.data) + len(frag.header)
         return True
 
-    def _make_room(self) -> None:
+    def _make_room(self, at: int) -> None:
         while self._pending and (
             self._bytes > self.max_bytes or len(self._pending) > self.max_datagrams
         ):
-            self._drop(next(iter(self._pending)), "ip_fragment_memory")
+            self._drop(next(iter(self._pending)), "ip_fragment_memory", at)
 
-    def _drop(self, key: tuple, reason: str) -> None:
-        """Give the datagram up: its first fragment back as a packet, the rest counted."""
+    def _drop(self, key: tuple, reason: str, at: int) -> None:
+        """Give the datagram up: its first fragment back as a packet (to go after
+        record ``at`` of the chunk), the rest counted."""
         d = self._pending.pop(key)
         self._bytes -= d.nbytes
         held, f = d.held, d.first
         if f is not None and d.header:
             held -= 1
             packet = _rebuild(d.header, d.pieces[0], d.proto)
-            self._given_up.append(
-                GivenUp(packet, f.src, f.ts, f.index, f.pos, f.vlan, d.first_chunk)
-            )
+            self._given_up.append(GivenUp(packet, f.src, f.ts, f.index, at, f.vlan))
         if held:
             self.report.skipped[reason] += held
-
-    def expire(self, latest: dict[int, float], ended: list[int]) -> None:
-        """Drop datagrams that timed out (``latest``: each file's latest time seen)
-        or whose file ended."""
-        ended_set = set(ended)
-        for key in list(self._pending):
-            d = self._pending[key]
-            if d.src in ended_set or latest.get(d.src, d.first_ts) - d.first_ts > self.timeout:
-                self._drop(key, "ip_fragment_incomplete")
 
 
 def _rebuild(header: bytes, payload: bytes, proto: int) -> bytes:

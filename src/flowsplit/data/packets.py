@@ -182,7 +182,7 @@ class PacketDecoder:
         recs, sb = chunk.records, chunk.buffer
         rs = self.reassembler
         if rs is not None:
-            rs.begin_chunk()
+            rs.begin_chunk(recs.src, recs.ts)
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
         completed: list[tuple[int, bytes, int]] = []  # (record position, datagram, VLAN key)
@@ -200,14 +200,10 @@ class PacketDecoder:
         if completed:
             self.report.skipped["tunnel_too_deep"] += len(completed)
         if rs is not None:
-            if len(rs):
-                # Capture time advances per file: each file's latest time in this chunk.
-                files = np.unique(recs.src).tolist()
-                latest = {s: float(recs.ts[recs.src == s].max()) for s in files}
-                rs.expire(latest, chunk.ended)
             for _ in range(_MAX_TUNNEL_DEPTH):
                 # First fragments of datagrams given up on: packets of their own
                 # (fragments.py); one may hold a tunnel of fragments given up in turn.
+                rs.end_chunk(chunk.ended)
                 given = rs.take_given_up()
                 if not given:
                     break
@@ -220,8 +216,7 @@ class PacketDecoder:
     def _decode_reassembled(self, chunk, sb, recs: Records, completed, given=()):
         """Decode datagrams completed in this chunk as raw IP packets, at the place of
         the fragment that completed each, and the first fragments ``given`` back by the
-        reassembler at their own place (before the chunk's packets when it was in an
-        earlier chunk)."""
+        reassembler at the place where their datagrams were given up."""
         rows = [(p, d, v, recs.src[p], recs.ts[p], recs.index[p]) for p, d, v in completed]
         rows += [(g.pos, g.packet, g.vlan, g.src, g.ts, g.index) for g in given]
         at, data, vlan, src, ts, index = zip(*rows, strict=True)
