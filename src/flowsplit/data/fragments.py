@@ -128,11 +128,12 @@ class Reassembler:
         self._ts = np.zeros(0)
         self._runs: dict[int, tuple[int, int]] = {}  # file -> its records' range in the chunk
         self._peak: np.ndarray | None = None  # running maximum of times within each run
+        self._tl: list[float] | None = None  # the times as a list, once needed
 
     def begin_chunk(self, src: np.ndarray, ts: np.ndarray) -> None:
         """A chunk's records start (file and time of each, grouped by file)."""
         self._chunk += 1
-        self._ts, self._peak = ts, None
+        self._ts, self._peak, self._tl = ts, None, None
         n = len(src)
         if not n:
             self._runs = {}
@@ -189,6 +190,11 @@ class Reassembler:
         payload = b"".join(d.pieces[k] for k in d.starts)
         return Completed(_rebuild(d.header, payload, frag.proto), d.held)
 
+    def _ts_list(self) -> list[float]:
+        if self._tl is None:
+            self._tl = self._ts.tolist()
+        return self._tl
+
     def _timed_out(self, d: _Datagram, upto: int) -> int | None:
         """The first record of ``d``'s file in this chunk, after ``d``'s first fragment
         and up to record ``upto``, more than the timeout after it (None: none)."""
@@ -201,6 +207,12 @@ class Reassembler:
         if lo >= hi:
             return None
         deadline = d.first_ts + self.timeout
+        if hi - lo <= 64:  # the usual case: a fragment soon after the datagram's others
+            ts = self._ts_list()
+            for r in range(lo, hi):
+                if ts[r] > deadline:
+                    return r
+            return None
         if self._peak is None:
             self._peak = np.empty(len(self._ts))
             for s, e in self._runs.values():
