@@ -78,7 +78,8 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             "lstm",
             "torch",
             # pkt_bytes first (one step per packet, its first 64 bytes from the IP header
-            # on): on the nDPI 8-protocol set (ports masked, split by file) its best
+            # on). Measured with the earlier LSTM defaults (embedding 8, no input dropout;
+            # lstm.py gives today's): on the nDPI 8-protocol set (ports masked, split by file) its best
             # validation macro-F1 was 0.849-0.862 in three runs against 0.823-0.843 over
             # the 28 rows of the payload image (bytes), for less than half the CPU per
             # training step (both ways 149 against 349 ms at batch 64: the packed
