@@ -334,3 +334,17 @@ def test_best_model_within_the_noise_of_another_is_not_called_clearly_better():
     # Far apart (lstm at 80 %): no such caveat.
     lstm = paired_runs("lstm", acc=0.8)
     assert "not clearly better" not in _advice([*cnn[0], *cnn[1], *lstm[0], *lstm[1]])[0]
+
+
+def test_a_score_the_same_on_every_seed_is_not_given_a_zero_width_interval():
+    from flowsplit.experiments.advice import pct_ci
+
+    # XGBoost without subsampling ignores the seed: a "95 % CI 96.3-96.3" would read
+    # as certainty about a test set of a few hundred flows.
+    assert pct_ci({"mean": 0.963, "low": 0.963, "high": 0.963, "n": 3}) == (
+        "96.3 % (the same on all 3 seeds)"
+    )
+    assert pct_ci({"mean": 0.963, "low": 0.95, "high": 0.97, "n": 3}) == (
+        "96.3 % (95 % CI 95.0-97.0)"
+    )
+    assert pct_ci({"mean": 0.963, "low": float("nan"), "high": float("nan"), "n": 1}) == "96.3 %"

@@ -64,10 +64,26 @@ def pct_ci(d: dict[str, Any] | None) -> str:
     m, lo, hi = _iv(d)
     if math.isnan(m):
         return "–"
+    text = f"{100 * m:.1f} %"
+    same = same_on_every_seed(d)
+    if same:
+        return f"{text} ({same})"
     if not math.isnan(lo):
         lo, hi = max(0.0, lo), min(1.0, hi)
-    text = f"{100 * m:.1f} %"
     return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
+
+
+def same_on_every_seed(d: dict[str, Any] | None) -> str:
+    """``the same on all 3 seeds`` when an interval over seeds has no width because
+    every seed scored alike (a model that ignores the seed, such as XGBoost without
+    subsampling): a zero-width "95 % CI" would read as certainty, while it says
+    nothing of the test set's own sampling error. Empty otherwise."""
+    d = d or {}
+    m, lo, hi = _iv(d)
+    n = d.get("n")
+    if isinstance(n, int) and n >= 2 and not math.isnan(lo) and hi - lo <= 1e-12 * max(1.0, abs(m)):
+        return f"the same on all {n} seeds"
+    return ""
 
 
 def times_ci(d: dict[str, Any] | None) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 from flowsplit import __version__
 from flowsplit.data.store import atomic_write_json, atomic_write_text, load_dataset
 from flowsplit.errors import InputError
+from flowsplit.experiments.advice import same_on_every_seed
 from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
 from flowsplit.experiments.compare_html import render_html, render_markdown
 from flowsplit.experiments.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
@@ -316,6 +317,9 @@ QUIET_ADVICE = (
 def _pct_ci(iv: dict) -> str:
     """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions)."""
     text = f"{100 * iv['mean']:.1f} %"
+    same = same_on_every_seed(iv)
+    if same:
+        return f"{text} ({same})"
     if iv.get("low") is not None and not math.isnan(iv["low"]):
         text += f" (95 % CI {100 * iv['low']:.1f}-{100 * iv['high']:.1f})"
     return text
