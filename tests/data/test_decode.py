@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 
 import pytest
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
+from flowsplit.errors import InputError
 from tests.data import _pcapgen as g
 
 A, B, C, D = "10.0.0.1", "10.0.0.2", "192.168.7.1", "192.168.7.2"
@@ -147,8 +149,12 @@ def test_udp_on_a_tunnel_port_that_is_no_tunnel_stays_udp(tmp_path):
 
 def test_unknown_gre_payload_is_counted(tmp_path):
     pkts = [(1.0, g.ether(g.ipv4(A, B, 47, g.gre(b"\0" * 20, 0x880B))))]  # GRE with PPP
-    flows, report = read(g.write_pcap(tmp_path / "t.pcap", pkts))
+    path = g.write_pcap(tmp_path / "t.pcap", pkts)
+    flows, report = read(path)
     assert flows == {} and report.skipped["bad_tunnel_header"] == 1
+    # --strict stops at it, as at any malformed header (it was once counted twice).
+    with pytest.raises(InputError, match="bad tunnel header"):
+        list(iter_flows(path, OPTS, ReadReport(), strict=True))
 
 
 # --- fragments -------------------------------------------------------------------------
@@ -465,7 +471,7 @@ def test_reassembler_memory_is_bounded():
     assert len(r) == 2 and report.skipped == {"ip_fragment_memory": 1}
     r.add(Fragment((0, 0, b"a", 9, 17), 0, 0.09, 0, True, b"y" * 900, hdr, 17, 9, 9))
     assert len(r) == 1 and report.skipped["ip_fragment_memory"] == 3  # bytes bound too
-    r.end_chunk([0])  # the file ends
+    r.end_file(0)
     assert len(r) == 0 and report.skipped["ip_fragment_incomplete"] == 0
     # Each datagram given up hands its first fragment back, to go after the record
     # where it was given up: the fragment that needed the room, or the file's last.
@@ -503,7 +509,7 @@ def test_datagram_times_out_at_the_record_that_passes_its_deadline():
     # Chunk 1: the first fragment at t=100 (record 1); the clock went back before it.
     r.begin_chunk(np.zeros(3, dtype=np.int32), np.array([500.0, 100.0, 120.0]))
     r.add(Fragment(key, 0, 100.0, 0, True, b"x" * 56, hdr, 17, 1, 1))
-    r.end_chunk([])
+    assert r.expire(0) == 0
     assert len(r) == 1  # record 0 (t=500) came before it: it does not count
     # Chunk 2: t=125 is within 30 s, t=131 is past: given up there (record 1), before
     # its second fragment comes (record 2), which starts a datagram of its own.
@@ -511,15 +517,16 @@ def test_datagram_times_out_at_the_record_that_passes_its_deadline():
     r.add(Fragment(key, 0, 132.0, 56, True, b"y" * 56, b"", 17, 2, 5))
     assert [(x.index, x.pos) for x in r.take_given_up()] == [(1, 1)]
     assert len(r) == 1 and report.skipped == {}
-    r.end_chunk([0])
+    assert r.expire(0) == 0 and r.end_file(0) == 1
     assert report.skipped == {"ip_fragment_incomplete": 1} and not r.take_given_up()
 
 
 def _fragment_soup(rng: random.Random) -> list[tuple[float, bytes]]:
-    """Flows with fragmented datagrams (some never complete) among whole packets, the
-    clock now and then jumping ahead past the timeouts or back."""
+    """Flows with fragmented datagrams (some never complete; a fragment now and then
+    inside IP-in-IP, the rest plain) among whole packets, the clock now and then
+    jumping ahead past the timeouts or back."""
     hosts = [f"10.1.0.{i}" for i in range(1, 7)]
-    pkts, t, ident = [], 100.0, 1
+    pkts, t, ident = [], 2000.0, 1
     for _ in range(160):
         t += rng.choice([0.01, 0.5, 3.0, 3.0, 12.0, 40.0, -60.0])
         src, dst = rng.sample(hosts, 2)
@@ -532,6 +539,8 @@ def _fragment_soup(rng: random.Random) -> list[tuple[float, bytes]]:
                 frags.pop(rng.randrange(len(frags)))  # lost on the way
             rng.shuffle(frags)
             for f in frags:  # the rest of the datagram comes later, maybe much later
+                if rng.random() < 0.25:
+                    f = g.ipv4("172.16.0.1", "172.16.0.2", 4, f)  # through a tunnel
                 pkts.append((t, g.ether(f)))
                 t += rng.choice([0.01, 0.01, 2.0, 9.0, 35.0])
         else:
@@ -543,19 +552,48 @@ def _fragment_soup(rng: random.Random) -> list[tuple[float, bytes]]:
 def test_flows_do_not_depend_on_the_chunk_size_when_fragments_time_out(tmp_path, seed):
     # Whether a datagram times out, and where its first fragment then lands among its
     # flow's packets, is decided by the capture alone: the same flows, packet for
-    # packet, whatever the staging buffer's size.
-    path = g.write_pcap(tmp_path / "f.pcap", _fragment_soup(random.Random(seed)))
+    # packet, whatever the staging buffer's size, and whether a capture is read alone
+    # or with another that shares its chunks.
+    paths = [
+        str(g.write_pcap(tmp_path / f"f{i}.pcap", _fragment_soup(random.Random(2 * seed + i))))
+        for i in range(2)
+    ]
     opts = dataclasses.replace(OPTS, idle_timeout=10.0, fragment_timeout=20.0)
 
-    def flows(chunk_bytes):
+    def flows(chunk_bytes, files=paths):
         report, out = ReadReport(), []
-        for b in iter_flows(path, opts, report, chunk_bytes=chunk_bytes):
+        for b in iter_flows_many(files, opts, report, chunk_bytes=chunk_bytes):
             for i, key in enumerate(b.keys()):
                 seq = b.views["seq"][i].tobytes()
-                out.append((key, int(b.n_packets[i]), int(b.n_bytes[i]), seq))
+                src = files[int(b.source[i])]
+                out.append((src, key, int(b.n_packets[i]), int(b.n_bytes[i]), seq))
+        used = report.n_flow_packets + report.n_merged + sum(report.skipped.values())
+        assert used == report.n_packets  # every record a packet, merged, or skipped
         return sorted(out), dict(report.skipped), report.n_merged
 
-    whole = flows(8 << 20)
+    alone = [flows(8 << 20, [p]) for p in paths]
+    whole = (
+        sorted(alone[0][0] + alone[1][0]),
+        dict(Counter(alone[0][1]) + Counter(alone[1][1])),
+        alone[0][2] + alone[1][2],
+    )
     assert whole[1].get("ip_fragment_incomplete") and whole[2]  # both paths are exercised
-    for chunk_bytes in (1500, 2600, 4096, 9000):
+    for chunk_bytes in (1500, 2600, 4096, 9000, 8 << 20):
         assert flows(chunk_bytes) == whole, chunk_bytes
+
+
+def test_nested_tunnels_of_lost_fragments_are_all_counted(tmp_path):
+    # IP-in-IP inside IP-in-IP inside ..., each level the first fragment of a datagram
+    # whose rest never comes: each given up, opened, and its inner fragment given up
+    # in turn, down to the UDP packet; every record accounted for (``read``).
+    def first_fragment(src, dst, proto, payload, ident):
+        payload += bytes(-len(payload) % 8 + 8)  # a second fragment is owed
+        return g.ipv4(src, dst, proto, payload[:-8], mf=True, df=False, ident=ident)
+
+    pkt = first_fragment(C, D, 17, g.udp(5000, 53, b"u" * 64, src=C, dst=D), 50)
+    for level in range(3):
+        pkt = first_fragment(f"10.{level + 1}.0.1", f"10.{level + 1}.0.2", 4, pkt, 60 + level)
+    whole = g.ether(g.ipv4(A, B, 17, g.udp(7, 7, b"x")))
+    flows, report = read(g.write_pcap(tmp_path / "n.pcap", [(1.0, g.ether(pkt)), (2.0, whole)]))
+    assert [f["n"] for f in flows[f"UDP|{C}|5000|{D}|53"]] == [1]
+    assert report.n_flow_packets == 2 and not report.skipped

@@ -74,8 +74,8 @@ class Fragment:
 class _Datagram:
     src: int
     first_ts: float  # time of the first fragment to arrive
-    pos: int  # where that fragment's record is in its chunk
-    chunk: int  # serial number of that chunk
+    seen_chunk: int  # the records up to (seen_chunk, seen_pos) are known not to time it out
+    seen_pos: int
     pieces: dict[int, bytes] = field(default_factory=dict)  # offset -> data
     starts: list[int] = field(default_factory=list)  # the offsets of pieces, sorted
     covered: int = 0  # payload bytes held (pieces never overlap)
@@ -112,8 +112,9 @@ class GivenUp:
 class Reassembler:
     """Fragments in, whole IP datagrams out; counts every fragment it gives up on.
 
-    Each chunk of records is framed by :meth:`begin_chunk` and :meth:`end_chunk`,
-    which keep each file's capture clock; fragments are added in between.
+    Per chunk of records: :meth:`begin_chunk`, then each file's fragments in record
+    order (:meth:`add`), :meth:`expire` for its timeouts and, when the file ended,
+    :meth:`end_file`; what was given up comes out of :meth:`take_given_up`.
     """
 
     def __init__(
@@ -128,12 +129,14 @@ class Reassembler:
         self._ts = np.zeros(0)
         self._runs: dict[int, tuple[int, int]] = {}  # file -> its records' range in the chunk
         self._peak: np.ndarray | None = None  # running maximum of times within each run
+        self._peak_list: list[float] = []
         self._tl: list[float] | None = None  # the times as a list, once needed
+        self._lift: list[np.ndarray] | None = None  # sparse table of range maxima
 
     def begin_chunk(self, src: np.ndarray, ts: np.ndarray) -> None:
         """A chunk's records start (file and time of each, grouped by file)."""
         self._chunk += 1
-        self._ts, self._peak, self._tl = ts, None, None
+        self._ts, self._peak, self._tl, self._lift = ts, None, None, None
         n = len(src)
         if not n:
             self._runs = {}
@@ -143,18 +146,36 @@ class Reassembler:
             cuts = [0, *(np.flatnonzero(np.diff(src)) + 1).tolist(), n]
             self._runs = {int(src[a]): (a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)}
 
-    def end_chunk(self, ended: list[int]) -> None:
-        """The chunk's records are done: give up the datagrams that timed out in it,
-        or whose file ended."""
-        ended_set = set(ended)
-        for key in list(self._pending):
-            d = self._pending[key]
-            run = self._runs.get(d.src)
-            at = None if run is None else self._timed_out(d, run[1] - 1)
-            if at is None and d.src in ended_set:
-                at = -1 if run is None else run[1] - 1
+    def files(self) -> set[int]:
+        """The files that have datagrams pending."""
+        return {d.src for d in self._pending.values()}
+
+    def first_record(self, src: int) -> int:
+        """Where the file's records start in this chunk (-1: it has none in it)."""
+        run = self._runs.get(src)
+        return -1 if run is None else run[0]
+
+    def expire(self, src: int) -> int:
+        """Give up the file's datagrams that timed out in this chunk; how many."""
+        run = self._runs.get(src)
+        if run is None:
+            return 0
+        out = 0
+        for key in [k for k, d in self._pending.items() if d.src == src]:
+            at = self._timed_out(self._pending[key], run[1] - 1)
             if at is not None:
                 self._drop(key, "ip_fragment_incomplete", at)
+                out += 1
+        return out
+
+    def end_file(self, src: int) -> int:
+        """The file ended in this chunk: give up its datagrams, after its last record."""
+        run = self._runs.get(src)
+        at = -1 if run is None else run[1] - 1
+        keys = [k for k, d in self._pending.items() if d.src == src]
+        for key in keys:
+            self._drop(key, "ip_fragment_incomplete", at)
+        return len(keys)
 
     def take_given_up(self) -> list[GivenUp]:
         """The first fragments handed back since the last call (see module doc), in
@@ -175,7 +196,8 @@ class Reassembler:
                 self._drop(frag.key, "ip_fragment_incomplete", at)
                 d = None
         if d is None:
-            d = self._pending[frag.key] = _Datagram(frag.src, frag.ts, frag.pos, self._chunk)
+            d = _Datagram(frag.src, frag.ts, self._chunk, frag.pos)
+            self._pending[frag.key] = d
         if not self._place(d, frag):
             return None
         self._make_room(frag.pos)
@@ -196,40 +218,56 @@ class Reassembler:
         return self._tl
 
     def _timed_out(self, d: _Datagram, upto: int) -> int | None:
-        """The first record of ``d``'s file in this chunk, after ``d``'s first fragment
-        and up to record ``upto``, more than the timeout after it (None: none)."""
+        """The first record of ``d``'s file in this chunk, after its first fragment and
+        up to record ``upto``, more than the timeout after that fragment (None: none).
+        Records found not to time it out are not looked at again."""
         run = self._runs.get(d.src)
         if run is None or upto < 0:
             return None
         a, b = run
-        lo = d.pos + 1 if d.chunk == self._chunk else a  # records after its first fragment
+        lo = max(d.seen_pos + 1, a) if d.seen_chunk == self._chunk else a
         hi = min(upto, b - 1) + 1
         if lo >= hi:
             return None
-        deadline = d.first_ts + self.timeout
-        if hi - lo <= 64:  # the usual case: a fragment soon after the datagram's others
+        at = self._first_past(a, lo, hi, d.first_ts + self.timeout)
+        if at is None:
+            d.seen_chunk, d.seen_pos = self._chunk, hi - 1
+        return at
+
+    def _first_past(self, a: int, lo: int, hi: int, deadline: float) -> int | None:
+        """The first record in [lo, hi) (of the run starting at ``a``) after ``deadline``."""
+        if hi - lo <= 64:  # the usual case: a fragment soon after its datagram's others
             ts = self._ts_list()
             for r in range(lo, hi):
                 if ts[r] > deadline:
                     return r
             return None
         if self._peak is None:
-            self._peak = np.empty(len(self._ts))
+            peak = np.empty(len(self._ts))
             for s, e in self._runs.values():
-                self._peak[s:e] = np.maximum.accumulate(self._ts[s:e])
-        peak = self._peak
-        if lo == a or peak[lo - 1] <= deadline:
-            # No record of the run before ``lo`` passes the deadline: the first that
-            # does is where the running maximum first passes it.
-            at = a + int(np.searchsorted(peak[a:hi], deadline, side="right"))
+                peak[s:e] = np.maximum.accumulate(self._ts[s:e])
+            self._peak, self._peak_list = peak, peak.tolist()
+        pl = self._peak_list
+        if lo == a or pl[lo - 1] <= deadline:
+            # No record of the run before ``lo`` is past the deadline: the first after it
+            # that is, is where the running maximum first passes it.
+            if pl[hi - 1] <= deadline:
+                return None
+            at = a + int(np.searchsorted(self._peak[a:hi], deadline, side="right"))
             return at if at < hi else None
-        # A record before the datagram already passed the deadline (the clock went
-        # back): look at those after it, block by block.
-        for s in range(lo, hi, 4096):
-            past = np.flatnonzero(self._ts[s : min(s + 4096, hi)] > deadline)
-            if len(past):
-                return s + int(past[0])
-        return None
+        # A record before ``lo`` is already past it (the clock went back): step through
+        # a sparse table of range maxima, largest blocks first.
+        if self._lift is None:
+            levels = [self._ts]
+            while 2 ** len(levels) <= len(self._ts):
+                prev, step = levels[-1], 2 ** (len(levels) - 1)
+                levels.append(np.maximum(prev[:-step], prev[step:]))
+            self._lift = levels
+        at = lo
+        for k in range(len(self._lift) - 1, -1, -1):
+            if at + (1 << k) <= hi and self._lift[k][at] <= deadline:
+                at += 1 << k
+        return at if at < hi else None
 
     def _place(self, d: _Datagram, frag: Fragment) -> bool:
         """Put the fragment's data in place; False when it adds nothing."""
@@ -276,6 +314,16 @@ class Reassembler:
         return True
 
     def _make_room(self, at: int) -> None:
+        if self._bytes <= self.max_bytes and len(self._pending) <= self.max_datagrams:
+            return
+        # Datagrams that timed out by now go first, as incomplete, where they timed out
+        # (oldest first, which in a capture in time order are the first to time out).
+        for key in list(self._pending):
+            d = self._pending[key]
+            past = self._timed_out(d, at)
+            if past is None:
+                break
+            self._drop(key, "ip_fragment_incomplete", past)
         while self._pending and (
             self._bytes > self.max_bytes or len(self._pending) > self.max_datagrams
         ):

@@ -39,7 +39,7 @@ import numpy as np
 
 from flowsplit.data import protocols as P
 from flowsplit.data.fragments import Fragment, Reassembler
-from flowsplit.data.pcap import ReadReport
+from flowsplit.data.pcap import MALFORMED_REASONS, ReadReport
 from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
 
 try:  # the compiled fast path, built by `pip install`; without it NumPy decodes every record
@@ -63,7 +63,8 @@ REASONS = (
 )
 _OK, _TRUNC, _NON_IP, _BAD_IP, _FRAG, _OTHER_L4, _BAD_EXT, _BAD_TCP, _BAD_UDP = range(9)
 _BAD_LT, _DEEP, _BAD_TUNNEL = 9, 10, 11
-_MALFORMED_CODES = np.array([_TRUNC, _BAD_IP, _BAD_EXT, _BAD_TCP, _BAD_UDP, _BAD_TUNNEL])
+# The reasons strict mode raises on, as codes (one list, so the two cannot drift apart).
+_MALFORMED_CODES = np.array([c for c, name in enumerate(REASONS) if name in MALFORMED_REASONS])
 
 _SHIMS = np.array([*P.ET_VLAN, *P.ET_MPLS, P.ET_PPPOE_SESSION])
 _IPV6_EXT = np.array(P.IPV6_EXTENSIONS)
@@ -181,63 +182,87 @@ class PacketDecoder:
         """
         recs, sb = chunk.records, chunk.buffer
         rs = self.reassembler
-        if rs is not None:
-            rs.begin_chunk(recs.src, recs.ts)
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
-        completed: list[tuple[int, bytes, int]] = []  # (record position, datagram, VLAN key)
+        frags: list[Fragment] = []
         common, rest = _decode_common(sb, recs, self.vlan_key)
         parts = [] if common is None else [common]
         if rest is None or len(rest):
             sub = recs if rest is None else recs.take(rest)
             at = pos if rest is None else rest
-            parts.append(self._decode(chunk, sb, sub, at, vlan[: len(at)], 0, completed))
-        for _ in range(_MAX_TUNNEL_DEPTH):  # a datagram may hold a tunnel of fragments
-            if not completed:
-                break
-            sb, completed, pk = self._decode_reassembled(chunk, sb, recs, completed)
-            parts.append(pk)
-        if completed:
-            self.report.skipped["tunnel_too_deep"] += len(completed)
-        if rs is not None:
-            for _ in range(_MAX_TUNNEL_DEPTH):
-                # First fragments of datagrams given up on: packets of their own
-                # (fragments.py); one may hold a tunnel of fragments given up in turn.
-                rs.end_chunk(chunk.ended)
-                given = rs.take_given_up()
-                if not given:
-                    break
-                sb, more, pk = self._decode_reassembled(chunk, sb, recs, [], given)
-                parts.append(pk)
-                if more:
-                    self.report.skipped["tunnel_too_deep"] += len(more)
+            parts.append(self._decode(chunk, sb, sub, at, vlan[: len(at)], 0, frags))
+        if rs is None:
+            return Packets.concat(parts), sb
+        # File by file, in the chunk's order: its fragments join their datagrams in
+        # record order, then what completes or is given up is decoded in turn (it may
+        # hold fragments again), and a file that ended gives up the rest. So the
+        # reassembler sees each file as it would in a chunk of its own.
+        rs.begin_chunk(recs.src, recs.ts)
+        by_file: dict[int, list[Fragment]] = {}
+        for f in sorted(frags, key=lambda f: f.pos):
+            by_file.setdefault(f.src, []).append(f)
+        ended = set(chunk.ended)
+        files = sorted(set(by_file) | rs.files(), key=rs.first_record)
+        for src in files:
+            sb = self._settle(chunk, sb, parts, by_file.get(src, []), src, src in ended)
         return Packets.concat(parts), sb
 
-    def _decode_reassembled(self, chunk, sb, recs: Records, completed, given=()):
-        """Decode datagrams completed in this chunk as raw IP packets, at the place of
-        the fragment that completed each, and the first fragments ``given`` back by the
-        reassembler at the place where their datagrams were given up."""
-        rows = [(p, d, v, recs.src[p], recs.ts[p], recs.index[p]) for p, d, v in completed]
-        rows += [(g.pos, g.packet, g.vlan, g.src, g.ts, g.index) for g in given]
+    def _settle(self, chunk, sb, parts, frags, src: int, ended: bool):
+        """Reassemble one file's fragments of the chunk (see :meth:`decode`)."""
+        rs = self.reassembler
+        rows = self._add(frags)
+        for _ in range(2 * _MAX_TUNNEL_DEPTH):
+            if not rows:
+                rs.expire(src)
+                rows = _given_rows(rs.take_given_up())
+            if not rows and ended:
+                rs.end_file(src)
+                rows = _given_rows(rs.take_given_up())
+            if not rows:
+                return sb
+            inner: list[Fragment] = []
+            sb, pk = self._decode_reassembled(chunk, sb, rows, inner)
+            parts.append(pk)
+            rows = self._add(sorted(inner, key=lambda f: f.pos))
+        # Tunnels of fragments nested too deep: what is left is counted, not decoded.
+        if ended:
+            rs.end_file(src)
+        left = len(rows) + len(rs.take_given_up())
+        if left:
+            self.report.skipped["tunnel_too_deep"] += left
+        return sb
+
+    def _add(self, frags: list[Fragment]) -> list[tuple]:
+        """Add fragments; the rows (see :func:`_given_rows`) of the datagrams completed."""
+        rows = []
+        for f in frags:
+            got = self.reassembler.add(f)
+            if got is not None:
+                self.report.n_merged += got.n_fragments - 1
+                rows.append((f.pos, got.packet, f.vlan, f.src, f.ts, f.index))
+        return rows
+
+    def _decode_reassembled(self, chunk, sb, rows, frags):
+        """Decode whole datagrams as raw IP packets at their places: ``rows`` of
+        (position, datagram, VLAN key, file, time, record number)."""
         at, data, vlan, src, ts, index = zip(*rows, strict=True)
         sb, offsets = sb.with_extra(list(data))
         at = np.array(at, dtype=np.int64)
         lengths = np.array([len(d) for d in data], dtype=np.int64)
         inner = Records(
-            src=np.array(src, dtype=recs.src.dtype),
+            src=np.array(src, dtype=np.int32),
             data_off=offsets,
             caplen=lengths,
             wirelen=lengths,
             ts=np.array(ts, dtype=np.float64),
             linktype=np.full(len(at), P.LT_RAW, dtype=np.int32),
-            index=np.array(index, dtype=recs.index.dtype),
+            index=np.array(index, dtype=np.int64),
         )
         vlan = np.array(vlan, dtype=np.int64)
-        more: list[tuple[int, bytes, int]] = []
-        pk = self._decode(chunk, sb, inner, at, vlan, 1, more)
-        return sb, more, pk
+        pk = self._decode(chunk, sb, inner, at, vlan, 1, frags)
+        return sb, pk
 
-    def _decode(self, chunk, sb, recs: Records, pos, vlan, depth: int, completed) -> Packets:
+    def _decode(self, chunk, sb, recs: Records, pos, vlan, depth: int, frags) -> Packets:
         """Decode ``recs`` (records, or inner packets of tunnels) down to TCP/UDP."""
         n = len(recs)
         reason = np.zeros(n, dtype=np.int8)
@@ -272,7 +297,7 @@ class PacketDecoder:
                             vni != 0, (inner_vlan << 25) ^ (vni << 1) ^ 1, inner_vlan
                         )
                     parts.append(
-                        self._decode(chunk, sb, inner, pos[rows], inner_vlan, depth + 1, completed)
+                        self._decode(chunk, sb, inner, pos[rows], inner_vlan, depth + 1, frags)
                     )
         frag = ip.frag & (reason == _OK)
         if frag.any():
@@ -280,13 +305,13 @@ class PacketDecoder:
                 reason[frag] = _FRAG
             else:
                 rows = np.flatnonzero(frag)
-                taken = self._fragments(chunk, sb, recs, ip, rows, pos, vlan, completed)
+                taken = self._fragments(chunk, sb, recs, ip, rows, pos, vlan, frags)
                 reason[rows[taken]] = -1  # counted by the reassembler
         parts.insert(0, self._transport(chunk, sb, recs, ip, reason, pos, vlan, caplen))
         return Packets.concat(parts)
 
-    def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, completed) -> np.ndarray:
-        """Hand fragments to the reassembler; note the datagrams they complete.
+    def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, frags) -> np.ndarray:
+        """Collect the fragments for the reassembler (:meth:`decode` adds them).
 
         Returns which of ``rows`` it took. A first fragment cut short by the
         snapshot length cannot be joined, but it carries the ports: it is left to
@@ -339,11 +364,7 @@ class PacketDecoder:
                 continue
             key = (src, vl, addr, ident, proto)
             data = bytes(mv[off + at : off + length])
-            frag = Fragment(key, src, ts, offset, more, data, header, proto, p, i, vl)
-            got = self.reassembler.add(frag)
-            if got is not None:
-                self.report.n_merged += got.n_fragments - 1
-                completed.append((p, got.packet, vl))
+            frags.append(Fragment(key, src, ts, offset, more, data, header, proto, p, i, vl))
         return taken
 
     def _transport(self, chunk, sb, recs, ip: _Ip, reason, pos, vlan, caplen) -> Packets:
@@ -425,6 +446,11 @@ class PacketDecoder:
         for code in np.flatnonzero(counts).tolist():
             if code != _BAD_LT:  # counted by link type where it was found
                 report.skipped[REASONS[code]] += int(counts[code])
+
+
+def _given_rows(given) -> list[tuple]:
+    """Rows for :meth:`PacketDecoder._decode_reassembled` of first fragments given back."""
+    return [(g.pos, g.packet, g.vlan, g.src, g.ts, g.index) for g in given]
 
 
 def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):

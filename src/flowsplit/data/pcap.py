@@ -69,6 +69,7 @@ MALFORMED_REASONS = frozenset(
         "bad_ipv6_ext",
         "bad_tcp_header",
         "bad_udp_header",
+        "bad_tunnel_header",
     }
 )
 
