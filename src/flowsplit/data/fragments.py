@@ -27,11 +27,17 @@ Decisions worth knowing:
   which never reassembles, counts it); only the other fragments held are counted as
   skipped. A datagram dropped for overlapping fragments gives nothing back.
   The packet takes its place in capture order where the datagram is given up: just
-  after the record that moved the clock past the timeout, after the fragment that
+  after the first record past its timeout, after the fragment that
   needed the room, or after the file's last record. Every one of those places is a
   record of the capture, so the flows do not depend on how the records were cut into
   chunks (the first fragment may lie chunks back); the price is that such a packet
   comes after the packets of its flow captured while its datagram was pending.
+- Each file of a chunk is reassembled on its own, its fragments in record order
+  (those inside tunnels too), before the next file's. Two cases can still depend on
+  where the chunks are cut: a fragment found inside a datagram that itself completed
+  or was given up joins after the plain fragments of its file in the chunk, and a
+  capture whose clock goes back may leave a timed-out datagram held when memory runs
+  out (the oldest are checked first, and the check stops at the first still in time).
 - A fragment not captured whole (cut by the snapshot length) cannot be joined:
   ``ip_fragment_truncated``.
 - The reassembled IPv6 datagram keeps the fixed header of its first fragment and
