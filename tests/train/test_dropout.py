@@ -9,7 +9,7 @@ from flowsplit.train.dropout import GlobalBatchDropout, MaskSource, use_global_m
 
 
 def _masks(world_size: int, rank: int, rows: int, steps: int, seed: int = 3) -> list:
-    source = MaskSource(world_size=world_size, rank=rank, global_batch=8)
+    source = MaskSource(world_size=world_size, rank=rank)
     source.reseed(seed)
     drop = GlobalBatchDropout(0.5, False, source).train()
     return [drop(torch.ones(rows, 5)) for _ in range(steps)]
@@ -31,7 +31,7 @@ def test_two_ranks_apply_the_rows_of_the_centralised_mask():
 def test_swap_keeps_the_state_dict_and_eval_is_identity():
     model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.3), nn.Sequential(nn.Dropout(0.1)))
     keys = list(model.state_dict())
-    source = MaskSource(world_size=1, rank=0, global_batch=2)
+    source = MaskSource(world_size=1, rank=0)
     assert use_global_masks(model, source) == 2
     assert list(model.state_dict()) == keys
     assert all(type(m) is not nn.Dropout for m in model.modules())

@@ -21,8 +21,9 @@ sets threads, opens the process group, and calls :func:`run_training`:
 
 With per-worker batch = global batch / N and each rank's loss weighed by its
 share of the global step, a step of N workers is the centralised step on the same
-global batch up to floating-point summation order; dropout too with ``--dropout-masks global``, whose
-masks are drawn for the global batch alike on every rank (:mod:`flowsplit.train.dropout`).
+global batch up to floating-point summation order, dropout included: by default
+(``--dropout-masks global``) each row's mask comes from a stream of its own, the same
+in every run (:mod:`flowsplit.train.dropout`).
 """
 
 from __future__ import annotations
@@ -269,9 +270,7 @@ def _build_model(
     )
     masks = None
     if cfg.dropout_masks == "global":
-        masks = MaskSource(
-            world_size=layout.world_size, rank=layout.rank, global_batch=layout.global_batch
-        )
+        masks = MaskSource(world_size=layout.world_size, rank=layout.rank)
         use_global_masks(model, masks)
     if has_input_scaler(model):  # the statistics of every training row, on every rank
         fit_input_scaler(model, torch.from_numpy(data.reader.read(data.train_idx)))
