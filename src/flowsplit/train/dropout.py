@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
 _MASK = (1 << 63) - 1
 _K1, _K2, _K3 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
