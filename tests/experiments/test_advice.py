@@ -337,7 +337,7 @@ def test_best_model_within_the_noise_of_another_is_not_called_clearly_better():
 
 
 def test_a_score_the_same_on_every_seed_is_not_given_a_zero_width_interval():
-    from flowsplit.experiments.advice import pct_ci
+    from flowsplit.experiments.advice import change_ci, pct_ci
 
     # XGBoost without subsampling ignores the seed: a "95 % CI 96.3-96.3" would read
     # as certainty about a test set of a few hundred flows.
@@ -348,3 +348,10 @@ def test_a_score_the_same_on_every_seed_is_not_given_a_zero_width_interval():
         "96.3 % (95 % CI 95.0-97.0)"
     )
     assert pct_ci({"mean": 0.963, "low": float("nan"), "high": float("nan"), "n": 1}) == "96.3 %"
+    # The same for a simulated delay or byte count, fixed by the plan whatever the seed.
+    assert change_ci({"mean": 0.63, "low": 0.63, "high": 0.63, "n": 3}) == (
+        "-37 % (the same on all 3 seeds)"
+    )
+    assert change_ci({"mean": 0.71, "low": 0.41, "high": 1.22, "n": 3}) == (
+        "-29 % (95 % CI -59 to +22 %)"
+    )

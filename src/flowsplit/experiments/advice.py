@@ -109,6 +109,9 @@ def change_ci(d: dict[str, Any] | None) -> str:
     if math.isnan(m):
         return "–"
     text = f"{100 * (m - 1):+.0f} %"
+    same = same_on_every_seed(d)
+    if same:
+        return f"{text} ({same})"
     return (
         text
         if math.isnan(lo)
@@ -423,6 +426,9 @@ def _num_ci(d: dict[str, Any] | None, unit: str, scale: float = 1.0) -> str:
     if math.isnan(m):
         return "–"
     text = f"{scale * m:.1f} {unit}"
+    same = same_on_every_seed(d)
+    if same:
+        return f"{text} ({same})"
     return text if math.isnan(lo) else text + f" (95 % CI {scale * lo:.1f}-{scale * hi:.1f})"
 
 
