@@ -40,6 +40,7 @@ import numpy as np
 from flowsplit.data import protocols as P
 from flowsplit.data import views as V
 from flowsplit.data.packets import Packets
+from flowsplit.data.rangemax import RangeMax
 
 try:  # the compiled range maximum, built by `pip install`; without it a NumPy sparse table
     from flowsplit.data import _kernel
@@ -172,24 +173,6 @@ def _order_of_distinct(keys: np.ndarray, bound: int) -> np.ndarray | None:
     slot[keys] = np.arange(len(keys))
     order = slot[slot >= 0]
     return order if len(order) == len(keys) else None
-
-
-class RangeMax:
-    """Maximum of ``x[lo+1 .. hi]`` for many (lo, hi) pairs: a sparse table."""
-
-    def __init__(self, x: np.ndarray):
-        levels = [x]
-        while 2 ** len(levels) <= len(x):
-            prev, step = levels[-1], 2 ** (len(levels) - 1)
-            levels.append(np.maximum(prev[:-step], prev[step:]))
-        self.table = np.full((len(levels), len(x)), -np.inf)  # (log2 n, n)
-        for k, lev in enumerate(levels):
-            self.table[k, : len(lev)] = lev
-
-    def __call__(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        length = hi - lo  # >= 1
-        k = np.floor(np.log2(length)).astype(np.int64)
-        return np.maximum(self.table[k, lo + 1], self.table[k, hi - (1 << k) + 1])
 
 
 class FlowAssembler:

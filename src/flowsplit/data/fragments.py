@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flowsplit.data import protocols as P
+from flowsplit.data.rangemax import RangeMax
 
 IPV4_MAX_DATAGRAM = 65535
 
@@ -137,7 +138,7 @@ class Reassembler:
         self._peak: np.ndarray | None = None  # running maximum of times within each run
         self._peak_list: list[float] = []
         self._tl: list[float] | None = None  # the times as a list, once needed
-        self._lift: list[np.ndarray] | None = None  # sparse table of range maxima
+        self._lift: np.ndarray | None = None  # sparse table of range maxima
 
     def begin_chunk(self, src: np.ndarray, ts: np.ndarray) -> None:
         """A chunk's records start (file and time of each, grouped by file)."""
@@ -264,11 +265,7 @@ class Reassembler:
         # A record before ``lo`` is already past it (the clock went back): step through
         # a sparse table of range maxima, largest blocks first.
         if self._lift is None:
-            levels = [self._ts]
-            while 2 ** len(levels) <= len(self._ts):
-                prev, step = levels[-1], 2 ** (len(levels) - 1)
-                levels.append(np.maximum(prev[:-step], prev[step:]))
-            self._lift = levels
+            self._lift = RangeMax(self._ts).table  # row k: max of ts[i : i + 2**k]
         at = lo
         for k in range(len(self._lift) - 1, -1, -1):
             if at + (1 << k) <= hi and self._lift[k][at] <= deadline:

@@ -191,7 +191,7 @@ class PacketDecoder:
             sub = recs if rest is None else recs.take(rest)
             at = pos if rest is None else rest
             parts.append(self._decode(chunk, sb, sub, at, vlan[: len(at)], 0, frags))
-        if rs is None:
+        if rs is None or not (frags or len(rs)):
             return Packets.concat(parts), sb
         # File by file, in the chunk's order: its fragments join their datagrams in
         # record order, then what completes or is given up is decoded in turn (it may

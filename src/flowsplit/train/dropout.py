@@ -8,9 +8,8 @@ stream of its own, seeded by (epoch seed, dropout call, row of the global batch)
 ``j`` of rank ``r`` is row ``j * N + r`` of the global batch, as
 :func:`~flowsplit.train.batches.shard_order` deals them, so a rank's masks are the
 centralised run's masks of its rows, and each rank draws only its own rows (no more
-random numbers than ``nn.Dropout``; measured about 20 % cheaper than it per call on
-the LSTM's inputs, where a draw for the whole global batch on every rank cost 16 %
-of a 2-worker epoch).
+random numbers than ``nn.Dropout``; a draw for the whole global batch on every rank
+had cost the LSTM 16 % of a 2-worker epoch on nDPI8, this way none measurable).
 
 Exact while every rank's dropout input has the same shape past the batch dimension (a
 model that pads a batch to its longest sequence before a dropout would not).
