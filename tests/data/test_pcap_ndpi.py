@@ -40,12 +40,13 @@ def _ours(path, options):
     return out
 
 
+@pytest.mark.parametrize("layout", ["payload", "ip"])
 @pytest.mark.parametrize("name", CROSS_CHECK)
-def test_flows_and_views_agree_with_dpkt(name):
+def test_flows_and_views_agree_with_dpkt(name, layout):
     pytest.importorskip("dpkt")
     from flowsplit.data.reference import reference_flows, reference_stats, reference_views
 
-    opts = FlowOptions(mask_port=False)
+    opts = FlowOptions(mask_port=False, pkt_layout=layout)
     ours = _ours(PCAPS / name, opts)
     ref = reference_flows(PCAPS / name, opts)
     assert ref.error is None

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from flowsplit.data import views as V
 from flowsplit.data.flows import SEQ_FEATURES, FlowOptions, ReadReport, iter_flows
 from tests.data import _pcapgen as g
 
@@ -78,7 +79,12 @@ def _masked(ip: bytes, width: int, zero: list[tuple[int, int]]) -> np.ndarray:
 )
 def test_pkt_bytes_masks_are_switches(tmp_path, mask_ip, mask_port, mask_checksum):
     opts = FlowOptions(
-        n_pkts=5, pkt_len=48, mask_ip=mask_ip, mask_port=mask_port, mask_checksum=mask_checksum
+        n_pkts=5,
+        pkt_len=48,
+        pkt_layout="ip",
+        mask_ip=mask_ip,
+        mask_port=mask_port,
+        mask_checksum=mask_checksum,
     )
     pkts = conversation()
     pb = one_flow(tmp_path, pkts, opts).views["pkt_bytes"][0]  # (P, B)
@@ -95,8 +101,46 @@ def test_pkt_bytes_masks_are_switches(tmp_path, mask_ip, mask_port, mask_checksu
     assert pb[0, 40:].sum() == 0  # a 40-byte packet: nothing after it
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def view_copies(request, monkeypatch):
+    """Both ways of copying the payload into pkt_bytes rows: the extension's and NumPy's."""
+    if request.param == "compiled" and V._kernel is None:
+        pytest.skip("the compiled extension is not built")
+    if request.param == "numpy":
+        monkeypatch.setattr(V, "_kernel", None)
+    return request.param
+
+
+def test_pkt_bytes_payload_layout_by_hand(tmp_path, view_copies):
+    """Default layout: direction, IP length, protocol, flags, header length, window, payload."""
+    opts = FlowOptions(n_pkts=5, pkt_len=12)
+    pb = one_flow(tmp_path, conversation(), opts).views["pkt_bytes"][0]
+    want = [
+        [1, 0, 40, 6, g.SYN, 20, 1000 >> 8, 1000 & 255, 0, 0, 0, 0],
+        [2, 0, 40, 6, g.SYN | g.ACK, 20, 2000 >> 8, 2000 & 255, 0, 0, 0, 0],
+        [1, 0, 45, 6, g.PSH | g.ACK, 20, 1001 >> 8, 1001 & 255, *b"hell"],
+        [2, 0, 46, 6, g.PSH | g.ACK, 20, 2001 >> 8, 2001 & 255, *b"worl"],
+        [0] * 12,  # no fifth packet: padding
+    ]
+    np.testing.assert_array_equal(pb, np.array(want, dtype=np.uint8))
+
+
+def test_pkt_bytes_payload_starts_at_one_column_for_ipv6_and_ip_options(tmp_path, view_copies):
+    opts = FlowOptions(n_pkts=1, pkt_len=40)
+    ip6 = g.ipv6(A6, B6, 17, g.udp(5353, 53, b"q" * 30 + b"end", src=A6, dst=B6))
+    ip4 = g.ipv4(A, B, 17, g.udp(5353, 53, b"q" * 30 + b"end", src=A, dst=B), options=b"\x01" * 8)
+    rows = [one_flow(tmp_path, [(1.0, ip)], opts).views["pkt_bytes"][0, 0] for ip in (ip6, ip4)]
+    for row, size in zip(rows, (40 + 8 + 33, 28 + 8 + 33), strict=True):
+        head = [1, size >> 8, size & 255, 17, 0, 8, 0, 0]
+        np.testing.assert_array_equal(row, np.array([*head, *b"q" * 30, *b"en"], dtype=np.uint8))
+    # a longer row: zero past the payload's end
+    opts = FlowOptions(n_pkts=1, pkt_len=64)
+    row = one_flow(tmp_path, [(1.0, ip6)], opts).views["pkt_bytes"][0, 0]
+    assert bytes(row[8:41]) == b"q" * 30 + b"end" and not row[41:].any()
+
+
 def test_pkt_bytes_of_ipv6_udp_and_ipv4_options(tmp_path):
-    opts = FlowOptions(n_pkts=2, pkt_len=64)
+    opts = FlowOptions(n_pkts=2, pkt_len=64, pkt_layout="ip")
     ip6 = g.ipv6(A6, B6, 17, g.udp(5353, 53, b"q" * 30, src=A6, dst=B6))
     pb = one_flow(tmp_path, [(1.0, ip6)], opts).views["pkt_bytes"][0]
     np.testing.assert_array_equal(pb[0], _masked(ip6, 64, [(8, 40), (40, 44), (46, 48)]))
@@ -190,7 +234,7 @@ def test_metadata_is_unmasked(tmp_path):
 
 
 def test_wide_pkt_bytes_rows(tmp_path):
-    opts = FlowOptions(n_pkts=2, pkt_len=300, mask_checksum=False)
+    opts = FlowOptions(n_pkts=2, pkt_len=300, pkt_layout="ip", mask_checksum=False)
     pkts = conversation()
     pb = one_flow(tmp_path, pkts, opts).views["pkt_bytes"][0]
     np.testing.assert_array_equal(pb[1], _masked(pkts[1][1], 300, [(12, 20), (20, 24)]))

@@ -19,6 +19,7 @@ from flowsplit.data.flows import ALL_VIEWS
 from flowsplit.data.labels import LABEL_SOURCES, LabelSpec
 from flowsplit.data.packets import TUNNEL_MODES
 from flowsplit.data.prepare import SPLIT_BY, PrepareOptions
+from flowsplit.data.views import PKT_LAYOUTS
 from flowsplit.errors import ConfigError
 
 VIEW_CHOICES = ALL_VIEWS
@@ -54,6 +55,7 @@ PREPARE_OPTIONS = {
     "mask_port": cli(flag="--mask-ports"),
     "mask_checksum": cli(flag="--mask-checksums"),
     "tunnels": cli(choices=TUNNEL_MODES),
+    "pkt_layout": cli(choices=PKT_LAYOUTS),
     "reassemble": cli(flag="--reassembly"),
     "split_by": cli(choices=SPLIT_BY),
     "val_frac": cli(flag="--val"),
@@ -71,6 +73,7 @@ FLOW_FIELDS = (
     "n_bytes",
     "n_pkts",
     "pkt_len",
+    "pkt_layout",
     "mask_ip",
     "mask_port",
     "mask_checksum",

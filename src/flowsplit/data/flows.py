@@ -60,7 +60,10 @@ class FlowOptions:
     n_pkts: int = 16
     """P: packets in the ``pkt_bytes`` view."""
     pkt_len: int = 64
-    """B: bytes per packet (from the IP header on) in the ``pkt_bytes`` view."""
+    """B: bytes per packet in the ``pkt_bytes`` view."""
+    pkt_layout: str = "payload"
+    """``pkt_bytes`` rows: payload (8 bytes of header fields, then the packet's payload)
+    or ip (the first bytes from the IP header on, masked)."""
     mask_ip: bool = True
     """Zero IP addresses in ``pkt_bytes``."""
     mask_port: bool = True
@@ -81,6 +84,10 @@ class FlowOptions:
     """Seconds (capture time) a datagram's fragments are held for the rest to arrive."""
 
     def __post_init__(self):
+        if self.pkt_layout not in V.PKT_LAYOUTS:
+            raise ConfigError(
+                f"pkt_layout must be one of {', '.join(V.PKT_LAYOUTS)}, got {self.pkt_layout!r}"
+            )
         if self.tunnels not in TUNNEL_MODES:
             raise ConfigError(
                 f"tunnels must be one of {', '.join(TUNNEL_MODES)}, got {self.tunnels!r}"

@@ -58,6 +58,10 @@ class PrepareOptions:
     """P: packets in the ``pkt_bytes`` view."""
     pkt_len: int = 64
     """B: bytes per packet in the ``pkt_bytes`` view."""
+    pkt_layout: str = "payload"
+    """pkt_bytes rows: payload (direction, IP length, protocol, TCP flags, header length
+    and window in 8 bytes, then the packet's first payload bytes) or ip (the first
+    bytes from the IP header on, addresses, ports and checksums masked)."""
     mask_ip: bool = True
     """Zero IP addresses in ``pkt_bytes``."""
     mask_port: bool = True
@@ -370,7 +374,14 @@ def _capture_view_info(flow_opts) -> dict[str, Any]:
         }
     if "pkt_bytes" in flow_opts.views:
         info["pkt_bytes"] = {
-            "description": "first B bytes from the IP header of the first P packets"
+            "layout": flow_opts.pkt_layout,
+            "description": (
+                "the first P packets: 8 bytes of header fields (direction, IP length, "
+                "protocol, TCP flags, transport header length, TCP window), then the "
+                "packet's first B - 8 payload bytes"
+                if flow_opts.pkt_layout == "payload"
+                else "first B bytes from the IP header of the first P packets"
+            ),
         }
     return info
 

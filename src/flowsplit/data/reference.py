@@ -252,7 +252,7 @@ def reference_views(flow: RefFlow, options) -> dict[str, np.ndarray]:
     seq = np.zeros((T, 10), dtype=np.float32)
     payload = bytearray()
     pkt = np.zeros((P, B), dtype=np.uint8)
-    for i, (ts, prev, from_a, ip_len, pay_len, flags, _win, raw, l4_rel) in enumerate(flow.packets):
+    for i, (ts, prev, from_a, ip_len, pay_len, flags, win_, raw, l4_rel) in enumerate(flow.packets):
         if i < T:
             iat = 0.0 if prev is None else max(ts - prev, 0.0)
             bits = [(flags >> k) & 1 for k in range(6)]
@@ -260,7 +260,24 @@ def reference_views(flow: RefFlow, options) -> dict[str, np.ndarray]:
         if len(payload) < K:
             pay_rel = ip_len - pay_len
             payload += raw[pay_rel:]
-        if i < P:
+        if i < P and options.pkt_layout == "payload":
+            pay_rel = ip_len - pay_len
+            size, win = min(ip_len, 0xFFFF), win_ & 0xFFFF  # win_ is 0 for UDP
+            head = bytes(
+                [
+                    1 if from_a else 2,
+                    size >> 8,
+                    size & 0xFF,
+                    flow.proto,
+                    flags,
+                    min(pay_rel - l4_rel, 0xFF),
+                    (win >> 8) & 0xFF,
+                    win & 0xFF,
+                ]
+            )
+            row = (head + bytes(raw[pay_rel:]))[:B].ljust(B, b"\0")
+            pkt[i] = np.frombuffer(row, dtype=np.uint8)
+        elif i < P:
             row = bytearray(raw[:B].ljust(B, b"\0"))
             v6 = raw[0] >> 4 == 6
             proto = flow.proto

@@ -16,10 +16,13 @@ streaming gives exactly what reading the whole file at once gives.
 - ``mask``: 1 for a packet, 0 for padding rows.
 
 ``bytes`` (uint8, (K,)): the first K transport-payload bytes of the flow, both
-directions, in packet order, zero-padded. ``pkt_bytes`` (uint8, (P, B)): the first
-B bytes from the IP header of each of the first P packets, zero past the captured
-IP packet; IP addresses, ports and checksums (IPv4 header, TCP/UDP) zeroed, each
-mask a switch. ``stats``: see :func:`stats_columns` (over all packets of the flow).
+directions, in packet order, zero-padded. ``pkt_bytes`` (uint8, (P, B)): one row
+for each of the first P packets. In the ``payload`` layout (the default) a row is
+8 bytes of header fields (direction, IP length, protocol, TCP flags, transport
+header length, TCP window) and then the packet's first B - 8 transport-payload
+bytes (:func:`payload_rows`); in the ``ip`` layout the first B bytes from the IP
+header, zero past the captured IP packet, with IP addresses, ports and checksums
+(IPv4 header, TCP/UDP) zeroed, each mask a switch. ``stats``: see :func:`stats_columns` (over all packets of the flow).
 """
 
 from __future__ import annotations
@@ -381,6 +384,49 @@ def pkt_rows(sb, ip_off, ip_cap, l4_rel, ver, proto, options) -> np.ndarray:
     return rows
 
 
+PKT_LAYOUTS = ("payload", "ip")
+"""Layouts of a ``pkt_bytes`` row: see :func:`payload_rows` and :func:`pkt_rows`."""
+PKT_FIELDS = 8
+"""Bytes of per-packet header fields before the payload in the ``payload`` layout."""
+
+
+def payload_rows(sb, fwd, ip_len, proto, flags, thl, window, pay_off, pay_cap, width) -> np.ndarray:
+    """Rows of the ``pkt_bytes`` view in the ``payload`` layout: uint8 (m, width).
+
+    Byte 0: direction (1 from the flow's initiator, 2 from the other side; never 0, so
+    a zero row is padding); 1-2: IP length (big-endian, capped at 65535); 3: transport
+    protocol; 4: TCP flags; 5: transport header length in bytes; 6-7: TCP window
+    (0 for UDP); then the first ``width - 8`` transport-payload bytes, zero past the
+    captured payload. Every packet's payload starts at the same column whatever its
+    IP version and header options, and the row holds no address, port, checksum,
+    IP identification or TCP sequence number: nothing to mask.
+    """
+    m = len(pay_off)
+    out = np.zeros((m, max(width, PKT_FIELDS)), dtype=np.uint8)
+    size = np.minimum(np.asarray(ip_len, dtype=np.int64), 0xFFFF)
+    win = np.asarray(window, dtype=np.int64) & 0xFFFF
+    out[:, 0] = np.where(fwd, 1, 2)
+    out[:, 1], out[:, 2] = size >> 8, size & 0xFF
+    out[:, 3] = proto
+    out[:, 4] = flags
+    out[:, 5] = np.clip(thl, 0, 0xFF)
+    out[:, 6], out[:, 7] = win >> 8, win & 0xFF
+    n = width - PKT_FIELDS
+    if n > 0 and m:
+        cap = np.asarray(pay_cap, dtype=np.int64)
+        if _kernel is not None:  # the compiled row copy: bytes past pay_cap are zeroed
+            one = np.ones((1, n), dtype=np.uint8)
+            body = np.empty((m, n), dtype=np.uint8)
+            off = np.ascontiguousarray(pay_off, dtype=np.int64)
+            kind = np.zeros(m, dtype=np.int64)
+            _kernel.masked_rows(sb.array, off, cap, kind, one, body, np.arange(m, dtype=np.int64))
+        else:
+            body = sb.rows(np.asarray(pay_off, dtype=np.int64), n)
+            body *= np.arange(n)[None, :] < cap[:, None]
+        out[:, PKT_FIELDS:] = body
+    return out[:, :width]
+
+
 _FEW_KINDS = 1 << 12  # header_masks: kinds below this are found by counting
 
 
@@ -519,6 +565,20 @@ def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray
     sel = np.flatnonzero(fp.rank < P)
     o = fp.order[sel]
     dst = rows.row[sel] * P + fp.rank[sel]
+    if opts.pkt_layout == "payload":
+        pb.reshape(-1, B)[dst] = payload_rows(
+            sb,
+            fp.fwd[sel],
+            pk.ip_len[o],
+            pk.proto[o],
+            fp.flags[sel],
+            pk.pay_off[o] - pk.ip_off[o] - pk.l4_rel[o],
+            fp.window[sel],
+            pk.pay_off[o],
+            pk.pay_cap[o],
+            B,
+        )
+        return pb
     if _kernel is not None:  # copied, masked and placed in one compiled pass
         # In capture order, so that the packets are read front to back from the buffer.
         at = np.full(len(pk), -1, dtype=np.int64)
