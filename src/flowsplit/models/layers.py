@@ -323,8 +323,9 @@ def presence_mask(x: torch.Tensor) -> torch.Tensor:
     """``(B, T, ...)`` -> ``(B, T)`` float mask: 1 for steps up to the last non-zero one.
 
     The views pad short flows at the end with all-zero steps (a ``seq`` padding row,
-    a ``pkt_bytes`` packet that is not there: a real IP header never starts with a
-    zero byte, payload bytes past the flow's end). A step is present when it or any
+    a ``pkt_bytes`` packet that is not there: a real packet's row never starts with
+    a zero byte, its direction in the payload layout, its IP version in the ip
+    layout; payload bytes past the flow's end). A step is present when it or any
     later step holds a non-zero value; the first step always counts, so every
     sequence has a length of at least 1.
     """

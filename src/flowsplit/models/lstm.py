@@ -1,6 +1,19 @@
 """LSTM over packets' first bytes (``pkt_bytes``, one step per packet, the default),
 per-packet features (``seq``) or the rows of the payload-byte image (``bytes``).
 
+What it reads matters more than any setting below. Over ``pkt_bytes`` rows in the
+``payload`` layout (the default of ``flowsplit prepare``: direction, IP length,
+protocol, TCP flags, header length and window, then the packet's first payload
+bytes, at the same column for every packet) the nDPI 8-protocol set's test macro-F1
+was 0.991, 0.980 and 0.991 for seeds 0-2 (best validation 0.967, 0.964, 0.955),
+against 0.866, 0.864 and 0.862 (validation 0.861, 0.876, 0.862) over the former
+``ip`` layout (the first 64 bytes from the IP header on): there an IPv6 or
+option-laden TCP header leaves few or no payload bytes in the row, the payload sits
+at a different column for each header size, the direction is not in the row, and
+the IP identification and TCP sequence numbers are per-flow noise to memorise
+(training loss 0.02 while validation stalled at 0.86; zeroing them alone gave
+validation 0.873, test 0.877). The settings below were chosen on the ``ip`` layout.
+
 Blocks: ``lstm1`` (input features + LSTM layer), ``lstm2`` (LSTM layer), ``fc``
 (mean, max and last output over the flow's packets + dense), ``head`` (logits).
 

@@ -77,8 +77,10 @@ MODEL_SPECS: dict[str, ModelSpec] = {
         ModelSpec(
             "lstm",
             "torch",
-            # pkt_bytes first (one step per packet, its first 64 bytes from the IP header
-            # on). Measured with the earlier LSTM defaults (embedding 8, no input dropout;
+            # pkt_bytes first (one step per packet: in the default payload layout its
+            # header fields and first 56 payload bytes; lstm.py gives the figures of the
+            # two layouts). On the former ip layout (the first 64 bytes from the IP header
+            # on) and with the earlier LSTM defaults (embedding 8, no input dropout;
             # lstm.py gives today's): on the nDPI 8-protocol set (ports masked, split by file) its best
             # validation macro-F1 was 0.849-0.862 in three runs against 0.823-0.843 over
             # the 28 rows of the payload image (bytes), for less than half the CPU per
