@@ -238,3 +238,10 @@ def test_wide_pkt_bytes_rows(tmp_path):
     pkts = conversation()
     pb = one_flow(tmp_path, pkts, opts).views["pkt_bytes"][0]
     np.testing.assert_array_equal(pb[1], _masked(pkts[1][1], 300, [(12, 20), (20, 24)]))
+
+
+def test_an_unknown_pkt_layout_is_refused_by_name():
+    from flowsplit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="pkt_layout must be one of payload, ip, got 'tcp'"):
+        FlowOptions(pkt_layout="tcp")
