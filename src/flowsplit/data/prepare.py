@@ -63,12 +63,12 @@ class PrepareOptions:
     and window in 8 bytes, then the packet's first payload bytes) or ip (the first
     bytes from the IP header on, addresses, ports and checksums masked)."""
     mask_ip: bool = True
-    """Zero IP addresses in ``pkt_bytes`` (ip layout; payload rows hold none)."""
+    """Zero IP addresses in ``pkt_bytes`` (ip layout; payload rows leave them out)."""
     mask_port: bool = True
-    """Zero ports in ``pkt_bytes`` (ip layout; payload rows hold none) and leave them out of
+    """Zero ports in ``pkt_bytes`` (ip layout; payload rows leave them out) and leave them out of
     ``stats``."""
     mask_checksum: bool = True
-    """Zero IP/TCP/UDP checksums in ``pkt_bytes`` (ip layout; payload rows hold none)."""
+    """Zero IP/TCP/UDP checksums in ``pkt_bytes`` (ip layout; payload rows leave them out)."""
     vlan_key: bool = True
     """VLAN ids in the flow key (see :class:`~flowsplit.data.flows.FlowOptions`)."""
     tunnels: str = "inner"
