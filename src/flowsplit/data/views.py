@@ -414,14 +414,15 @@ def payload_rows(sb, fwd, ip_len, proto, flags, thl, window, pay_off, pay_cap, w
     n = width - PKT_FIELDS
     if n > 0 and m:
         cap = np.asarray(pay_cap, dtype=np.int64)
+        # A packet without captured payload reads nothing: any offset in the buffer does.
+        off = np.where(cap > 0, pay_off, 0).astype(np.int64)
         if _kernel is not None:  # the compiled row copy: bytes past pay_cap are zeroed
             one = np.ones((1, n), dtype=np.uint8)
             body = np.empty((m, n), dtype=np.uint8)
-            off = np.ascontiguousarray(pay_off, dtype=np.int64)
             kind = np.zeros(m, dtype=np.int64)
             _kernel.masked_rows(sb.array, off, cap, kind, one, body, np.arange(m, dtype=np.int64))
         else:
-            body = sb.rows(np.asarray(pay_off, dtype=np.int64), n)
+            body = sb.rows(off, n)
             body *= np.arange(n)[None, :] < cap[:, None]
         out[:, PKT_FIELDS:] = body
     return out[:, :width]
