@@ -123,6 +123,8 @@ def test_pkt_bytes_payload_layout_by_hand(tmp_path, view_copies):
         [0] * 12,  # no fifth packet: padding
     ]
     np.testing.assert_array_equal(pb, np.array(want, dtype=np.uint8))
+    short = one_flow(tmp_path, conversation(), FlowOptions(n_pkts=5, pkt_len=5))
+    np.testing.assert_array_equal(short.views["pkt_bytes"][0], np.array(want, np.uint8)[:, :5])
 
 
 def test_pkt_bytes_payload_starts_at_one_column_for_ipv6_and_ip_options(tmp_path, view_copies):

@@ -271,7 +271,7 @@ def reference_views(flow: RefFlow, options) -> dict[str, np.ndarray]:
                     flow.proto,
                     flags,
                     min(pay_rel - l4_rel, 0xFF),
-                    (win >> 8) & 0xFF,
+                    win >> 8,
                     win & 0xFF,
                 ]
             )

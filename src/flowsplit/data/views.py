@@ -22,7 +22,8 @@ for each of the first P packets. In the ``payload`` layout (the default) a row i
 header length, TCP window) and then the packet's first B - 8 transport-payload
 bytes (:func:`payload_rows`); in the ``ip`` layout the first B bytes from the IP
 header, zero past the captured IP packet, with IP addresses, ports and checksums
-(IPv4 header, TCP/UDP) zeroed, each mask a switch. ``stats``: see :func:`stats_columns` (over all packets of the flow).
+(IPv4 header, TCP/UDP) zeroed, each mask a switch. ``stats``: see
+:func:`stats_columns` (over all packets of the flow).
 """
 
 from __future__ import annotations
@@ -390,42 +391,45 @@ PKT_FIELDS = 8
 """Bytes of per-packet header fields before the payload in the ``payload`` layout."""
 
 
-def payload_rows(sb, fwd, ip_len, proto, flags, thl, window, pay_off, pay_cap, width) -> np.ndarray:
-    """Rows of the ``pkt_bytes`` view in the ``payload`` layout: uint8 (m, width).
+def payload_rows(out, dst, sb, fwd, ip_len, proto, flags, thl, window, pay_off, pay_cap) -> None:
+    """Write rows ``dst`` of ``out`` (uint8 (rows, B)), the ``payload`` layout of ``pkt_bytes``.
 
     Byte 0: direction (1 from the flow's initiator, 2 from the other side; never 0, so
     a zero row is padding); 1-2: IP length (big-endian, capped at 65535); 3: transport
     protocol; 4: TCP flags; 5: transport header length in bytes; 6-7: TCP window
-    (0 for UDP); then the first ``width - 8`` transport-payload bytes, zero past the
+    (0 for UDP); then the first ``B - 8`` transport-payload bytes, zero past the
     captured payload. Every packet's payload starts at the same column whatever its
     IP version and header options, and the row holds no address, port, checksum,
     IP identification or TCP sequence number: nothing to mask.
+
+    The payload goes through the same masked row copy as the ip layout
+    (:func:`pkt_rows`): read from 8 bytes before the payload, the first 8 masked out,
+    straight into the view's rows; then the 8 fields are written over them.
     """
-    m = len(pay_off)
-    out = np.zeros((m, max(width, PKT_FIELDS)), dtype=np.uint8)
+    width = out.shape[1]
+    cap = np.asarray(pay_cap, dtype=np.int64)
+    # Read from 8 bytes before the payload (inside the packet's headers); a packet with
+    # no captured payload reads nothing, from offset 0.
+    src = np.where(cap > 0, np.asarray(pay_off, dtype=np.int64) - PKT_FIELDS, 0)
+    length = np.where(cap > 0, cap + PKT_FIELDS, 0)
+    keep = (np.arange(width) >= PKT_FIELDS).astype(np.uint8)[None, :]
+    if _kernel is not None:
+        kind = np.zeros(len(src), dtype=np.int64)
+        _kernel.masked_rows(sb.array, src, length, kind, keep, out, np.asarray(dst, np.int64))
+    else:
+        rows = sb.rows(src, width)
+        rows *= keep & (np.arange(width)[None, :] < length[:, None])
+        out[dst] = rows
     size = np.minimum(np.asarray(ip_len, dtype=np.int64), 0xFFFF)
     win = np.asarray(window, dtype=np.int64) & 0xFFFF
-    out[:, 0] = np.where(fwd, 1, 2)
-    out[:, 1], out[:, 2] = size >> 8, size & 0xFF
-    out[:, 3] = proto
-    out[:, 4] = flags
-    out[:, 5] = np.clip(thl, 0, 0xFF)
-    out[:, 6], out[:, 7] = win >> 8, win & 0xFF
-    n = width - PKT_FIELDS
-    if n > 0 and m:
-        cap = np.asarray(pay_cap, dtype=np.int64)
-        # A packet without captured payload reads nothing: any offset in the buffer does.
-        off = np.where(cap > 0, pay_off, 0).astype(np.int64)
-        if _kernel is not None:  # the compiled row copy: bytes past pay_cap are zeroed
-            one = np.ones((1, n), dtype=np.uint8)
-            body = np.empty((m, n), dtype=np.uint8)
-            kind = np.zeros(m, dtype=np.int64)
-            _kernel.masked_rows(sb.array, off, cap, kind, one, body, np.arange(m, dtype=np.int64))
-        else:
-            body = sb.rows(off, n)
-            body *= np.arange(n)[None, :] < cap[:, None]
-        out[:, PKT_FIELDS:] = body
-    return out[:, :width]
+    head = np.empty((len(src), PKT_FIELDS), dtype=np.uint8)
+    head[:, 0] = np.where(fwd, 1, 2)
+    head[:, 1], head[:, 2] = size >> 8, size & 0xFF
+    head[:, 3] = proto
+    head[:, 4] = flags
+    head[:, 5] = np.clip(thl, 0, 0xFF)
+    head[:, 6], head[:, 7] = win >> 8, win & 0xFF
+    out[dst, : min(width, PKT_FIELDS)] = head[:, :width]
 
 
 _FEW_KINDS = 1 << 12  # header_masks: kinds below this are found by counting
@@ -567,7 +571,9 @@ def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray
     o = fp.order[sel]
     dst = rows.row[sel] * P + fp.rank[sel]
     if opts.pkt_layout == "payload":
-        pb.reshape(-1, B)[dst] = payload_rows(
+        payload_rows(
+            pb.reshape(-1, B),
+            dst,
             sb,
             fp.fwd[sel],
             pk.ip_len[o],
@@ -577,7 +583,6 @@ def _pkt_bytes_view(opts, sb, pk, fp: FlowPackets, rows: FlowRows) -> np.ndarray
             fp.window[sel],
             pk.pay_off[o],
             pk.pay_cap[o],
-            B,
         )
         return pb
     if _kernel is not None:  # copied, masked and placed in one compiled pass

@@ -2,8 +2,8 @@
 
 Frames come from ``pkt_bytes`` (one frame per packet: 16 packets of 64 bytes ->
 16 frames of 8x8; in the default payload layout a frame's first row holds the
-packet's header fields and the other seven its first 56 payload bytes) or from the payload-byte image cut into horizontal strips
-(784 bytes -> 28x28 -> 7 frames of 4x28 with ``rows_per_frame=4``). The gates
+packet's header fields and the other seven its first 56 payload bytes) or from the
+payload-byte image cut into horizontal strips (784 bytes -> 28x28 -> 7 frames of 4x28 with ``rows_per_frame=4``). The gates
 are convolutions over the frame (see ``layers.ConvLSTMCell``/``ConvGRUCell``).
 
 Blocks: ``rnn1`` (input scaling + framing + conv-recurrent layer), ``rnn2``
