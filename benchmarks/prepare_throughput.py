@@ -341,7 +341,8 @@ RULES = {
     # through real idle gaps (and past its own active timeout); flowsplit times each flow
     # on its own timestamps.
     "clock_goes_back": "flows_timed_on_own_gaps",
-    # A fuzzed ethertype: nDPI reads an IP header after any ethertype; flowsplit does not.
+    # A fuzzed ethertype: nDPI reads an IP header after any ethertype on its version
+    # nibble; flowsplit only a whole IPv4 header whose checksum is right.
     "nfstream_only_ip_after_non_ip_ethertype": "non_ip_ethertype_not_read_as_ip",
     # Data offset < 5 or past the IP length: a receiving stack drops the segment, Zeek does
     # not count it (bad_TCP_header_len), Wireshark stops dissecting; skipped, counted.
@@ -416,7 +417,7 @@ def agreement(paths: list[Path]) -> dict:
     the header feature of each packet one tool counts and the other does not gives
     ``disagree_by_packet_cause`` (a flow with several causes counts once, under all
     of them joined by ``+``). On the nDPI corpus: NFStream reads an IP header after a
-    non-IP ethertype (fuzzed frames), keeps TCP headers with a data offset below 5 or
+    non-IP ethertype (fuzzed frames) where flowsplit needs a correct IPv4 checksum, keeps TCP headers with a data offset below 5 or
     past the IP length and IPv4 headers shorter than 20 bytes (as flows with the
     ports it finds there, or 0), and drops IPv4 packets of total length 0 (segmentation
     offload), which flowsplit keeps. ``disagree_by_rule`` names the rule of flowsplit's

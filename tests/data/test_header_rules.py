@@ -3,7 +3,8 @@
 Each is deliberate (README, "Prepare a dataset"; ``RULES`` in
 benchmarks/prepare_throughput.py names the disagreements on the nDPI corpus after
 them): a packet with an invalid header is skipped and counted, as a receiving stack
-drops it and Zeek does not count it, where nDPI reads whatever ports it finds; an IPv4
+drops it and Zeek does not count it, where nDPI reads whatever ports it finds; an IP
+header behind a non-IP ethertype is read only when its IPv4 checksum is right; an IPv4
 total length of 0 is segmentation offload, kept; a clock that steps back does not stop
 the idle timeout. Every capture is written by the test and read with the compiled
 kernel (when built) and without it.
@@ -67,14 +68,70 @@ def test_a_tcp_header_past_the_ip_length_is_skipped(tmp_path, with_kernel):
     assert skipped == {"bad_tcp_header": 1}
 
 
+def read_report(path, with_kernel: bool) -> ReadReport:
+    report = ReadReport()
+    with kernel(with_kernel):
+        for _ in iter_flows(path, OPTS, report):
+            pass
+    return report
+
+
 @BOTH
-def test_an_ip_packet_behind_a_non_ip_ethertype_is_not_read(tmp_path, with_kernel):
-    # A fuzzed ethertype (0x0801): nDPI reads the IPv4 header that follows anyway.
-    frame = g.ether(g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10)), 0x0801)
-    pkts = [segment(1.0), g.Packet(1.1, frame), segment(1.2)]
-    flows, skipped = read(g.write_pcap(tmp_path / "a.pcap", pkts), with_kernel)
-    assert [n for n, _, _ in flows] == [2]
-    assert skipped == {"non_ip": 1}
+def test_an_ipv4_header_with_a_correct_checksum_behind_a_non_ip_ethertype_is_read(
+    tmp_path, with_kernel
+):
+    # A fuzzed ethertype (0x0801, 0x2800, 0): the IPv4 header after it is whole and its
+    # checksum right, so the packet is read as IPv4 and counted as recovered.
+    pkts = [segment(1.0)]
+    for i, et in enumerate((0x0801, 0x2800, 0x0000)):
+        ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10), ident=7 + i)
+        pkts.append(g.Packet(1.1 + i / 10, g.ether(ip, et)))
+    pkts.append(segment(1.5))
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
+    flows, skipped = read(path, with_kernel)
+    assert [n for n, _, _ in flows] == [5]
+    assert skipped == {}
+    assert read_report(path, with_kernel).recovered == {"ipv4_after_unknown_type": 3}
+
+
+@BOTH
+def test_no_ip_header_is_read_behind_a_non_ip_ethertype_unless_its_checksum_is_right(
+    tmp_path, with_kernel
+):
+    # nDPI reads any frame whose first nibble is 4 or 6 as IP; flowsplit needs the
+    # IPv4 header checksum: a wrong one, an IPv6 header (no checksum), an IHL below 5
+    # and an ARP frame stay non-IP.
+    ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
+    short_ihl = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10), ihl=4)
+    bad_sum = ip[:10] + bytes([ip[10] ^ 0xFF]) + ip[11:]
+    v6 = g.ipv6("fe80::1", "fe80::2", 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
+    arp = bytes.fromhex("0001080006040001") + bytes(20)
+    pkts = [segment(1.0)]
+    for i, (body, et) in enumerate(
+        ((bad_sum, 0x0801), (v6, 0x0801), (short_ihl, 0x0801), (ip, 0x0806), (arp, 0x0806))
+    ):
+        pkts.append(g.Packet(1.1 + i / 10, g.ether(body, et)))
+    pkts.append(segment(1.7))
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
+    flows, skipped = read(path, with_kernel)
+    assert [n for n, _, _ in flows] == [3]
+    assert skipped == {"non_ip": 4}
+    # The IPv4 header behind the ARP ethertype with a right checksum is read: the rule
+    # trusts the checksum over the type field (nothing real sends IPv4 as ARP).
+    assert read_report(path, with_kernel).recovered == {"ipv4_after_unknown_type": 1}
+
+
+def test_the_dpkt_reference_reads_ipv4_behind_a_non_ip_ethertype_by_the_same_rule(tmp_path):
+    pytest.importorskip("dpkt")
+    from flowsplit.data.reference import reference_flows
+
+    ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
+    bad_sum = ip[:10] + bytes([ip[10] ^ 0xFF]) + ip[11:]
+    pkts = [segment(1.0), g.Packet(1.1, g.ether(ip, 0x2800))]
+    pkts += [g.Packet(1.2, g.ether(bad_sum, 0x2800)), segment(1.3)]
+    ref = reference_flows(g.write_pcap(tmp_path / "a.pcap", pkts), OPTS, keep_packets=False)
+    assert [f.n_packets for f in ref.flows] == [3]
+    assert ref.skipped["non_ip"] == 1
 
 
 @BOTH

@@ -546,8 +546,49 @@ def _link_layer(sb, data_off, caplen, lt, reason, report):
     llc = (et > 0) & (et <= P.ETH_MAX_LENGTH)
     if np.isin(et, _SHIMS).any() or llc.any():
         _follow_shims(sb, data_off, l3, et, vlan)
-    _set(reason, (et != P.ET_IPV4) & (et != P.ET_IPV6), _NON_IP)
+    not_ip = (et != P.ET_IPV4) & (et != P.ET_IPV6)
+    if not_ip.any():
+        _ipv4_by_checksum(
+            sb, data_off, l3, caplen, et, np.flatnonzero(not_ip & (reason == _OK)), report
+        )
+        not_ip = (et != P.ET_IPV4) & (et != P.ET_IPV6)
+    _set(reason, not_ip, _NON_IP)
     return l3, et, vlan
+
+
+def _ipv4_by_checksum(sb, data_off, l3, caplen, et, rows, report) -> None:
+    """Read as IPv4 the frames of ``rows`` (their link layer names no IP protocol)
+    whose network header is a whole IPv4 header with a correct header checksum.
+
+    A type field corrupted or unknown to us then does not lose the packet. The
+    checksum makes a false reading of another protocol's bytes as IPv4 about a
+    1-in-65,536 event on top of the version, length and size checks (nDPI and
+    NFStream read such a frame on its version nibble alone). Each frame read this
+    way is counted in ``report.recovered["ipv4_after_unknown_type"]``.
+    """
+    if not len(rows):
+        return
+    off = data_off[rows] + l3[rows]
+    cap = caplen[rows] - l3[rows]
+    head = np.where(cap >= P.IPV4_MIN_HEADER, sb.word(off, "u1"), 0)
+    ihl = (head & 15) * 4
+    ok = ((head >> 4) == 4) & (ihl >= P.IPV4_MIN_HEADER) & (cap >= ihl)
+    if not ok.any():
+        return
+    rows, off, ihl = rows[ok], off[ok], ihl[ok]
+    total = sb.word(off + 2, ">u2")
+    s = np.zeros(len(rows), dtype=np.int64)
+    for k in range(0, 60, 2):  # the ones' complement sum of the header's 16-bit words
+        inside = k < ihl
+        if not inside.any():
+            break
+        s += np.where(inside, sb.word(off + np.where(inside, k, 0), ">u2"), 0)
+    for _ in range(3):
+        s = (s & 0xFFFF) + (s >> 16)
+    good = (s == 0xFFFF) & ((total == 0) | (total >= ihl))
+    if good.any():
+        et[rows[good]] = P.ET_IPV4
+        report.recovered["ipv4_after_unknown_type"] += int(good.sum())
 
 
 def _link_group(lt, sb, off, reason, report, idx=slice(None)):

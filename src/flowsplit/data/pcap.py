@@ -101,6 +101,10 @@ class ReadReport:
     ``n_packets == n_flow_packets + n_merged + sum(skipped.values())``."""
     skipped: collections.Counter = field(default_factory=collections.Counter)
     """Reason -> number of records not used (non_ip, ip_fragment, non_tcp_udp, ...)."""
+    recovered: collections.Counter = field(default_factory=collections.Counter)
+    """Rule -> records read by a recovery rule that a strict reader would skip
+    (``ipv4_after_unknown_type``: an IPv4 header with a correct checksum behind a link
+    type field that names no IP protocol). Counted as read, not skipped."""
     n_files: int = 0
     """Files opened successfully."""
     n_flows: int = 0

@@ -296,6 +296,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "n_packets": int(report.n_packets),
         "n_flow_packets": int(report.n_flow_packets),
         "n_fragments_merged": int(report.n_merged),
+        "recovered": {k: int(v) for k, v in sorted(report.recovered.items())},
         "n_flows_read": int(report.n_flows),
         "view_info": _capture_view_info(flow_opts),
         "digests": report.digests,
