@@ -155,3 +155,24 @@ def test_after_the_clock_steps_back_flows_still_end_at_their_idle_gaps(tmp_path,
     flows, skipped = read(g.write_pcap(tmp_path / "a.pcap", pkts), with_kernel)
     assert [(n, ts) for n, _, ts in flows] == [(3, 700.0), (6, 1000.0)]
     assert skipped == {}
+
+
+def test_prepare_records_the_recovered_packets_in_the_manifest(tmp_path):
+    from flowsplit.data.labels import LabelSpec
+    from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+
+    pkts = []
+    for k in range(30):  # 30 flows to split; the first has a frame behind a fuzzed ethertype
+        t = 1.0 + k
+        tcp = g.tcp(4000 + k, 80, g.ACK, bytes([k]) * 10)
+        pkts += [
+            g.Packet(t, g.ether(g.ipv4(A, B, 6, tcp))),
+            g.Packet(t + 0.1, g.ether(g.ipv4(A, B, 6, tcp))),
+        ]
+    ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"y" * 10))
+    pkts.insert(1, g.Packet(1.05, g.ether(ip, 0x2800)))
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
+    m = prepare_dataset([path], tmp_path / "ds", PrepareOptions(labels=LabelSpec(by="port")))
+    assert m["recovered"] == {"ipv4_after_unknown_type": 1}
+    assert m["read"]["n_flow_packets"] == 61
+    assert "packets:non_ip" not in m["skipped"]

@@ -209,6 +209,9 @@ def format_summary(manifest: dict, where, meta=None) -> str:
     read = manifest.get("read") or {}
     if read:
         lines.append("read: " + ", ".join(f"{k[2:]} {v}" for k, v in read.items()))
+    recovered = manifest.get("recovered") or {}
+    if recovered:
+        lines.append("recovered: " + ", ".join(f"{k} {v}" for k, v in recovered.items()))
     skipped = manifest.get("skipped") or {}
     if skipped:
         lines.append("skipped: " + ", ".join(f"{k} {v}" for k, v in skipped.items()))

@@ -547,6 +547,7 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         "options": {**opts.to_manifest(), "split_by": split_by},
         "skipped": dict(sorted((k, int(v)) for k, v in skipped.items() if v)),
         "read": {k: v for k, v in info.items() if k.startswith("n_")},
+        "recovered": info.get("recovered", {}),
         "views": info.get("view_info", {}),
         "split_by": split_by,
         "seed": opts.seed,
