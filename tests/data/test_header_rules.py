@@ -176,3 +176,26 @@ def test_prepare_records_the_recovered_packets_in_the_manifest(tmp_path):
     assert m["recovered"] == {"ipv4_after_unknown_type": 1}
     assert m["read"]["n_flow_packets"] == 61
     assert "packets:non_ip" not in m["skipped"]
+
+
+def test_the_dpkt_reference_keeps_the_ns_bit_out_of_the_flags_byte(tmp_path):
+    # dpkt's TCP flags carry the NS bit (bit 8, in the data offset byte); a payload-
+    # layout row holds the flags byte CWR..FIN only, in the fast reader and the reference.
+    pytest.importorskip("dpkt")
+    import numpy as np
+
+    from flowsplit.data.reference import reference_flows, reference_views
+
+    seg = g.tcp(4000, 80, g.ACK, b"x" * 10)
+    ns = seg[:12] + bytes([seg[12] | 1]) + seg[13:]
+    pkts = [segment(1.0), g.Packet(1.1, g.ether(g.ipv4(A, B, 6, ns)))]
+    path = g.write_pcap(tmp_path / "a.pcap", pkts)
+    opts = FlowOptions(views=("pkt_bytes",))
+    ours = [
+        b.views["pkt_bytes"][i] for b in iter_flows(path, opts, ReadReport()) for i in range(len(b))
+    ]
+    ref = reference_flows(path, opts)
+    assert len(ours) == len(ref.flows) == 1
+    want = reference_views(ref.flows[0], opts)["pkt_bytes"]
+    np.testing.assert_array_equal(ours[0], want)
+    assert ours[0][1, 4] == g.ACK

@@ -291,7 +291,7 @@ def reference_views(flow: RefFlow, options) -> dict[str, np.ndarray]:
                     size >> 8,
                     size & 0xFF,
                     flow.proto,
-                    flags,
+                    flags & 0xFF,  # dpkt's flags carry the NS bit above CWR..FIN
                     min(pay_rel - l4_rel, 0xFF),
                     win >> 8,
                     win & 0xFF,
