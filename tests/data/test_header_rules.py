@@ -102,7 +102,11 @@ def test_no_ip_header_is_read_behind_a_non_ip_ethertype_unless_its_checksum_is_r
     # IPv4 header checksum: a wrong one, an IPv6 header (no checksum), an IHL below 5
     # and an ARP frame stay non-IP.
     ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
-    short_ihl = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10), ihl=4)
+    # IHL 4 with a checksum right over those 16 bytes: only the IHL check refuses it.
+    h = bytearray(ip)
+    h[0], h[10:12] = 0x44, b"\0\0"
+    h[10:12] = g.checksum(bytes(h[:16])).to_bytes(2, "big")
+    short_ihl = bytes(h)
     bad_sum = ip[:10] + bytes([ip[10] ^ 0xFF]) + ip[11:]
     v6 = g.ipv6("fe80::1", "fe80::2", 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
     arp = bytes.fromhex("0001080006040001") + bytes(20)
@@ -158,6 +162,7 @@ def test_after_the_clock_steps_back_flows_still_end_at_their_idle_gaps(tmp_path,
 
 
 def test_prepare_records_the_recovered_packets_in_the_manifest(tmp_path):
+    from flowsplit.data.commands import format_summary
     from flowsplit.data.labels import LabelSpec
     from flowsplit.data.prepare import PrepareOptions, prepare_dataset
 
@@ -174,6 +179,7 @@ def test_prepare_records_the_recovered_packets_in_the_manifest(tmp_path):
     path = g.write_pcap(tmp_path / "a.pcap", pkts)
     m = prepare_dataset([path], tmp_path / "ds", PrepareOptions(labels=LabelSpec(by="port")))
     assert m["recovered"] == {"ipv4_after_unknown_type": 1}
+    assert "recovered: ipv4_after_unknown_type 1" in format_summary(m, tmp_path / "ds")
     assert m["read"]["n_flow_packets"] == 61
     assert "packets:non_ip" not in m["skipped"]
 

@@ -548,33 +548,36 @@ def _link_layer(sb, data_off, caplen, lt, reason, report):
         _follow_shims(sb, data_off, l3, et, vlan)
     not_ip = (et != P.ET_IPV4) & (et != P.ET_IPV6)
     if not_ip.any():
-        _ipv4_by_checksum(
-            sb, data_off, l3, caplen, et, np.flatnonzero(not_ip & (reason == _OK)), report
+        found = _ipv4_by_checksum(
+            sb, data_off, l3, caplen, np.flatnonzero(not_ip & (reason == _OK))
         )
-        not_ip = (et != P.ET_IPV4) & (et != P.ET_IPV6)
+        if len(found):
+            et[found], not_ip[found] = P.ET_IPV4, False
+            report.recovered["ipv4_after_unknown_type"] += len(found)
     _set(reason, not_ip, _NON_IP)
     return l3, et, vlan
 
 
-def _ipv4_by_checksum(sb, data_off, l3, caplen, et, rows, report) -> None:
+def _ipv4_by_checksum(sb, data_off, l3, caplen, rows) -> np.ndarray:
     """Read as IPv4 the frames of ``rows`` (their link layer names no IP protocol)
     whose network header is a whole IPv4 header with a correct header checksum.
 
     A type field corrupted or unknown to us then does not lose the packet. The
     checksum makes a false reading of another protocol's bytes as IPv4 about a
     1-in-65,536 event on top of the version, length and size checks (nDPI and
-    NFStream read such a frame on its version nibble alone). Each frame read this
-    way is counted in ``report.recovered["ipv4_after_unknown_type"]``.
+    NFStream read such a frame on its version nibble alone). Returns those of
+    ``rows``; the caller reads them as IPv4 and counts them in
+    ``report.recovered["ipv4_after_unknown_type"]``.
     """
     if not len(rows):
-        return
+        return rows
     off = data_off[rows] + l3[rows]
     cap = caplen[rows] - l3[rows]
     head = np.where(cap >= P.IPV4_MIN_HEADER, sb.word(off, "u1"), 0)
     ihl = (head & 15) * 4
     ok = ((head >> 4) == 4) & (ihl >= P.IPV4_MIN_HEADER) & (cap >= ihl)
     if not ok.any():
-        return
+        return rows[ok]
     rows, off, ihl = rows[ok], off[ok], ihl[ok]
     total = sb.word(off + 2, ">u2")
     s = np.zeros(len(rows), dtype=np.int64)
@@ -585,10 +588,7 @@ def _ipv4_by_checksum(sb, data_off, l3, caplen, et, rows, report) -> None:
         s += np.where(inside, sb.word(off + np.where(inside, k, 0), ">u2"), 0)
     for _ in range(3):
         s = (s & 0xFFFF) + (s >> 16)
-    good = (s == 0xFFFF) & ((total == 0) | (total >= ihl))
-    if good.any():
-        et[rows[good]] = P.ET_IPV4
-        report.recovered["ipv4_after_unknown_type"] += int(good.sum())
+    return rows[(s == 0xFFFF) & ((total == 0) | (total >= ihl))]
 
 
 def _link_group(lt, sb, off, reason, report, idx=slice(None)):
