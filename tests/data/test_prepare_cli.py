@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import blake3
 import numpy as np
 
 from flowsplit.cli import main
@@ -39,9 +40,9 @@ def test_prepare_idx_writes_a_complete_manifest(tmp_path, capsys):
     assert m["n_flows"] == 59 and m["skipped"] == {"duplicate_flow": 1}
     assert sum(m["splits"].values()) == 59 and m["split_by"] == "flow"
     assert m["views"]["bytes"]["shape"] == [59, 784] and m["views"]["stats"]["shape"][1] == 48
-    assert {s["kind"] for s in m["sources"]} == {"idx"} and all(
-        len(s["sha256"]) == 64 for s in m["sources"]
-    )
+    assert {s["kind"] for s in m["sources"]} == {"idx"}
+    for s in m["sources"]:  # BLAKE3 by default, of the file as it is on disk
+        assert s["blake3"] == blake3.blake3((d / s["path"]).read_bytes()).hexdigest()
     assert sum(m["class_counts"].values()) == 59
     # inspect prints the same summary
     capsys.readouterr()
@@ -50,6 +51,25 @@ def test_prepare_idx_writes_a_complete_manifest(tmp_path, capsys):
     assert "59 flows, 3 classes" in out and "duplicate_flow 1" in out
     assert main(["inspect", str(tmp_path / "ds"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["n_flows"] == 59
+
+
+def test_digest_option_names_the_algorithm_or_leaves_it_out(tmp_path, capsys):
+    import hashlib
+
+    d = _idx_inputs(tmp_path)
+    base = ["prepare", str(d), "--class-names", "a,b,c", "--quiet"]
+    assert main([*base, "-o", str(tmp_path / "s"), "--digest", "sha256"]) == 0
+    m = load_dataset(tmp_path / "s").manifest
+    assert m["options"]["digest"] == "sha256"
+    for s in m["sources"]:
+        assert "blake3" not in s
+        assert s["sha256"] == hashlib.sha256((d / s["path"]).read_bytes()).hexdigest()
+    assert main([*base, "-o", str(tmp_path / "n"), "--digest", "none"]) == 0
+    m = load_dataset(tmp_path / "n").manifest
+    assert all(set(s) == {"path", "size", "kind"} for s in m["sources"])
+    assert main([*base, "-o", str(tmp_path / "x"), "--digest", "md5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--digest" in err and "md5" in err
 
 
 def test_prepare_is_deterministic_for_a_seed(tmp_path):

@@ -23,6 +23,22 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
+DIGESTS = ("blake3", "sha256")
+"""Digests a capture can be given in the manifest: BLAKE3 (``b3sum``; about 3x faster
+than SHA-256 on one core here) or SHA-256 (``sha256sum``)."""
+
+
+def new_hash(name: str):
+    """A fresh hash object of one of :data:`DIGESTS` (``update``, ``hexdigest``)."""
+    if name == "sha256":
+        return hashlib.sha256()
+    if name == "blake3":
+        from blake3 import blake3  # one thread: the reader's core
+
+        return blake3()
+    raise ValueError(f"digest must be one of {', '.join(DIGESTS)}, not {name!r}")
+
+
 COMPRESSION_MAGICS = {
     b"\x1f\x8b": "gzip",
     b"\x28\xb5\x2f\xfd": "zstd",
@@ -41,16 +57,17 @@ def compression_of(head: bytes) -> str | None:
 
 
 class _Hashing:
-    """SHA-256 of a file's bytes on disk, fed as the reader first reads them.
+    """A digest (:data:`DIGESTS`) of a file's bytes on disk, fed as the reader first
+    reads them.
 
     The reader reads forwards (re-reading only an unfinished tail), so every byte is
     hashed once, in order; :meth:`hexdigest` reads and hashes whatever the reader
     never got to (a file given up on, a block skipped unread).
     """
 
-    def __init__(self, fd: int, enabled: bool):
+    def __init__(self, fd: int, digest: str | None):
         self._fd = fd
-        self._sha = hashlib.sha256() if enabled else None
+        self._sha = new_hash(digest) if digest else None
         self._done = 0  # bytes of the file hashed so far
 
     def feed(self, data, offset: int) -> None:
@@ -85,7 +102,7 @@ class PlainFile:
 
     compression = None
 
-    def __init__(self, path: str, fd: int, size: int, *, digest: bool = False):
+    def __init__(self, path: str, fd: int, size: int, *, digest: str | None = None):
         self.path, self.fd, self.size = path, fd, size
         self.hashing = _Hashing(fd, digest)
 
@@ -110,7 +127,9 @@ class PlainFile:
 class DecompressedFile:
     """A compressed file read as its decompressed bytes, forwards only."""
 
-    def __init__(self, path: str, fd: int, size: int, compression: str, *, digest: bool = False):
+    def __init__(
+        self, path: str, fd: int, size: int, compression: str, *, digest: str | None = None
+    ):
         self.path, self.fd, self.size, self.compression = path, fd, size, compression
         self.hashing = _Hashing(fd, digest)  # of the compressed bytes: the file on disk
         self._window = bytearray()  # decompressed bytes from self._base on
@@ -179,11 +198,13 @@ class DecompressedFile:
         os.close(self.fd)
 
 
-def open_file(path: str, *, digest: bool = False) -> tuple[PlainFile | DecompressedFile, bytes]:
+def open_file(
+    path: str, *, digest: str | None = None
+) -> tuple[PlainFile | DecompressedFile, bytes]:
     """The file, and its first 24 (decompressed) bytes; raises InputError.
 
-    With ``digest`` the file's SHA-256 is computed as it is read
-    (``file.hashing.hexdigest()``).
+    With ``digest`` (one of :data:`DIGESTS`) the file's digest is computed as it is
+    read (``file.hashing.hexdigest()``).
     """
     try:
         fd = os.open(path, os.O_RDONLY)

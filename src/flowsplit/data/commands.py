@@ -18,7 +18,7 @@ from flowsplit.data.dpi import NDPI_FIELDS
 from flowsplit.data.flows import ALL_VIEWS
 from flowsplit.data.labels import LABEL_SOURCES, LabelSpec
 from flowsplit.data.packets import TUNNEL_MODES
-from flowsplit.data.prepare import SPLIT_BY, PrepareOptions
+from flowsplit.data.prepare import DIGEST_CHOICES, SPLIT_BY, PrepareOptions
 from flowsplit.data.views import PKT_LAYOUTS
 from flowsplit.errors import ConfigError
 
@@ -58,6 +58,7 @@ PREPARE_OPTIONS = {
     "pkt_layout": cli(choices=PKT_LAYOUTS),
     "reassemble": cli(flag="--reassembly"),
     "split_by": cli(choices=SPLIT_BY),
+    "digest": cli(choices=DIGEST_CHOICES),
     "val_frac": cli(flag="--val"),
     "test_frac": cli(flag="--test"),
     "classes": cli(parse=lambda t: csv_tuple(t) or None, show=_show_csv),

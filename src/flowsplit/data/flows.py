@@ -216,7 +216,7 @@ def iter_flows_many(
     strict: bool = False,
     chunk_bytes: int = 8 << 20,
     on_error: str = "raise",
-    digests: bool = False,
+    digests: str | None = None,
 ) -> Iterator[FlowBatch]:
     """Stream the flows of several captures; ``batch.source`` indexes ``paths``.
 

@@ -112,7 +112,7 @@ class ReadReport:
     file_errors: list[tuple[str, str]] = field(default_factory=list)
     """(path, problem) of files given up on (only with ``on_error="skip"``)."""
     digests: dict[str, str] = field(default_factory=dict)
-    """path -> SHA-256 of the file, computed while reading it (when asked for)."""
+    """path -> digest of the file (the algorithm asked for), computed while reading it."""
 
     def skip(self, reason: str, n: int, path: str, *, strict: bool, where: str = "") -> None:
         """Count ``n`` unused records; in strict mode a malformed one raises InputError."""
@@ -517,7 +517,7 @@ class _EpbRuns:
 
 
 def open_capture(
-    path: str | Path, report: ReadReport, *, strict: bool = False, digest: bool = False
+    path: str | Path, report: ReadReport, *, strict: bool = False, digest: str | None = None
 ) -> Source:
     """Open a pcap or pcapng file (maybe gzip/zstd/xz-compressed), check its header.
 

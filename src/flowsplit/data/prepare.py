@@ -22,6 +22,7 @@ import pandas as pd
 
 from flowsplit.data import flows as flows_mod
 from flowsplit.data import sources as src_mod
+from flowsplit.data.capfile import DIGESTS
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
@@ -107,6 +108,9 @@ class PrepareOptions:
     """Flow CSVs: the label column."""
     strict: bool = False
     """Turn counted skips (bad files, bad records) into errors."""
+    digest: str = "blake3"
+    """Digest of each input file in the manifest's sources: blake3 (check with b3sum),
+    sha256 (sha256sum; about 3x the hashing time) or none. Computed while reading."""
 
     def __post_init__(self) -> None:
         if isinstance(self.views, str) or not self.views:
@@ -138,6 +142,10 @@ class PrepareOptions:
                 raise ConfigError(
                     f"--{name.replace('_', '-')} must be >= 1 (or unset), got {value}"
                 )
+        if self.digest not in DIGEST_CHOICES:
+            raise ConfigError(
+                f"--digest must be one of {', '.join(DIGEST_CHOICES)}, got {self.digest!r}"
+            )
         if self.classes is not None and not self.classes:
             raise ConfigError("classes: give at least one class (or leave it unset)")
 
@@ -156,6 +164,7 @@ class PrepareOptions:
 
 
 SPLIT_BY = ("auto", "file", "flow", "time")
+DIGEST_CHOICES = (*DIGESTS, "none")
 
 
 @dataclass
@@ -261,7 +270,7 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
             report,
             strict=opts.strict,
             on_error="raise" if opts.strict else "skip",
-            digests=True,
+            digests=None if opts.digest == "none" else opts.digest,
         )
         for batch in flows:
             labels = _label_batch(labeller, files, batch)
@@ -532,18 +541,9 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     meta.loc[idx, "split"] = splits
     meta["flow_id"] = np.arange(len(meta))
     meta = meta.drop(columns=["digest"])
-    digests = info.get("digests", {})  # computed while reading, where the reader could
     manifest_extra = {
         "kind": kind,
-        "sources": [
-            {
-                "path": f.rel,
-                "size": f.size,
-                "sha256": digests.get(str(f.path)) or file_digest(f.path),
-                "kind": f.kind,
-            }
-            for f in files
-        ],
+        "sources": _sources(files, opts.digest, info.get("digests", {})),
         "options": {**opts.to_manifest(), "split_by": split_by},
         "skipped": dict(sorted((k, int(v)) for k, v in skipped.items() if v)),
         "read": {k: v for k, v in info.items() if k.startswith("n_")},
@@ -601,6 +601,19 @@ def _select_flows(
         dropped = {k: v for k, v in skipped.items() if k.startswith(("class_", "over_"))}
         raise FlowsplitError(f"every flow was dropped by the class filters ({dropped})")
     return idx
+
+
+def _sources(files, digest: str, computed: dict[str, str]) -> list[dict[str, Any]]:
+    """The manifest's entry per input file; its digest named by the algorithm (none:
+    no digest), taken from the reader where it computed one while reading."""
+    out = []
+    for f in files:
+        entry: dict[str, Any] = {"path": f.rel, "size": f.size}
+        if digest != "none":
+            entry[digest] = computed.get(str(f.path)) or file_digest(f.path, digest)
+        entry["kind"] = f.kind
+        out.append(entry)
+    return out
 
 
 def _small_classes(labels, splits, classes, threshold: int) -> dict[str, list[int]]:

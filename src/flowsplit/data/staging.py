@@ -377,12 +377,13 @@ def iter_record_chunks(
     strict: bool = False,
     chunk_bytes: int = 8 << 20,
     on_error: str = "raise",
-    digests: bool = False,
+    digests: str | None = None,
 ) -> Iterator[RecordChunk]:
     """Stream the packet records of several captures, one staging buffer at a time.
 
     The buffer is reused: a chunk's bytes are valid until the next one is requested.
-    With ``digests`` each file's SHA-256 is computed as it is read, into
+    With ``digests`` (a name of ``capfile.DIGESTS``) each file's digest is computed
+    as it is read, into
     ``report.digests`` (one pass over the file, not two).
     With ``on_error="raise"`` a file-level problem raises InputError; with ``"skip"``
     it is recorded in ``report.file_errors`` and the file ends there (records read

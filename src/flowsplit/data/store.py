@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from flowsplit import __version__
+from flowsplit.data.capfile import new_hash
 from flowsplit.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -41,9 +41,10 @@ ALL_VIEWS = (*TENSOR_VIEWS, "stats")
 META_REQUIRED = ("flow_id", "source", "group", "label", "label_name", "split")
 
 
-def file_digest(path: str | Path, algo: str = "sha256", chunk: int = 1 << 20) -> str:
-    """Hex digest of a file, read in chunks (bounded memory)."""
-    h = hashlib.new(algo)
+def file_digest(path: str | Path, algo: str = "blake3", chunk: int = 1 << 20) -> str:
+    """Hex digest of a file (an algorithm of ``capfile.DIGESTS``), read in chunks
+    (bounded memory)."""
+    h = new_hash(algo)
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
