@@ -25,7 +25,10 @@ checks they agree.
 from libc.math cimport INFINITY, NAN, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memset
+from cpython cimport array
+from cpython.object cimport Py_SIZE
 
+import array
 import numpy as np
 
 cdef enum:
@@ -317,9 +320,16 @@ cdef inline uint64_t u32(const uint8_t* p, bint big) noexcept nogil:
     return be32(p) if big else le32(p)
 
 
+cdef inline void push(array.array starts, Py_ssize_t off) except *:
+    """Append ``off`` to an ``array('q')`` (grown geometrically, as ``append`` does)."""
+    cdef Py_ssize_t n = Py_SIZE(starts)
+    array.resize_smart(starts, n + 1)
+    starts.data.as_longlongs[n] = off
+
+
 def pcap_chain(
     const uint8_t[::1] buf, Py_ssize_t off, Py_ssize_t last, bint big, uint64_t max_caplen,
-    list starts,
+    array.array starts,
 ):
     """Follow classic pcap record headers from ``off``; returns the first one not taken.
 
@@ -332,14 +342,14 @@ def pcap_chain(
         caplen = u32(&buf[off + 8], big)
         if caplen > max_caplen:
             break
-        starts.append(off)
+        push(starts, off)
         off += 16 + <Py_ssize_t>caplen
     return off
 
 
 def epb_chain(
     const uint8_t[::1] buf, Py_ssize_t off, Py_ssize_t stop, Py_ssize_t data_end, bint big,
-    list starts,
+    array.array starts,
 ):
     """Follow a run of pcapng enhanced packet blocks from ``off``.
 
@@ -354,7 +364,7 @@ def epb_chain(
         blen = u32(&buf[off + 4], big)
         if btype != 6 or blen < 32 or off + <Py_ssize_t>blen > data_end:
             return off, False
-        starts.append(off)
+        push(starts, off)
         off += <Py_ssize_t>blen
     return off, True
 

@@ -212,7 +212,7 @@ class PcapSource(Source):
             self.lost_record("truncated_record", " cut by end of file")
         return off
 
-    def _chain(self, mv, off: int, last: int, starts: list) -> int:
+    def _chain(self, mv, off: int, last: int, starts) -> int:
         """Append the chain of records from ``off`` that start by ``last`` with a length
         a capture can have; the offset of the first record not taken."""
         if _kernel is not None:
@@ -271,7 +271,7 @@ class PcapSource(Source):
             ok &= np.abs(sec.astype(np.int64) - self._last_sec) < _RESYNC_SECONDS
         return ok
 
-    def _register(self, batch, starts: list, n0: int, mv=None) -> None:
+    def _register(self, batch, starts, n0: int, mv=None) -> None:
         n = len(starts) - n0
         if n and mv is not None:
             self._last_sec = struct.unpack_from(self.endian + "I", mv, starts[-1])[0]

@@ -9,6 +9,7 @@ header fields of every record of the chunk are then gathered in one go.
 
 from __future__ import annotations
 
+import array
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -169,7 +170,7 @@ class RecordBatch:
     def __init__(self, sb: StagingBuffer, report: ReadReport, strict: bool):
         self.sb, self.report, self.strict = sb, report, strict
         self.src = 0  # the file being walked
-        self.starts: list[int] = []
+        self.starts = array.array("q")  # record offsets (int64), appended by the walks
         self._segs: list[tuple] = []
         self._ng_sources: list[tuple[int, Source]] = []
         self._ifaces: list[tuple[int, int, int, float]] = []
@@ -193,7 +194,7 @@ class RecordBatch:
         n = len(self.starts)
         if n == 0:
             return Records.concat([])
-        starts = np.fromiter(self.starts, dtype=np.int64, count=n)
+        starts = np.frombuffer(self.starts, dtype=np.int64).copy()
         segs = _Segments(np.array(self._segs, dtype=np.float64))
         counts = segs.col(1).astype(np.int64)
         rep = np.repeat(np.arange(len(counts)), counts)
