@@ -154,10 +154,12 @@ class Labeller:
                     out[i] = fmap.get(key)
         elif by == "port":
             service = np.minimum(port_a.astype(np.int64), port_b.astype(np.int64))
+            ports, inv = np.unique(service, return_inverse=True)  # one name per port
             if self._port_map:
-                out[:] = [self._port_map.get(int(p)) for p in service]
+                names = [self._port_map.get(p) for p in ports.tolist()]
             else:
-                out[:] = [f"port-{int(p)}" for p in service]
+                names = [f"port-{p}" for p in ports.tolist()]
+            out[:] = np.array(names, dtype=object)[inv]
         else:  # pragma: no cover - resolved before use
             raise ConfigError(f"label source {by!r} not resolved")
         return out
