@@ -60,7 +60,7 @@ from flowsplit.data.rangemax import RangeMax
 IPV4_MAX_DATAGRAM = 65535
 
 
-@dataclass
+@dataclass(slots=True)
 class Fragment:
     """One fragment as the decoder hands it over."""
 
@@ -77,7 +77,7 @@ class Fragment:
     vlan: int = 0  # the VLAN key of the fragment's record
 
 
-@dataclass
+@dataclass(slots=True)
 class _Datagram:
     src: int
     first_ts: float  # time of the first fragment to arrive
@@ -96,7 +96,7 @@ class _Datagram:
     first: Fragment | None = None  # the first fragment (offset 0), once seen
 
 
-@dataclass
+@dataclass(slots=True)
 class Completed:
     """A reassembled datagram: a whole IP packet, from its IP header."""
 
@@ -104,7 +104,7 @@ class Completed:
     n_fragments: int
 
 
-@dataclass
+@dataclass(slots=True)
 class GivenUp:
     """The first fragment of a datagram given up on, as an unfragmented IP packet."""
 
