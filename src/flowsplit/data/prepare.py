@@ -624,7 +624,7 @@ def _small_classes(labels, splits, classes, threshold: int) -> dict[str, list[in
     split_code = pd.Categorical(splits, categories=names).codes.astype(np.int64)
     counts = np.bincount(code * 3 + split_code, minlength=3 * len(classes)).reshape(-1, 3)
     small = np.flatnonzero(counts.min(axis=1) < threshold)
-    out = {classes[i]: counts[i].tolist() for i in small}
+    out = dict(zip([classes[i] for i in small.tolist()], counts[small].tolist(), strict=True))
     if out:
         shown = "; ".join(f"{c} {'/'.join(map(str, v))}" for c, v in list(out.items())[:10])
         more = f" and {len(out) - 10} more" if len(out) > 10 else ""
