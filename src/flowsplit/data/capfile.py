@@ -67,18 +67,18 @@ class _Hashing:
 
     def __init__(self, fd: int, digest: str | None):
         self._fd = fd
-        self._sha = new_hash(digest) if digest else None
+        self._hash = new_hash(digest) if digest else None
         self._done = 0  # bytes of the file hashed so far
 
     def feed(self, data, offset: int) -> None:
         """``data`` is the file's bytes at ``offset`` (parts already hashed are skipped)."""
-        if self._sha is None:
+        if self._hash is None:
             return
         if offset > self._done:
             self._catch_up(offset)
         end = offset + len(data)
         if end > self._done:
-            self._sha.update(memoryview(data)[self._done - offset :])
+            self._hash.update(memoryview(data)[self._done - offset :])
             self._done = end
 
     def _catch_up(self, offset: int | None) -> None:
@@ -87,14 +87,14 @@ class _Hashing:
             block = os.pread(self._fd, want, self._done)
             if not block:
                 return
-            self._sha.update(block)
+            self._hash.update(block)
             self._done += len(block)
 
     def hexdigest(self) -> str | None:
-        if self._sha is None:
+        if self._hash is None:
             return None
         self._catch_up(None)
-        return self._sha.hexdigest()
+        return self._hash.hexdigest()
 
 
 class PlainFile:
