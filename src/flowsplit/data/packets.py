@@ -259,8 +259,34 @@ class PacketDecoder:
             index=np.array(index, dtype=np.int64),
         )
         vlan = np.array(vlan, dtype=np.int64)
-        pk = self._decode(chunk, sb, inner, at, vlan, 1, frags)
+        pk = self._decode_inner(chunk, sb, inner, at, vlan, 1, frags)
         return sb, pk
+
+    def _decode_inner(self, chunk, sb, recs: Records, pos, vlan, depth: int, frags) -> Packets:
+        """:meth:`_decode` for packets inside tunnels or reassembled: the compiled common
+        case first, the NumPy path for the rest (as :meth:`decode` does for records).
+
+        Taken only where every position is distinct, so that putting the two parts
+        back in position order gives the packets in the order :meth:`_decode` would.
+        """
+        if len(pos) > 1 and not (pos[1:] > pos[:-1]).all():
+            return self._decode(chunk, sb, recs, pos, vlan, depth, frags)
+        common, rest = _decode_common(sb, recs, self.vlan_key)
+        if common is None or not len(common):
+            return self._decode(chunk, sb, recs, pos, vlan, depth, frags)
+        rows = common.pos
+        outer = vlan[rows]
+        if self.vlan_key:  # the tags met inside, on top of those outside (as _decode)
+            common.vlan = np.where(common.vlan != 0, (outer << 24) ^ common.vlan, outer)
+        else:
+            common.vlan = outer
+        common.pos = pos[rows]
+        if not len(rest):
+            return common
+        sub = recs.take(rest)
+        return Packets.concat(
+            [common, self._decode(chunk, sb, sub, pos[rest], vlan[rest], depth, frags)]
+        )
 
     def _decode(self, chunk, sb, recs: Records, pos, vlan, depth: int, frags) -> Packets:
         """Decode ``recs`` (records, or inner packets of tunnels) down to TCP/UDP."""
@@ -297,7 +323,9 @@ class PacketDecoder:
                             vni != 0, (inner_vlan << 25) ^ (vni << 1) ^ 1, inner_vlan
                         )
                     parts.append(
-                        self._decode(chunk, sb, inner, pos[rows], inner_vlan, depth + 1, frags)
+                        self._decode_inner(
+                            chunk, sb, inner, pos[rows], inner_vlan, depth + 1, frags
+                        )
                     )
         frag = ip.frag & (reason == _OK)
         if frag.any():
