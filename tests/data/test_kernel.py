@@ -350,6 +350,37 @@ def test_flows_and_views_match_with_and_without_kernel(tmp_path, damage, pkt_len
 
 
 @needs_kernel
+@pytest.mark.parametrize("width", [5, 8, 64])
+def test_payload_rows_match_numpy(width):
+    # Both directions, IP lengths past 65535, header lengths past 255, windows past 16
+    # bits, packets with no payload; rows written in any order, some left as padding.
+    rng = np.random.default_rng(6)
+    sb = ST.StagingBuffer(1 << 12)
+    sb.array[: 1 << 12] = rng.integers(0, 256, 1 << 12, dtype=np.uint8)
+    n = 300
+    args = (
+        rng.permutation(400)[:n],  # dst rows
+        sb,
+        rng.random(n) < 0.5,  # fwd
+        rng.integers(0, 70000, n),  # ip_len
+        rng.integers(0, 256, n).astype(np.uint8),  # proto
+        rng.integers(0, 256, n).astype(np.uint8),  # flags
+        rng.integers(0, 300, n),  # thl
+        rng.integers(0, 1 << 20, n),  # window
+        rng.integers(8, 3000, n),  # pay_off
+        rng.integers(0, 100, n) * (rng.random(n) < 0.8),  # pay_cap
+    )
+    both = []
+    for on in (True, False):
+        with kernel(on):
+            out = np.full((400, width), 7, dtype=np.uint8)
+            V.payload_rows(out, *args)
+            both.append(out)
+    np.testing.assert_array_equal(both[0], both[1])
+    assert (both[0][args[0], 0] == np.where(args[2], 1, 2)).all()
+
+
+@needs_kernel
 def test_range_max_matches_the_sparse_table():
     rng = np.random.default_rng(3)
     for trial in range(200):

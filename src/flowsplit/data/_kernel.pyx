@@ -462,6 +462,37 @@ def masked_rows(
             memset(o + m, 0, <size_t>(width - m))
 
 
+def payload_heads(
+    uint8_t[:, ::1] out, const int64_t[::1] dst, const uint8_t[::1] fwd,
+    const int64_t[::1] ip_len, const uint8_t[::1] proto, const uint8_t[::1] flags,
+    const int64_t[::1] thl, const int64_t[::1] window,
+):
+    """The 8 leading bytes of ``payload``-layout ``pkt_bytes`` rows, as
+    ``views.payload_rows`` writes them: direction (1 or 2), IP length (big-endian,
+    capped at 65535), protocol, TCP flags, transport header length (clipped to
+    0..255), TCP window (big-endian, low 16 bits); fewer when the rows are narrower.
+    """
+    cdef Py_ssize_t n = dst.shape[0], width = min(out.shape[1], 8), i, j
+    cdef int64_t size, win, d
+    cdef uint8_t head[8]
+    if (fwd.shape[0] != n or ip_len.shape[0] != n or proto.shape[0] != n
+            or flags.shape[0] != n or thl.shape[0] != n or window.shape[0] != n):
+        raise ValueError("payload_heads: inconsistent shapes")
+    for i in range(n):
+        d = dst[i]
+        if d < 0 or d >= out.shape[0]:
+            raise IndexError(f"row {i} writes row {d} outside the view")
+        size = min(ip_len[i], <int64_t>0xFFFF)
+        win = window[i] & 0xFFFF
+        head[0] = 1 if fwd[i] else 2
+        head[1], head[2] = <uint8_t>(size >> 8), <uint8_t>(size & 0xFF)
+        head[3], head[4] = proto[i], flags[i]
+        head[5] = <uint8_t>min(max(thl[i], <int64_t>0), <int64_t>0xFF)
+        head[6], head[7] = <uint8_t>(win >> 8), <uint8_t>(win & 0xFF)
+        for j in range(width):
+            out[d, j] = head[j]
+
+
 def range_max(
     const double[::1] x, const int64_t[::1] lo, const int64_t[::1] hi,
     const int64_t[::1] by_hi, double[::1] out,

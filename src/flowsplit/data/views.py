@@ -413,13 +413,17 @@ def payload_rows(out, dst, sb, fwd, ip_len, proto, flags, thl, window, pay_off, 
     src = np.where(cap > 0, np.asarray(pay_off, dtype=np.int64) - PKT_FIELDS, 0)
     length = np.where(cap > 0, cap + PKT_FIELDS, 0)
     keep = (np.arange(width) >= PKT_FIELDS).astype(np.uint8)[None, :]
-    if _kernel is not None:
+    if _kernel is not None:  # the payload, then the 8 fields: two compiled passes
+        dst = np.ascontiguousarray(dst, dtype=np.int64)
         kind = np.zeros(len(src), dtype=np.int64)
-        _kernel.masked_rows(sb.array, src, length, kind, keep, out, np.asarray(dst, np.int64))
-    else:
-        rows = sb.rows(src, width)
-        rows *= keep & (np.arange(width)[None, :] < length[:, None])
-        out[dst] = rows
+        _kernel.masked_rows(sb.array, src, length, kind, keep, out, dst)
+        u8 = [np.ascontiguousarray(a, dtype=np.uint8) for a in (fwd, proto, flags)]
+        i64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (ip_len, thl, window)]
+        _kernel.payload_heads(out, dst, u8[0], i64[0], u8[1], u8[2], i64[1], i64[2])
+        return
+    rows = sb.rows(src, width)
+    rows *= keep & (np.arange(width)[None, :] < length[:, None])
+    out[dst] = rows
     size = np.minimum(np.asarray(ip_len, dtype=np.int64), 0xFFFF)
     win = np.asarray(window, dtype=np.int64) & 0xFFFF
     head = np.empty((len(src), PKT_FIELDS), dtype=np.uint8)
