@@ -290,12 +290,13 @@ def format_ips(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         ]
         out[v4] = np.array(names, dtype=object)[inv]
     if not v4.all():
-        v6 = ~v4
-        pairs = np.stack([hi[v6], lo[v6]], axis=1).astype(np.uint64)
-        u, inv = np.unique(pairs, axis=0, return_inverse=True)
-        names = [
-            socket.inet_ntop(socket.AF_INET6, a.to_bytes(8, "big") + b.to_bytes(8, "big"))
-            for a, b in u.tolist()
-        ]
-        out[v6] = np.array(names, dtype=object)[inv.reshape(-1)]
+        v6 = np.flatnonzero(~v4)
+        cache: dict[tuple[int, int], str] = {}
+        for i, a, b in zip(v6.tolist(), hi[v6].tolist(), lo[v6].tolist(), strict=True):
+            s = cache.get((a, b))
+            if s is None:
+                s = cache[(a, b)] = socket.inet_ntop(
+                    socket.AF_INET6, a.to_bytes(8, "big") + b.to_bytes(8, "big")
+                )
+            out[i] = s
     return out
