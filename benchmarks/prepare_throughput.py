@@ -710,6 +710,7 @@ def single_capture(path: Path, work: Path, runs: int, nfstream: bool) -> dict:
             "median_cpu_s": med["cpu_s"],
             "median_process_cpu_s": med["process_cpu_s"],
             "runs": len(got),
+            "wall_s": [round(g["seconds"], 4) for g in got],  # each run, in run order
             "n_flows": got[0]["n_flows"],
         }
         if who == "flowsplit":
