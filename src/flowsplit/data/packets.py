@@ -185,12 +185,7 @@ class PacketDecoder:
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
         frags: list[Fragment] = []
-        common, rest = _decode_common(sb, recs, self.vlan_key)
-        parts = [] if common is None else [common]
-        if rest is None or len(rest):
-            sub = recs if rest is None else recs.take(rest)
-            at = pos if rest is None else rest
-            parts.append(self._decode(chunk, sb, sub, at, vlan[: len(at)], 0, frags))
+        parts = self._decode_parts(chunk, sb, recs, pos, vlan, 0, frags)
         if rs is None or not (frags or len(rs)):
             return Packets.concat(parts), sb
         # File by file, in the chunk's order: its fragments join their datagrams in
@@ -221,8 +216,8 @@ class PacketDecoder:
             if not rows:
                 return sb
             inner: list[Fragment] = []
-            sb, pk = self._decode_reassembled(chunk, sb, rows, inner)
-            parts.append(pk)
+            sb, pks = self._decode_reassembled(chunk, sb, rows, inner)
+            parts.extend(pks)
             rows = self._add(sorted(inner, key=lambda f: f.pos))
         # Tunnels of fragments nested too deep: what is left is counted, not decoded.
         if ended:
@@ -259,34 +254,34 @@ class PacketDecoder:
             index=np.array(index, dtype=np.int64),
         )
         vlan = np.array(vlan, dtype=np.int64)
-        pk = self._decode_inner(chunk, sb, inner, at, vlan, 1, frags)
-        return sb, pk
+        return sb, self._decode_parts(chunk, sb, inner, at, vlan, 1, frags)
 
-    def _decode_inner(self, chunk, sb, recs: Records, pos, vlan, depth: int, frags) -> Packets:
-        """:meth:`_decode` for packets inside tunnels or reassembled: the compiled common
-        case first, the NumPy path for the rest (as :meth:`decode` does for records).
+    def _decode_parts(self, chunk, sb, recs: Records, pos, vlan, depth, frags) -> list[Packets]:
+        """``recs`` (records, packets inside tunnels, reassembled datagrams) decoded: the
+        compiled common case first, :meth:`_decode` (NumPy) for the rest. The parts
+        come in no particular order; ``Packets.concat`` puts them in position order.
 
-        Taken only where every position is distinct, so that putting the two parts
-        back in position order gives the packets in the order :meth:`_decode` would.
+        ``vlan`` is the VLAN key met outside ``recs``; the kernel's tags met inside are
+        stacked on it as :meth:`_decode` stacks them. Where two records share a
+        position (first fragments given back after the same record) NumPy takes them
+        all, so that ties keep the order :meth:`_decode` gives them.
         """
-        if len(pos) > 1 and not (pos[1:] > pos[:-1]).all():
-            return self._decode(chunk, sb, recs, pos, vlan, depth, frags)
-        common, rest = _decode_common(sb, recs, self.vlan_key)
-        if common is None or not len(common):
-            return self._decode(chunk, sb, recs, pos, vlan, depth, frags)
+        common, rest = None, None
+        if len(pos) < 2 or (pos[1:] > pos[:-1]).all():
+            common, rest = _decode_common(sb, recs, self.vlan_key)
+        if common is None:
+            return [self._decode(chunk, sb, recs, pos, vlan, depth, frags)]
         rows = common.pos
         outer = vlan[rows]
-        if self.vlan_key:  # the tags met inside, on top of those outside (as _decode)
+        if self.vlan_key:
             common.vlan = np.where(common.vlan != 0, (outer << 24) ^ common.vlan, outer)
         else:
             common.vlan = outer
         common.pos = pos[rows]
         if not len(rest):
-            return common
+            return [common]
         sub = recs.take(rest)
-        return Packets.concat(
-            [common, self._decode(chunk, sb, sub, pos[rest], vlan[rest], depth, frags)]
-        )
+        return [common, self._decode(chunk, sb, sub, pos[rest], vlan[rest], depth, frags)]
 
     def _decode(self, chunk, sb, recs: Records, pos, vlan, depth: int, frags) -> Packets:
         """Decode ``recs`` (records, or inner packets of tunnels) down to TCP/UDP."""
@@ -322,8 +317,8 @@ class PacketDecoder:
                         inner_vlan = np.where(
                             vni != 0, (inner_vlan << 25) ^ (vni << 1) ^ 1, inner_vlan
                         )
-                    parts.append(
-                        self._decode_inner(
+                    parts.extend(
+                        self._decode_parts(
                             chunk, sb, inner, pos[rows], inner_vlan, depth + 1, frags
                         )
                     )
