@@ -139,13 +139,11 @@ class Reassembler:
         self._peak_list: list[float] = []
         self._tl: list[float] | None = None  # the times as a list, once needed
         self._lift: np.ndarray | None = None  # sparse table of range maxima
-        self._in_order: dict[int, bool] = {}  # file -> its times in this chunk never go back
 
     def begin_chunk(self, src: np.ndarray, ts: np.ndarray) -> None:
         """A chunk's records start (file and time of each, grouped by file)."""
         self._chunk += 1
         self._ts, self._peak, self._tl, self._lift = ts, None, None, None
-        self._in_order = {}
         n = len(src)
         if not n:
             self._runs = {}
@@ -238,15 +236,7 @@ class Reassembler:
         hi = min(upto, b - 1) + 1
         if lo >= hi:
             return None
-        deadline = d.first_ts + self.timeout
-        in_order = self._in_order.get(d.src)
-        if in_order is None:
-            in_order = self._in_order[d.src] = bool(np.all(np.diff(self._ts[a:b]) >= 0))
-        if in_order:  # the usual case: the first record past the deadline by bisection
-            tl = self._ts_list()
-            at = bisect.bisect_right(tl, deadline, lo, hi) if tl[hi - 1] > deadline else None
-        else:
-            at = self._first_past(a, lo, hi, deadline)
+        at = self._first_past(a, lo, hi, d.first_ts + self.timeout)
         if at is None:
             d.seen_chunk, d.seen_pos = self._chunk, hi - 1
         return at
