@@ -162,8 +162,12 @@ def test_no_flows_message_says_what_was_read(tmp_path):
 
     with pytest.raises(
         FlowsplitError, match="1 packets read, none of them TCP/UDP: packets:non_tcp_udp 1"
-    ):
+    ) as got:
         prepare_dataset([cap], tmp_path / "ds", PrepareOptions(labels=LabelSpec(by="port")))
+    assert str(got.value).startswith(f"{cap}: ")  # one input: the file is named
+    empty = g.write_pcap(tmp_path / "empty.pcap", [])
+    with pytest.raises(FlowsplitError, match=r"empty.pcap: .*\(no packets in the input\)"):
+        prepare_dataset([empty], tmp_path / "ds2", PrepareOptions(labels=LabelSpec(by="port")))
 
 
 def test_duplicates_dropped_while_reading_equal_dedup_of_the_whole_set(tmp_path):

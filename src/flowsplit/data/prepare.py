@@ -510,7 +510,9 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
     meta = writer.collected_meta()
     if meta.empty:
         what = f"no labelled flows in the inputs ({_what_was_skipped(skipped, info)})"
-        raise InputError(files[0].root, what) if files else FlowsplitError(what)
+        if not files:
+            raise FlowsplitError(what)
+        raise InputError(files[0].path if len(files) == 1 else files[0].root, what)
     labels = meta["label_name"].to_numpy(dtype=object)
     groups = meta["group"].to_numpy(dtype=object)
     idx = _select_flows(meta, labels, groups, opts, skipped, info.get("deduplicated", False))
@@ -641,6 +643,9 @@ def _what_was_skipped(skipped: Counter, info: dict) -> str:
     """A true account of why nothing is left, for the error message."""
     n_packets = info.get("n_packets")
     parts = [f"{k} {v}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1]) if v]
+    if n_packets == 0:
+        head = "no packets in the input"
+        return head + (": " + ", ".join(parts[:8]) if parts else "")
     if n_packets is not None and not info.get("n_flow_packets"):
         head = f"{n_packets} packets read, none of them TCP/UDP"
         return head + (": " + ", ".join(parts[:8]) if parts else "")
