@@ -53,6 +53,17 @@ def nfstream_version() -> str:
         ) from None
 
 
+def ndpi_version() -> str | None:
+    """The version of the nDPI library inside NFStream (None where NFStream does not
+    tell it: the call is NFStream's engine, not its public API)."""
+    try:
+        from nfstream.engine import engine
+
+        return engine.ffi.string(engine.lib.engine_lib_ndpi_version()).decode()
+    except Exception:  # noqa: BLE001 - any NFStream without it: the version is left out
+        return None
+
+
 def ndpi_labels(
     captures: list[tuple[Path, str]],
     *,
@@ -72,6 +83,7 @@ def ndpi_labels(
         labeller={
             "name": "nDPI via NFStream",
             "nfstream": version,
+            "ndpi": ndpi_version(),
             "field": label_field,
             "min_confidence": min_confidence,
             "keep_guessed": keep_guessed,
