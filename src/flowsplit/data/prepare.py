@@ -645,9 +645,11 @@ def _what_was_skipped(skipped: Counter, info: dict) -> str:
     parts = [f"{k} {v}" for k, v in sorted(skipped.items(), key=lambda kv: -kv[1]) if v]
     if n_packets == 0:
         head = "no packets in the input"
-        return head + (": " + ", ".join(parts[:8]) if parts else "")
-    if n_packets is not None and not info.get("n_flow_packets"):
+    elif n_packets is not None and not info.get("n_flow_packets"):
         head = f"{n_packets} packets read, none of them TCP/UDP"
+    else:
+        head = None
+    if head is not None:
         return head + (": " + ", ".join(parts[:8]) if parts else "")
     return "skipped: " + ", ".join(parts[:8]) if parts else "nothing was skipped"
 
