@@ -74,6 +74,21 @@ def test_ndpi_labels_flows_without_folders(tmp_path):
     assert cat["classes"] == ["Network", "Web"]
 
 
+def test_ndpi_labelling_reports_each_capture_done(tmp_path):
+    # the hook of prepare's progress bar: every capture once, in order, also unreadable ones
+    pytest.importorskip("nfstream")
+    from flowsplit.data.dpi import ndpi_labels
+
+    paths = sorted(_captures(tmp_path).iterdir())
+    (tmp_path / "bad.pcap").write_bytes(b"not a capture")
+    done = []
+    got = ndpi_labels(
+        [(p, p.name) for p in [paths[0], tmp_path / "bad.pcap", *paths[1:]]], on_done=done.append
+    )
+    assert done == [0, 1, 2, 3]
+    assert got.dropped["ndpi_unreadable_file"] == 1 and len(got.flow_map) == 18
+
+
 def test_missing_nfstream_is_a_clear_error(monkeypatch):
     def missing(name):
         raise dpi.importlib.metadata.PackageNotFoundError(name)

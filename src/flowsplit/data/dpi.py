@@ -22,6 +22,7 @@ import importlib.metadata
 import ipaddress
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +73,11 @@ def ndpi_labels(
     keep_guessed: bool = False,
     idle_timeout: float = 120.0,
     active_timeout: float = 1800.0,
+    on_done: Callable[[int], None] | None = None,
 ) -> DpiLabels:
-    """Label the flows of ``captures`` ((path, path relative to its input root)) with nDPI."""
+    """Label the flows of ``captures`` ((path, path relative to its input root)) with nDPI.
+
+    ``on_done(i)`` is called after capture ``i`` (a progress bar's hook)."""
     if label_field not in NDPI_FIELDS:
         raise ConfigError(f"ndpi label field must be one of {', '.join(NDPI_FIELDS)}")
     version = nfstream_version()
@@ -89,7 +93,9 @@ def ndpi_labels(
             "keep_guessed": keep_guessed,
         }
     )
-    for path, rel in captures:
+    for i, (path, rel) in enumerate(captures):
+        if i and on_done is not None:
+            on_done(i - 1)
         try:
             streamer = NFStreamer(
                 source=str(path),
@@ -116,6 +122,8 @@ def ndpi_labels(
             old = out.flow_map.setdefault((rel, key), label)
             if old != label:
                 out.dropped["ndpi_conflicting_label"] += 1
+    if captures and on_done is not None:
+        on_done(len(captures) - 1)
     return out
 
 

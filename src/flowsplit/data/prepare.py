@@ -238,14 +238,20 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
     labeller_info = None
     if opts.labels.by == "ndpi":
         spec = opts.labels
-        dpi = ndpi_labels(
-            [(f.path, f.rel) for f in files],
-            label_field=spec.ndpi_field,
-            min_confidence=spec.ndpi_min_confidence,
-            keep_guessed=spec.ndpi_keep_guessed,
-            idle_timeout=opts.idle_timeout,
-            active_timeout=opts.active_timeout,
-        )
+        bar = _progress(files, progress, "nDPI labels")  # NFStream: the slow pass
+        try:
+            dpi = ndpi_labels(
+                [(f.path, f.rel) for f in files],
+                label_field=spec.ndpi_field,
+                min_confidence=spec.ndpi_min_confidence,
+                keep_guessed=spec.ndpi_keep_guessed,
+                idle_timeout=opts.idle_timeout,
+                active_timeout=opts.active_timeout,
+                on_done=None if bar is None else lambda i: bar.update(files[i].size),
+            )
+        finally:
+            if bar is not None:
+                bar.close()
         labeller.use_flow_map(dpi.flow_map)
         skipped.update(dpi.dropped)
         labeller_info = dpi.labeller
@@ -677,13 +683,13 @@ def _resolve_split_by(
     return "time"
 
 
-def _progress(files, enabled: bool):
+def _progress(files, enabled: bool, desc: str = "prepare"):
     if not enabled:
         return None
     from tqdm import tqdm
 
     total = sum(f.size for f in files)
-    return tqdm(total=total, unit="B", unit_scale=True, desc="prepare", leave=False)
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False)
 
 
 def _unreadable(file_errors: list[tuple[Any, str]], root: Any) -> InputError:
