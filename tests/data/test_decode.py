@@ -525,28 +525,33 @@ def test_datagram_times_out_at_the_record_that_passes_its_deadline():
     assert report.skipped == {"ip_fragment_incomplete": 1} and not r.take_given_up()
 
 
+@pytest.mark.parametrize("back", [False, True])
 @pytest.mark.parametrize("between", [2, 70])
-def test_a_datagram_times_out_at_the_first_record_past_its_deadline(between):
+def test_a_datagram_times_out_at_the_first_record_past_its_deadline(between, back):
     import numpy as np
 
     from flowsplit.data.fragments import Fragment, Reassembler
 
     # Records exactly at the deadline (first fragment + 30 s) do not time it out; the
     # first after it does. With 2 of them the records are stepped through one by one,
-    # with 70 (over 64) found on the running maximum: the same record either way.
-    ts = [100.0, 110.0, *[130.0] * between, 130.5, 131.0, 140.0]
+    # with 70 (over 64) found on the running maximum, or, when a record before the
+    # datagram is already past the deadline (the clock went back), by a scan: the same
+    # record every way.
+    head = [500.0] if back else []
+    ts = [*head, 100.0, 110.0, *[130.0] * between, 130.5, 131.0, 140.0]
+    h = len(head)
     report = ReadReport()
     r = Reassembler(report, timeout=30.0)
     hdr = g.ipv4(A, B, 17, b"", mf=True, df=False)
     key = (0, 0, b"a", 1, 17)
     r.begin_chunk(np.zeros(len(ts), dtype=np.int32), np.array(ts))
-    r.add(Fragment(key, 0, 100.0, 0, True, b"x" * 56, hdr, 17, 0, 0))
-    r.add(Fragment(key, 0, 110.0, 56, True, b"y" * 56, b"", 17, 1, 1))  # in time
+    r.add(Fragment(key, 0, 100.0, 0, True, b"x" * 56, hdr, 17, h, h))
+    r.add(Fragment(key, 0, 110.0, 56, True, b"y" * 56, b"", 17, h + 1, h + 1))  # in time
     assert len(r) == 1 and not r.take_given_up()
     last = len(ts) - 1
     r.add(Fragment(key, 0, ts[last], 112, False, b"z" * 8, b"", 17, last, last))  # too late
-    past = 2 + between  # the 130.5 s record
-    assert [(x.index, x.pos) for x in r.take_given_up()] == [(0, past)]
+    past = h + 2 + between  # the 130.5 s record
+    assert [(x.index, x.pos) for x in r.take_given_up()] == [(h, past)]
     assert report.skipped == {"ip_fragment_incomplete": 1}  # the one held; the last waits
 
 
@@ -626,3 +631,150 @@ def test_nested_tunnels_of_lost_fragments_are_all_counted(tmp_path):
     flows, report = read(g.write_pcap(tmp_path / "n.pcap", [(1.0, g.ether(pkt)), (2.0, whole)]))
     assert [f["n"] for f in flows[f"UDP|{C}|5000|{D}|53"]] == [1]
     assert report.n_flow_packets == 2 and not report.skipped
+
+
+def _datagram_mix(rng: random.Random) -> list[tuple[float, bytes]]:
+    """Fragmented datagrams the reassembler and the at-once join both see: in order,
+    reversed, shuffled, one identification reused back to back, a fragment lost,
+    duplicated or overlapping, IPv6, inside IP-in-IP, late past the timeout, and the
+    clock going back; among whole packets."""
+    pkts, t = [], 5000.0
+    for k in range(120):
+        t += rng.choice([0.01, 0.2, 1.0, 25.0, -40.0])
+        v6 = rng.random() < 0.25
+        src, dst = (A6, B6) if v6 else (A, B)
+        ident = 7 if rng.random() < 0.2 else k + 1  # 7: reused, some back to back
+        seg = g.udp(
+            1000 + k % 5, 53, bytes([k % 251]) * rng.choice([60, 200, 410]), src=src, dst=dst
+        )
+        if v6:
+            frags = g.ipv6_fragments(src, dst, 17, seg, 64, ident=ident)
+        else:
+            frags = g.ipv4_fragments(src, dst, 17, seg, rng.choice([16, 64]), ident=ident)
+        how = rng.choice(["order"] * 3 + ["reverse", "shuffle", "lose", "dup", "overlap"])
+        if how == "reverse":
+            frags.reverse()
+        elif how == "shuffle":
+            rng.shuffle(frags)
+        elif how == "lose" and len(frags) > 1:
+            frags.pop(rng.randrange(len(frags)))
+        elif how == "dup":
+            frags.insert(rng.randrange(len(frags) + 1), rng.choice(frags))
+        elif how == "overlap" and not v6 and len(frags) > 1:
+            frags[1] = g.ipv4(src, dst, 17, seg[8:72], frag=1, mf=True, df=False, ident=ident)
+        for f in frags:
+            if rng.random() < 0.1:
+                f = g.ipv4(C, D, 4, f) if not v6 else f  # through a tunnel
+            pkts.append((t, g.ether(f)))
+            t += 35.0 if rng.random() < 0.03 else rng.choice([0.001, 0.05])
+        if rng.random() < 0.3:
+            pkts.append((t, g.ether(g.ipv4(A, B, 6, g.tcp(999, 80, g.ACK, b"p")))))
+    return pkts
+
+
+@pytest.mark.parametrize("room", [None, (500, 8192), (16 << 20, 2)])
+@pytest.mark.parametrize("seed", range(5))
+def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, seed, room):
+    # Datagrams whole within a chunk are joined without the reassembler
+    # (fragments.join_whole); everything it lets through must come out exactly as the
+    # reassembler alone makes it, whatever the chunk size, also when its memory is
+    # small enough (bytes or datagrams) that it gives datagrams up for room.
+    from flowsplit.data import fragments, packets
+
+    if room is not None:
+        limits = fragments.Reassembler.__init__.__kwdefaults__
+        monkeypatch.setitem(limits, "max_bytes", room[0])
+        monkeypatch.setitem(limits, "max_datagrams", room[1])
+
+    path = g.write_pcap(tmp_path / "m.pcap", _datagram_mix(random.Random(seed)))
+    opts = dataclasses.replace(OPTS, fragment_timeout=30.0, idle_timeout=20.0)
+    joined = []
+    real = fragments.join_whole
+
+    def counting(rows, *args):
+        out, left = real(rows, *args)
+        joined.append(sum(len(v) for v in out.values()))
+        return out, left
+
+    monkeypatch.setattr(packets, "join_whole", counting)
+
+    def flows(join, chunk_bytes):
+        monkeypatch.setattr(packets, "_JOIN_WHOLE", join)
+        report, out = ReadReport(), []
+        for b in iter_flows_many([path], opts, report, chunk_bytes=chunk_bytes):
+            for i, key in enumerate(b.keys()):
+                seq = b.views["seq"][i].tobytes() + b.views["bytes"][i].tobytes()
+                out.append((key, int(b.n_packets[i]), int(b.n_bytes[i]), seq))
+        return out, dict(report.skipped), report.n_merged, report.n_flow_packets
+
+    for chunk_bytes in (3000, 20000, 8 << 20):
+        alone = flows(False, chunk_bytes)
+        assert flows(True, chunk_bytes) == alone, chunk_bytes
+    skipped = alone[1]
+    assert skipped.get("ip_fragment_overlap") and skipped.get("ip_fragment_incomplete")
+    assert bool(skipped.get("ip_fragment_memory")) == (room is not None)
+    if room is None:
+        assert sum(joined) > 30  # many took the join, many did not (the counts above)
+
+
+def test_a_datagram_pending_from_an_earlier_chunk_is_not_joined_past(tmp_path, monkeypatch):
+    # A datagram still pending (a fragment lost) when a whole one of the same key comes
+    # in the next chunk: the reassembler puts the new fragments into the pending one
+    # (they overlap it: both dropped), so the join must leave them to it.
+    from flowsplit.data import fragments, packets
+
+    seg1 = g.udp(1000, 53, b"a" * 200, src=A, dst=B)
+    seg2 = g.udp(1001, 53, b"b" * 200, src=A, dst=B)
+    first = g.ipv4_fragments(A, B, 17, seg1, 64, ident=7)
+    del first[1]  # lost: the datagram stays pending
+    filler = [g.ether(g.ipv4(C, D, 17, g.udp(9, 9, b"f" * 1200))) for _ in range(3)]
+    frames = [
+        *map(g.ether, first),
+        *filler,
+        *map(g.ether, g.ipv4_fragments(A, B, 17, seg2, 64, ident=7)),
+    ]
+    path = g.write_pcap(tmp_path / "p.pcap", [(1.0 + i * 0.01, f) for i, f in enumerate(frames)])
+    joined = []
+    real = fragments.join_whole
+
+    def counting(rows, *args):
+        out, left = real(rows, *args)
+        joined.append(sum(len(v) for v in out.values()))
+        return out, left
+
+    monkeypatch.setattr(packets, "join_whole", counting)
+
+    def flows(join):
+        monkeypatch.setattr(packets, "_JOIN_WHOLE", join)
+        report = ReadReport()
+        batches = iter_flows_many([path], OPTS, report, chunk_bytes=4000)
+        return sorted(k for b in batches for k in b.keys()), dict(report.skipped)  # noqa: SIM118
+
+    alone = flows(False)
+    assert flows(True) == alone
+    assert alone[1]["ip_fragment_overlap"] == 3 + 4 and f"UDP|{A}|1001|{B}|53" not in alone[0]
+    joined.clear()
+    monkeypatch.setattr(packets, "_JOIN_WHOLE", True)
+    # with the pending datagram timed out first, the second is joined at once
+    late = [(1.0, f) for f in map(g.ether, first)] + [
+        (100.0 + i, f) for i, f in enumerate(frames[len(first) :])
+    ]
+    report = ReadReport()
+    path2 = g.write_pcap(tmp_path / "q.pcap", late)
+    batches = iter_flows_many([path2], OPTS, report, chunk_bytes=4000)
+    keys = {k for b in batches for k in b.keys()}  # noqa: SIM118
+    assert f"UDP|{A}|1001|{B}|53" in keys and sum(joined) == 1
+    # one identification for datagrams back to back: each joined in turn
+    joined.clear()
+    again = [g.ether(f) for s in (seg1, seg2) for f in g.ipv4_fragments(A, B, 17, s, 64, ident=7)]
+    path3 = g.write_pcap(tmp_path / "r.pcap", [(1.0 + i * 0.01, f) for i, f in enumerate(again)])
+    report = ReadReport()
+    n = sum(len(b) for b in iter_flows_many([path3], OPTS, report, chunk_bytes=4000))
+    assert n == 2 and sum(joined) == 2 and report.n_merged == 6
+    # longer than any IP datagram can be: the reassembler drops it, so the join must too
+    joined.clear()
+    huge = [g.ether(f) for f in g.ipv4_fragments(A, B, 17, b"x" * 66000, 1480, ident=8)]
+    path4 = g.write_pcap(tmp_path / "h.pcap", [(1.0 + i * 0.01, f) for i, f in enumerate(huge)])
+    report = ReadReport()
+    assert not list(iter_flows_many([path4], OPTS, report))
+    assert report.skipped == {"ip_fragment_overlap": len(huge)} and sum(joined) == 0

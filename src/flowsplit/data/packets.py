@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from flowsplit.data import protocols as P
-from flowsplit.data.fragments import Fragment, Reassembler
+from flowsplit.data.fragments import Fragment, FragmentRows, Reassembler, join_whole
 from flowsplit.data.pcap import MALFORMED_REASONS, ReadReport
 from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
 
@@ -70,6 +70,7 @@ _SHIMS = np.array([*P.ET_VLAN, *P.ET_MPLS, P.ET_PPPOE_SESSION])
 _IPV6_EXT = np.array(P.IPV6_EXTENSIONS)
 _MAX_CHAIN = 8  # VLAN/MPLS/PPPoE headers, and IPv6 extension headers, followed per packet
 _MAX_TUNNEL_DEPTH = 4  # tunnels inside tunnels opened per packet
+_JOIN_WHOLE = True  # datagrams whole within a chunk joined at once (fragments.join_whole)
 _V4_MAPPED = np.uint64(0xFFFF00000000)
 _LINK_DECODERS = frozenset(
     {
@@ -184,7 +185,7 @@ class PacketDecoder:
         rs = self.reassembler
         pos = np.arange(len(recs), dtype=np.int64)
         vlan = np.zeros(len(recs), dtype=np.int64)
-        frags: list[Fragment] = []
+        frags: list[FragmentRows] = []
         parts = self._decode_parts(chunk, sb, recs, pos, vlan, 0, frags)
         if rs is None or not (frags or len(rs)):
             return Packets.concat(parts), sb
@@ -193,19 +194,27 @@ class PacketDecoder:
         # hold fragments again), and a file that ended gives up the rest. So the
         # reassembler sees each file as it would in a chunk of its own.
         rs.begin_chunk(recs.src, recs.ts)
+        if _JOIN_WHOLE:
+            whole, left = join_whole(frags, rs, sb.mv, recs.ts)
+        else:
+            whole, left = {}, [f for r in frags for f in r.fragments(sb.mv)]
         by_file: dict[int, list[Fragment]] = {}
-        for f in sorted(frags, key=lambda f: f.pos):
+        for f in sorted(left, key=lambda f: f.pos):
             by_file.setdefault(f.src, []).append(f)
         ended = set(chunk.ended)
-        files = sorted(set(by_file) | rs.files(), key=rs.first_record)
+        files = sorted(set(by_file) | set(whole) | rs.files(), key=rs.first_record)
         for src in files:
-            sb = self._settle(chunk, sb, parts, by_file.get(src, []), src, src in ended)
+            got = whole.get(src, [])
+            sb = self._settle(chunk, sb, parts, by_file.get(src, []), src, src in ended, got)
         return Packets.concat(parts), sb
 
-    def _settle(self, chunk, sb, parts, frags, src: int, ended: bool):
-        """Reassemble one file's fragments of the chunk (see :meth:`decode`)."""
+    def _settle(self, chunk, sb, parts, frags, src: int, ended: bool, whole):
+        """Reassemble one file's fragments of the chunk (see :meth:`decode`); ``whole``:
+        the rows of its datagrams joined at once, as the reassembler completes them."""
         rs = self.reassembler
         rows = self._add(frags)
+        if whole:  # in record order, as the reassembler completes them
+            rows = sorted(rows + whole, key=lambda r: r[0])
         for _ in range(2 * _MAX_TUNNEL_DEPTH):
             if not rows:
                 rs.expire(src)
@@ -215,10 +224,11 @@ class PacketDecoder:
                 rows = _given_rows(rs.take_given_up())
             if not rows:
                 return sb
-            inner: list[Fragment] = []
+            inner: list[FragmentRows] = []
             sb, pks = self._decode_reassembled(chunk, sb, rows, inner)
             parts.extend(pks)
-            rows = self._add(sorted(inner, key=lambda f: f.pos))
+            found = [f for r in inner for f in r.fragments(sb.mv)]
+            rows = self._add(sorted(found, key=lambda f: f.pos))
         # Tunnels of fragments nested too deep: what is left is counted, not decoded.
         if ended:
             rs.end_file(src)
@@ -334,60 +344,51 @@ class PacketDecoder:
         return Packets.concat(parts)
 
     def _fragments(self, chunk, sb, recs, ip: _Ip, rows, pos, vlan, frags) -> np.ndarray:
-        """Collect the fragments for the reassembler (:meth:`decode` adds them).
+        """Collect the fragments for reassembly (:meth:`decode` joins them), as columns.
 
         Returns which of ``rows`` it took. A first fragment cut short by the
         snapshot length cannot be joined, but it carries the ports: it is left to
         be decoded as a packet of its own (its size the fragment's IP length).
         """
-        taken = np.ones(len(rows), dtype=bool)
-        mv = sb.mv
         ip_off = ip.ip_off[rows]
         is6 = ip.is6[rows]
         # One 8-byte word per fragment holds what is needed of its header: IPv4 bytes
         # 0-7 (identification, flags, offset), or the IPv6 fragment header.
         w = np.where(is6, sb.word(ip_off + ip.frag_rel[rows], ">u8"), sb.word(ip_off, ">u8"))
-        v4_proto = sb.word(ip_off + P.IPV4_PROTO_AT, "u1")
-        data_at = np.where(is6, ip.frag_rel[rows] + P.IPV6_FRAG_HEADER, ip.l4_rel[rows])
-        columns = zip(
-            ip_off.tolist(),
-            ip.ip_cap[rows].tolist(),
-            ip.ip_len[rows].tolist(),
-            is6.tolist(),
-            w.tolist(),
-            v4_proto.tolist(),
-            data_at.tolist(),
-            recs.src[rows].tolist(),
-            recs.ts[rows].tolist(),
-            vlan[rows].tolist(),
-            pos[rows].tolist(),
-            recs.index[rows].tolist(),
-            strict=True,
-        )
+        field6 = (w >> 32) & 0xFFFF
+        proto = np.where(is6, (w >> 56) & 0xFF, sb.word(ip_off + P.IPV4_PROTO_AT, "u1"))
+        offset = np.where(is6, field6 & ~7, (w & P.IPV4_OFFSET_MASK) * 8)
+        more = np.where(is6, field6 & 1, w & P.IPV4_MF) != 0
+        ident = np.where(is6, w & 0xFFFFFFFF, (w >> 16) & 0xFFFF)
+        cut = ip.ip_cap[rows] < ip.ip_len[rows]
+        other = ~np.isin(proto, _REASSEMBLED_PROTOS)
         skipped = self.report.skipped
-        for k, (off, cap, length, v6, w, proto, at, src, ts, vl, p, i) in enumerate(columns):
-            if v6:
-                proto, field = (w >> 56) & 0xFF, (w >> 32) & 0xFFFF
-                offset, more, ident = field & ~7, bool(field & 1), w & 0xFFFFFFFF
-                addr = bytes(mv[off + P.IPV6_SRC_AT : off + P.IPV6_HEADER])
-                header = bytes(mv[off : off + P.IPV6_HEADER]) if offset == 0 else b""
-            else:
-                offset = (w & P.IPV4_OFFSET_MASK) * 8
-                more, ident = bool(w & P.IPV4_MF), (w >> 16) & 0xFFFF
-                addr = bytes(mv[off + P.IPV4_SRC_AT : off + P.IPV4_SRC_AT + 8])
-                header = bytes(mv[off : off + at]) if offset == 0 else b""
-            if proto not in _REASSEMBLED_PROTOS:
-                skipped["non_tcp_udp"] += 1
-                continue
-            if cap < length:
-                if offset == 0:
-                    taken[k] = False
-                else:
-                    skipped["ip_fragment_truncated"] += 1
-                continue
-            key = (src, vl, addr, ident, proto)
-            data = bytes(mv[off + at : off + length])
-            frags.append(Fragment(key, src, ts, offset, more, data, header, proto, p, i, vl))
+        if other.any():
+            skipped["non_tcp_udp"] += int(other.sum())
+        lost = cut & ~other & (offset != 0)
+        if lost.any():
+            skipped["ip_fragment_truncated"] += int(lost.sum())
+        taken = ~(cut & ~other & (offset == 0))
+        keep = np.flatnonzero(~other & ~cut)
+        if len(keep):
+            r = rows[keep]
+            frags.append(
+                FragmentRows(
+                    ip_off[keep],
+                    np.where(is6, ip.frag_rel[rows] + P.IPV6_FRAG_HEADER, ip.l4_rel[rows])[keep],
+                    ip.ip_len[r],
+                    is6[keep],
+                    offset[keep],
+                    more[keep],
+                    ident[keep],
+                    proto[keep],
+                    recs.src[r].astype(np.int64),
+                    recs.ts[r],
+                    vlan[r],
+                    pos[r],
+                    recs.index[r],
+                )
+            )
         return taken
 
     def _transport(self, chunk, sb, recs, ip: _Ip, reason, pos, vlan, caplen) -> Packets:
@@ -534,7 +535,7 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
     return packets, np.flatnonzero(rest)
 
 
-_REASSEMBLED_PROTOS = frozenset({P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE})
+_REASSEMBLED_PROTOS = np.array([P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE])
 
 
 def _addresses(sb, ip_off, is6):

@@ -1,4 +1,4 @@
-"""Range maxima over an array: a sparse table (the flow assembler and the reassembler use it)."""
+"""Range maxima over an array: a sparse table (the flow assembler's NumPy path uses it)."""
 
 from __future__ import annotations
 
