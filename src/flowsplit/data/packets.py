@@ -68,6 +68,23 @@ _MALFORMED_CODES = np.array([c for c, name in enumerate(REASONS) if name in MALF
 
 _SHIMS = np.array([*P.ET_VLAN, *P.ET_MPLS, P.ET_PPPOE_SESSION])
 _IPV6_EXT = np.array(P.IPV6_EXTENSIONS)
+
+
+def _table(values, size: int) -> np.ndarray:
+    """Membership of small integers as a lookup table (``np.isin`` costs far more on
+    the few records of a call)."""
+    t = np.zeros(size, dtype=bool)
+    t[np.asarray(values)] = True
+    return t
+
+
+_IS_SHIM = _table(_SHIMS, 1 << 16)  # by ethertype (16 bits)
+_IS_VLAN = _table(P.ET_VLAN, 1 << 16)
+_IS_MPLS = _table(P.ET_MPLS, 1 << 16)
+_IS_IPV6_EXT = _table(_IPV6_EXT, 256)  # by next header (8 bits)
+_IS_REASSEMBLED = _table(
+    [P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE], 256
+)  # what a fragment may carry to be joined: transport, or a tunnel to open
 _MAX_CHAIN = 8  # VLAN/MPLS/PPPoE headers, and IPv6 extension headers, followed per packet
 _MAX_TUNNEL_DEPTH = 4  # tunnels inside tunnels opened per packet
 _JOIN_WHOLE = True  # datagrams whole within a chunk joined at once (fragments.join_whole)
@@ -361,7 +378,7 @@ class PacketDecoder:
         more = np.where(is6, field6 & 1, w & P.IPV4_MF) != 0
         ident = np.where(is6, w & 0xFFFFFFFF, (w >> 16) & 0xFFFF)
         cut = ip.ip_cap[rows] < ip.ip_len[rows]
-        other = ~np.isin(proto, _REASSEMBLED_PROTOS)
+        other = ~_IS_REASSEMBLED[proto]
         skipped = self.report.skipped
         if other.any():
             skipped["non_tcp_udp"] += int(other.sum())
@@ -535,9 +552,6 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
     return packets, np.flatnonzero(rest)
 
 
-_REASSEMBLED_PROTOS = np.array([P.PROTO_TCP, P.PROTO_UDP, P.PROTO_IPIP, P.PROTO_IPV6, P.PROTO_GRE])
-
-
 def _addresses(sb, ip_off, is6):
     """Source and destination addresses as (hi, lo) uint64 pairs; IPv4 v4-mapped."""
     word = sb.word
@@ -568,7 +582,7 @@ def _link_layer(sb, data_off, caplen, lt, reason, report):
             l3[idx], et[idx] = _link_group(value, sb, data_off[idx], reason, report, idx)
     vlan = np.zeros(n, dtype=np.int64)
     llc = (et > 0) & (et <= P.ETH_MAX_LENGTH)
-    if np.isin(et, _SHIMS).any() or llc.any():
+    if _IS_SHIM[et].any() or llc.any():
         _follow_shims(sb, data_off, l3, et, vlan)
     not_ip = (et != P.ET_IPV4) & (et != P.ET_IPV6)
     if not_ip.any():
@@ -731,12 +745,12 @@ def _follow_shims(sb, data_off, l3, et, vlan) -> None:
     """Step through VLAN tags, MPLS labels, PPPoE sessions and LLC/SNAP to the IP header."""
     for _ in range(_MAX_CHAIN):
         llc = (et > 0) & (et <= P.ETH_MAX_LENGTH)
-        sub = np.flatnonzero(np.isin(et, _SHIMS) | llc)
+        sub = np.flatnonzero(_IS_SHIM[et] | llc)
         if not len(sub):
             return
         w = sb.word(data_off[sub] + l3[sub], ">u8")
         e = et[sub]
-        is_vlan, is_mpls, is_llc = np.isin(e, P.ET_VLAN), np.isin(e, P.ET_MPLS), llc[sub]
+        is_vlan, is_mpls, is_llc = _IS_VLAN[e], _IS_MPLS[e], llc[sub]
         is_pppoe = e == P.ET_PPPOE_SESSION
         vlan[sub] = np.where(is_vlan, (vlan[sub] << 12) | ((w >> 48) & P.VLAN_ID_MASK), vlan[sub])
         v = (w >> 28) & 15  # version nibble after a 4-byte MPLS label
@@ -746,17 +760,25 @@ def _follow_shims(sb, data_off, l3, et, vlan) -> None:
         short = (ppp_hi & 1) == 1
         ppp_proto = np.where(short, ppp_hi, w & 0xFFFF)
         snap_ok = ((w >> 40) & 0xFFFFFF) == (P.LLC_SNAP_SAP << 16 | P.LLC_SNAP_SAP << 8 | 3)
-        new = np.select(
-            [is_vlan, is_mpls, is_pppoe, is_llc],
-            [(w >> 32) & 0xFFFF, after_mpls, _ppp_to_ethertype(ppp_proto), w & 0xFFFF],
+        # Each row is exactly one of VLAN, MPLS, PPPoE or LLC (``sub``), LLC the rest.
+        ppp_et = _ppp_to_ethertype(ppp_proto) if is_pppoe.any() else 0
+        new = np.where(
+            is_vlan,
+            (w >> 32) & 0xFFFF,
+            np.where(is_mpls, after_mpls, np.where(is_pppoe, ppp_et, w & 0xFFFF)),
         )
         et[sub] = np.where(is_llc & ~snap_ok, 0, new)
-        step = np.select(
-            [is_vlan, is_mpls, is_pppoe, is_llc],
-            [P.VLAN_TAG, P.MPLS_LABEL, P.PPPOE_HEADER + np.where(short, 1, 2), P.LLC_SNAP],
+        step = np.where(
+            is_vlan,
+            P.VLAN_TAG,
+            np.where(
+                is_mpls,
+                P.MPLS_LABEL,
+                np.where(is_pppoe, P.PPPOE_HEADER + np.where(short, 1, 2), P.LLC_SNAP),
+            ),
         )
         l3[sub] += step
-    et[np.isin(et, _SHIMS)] = 0  # too deep: not followed further
+    et[_IS_SHIM[et]] = 0  # too deep: not followed further
 
 
 def _strip_ppi(sb, recs, reason):
@@ -799,7 +821,7 @@ def _ip_layer(sb, recs, data_off, l3, caplen, et, reason) -> _Ip:
     l4_rel = np.where(is6, P.IPV6_HEADER, ihl4)
     frag_rel = np.zeros(len(ip_off), dtype=np.int64)
     if is6.any():
-        chain = is6 & (reason == _OK) & np.isin(proto, _IPV6_EXT)
+        chain = is6 & (reason == _OK) & _IS_IPV6_EXT[proto]
         if chain.any():
             sub = np.flatnonzero(chain)
             _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag, frag_rel)
@@ -814,7 +836,7 @@ def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag_out, frag_r
     """
     for _ in range(_MAX_CHAIN):
         nh = proto[sub]
-        ext = np.isin(nh, _IPV6_EXT)
+        ext = _IS_IPV6_EXT[nh]
         sub, nh = sub[ext], nh[ext]
         if not len(sub):
             return
@@ -836,7 +858,7 @@ def _ipv6_chain(sb, sub, ip_off, ip_cap, proto, l4_rel, reason, frag_out, frag_r
         proto[sub] = (w >> 56) & 0xFF
         l4_rel[sub] = off + size
         sub = sub[~short & ~frag]
-    reason[sub[np.isin(proto[sub], _IPV6_EXT)]] = _BAD_EXT
+    reason[sub[_IS_IPV6_EXT[proto[sub]]]] = _BAD_EXT
 
 
 # --------------------------------------------------------------------------- tunnels
