@@ -175,7 +175,7 @@ _ROW_FIELDS = list(FragmentRows.__dataclass_fields__)
 
 
 def join_whole(
-    rows: list[FragmentRows], rs: Reassembler, mv: memoryview, rec_ts: np.ndarray
+    rows: list[FragmentRows], rs: Reassembler, sb, rec_ts: np.ndarray
 ) -> tuple[dict[int, list[tuple]], list[Fragment]]:
     """Datagrams whole within the chunk, joined at once; the other fragments.
 
@@ -192,8 +192,9 @@ def join_whole(
     place and time. Returns, per file, the rows
     :meth:`~flowsplit.data.packets.PacketDecoder._decode_reassembled` takes (as
     :meth:`Reassembler.add` completes them), and the fragments left for the
-    reassembler, in the order found.
+    reassembler, in the order found. ``sb`` is the chunk's staging buffer.
     """
+    mv = sb.mv
     rest = [r for r in rows if len(r)]
     out: dict[int, list[tuple]] = {}
     if not rest:
@@ -206,8 +207,7 @@ def join_whole(
     if not fits or len(rs) + n > rs.max_datagrams or n < 2:
         return out, [f for r in rest for f in r.fragments(mv)]
     # Key columns: file, VLAN key, version, the addresses as 64-bit words, id, protocol.
-    buf = np.frombuffer(mv, dtype=np.uint8)
-    a = [_u64(buf, fr.ip_off + np.where(fr.is6, 8 + 8 * k, P.IPV4_SRC_AT)) for k in range(4)]
+    a = [sb.word(fr.ip_off + np.where(fr.is6, 8 + 8 * k, P.IPV4_SRC_AT), ">u8") for k in range(4)]
     for k in range(1, 4):
         a[k] = np.where(fr.is6, a[k], 0)
     keys = [fr.src, fr.vlan, fr.is6.astype(np.int64), *a, fr.ident, fr.proto]
@@ -280,12 +280,6 @@ def join_whole(
     taken[rows] = True
     left = np.flatnonzero(~taken)  # found order: the rows were concatenated in it
     return out, fr.take(left).fragments(mv) if len(left) else []
-
-
-def _u64(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The big-endian 64-bit word at each offset of ``buf``."""
-    b = buf[at[:, None] + np.arange(8)]
-    return b.view(">u8").ravel().astype(np.int64) if len(at) else np.zeros(0, np.int64)
 
 
 class Reassembler:

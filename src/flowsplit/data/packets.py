@@ -212,7 +212,7 @@ class PacketDecoder:
         # reassembler sees each file as it would in a chunk of its own.
         rs.begin_chunk(recs.src, recs.ts)
         if _JOIN_WHOLE:
-            whole, left = join_whole(frags, rs, sb.mv, recs.ts)
+            whole, left = join_whole(frags, rs, sb, recs.ts)
         else:
             whole, left = {}, [f for r in frags for f in r.fragments(sb.mv)]
         by_file: dict[int, list[Fragment]] = {}
