@@ -672,9 +672,26 @@ def _datagram_mix(rng: random.Random) -> list[tuple[float, bytes]]:
     return pkts
 
 
+@pytest.fixture
+def joined(monkeypatch):
+    """How many datagrams each chunk's ``join_whole`` joined (it is wrapped to count)."""
+    from flowsplit.data import fragments, packets
+
+    counts: list[int] = []
+    real = fragments.join_whole
+
+    def counting(rows, *args):
+        out, left = real(rows, *args)
+        counts.append(sum(len(v) for v in out.values()))
+        return out, left
+
+    monkeypatch.setattr(packets, "join_whole", counting)
+    return counts
+
+
 @pytest.mark.parametrize("room", [None, (500, 8192), (16 << 20, 2)])
 @pytest.mark.parametrize("seed", range(5))
-def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, seed, room):
+def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, joined, seed, room):
     # Datagrams whole within a chunk are joined without the reassembler
     # (fragments.join_whole); everything it lets through must come out exactly as the
     # reassembler alone makes it, whatever the chunk size, also when its memory is
@@ -688,15 +705,6 @@ def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, 
 
     path = g.write_pcap(tmp_path / "m.pcap", _datagram_mix(random.Random(seed)))
     opts = dataclasses.replace(OPTS, fragment_timeout=30.0, idle_timeout=20.0)
-    joined = []
-    real = fragments.join_whole
-
-    def counting(rows, *args):
-        out, left = real(rows, *args)
-        joined.append(sum(len(v) for v in out.values()))
-        return out, left
-
-    monkeypatch.setattr(packets, "join_whole", counting)
 
     def flows(join, chunk_bytes):
         monkeypatch.setattr(packets, "_JOIN_WHOLE", join)
@@ -717,11 +725,11 @@ def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, 
         assert sum(joined) > 30  # many took the join, many did not (the counts above)
 
 
-def test_a_datagram_pending_from_an_earlier_chunk_is_not_joined_past(tmp_path, monkeypatch):
+def test_a_datagram_pending_from_an_earlier_chunk_is_not_joined_past(tmp_path, monkeypatch, joined):
     # A datagram still pending (a fragment lost) when a whole one of the same key comes
     # in the next chunk: the reassembler puts the new fragments into the pending one
     # (they overlap it: both dropped), so the join must leave them to it.
-    from flowsplit.data import fragments, packets
+    from flowsplit.data import packets
 
     seg1 = g.udp(1000, 53, b"a" * 200, src=A, dst=B)
     seg2 = g.udp(1001, 53, b"b" * 200, src=A, dst=B)
@@ -734,15 +742,6 @@ def test_a_datagram_pending_from_an_earlier_chunk_is_not_joined_past(tmp_path, m
         *map(g.ether, g.ipv4_fragments(A, B, 17, seg2, 64, ident=7)),
     ]
     path = g.write_pcap(tmp_path / "p.pcap", [(1.0 + i * 0.01, f) for i, f in enumerate(frames)])
-    joined = []
-    real = fragments.join_whole
-
-    def counting(rows, *args):
-        out, left = real(rows, *args)
-        joined.append(sum(len(v) for v in out.values()))
-        return out, left
-
-    monkeypatch.setattr(packets, "join_whole", counting)
 
     def flows(join):
         monkeypatch.setattr(packets, "_JOIN_WHOLE", join)
