@@ -356,10 +356,12 @@ def _capture_rows(rels, batch, labels: np.ndarray, keep: np.ndarray, seen, skipp
     if seen is not None:
         kept = np.flatnonzero(keep)
         uniq, first = np.unique(digest[kept], return_index=True)
-        fresh = [i for i, d in zip(first.tolist(), uniq.tolist(), strict=True) if d not in seen]
-        seen.update(uniq.tolist())
+        digests = uniq.tolist()
+        old = np.fromiter(map(seen.__contains__, digests), dtype=bool, count=len(digests))
+        fresh = first[~old]
+        seen.update(digests)
         keep = np.zeros(len(keep), dtype=bool)
-        keep[kept[np.sort(np.array(fresh, dtype=np.int64))]] = True
+        keep[kept[np.sort(fresh)]] = True
         skipped["duplicate_flow"] += len(kept) - len(fresh)
     b = batch.take(keep) if not keep.all() else batch
     rel = rels[b.source]
