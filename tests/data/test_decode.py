@@ -675,17 +675,17 @@ def _datagram_mix(rng: random.Random) -> list[tuple[float, bytes]]:
 @pytest.fixture
 def joined(monkeypatch):
     """How many datagrams each chunk's ``join_whole`` joined (it is wrapped to count)."""
-    from flowsplit.data import fragments, packets
+    from flowsplit.data.fragments import Reassembler
 
     counts: list[int] = []
-    real = fragments.join_whole
+    real = Reassembler.join_whole
 
-    def counting(rows, *args):
-        out, left = real(rows, *args)
+    def counting(self, *args):
+        out, left = real(self, *args)
         counts.append(sum(len(v) for v in out.values()))
         return out, left
 
-    monkeypatch.setattr(packets, "join_whole", counting)
+    monkeypatch.setattr(Reassembler, "join_whole", counting)
     return counts
 
 
@@ -693,7 +693,7 @@ def joined(monkeypatch):
 @pytest.mark.parametrize("seed", range(5))
 def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, joined, seed, room):
     # Datagrams whole within a chunk are joined without the reassembler
-    # (fragments.join_whole); everything it lets through must come out exactly as the
+    # (Reassembler.join_whole); everything it lets through must come out exactly as the
     # reassembler alone makes it, whatever the chunk size, also when its memory is
     # small enough (bytes or datagrams) that it gives datagrams up for room.
     from flowsplit.data import fragments, packets

@@ -2,11 +2,11 @@
 
 Fragments leave the vectorised decode as columns (:class:`FragmentRows`). A datagram
 whole within a chunk, whose fragments the reassembler would simply join, is joined
-at once from them (:func:`join_whole`: 97 % of the fragments of the nDPI captures);
-every other fragment is handed to :class:`Reassembler` with the bytes it carries
-(copied out of the staging buffer, so a datagram may span chunks). A datagram is keyed by (file,
-VLAN ids, IP version, source, destination, identification, protocol), as RFC 791
-and RFC 8200 define it.
+at once from them (:meth:`Reassembler.join_whole`: 97 % of the fragments of the nDPI
+captures); every other fragment is added to the :class:`Reassembler` with the bytes
+it carries (copied out of the staging buffer, so a datagram may span chunks). A
+datagram is keyed by (file, VLAN ids, IP version, source, destination,
+identification, protocol), as RFC 791 and RFC 8200 define it.
 
 Decisions worth knowing:
 
@@ -120,8 +120,8 @@ class GivenUp:
 @dataclass(slots=True)
 class FragmentRows:
     """Fragments found by one decode, as columns over the staging buffer. Datagrams
-    whole within a chunk are joined from them at once (:func:`join_whole`); the rest
-    become :class:`Fragment` objects for the :class:`Reassembler` (:meth:`fragments`)."""
+    whole within a chunk are joined from them at once (:meth:`Reassembler.join_whole`);
+    the rest become :class:`Fragment` objects for the reassembler (:meth:`fragments`)."""
 
     ip_off: np.ndarray  # int64, the fragment's IP header in the buffer
     data_at: np.ndarray  # int64, its data from the IP header
@@ -174,120 +174,18 @@ def _header(mv: memoryview, off: int, v6: bool, data_at: int) -> bytes:
 _ROW_FIELDS = list(FragmentRows.__dataclass_fields__)
 
 
-def join_whole(
-    rows: list[FragmentRows], rs: Reassembler, sb, rec_ts: np.ndarray
-) -> tuple[dict[int, list[tuple]], list[Fragment]]:
-    """Datagrams whole within the chunk, joined at once; the other fragments.
-
-    The reassembler takes a key's fragments in record order; where a datagram ends
-    (its last fragment, "more" not set, comes last) the next one of that key starts.
-    So each key's fragments are cut after each last fragment, and a key is joined here
-    when every piece is a datagram the reassembler would complete at its last fragment
-    with nothing else happening to it: the fragments tile it exactly (no hole, overlap
-    or duplicate), no record between its first fragment and its last is more than the
-    timeout after the first (``rec_ts``: the times of the chunk's records; the records
-    between are its file's), the key is not pending from an earlier chunk, and the
-    chunk's fragments cannot fill the reassembler's memory (so nothing is given up for
-    room). Fragments inside tunnels count like the others: they have their record's
-    place and time. Returns, per file, the rows
-    :meth:`~flowsplit.data.packets.PacketDecoder._decode_reassembled` takes (as
-    :meth:`Reassembler.add` completes them), and the fragments left for the
-    reassembler, in the order found. ``sb`` is the chunk's staging buffer.
-    """
-    mv = sb.mv
-    rest = [r for r in rows if len(r)]
-    out: dict[int, list[tuple]] = {}
-    if not rest:
-        return out, []
-    fr = FragmentRows(*(np.concatenate([getattr(r, f) for r in rest]) for f in _ROW_FIELDS))
-    size = fr.ip_len - fr.data_at
-    header = np.where(fr.offset == 0, np.where(fr.is6, P.IPV6_HEADER, fr.data_at), 0)
-    n = len(fr)
-    fits = rs._bytes + int((size + header).sum()) <= rs.max_bytes
-    if not fits or len(rs) + n > rs.max_datagrams or n < 2:
-        return out, [f for r in rest for f in r.fragments(mv)]
-    # Key columns: file, VLAN key, version, the addresses as 64-bit words, id, protocol.
-    a = [sb.word(fr.ip_off + np.where(fr.is6, 8 + 8 * k, P.IPV4_SRC_AT), ">u8") for k in range(4)]
-    for k in range(1, 4):
-        a[k] = np.where(fr.is6, a[k], 0)
-    keys = [fr.src, fr.vlan, fr.is6.astype(np.int64), *a, fr.ident, fr.proto]
-    # Each key's fragments in record order, cut after each last fragment ("more" not
-    # set): one datagram per piece, as the reassembler takes them one after another.
-    order = np.lexsort([fr.pos, *keys[::-1]])
-    key_start = np.zeros(n, dtype=bool)
-    key_start[0] = True
-    for k in keys:
-        ks = k[order]
-        key_start[1:] |= ks[1:] != ks[:-1]
-    cut = key_start.copy()
-    cut[1:] |= ~fr.more[order][:-1]
-    seg = np.cumsum(cut) - 1
-    order = order[np.lexsort([fr.offset[order], seg])]  # each piece by offset
-    ss = np.flatnonzero(cut)
-    se = np.append(ss[1:], n)
-    off, sz, more, pos = fr.offset[order], size[order], fr.more[order], fr.pos[order]
-    # Tiling: the first at offset 0, each next where the one before ends, "more" on all
-    # but the last.
-    bad = sz <= 0
-    bad[:-1] |= (off[1:] != off[:-1] + sz[:-1]) & ~cut[1:]
-    bad |= more != np.append(~cut[1:], False)
-    bad[ss] |= off[ss] != 0
-    ok = (np.add.reduceat(bad, ss) == 0) & (se - ss >= 2)
-    ok &= off[se - 1] + sz[se - 1] <= IPV4_MAX_DATAGRAM + P.IPV6_HEADER
-    # No timeout: no record after its first fragment, up to its last, more than the
-    # timeout after the first (the records between are its file's: files are runs).
-    first = np.minimum.reduceat(pos, ss)
-    last = np.maximum.reduceat(pos, ss)
-    if ok.any():
-        lo, hi = first[ok], last[ok]
-        ts = np.append(rec_ts, 0.0)  # reduceat's bounds stay inside
-        top = np.maximum.reduceat(ts, np.column_stack([lo + 1, hi + 1]).ravel())[::2]
-        ok[ok] = top <= rec_ts[lo] + rs.timeout
-    # A key is joined here only if all its pieces are (else the reassembler takes it all),
-    # and nothing of it is pending.
-    kstart = np.flatnonzero(key_start[ss])  # each key's first piece
-    key_ok = np.minimum.reduceat(ok, kstart)
-    for k in np.flatnonzero(key_ok).tolist():
-        r = int(order[ss[kstart[k]]])
-        key = _key(mv, int(fr.ip_off[r]), bool(fr.is6[r]), int(fr.src[r]), int(fr.vlan[r]),
-                   int(fr.ident[r]), int(fr.proto[r]))  # fmt: skip
-        key_ok[k] = key not in rs._pending
-    piece_ok = np.repeat(key_ok, np.diff(np.append(kstart, len(ss))))
-    if not piece_ok.any():
-        return out, [f for r in rest for f in r.fragments(mv)]
-    in_piece = np.repeat(piece_ok, se - ss)  # over the sorted fragments
-    rows = order[in_piece]  # the joined fragments, piece by piece, by offset
-    # Each piece completes at its last fragment in record order.
-    at = order[np.flatnonzero(in_piece & (pos == np.repeat(last, se - ss)))]
-    first = order[ss[piece_ok]]
-    sizes = (se - ss)[piece_ok]
-    starts = (fr.ip_off[rows] + fr.data_at[rows]).tolist()
-    ends = (fr.ip_off[rows] + fr.ip_len[rows]).tolist()
-    data = [mv[x:y] for x, y in zip(starts, ends, strict=True)]
-    cuts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    heads = zip(
-        *(x[first].tolist() for x in (fr.ip_off, fr.is6, fr.data_at, fr.proto)), strict=True
-    )
-    tails = zip(*(x[at].tolist() for x in (fr.pos, fr.vlan, fr.src, fr.ts, fr.index)), strict=True)
-    for k, ((o, v6, da, proto), (p, vlan, src, ts, index)) in enumerate(
-        zip(heads, tails, strict=True)
-    ):
-        payload = b"".join(data[cuts[k] : cuts[k + 1]])
-        packet = _rebuild(_header(mv, o, v6, da), payload, proto)
-        out.setdefault(src, []).append((p, packet, vlan, src, ts, index))
-    rs.report.n_merged += int(sizes.sum()) - len(sizes)
-    taken = np.zeros(n, dtype=bool)
-    taken[rows] = True
-    left = np.flatnonzero(~taken)  # found order: the rows were concatenated in it
-    return out, fr.take(left).fragments(mv) if len(left) else []
+def fragments_of(rows: list[FragmentRows], mv: memoryview) -> list[Fragment]:
+    """The :class:`Fragment` objects of several :class:`FragmentRows`, in order."""
+    return [f for r in rows for f in r.fragments(mv)]
 
 
 class Reassembler:
     """Fragments in, whole IP datagrams out; counts every fragment it gives up on.
 
-    Per chunk of records: :meth:`begin_chunk`, then each file's fragments in record
-    order (:meth:`add`), :meth:`expire` for its timeouts and, when the file ended,
-    :meth:`end_file`; what was given up comes out of :meth:`take_given_up`.
+    Per chunk of records: :meth:`begin_chunk`, :meth:`join_whole` for the datagrams
+    whole in it, then each file's other fragments in record order (:meth:`add`),
+    :meth:`expire` for its timeouts and, when the file ended, :meth:`end_file`; what
+    was given up comes out of :meth:`take_given_up`.
     """
 
     def __init__(
@@ -383,6 +281,119 @@ class Reassembler:
         self._bytes -= d.nbytes
         payload = b"".join(d.pieces[k] for k in d.starts)
         return Completed(_rebuild(d.header, payload, frag.proto), d.held)
+
+    def join_whole(
+        self, rows: list[FragmentRows], sb
+    ) -> tuple[dict[int, list[tuple]], list[Fragment]]:
+        """Datagrams whole within the chunk, joined at once; the other fragments.
+
+        The reassembler takes a key's fragments in record order; where a datagram
+        ends (its last fragment, "more" not set, comes last) the next one of that key
+        starts. So each key's fragments are cut after each last fragment, and a key is
+        joined here when every piece is a datagram :meth:`add` would complete at its
+        last fragment with nothing else happening to it: the fragments tile it exactly
+        (no hole, overlap or duplicate), no record between its first fragment and its
+        last is more than the timeout after the first (the records between are its
+        file's), the key is not pending from an earlier chunk, and the chunk's
+        fragments cannot fill the memory (so nothing is given up for room). Fragments
+        inside tunnels count like the others: they have their record's place and time.
+
+        Call it after :meth:`begin_chunk`, before the chunk's other fragments are
+        added; ``sb`` is the chunk's staging buffer. Returns, per file, the rows
+        :meth:`~flowsplit.data.packets.PacketDecoder._decode_reassembled` takes (as
+        :meth:`add` completes them), and the fragments left for :meth:`add`, in the
+        order found.
+        """
+        mv = sb.mv
+        rest = [r for r in rows if len(r)]
+        out: dict[int, list[tuple]] = {}
+        if not rest:
+            return out, []
+        fr = FragmentRows(*(np.concatenate([getattr(r, f) for r in rest]) for f in _ROW_FIELDS))
+        size = fr.ip_len - fr.data_at
+        header = np.where(fr.offset == 0, np.where(fr.is6, P.IPV6_HEADER, fr.data_at), 0)
+        n = len(fr)
+        fits = self._bytes + int((size + header).sum()) <= self.max_bytes
+        if not fits or len(self) + n > self.max_datagrams or n < 2:
+            return out, fragments_of(rest, mv)
+        # Key columns: file, VLAN key, version, the addresses as 64-bit words, id, protocol.
+        a = [
+            sb.word(fr.ip_off + np.where(fr.is6, 8 + 8 * k, P.IPV4_SRC_AT), ">u8") for k in range(4)
+        ]
+        for k in range(1, 4):
+            a[k] = np.where(fr.is6, a[k], 0)
+        keys = [fr.src, fr.vlan, fr.is6.astype(np.int64), *a, fr.ident, fr.proto]
+        # Each key's fragments in record order, cut after each last fragment ("more" not
+        # set): one datagram per piece, as the reassembler takes them one after another.
+        order = np.lexsort([fr.pos, *keys[::-1]])
+        key_start = np.zeros(n, dtype=bool)
+        key_start[0] = True
+        for k in keys:
+            ks = k[order]
+            key_start[1:] |= ks[1:] != ks[:-1]
+        cut = key_start.copy()
+        cut[1:] |= ~fr.more[order][:-1]
+        seg = np.cumsum(cut) - 1
+        order = order[np.lexsort([fr.offset[order], seg])]  # each piece by offset
+        ss = np.flatnonzero(cut)
+        se = np.append(ss[1:], n)
+        off, sz, more, pos = fr.offset[order], size[order], fr.more[order], fr.pos[order]
+        # Tiling: the first at offset 0, each next where the one before ends, "more" on all
+        # but the last.
+        bad = sz <= 0
+        bad[:-1] |= (off[1:] != off[:-1] + sz[:-1]) & ~cut[1:]
+        bad |= more != np.append(~cut[1:], False)
+        bad[ss] |= off[ss] != 0
+        ok = (np.add.reduceat(bad, ss) == 0) & (se - ss >= 2)
+        ok &= off[se - 1] + sz[se - 1] <= IPV4_MAX_DATAGRAM + P.IPV6_HEADER
+        # No timeout: no record after its first fragment, up to its last, more than the
+        # timeout after the first (the records between are its file's: files are runs).
+        first = np.minimum.reduceat(pos, ss)
+        last = np.maximum.reduceat(pos, ss)
+        if ok.any():
+            lo, hi = first[ok], last[ok]
+            ts = np.append(self._ts, 0.0)  # reduceat's bounds stay inside
+            top = np.maximum.reduceat(ts, np.column_stack([lo + 1, hi + 1]).ravel())[::2]
+            ok[ok] = top <= self._ts[lo] + self.timeout
+        # A key is joined here only if all its pieces are (else the reassembler takes it all),
+        # and nothing of it is pending.
+        kstart = np.flatnonzero(key_start[ss])  # each key's first piece
+        key_ok = np.minimum.reduceat(ok, kstart)
+        for k in np.flatnonzero(key_ok).tolist():
+            r = int(order[ss[kstart[k]]])
+            key = _key(mv, int(fr.ip_off[r]), bool(fr.is6[r]), int(fr.src[r]), int(fr.vlan[r]),
+                       int(fr.ident[r]), int(fr.proto[r]))  # fmt: skip
+            key_ok[k] = key not in self._pending
+        piece_ok = np.repeat(key_ok, np.diff(np.append(kstart, len(ss))))
+        if not piece_ok.any():
+            return out, fragments_of(rest, mv)
+        in_piece = np.repeat(piece_ok, se - ss)  # over the sorted fragments
+        rows = order[in_piece]  # the joined fragments, piece by piece, by offset
+        # Each piece completes at its last fragment in record order.
+        at = order[np.flatnonzero(in_piece & (pos == np.repeat(last, se - ss)))]
+        first = order[ss[piece_ok]]
+        sizes = (se - ss)[piece_ok]
+        starts = (fr.ip_off[rows] + fr.data_at[rows]).tolist()
+        ends = (fr.ip_off[rows] + fr.ip_len[rows]).tolist()
+        data = [mv[x:y] for x, y in zip(starts, ends, strict=True)]
+        cuts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        heads = zip(
+            *(x[first].tolist() for x in (fr.ip_off, fr.is6, fr.data_at, fr.proto)), strict=True
+        )
+        tails = zip(
+            *(x[at].tolist() for x in (fr.pos, fr.vlan, fr.src, fr.ts, fr.index)), strict=True
+        )
+        for k, ((o, v6, da, proto), (p, vlan, src, ts, index)) in enumerate(
+            zip(heads, tails, strict=True)
+        ):
+            payload = b"".join(data[cuts[k] : cuts[k + 1]])
+            packet = _rebuild(_header(mv, o, v6, da), payload, proto)
+            out.setdefault(src, []).append((p, packet, vlan, src, ts, index))
+        self.report.n_merged += int(sizes.sum()) - len(sizes)
+        taken = np.zeros(n, dtype=bool)
+        taken[rows] = True
+        left = np.flatnonzero(~taken)  # found order: the rows were concatenated in it
+        return out, fr.take(left).fragments(mv) if len(left) else []
 
     def _ts_list(self) -> list[float]:
         if self._tl is None:

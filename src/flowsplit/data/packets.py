@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from flowsplit.data import protocols as P
-from flowsplit.data.fragments import Fragment, FragmentRows, Reassembler, join_whole
+from flowsplit.data.fragments import Fragment, FragmentRows, Reassembler, fragments_of
 from flowsplit.data.pcap import MALFORMED_REASONS, ReadReport
 from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
 
@@ -87,7 +87,7 @@ _IS_REASSEMBLED = _table(
 )  # what a fragment may carry to be joined: transport, or a tunnel to open
 _MAX_CHAIN = 8  # VLAN/MPLS/PPPoE headers, and IPv6 extension headers, followed per packet
 _MAX_TUNNEL_DEPTH = 4  # tunnels inside tunnels opened per packet
-_JOIN_WHOLE = True  # datagrams whole within a chunk joined at once (fragments.join_whole)
+_JOIN_WHOLE = True  # datagrams whole within a chunk joined at once (Reassembler.join_whole)
 _V4_MAPPED = np.uint64(0xFFFF00000000)
 _LINK_DECODERS = frozenset(
     {
@@ -212,9 +212,9 @@ class PacketDecoder:
         # reassembler sees each file as it would in a chunk of its own.
         rs.begin_chunk(recs.src, recs.ts)
         if _JOIN_WHOLE:
-            whole, left = join_whole(frags, rs, sb, recs.ts)
+            whole, left = rs.join_whole(frags, sb)
         else:
-            whole, left = {}, [f for r in frags for f in r.fragments(sb.mv)]
+            whole, left = {}, fragments_of(frags, sb.mv)
         by_file: dict[int, list[Fragment]] = {}
         for f in sorted(left, key=lambda f: f.pos):
             by_file.setdefault(f.src, []).append(f)
@@ -244,7 +244,7 @@ class PacketDecoder:
             inner: list[FragmentRows] = []
             sb, pks = self._decode_reassembled(chunk, sb, rows, inner)
             parts.extend(pks)
-            found = [f for r in inner for f in r.fragments(sb.mv)]
+            found = fragments_of(inner, sb.mv)
             rows = self._add(sorted(found, key=lambda f: f.pos))
         # Tunnels of fragments nested too deep: what is left is counted, not decoded.
         if ended:
