@@ -656,10 +656,8 @@ def _what_was_skipped(skipped: Counter, info: dict) -> str:
     elif n_packets is not None and not info.get("n_flow_packets"):
         head = f"{n_packets} packets read, none of them TCP/UDP"
     else:
-        head = None
-    if head is not None:
-        return head + (": " + ", ".join(parts[:8]) if parts else "")
-    return "skipped: " + ", ".join(parts[:8]) if parts else "nothing was skipped"
+        return "skipped: " + ", ".join(parts[:8]) if parts else "nothing was skipped"
+    return head + (": " + ", ".join(parts[:8]) if parts else "")
 
 
 def _resolve_split_by(
