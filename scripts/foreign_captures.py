@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from flowsplit.data.store import file_digest  # noqa: E402
+
 ARCHIVE = "http://deb.debian.org/debian/pool/main/"
 # (project, path in the archive, SHA-256 of the file)
 SOURCES = [
@@ -80,12 +82,12 @@ def fetch(work: Path) -> dict[str, Path]:
     out = {}
     for project, path, digest in SOURCES:
         dst = work / Path(path).name
-        if not dst.exists() or _sha256(dst) != digest:
+        if not dst.exists() or file_digest(dst, "sha256") != digest:
             print(f"fetching {ARCHIVE}{path}", file=sys.stderr)
             tmp = dst.with_suffix(dst.suffix + ".part")
             with urllib.request.urlopen(ARCHIVE + path, timeout=120) as r, tmp.open("wb") as fh:
                 shutil.copyfileobj(r, fh)
-            if _sha256(tmp) != digest:
+            if file_digest(tmp, "sha256") != digest:
                 tmp.unlink()
                 raise SystemExit(f"error: {ARCHIVE}{path}: SHA-256 differs from the pinned one")
             tmp.replace(dst)
@@ -93,17 +95,13 @@ def fetch(work: Path) -> dict[str, Path]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def unseen_captures(archives: dict[str, Path], work: Path, shared: Path) -> list[Path]:
     """The archives' captures not in ``shared`` (by content), as ``work/captures/P__NAME``."""
-    known = {_sha256(p) for p in shared.rglob("*") if p.is_file()} if shared.is_dir() else set()
+    known = (
+        {file_digest(p, "sha256") for p in shared.rglob("*") if p.is_file()}
+        if shared.is_dir()
+        else set()
+    )
     out_dir = work / "captures"
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
@@ -131,6 +129,7 @@ def robustness(paths: list[Path], work: Path) -> dict:
     take the others down with (the child starts again after the file that crashed)."""
     log = work / "robustness.jsonl"
     log.unlink(missing_ok=True)
+    (work / "robustness.current").unlink(missing_ok=True)
     listing = work / "robustness.files"
     listing.write_text("\n".join(map(str, paths)))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -146,7 +145,10 @@ def robustness(paths: list[Path], work: Path) -> dict:
             check=False,
         )
         if r.returncode != 0:
-            current = (work / "robustness.current").read_text()
+            marker = work / "robustness.current"
+            current = marker.read_text() if marker.exists() else None
+            if current is None or current in _logged(log):  # not a capture's doing
+                raise SystemExit(f"error: the sweep's child failed: {r.stderr[-500:]}")
             with log.open("a") as fh:
                 row = {"file": current, "outcome": "crash", "rc": r.returncode}
                 fh.write(json.dumps({**row, "error": r.stderr[-500:]}) + "\n")
@@ -260,7 +262,7 @@ def ndpi_reader_agreement(archive: Path, paths: list[Path]) -> dict:
     for bt in iter_flows_many(files, FlowOptions(views=("stats",)), report, on_error="skip"):
         cols = (bt.source, bt.proto, bt.ip_a, bt.port_a, bt.ip_b, bt.port_b, bt.n_packets)
         for s, proto, a, pa, b, pb, n in zip(*(c.tolist() for c in cols), strict=True):
-            ours[(s, flow_key(proto, _v4(a), pa, _v4(b), pb))] += n
+            ours[(s, flow_key(proto, a, pa, b, pb))] += n
     found = sum(k in ours for k in ref)
     same = sum(ours.get(k) == n for k, n in ref.items())
     return {
@@ -272,10 +274,6 @@ def ndpi_reader_agreement(archive: Path, paths: list[Path]) -> dict:
         "same_packets_per_five_tuple": same,
         "same_packets_per_five_tuple_fraction": same / max(len(ref), 1),
     }
-
-
-def _v4(addr: str) -> str:
-    return addr.removeprefix("::ffff:") if "." in addr else addr
 
 
 def main(argv=None) -> int:
