@@ -418,8 +418,9 @@ def agreement(paths: list[Path]) -> dict:
     ``disagree_by_packet_cause`` (a flow with several causes counts once, under all
     of them joined by ``+``). On the nDPI corpus: NFStream reads an IP header after a
     non-IP ethertype (fuzzed frames) where flowsplit needs a correct IPv4 checksum,
-    keeps TCP headers with a data offset below 5 or past the IP length and IPv4 headers shorter than 20 bytes (as flows with the
-    ports it finds there, or 0), and drops IPv4 packets of total length 0 (segmentation
+    keeps TCP headers with a data offset below 5 or past the IP length and IPv4
+    headers shorter than 20 bytes (as flows with the ports it finds there, or 0), and
+    drops IPv4 packets of total length 0 (segmentation
     offload), which flowsplit keeps. ``disagree_by_rule`` names the rule of flowsplit's
     behind each disagreement (:data:`RULES`); ``disagree_unexplained`` counts those
     with none (a flowsplit fault to look at). ``disagreeing_flows`` lists every flow
