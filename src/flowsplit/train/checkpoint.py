@@ -8,15 +8,14 @@ so :func:`load_checkpoint` uses ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from flowsplit.data.store import atomic_write_bytes
 from flowsplit.errors import InputError
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -28,24 +27,13 @@ def save_tensors(path: str | Path, state: dict[str, Any]) -> None:
     A crash while writing leaves the previous file intact. Serialised in memory first:
     torch's own file writer reports a full disk as ``unexpected pos N vs M``; a plain
     write raises the ``OSError`` (ENOSPC, EROFS, EACCES) that the CLI turns into one
-    line naming the file. The temporary file is removed on any failure.
+    line naming the file. The temporary file is removed on any failure; the file follows
+    the umask like every other output, and only replaces a regular file or a missing path
+    (:func:`flowsplit.data.store.atomic_write_bytes`).
     """
-    path = Path(path)
     buf = io.BytesIO()
     torch.save(state, buf)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(buf.getbuffer())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, buf.getbuffer(), fsync=True)
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:

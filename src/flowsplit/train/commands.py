@@ -17,7 +17,7 @@ from flowsplit.config_args import (
     cli_fields,
     config_values,
 )
-from flowsplit.data.store import atomic_write_text
+from flowsplit.data.store import atomic_write_text, output_file
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
 from flowsplit.train.evaluation import SPLIT_CHOICES
@@ -230,6 +230,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from flowsplit.train.evaluation import ClassMapping, model_input, score_by_name, split_rows
     from flowsplit.train.runs import load_trained_model, predict_labels
 
+    check_output(args.out)
     model, doc = load_trained_model(args.run)
     info = doc["model"]
     ds = load_dataset(args.dataset)
@@ -267,9 +268,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "classes": mapping.model_classes,
         **scores,
     }
-    if args.json:
+    if args.json and args.out != "-":
         print(json.dumps(summary, indent=1))
-    else:
+    elif args.out != "-":  # -o -: the JSON alone on standard output
         _print_scores(summary, info["name"], args, absent=mapping.absent)
     if args.out:
         write_output(args.out, json.dumps(summary, indent=1) + "\n")
@@ -300,6 +301,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from flowsplit.data.prepare import extract_views
     from flowsplit.train.runs import load_trained_model, predict_proba
 
+    check_output(args.out)
     model, doc = load_trained_model(args.run)
     info = doc["model"]
     kind = doc["dataset"].get("kind", "capture")
@@ -334,6 +336,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     table["confidence"] = confidence.round(4)
     if args.out:
         write_output(args.out, table.to_csv(index=False))
+        if args.out == "-":
+            return 0
         unknown = int((names == UNKNOWN).sum()) if args.min_confidence is not None else 0
         note = f" ({unknown} below --min-confidence: {UNKNOWN})" if unknown else ""
         print(f"{len(table)} flows classified{note} -> {args.out}")
@@ -345,8 +349,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_output(path: str | Path | None) -> None:
+    """Refuse an ``-o`` that cannot be written before any work: a directory, device,
+    FIFO or socket (:func:`flowsplit.data.store.output_file`); ``-`` and None pass."""
+    if path is not None and str(path) != "-":
+        output_file(path)
+
+
 def write_output(path: str | Path, text: str) -> None:
-    """Write a file the user asked for, atomically; an OS refusal is one line naming it."""
+    """Write a file the user asked for, atomically; an OS refusal is one line naming it.
+
+    ``-`` is standard output. Only a regular file or a new path is written
+    (:func:`flowsplit.data.store.output_file`).
+    """
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     try:
         atomic_write_text(path, text)
     except OSError as exc:
@@ -375,7 +394,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="split to score; all = every flow (for a dataset the model never trained on)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    p.add_argument("-o", "--out", metavar="FILE", help="also write the metrics to FILE (JSON)")
+    p.add_argument(
+        "-o",
+        "--out",
+        metavar="FILE",
+        help="also write the metrics to FILE (JSON; - for standard output)",
+    )
     add_renamed(p, "--output", "--out", OUT_WHY)
     p.set_defaults(func=cmd_evaluate)
 
@@ -383,7 +407,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
     p.add_argument("--format", choices=("table", "csv"), default="table")
-    p.add_argument("-o", "--out", metavar="FILE", help="write CSV to FILE")
+    p.add_argument("-o", "--out", metavar="FILE", help="write CSV to FILE (- for standard output)")
     add_renamed(p, "--output", "--out", OUT_WHY)
     p.add_argument(
         "--min-confidence",

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from flowsplit import __version__
-from flowsplit.data.store import Dataset, atomic_write_json
+from flowsplit.data.store import Dataset, atomic_write_bytes, atomic_write_json
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.registry import build_model, get_spec, model_options
 from flowsplit.train.config import TrainConfig
@@ -190,12 +190,11 @@ def read_run_config(run: str | Path) -> dict[str, Any]:
 
 def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> None:
     """Write the model's state dict as safetensors, with the build recipe as metadata."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(state, str(tmp), metadata={"flowsplit": json.dumps(meta)})
-    tmp.replace(path)
+    # Serialised in memory, then written atomically: a full disk names the file.
+    atomic_write_bytes(path, save(state, metadata={"flowsplit": json.dumps(meta)}))
 
 
 MODEL_KEYS = ("name", "kind", "view", "input_shape", "n_classes", "classes")
