@@ -40,24 +40,17 @@ from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareC
 from flowsplit.experiments.hostload import (
     ContentionMeter,
     descendants_cpu_s,
-    die_with_parent,
     wait_for_quiet,
 )
 from flowsplit.experiments.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
 from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
+from flowsplit.terminal import on_terminal
 from flowsplit.train.launch import environ
+from flowsplit.util import available_cores, die_with_parent
 
 log = logging.getLogger(__name__)
 
 QUICK_ALLREDUCE_SIZES = (4, 1024, 64 << 10, 1 << 20, 8 << 20)
-
-
-def available_cores() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
@@ -221,6 +214,8 @@ def _check_fingerprint(cfg: CompareConfig) -> None:
     old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
     new = cfg.fingerprint()
     changed = [k for k in FINGERPRINT_KEYS if k in old and old[k] != new[k]]
+    if "dataset" in changed and old["dataset"] == str(Path(cfg.dataset).resolve()):
+        changed.remove("dataset")  # a study written before datasets were named by digest
     if changed:
         raise ConfigError(
             f"{cfg.out} holds a study made with different {', '.join(changed)} "
@@ -272,7 +267,9 @@ def run_cells(
     failures: dict[str, str] = {}
     n_skipped = 0
     limit = CONTENDED_SHARE if cfg.max_foreign is None else cfg.max_foreign
-    bar = tqdm(cells, desc="compare", unit="run", disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        cells, desc="compare", unit="run", disable=not (progress and on_terminal()), file=sys.stderr
+    )
     for cell in bar:
         bar.set_postfix_str(cell.name)
         run = cell_dir(cfg.out, cell)

@@ -110,9 +110,24 @@ class CompareConfig:
             )
 
     def fingerprint(self) -> dict:
+        """The settings a rerun into the same OUT must match. The dataset is named by
+        the digest of its manifest, not its path, so that a study (or a demo) moved or
+        copied elsewhere, its dataset with it, resumes."""
         d = asdict(self)
-        d["dataset"] = str(Path(self.dataset).resolve())
+        d["dataset"] = dataset_digest(self.dataset)
         return {k: d[k] for k in FINGERPRINT_KEYS}
+
+
+def dataset_digest(dataset: str | Path) -> str:
+    """``sha256:HEX`` of a dataset's ``manifest.json`` (it lists every view file's shape,
+    the classes, splits and the inputs' digests); the resolved path when there is none."""
+    import hashlib
+
+    manifest = Path(dataset) / "manifest.json"
+    try:
+        return "sha256:" + hashlib.sha256(manifest.read_bytes()).hexdigest()
+    except OSError:
+        return str(Path(dataset).resolve())
 
 
 BASELINES = ("majority", "centralised", "fedavg")

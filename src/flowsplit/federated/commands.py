@@ -146,7 +146,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="run a plan.json from `flowsplit sfl plan`: its "
         "scheme, cuts, assignment, topology, model, batch size, local epochs, "
-        "partition, training rows and seed replace those options",
+        "partition, training rows, seed and rounds replace those options "
+        "(--rounds, when given, replaces the plan's rounds)",
     )
     # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
     add_config_arguments(p, SFLConfig)
@@ -226,7 +227,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = saved if saved is not None else _config_from_args(args)
     plan = read_plan(args.plan) if args.plan else None
     if plan is not None and saved is None:  # the plan decides what its costs depend on
-        config = plan.apply(config)
+        config, notes = plan.apply(config)
+        for note in notes:
+            print(f"flowsplit: note: {note}", file=sys.stderr)
     if plan is not None:
         args.model, args.view = plan.model or args.model, plan.view
     out = Path(args.out)

@@ -5,7 +5,8 @@ takes from it what decides the run's costs: the scheme and cut points, the
 client -> aggregator assignment, the topology (its full TOML, ``topology_toml``),
 the model and view, and the settings under ``run`` (batch size, local epochs,
 partition, training rows, seed), so the simulated bytes and delay of every round are
-the plan's ``predicted.bytes_per_round`` and ``predicted.delay_s_per_round``.
+the plan's ``predicted.bytes_per_round`` and ``predicted.delay_s_per_round``; and
+the plan's number of rounds (``run.rounds``) unless ``--rounds`` says otherwise.
 """
 
 from __future__ import annotations
@@ -38,9 +39,29 @@ class PlanFile:
     view: str | None
     predicted: dict[str, Any]
 
-    def apply(self, config: SFLConfig) -> SFLConfig:
-        """``config`` with the plan's scheme, cuts and run settings."""
-        return replace(config, cuts=self.cuts, **{k: self.run[k] for k in RUN_FIELDS})
+    def apply(self, config: SFLConfig) -> tuple[SFLConfig, list[str]]:
+        """``config`` with the plan's scheme, cuts, run settings and rounds; and notes.
+
+        The fields that decide a round's costs (:data:`RUN_FIELDS`, the cuts) always come
+        from the plan: a different value given on the command line is ignored, with a
+        note. The rounds (in plans since they were recorded) come from the plan too,
+        unless ``--rounds`` was given with another value than its default: more or fewer
+        rounds of the same plan change no round's cost, so the flag wins, with a note.
+        """
+        default = SFLConfig()
+        notes = []
+        for name in RUN_FIELDS:
+            mine, theirs = getattr(config, name), self.run[name]
+            if mine != getattr(default, name) and mine != theirs:
+                flag = "--" + name.replace("_", "-")
+                notes.append(f"{flag} {mine} ignored: the plan fixes {name} = {theirs}")
+        rounds = self.run.get("rounds")
+        if rounds is None or config.rounds != default.rounds:
+            if rounds is not None and config.rounds != rounds:
+                notes.append(f"--rounds {config.rounds} replaces the plan's {rounds} rounds")
+            rounds = config.rounds
+        values = {k: self.run[k] for k in RUN_FIELDS}
+        return replace(config, cuts=self.cuts, rounds=int(rounds), **values), notes
 
 
 def read_plan(path: str | Path) -> PlanFile:

@@ -88,6 +88,7 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
 )
+from flowsplit.federated.system.schedule import replay, timeline
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -228,6 +229,11 @@ class RoundOutcome:
     received_bytes: int | None = None
     lost_aggregators: list[int] = field(default_factory=list)
     """Aggregators lost so far (dist runner only)."""
+    traces: np.ndarray | None = None
+    """Every role's events of the round (:mod:`flowsplit.federated.system.schedule`)."""
+    measured_on: str | None = None
+    """Where the trace's times were measured (dist: ``loopback``, ``testbed``, ``host``);
+    None: not measured (the simulation's times are not a network's)."""
 
 
 class ParticipationError(FlowsplitError):
@@ -278,6 +284,30 @@ class Runtime(Protocol):
     def execute_round(self, plan: RoundPlan) -> RoundOutcome: ...
 
     def evaluate(self) -> dict[str, float]: ...
+
+
+def round_timing(outcome: RoundOutcome, topology: Any) -> dict[str, Any]:
+    """A round's timeline, predicted (the replay of its events on ``topology``) and, when
+    its times were measured, measured: ``predicted_round_s``, ``measured_round_s`` and
+    ``timing`` (phases, compute and waits per tier, exposed transfers; each labelled)."""
+    n_aggs = topology.n_aggregators
+    predicted = timeline(replay(outcome.traces, topology), n_aggs)
+    out: dict[str, Any] = {
+        "predicted_round_s": predicted["round_s"],
+        "timing": {
+            "predicted": {
+                "source": "predicted",
+                "model": "schedule: the round's messages replayed on the cost model",
+                "on": f"topology {topology.name}",
+                **predicted,
+            }
+        },
+    }
+    if outcome.measured_on is not None:
+        measured = timeline(outcome.traces, n_aggs)
+        out["measured_round_s"] = measured["round_s"]
+        out["timing"]["measured"] = {"source": "measured", "on": outcome.measured_on, **measured}
+    return out
 
 
 # --- the protocol as the cost model counts it ------------------------------------------
@@ -425,6 +455,8 @@ class Scheme:
         }
         if outcome.received_bytes is not None:
             record["bytes_received_total"] = outcome.received_bytes
+        if outcome.traces is not None and len(outcome.traces):
+            record.update(round_timing(outcome, plan.topology))
         return record
 
     # --- the messages, as the cost model counts them --------------------------------
@@ -805,7 +837,11 @@ def round_log(
 
     ``quiet`` shows neither. ``leave=False`` clears the bar when the rounds are done.
     """
-    with tqdm(total=rounds, desc="rounds", unit="round", disable=quiet, leave=leave) as bar:
+    from flowsplit.terminal import on_terminal
+
+    # The bar only on a terminal; a redirected log gets the rounds' trees alone.
+    bar_off = quiet or not on_terminal()
+    with tqdm(total=rounds, desc="rounds", unit="round", disable=bar_off, leave=leave) as bar:
 
         def on_round(record: dict[str, Any]) -> None:
             bar.update(1)

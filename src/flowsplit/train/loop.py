@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import resource
 import signal
 import time
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from tqdm.auto import tqdm
 
 from flowsplit.data.store import load_dataset
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
+from flowsplit.terminal import on_terminal
 from flowsplit.train.batches import RowReader, epoch_rows, shard_order, step_rows
 from flowsplit.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from flowsplit.train.config import TrainConfig
@@ -74,6 +74,7 @@ from flowsplit.train.runs import (
     save_weights,
     write_run_config,
 )
+from flowsplit.util import peak_rss_mb
 
 log = logging.getLogger("flowsplit.train")
 
@@ -159,7 +160,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     )
     stopped_early = _fit(cfg, layout, env, data, state, ddp_model, meter, device, t_start, resume)
     data.reader.close()
-    rss = gather_floats(_peak_rss_mb(), layout)
+    rss = gather_floats(peak_rss_mb(), layout)
     if not layout.is_main:
         return
     result = _test_and_save(
@@ -210,9 +211,10 @@ def _fit(
     """Step 4: the epochs, until --epochs or early stopping (True: stopped early)."""
     patience = cfg.effective_patience("torch")
     show = layout.is_main and not cfg.quiet
+    bars = show and on_terminal()  # a redirected log gets the per-epoch lines only
     stopped_early = state.best["stale"] >= patience > 0  # a resumed run may already have stopped
     epochs = tqdm(
-        total=cfg.epochs, initial=state.start_epoch, desc=cfg.model, unit="epoch", disable=not show
+        total=cfg.epochs, initial=state.start_epoch, desc=cfg.model, unit="epoch", disable=not bars
     )
     for epoch in range(state.start_epoch, cfg.epochs):
         if stopped_early:
@@ -302,7 +304,7 @@ def _train_epoch(
     if cfg.steps_per_epoch is not None:
         order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
         used = min(used, cfg.steps_per_epoch * batch)
-    bar = tqdm(total=len(order), unit="sample", leave=False, disable=not show)
+    bar = tqdm(total=len(order), unit="sample", leave=False, disable=not (show and on_terminal()))
     loss_sum, data_time = torch.zeros((), device=device), 0.0
     t0 = time.perf_counter()
     for step, start in enumerate(range(0, len(order), layout.per_worker_batch)):
@@ -486,23 +488,6 @@ def epoch_lr(base: float, epoch: int, epochs: int, schedule: str) -> float:
 def _seed_for(seed: int, rank: int, epoch: int) -> int:
     """A seed for per-rank randomness that depends only on (seed, rank, epoch)."""
     return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0])
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory in MB.
-
-    ``VmHWM`` of ``/proc/self/status`` where there is one: Linux carries a process's
-    ``ru_maxrss`` across ``execve``, so a worker forked from a big parent (a benchmark
-    that just wrote a 7 GB dataset) would report the parent's peak; ``VmHWM`` belongs
-    to this program's own address space.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
 def _maybe_simulate_crash(cfg: TrainConfig, env: DistEnv, epoch: int, *, resumed: bool) -> None:
