@@ -27,7 +27,14 @@ from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
 from flowsplit.federated.setup import RunSetup, role_seed
 from flowsplit.federated.system.costs import CostMeter
-from flowsplit.federated.system.protocol import Address, Recv, Send, message_nbytes
+from flowsplit.federated.system.protocol import (
+    Address,
+    Recv,
+    Send,
+    message_nbytes,
+    rank_of,
+)
+from flowsplit.federated.system.schedule import Tracer
 
 
 class ProtocolError(RuntimeError):
@@ -38,8 +45,13 @@ def run_coroutines(
     coros: dict[Address, Coroutine],
     meter: CostMeter,
     rng_states: dict[Address, torch.Tensor] | None = None,
+    tracers: dict[Address, Tracer] | None = None,
 ) -> None:
-    """Run role coroutines to completion, delivering their messages in process."""
+    """Run role coroutines to completion, delivering their messages in process.
+
+    ``tracers``: record each role's events (its work between messages, with the compute
+    seconds the meter charged, and its sends and receives) for the round's timeline.
+    """
     mailboxes: dict[tuple[Address, Address], deque] = {}
     waiting: dict[tuple[Address, Address], Address] = {}
     ready: deque[tuple[Address, Any]] = deque((addr, None) for addr in coros)
@@ -52,9 +64,13 @@ def run_coroutines(
             torch.set_rng_state(rng_states[addr])
             current = addr
         gen = coros[addr]
+        tracer = None if tracers is None else tracers[addr]
         try:
+            mark = _mark(meter, addr) if tracer is not None else None
             op = gen.send(value)
             while True:
+                if tracer is not None:
+                    mark = _trace_op(tracer, meter, addr, op, mark)
                 if type(op) is Send:
                     tensor = op.tensor
                     meter.charge_message(
@@ -87,6 +103,33 @@ def run_coroutines(
     leftover = {k: len(v) for k, v in mailboxes.items() if v}
     if leftover:
         raise ProtocolError(f"messages sent but never received: {leftover}")
+
+
+def _mark(meter: CostMeter, addr: Address) -> tuple[float, float]:
+    """(compute seconds charged to ``addr`` so far this round, wall time now)."""
+    return meter.charged.get(addr, (0.0,))[0], time.perf_counter()
+
+
+def _trace_op(
+    tracer: Tracer, meter: CostMeter, addr: Address, op: Any, mark: tuple
+) -> tuple[float, float]:
+    """Record the work since ``mark`` and the op ``addr`` just yielded; a new mark."""
+    charged, t0 = _mark(meter, addr)
+    n_aggs = tracer.n_aggregators
+    seconds = charged - mark[0]
+    if seconds > 0:
+        phase = meter.charged[addr][1]
+    else:
+        phase = op.phase if type(op) is Send else tracer.recv_phase(op.kind)
+    tracer.work(seconds, phase, mark[1], t0)
+    if type(op) is Send:
+        peer, nbytes = rank_of(op.dst, n_aggs), message_nbytes(op.tensor)
+        tracer.send(peer, nbytes, op.phase, t0, t0)
+    elif type(op) is Recv:
+        # In process a message is there when the receiver resumes: no size to know here,
+        # and none needed (the replay matches receives to sends in order).
+        tracer.recv(rank_of(op.src, n_aggs), 0, op.kind, t0, t0)
+    return charged, t0
 
 
 def _seeded_state(seed: int) -> torch.Tensor:
@@ -170,8 +213,12 @@ class SimRuntime:
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
         self.ctx.meter.start_round(plan.slowdown)
-        run_coroutines(self.coroutines(plan), self.ctx.meter, self.rng_states)
+        coros = self.coroutines(plan)
+        n_aggs = self.setup.topology.n_aggregators
+        tracers = {a: Tracer(rank_of(a, n_aggs), n_aggs) for a in coros}
+        run_coroutines(coros, self.ctx.meter, self.rng_states, tracers)
         return RoundOutcome(
+            traces=np.concatenate([t.array() for t in tracers.values()]),
             ledger=self.ctx.meter.ledger,
             train_loss=self.server.train_loss,
             lost=sorted(self.server.lost),

@@ -231,6 +231,9 @@ class CostMeter:
         n = self.topology.n_clients
         self._slowdown = [1.0] * n if slowdown is None else np.asarray(slowdown, float).tolist()
         self.ledger = Ledger.zeros(n, self.topology.n_aggregators)
+        self.charged: dict[Address, list] = {}
+        """Per node: [compute seconds charged so far this round, phase of the last charge]
+        (the round's timeline reads it: :mod:`flowsplit.federated.system.schedule`)."""
 
     def charge_message(
         self, src: Address, dst: Address, nbytes: int, kind: str, client: int, phase: str
@@ -275,8 +278,10 @@ class CostMeter:
             return
         led = self.ledger
         kind, index = node
+        seconds = 0.0
         if kind == CLIENT:
-            led.client_compute[index] += flops * self._slowdown[index] / self._client_speed[index]
+            seconds = flops * self._slowdown[index] / self._client_speed[index]
+            led.client_compute[index] += seconds
         elif kind == AGGREGATOR:
             seconds = flops / self._aggregator_speed[index]
             if phase == TRAIN:
@@ -291,6 +296,9 @@ class CostMeter:
                 led.server_for[client] += seconds
             else:
                 led.server_averaging[0] += seconds
+        charged = self.charged.setdefault(node, [0.0, phase])
+        charged[0] += seconds
+        charged[1] = phase
 
 
 @dataclass(frozen=True)

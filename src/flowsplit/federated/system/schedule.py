@@ -1,0 +1,271 @@
+"""A round's timeline: what every role did and when, predicted and measured.
+
+The closed-form delay of :mod:`~flowsplit.federated.system.costs` is a bottleneck
+bound: cheap enough for the planner, but blind to how the roles really wait for each
+other. An end-to-end aggregator, for example, serves its clients' batches one at a
+time and waits for the server's gradients after each, so its clients queue behind
+each other's whole round trips, and the server serves every aggregator in the
+round's service order. This module models that by **replaying** the round.
+
+Every role records a *trace* of its round, in program order (:class:`Tracer`):
+
+- ``WORK``: its own computation between two messages, with the seconds the cost model
+  charged during it (FLOPs / speed) and, when run for real, its start and end times;
+- ``SEND``: a message of ``nbytes`` (header included) to a peer, posted at a time;
+- ``RECV``: a wait for the next message from a peer, from its start to its end.
+
+:func:`replay` predicts when each event happens on a topology: a role runs its events
+one after the other; a message leaves when it is posted, occupies its link direction
+(first in, first out: ``nbytes / bandwidth``, after what is already on it) and arrives
+``latency`` later; a receive ends when the message has arrived. Sends do not block
+(they are posted asynchronously, as gloo does). So queueing at aggregators and at the
+server, per-message latency on every round trip and link contention all follow from
+the protocol itself, message by message, for any scheme.
+
+:func:`timeline` summarises a trace's times (the replay's, or the ones measured in a
+real run, with the same code): the round's duration and its three contiguous phases
+(download until the last client holds its model; train until the last training work
+anywhere ends; upload until the server has averaged), each tier's compute, the time
+it spent waiting for messages, and per hop and direction the *exposed* transfer time
+(how long receivers waited after a message was posted).
+
+Times of one trace are on one clock: a real run's roles on one host share it
+(``time.time()``, across network namespaces too); on several hosts the measured
+transfer times carry the hosts' clock offsets.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from flowsplit.federated.system.protocol import (
+    ACTIVATIONS,
+    AGGREGATOR,
+    CLIENT,
+    CONTROL,
+    DOWNLOAD,
+    GRADIENTS,
+    LABELS,
+    MODEL,
+    SERVER,
+    TRAIN,
+    UPLOAD,
+    address_of,
+)
+
+WORK, SEND, RECV = 0, 1, 2
+"""Event kinds (column ``KIND``)."""
+PHASES = (DOWNLOAD, TRAIN, UPLOAD)
+_PHASE = {p: k for k, p in enumerate(PHASES)}
+
+# Columns of a trace array (E, N_COLS) float64.
+RANK, KIND, PEER, NBYTES, SECONDS, PHASE, T_START, T_END = range(8)
+N_COLS = 8
+"""rank of the role; event kind; peer rank (-1: none); bytes sent or received (-1: none
+came, a lost peer); seconds the cost model charged (work); phase code; start and end time
+(NaN when not measured)."""
+
+_TRAIN_KINDS = (ACTIVATIONS, LABELS, GRADIENTS)
+
+
+class Tracer:
+    """Records one role's events of a round (one per role and round)."""
+
+    def __init__(self, rank: int, n_aggregators: int):
+        self.rank = rank
+        self.n_aggregators = n_aggregators
+        self.rows: list[list[float]] = []
+        self.trained = False
+        """A training event has been seen (a model received after it is the upload)."""
+        self.start = float("nan")
+
+    def work(self, seconds: float, phase: str | None, t0: float, t1: float) -> None:
+        """The role computed from ``t0`` to ``t1``; the cost model charged ``seconds``.
+
+        ``phase``: of the compute charged, else of the message that follows the work.
+        """
+        if phase == TRAIN:
+            self.trained = True
+        self.rows.append([self.rank, WORK, -1, 0, seconds, _PHASE[phase], t0, t1])
+
+    def recv_phase(self, kind: str) -> str:
+        """The phase of a receive of a message of type ``kind`` at this point."""
+        if kind in _TRAIN_KINDS:
+            return TRAIN
+        if kind in (MODEL, CONTROL):
+            return UPLOAD if self.trained else (DOWNLOAD if kind == MODEL else TRAIN)
+        return TRAIN
+
+    def send(self, peer: int, nbytes: int, phase: str, t0: float, t1: float) -> None:
+        if phase == TRAIN:
+            self.trained = True
+        self.rows.append([self.rank, SEND, peer, nbytes, 0.0, _PHASE[phase], t0, t1])
+
+    def recv(self, peer: int, nbytes: int, kind: str, t0: float, t1: float) -> None:
+        """A wait for ``peer``'s next message of type ``kind`` (``nbytes`` -1: none came)."""
+        phase = self.recv_phase(kind)
+        if phase == TRAIN:
+            self.trained = True
+        self.rows.append([self.rank, RECV, peer, nbytes, 0.0, _PHASE[phase], t0, t1])
+
+    def array(self) -> np.ndarray:
+        """(E, N_COLS) float64: the events in program order."""
+        if not self.rows:
+            return np.zeros((0, N_COLS))
+        return np.asarray(self.rows, dtype=np.float64)
+
+
+def _link(topology: Any, n_aggregators: int, src: int, dst: int) -> tuple[float, float]:
+    """(latency s, bandwidth B/s) of the link between ranks ``src`` and ``dst``."""
+    a, b = address_of(src, n_aggregators), address_of(dst, n_aggregators)
+    kinds = {a[0], b[0]}
+    if kinds == {CLIENT, AGGREGATOR}:
+        i = a[1] if a[0] == CLIENT else b[1]
+        j = b[1] if a[0] == CLIENT else a[1]
+        return float(topology.ca_latency[i, j]), float(topology.ca_bandwidth[i, j])
+    if kinds == {AGGREGATOR, SERVER}:
+        j = a[1] if a[0] == AGGREGATOR else b[1]
+        return float(topology.as_latency[j]), float(topology.as_bandwidth[j])
+    raise ValueError(f"no link between ranks {src} and {dst}")
+
+
+def replay(
+    trace: np.ndarray, topology: Any, *, per_message_s: float = 0.0, start: float = 0.0
+) -> np.ndarray:
+    """The predicted times of ``trace``'s events on ``topology``: a copy of it with the
+    ``T_START``/``T_END`` columns replaced (every role starts at ``start``).
+
+    ``per_message_s``: fixed processing time of the sender per message posted (protocol
+    overhead: headers, the transport's calls), 0 by default.
+    """
+    n_aggs = topology.n_aggregators
+    out = np.array(trace, dtype=np.float64, copy=True)
+    ranks = sorted({int(r) for r in out[:, RANK]}) if len(out) else []
+    rows = {r: np.flatnonzero(out[:, RANK] == r) for r in ranks}
+    pos = dict.fromkeys(ranks, 0)
+    clock = dict.fromkeys(ranks, float(start))
+    free: dict[tuple[int, int], float] = {}
+    inbox: dict[tuple[int, int], deque[float]] = {}
+    links: dict[tuple[int, int], tuple[float, float]] = {}
+    pending = set(ranks)
+    while pending:
+        progressed = False
+        for r in sorted(pending):
+            idx, k = rows[r], pos[r]
+            while k < len(idx):
+                e = idx[k]
+                kind = int(out[e, KIND])
+                t = clock[r]
+                if kind == WORK:
+                    t_end = t + out[e, SECONDS]
+                elif kind == SEND:
+                    if out[e, NBYTES] < 0:  # not posted (a lost peer)
+                        t_end = t
+                    else:
+                        peer = int(out[e, PEER])
+                        key = (r, peer)
+                        if key not in links:
+                            links[key] = _link(topology, n_aggs, r, peer)
+                        latency, bandwidth = links[key]
+                        begin = max(t, free.get(key, -np.inf))
+                        free[key] = begin + out[e, NBYTES] / bandwidth
+                        inbox.setdefault(key, deque()).append(free[key] + latency)
+                        t_end = t + per_message_s
+                else:  # RECV
+                    if out[e, NBYTES] < 0:  # nothing came (a lost peer): no wait modelled
+                        t_end = t
+                    else:
+                        box = inbox.get((int(out[e, PEER]), r))
+                        if not box:
+                            break  # blocked until the peer has sent it
+                        t_end = max(t, box.popleft())
+                out[e, T_START], out[e, T_END] = t, t_end
+                clock[r] = t_end
+                k += 1
+                progressed = True
+            pos[r] = k
+            if k == len(idx):
+                pending.discard(r)
+        if pending and not progressed:
+            # A receive whose message was never sent (a trace cut short by a fault):
+            # let the first blocked role go on without it.
+            r = min(pending)
+            out[rows[r][pos[r]], NBYTES] = -1.0
+    return out
+
+
+def timeline(trace: np.ndarray, n_aggregators: int, *, start: float | None = None) -> dict:
+    """The phases and accounts of a round from its events' times (see the module doc).
+
+    ``start``: when the round started (default: the server's first event's start).
+    All values are seconds from the trace's clock; keys are the same for predicted and
+    measured times.
+    """
+    out: dict[str, Any] = {}
+    if not len(trace):
+        return out
+    rank = trace[:, RANK].astype(int)
+    kind = trace[:, KIND].astype(int)
+    phase = trace[:, PHASE].astype(int)
+    t0, t1 = trace[:, T_START], trace[:, T_END]
+    server = rank == 0
+    if start is None:
+        start = float(t0[server].min()) if server.any() else float(t0.min())
+    end = float(t1.max())
+    is_client = rank > n_aggregators
+    is_agg = (rank >= 1) & ~is_client
+    # Download ends when the last client holds its model (its first receive).
+    got_model = (kind == RECV) & (phase == _PHASE[DOWNLOAD]) & is_client
+    download_end = float(t1[got_model].max()) if got_model.any() else start
+    train_rows = phase == _PHASE[TRAIN]
+    train_end = float(t1[train_rows].max()) if train_rows.any() else download_end
+    train_end = max(train_end, download_end)
+    out["round_s"] = end - start
+    out["download_s"] = download_end - start
+    out["train_s"] = train_end - download_end
+    out["upload_s"] = end - train_end
+
+    def per_role(mask: np.ndarray, values: np.ndarray) -> dict[int, float]:
+        sums: dict[int, float] = {}
+        for r, v in zip(rank[mask], values[mask], strict=True):
+            sums[int(r)] = sums.get(int(r), 0.0) + float(v)
+        return sums
+
+    dur = t1 - t0
+    work = (kind == WORK) & train_rows
+    wait = (kind == RECV) & train_rows
+    for name, who in (("client", is_client), ("aggregator", is_agg), ("server", server)):
+        comp = per_role(work & who, dur)
+        waits = per_role(wait & who, dur)
+        out[f"{name}_compute_s"] = max(comp.values(), default=0.0)
+        out[f"{name}_wait_s"] = max(waits.values(), default=0.0)
+    out["exposed_transfer_s"] = _exposed_transfers(trace, n_aggregators)
+    return out
+
+
+def _exposed_transfers(trace: np.ndarray, n_aggregators: int) -> dict[str, float]:
+    """Per hop and direction, the sum over messages of how long the receiver waited
+    after the message was posted (a transfer hidden behind other work counts 0)."""
+    rank = trace[:, RANK].astype(int)
+    kind = trace[:, KIND].astype(int)
+    peer = trace[:, PEER].astype(int)
+    nbytes = trace[:, NBYTES]
+    sends: dict[tuple[int, int], deque[float]] = {}
+    for e in np.flatnonzero((kind == SEND) & (nbytes >= 0)):
+        sends.setdefault((rank[e], peer[e]), deque()).append(trace[e, T_START])
+    out = {"client-aggregator/up": 0.0, "client-aggregator/down": 0.0}
+    out |= {"aggregator-server/up": 0.0, "aggregator-server/down": 0.0}
+    for e in np.flatnonzero((kind == RECV) & (nbytes >= 0)):
+        box = sends.get((peer[e], rank[e]))
+        if not box:
+            continue
+        posted = box.popleft()
+        waited = trace[e, T_END] - max(posted, trace[e, T_START])
+        src, dst = peer[e], rank[e]
+        hop = "aggregator-server" if 0 in (src, dst) else "client-aggregator"
+        up = src > dst  # clients have the highest ranks, the server rank 0
+        out[f"{hop}/{'up' if up else 'down'}"] += max(0.0, float(waited))
+    return out
