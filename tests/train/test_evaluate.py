@@ -24,12 +24,24 @@ def test_scores_by_name_worked_out_by_hand():
     s = score_by_name(y_dataset, y_pred, mapping)
     # Assert: rows 0, 1, 4 scored (true c, a, a; predicted c, a, b) -> 2 of 3 right.
     assert s["n_scored"] == 3 and s["accuracy"] == pytest.approx(2 / 3)
-    # F1: a = 2*1/(2+1), b = 0 (predicted once, never true), c = 1 -> macro 5/9.
+    # F1: a = 2*1/(2+1), b = 0 (predicted once, never true), c = 1. Macro-F1 over the
+    # classes the dataset has (a, c): 5/6; with the absent b averaged in it was 5/9.
     assert s["per_class_f1"] == pytest.approx({"a": 2 / 3, "b": 0.0, "c": 1.0})
-    assert s["macro_f1"] == pytest.approx(5 / 9)
+    assert s["macro_f1"] == pytest.approx(5 / 6)
+    assert s["macro_f1_all_classes"] == pytest.approx(5 / 9)
+    # Precision / recall / support: a predicted twice (1 right), true twice (1 found).
+    assert s["per_class_precision"] == {"a": 1.0, "b": 0.0, "c": 1.0}
+    assert s["per_class_recall"] == pytest.approx({"a": 0.5, "b": None, "c": 1.0})
+    assert s["per_class_support"] == {"a": 2, "b": 0, "c": 1}
     assert s["unseen_classes"] == {"d": 2}
     assert s["unseen_predicted_as"] == {"d": {"a": 1, "b": 1}}
     assert s["absent_classes"] == ["b"] and s["shared_classes"] == ["a", "c"]
+
+
+def test_class_names_match_ignoring_case():
+    mapping = ClassMapping(["dns", "http"], ["DNS", "Http", "SSH"])
+    assert mapping.shared == ["dns", "http"] and mapping.unseen == ["SSH"]
+    assert mapping.to_model_labels(np.array([0, 1, 2])).tolist() == [0, 1, -1]
 
 
 @pytest.fixture(scope="module")

@@ -22,35 +22,40 @@ SPLIT_CHOICES = ("train", "val", "test", "all")
 """``--split`` of ``evaluate``: one split, or every flow of the dataset."""
 
 
+def _key(name: str) -> str:
+    """Class names are matched ignoring case (``DNS`` is ``dns``) and outer spaces."""
+    return str(name).strip().casefold()
+
+
 @dataclass(frozen=True)
 class ClassMapping:
-    """How a dataset's classes line up with a model's, by name."""
+    """How a dataset's classes line up with a model's, by name (ignoring case)."""
 
     model_classes: list[str]
     dataset_classes: list[str]
 
     @property
     def shared(self) -> list[str]:
-        """Classes in both, in the model's order: the ones that are scored."""
-        have = set(self.dataset_classes)
-        return [c for c in self.model_classes if c in have]
+        """Classes in both, in the model's order (the model's spelling): the ones scored."""
+        have = {_key(c) for c in self.dataset_classes}
+        return [c for c in self.model_classes if _key(c) in have]
 
     @property
     def unseen(self) -> list[str]:
         """Dataset classes the model was not trained on (counted, not scored)."""
-        known = set(self.model_classes)
-        return [c for c in self.dataset_classes if c not in known]
+        known = {_key(c) for c in self.model_classes}
+        return [c for c in self.dataset_classes if _key(c) not in known]
 
     @property
     def absent(self) -> list[str]:
         """Model classes the dataset has none of (the model may still predict them)."""
-        have = set(self.dataset_classes)
-        return [c for c in self.model_classes if c not in have]
+        have = {_key(c) for c in self.dataset_classes}
+        return [c for c in self.model_classes if _key(c) not in have]
 
     def to_model_labels(self, y: np.ndarray) -> np.ndarray:
         """Dataset labels as model labels; ``-1`` for a class the model does not know."""
-        index = {c: i for i, c in enumerate(self.model_classes)}
-        table = np.array([index.get(c, -1) for c in self.dataset_classes], dtype=np.int64)
+        index = {_key(c): i for i, c in enumerate(self.model_classes)}
+        table = np.array([index.get(_key(c), -1) for c in self.dataset_classes], dtype=np.int64)
         return table[np.asarray(y, dtype=np.int64)]
 
 
@@ -97,6 +102,15 @@ def score_by_name(
     y_pred = np.asarray(y_pred, dtype=np.int64)
     scored = y_model >= 0
     summary = classification_summary(y_model[scored], y_pred[scored], mapping.model_classes)
+    summary.update(per_class_scores(np.asarray(summary["confusion_matrix"]), mapping.model_classes))
+    # Macro-F1 over the classes the dataset has: a model class it lacks cannot be found,
+    # so averaging its F1 (0 once predicted) in would score the model on a class not
+    # there. Its wrong predictions still count, as misses of the true classes.
+    shared_f1 = [summary["per_class_f1"][c] for c in mapping.shared]
+    shared_f1 = [v for v in shared_f1 if v is not None]
+    if mapping.absent and shared_f1:
+        summary["macro_f1_all_classes"] = summary["macro_f1"]
+        summary["macro_f1"] = float(np.mean(shared_f1))
     unseen_counts: dict[str, int] = {}
     unseen_as: dict[str, dict[str, int]] = {}
     y_dataset = np.asarray(y_dataset, dtype=np.int64)
@@ -117,3 +131,79 @@ def score_by_name(
         "unseen_predicted_as": unseen_as,
         "absent_classes": mapping.absent,
     }
+
+
+def per_class_scores(
+    cm: np.ndarray, classes: list[str]
+) -> dict[str, dict[str, float | int | None]]:
+    """Precision, recall and support of each class from a confusion matrix (rows = true).
+
+    ``None`` where undefined: precision of a class never predicted, recall of a class
+    with no true samples (scikit-learn's ``classification_report`` prints 0 there).
+    """
+    cm = np.asarray(cm, dtype=np.int64)
+    tp = np.diag(cm)
+    support, predicted = cm.sum(axis=1), cm.sum(axis=0)
+
+    def ratio(num: np.ndarray, den: np.ndarray) -> list[float | None]:
+        return [None if d == 0 else float(n / d) for n, d in zip(num, den, strict=True)]
+
+    return {
+        "per_class_precision": dict(zip(classes, ratio(tp, predicted), strict=True)),
+        "per_class_recall": dict(zip(classes, ratio(tp, support), strict=True)),
+        "per_class_support": {c: int(s) for c, s in zip(classes, support, strict=True)},
+    }
+
+
+def format_report(summary: dict, classes: list[str], *, absent: list[str] = ()) -> str:
+    """A text report in the style of scikit-learn's ``classification_report``: precision,
+    recall, F1 and support per class, then the confusion matrix (rows = true class)."""
+    width = max([len(c) for c in classes] + [12])
+
+    def num(v: float | None) -> str:
+        return f"{'-':>9}" if v is None else f"{v:>9.4f}"
+
+    lines = [f"{'class':<{width}} {'precision':>9} {'recall':>9} {'F1':>9} {'support':>9}"]
+    for c in classes:
+        note = "  (not in the dataset)" if c in absent else ""
+        lines.append(
+            f"{c:<{width}} {num(summary['per_class_precision'][c])} "
+            f"{num(summary['per_class_recall'][c])} {num(summary['per_class_f1'][c])} "
+            f"{summary['per_class_support'][c]:>9}{note}"
+        )
+    lines.append("")
+    lines.append("confusion matrix (rows: true class, columns: predicted class)")
+    cm = summary["confusion_matrix"]
+    cell = max(5, *(len(str(v)) for row in cm for v in row))
+    short = [c[:cell] for c in classes]
+    lines.append(" " * width + " " + " ".join(f"{s:>{cell}}" for s in short))
+    for c, row in zip(classes, cm, strict=True):
+        lines.append(f"{c:<{width}} " + " ".join(f"{v:>{cell}}" for v in row))
+    return "\n".join(lines)
+
+
+FIVE_TUPLE = ("proto", "ip_a", "port_a", "ip_b", "port_b")
+"""The flow key columns of a capture dataset's ``meta.parquet``."""
+
+
+def predictions_frame(
+    ds: Dataset,
+    rows: np.ndarray,
+    proba: np.ndarray,
+    model_classes: list[str],
+):
+    """One row per flow: ``flow_id``, ``source`` (capture file), the 5-tuple where the
+    dataset has it, ``true`` and ``predicted`` class names and one ``p_CLASS`` column of
+    probability per model class (a :class:`pandas.DataFrame`)."""
+    import pandas as pd
+
+    meta = ds.meta.iloc[np.asarray(rows, dtype=np.int64)].reset_index(drop=True)
+    keep = [c for c in ("flow_id", "source", *FIVE_TUPLE) if c in meta.columns]
+    table = meta[keep].copy()
+    table["true"] = np.asarray(ds.classes, dtype=object)[ds.labels[rows]]
+    table["predicted"] = np.asarray(model_classes, dtype=object)[np.asarray(proba).argmax(1)]
+    probs = pd.DataFrame(
+        np.round(np.asarray(proba, dtype=np.float64), 6),
+        columns=[f"p_{c}" for c in model_classes],
+    )
+    return pd.concat([table, probs], axis=1)
