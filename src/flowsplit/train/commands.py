@@ -184,17 +184,43 @@ def check_restart(cfg) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from flowsplit.models.registry import get_spec
-    from flowsplit.train.loop import run_logging, train_worker
+    from flowsplit.data.store import OutputLock
     from flowsplit.train.result import RunResult
-    from flowsplit.train.runs import clear_run, remove_stale_temps
+    from flowsplit.train.runs import (
+        drop_aside_run,
+        remove_stale_temps,
+        restore_aside_run,
+        set_aside_run,
+    )
 
     cfg, resume = config_from_args(args)
-    check_before_launch(cfg, resume, overwrite=args.overwrite)
-    if args.overwrite and not resume:
-        clear_run(cfg.out)  # the previous run's files: checked above that it is one
-    else:
+    # One writer per run directory: a second train -o SAME is refused naming this one.
+    with OutputLock(cfg.out):
+        check_before_launch(cfg, resume, overwrite=args.overwrite)
         remove_stale_temps(cfg.out)  # of a run killed while writing
+        # --overwrite keeps the previous run aside until the new one has finished.
+        aside = set_aside_run(cfg.out) if args.overwrite and not resume else None
+        try:
+            _train(cfg, resume)
+        except BaseException:
+            restore_aside_run(cfg.out, aside)
+            raise
+        drop_aside_run(aside)
+    r = RunResult.from_json(Path(cfg.out))
+    per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
+    print(
+        f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
+        f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
+        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
+    )
+    return 0
+
+
+def _train(cfg, resume: bool) -> None:
+    """Train in this process, in DDP workers, or on Dask (``cmd_train``'s engine part)."""
+    from flowsplit.models.registry import get_spec
+    from flowsplit.train.loop import run_logging, train_worker
+
     if get_spec(cfg.model).kind == "xgboost":
         from flowsplit.train.xgb_engine import train_xgboost
 
@@ -215,14 +241,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             master_addr=cfg.master_addr,
             heartbeat_s=heartbeat_limit(cfg.timeout_s),
         )
-    r = RunResult.from_json(Path(cfg.out))
-    per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
-    print(
-        f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
-        f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
-        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
-    )
-    return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -268,10 +286,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "classes": mapping.model_classes,
         **scores,
     }
+    from flowsplit.train import ablation, crosssource
+
+    source = crosssource.source_comparison(args.run, doc, ds, scores)
+    if source is not None:
+        summary["other_source"] = source
+    if args.ablate:
+        summary["ablations"] = ablation.evaluate_ablations(model, x, y, mapping, ds, doc, args)
     if args.json and args.out != "-":
         print(json.dumps(summary, indent=1))
     elif args.out != "-":  # -o -: the JSON alone on standard output
         _print_scores(summary, info["name"], args, absent=mapping.absent)
+        if source is not None:
+            print(crosssource.format_comparison(source, scores))
+        if args.ablate:
+            print(ablation.format_table(summary["ablations"]))
     if args.out:
         write_output(args.out, json.dumps(summary, indent=1) + "\n")
     return 0
@@ -401,6 +430,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also write the metrics to FILE (JSON; - for standard output)",
     )
     add_renamed(p, "--output", "--out", OUT_WHY)
+    from flowsplit.train.ablation import add_ablate_arguments
+
+    add_ablate_arguments(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
