@@ -244,48 +244,17 @@ def _train(cfg, resume: bool) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from flowsplit.data.store import load_dataset
-    from flowsplit.train.evaluation import ClassMapping, model_input, score_by_name, split_rows
-    from flowsplit.train.runs import load_trained_model, predict_labels
+    from flowsplit.train.evaluation import evaluate_run
 
     check_output(args.out)
-    model, doc = load_trained_model(args.run)
-    info = doc["model"]
-    ds = load_dataset(args.dataset)
-    view = info["view"]
-    if not ds.has_view(view):
-        raise InputError(ds.root, f"dataset has no view {view!r}, which the model reads")
-    if view != "stats" and list(ds.view_shape(view)) != list(info["input_shape"]):
-        raise InputError(
-            ds.root,
-            f"{view} samples are {ds.view_shape(view)}, "
-            f"the model was trained on {tuple(info['input_shape'])}",
-        )
-    mapping = ClassMapping(list(info["classes"]), list(ds.classes))
-    if not mapping.shared:
-        raise InputError(
-            ds.root,
-            f"none of its classes ({', '.join(ds.classes)}) is one the model was trained on "
-            f"({', '.join(info['classes'])})",
-        )
-    rows = split_rows(ds, args.split)
-    y = ds.labels[rows]
-    x = model_input(ds, view, rows, doc["dataset"].get("view_columns"))
-    if len(rows) and not (mapping.to_model_labels(y) >= 0).any():
-        raise InputError(
-            ds.root,
-            f"its {args.split} split has no flows of a class the model knows "
-            f"({len(rows)} flows of {', '.join(mapping.unseen)})",
-        )
-    scores = score_by_name(y, predict_labels(model, x), mapping)
-    summary = {
-        "run": str(args.run),
-        "dataset": str(args.dataset),
-        "split": args.split,
-        "n": int(len(rows)),
-        "classes": mapping.model_classes,
-        **scores,
-    }
+    check_output(args.predictions)
+    # The same function as the Python API's flowsplit.evaluate (train and sfl runs).
+    ev = evaluate_run(args.run, args.dataset, args.split)
+    model, doc, ds, mapping, x, y = ev.model, ev.doc, ev.dataset, ev.mapping, ev.x, ev.y
+    info, summary = doc["model"], ev.summary
+    scores = {k: v for k, v in summary.items() if k not in ("run", "dataset", "split", "n")}
+    if args.predictions:
+        write_output(args.predictions, ev.predictions.to_csv(index=False))
     from flowsplit.train import ablation, crosssource
 
     source = crosssource.source_comparison(args.run, doc, ds, scores)
@@ -307,15 +276,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_scores(summary: dict, model: str, args: argparse.Namespace, absent) -> None:
-    """``evaluate``'s table: the scores, per-class F1, and the classes not scored."""
+    """``evaluate``'s table: the scores, per class precision, recall, F1 and support,
+    the confusion matrix, and the classes not scored."""
+    from flowsplit.train.evaluation import format_report
+
     print(
         f"{model} on {args.dataset} ({args.split}, {summary['n_scored']} of "
         f"{summary['n']} samples scored): accuracy {summary['accuracy']:.4f}, "
         f"macro-F1 {summary['macro_f1']:.4f}"
     )
-    for name, f1 in summary["per_class_f1"].items():
-        note = "  (not in the dataset)" if name in absent else ""
-        print(f"  {name:<24} F1 {'-' if f1 is None else f'{f1:.4f}'}{note}")
+    if absent:
+        print(f"  macro-F1 over the {len(summary['shared_classes'])} classes the dataset has")
+    print(format_report(summary, summary["classes"], absent=absent))
     for name, count in summary["unseen_classes"].items():
         called = ", ".join(f"{c} {k}" for c, k in summary["unseen_predicted_as"][name].items())
         print(
@@ -414,8 +386,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)
-    p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
+    p.add_argument("run", metavar="RUN", help="run directory of `train` or `sfl run`")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
+    p.add_argument(
+        "--predictions",
+        metavar="FILE.csv",
+        help="write one row per flow: flow_id, source, 5-tuple, true, predicted, p_CLASS...",
+    )
     p.add_argument(
         "--split",
         default="test",

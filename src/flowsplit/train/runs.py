@@ -13,7 +13,9 @@ Layout of ``RUN``::
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -99,6 +101,47 @@ def clear_run(out: str | Path) -> list[Path]:
     for path in removed:
         path.unlink()
     return removed + remove_stale_temps(out)
+
+
+PREVIOUS_RUN = ".previous-run"
+"""Where ``--overwrite`` keeps the run it replaces until the new one has finished."""
+
+
+def set_aside_run(out: str | Path) -> Path | None:
+    """Move a run's own files into ``out/.previous-run/`` (``--overwrite``): the old run
+    stays whole until the new one has finished (:func:`drop_aside_run`), and comes back
+    if it fails (:func:`restore_aside_run`). None when there was no run to keep."""
+    out = Path(out)
+    aside = out / PREVIOUS_RUN
+    files = [out / name for name in RUN_FILES if (out / name).is_file()]
+    if aside.is_dir():  # an --overwrite killed before it finished: keep the run it kept
+        for path in files:
+            path.unlink()
+        return aside
+    if not files:
+        return None
+    aside.mkdir()
+    for path in files:
+        os.replace(path, aside / path.name)
+    return aside
+
+
+def restore_aside_run(out: str | Path, aside: Path | None) -> None:
+    """The new run failed: its files go, the previous run's come back."""
+    if aside is None or not aside.is_dir():
+        return
+    out = Path(out)
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for path in aside.iterdir():
+        os.replace(path, out / path.name)
+    aside.rmdir()
+
+
+def drop_aside_run(aside: Path | None) -> None:
+    """The new run finished: the previous one is removed."""
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def remove_stale_temps(out: str | Path) -> list[Path]:
@@ -207,15 +250,23 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
     run = Path(run)
     doc = read_run_config(run)
     info = doc.get("model") if isinstance(doc, dict) else None
-    if not isinstance(info, dict) or not isinstance(doc.get("train"), dict):
-        if (run / "topology.toml").is_file():
-            raise InputError(run, "is an `sfl run` directory; this takes a `flowsplit train` run")
+    # An `sfl run` directory holds the same model section (and the whole model's weights)
+    # since runs record them; its model options are the section's own.
+    is_sfl = (run / "topology.toml").is_file() and not isinstance(doc.get("train"), dict)
+    if not isinstance(info, dict) or not (is_sfl or isinstance(doc.get("train"), dict)):
+        if is_sfl:
+            raise InputError(
+                run, "is an `sfl run` directory written before runs saved their whole model"
+            )
         raise InputError(run / CONFIG_NAME, "is not the config.json of a `flowsplit train` run")
     missing = [f"model.{k}" for k in MODEL_KEYS if info.get(k) is None]
     missing += [] if isinstance(doc.get("dataset"), dict) else ["dataset"]
-    missing += (
-        [] if isinstance(doc["train"].get("model_options"), dict) else ["train.model_options"]
-    )
+    if is_sfl:
+        options = info.get("options")
+        missing += [] if isinstance(options, dict) else ["model.options"]
+    else:
+        options = doc["train"].get("model_options")
+        missing += [] if isinstance(options, dict) else ["train.model_options"]
     if missing:
         raise InputError(run / CONFIG_NAME, f"lacks {', '.join(missing)}: the run is damaged")
     if info["kind"] == "xgboost":
@@ -238,7 +289,7 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
         view=info["view"],
         input_shape=tuple(info["input_shape"]),
         n_classes=info["n_classes"],
-        **doc["train"]["model_options"],
+        **options,
     )
     try:
         state = load_file(str(path))
