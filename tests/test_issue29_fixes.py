@@ -127,3 +127,35 @@ def test_sfl_privacy_flags_a_failed_reference_check(toy, tmp_path, capsys):
     assert reference["check"].startswith("failed")
     err = capsys.readouterr().err
     assert "reference check failed" in err and "--attack-epochs" in err
+
+
+def test_sfl_run_records_per_class_results_and_evaluate_reads_it(toy, tmp_path, capsys):
+    # Prepare / Execute: a one-round split run of a small CNN, then evaluate on its run.
+    out = tmp_path / "sfl"
+    argv = ["sfl", "run", str(toy), "--rounds", "1", "--clients", "3", "--aggregators", "2"]
+    assert main([*argv, "--model", "cnn", *_model_options(), "--quiet", "-o", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    csv = tmp_path / "flows.csv"
+    capsys.readouterr()
+    assert main(["evaluate", str(out), str(toy), "--json", "--predictions", str(csv)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    # Assert: the run's own test predictions give its final accuracy ...
+    labels, predicted = metrics["test_labels"], metrics["test_predictions"]
+    assert len(labels) == len(predicted) == len(metrics["test_flow_ids"]) == metrics["n_test"]
+    right = sum(a == b for a, b in zip(labels, predicted, strict=True))
+    assert right / len(labels) == pytest.approx(metrics["accuracy"], abs=1e-12)
+    assert sum(map(sum, metrics["confusion_matrix"])) == len(labels)
+    assert set(metrics["per_class_f1"]) == {"c0", "c1", "c2"}
+    # ... evaluate rebuilds the same model from the run directory ...
+    assert scores["accuracy"] == pytest.approx(metrics["accuracy"], abs=1e-12)
+    assert scores["per_class_support"] == {
+        c: sum(1 for v in labels if v == k) for k, c in enumerate(["c0", "c1", "c2"])
+    }
+    # ... and writes one row per flow with the probabilities of every class.
+    import pandas as pd
+
+    table = pd.read_csv(csv)
+    assert len(table) == len(labels)
+    assert {"flow_id", "source", "true", "predicted", "p_c0", "p_c1", "p_c2"} <= set(table.columns)
+    assert table[["p_c0", "p_c1", "p_c2"]].sum(axis=1).to_numpy() == pytest.approx(1.0, abs=1e-5)
+    assert (table["predicted"] == table["true"]).mean() == pytest.approx(metrics["accuracy"])
