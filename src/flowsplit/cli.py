@@ -52,6 +52,7 @@ COMMAND_MODULES = (
     "flowsplit.train.commands",
     "flowsplit.experiments.commands",
     "flowsplit.federated.commands",
+    "flowsplit.testbed.commands",
     "flowsplit.demo",
 )
 # Modules with an ``sfl_commands()`` function (name -> builder) adding ``flowsplit sfl``

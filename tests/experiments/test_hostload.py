@@ -88,7 +88,7 @@ def test_a_cell_process_dies_with_the_study_that_started_it():
             sys.executable,
             "-c",
             "import subprocess, sys\n"
-            "from flowsplit.experiments.hostload import die_with_parent\n"
+            "from flowsplit.util import die_with_parent\n"
             "p = subprocess.Popen(['sleep', '60'], preexec_fn=die_with_parent)\n"
             "print(p.pid, flush=True)\n"
             "p.wait()",

@@ -90,9 +90,9 @@ def test_peak_rss_is_the_workers_own_not_its_parents():
     # Linux carries ru_maxrss across exec, so that measure would report the parent's.
     ballast = bytearray(800 * 2**20)
     ballast[::4096] = b"\x01" * len(ballast[::4096])  # touch every page
-    code = "from flowsplit.train.loop import _peak_rss_mb; print(_peak_rss_mb())"
+    code = "from flowsplit.util import peak_rss_mb; print(peak_rss_mb())"
     # Execute
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # Assert: the child's own peak (Python and torch imported) is well below the parent's.
-    assert 20 < float(out.stdout) < 600
+    # Assert: the child's own peak (a bare Python, about 13 MB) is well below the parent's.
+    assert 5 < float(out.stdout) < 600
     del ballast

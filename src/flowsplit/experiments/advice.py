@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.experiments.stats import DIFF_BOUNDS, MIN_EQUIVALENCE_SEEDS, mean_ci, ratio_ci
+from flowsplit.util import jsonable
 
 SPEEDUP_WORTH_IT = 1.2
 ACCURACY_TIE_PTS = 1.0
@@ -524,17 +525,6 @@ def rules_text(margin_pts: float = 1.0) -> str:
     )
 
 
-def _json_safe(obj: Any) -> Any:
-    """NaN and infinities as None, so the content is strict JSON."""
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> dict[str, Any]:
     """Everything the overview page shows, from the studies in ``dp_dir`` and ``sfl_dir``
     (either may be None or hold no results): rows, advice, rules and which were quick."""
@@ -547,7 +537,7 @@ def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> dict[str, Any
         for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
         if r and (r.get("config") or {}).get("quick")
     ]
-    return _json_safe(
+    return jsonable(
         {
             "advice": advise(dp, sfl, sfl_res),
             "rules": rules_text(margin),

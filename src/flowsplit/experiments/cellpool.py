@@ -39,10 +39,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from flowsplit.errors import FlowsplitError
-from flowsplit.experiments.hostload import die_with_parent
 from flowsplit.train.__main__ import main as rank_main
 from flowsplit.train.commands import add_train_arguments, cmd_train
 from flowsplit.train.launch import environ, free_port
+from flowsplit.util import die_with_parent
 
 POLL_S = 0.5
 """How often the parent checks, while a cell runs, that its pool's processes are alive."""

@@ -36,6 +36,7 @@ from flowsplit.experiments.records import (
     workload_from_records,
 )
 from flowsplit.experiments.scaling import NETWORK_PRESETS, Network, Workload, fit_allreduce
+from flowsplit.util import jsonable
 
 
 def write_workloads(out: Path, dataset) -> None:
@@ -362,7 +363,7 @@ def render_report(out: str | Path) -> Path:
     _refresh_workloads(out)
     results = build_results(out)
     records = results.pop("_records")
-    atomic_write_json(out / "results.json", _finite(results))
+    atomic_write_json(out / "results.json", jsonable(results))
     buf = io.StringIO()
     writer = csv.DictWriter(
         buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n", extrasaction="ignore"
@@ -374,16 +375,3 @@ def render_report(out: str | Path) -> Path:
     path = out / "report.html"
     atomic_write_text(path, render_html(results, records))
     return path
-
-
-def _finite(obj: Any) -> Any:
-    """Strict JSON: NaN and infinities become null."""
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float | np.floating):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj

@@ -10,13 +10,9 @@ is mostly idle. Both degrade to "unknown" where ``/proc/stat`` does not exist.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import math
 import os
 import resource
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -180,13 +176,3 @@ def wait_for_quiet(
     while not (share <= max_busy) and time.monotonic() < deadline:
         share = busy_share(sample_s)
     return bool(share <= max_busy) or math.isnan(share), share
-
-
-def die_with_parent() -> None:
-    """For ``preexec_fn``: ask Linux to send the child SIGTERM when its parent dies (also by
-    SIGKILL, as ``timeout`` does). Without it an interrupted study leaves a training run
-    behind that finishes unmetered and is then taken for a finished, undisturbed cell."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

@@ -21,6 +21,7 @@ import numpy as np
 from flowsplit.experiments.configs import REPLAN_SUFFIX, run_schemes
 from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
+from flowsplit.util import available_cores
 
 PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
 """Margins over HSFL the HSFL paper reports (CIFAR-10/FEMNIST, simulation)."""
@@ -111,7 +112,7 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
             "python": platform.python_version(),
             "torch": torch.__version__,
             "numpy": np.__version__,
-            "cores": _cores(),
+            "cores": available_cores(),
             "threads": cfg.threads,
         },
     }
@@ -189,12 +190,6 @@ def replanning(runs: list[dict], names: tuple[str, ...] | list[str]) -> list[dic
             }
         )
     return rows
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def _scheme_summary(rows: list[dict], target: float) -> dict:

@@ -10,9 +10,9 @@ from typing import Any
 
 from flowsplit.data.store import atomic_write_json, atomic_write_text
 from flowsplit.experiments.sfl_analysis import summary_lines, surrogate_text
-from flowsplit.planner.study import jsonable
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
+from flowsplit.util import jsonable
 
 TITLE = "SFL, HSFL and the accuracy-aware planner"
 

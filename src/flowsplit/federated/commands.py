@@ -215,6 +215,19 @@ def _resume_args(args: argparse.Namespace) -> SFLConfig | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``sfl run`` under the lock of its run directory: a second ``sfl run -o SAME`` (or
+    ``train -o SAME``) is refused naming this one. torchrun's ranks share OUT: unlocked."""
+    from flowsplit.data.store import OutputLock
+    from flowsplit.train.distributed import read_dist_env
+
+    out = args.resume or args.out
+    if out is None or (args.mode == "dist" and read_dist_env().is_distributed):
+        return _run(args)
+    with OutputLock(out):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from flowsplit.federated.dist import launch_roles, run_under_torchrun

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import ctypes
 import datetime as dt
 import json
 import logging
@@ -71,7 +70,10 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
     address_of,
+    message_nbytes,
+    rank_of,
 )
+from flowsplit.federated.system.schedule import N_COLS, Tracer
 from flowsplit.federated.system.topology import Topology, topology_from_toml, topology_to_toml
 from flowsplit.federated.transport import (
     GlooTransport,
@@ -83,6 +85,7 @@ from flowsplit.federated.transport import (
 )
 from flowsplit.train.distributed import read_dist_env
 from flowsplit.train.launch import heartbeat_limit
+from flowsplit.util import die_with_parent
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -90,11 +93,18 @@ CHECKPOINT_NAME = "sfl-checkpoint.pt"
 """``OUT/sfl-checkpoint.pt``: the server's state after its last finished round."""
 
 
-def drive(coro: Coroutine, transport: GlooTransport) -> None:
-    """Run one role coroutine, answering its requests over the network."""
+def drive(coro: Coroutine, transport: GlooTransport, tracer: Tracer | None = None) -> None:
+    """Run one role coroutine, answering its requests over the network.
+
+    ``tracer``: record the role's events with their wall times (``time.time()``, one
+    clock for every process of a host) for the round's measured timeline.
+    """
     value = None
+    charged = transport.meter.charged
     while True:
         start, cpu = time.monotonic(), time.thread_time()
+        t_resume = time.time()
+        before = charged.get(transport.me, (0.0,))[0]
         try:
             op = coro.send(value)
         except StopIteration:
@@ -108,16 +118,34 @@ def drive(coro: Coroutine, transport: GlooTransport) -> None:
                 time.thread_time() - cpu,
                 type(op).__name__,
             )
+        if tracer is not None:
+            seconds = charged.get(transport.me, (0.0,))[0] - before
+            if seconds > 0:
+                phase = charged[transport.me][1]
+            else:
+                phase = op.phase if type(op) is Send else tracer.recv_phase(op.kind)
+            tracer.work(seconds, phase, t_resume, time.time())
         if type(op) is Send:
             start = time.monotonic()
+            t0 = time.time()
+            posted = op.dst not in transport.lost
             transport.send(op)
+            if tracer is not None:
+                nbytes = message_nbytes(op.tensor) if posted else -1
+                peer = rank_of(op.dst, tracer.n_aggregators)
+                tracer.send(peer, nbytes, op.phase, t0, time.time())
             if time.monotonic() - start > 1.0:
                 log.debug(
                     "%s: sending took %.2f s", role_name(transport.me), time.monotonic() - start
                 )
             value = None
         else:
+            t0 = time.time()
             value = transport.recv(op)
+            if tracer is not None:
+                came = value is not None or op.src not in transport.lost
+                peer = rank_of(op.src, tracer.n_aggregators)
+                tracer.recv(peer, 0 if came else -1, op.kind, t0, time.time())
 
 
 ASSIGNMENT_KEY = "flowsplit/assignment/{round}"
@@ -153,6 +181,8 @@ class DistRuntime:
         self.assignment = setup.assignment
         """The assignment of the last planned round (the run's initial one before)."""
         self.n_samples = setup.n_samples
+        self.measured_on = "loopback"
+        """Where this run's times are measured (:func:`measured_on`)."""
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         kind, index = me
         if self.is_server:
@@ -316,17 +346,20 @@ class DistRuntime:
         self.ctx.meter.start_round(plan.slowdown)
         self.transport.received[...] = 0
         kind, index = self.me
+        n_aggs = self.setup.topology.n_aggregators
+        tracer = Tracer(rank_of(self.me, n_aggs), n_aggs)
         if kind == CLIENT:
             self._inject_faults(index, plan.round)
             if plan.takes_part(index):
-                drive(self.role.run_round(plan), self.transport)
+                drive(self.role.run_round(plan), self.transport, tracer)
         else:
-            drive(self.role.run_round(plan), self.transport)
+            drive(self.role.run_round(plan), self.transport, tracer)
         if self.is_server:  # an aggregator lost mid-round loses all its clients' work
             gone = ~self.alive_aggregators()
             self.role.lost.update(int(i) for i in plan.order if gone[plan.assignment[i]])
         log.debug("%s: round %d trained", role_name(self.me), plan.round + 1)
         total = self._gather_telemetry(plan)
+        traces = self._gather_traces(plan, tracer.array())
         self.transport.flush()
         if not self.is_server:
             return RoundOutcome(Ledger.zeros(1, 1), float("nan"), [], time.perf_counter() - start)
@@ -339,6 +372,8 @@ class DistRuntime:
             wall_s=time.perf_counter() - start,
             received_bytes=int(round(total[size:].sum())),
             lost_aggregators=sorted(j for kind, j in self.transport.lost if kind == AGGREGATOR),
+            traces=traces,
+            measured_on=self.measured_on,
         )
 
     def _inject_faults(self, index: int, round_index: int) -> None:
@@ -391,6 +426,41 @@ class DistRuntime:
                 total += vec.numpy()
         return total
 
+    def _gather_traces(self, plan: RoundPlan, own: np.ndarray) -> np.ndarray:
+        """Every role's events of the round at the server (telemetry, like the ledgers):
+        clients send theirs to their aggregator, which sends them on with its own."""
+        kind, index = self.me
+        if kind == CLIENT:
+            if plan.takes_part(index):
+                agg = (AGGREGATOR, int(plan.assignment[index]))
+                self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
+            return own
+        parts = [own]
+        if kind == AGGREGATOR:
+            for i in plan.order:
+                i = int(i)
+                if plan.assignment[i] != index or i in self.role.lost or not plan.takes_part(i):
+                    continue
+                got = self.transport.recv(
+                    Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
+                )
+                if got is None:
+                    self.role.lost.add(i)
+                else:
+                    parts.append(got.numpy().reshape(-1, N_COLS))
+            self.transport.send(
+                Send(SERVER_ADDRESS, torch.from_numpy(np.concatenate(parts)), CONTROL),
+                telemetry=True,
+            )
+            return own
+        for j in range(self.setup.topology.n_aggregators):
+            if (AGGREGATOR, j) in self.transport.lost:
+                continue
+            got = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
+            if got is not None:
+                parts.append(got.numpy().reshape(-1, N_COLS))
+        return np.concatenate(parts)
+
     def checkpoint(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         """The server's whole state after ``history``'s rounds (tensors and plain data).
 
@@ -429,6 +499,22 @@ class DistRuntime:
 
         x, y = self._eval
         return evaluate_model(self.role.global_model(), x, y, self.setup.dataset.n_classes)
+
+
+MEASURED_ON_ENV = "FLOWSPLIT_MEASURED_ON"
+"""Names where a dist run's times are measured (the testbed sets ``testbed``)."""
+
+
+def measured_on(bind: str | None) -> str:
+    """Where this run's wall times are measured, as its records say: ``$FLOWSPLIT_MEASURED_ON``
+    if set (``testbed`` under the emulated network), else ``loopback`` for roles bound
+    to 127.0.0.1 (all on one host, no network between them), else ``host`` (real hosts)."""
+    named = os.environ.get(MEASURED_ON_ENV, "").strip()
+    if named:
+        return named
+    if bind is None:
+        return "loopback" if os.environ.get("GLOO_SOCKET_IFNAME") == "lo" else "host"
+    return "loopback" if bind.startswith("127.") or bind == "localhost" else "host"
 
 
 def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout: float):
@@ -511,6 +597,7 @@ def role_main(
             device=device,
             wait_timeout=wait_timeout,
         )
+        runtime.measured_on = measured_on(payload.get("bind"))
         runtime.handshake()
         start, done = int(payload.get("start_round", 0)), None
         if runtime.is_server and start:
@@ -617,9 +704,7 @@ def _die_with_launcher(launcher_pid: int) -> None:
     pid exits (a pidfd, polled where pidfds are missing). Ctrl-C and SIGHUP reach the
     whole process group; the roles leave them to the launcher, which ends them all.
     """
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    die_with_parent(signal.SIGKILL)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing semaphore, which a role ended by SIGKILL

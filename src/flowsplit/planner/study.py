@@ -41,6 +41,7 @@ from flowsplit.planner.study_config import (  # re-exported: the study's configu
     resolve,
 )
 from flowsplit.planner.surrogate import choose_pilot_cuts, predict_accuracy
+from flowsplit.util import jsonable
 
 
 def resolve_study_config(quick: bool = False, **options: Any) -> StudyConfig:
@@ -329,22 +330,6 @@ def _surrogate_summary(surrogate: dict) -> dict | None:
         r = surrogate["ridge"]
         out["ridge"] = {k: r.get(k) for k in ("loo_rmse", "alpha", "spread_kept", "flattened")}
     return out
-
-
-def jsonable(obj: Any) -> Any:
-    """``obj`` with NumPy scalars as Python numbers, tuples as lists and non-finite
-    floats as ``None`` (strict JSON has no NaN)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if hasattr(obj, "item"):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 __all__ = [

@@ -34,6 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from flowsplit.errors import ConfigError
 from flowsplit.train.config import COMM_HOOKS, TrainConfig
+from flowsplit.util import available_cores  # noqa: F401  (its importers' name for it)
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,6 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
         restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
     )
-
-
-def available_cores() -> int:
-    """Cores this process may run on (respects CPU affinity, e.g. taskset or cgroups)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.util import die_with_parent
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -66,13 +66,7 @@ def _die_with_parent() -> None:
     """Ask Linux to send this worker SIGTERM when its launcher dies (even by SIGKILL, as a
     timeout does): workers in their own sessions would otherwise outlive it and hold
     the cores."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if die_with_parent(signal.SIGTERM):
         launcher = os.environ.get("FLOWSPLIT_LAUNCHER_PID")
         if launcher and os.getppid() != int(launcher):  # it died before prctl took effect
             os._exit(1)

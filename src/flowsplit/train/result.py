@@ -32,6 +32,7 @@ from typing import Any
 
 from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import InputError
+from flowsplit.util import jsonable
 
 RESULT_SCHEMA_VERSION = 2
 """Version 2: ``kind`` and the SFL fields (``rounds``, ``totals``, ...) added;
@@ -212,7 +213,7 @@ class RunResult:
         data = asdict(self)
         if self.rounds is not None:
             data["rounds"] = [r.to_dict() for r in self.rounds]
-        return _clean(data)
+        return jsonable(data)
 
     def to_json(self, path: str | Path | None = None) -> str:
         """The result as JSON text; also written (atomically) to ``path`` when given."""
@@ -387,16 +388,3 @@ def _is_instance(value: Any, base: type) -> bool:
     if base is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, base)
-
-
-def _clean(obj: Any) -> Any:
-    """Make a value strict-JSON safe: NaN/inf -> None, numpy scalars -> Python."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalar
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj

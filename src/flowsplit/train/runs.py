@@ -13,7 +13,9 @@ Layout of ``RUN``::
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -99,6 +101,47 @@ def clear_run(out: str | Path) -> list[Path]:
     for path in removed:
         path.unlink()
     return removed + remove_stale_temps(out)
+
+
+PREVIOUS_RUN = ".previous-run"
+"""Where ``--overwrite`` keeps the run it replaces until the new one has finished."""
+
+
+def set_aside_run(out: str | Path) -> Path | None:
+    """Move a run's own files into ``out/.previous-run/`` (``--overwrite``): the old run
+    stays whole until the new one has finished (:func:`drop_aside_run`), and comes back
+    if it fails (:func:`restore_aside_run`). None when there was no run to keep."""
+    out = Path(out)
+    aside = out / PREVIOUS_RUN
+    files = [out / name for name in RUN_FILES if (out / name).is_file()]
+    if aside.is_dir():  # an --overwrite killed before it finished: keep the run it kept
+        for path in files:
+            path.unlink()
+        return aside
+    if not files:
+        return None
+    aside.mkdir()
+    for path in files:
+        os.replace(path, aside / path.name)
+    return aside
+
+
+def restore_aside_run(out: str | Path, aside: Path | None) -> None:
+    """The new run failed: its files go, the previous run's come back."""
+    if aside is None or not aside.is_dir():
+        return
+    out = Path(out)
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
+    for path in aside.iterdir():
+        os.replace(path, out / path.name)
+    aside.rmdir()
+
+
+def drop_aside_run(aside: Path | None) -> None:
+    """The new run finished: the previous one is removed."""
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def remove_stale_temps(out: str | Path) -> list[Path]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,7 +38,6 @@ from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.models.registry import build_estimator
 from flowsplit.train.config import TrainConfig
-from flowsplit.train.distributed import available_cores
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
 from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
@@ -49,6 +47,7 @@ from flowsplit.train.runs import (
     resolve_view,
     write_run_config,
 )
+from flowsplit.util import available_cores, peak_rss_mb
 
 log = logging.getLogger("flowsplit.train")
 CALIBRATION_ROUNDS = 20
@@ -74,10 +73,6 @@ class RoundTimer(xgb.callback.TrainingCallback):
     def after_training(self, model):
         model.set_attr(**{self.ATTR: json.dumps(self.times)})
         return model
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _time_rounds_alone(X, y, X_val, y_val, params: dict, n_rounds: int) -> list[float]:
@@ -165,7 +160,7 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
     else:
         timer = RoundTimer()
         est.fit(X_tr, y_tr, **fit_args, callbacks=[timer])
-        round_times, rss = timer.times, [_peak_rss_mb()]
+        round_times, rss = timer.times, [peak_rss_mb()]
     fit_time = time.perf_counter() - t_fit
     est.booster_.set_attr(**{RoundTimer.ATTR: None})
     extra.update(
@@ -222,7 +217,7 @@ def _fit_on_dask(
         extra.update(
             _calibrate_sync(client, workers, est, X_tr, y_tr, X_val, y_val, round_times, cfg.seed)
         )
-        rss_by_worker = client.run(_peak_rss_mb)
+        rss_by_worker = client.run(peak_rss_mb)
         layout["world_size"] = len(workers)
     return round_times, [rss_by_worker[w] for w in workers]
 

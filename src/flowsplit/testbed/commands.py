@@ -1,0 +1,207 @@
+"""``flowsplit testbed``: run a command once per emulated node; show a spec; clean up.
+
+    flowsplit testbed run TOPOLOGY.toml -- flowsplit sfl run DATA --mode dist \\
+        --topology TOPOLOGY.toml -o RUN
+    flowsplit testbed run --nodes 4 --mbit 100 --cpu 0.25 -- flowsplit train DATA -o RUN \\
+        --threads 1 --steps-per-epoch 20
+    flowsplit testbed show TOPOLOGY.toml | --nodes 4 ...
+    flowsplit testbed clean [--all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from flowsplit.errors import ConfigError
+
+RUN_DESCRIPTION = """\
+Build an emulated network on this machine and run COMMAND once in every node, as
+torchrun would start one process per node: RANK (the node's order), WORLD_SIZE,
+MASTER_ADDR (the first node's address), MASTER_PORT, LOCAL_RANK=0 and
+GLOO_SOCKET_IFNAME (the node's interface) are set; {rank}, {node} and {address} in
+COMMAND become the node's. `flowsplit ...` runs this interpreter's flowsplit.
+
+From a topology TOML (the one `sfl run --topology` reads) the nodes are the server,
+the aggregators and the clients in the dist runner's rank order, every directed link
+shaped to the topology's bandwidth, CPU shares in the ratio of the compute speeds.
+With --nodes, N identical nodes each send at --mbit under a --cpu core quota.
+
+Latency is not emulated (no netem on these kernels): the paths have tens of
+microseconds. Everything made (namespaces, interfaces, qdiscs, cgroups, processes) is
+removed when COMMAND ends, fails, or the testbed is stopped (Ctrl-C, SIGTERM). Needs root.
+"""
+
+
+def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topology", nargs="?", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
+    _add_spec_options(p)
+
+
+def _add_spec_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, help="a cluster of N identical nodes instead")
+    p.add_argument("--mbit", type=float, help="cluster: each node's link rate, Mbit/s")
+    p.add_argument("--cpu", type=float, help="cluster: each node's CPU quota, cores")
+    p.add_argument(
+        "--cpu-budget",
+        type=float,
+        help="topology: cores all nodes may use together (default: this machine's)",
+    )
+    p.add_argument(
+        "--cpu-period-us", type=int, default=10_000, help="cgroup CFS period (default 10000)"
+    )
+
+
+def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    _add_spec_options(p)
+    p.add_argument("--port", type=int, default=29500, help="MASTER_PORT (default 29500)")
+    p.add_argument("--logs", type=Path, help="write each node's output to LOGS/<node>.log")
+    p.add_argument("--timeout", type=float, help="end every node after this many seconds")
+    p.add_argument("--quiet", "-q", action="store_true")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace):
+    from flowsplit.testbed.spec import TestbedSpec
+
+    if (args.topology is None) == (args.nodes is None):
+        raise ConfigError("give a TOPOLOGY file or --nodes N (one of them)")
+    if args.nodes is not None:
+        return TestbedSpec.cluster(
+            args.nodes, args.mbit, args.cpu, cpu_period_us=args.cpu_period_us
+        )
+    if args.mbit is not None or args.cpu is not None:
+        raise ConfigError("--mbit and --cpu describe a --nodes cluster; a topology has its own")
+    return TestbedSpec.from_topology(
+        args.topology, cpu_budget=args.cpu_budget, cpu_period_us=args.cpu_period_us
+    )
+
+
+class _OptionParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(f"testbed run: {message} (see flowsplit testbed run --help)")
+
+
+class _Stopped(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the ``with`` block (so the testbed is removed), as Ctrl-C does."""
+
+    def handler(signum, _frame):
+        raise _Stopped(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flowsplit.testbed.bed import Testbed
+    from flowsplit.testbed.system import require
+
+    command = list(args.command)
+    if "--" in command:
+        # argparse's remainder starts at TOPOLOGY: the options between it and `--` are ours
+        cut = command.index("--")
+        _run_options(_OptionParser(prog="flowsplit testbed run")).parse_args(
+            command[:cut], namespace=args
+        )
+        command = command[cut + 1 :]
+    if args.nodes is not None and args.topology is not None:
+        # with --nodes (no TOPOLOGY) argparse hands the command's first word to TOPOLOGY
+        command, args.topology = [args.topology, *command], None
+    if not command:
+        raise ConfigError("testbed run: give the COMMAND to run after --")
+    spec = spec_from_args(args)
+    require()
+    t0 = time.monotonic()
+    stopped = None
+    try:
+        with _stop_on_signals(), Testbed(spec) as tb:
+            if not args.quiet:
+                nodes = ", ".join(
+                    f"{n.name} {n.address}" + (f" {n.spec.cpu:.2g} cpu" if n.spec.cpu else "")
+                    for n in tb.nodes.values()
+                )
+                print(f"testbed {tb.tag}: {nodes}", file=sys.stderr)
+            procs = tb.launch(command, master_port=args.port, log_dir=args.logs)
+            codes = tb.wait(procs, args.timeout)
+    except (_Stopped, KeyboardInterrupt) as exc:
+        stopped = str(exc) or "SIGINT"
+    if stopped:
+        print(f"testbed: stopped by {stopped}; everything it made was removed", file=sys.stderr)
+        return 130
+    failed = {name: c for name, c in zip(spec_names(spec), codes, strict=True) if c}
+    took = time.monotonic() - t0
+    if failed:
+        first = next(iter(failed.items()))
+        print(
+            f"testbed: {len(failed)} of {len(codes)} nodes failed (first: {first[0]} exit "
+            f"{first[1]}) after {took:.1f} s; testbed removed",
+            file=sys.stderr,
+        )
+        return first[1] if first[1] > 0 else 1
+    if not args.quiet:
+        print(f"testbed: {len(codes)} nodes done in {took:.1f} s; testbed removed", file=sys.stderr)
+    return 0
+
+
+def spec_names(spec) -> list[str]:
+    return [n.name for n in spec.nodes]
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    print(json.dumps(spec.to_dict(), indent=2))
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from flowsplit.testbed.system import clean_leftovers, require
+
+    require()
+    removed = clean_leftovers(all_testbeds=args.all)
+    print(f"removed {len(removed)} testbed(s){': ' + ', '.join(removed) if removed else ''}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``flowsplit testbed`` and its sub-commands."""
+    top = sub.add_parser(
+        "testbed",
+        help="emulated cluster or edge network on this machine (root)",
+        description=__doc__.splitlines()[0],
+    )
+    tsub = top.add_subparsers(dest="testbed_command", metavar="COMMAND")
+    top.set_defaults(func=lambda _args: top.print_help() or 2)
+
+    p = tsub.add_parser(
+        "run",
+        help="run a command once per node",
+        description=RUN_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("topology", nargs="?", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
+    _run_options(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    p.set_defaults(func=cmd_run)
+
+    p = tsub.add_parser("show", help="print the nodes, CPU shares and link rates of a spec")
+    _add_spec_arguments(p)
+    p.set_defaults(func=cmd_show)
+
+    p = tsub.add_parser("clean", help="remove what testbeds whose owner died left behind")
+    p.add_argument("--all", action="store_true", help="also live testbeds' (all of them)")
+    p.set_defaults(func=cmd_clean)

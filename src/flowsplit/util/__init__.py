@@ -1,0 +1,21 @@
+"""Small helpers every layer may use (the ground floor: imports nothing of flowsplit).
+
+- :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`peak_rss_mb`,
+  :func:`die_with_parent`;
+- :mod:`flowsplit.util.jsondoc`: :func:`jsonable` (strict JSON out) and the typed
+  documents' reading (:func:`typed_from_dict`, :func:`typed_to_dict`,
+  :func:`read_json_document`).
+"""
+
+from flowsplit.util.jsondoc import jsonable, read_json_document, typed_from_dict, typed_to_dict
+from flowsplit.util.system import available_cores, die_with_parent, peak_rss_mb
+
+__all__ = [
+    "available_cores",
+    "die_with_parent",
+    "jsonable",
+    "peak_rss_mb",
+    "read_json_document",
+    "typed_from_dict",
+    "typed_to_dict",
+]

@@ -1,0 +1,57 @@
+"""The process and the machine: cores, peak memory, dying with the parent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import sys
+from pathlib import Path
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the CPU affinity mask, e.g. taskset or cgroups, not
+    the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB.
+
+    ``VmHWM`` of ``/proc/self/status`` where there is one: Linux carries a process's
+    ``ru_maxrss`` across ``execve``, so a worker forked from a big parent (a benchmark
+    that just wrote a 7 GB dataset) would report the parent's peak; ``VmHWM`` belongs
+    to this program's own address space. Elsewhere ``ru_maxrss`` (KiB on Linux).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> bool:
+    """Ask Linux to send this process ``sig`` when its parent dies (however it dies,
+    SIGKILL included): ``prctl(PR_SET_PDEATHSIG)``. Usable as a ``preexec_fn``.
+
+    Returns whether the request was made (False off Linux or without libc's ``prctl``).
+    The parent may already have died before the call: callers that know its pid check
+    ``os.getppid()`` afterwards.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+        return True
+    return False

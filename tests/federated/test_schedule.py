@@ -1,0 +1,114 @@
+"""The round's timeline: replaying traced events on the cost model, and its summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowsplit.federated.sim import run_simulation
+from flowsplit.federated.system.presets import homogeneous
+from flowsplit.federated.system.protocol import DOWNLOAD, GRADIENTS, MODEL, TRAIN, UPLOAD
+from flowsplit.federated.system.schedule import T_END, T_START, Tracer, replay, timeline
+from tests.federated._toy import toy_setup
+
+
+def _topology():
+    # 2 clients, 1 aggregator: client links 10 ms / 1 MB/s, backbone 20 ms / 10 MB/s.
+    topo = homogeneous(2, 1)
+    topo.ca_latency[:] = 0.010
+    topo.ca_bandwidth[:] = 1e6
+    topo.as_latency[:] = 0.020
+    topo.as_bandwidth[:] = 1e7
+    return topo
+
+
+def test_replay_queues_the_aggregator_and_shares_links_first_in_first_out():
+    # Prepare: the server sends a 1 MB model to the aggregator (ranks: server 0,
+    # aggregator 1, clients 2 and 3), which sends it to both clients over their own
+    # links; each client computes 0.5 s and sends 100 kB back; the aggregator works
+    # 0.25 s per client, one client after the other, then reports 10 kB up.
+    server, agg, c0, c1 = Tracer(0, 1), Tracer(1, 1), Tracer(2, 1), Tracer(3, 1)
+    server.send(1, 1_000_000, DOWNLOAD, 0, 0)
+    server.recv(1, 0, MODEL, 0, 0)
+    agg.recv(0, 0, MODEL, 0, 0)
+    agg.send(2, 1_000_000, DOWNLOAD, 0, 0)
+    agg.send(3, 1_000_000, DOWNLOAD, 0, 0)
+    for c in (2, 3):
+        agg.recv(c, 0, GRADIENTS, 0, 0)
+        agg.work(0.25, TRAIN, 0, 0)
+    agg.send(0, 10_000, UPLOAD, 0, 0)
+    for tr in (c0, c1):
+        tr.recv(1, 0, MODEL, 0, 0)
+        tr.work(0.5, TRAIN, 0, 0)
+        tr.send(1, 100_000, TRAIN, 0, 0)
+    trace = np.concatenate([t.array() for t in (server, agg, c0, c1)])
+    # Execute
+    out = replay(trace, _topology())
+    summary = timeline(out, 1)
+    # Assert: model at the aggregator at 0.1 + 0.02 = 0.12 s; each client link carries
+    # its copy in 1 s (+10 ms): clients hold it at 1.13 s, send at 1.63 s, arrive at
+    # 1.74 s; the aggregator works on client 0 until 1.99 s and on client 1 until
+    # 2.24 s (queued behind client 0), then the report takes 1 ms + 20 ms.
+    assert out[0, T_END] == 0.0  # a send does not block the sender
+    assert summary["download_s"] == pytest.approx(1.13)
+    assert summary["round_s"] == pytest.approx(2.24 + 0.001 + 0.020)
+    assert summary["aggregator_compute_s"] == pytest.approx(0.5)
+    assert summary["client_compute_s"] == pytest.approx(0.5)
+    assert summary["download_s"] + summary["train_s"] + summary["upload_s"] == pytest.approx(
+        summary["round_s"]
+    )
+    # The aggregator's receive from client 1 waited nothing: its batch was there (1.74 s)
+    # when the aggregator finished client 0 (1.99 s).
+    rows = out[(out[:, 0] == 1) & (out[:, 1] == 2)]
+    assert rows[-1, T_START] == pytest.approx(1.99) and rows[-1, T_END] == pytest.approx(1.99)
+
+
+def test_replay_goes_on_when_a_message_never_came():
+    # A client waits for a model the aggregator never sent (it was lost mid-round).
+    client = Tracer(2, 1)
+    client.recv(1, 0, MODEL, 0, 0)
+    client.work(0.3, TRAIN, 0, 0)
+    out = replay(client.array(), _topology())
+    assert out[-1, T_END] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(("scheme", "cuts"), [("hsfl", (1, 2)), ("hsfl-ll", (1, 3))])
+def test_simulated_rounds_record_a_predicted_timeline(dataset, scheme, cuts):
+    setup = toy_setup(dataset, 3, 2, scheme=scheme, cuts=cuts, rounds=2)
+    result = run_simulation(setup)
+    for rec in result.history:
+        t = rec["timing"]
+        assert set(t) == {"predicted"}  # nothing is measured in one process
+        p = t["predicted"]
+        assert p["source"] == "predicted" and p["on"] == "topology heterogeneous"
+        assert rec["predicted_round_s"] == p["round_s"] > 0
+        assert p["download_s"] + p["train_s"] + p["upload_s"] == pytest.approx(p["round_s"])
+        # Every message is at least one latency: the round is longer than the slowest
+        # client's download latency plus its upload latency.
+        lat = setup.topology.ca_latency[np.arange(3), setup.assignment].max()
+        assert p["round_s"] > 2 * lat
+
+
+@pytest.mark.slow
+def test_dist_rounds_record_measured_phases_beside_the_same_prediction(dataset, tmp_path):
+    from flowsplit.federated.dist import launch_roles
+    from tests.federated._toy import ToyFactory
+
+    # Prepare: 3 clients, 2 aggregators, hsfl, 1 round; in process, then as processes.
+    setup = toy_setup(dataset, 3, 2, scheme="hsfl", cuts=(1, 2), timeout_s=30.0)
+    sim = run_simulation(setup).history[0]
+    dist = launch_roles(
+        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, quiet=True
+    ).history[0]
+    # Assert: the same predicted timeline (the same events replayed), bytes unchanged,
+    # and a measured one on loopback whose phases tile the measured round.
+    assert dist["bytes"] == sim["bytes"]
+    assert dist["predicted_round_s"] == pytest.approx(sim["predicted_round_s"], rel=1e-9)
+    m = dist["timing"]["measured"]
+    assert m["source"] == "measured" and m["on"] == "loopback"
+    assert dist["measured_round_s"] == m["round_s"] > 0
+    assert m["download_s"] + m["train_s"] + m["upload_s"] == pytest.approx(m["round_s"])
+    # The round cannot be shorter than the compute any one role measured in it, nor
+    # longer than the server's wall time for the whole round (evaluation included).
+    assert m["round_s"] >= max(m["client_compute_s"], m["server_compute_s"])
+    assert m["round_s"] <= dist["wall_s"]
