@@ -207,3 +207,83 @@ def predictions_frame(
         columns=[f"p_{c}" for c in model_classes],
     )
     return pd.concat([table, probs], axis=1)
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_run` found: the scores and each flow's prediction."""
+
+    summary: dict
+    """``run``, ``dataset``, ``split``, ``n``, ``classes`` and the scores of
+    :func:`score_by_name` (what ``evaluate --json`` prints)."""
+    predictions: object
+    """One row per flow of the split (:func:`predictions_frame`, a DataFrame)."""
+    model: object
+    doc: dict
+    """The run's ``config.json``."""
+    dataset: Dataset
+    mapping: ClassMapping
+    x: np.ndarray
+    """The model's input rows."""
+    y: np.ndarray
+    """The flows' labels in the dataset's classes."""
+
+    @property
+    def report(self) -> str:
+        """The per-class table and confusion matrix as text (:func:`format_report`)."""
+        return format_report(self.summary, self.mapping.model_classes, absent=self.mapping.absent)
+
+
+def evaluate_run(run, dataset, split: str = "test") -> Evaluation:
+    """Score the model of a ``train`` or ``sfl run`` directory on a dataset's ``split``.
+
+    Classes are matched by name (ignoring case); flows of a class the model never saw
+    are counted, not scored; macro-F1 is over the classes the dataset has. Raises
+    :class:`~flowsplit.errors.InputError` (one line) when the model cannot read it.
+    """
+    from flowsplit.data.store import load_dataset
+    from flowsplit.train.runs import load_trained_model, predict_proba
+
+    model, doc = load_trained_model(run)
+    info = doc["model"]
+    ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+    view = info["view"]
+    if not ds.has_view(view):
+        raise InputError(ds.root, f"dataset has no view {view!r}, which the model reads")
+    if view != "stats" and list(ds.view_shape(view)) != list(info["input_shape"]):
+        raise InputError(
+            ds.root,
+            f"{view} samples are {ds.view_shape(view)}, "
+            f"the model was trained on {tuple(info['input_shape'])}",
+        )
+    if split not in SPLIT_CHOICES:
+        raise InputError(ds.root, f"no split {split!r}; choose one of {', '.join(SPLIT_CHOICES)}")
+    mapping = ClassMapping(list(info["classes"]), list(ds.classes))
+    if not mapping.shared:
+        raise InputError(
+            ds.root,
+            f"none of its classes ({', '.join(ds.classes)}) is one the model was trained on "
+            f"({', '.join(info['classes'])}), even ignoring case; evaluate on a dataset "
+            "labelled with the same class names",
+        )
+    rows = split_rows(ds, split)
+    y = ds.labels[rows]
+    x = model_input(ds, view, rows, doc["dataset"].get("view_columns"))
+    if len(rows) and not (mapping.to_model_labels(y) >= 0).any():
+        raise InputError(
+            ds.root,
+            f"its {split} split has no flows of a class the model knows "
+            f"({len(rows)} flows of {', '.join(mapping.unseen)})",
+        )
+    proba = predict_proba(model, x) if len(rows) else np.zeros((0, len(mapping.model_classes)))
+    scores = score_by_name(y, proba.argmax(1), mapping)
+    summary = {
+        "run": str(run),
+        "dataset": str(getattr(dataset, "root", dataset)),
+        "split": split,
+        "n": int(len(rows)),
+        "classes": mapping.model_classes,
+        **scores,
+    }
+    table = predictions_frame(ds, rows, proba, mapping.model_classes)
+    return Evaluation(summary, table, model, doc, ds, mapping, x, y)
