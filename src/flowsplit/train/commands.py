@@ -184,6 +184,20 @@ def check_restart(cfg) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    cfg, resume = config_from_args(args)
+    r = train_run(cfg, resume=resume, overwrite=args.overwrite)
+    per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
+    print(
+        f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
+        f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
+        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
+    )
+    return 0
+
+
+def train_run(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False):
+    """Check, train and return the :class:`~flowsplit.train.result.RunResult` of ``cfg``
+    (what ``flowsplit train`` and the Python API's ``flowsplit.train`` run)."""
     from flowsplit.data.store import OutputLock
     from flowsplit.train.result import RunResult
     from flowsplit.train.runs import (
@@ -193,27 +207,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         set_aside_run,
     )
 
-    cfg, resume = config_from_args(args)
     # One writer per run directory: a second train -o SAME is refused naming this one.
     with OutputLock(cfg.out):
-        check_before_launch(cfg, resume, overwrite=args.overwrite)
+        check_before_launch(cfg, resume, overwrite=overwrite)
         remove_stale_temps(cfg.out)  # of a run killed while writing
         # --overwrite keeps the previous run aside until the new one has finished.
-        aside = set_aside_run(cfg.out) if args.overwrite and not resume else None
+        aside = set_aside_run(cfg.out) if overwrite and not resume else None
         try:
             _train(cfg, resume)
         except BaseException:
             restore_aside_run(cfg.out, aside)
             raise
         drop_aside_run(aside)
-    r = RunResult.from_json(Path(cfg.out))
-    per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
-    print(
-        f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
-        f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
-        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
-    )
-    return 0
+    return RunResult.from_json(Path(cfg.out))
 
 
 def _train(cfg, resume: bool) -> None:
