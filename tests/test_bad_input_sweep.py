@@ -25,6 +25,7 @@ import os
 import pickle
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -166,6 +167,30 @@ def negative_bandwidth(w: World, t: Path) -> Path:
     bad = text.replace("bandwidth_Bps = 125000000.0", "bandwidth_Bps = -5.0", 1)
     assert bad != text
     return write(t / "net.toml", bad)
+
+
+def special(t: Path, kind: str) -> Path:
+    """A FIFO, socket or character device (ours: root only) in ``t``."""
+    path = t / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root (CI runs the sweep as root)")
+        path = t / "dev"
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return path
+
+
+def linked(t: Path, target: Path) -> Path:
+    link = t / "link"
+    link.symlink_to(target)
+    return link
 
 
 def _set(*keys, value):
@@ -476,6 +501,17 @@ CASES = [
     C("sfl-run-out-unwritable", SFL + " -o /sys/flowsplit-sweep/o", "/sys/flowsplit-sweep"),
     C("compare-out-unwritable", "compare {ds} --quick -o /sys/flowsplit-sweep/s",
       "/sys/flowsplit-sweep"),
+    # ---- -o onto what is not a regular file (issue 31 item 1) -------------------
+    C("evaluate-output-a-fifo", "evaluate {run} {ds} --out {x}", "fifo", "a FIFO",
+      lambda w, t: special(t, "fifo")),
+    C("predict-output-a-fifo", "predict {run} {pcap} -o {x}", "fifo", "a FIFO",
+      lambda w, t: special(t, "fifo")),
+    C("evaluate-output-a-device", "evaluate {run} {ds} --out {x}", "dev", "a character device",
+      lambda w, t: special(t, "device")),
+    C("predict-output-a-socket", "predict {run} {pcap} -o {x}", "sock", "a socket",
+      lambda w, t: special(t, "socket")),
+    C("evaluate-output-a-link-to-a-fifo", "evaluate {run} {ds} --out {x}", "link", "a FIFO",
+      lambda w, t: linked(t, special(t, "fifo"))),
     # ---- demo ------------------------------------------------------------------
     C("demo-captures-missing", "demo --captures {t}/nocap -o {t}/d --quiet", "nocap"),
     C("demo-captures-empty", "demo --captures {x} -o {t}/d --quiet", "cap",
@@ -605,3 +641,23 @@ def test_nonsense_that_runs_is_warned_about(world, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 0
     assert f"--batch-size {n_train + 1}" in err and f"the {n_train} training rows" in err
+
+
+def test_an_output_through_a_symlink_and_to_standard_output(world, tmp_path, capsys):
+    # Prepare: -o a link to a file in another folder (written through, the link kept)
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "m.json"
+    link = tmp_path / "m.json"
+    link.symlink_to(target)
+    # Execute
+    rc_link = main(["evaluate", str(world.run), str(world.ds), "--out", str(link)])
+    capsys.readouterr()
+    rc_stdout = main(["evaluate", str(world.run), str(world.ds), "-o", "-"])
+    printed = capsys.readouterr().out
+    rc_csv = main(["predict", str(world.run), str(world.pcap), "-o", "-"])
+    csv = capsys.readouterr().out
+    # Assert
+    assert rc_link == rc_stdout == rc_csv == 0
+    assert link.is_symlink() and json.loads(target.read_text())["run"] == str(world.run)
+    assert json.loads(printed) == json.loads(target.read_text())  # the JSON alone
+    assert csv.splitlines()[0].endswith("predicted,confidence") and not (tmp_path / "-").exists()

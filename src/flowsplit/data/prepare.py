@@ -27,7 +27,14 @@ from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
-from flowsplit.data.store import DatasetWriter, check_target, file_digest, read_manifest
+from flowsplit.data.store import (
+    DatasetWriter,
+    OutputLock,
+    check_target,
+    file_digest,
+    named_os_error,
+    read_manifest,
+)
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 
 log = logging.getLogger("flowsplit.prepare")
@@ -207,6 +214,20 @@ def prepare_dataset(
     An existing dataset at ``out_dir`` is refused unless ``overwrite``, and never
     replaced while a process is reading it.
     """
+    # One writer per output: a second prepare -o SAME is refused while this one holds
+    # it (and temporary folders of crashed runs are removed); the checks run under it.
+    with OutputLock(out_dir):
+        try:
+            return _prepare_dataset(inputs, out_dir, options, progress, overwrite)
+        except OSError as exc:
+            # A full or read-only disk while writing: name the dataset asked for, not
+            # the temporary folder (nor nothing, as a failed write says).
+            if exc.filename is None or f".{Path(out_dir).name}.tmp-" in str(exc.filename):
+                raise named_os_error(exc, out_dir) from exc
+            raise
+
+
+def _prepare_dataset(inputs, out_dir, options, progress, overwrite) -> dict[str, Any]:
     opts = options or PrepareOptions()
     t0 = time.perf_counter()
     check_target(out_dir, overwrite=overwrite)  # refuse now, before any input is read

@@ -19,9 +19,12 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
+import sys
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -95,8 +98,14 @@ def output_file(path: str | Path) -> Path:
 
 
 def named_os_error(exc: OSError, path: str | Path) -> OSError:
-    """``exc`` naming ``path`` (the file the user asked for, not a temporary name)."""
-    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+    """``exc`` naming ``path`` (the file the user asked for, not a temporary name).
+
+    pyarrow's write errors carry their errno only in the message (``[errno 28] ...``).
+    """
+    code = exc.errno
+    if code is None and (found := re.search(r"\[errno (\d+)\]", str(exc), re.IGNORECASE)):
+        code = int(found.group(1))
+    return OSError(code, os.strerror(code) if code else str(exc), str(path))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes | memoryview, *, fsync: bool = False) -> None:
@@ -360,6 +369,100 @@ def exclusive_lock(root: Path):
         os.close(fd)
 
 
+class OutputBusy(InputError):
+    """Another flowsplit process is writing the same output."""
+
+
+class OutputLock:
+    """The writer's lock on an output path ``OUT`` (a dataset, run or study directory).
+
+    ``OUT``'s sibling ``.OUT.lock`` is locked (``flock``, exclusive, not waited for)
+    and holds who took it: a second ``prepare``, ``train`` or ``sfl run`` with the same
+    ``-o`` is refused with a line naming the holder, instead of racing it to the final
+    rename. The kernel drops the lock when its process ends however it ends, so a
+    crashed run never blocks the next one; the file is removed on release. Temporary
+    folders of earlier crashed writers (``.OUT.tmp-*``, ``.OUT.old-*``) are removed
+    once the lock is held: nobody else may be writing them.
+    """
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.path = self.out.with_name(f".{self.out.name}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> OutputLock:
+        try:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            while True:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise OutputBusy(
+                        self.out,
+                        f"is being written by another flowsplit ({holder}); wait for it to "
+                        "finish or choose another -o",
+                    ) from None
+                try:
+                    same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
+                os.close(fd)  # the holder removed the file as we opened it: again
+            info = {
+                "pid": os.getpid(),
+                "host": os.uname().nodename,
+                "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(["flowsplit", *sys.argv[1:]])[:300],
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        except OSError as exc:
+            if exc.filename is None or str(exc.filename) == str(self.path):
+                raise named_os_error(exc, self.out) from exc  # the -o, not the lock file
+            raise  # a folder above OUT that cannot be made: it names that
+        self._fd = fd
+        self.remove_stale()
+        return self
+
+    def remove_stale(self) -> None:
+        """Remove the temporary folders and files crashed writers of ``OUT`` left."""
+        for pattern in (f".{self.out.name}.tmp-*", f".{self.out.name}.old-*"):
+            for stale in self.out.parent.glob(pattern):
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    """Who holds an output lock, in words, from the lock file's contents."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if not isinstance(info, dict) or "pid" not in info:
+        return "a process that has just started"
+    return f"pid {info['pid']} on {info.get('host', '?')} since {info.get('since', '?')}: " + str(
+        info.get("command", "?")
+    )
+
+
 def check_target(out_dir: str | Path, *, overwrite: bool) -> None:
     """Raise InputError if a dataset may not be written to ``out_dir``.
 
@@ -475,13 +578,16 @@ class DatasetWriter:
         self.tmp_dir = Path(
             tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
         )
-        self._raw_dir = self.tmp_dir / "_raw"
-        self._raw_dir.mkdir()
-        self._views = {name: (tuple(shape), np.dtype(dt)) for name, (shape, dt) in views.items()}
-        self._appenders = {
-            name: NpyAppender(self._raw_dir / f"{name}.npy", shape, dt)
-            for name, (shape, dt) in self._views.items()
-        }
+        self._appenders: dict[str, NpyAppender] = {}
+        try:
+            self._raw_dir = self.tmp_dir / "_raw"
+            self._raw_dir.mkdir()
+            self._views = {n: (tuple(shape), np.dtype(dt)) for n, (shape, dt) in views.items()}
+            for name, (shape, dt) in self._views.items():
+                self._appenders[name] = NpyAppender(self._raw_dir / f"{name}.npy", shape, dt)
+        except BaseException:
+            self.abort()  # no temporary folder left behind
+            raise
         self._meta: list[pd.DataFrame] = []
         self._stats: list[pd.DataFrame] = []
         self.n_rows = 0
@@ -605,7 +711,8 @@ class DatasetWriter:
 
     def abort(self) -> None:
         for app in self._appenders.values():
-            app.close_file()
+            with contextlib.suppress(OSError):  # a full disk fails the close's flush too
+                app.close_file()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         self._done = True
 
