@@ -155,10 +155,11 @@ def test_convgru_step_matches_the_textbook_cell():
 
 
 def test_registry_contract():
-    assert set(MODEL_SPECS) == {"cnn", "lstm", "convlstm", "convgru", "xgboost"}
-    assert neural_models() == ["cnn", "lstm", "convlstm", "convgru"]
+    assert set(MODEL_SPECS) == {"cnn", "lstm", "convlstm", "convgru", "transformer", "xgboost"}
+    assert neural_models() == ["cnn", "lstm", "convlstm", "convgru", "transformer"]
     assert [default_view(m) for m in MODEL_SPECS] == [
         "bytes",
+        "pkt_bytes",
         "pkt_bytes",
         "pkt_bytes",
         "pkt_bytes",

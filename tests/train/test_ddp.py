@@ -32,6 +32,15 @@ OPTIONS = {
     "lstm": {"dropout": 0.0, "input_dropout": 0.0, "hidden_size": 8, "hidden": 16},
     "convlstm": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
     "convgru": {"dropout": 0.0, "channels": [3, 4], "hidden": 16},
+    "transformer": {
+        "dropout": 0.0,
+        "patch": 8,
+        "embed": 4,
+        "dim": 8,
+        "heads": 2,
+        "ff": 16,
+        "depth": 2,
+    },
 }
 
 
@@ -58,7 +67,13 @@ def ddp_runs(tmp_path_factory):
     # Prepare
     # 48 training rows, imbalanced: the balanced class weights differ from 1.
     data = write_synthetic(tmp_path / "data", n=80, class_share=(0.6, 0.25, 0.15))
-    weighting = {"cnn": "balanced", "lstm": "balanced", "convlstm": "none", "convgru": "none"}
+    weighting = {
+        "cnn": "balanced",
+        "lstm": "balanced",
+        "convlstm": "none",
+        "convgru": "none",
+        "transformer": "balanced",
+    }
     cfgs = {
         m: TrainConfig(
             dataset=str(data),

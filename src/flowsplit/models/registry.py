@@ -26,6 +26,7 @@ from flowsplit.models.cnn import build_cnn
 from flowsplit.models.convrnn import build_convgru, build_convlstm
 from flowsplit.models.layers import fit_input_scaler, has_input_scaler
 from flowsplit.models.lstm import build_lstm
+from flowsplit.models.transformer import build_transformer
 
 __all__ = [
     "MODEL_SPECS",
@@ -108,6 +109,13 @@ MODEL_SPECS: dict[str, ModelSpec] = {
             ("pkt_bytes", "bytes"),
             build_convgru,
             "two-layer ConvGRU over per-packet byte frames (or payload-image strips)",
+        ),
+        ModelSpec(
+            "transformer",
+            "torch",
+            ("pkt_bytes", "bytes"),
+            build_transformer,
+            "small transformer over patches of packet bytes (YaTC-like, <= 2.5 M parameters)",
         ),
         ModelSpec(
             "xgboost",
