@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowsplit.testbed import missing_requirement, testbed_tags
+from flowsplit.testbed import find_testbeds, missing_requirement
 
 _REASON = missing_requirement()
 needs_testbed = pytest.mark.skipif(bool(_REASON), reason=_REASON or "testbed available")
@@ -12,4 +12,4 @@ needs_testbed = pytest.mark.skipif(bool(_REASON), reason=_REASON or "testbed ava
 
 def leftovers_of(pid: int) -> set[str]:
     """Tags of testbeds owned by ``pid`` that left anything on the machine."""
-    return {t for t in testbed_tags() if t.startswith(f"fstb-{pid}-")}
+    return {t for t in find_testbeds() if t.startswith(f"fstb-{pid}-")}

@@ -42,8 +42,8 @@ from flowsplit.testbed.spec import NodeSpec, TestbedSpec
 from flowsplit.testbed.system import (
     TestbedError,
     clean_leftovers,
+    find_testbeds,
     missing_requirement,
-    testbed_tags,
 )
 
 __all__ = [
@@ -55,7 +55,7 @@ __all__ = [
     "TestbedSpec",
     "burst_bytes",
     "clean_leftovers",
+    "find_testbeds",
     "missing_requirement",
     "socket_in_netns",
-    "testbed_tags",
 ]

@@ -346,8 +346,11 @@ class Testbed:
         Returns the exit codes (a process ended here reads as ``-9``).
         """
         end = None if timeout_s is None else time.monotonic() + timeout_s
-        while any(p.poll() is None for p in procs):
-            failed = any(p.returncode not in (None, 0) for p in procs)
+        while True:
+            codes = [p.poll() for p in procs]  # every one: poll() is what sets returncode
+            if None not in codes:
+                break
+            failed = any(c not in (None, 0) for c in codes)
             if failed or (end is not None and time.monotonic() > end):
                 for p in procs:
                     if p.poll() is None:

@@ -233,7 +233,7 @@ def owner_alive(tag: str) -> bool:
     return started is None or process_start_time(pid) == started
 
 
-def testbed_tags() -> set[str]:
+def find_testbeds() -> set[str]:
     """Tags of every testbed with something left on this machine."""
     tags: set[str] = set()
     if NETNS_DIR.is_dir():
@@ -251,7 +251,7 @@ def testbed_tags() -> set[str]:
 def clean_leftovers(*, all_testbeds: bool = False) -> list[str]:
     """Remove the testbeds whose owner is gone (``all_testbeds``: every one); their tags."""
     removed = []
-    for tag in sorted(testbed_tags()):
+    for tag in sorted(find_testbeds()):
         if all_testbeds or not owner_alive(tag):
             remove_instance(tag)
             removed.append(tag)
