@@ -12,3 +12,38 @@
 - ``commands``: ``flowsplit train``, ``evaluate``, ``predict``; ``__main__``: the
   torchrun entry point ``python -m flowsplit.train``.
 """
+
+import sys
+import types
+
+
+def run(config=None, /, *, overwrite: bool = False, **fields):
+    """Train one model from a :class:`~flowsplit.train.config.TrainConfig` (or its fields as
+    keywords) and return its :class:`~flowsplit.train.result.RunResult`: the Python API's
+    ``flowsplit.train(...)``, the same checks and files as ``flowsplit train``."""
+    from pathlib import Path
+
+    from flowsplit.train.commands import train_run
+    from flowsplit.train.config import TrainConfig
+
+    if config is None:
+        if "dataset" in fields:
+            fields["dataset"] = str(Path(fields["dataset"]).resolve())
+        if "out" in fields:
+            fields["out"] = str(fields["out"])
+        config = TrainConfig.from_dict({"quiet": True, **fields})
+    elif fields:
+        config = TrainConfig.from_dict({**config.to_dict(), **fields})
+    return train_run(config, resume=False, overwrite=overwrite)
+
+
+class _CallablePackage(types.ModuleType):
+    """``flowsplit.train`` is this package and, called, the API's ``train``: once the
+    package is imported, Python binds the name ``flowsplit.train`` to it, so the
+    function ``fs.train(...)`` must be the package itself."""
+
+    def __call__(self, config=None, /, *, overwrite: bool = False, **fields):
+        return run(config, overwrite=overwrite, **fields)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

@@ -1,0 +1,210 @@
+"""flowsplit's Python API: the functions the command line runs, for scripts and notebooks.
+
+    import flowsplit as fs
+
+    ds = fs.prepare("demo/captures", "runs/ds")          # labels: one folder per class
+    run = fs.train(dataset=ds.root, model="cnn", out="runs/cnn", epochs=2)
+    ev = fs.evaluate("runs/cnn", ds.root)                 # scores + one row per flow
+    print(ev.report)
+    ev.predictions.head()
+
+Every function returns the typed object the command writes (:class:`RunResult` for a
+run, :class:`Dataset` for a dataset, :class:`Evaluation` for an evaluation) and raises
+:class:`~flowsplit.errors.FlowsplitError` (one line saying what is wrong) on bad input,
+where the command would print that line. Split learning is under ``fs.sfl``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flowsplit.data.labels import LabelSpec
+from flowsplit.data.prepare import PrepareOptions
+from flowsplit.data.store import Dataset
+from flowsplit.train.config import TrainConfig
+from flowsplit.train.evaluation import Evaluation
+from flowsplit.train.result import RunResult
+
+__all__ = [
+    "Dataset",
+    "Evaluation",
+    "LabelSpec",
+    "PrepareOptions",
+    "RunResult",
+    "TrainConfig",
+    "compare",
+    "evaluate",
+    "load_dataset",
+    "load_model",
+    "predict",
+    "prepare",
+    "read_result",
+    "train",
+]
+
+PathLike = str | Path
+
+
+def prepare(
+    inputs: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    label_by: str = "auto",
+    labels: PathLike | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    **options: Any,
+) -> Dataset:
+    """Turn captures (or flow CSVs, IDX files) into a labelled, split dataset at ``out``.
+
+    Args:
+        inputs: capture files or folders (``folder/CLASS/*.pcap`` labels by folder).
+        out: the dataset directory to write.
+        label_by: ``auto``, ``folder``, ``file-csv``, ``flow-csv``, ``port`` or ``ndpi``
+            (as ``prepare --label-by``).
+        labels: the CSV of ``file-csv`` / ``flow-csv`` labels.
+        overwrite: replace a dataset already at ``out``.
+        progress: show a progress bar.
+        **options: any :class:`PrepareOptions` field (``split_by="flow"``,
+            ``top_classes=8``, ``views=("bytes", "stats")``, ...).
+
+    Returns:
+        The dataset, loaded (:class:`Dataset`).
+    """
+    from flowsplit.data.prepare import prepare_dataset
+
+    files = [inputs] if isinstance(inputs, str | Path) else list(inputs)
+    label_keys = {"file_column", "key_column", "key_format", "port_map", "ndpi_field"}
+    label_keys |= {"ndpi_min_confidence", "ndpi_keep_guessed"}
+    spec = LabelSpec(
+        by=label_by,
+        labels=Path(labels) if labels is not None else None,
+        **{k: options.pop(k) for k in list(options) if k in label_keys},
+    )
+    for key in ("views", "classes", "exclude_classes", "class_names"):
+        if isinstance(options.get(key), list):
+            options[key] = tuple(options[key])
+    prepare_dataset(
+        files, out, PrepareOptions(labels=spec, **options), progress=progress, overwrite=overwrite
+    )
+    return load_dataset(out)
+
+
+def load_dataset(path: PathLike) -> Dataset:
+    """A prepared dataset: ``ds.classes``, ``ds.meta`` (one row per flow),
+    ``ds.xy(view, split)`` (arrays for your own models), ``ds.view(name)``."""
+    from flowsplit.data.store import load_dataset as _load
+
+    return _load(path)
+
+
+def train(config: TrainConfig | None = None, /, *, overwrite: bool = False, **fields) -> RunResult:
+    """Train one model (centralised, or data-parallel with ``workers=N``) and return its result.
+
+    Give a :class:`TrainConfig`, or its fields as keywords: ``dataset``, ``model``
+    (a registry name, or ``package.module:factory`` for your own block model), ``out``,
+    and any other (``epochs``, ``batch_size``, ``workers``, ``seed``, ...). The run
+    directory ``out`` holds what ``flowsplit train`` writes. (``flowsplit.train``, the
+    package, is callable and runs this same function.)
+    """
+    from flowsplit.train import run
+
+    return run(config, overwrite=overwrite, **fields)
+
+
+def evaluate(run: PathLike, dataset: PathLike | Dataset, *, split: str = "test") -> Evaluation:
+    """Score a ``train`` or ``sfl run`` model on ``dataset``'s ``split`` (``all``: every flow).
+
+    Returns an :class:`Evaluation`: ``.summary`` (accuracy, macro-F1 over the classes the
+    dataset has, per-class precision/recall/F1/support, confusion matrix), ``.predictions``
+    (a DataFrame, one row per flow with its probabilities) and ``.report`` (text).
+    """
+    from flowsplit.train.evaluation import evaluate_run
+
+    return evaluate_run(run, dataset, split)
+
+
+def predict(
+    run: PathLike, captures: PathLike | Iterable[PathLike], *, min_confidence: float | None = None
+):
+    """Classify the flows of new captures with a trained run: a DataFrame, one row per flow
+    (5-tuple, times, ``predicted``, ``confidence``; below ``min_confidence``: ``unknown``)."""
+    import pandas as pd
+
+    files = [captures] if isinstance(captures, str | Path) else list(captures)
+    with tempfile.TemporaryDirectory(prefix="flowsplit-predict-") as tmp:
+        out = Path(tmp) / "predictions.csv"
+        argv = ["predict", str(run), *map(str, files), "-o", str(out)]
+        if min_confidence is not None:
+            argv += ["--min-confidence", str(min_confidence)]
+        run_command(argv, quiet=True)
+        return pd.read_csv(out)
+
+
+def read_result(run: PathLike) -> RunResult:
+    """The :class:`RunResult` of a run directory (``metrics.json``): every engine's."""
+    from flowsplit.train.result import read_result as _read
+
+    return _read(run)
+
+
+def load_model(run: PathLike):
+    """The trained model of a run directory (a ``BlockModel`` in eval mode, or the
+    XGBoost classifier) and its ``config.json``, as ``(model, config)``."""
+    from flowsplit.train.runs import load_trained_model
+
+    return load_trained_model(run)
+
+
+def compare(dataset: PathLike, out: PathLike, **options: Any) -> dict[str, Any]:
+    """Run ``flowsplit compare`` (models x workers x seeds) into ``out``; returns the
+    study's ``report.json`` (its verdicts and tables) with ``results_csv``, the path of
+    the one-row-per-run table. Options are the command's, as keywords
+    (``models=["cnn", "xgboost"]``, ``workers=[1, 2]``, ``seeds=[0, 1]``, ``quick=True``)."""
+    run_command(["compare", str(dataset), "-o", str(out), *as_flags(options)])
+    return _study_report(Path(out))
+
+
+def _study_report(out: Path) -> dict[str, Any]:
+    path = out / "report.json"
+    doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return {**doc, "results_csv": str(out / "results.csv")}
+
+
+def as_flags(options: dict[str, Any]) -> list[str]:
+    """Keyword options as command-line flags: ``batch_size=32`` -> ``--batch-size 32``;
+    True -> the bare flag; False/None -> nothing; a list -> comma-separated;
+    ``model_options={"channels": [8, 16]}`` -> ``--model-option channels=[8, 16]``."""
+    argv: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if key == "model_options":
+            for k, v in dict(value).items():
+                argv += ["--model-option", f"{k}={json.dumps(v)}"]
+        elif value is True:
+            argv.append(flag)
+        elif isinstance(value, list | tuple):
+            argv += [flag, ",".join(map(str, value))]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def run_command(argv: list[str], *, quiet: bool = False) -> int:
+    """Run a ``flowsplit`` command in this process; a usage or input error raises
+    :class:`~flowsplit.errors.FlowsplitError` (the CLI prints it as one line)."""
+    import contextlib
+    import io
+
+    from flowsplit.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    sink = io.StringIO() if quiet else None
+    with contextlib.redirect_stdout(sink) if sink is not None else contextlib.nullcontext():
+        return int(args.func(args) or 0)

@@ -1,0 +1,62 @@
+"""Split federated learning from Python: ``fs.sfl.run``, ``fs.sfl.plan``, ``fs.sfl.compare``.
+
+    import flowsplit as fs
+
+    plan = fs.sfl.plan("runs/ds", "runs/plan.json", clients=6, aggregators=2, rounds=2)
+    run = fs.sfl.run("runs/ds", "runs/hsfl", plan="runs/plan.json")
+    run.rounds[-1].accuracy, run.bytes_total, run.per_class_f1
+
+Each runs the command of the same name in this process (the same checks, the same
+files) and returns what it wrote, typed: a :class:`~flowsplit.train.result.RunResult`
+for a run, the plan document for a plan, the study's report for a comparison. Options
+are the command's, as keywords (``--model-option`` is ``model_options={...}``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from flowsplit.api import _study_report, as_flags, read_result, run_command
+from flowsplit.train.result import RunResult
+
+__all__ = ["compare", "plan", "run"]
+
+
+def run(
+    dataset: str | Path,
+    out: str | Path,
+    *,
+    plan: str | Path | None = None,
+    quiet: bool = True,
+    **options: Any,
+) -> RunResult:
+    """Train with ``sfl``, ``hsfl`` or ``hsfl-ll`` (``scheme=``), simulated (``mode="sim"``)
+    or one process per role (``mode="dist"``); or run a ``plan`` from :func:`plan`.
+
+    Returns the run's :class:`RunResult` (kind ``sfl``): ``rounds`` (accuracy, delay and
+    bytes per round), ``bytes_total``, ``delay_total_s``, and, as for a ``train`` run,
+    ``per_class_f1``, ``confusion_matrix`` and the test predictions.
+    """
+    argv = ["sfl", "run", str(dataset), "-o", str(out)]
+    argv += ["--plan", str(plan)] if plan is not None else []
+    argv += as_flags({"quiet": quiet, **options})
+    run_command(argv, quiet=quiet)
+    return read_result(out)
+
+
+def plan(dataset: str | Path, out: str | Path, *, quiet: bool = True, **options: Any) -> dict:
+    """Choose cuts and the client -> aggregator assignment for a topology (``sfl plan``);
+    writes ``out`` (a plan.json that :func:`run` takes) and returns it as a dict:
+    ``cuts``, ``assignment``, ``predicted`` (delay and bytes per round), ``run``, ..."""
+    argv = ["sfl", "plan", str(dataset), "-o", str(out), *as_flags({"quiet": quiet, **options})]
+    run_command(argv, quiet=quiet)
+    return json.loads(Path(out).read_text(encoding="utf-8"))
+
+
+def compare(dataset: str | Path, out: str | Path, **options: Any) -> dict[str, Any]:
+    """Compare schemes and planners on the same data and seeds (``sfl compare``); returns
+    the study's report.json with ``results_csv``, the one-row-per-run table."""
+    run_command(["sfl", "compare", str(dataset), "-o", str(out), *as_flags(options)])
+    return _study_report(Path(out))

@@ -1,0 +1,88 @@
+"""A newcomer's script: only the public API (``import flowsplit as fs``), on the embedded capture.
+
+Prepare the lab capture that ships in ``demo/captures``, train a small CNN, evaluate it
+with per-flow predictions, plan a split and run the plan, and read every result back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flowsplit as fs
+from flowsplit.errors import FlowsplitError
+
+CAPTURES = Path(__file__).resolve().parents[1] / "demo" / "captures"
+SMALL_CNN = {"embed": 4, "channels": [4, 8], "hidden": 8, "kernel": 3, "pool": 4}
+
+
+def test_import_is_light_and_lists_the_api():
+    code = "import sys, flowsplit as fs; print('torch' in sys.modules, ' '.join(dir(fs)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    heavy, names = out.stdout.split(" ", 1)
+    assert heavy == "False"  # the API is imported on first use
+    for name in ("prepare", "load_dataset", "train", "evaluate", "predict", "sfl", "compare"):
+        assert name in names.split()
+
+
+def test_a_newcomers_script(tmp_path):
+    # Prepare: the embedded capture, labels by folder (one per class).
+    ds = fs.prepare(CAPTURES, tmp_path / "ds", views=("bytes", "stats"))
+    assert ds.n_classes == 8 and "dns" in ds.classes
+    x, y = ds.xy("stats", "train")
+    assert len(x) == len(y) > 0
+
+    # Train: a small CNN for one epoch.
+    run = fs.train(
+        dataset=ds.root,
+        model="cnn",
+        out=tmp_path / "cnn",
+        epochs=1,
+        model_options=SMALL_CNN,
+        threads=1,
+    )
+    assert isinstance(run, fs.RunResult) and run.kind == "train"
+    assert run.classes == ds.classes and 0.0 <= run.accuracy <= 1.0
+
+    # Evaluate: scores and one row per flow with the probability of every class.
+    ev = fs.evaluate(tmp_path / "cnn", ds.root)
+    table = ev.predictions
+    assert len(table) == ev.summary["n"] == len(ds.split_indices("test"))
+    assert {"flow_id", "source", "ip_a", "port_b", "true", "predicted"} <= set(table.columns)
+    assert (table["predicted"] == table["true"]).mean() == pytest.approx(run.accuracy)
+    assert ev.summary["accuracy"] == pytest.approx(run.accuracy)
+    assert sum(ev.summary["per_class_support"].values()) == len(table)
+    assert "precision" in ev.report and "confusion matrix" in ev.report
+
+    # Split learning: plan a split for 4 clients and 2 aggregators, then run the plan.
+    plan = fs.sfl.plan(
+        ds.root,
+        tmp_path / "plan.json",
+        model="cnn",
+        clients=4,
+        aggregators=2,
+        rounds=1,
+        train_limit=200,
+        no_pilots=True,
+    )
+    assert len(plan["cuts"]) == 2 and len(plan["assignment"]) == 4
+    sfl = fs.sfl.run(ds.root, tmp_path / "hsfl", plan=tmp_path / "plan.json")
+    assert sfl.kind == "sfl" and len(sfl.rounds) == plan["run"]["rounds"] == 1
+    assert sfl.cuts == plan["cuts"] and sfl.bytes_total > 0
+    assert sfl.rounds[0].bytes_total == pytest.approx(plan["predicted"]["bytes_per_round"])
+    assert set(sfl.per_class_f1) == set(ds.classes)
+
+    # Read back: the same results from the run directories.
+    assert fs.read_result(tmp_path / "hsfl").accuracy == sfl.accuracy
+    model, config = fs.load_model(tmp_path / "cnn")
+    assert config["model"]["classes"] == ds.classes
+
+
+def test_bad_input_is_one_flowsplit_error(tmp_path):
+    with pytest.raises(FlowsplitError, match="manifest"):
+        fs.load_dataset(tmp_path)
+    with pytest.raises(FlowsplitError):
+        fs.sfl.run(tmp_path, tmp_path / "out", scheme="nope")
