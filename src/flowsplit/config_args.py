@@ -30,6 +30,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import math
 import re
 import textwrap
 import types
@@ -240,7 +241,11 @@ def add_config_arguments(
             kw["action"] = argparse.BooleanOptionalAction
         elif spec["parse"] is not None:
             kw["type"] = spec["parse"]
-        elif kind in (int, float, str):
+        elif kind is float:
+            kw["type"] = finite_float  # nan and inf are no learning rate, timeout, ...
+        elif kind is int and f.name == "seed":
+            kw["type"] = parse_seed
+        elif kind in (int, str):
             kw["type"] = kind
         else:
             raise TypeError(f"{cls.__name__}.{f.name}: give metadata=cli(parse=...) for {kind}")
@@ -277,6 +282,52 @@ def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> A
     return cls(**{**values, **overrides})
 
 
+SEED_LIMIT = 2**32
+"""Seeds are integers in [0, 2**32): what NumPy's legacy generator, XGBoost and torch
+all accept (a seed plus an epoch or a small offset stays inside torch's 2**64)."""
+
+
+MAX_SEEDS = 10_000
+"""The most seeds a ``--seeds N`` count may ask for (a study of each)."""
+
+
+def finite_float(text: str) -> float:
+    """A float option's value: a finite number (``nan``, ``inf`` refused at parse time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
+def check_numbers(config: Any, flags: Mapping[str, str]) -> None:
+    """Refuse a config whose float fields ``flags`` (field -> option) are not finite
+    or whose ``seed`` is outside [0, 2**32): the same checks as the parser's, for a
+    config built in Python or read from a file."""
+    from flowsplit.errors import ConfigError
+
+    for name, flag in flags.items():
+        value = getattr(config, name)
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"{flag} must be a finite number, got {value}")
+    seed = getattr(config, "seed", 0)
+    if not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"--seed must be an integer in [0, 2**32), got {seed!r}")
+
+
+def parse_seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2**32)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text}: a seed is an integer in [0, 2**32)")
+    return value
+
+
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``--seeds``, in every command: ``N`` means seeds 0..N-1, ``0,3,7`` exactly those."""
     try:
@@ -286,11 +337,11 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     if not values:
         raise argparse.ArgumentTypeError(f"{text!r}: give a count (5) or a list (0,1,2)")
     if len(values) == 1 and "," not in str(text):
-        if values[0] < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: the count must be >= 1")
+        if not 1 <= values[0] <= MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"{text!r}: the count must be in 1..{MAX_SEEDS}")
         return tuple(range(values[0]))
-    if min(values) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: seeds are >= 0")
+    if min(values) < 0 or max(values) >= SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are integers in [0, 2**32)")
     return tuple(values)
 
 

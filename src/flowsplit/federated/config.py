@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flowsplit.config_args import cli, int_tuple, show_list
+from flowsplit.config_args import check_numbers, cli, int_tuple, show_list
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system import AUX_MODES
 from flowsplit.federated.system.partition import parse_partition
@@ -119,6 +119,17 @@ class SFLConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` saying how to fix the first bad field."""
+        check_numbers(
+            self,
+            {"lr": "--lr", "momentum": "--momentum", "weight_decay": "--weight-decay",
+             "drop_prob": "--drop-prob", "straggler_prob": "--straggler-prob",
+             "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout",
+             "fraction": "--fraction"},
+        )  # fmt: skip
+        for name in ("momentum", "weight_decay"):
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be >= 0, got {getattr(self, name)}")
         if self.scheme not in SCHEMES:
             raise ConfigError(f"--scheme {self.scheme!r}: choose one of {', '.join(SCHEMES)}")
         if self.scheme == "sfl" and self.cuts[0] != self.cuts[1]:

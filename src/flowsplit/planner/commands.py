@@ -18,6 +18,8 @@ from flowsplit.config_args import (
     cli,
     cli_fields,
     config_values,
+    finite_float,
+    parse_seed,
     show_list,
 )
 from flowsplit.errors import ConfigError
@@ -101,7 +103,7 @@ def add_common(p: argparse.ArgumentParser, config: type = StudyConfig, **overrid
     add_config_arguments(p, config, overrides={**STUDY_OPTIONS, **overrides}, unset=True)
     p.add_argument(
         "--max-leakage",
-        type=float,
+        type=finite_float,
         default=None,
         help="plan only cut pairs whose measured leakage is at most this",
     )
@@ -150,7 +152,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
     )
     add_common(p)
     p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON file to write")
-    p.add_argument("--seed", type=int, default=0, help="partition and pilot seed")
+    p.add_argument("--seed", type=parse_seed, default=0, help="partition and pilot seed")
     p.add_argument(
         "--no-pilots",
         action="store_true",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import HelpFormatter, add_renamed
+from flowsplit.config_args import HelpFormatter, add_renamed, finite_float, parse_seed
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.config import parse_model_options
 
@@ -88,7 +88,7 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     add_renamed(p, "--weights", "--victim-run", "--weights are the planner's objective weights")
     p.add_argument("--epochs", type=int, default=3, help="training epochs of each model")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=finite_float, default=1e-3)
     p.add_argument("--train-limit", type=_limit, default=None, help="training rows (or 'all')")
     p.add_argument(
         "--aux-split",
@@ -126,7 +126,7 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     )
     p.add_argument(
         "--max-leakage",
-        type=float,
+        type=finite_float,
         default=None,
         help="mark the least-delay pair with leakage at most this",
     )
@@ -142,7 +142,7 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
         help="no study: redraw OUT/pareto.png from OUT/privacy.json (new budget, "
         "plan, topology or measure)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=parse_seed, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_privacy)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import cli
+from flowsplit.config_args import check_numbers, cli
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.defaults import default_lr
 
@@ -114,6 +114,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check every value; errors say which option to change and how."""
+        check_numbers(
+            self,
+            {"lr": "--lr", "weight_decay": "--weight-decay", "bucket_mb": "--bucket-mb",
+             "timeout_s": "--timeout"},
+        )  # fmt: skip
         if self.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.threads is not None and self.threads < 1:
