@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.config_args import (
+    FORCE_HELP,
     HelpFormatter,
     add_config_arguments,
     add_renamed,
+    check_cores,
     config_from_args,
 )
 from flowsplit.errors import ConfigError, InputError
@@ -114,6 +116,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--out", help="run directory to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument(
         "--resume",
         nargs="?",
@@ -152,6 +155,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
     add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="dist: measure every role's speed and its assigned links first (as `sfl "
+        "probe`; OUT/probe.json, OUT/probe.toml) and predict each round's timeline on them",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -279,6 +288,11 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--min-clients {config.min_clients} is more than the {topology.n_clients} clients"
         )
+    from flowsplit.train.distributed import available_cores
+
+    check_cores(
+        f"--threads {config.threads}", config.threads, available_cores(), force=args.force
+    )
     torch.set_num_threads(config.threads)
     setup = prepare_run(
         config,
@@ -289,6 +303,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     if writes and not args.quiet:
         _log_start(args, config, topology)
+    probe = "run" if getattr(args, "probe", False) else None
+    if probe and args.mode != "dist":
+        raise ConfigError("--probe measures the hosts of a --mode dist run; add --mode dist")
     if args.mode == "sim":
         result = _simulate(setup, out, quiet=args.quiet, policy=run_policy(config))
     elif torchrun is not None:
@@ -300,6 +317,7 @@ def _run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             bind=args.bind,
             policy=run_policy(config),
+            probe=probe,
         )
         if result is None:
             return 0
@@ -314,6 +332,7 @@ def _run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             resume=resume,
             policy=run_policy(config),
+            probe=probe,
         )
     from flowsplit.federated.final import finish_run
 
@@ -323,9 +342,23 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"wrote {out / 'metrics.json'}: accuracy {totals['final_accuracy']:.4f}, "
         f"macro-F1 {totals['final_macro_f1']:.4f}, {totals['bytes_total'] / 1e6:.2f} MB, "
-        f"simulated {totals['delay_total_s']:.1f} s over {totals['rounds']} rounds"
+        f"{delay_summary(result.history, result.topology.name)} over {totals['rounds']} rounds"
     )
     return 0
+
+
+def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
+    """A run's delays, each saying whether it is predicted or measured, and on what."""
+    bound = sum(r["delay_s"] for r in history)
+    text = f"predicted {bound:.1f} s (cost-model bound, topology {topology})"
+    if history and "predicted_round_s" in history[0]:
+        pred = sum(r["predicted_round_s"] for r in history)
+        on = history[0]["timing"]["predicted"]["on"]
+        text += f", predicted {pred:.1f} s (schedule, {on})"
+    if history and "measured_round_s" in history[0]:
+        meas = sum(r["measured_round_s"] for r in history)
+        text += f", measured {meas:.1f} s (on {history[0]['timing']['measured']['on']})"
+    return text
 
 
 def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
@@ -352,6 +385,52 @@ def _simulate(setup, out: Path, *, quiet: bool, policy=None):
         result = run_simulation(setup, on_round=on_round, policy=policy)
     write_run(out, result)
     return result
+
+
+# --- probe -----------------------------------------------------------------------------
+
+
+@add_sfl_command("probe")
+def _add_probe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "probe",
+        help="measure the hosts' compute speeds and links; write a topology to plan from",
+        description=(
+            "Start the dist runner's roles (here, or under torchrun / the testbed, one per "
+            "host) and measure what the planner needs: each role's compute speed (timed "
+            "training steps of its part at the given cuts and batch size) and each "
+            "client-aggregator and aggregator-server link's round trip and bandwidth (timed "
+            "transfers over the runner's own transport). Writes the measured topology "
+            "(`sfl plan --topology OUT`) and OUT's .json twin with every measurement."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
+    p.add_argument("-o", "--out", required=True, help="measured topology TOML to write")
+    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument(
+        "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
+    )
+    p.add_argument(
+        "--topology",
+        default="homogeneous",
+        help="preset or TOML: how many roles, which links exist (its values are replaced)",
+    )
+    p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
+    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
+    p.add_argument("--bind", default=None, help="under torchrun: address gloo binds to")
+    add_config_arguments(p, SFLConfig)
+    p.add_argument("--quiet", action="store_true", help="warnings only")
+    p.set_defaults(func=cmd_probe)
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from flowsplit.federated.probe import probe_command
+
+    config = _config_from_args(args)
+    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
+    return probe_command(args, config, model_fn)
 
 
 # --- profile ---------------------------------------------------------------------------

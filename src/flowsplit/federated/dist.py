@@ -183,6 +183,8 @@ class DistRuntime:
         self.n_samples = setup.n_samples
         self.measured_on = "loopback"
         """Where this run's times are measured (:func:`measured_on`)."""
+        self.probed: Topology | None = None
+        """The server's probed topology (``--probe``): rounds are predicted on it."""
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         kind, index = me
         if self.is_server:
@@ -374,6 +376,7 @@ class DistRuntime:
             lost_aggregators=sorted(j for kind, j in self.transport.lost if kind == AGGREGATOR),
             traces=traces,
             measured_on=self.measured_on,
+            predict_on=self.probed,
         )
 
     def _inject_faults(self, index: int, round_index: int) -> None:
@@ -425,6 +428,61 @@ class DistRuntime:
             if vec is not None:
                 total += vec.numpy()
         return total
+
+    def probe(self, mode: str, out_dir: Path) -> None:
+        """Measure this role's speed and links (:mod:`flowsplit.federated.probe`); the
+        server writes ``probe.json`` and ``probe.toml`` to ``out_dir`` and predicts every
+        round's timeline on the probed topology. ``mode``: ``only`` measures every
+        client-aggregator pair (``sfl probe``), ``run`` the assigned ones."""
+        from flowsplit.data.store import atomic_write_json
+        from flowsplit.federated.probe import (
+            PROBE_JSON,
+            PROBE_TOML,
+            all_pairs,
+            assigned_pairs,
+            probed_topology,
+            run_probe,
+        )
+        from flowsplit.federated.system.topology import write_topology
+
+        topo = self.setup.topology
+        pairs = all_pairs(topo) if mode == "only" else assigned_pairs(self.assignment)
+        if mode == "only":
+            self._connect_pairs(pairs)
+        start = time.perf_counter()
+        rows = run_probe(self, pairs)
+        if rows is None:
+            return
+        self.probed, report = probed_topology(topo, rows)
+        report.update(
+            mode=mode,
+            on=self.measured_on,
+            seconds=time.perf_counter() - start,
+            batch_size=self.setup.config.batch_size,
+            cuts=list(self.setup.config.cuts),
+            scheme=self.setup.config.scheme,
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out_dir / PROBE_JSON, report)
+        write_topology(self.probed, out_dir / PROBE_TOML)
+        log.info("probe: wrote %s and %s", out_dir / PROBE_JSON, out_dir / PROBE_TOML)
+
+    def _connect_pairs(self, pairs: list[tuple[int, int]]) -> None:
+        """Create the gloo groups of ``pairs`` this process lacks (every process walks the
+        same list in the same order, so the pairwise rendezvous cannot deadlock)."""
+        if self.store is None:
+            return
+        n_aggs = self.setup.topology.n_aggregators
+        for i, j in sorted(pairs, key=lambda p: (p[1], p[0])):
+            a, b = (AGGREGATOR, j), (CLIENT, i)
+            if self.me not in (a, b):
+                continue
+            peer = b if self.me == a else a
+            if peer in self.transport.peers:
+                continue
+            self.transport.peers[peer] = pair_group(
+                self.store, self.me, a, b, n_aggs, device=self.device, timeout_s=self.wait_timeout
+            )
 
     def _gather_traces(self, plan: RoundPlan, own: np.ndarray) -> np.ndarray:
         """Every role's events of the round at the server (telemetry, like the ledgers):
@@ -499,6 +557,20 @@ class DistRuntime:
 
         x, y = self._eval
         return evaluate_model(self.role.global_model(), x, y, self.setup.dataset.n_classes)
+
+
+CGROUP_ENV = "FLOWSPLIT_JOIN_CGROUP"
+"""A ``cgroup.procs`` file a role moves itself into once it is set up (the testbed's CPU
+quota then applies to the run, not to importing torch and loading the data)."""
+
+
+def _join_cgroup() -> None:
+    path = os.environ.get(CGROUP_ENV, "").strip()
+    if path:
+        try:
+            Path(path).write_text(str(os.getpid()), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"${CGROUP_ENV}={path}: cannot join the cgroup ({exc})") from None
 
 
 MEASURED_ON_ENV = "FLOWSPLIT_MEASURED_ON"
@@ -598,7 +670,12 @@ def role_main(
             wait_timeout=wait_timeout,
         )
         runtime.measured_on = measured_on(payload.get("bind"))
+        _join_cgroup()
         runtime.handshake()
+        if payload.get("probe"):
+            runtime.probe(payload["probe"], Path(payload["out_dir"]))
+            if payload["probe"] == "only":
+                return
         start, done = int(payload.get("start_round", 0)), None
         if runtime.is_server and start:
             done = runtime.restore(read_checkpoint(payload["out_dir"], config))
@@ -890,8 +967,13 @@ def launch_roles(
     deadline_s: float | None = None,
     resume: bool = False,
     policy: AssignmentPolicy | None = None,
-) -> SFLResult:
+    probe: str | None = None,
+) -> SFLResult | None:
     """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1.
+
+    ``probe``: ``run`` measures speeds and links first (:mod:`flowsplit.federated.probe`)
+    and predicts on them; ``only`` measures every pair, writes ``out_dir/probe.toml``
+    and returns None.
 
     ``policy``: the per-round network and assignment (picklable; default: keep the
     assignment), given to every role.
@@ -910,7 +992,11 @@ def launch_roles(
     store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
     payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
     payload.update(
-        store=("127.0.0.1", port), bind="127.0.0.1", launcher_pid=os.getpid(), policy=policy
+        store=("127.0.0.1", port),
+        bind="127.0.0.1",
+        launcher_pid=os.getpid(),
+        policy=policy,
+        probe=probe,
     )
     if resume:
         if tmp is not None:
@@ -974,7 +1060,7 @@ def launch_roles(
                 else f"dist run failed: the server process exited with code "
                 f"{procs[0].exitcode} (its log is above)"
             )
-        return read_run(out_dir)
+        return None if probe == "only" else read_run(out_dir)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -1003,10 +1089,11 @@ def run_under_torchrun(
     quiet: bool = False,
     bind: str | None = None,
     policy: AssignmentPolicy | None = None,
+    probe: str | None = None,
 ) -> SFLResult | None:
     """Run this process's role of a torchrun launch; rank 0 returns the result.
 
-    ``policy``: as for :func:`launch_roles` (every process builds its own).
+    ``policy``, ``probe``: as for :func:`launch_roles` (every process builds its own).
     """
     env = read_dist_env()
     if not env.is_distributed:
@@ -1015,5 +1102,6 @@ def run_under_torchrun(
         setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
     )
     payload["policy"] = policy
+    payload["probe"] = probe
     role_main(env.rank, env.world_size, payload, setup)
-    return read_run(out_dir) if env.rank == 0 else None
+    return read_run(out_dir) if env.rank == 0 and probe != "only" else None

@@ -88,7 +88,7 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.system.schedule import replay, timeline
+from flowsplit.federated.system.schedule import replay, rescale_compute, timeline
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -234,6 +234,8 @@ class RoundOutcome:
     measured_on: str | None = None
     """Where the trace's times were measured (dist: ``loopback``, ``testbed``, ``host``);
     None: not measured (the simulation's times are not a network's)."""
+    predict_on: Any = None
+    """A topology to predict the timeline on instead of the round's (``--probe``'s)."""
 
 
 class ParticipationError(FlowsplitError):
@@ -291,7 +293,11 @@ def round_timing(outcome: RoundOutcome, topology: Any) -> dict[str, Any]:
     its times were measured, measured: ``predicted_round_s``, ``measured_round_s`` and
     ``timing`` (phases, compute and waits per tier, exposed transfers; each labelled)."""
     n_aggs = topology.n_aggregators
-    predicted = timeline(replay(outcome.traces, topology), n_aggs)
+    trace = outcome.traces
+    if outcome.predict_on is not None:
+        trace = rescale_compute(trace, topology, outcome.predict_on)
+        topology = outcome.predict_on
+    predicted = timeline(replay(trace, topology), n_aggs)
     out: dict[str, Any] = {
         "predicted_round_s": predicted["round_s"],
         "timing": {

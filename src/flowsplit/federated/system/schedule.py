@@ -197,6 +197,24 @@ def replay(
     return out
 
 
+def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.ndarray:
+    """``trace`` with its work seconds (charged at ``charged_on``'s speeds) recharged
+    at ``topology``'s: each role's seconds times its old speed over its new one."""
+    old = _speeds_by_rank(charged_on)
+    new = _speeds_by_rank(topology)
+    out = np.array(trace, dtype=np.float64, copy=True)
+    work = out[:, KIND] == WORK
+    ranks = out[work, RANK].astype(int)
+    out[work, SECONDS] *= old[ranks] / new[ranks]
+    return out
+
+
+def _speeds_by_rank(topology: Any) -> np.ndarray:
+    return np.concatenate(
+        [[float(topology.server_speed)], topology.aggregator_speed, topology.client_speed]
+    ).astype(np.float64)
+
+
 def timeline(trace: np.ndarray, n_aggregators: int, *, start: float | None = None) -> dict:
     """The phases and accounts of a round from its events' times (see the module doc).
 

@@ -1,0 +1,334 @@
+"""Measure before planning: ``flowsplit sfl probe`` and ``sfl run --mode dist --probe``.
+
+The planner needs every node's compute speed and every link's bandwidth and latency;
+a deployment has hosts, not a topology file. The probe runs in the dist runner's role
+processes, where the run itself would run, and measures:
+
+- **compute**: each role times ``PROBE_STEPS`` training steps (forward, backward and
+  optimiser step, as the role does per batch) of its own part on a batch of the run's
+  size, after one warm-up step; its speed is the part's training FLOPs per batch (the
+  profile's, as the cost model charges them) / the median step time. A role with no
+  compute (an ``sfl`` relay) keeps the topology's speed;
+- **links**: over the same transport (gloo pairs, header and payload as every message),
+  the upper end of each client-aggregator and aggregator-server pair measures the
+  round-trip time of a one-value message (median of 8, after 2 warm-ups) and the
+  bandwidth each way: a payload grown until its timed transfer takes at least
+  ``PROBE_TRANSFER_S``, timed to the receiver's small reply, minus one round trip.
+  The latency the topology gets is half the round trip: it includes the transport's
+  own per-message cost, which a link model should charge per message.
+
+The server collects everything and writes ``probe.json`` (every measurement, both
+directions) and a topology TOML (``sfl plan --topology probe.toml`` plans from it;
+links not measured keep the given topology's values and are listed). ``sfl probe``
+measures every client-aggregator pair; ``sfl run --probe`` only the assigned ones,
+and then predicts each round's timeline on the probed topology.
+
+The probe draws its random inputs from a generator of its own and restores the role's
+random state, so a probed run trains exactly as an unprobed one.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from flowsplit.federated.system.protocol import (
+    AGGREGATOR,
+    CLIENT,
+    CONTROL,
+    SERVER_ADDRESS,
+    Address,
+    Recv,
+    Send,
+)
+from flowsplit.federated.system.topology import Topology
+
+log = logging.getLogger("flowsplit.federated")
+
+PROBE_STEPS = 5
+PROBE_TRANSFER_S = 0.25
+"""A bandwidth sample is kept once its transfer takes at least this long."""
+MAX_PROBE_BYTES = 64 << 20
+FIRST_PROBE_BYTES = 32 << 10
+PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
+
+# Commands of the link probe (int64 [op, n]) and result rows (kind, i, j, speed, rtt, down, up).
+_DONE, _ECHO, _TAKE, _GIVE = 0, 1, 2, 3
+_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
+_COLS = 7
+
+
+# --- compute -------------------------------------------------------------------------
+
+
+def _inputs(setup: Any, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """A random batch at the input of each tier (client, aggregator, server)."""
+    client, agg, _ = setup.tier_modules()
+    x = torch.randint(0, 256, (batch, *setup.model.input_shape), generator=gen).float()
+    with torch.no_grad():
+        h = client.part(x)
+        g = agg.part(h)
+    return [x, h.detach(), g.detach()]
+
+
+def time_train_step(module: Any, x: torch.Tensor, y: torch.Tensor, tier: int, ctx: Any) -> float:
+    """Median seconds of a training step of ``module`` (tier 0 client, 1 aggregator,
+    2 server) on ``(x, y)``: forward, backward (its own loss under local losses or at
+    the server, else a gradient from above) and optimiser step."""
+    module = copy.deepcopy(module)
+    opt = ctx.make_optimizer(module)
+    times = []
+    for k in range(PROBE_STEPS + 1):
+        start = time.perf_counter()
+        inp = x.clone().requires_grad_(tier > 0)
+        out = module.part(inp)
+        opt.zero_grad(set_to_none=True)
+        if tier == 2:
+            F.cross_entropy(out, y).backward()
+        elif module.aux is not None:
+            F.cross_entropy(module.aux(out), y).backward()
+        else:
+            out.backward(torch.ones_like(out) * 1e-3)
+        opt.step()
+        if k:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def probe_compute(runtime: Any) -> float:
+    """This role's measured speed (FLOP/s) on its own part; NaN when it computes nothing."""
+    setup, ctx = runtime.setup, runtime.ctx
+    kind, _ = runtime.me
+    tier = {CLIENT: 0, AGGREGATOR: 1}.get(kind, 2)
+    flops = float(ctx.costs.train_flops[tier])
+    if flops <= 0:
+        return float("nan")
+    batch = int(setup.config.batch_size)
+    gen = torch.Generator().manual_seed(12345)
+    x = _inputs(setup, batch, gen)[tier]
+    y = torch.randint(0, setup.dataset.n_classes, (batch,), generator=gen)
+    module = runtime.role.server_module if tier == 2 else runtime.role.module
+    return flops * batch / time_train_step(module, x, y, tier, ctx)
+
+
+# --- links ---------------------------------------------------------------------------
+
+
+def _cmd(op: int, n: int = 0) -> torch.Tensor:
+    return torch.tensor([op, n], dtype=torch.int64)
+
+
+def _timed(transport: Any, peer: Address, op: int, n: int) -> float:
+    """Seconds from posting command ``op`` (with its payload) to the peer's answer."""
+    start = time.perf_counter()
+    transport.send(Send(peer, _cmd(op, n), CONTROL), telemetry=True)
+    if op == _TAKE:
+        payload = torch.zeros(n, dtype=torch.uint8)
+        transport.send(Send(peer, payload, CONTROL), telemetry=True)
+    got = transport.recv(Recv(peer, CONTROL), telemetry=True)
+    if got is None:
+        raise ConnectionError(f"lost {peer} while probing")
+    return time.perf_counter() - start
+
+
+def probe_link(transport: Any, peer: Address) -> tuple[float, float, float]:
+    """(round trip s, bandwidth to ``peer`` B/s, bandwidth from it B/s), measured with
+    the peer answering (:func:`answer_probe`); ends the peer's loop."""
+    rtts = [_timed(transport, peer, _ECHO, 0) for _ in range(10)][2:]
+    rtt = statistics.median(rtts)
+    bandwidths = []
+    for op in (_TAKE, _GIVE):
+        n = FIRST_PROBE_BYTES
+        while True:
+            took = _timed(transport, peer, op, n)
+            moved = max(took - rtt, 1e-6)
+            if moved >= PROBE_TRANSFER_S or n >= MAX_PROBE_BYTES:
+                bandwidths.append((n + 80) / moved)
+                break
+            n = int(min(MAX_PROBE_BYTES, n * min(16.0, max(2.0, 1.5 * PROBE_TRANSFER_S / moved))))
+    transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
+    return rtt, bandwidths[0], bandwidths[1]
+
+
+def answer_probe(transport: Any, peer: Address) -> None:
+    """Answer ``peer``'s :func:`probe_link` until it is done."""
+    small = torch.zeros(1)
+    while True:
+        cmd = transport.recv(Recv(peer, CONTROL), telemetry=True)
+        if cmd is None:
+            raise ConnectionError(f"lost {peer} while probing")
+        op, n = (int(v) for v in cmd.tolist())
+        if op == _DONE:
+            return
+        if op == _TAKE:
+            if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
+                raise ConnectionError(f"lost {peer} while probing")
+            transport.send(Send(peer, small, CONTROL), telemetry=True)
+        elif op == _GIVE:
+            transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
+        else:
+            transport.send(Send(peer, small, CONTROL), telemetry=True)
+
+
+# --- the whole probe -------------------------------------------------------------------
+
+
+def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
+    """Measure this role's speed and its links; the server returns every result row.
+
+    ``pairs``: the (client, aggregator) links to measure, the same list in every role.
+    Order (deadlock-free): the server probes aggregators 0.., then each aggregator its
+    clients in ascending order; a client answers its aggregators in ascending order.
+    Results travel up as telemetry (client -> assigned aggregator -> server).
+    """
+    kind, index = runtime.me
+    transport = runtime.transport
+    rng = torch.get_rng_state()
+    try:
+        speed = probe_compute(runtime)
+    finally:
+        torch.set_rng_state(rng)
+    rows: list[list[float]] = []
+    n_aggs = runtime.setup.topology.n_aggregators
+    if kind == CLIENT:
+        for j in sorted({j for i, j in pairs if i == index}):
+            answer_probe(transport, (AGGREGATOR, j))
+        agg = (AGGREGATOR, int(runtime.assignment[index]))
+        row = torch.tensor([[_SPEED_CLIENT, index, -1, speed, 0, 0, 0]], dtype=torch.float64)
+        transport.send(Send(agg, row, CONTROL), telemetry=True)
+        return None
+    if kind == AGGREGATOR:
+        answer_probe(transport, SERVER_ADDRESS)
+        rows.append([_SPEED_AGG, -1, index, speed, 0, 0, 0])
+        for i in sorted(i for i, j in pairs if j == index):
+            peer = (CLIENT, i)
+            if peer not in transport.peers or transport.peers[peer] is None:
+                continue
+            rtt, down, up = probe_link(transport, peer)
+            rows.append([_LINK_CA, i, index, np.nan, rtt, down, up])
+        for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
+            got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
+            if got is not None:
+                rows.extend(got.numpy().reshape(-1, _COLS).tolist())
+        table = torch.tensor(rows, dtype=torch.float64)
+        transport.send(Send(SERVER_ADDRESS, table, CONTROL), telemetry=True)
+        return None
+    rows.append([_SPEED_SERVER, -1, -1, speed, 0, 0, 0])
+    for j in range(n_aggs):
+        rtt, down, up = probe_link(transport, (AGGREGATOR, j))
+        rows.append([_LINK_AS, -1, j, np.nan, rtt, down, up])
+    for j in range(n_aggs):
+        got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
+        if got is not None:
+            rows.extend(got.numpy().reshape(-1, _COLS).tolist())
+    return np.asarray(rows, dtype=np.float64)
+
+
+def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
+    """``nominal`` with every measured speed, bandwidth (mean of both directions) and
+    latency (half the round trip) replaced; and the measurements as a JSON-able dict."""
+    client_speed = nominal.client_speed.astype(float).copy()
+    agg_speed = nominal.aggregator_speed.astype(float).copy()
+    server_speed = float(nominal.server_speed)
+    ca_lat, ca_bw = nominal.ca_latency.copy(), nominal.ca_bandwidth.copy()
+    as_lat, as_bw = nominal.as_latency.copy(), nominal.as_bandwidth.copy()
+    report: dict[str, Any] = {"clients": {}, "aggregators": {}, "server": {}, "links": []}
+    for kind, i, j, speed, rtt, down, up in rows.tolist():
+        i, j, kind = int(i), int(j), int(kind)
+        ok = np.isfinite(speed)
+        if kind == _SPEED_CLIENT:
+            report["clients"][str(i)] = {"flops_per_s": speed if ok else None}
+            if ok:
+                client_speed[i] = speed
+        elif kind == _SPEED_AGG:
+            report["aggregators"][str(j)] = {"flops_per_s": speed if ok else None}
+            if ok:
+                agg_speed[j] = speed
+        elif kind == _SPEED_SERVER:
+            report["server"] = {"flops_per_s": speed if ok else None}
+            if ok:
+                server_speed = speed
+        else:
+            link = {"rtt_s": rtt, "down_Bps": down, "up_Bps": up}
+            if kind == _LINK_CA:
+                ca_lat[i, j], ca_bw[i, j] = rtt / 2, (down + up) / 2
+                report["links"].append({"client": i, "aggregator": j, **link})
+            else:
+                as_lat[j], as_bw[j] = rtt / 2, (down + up) / 2
+                report["links"].append({"backbone": j, **link})
+    measured_ca = {(r["client"], r["aggregator"]) for r in report["links"] if "client" in r}
+    report["unmeasured_client_links"] = [
+        [i, j]
+        for i in range(nominal.n_clients)
+        for j in range(nominal.n_aggregators)
+        if nominal.ca_bandwidth[i, j] > 0 and (i, j) not in measured_ca
+    ]
+    topo = replace(
+        nominal,
+        name="probed",
+        description=f"measured by flowsplit sfl probe (base: {nominal.name})",
+        client_speed=client_speed,
+        aggregator_speed=agg_speed,
+        server_speed=server_speed,
+        ca_latency=ca_lat,
+        ca_bandwidth=ca_bw,
+        as_latency=as_lat,
+        as_bandwidth=as_bw,
+        trace=(),
+    )
+    return topo, report
+
+
+def all_pairs(topology: Topology) -> list[tuple[int, int]]:
+    """Every linked (client, aggregator) pair of ``topology``."""
+    i, j = np.nonzero(topology.ca_bandwidth > 0)
+    return [(int(a), int(b)) for a, b in zip(i, j, strict=True)]
+
+
+def assigned_pairs(assignment: np.ndarray) -> list[tuple[int, int]]:
+    return [(i, int(j)) for i, j in enumerate(assignment)]
+
+
+def probe_command(args: Any, config: Any, model_fn: Any) -> int:
+    """``flowsplit sfl probe``: the roles here (or this one under torchrun); rank 0 writes
+    ``args.out`` (the measured topology) and its ``.json`` twin."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from flowsplit.errors import ConfigError
+    from flowsplit.federated.dist import launch_roles, run_under_torchrun
+    from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.train.distributed import read_dist_env
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".toml":
+        raise ConfigError(f"-o {out}: the measured topology is a .toml file")
+    topology = resolve_topology(
+        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=config.seed
+    )
+    torch.set_num_threads(config.threads)
+    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
+    env = read_dist_env()
+    with tempfile.TemporaryDirectory(prefix="flowsplit-probe-") as tmp:
+        kw = {"dataset": args.dataset, "model_fn": model_fn, "quiet": args.quiet}
+        if env.is_distributed:
+            run_under_torchrun(setup, out_dir=tmp, bind=args.bind, probe="only", **kw)
+            if env.rank != 0:
+                return 0
+        else:
+            launch_roles(setup, out_dir=tmp, probe="only", **kw)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(tmp) / PROBE_TOML, out)
+        shutil.copyfile(Path(tmp) / PROBE_JSON, out.with_suffix(".json"))
+    print(f"wrote {out} (measured topology) and {out.with_suffix('.json')}")
+    return 0
