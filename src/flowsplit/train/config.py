@@ -70,6 +70,11 @@ class TrainConfig:
     CNN's 1-vs-2-worker spread from 1.34 to 0.43 pt and costs no epoch time."""
     weight_decay: float = 0.0
     """Adam weight decay."""
+    augment: str = field(default="none", metadata=cli(metavar="SPEC"))
+    """Training-time augmentation: none; default (drop=0.05,dup=0.05,swap=0.05,jitter=0.05,
+    mask=0.02,fields=1); or KEY=VALUE,... of drop, dup, swap (packet loss, duplication,
+    reordering), jitter (sizes and gaps), mask (payload bytes), fields (header fields
+    randomised). See docs/generalisation.md."""
     patience: int | None = None
     """Epochs without a better validation macro-F1 before stopping; XGBoost: rounds
     without a better validation log-loss; 0 disables early stopping (default: 4 epochs;
@@ -137,6 +142,9 @@ class TrainConfig:
             raise ConfigError(f"--class-weight must be none or balanced, got {self.class_weight!r}")
         if self.dropout_masks not in DROPOUT_MASKS:
             raise ConfigError(f"--dropout-masks must be global or rank, got {self.dropout_masks!r}")
+        from flowsplit.data.augment import parse_augment
+
+        parse_augment(self.augment)  # ConfigError naming --augment when it is not valid
         if self.weight_decay < 0:
             raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.patience is not None and self.patience < 0:

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from flowsplit.data.augment import augmenter_for
 from flowsplit.data.store import load_dataset
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
 from flowsplit.terminal import on_terminal
@@ -305,12 +306,17 @@ def _train_epoch(
         order = order[: cfg.steps_per_epoch * layout.per_worker_batch]
         used = min(used, cfg.steps_per_epoch * batch)
     bar = tqdm(total=len(order), unit="sample", leave=False, disable=not (show and on_terminal()))
+    augment = augmenter_for(cfg.augment, data.ds, data.view, cfg.seed)  # None: --augment none
     loss_sum, data_time = torch.zeros((), device=device), 0.0
     t0 = time.perf_counter()
     for step, start in enumerate(range(0, len(order), layout.per_worker_batch)):
         td = time.perf_counter()
         rows = order[start : start + layout.per_worker_batch]
-        xb = torch.from_numpy(data.reader.read(data.train_idx[rows.numpy()]))
+        ids = data.train_idx[rows.numpy()]
+        xb_np = data.reader.read(ids)
+        if augment is not None:  # per row, seeded by (seed, epoch, row): any worker count
+            xb_np = augment(xb_np, ids, epoch)
+        xb = torch.from_numpy(xb_np)
         xb = xb.to(device, non_blocking=True)  # (b, *view_shape)
         yb = data.y_train[rows].to(device, non_blocking=True)  # (b,)
         data_time += time.perf_counter() - td
