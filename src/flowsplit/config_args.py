@@ -317,6 +317,26 @@ def check_numbers(config: Any, flags: Mapping[str, str]) -> None:
         raise ConfigError(f"--seed must be an integer in [0, 2**32), got {seed!r}")
 
 
+OVERSUBSCRIBE = 4
+"""Threads per core above which a run is refused (unless ``--force``): past it a run
+crawls, or, with one process per worker, seems to hang."""
+
+FORCE_HELP = "run even with more threads or processes than 4 per core (refused otherwise)"
+
+
+def check_cores(what: str, asked: int, cores: int, *, force: bool) -> None:
+    """Refuse ``asked`` threads (or processes) over ``OVERSUBSCRIBE`` per core, unless
+    ``force``: one line with the figures."""
+    if force or asked <= OVERSUBSCRIBE * cores:
+        return
+    from flowsplit.errors import ConfigError
+
+    raise ConfigError(
+        f"{what}: {asked} threads on the {cores} core(s) this process may use, more than "
+        f"{OVERSUBSCRIBE} per core (the run would crawl); give fewer, or --force to run it"
+    )
+
+
 def parse_seed(text: str) -> int:
     """``--seed``: an integer in [0, 2**32)."""
     try:

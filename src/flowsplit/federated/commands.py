@@ -290,9 +290,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     from flowsplit.train.distributed import available_cores
 
-    check_cores(
-        f"--threads {config.threads}", config.threads, available_cores(), force=args.force
-    )
+    check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=args.force)
     torch.set_num_threads(config.threads)
     setup = prepare_run(
         config,

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from flowsplit.config_args import (
+    FORCE_HELP,
     HelpFormatter,
     RawDescriptionHelpFormatter,
     add_config_arguments,
     add_renamed,
+    check_cores,
     cli_fields,
     config_values,
 )
@@ -77,6 +79,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start again in a -o RUN that holds a run (removes that run's files only)",
     )
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
 
 
@@ -107,7 +110,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     return TrainConfig.from_dict(given), False
 
 
-def check_before_launch(cfg, resume: bool, overwrite: bool = False) -> None:
+def check_before_launch(cfg, resume: bool, overwrite: bool = False, force: bool = False) -> None:
     """Every check that can fail on user input, done once before any worker starts."""
     from flowsplit.data.store import load_dataset
     from flowsplit.models.registry import build_model, get_spec
@@ -142,6 +145,13 @@ def check_before_launch(cfg, resume: bool, overwrite: bool = False) -> None:
             f"--workers {cfg.workers} is more than the {n_train} training samples; "
             f"use at most {n_train}"
         )
+    from flowsplit.train.distributed import available_cores
+
+    cores = available_cores()
+    threads = cfg.threads or max(1, cores // cfg.workers)
+    check_cores(
+        f"--workers {cfg.workers} x {threads} thread(s)", cfg.workers * threads, cores, force=force
+    )
     if spec.kind == "torch":
         env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
         ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
@@ -185,7 +195,7 @@ def check_restart(cfg) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg, resume = config_from_args(args)
-    r = train_run(cfg, resume=resume, overwrite=args.overwrite)
+    r = train_run(cfg, resume=resume, overwrite=args.overwrite, force=args.force)
     per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
     print(
         f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
@@ -195,7 +205,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def train_run(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False):
+def train_run(
+    cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, force: bool = False
+):
     """Check, train and return the :class:`~flowsplit.train.result.RunResult` of ``cfg``
     (what ``flowsplit train`` and the Python API's ``flowsplit.train`` run)."""
     from flowsplit.data.store import OutputLock
@@ -209,7 +221,7 @@ def train_run(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False
 
     # One writer per run directory: a second train -o SAME is refused naming this one.
     with OutputLock(cfg.out):
-        check_before_launch(cfg, resume, overwrite=overwrite)
+        check_before_launch(cfg, resume, overwrite=overwrite, force=force)
         remove_stale_temps(cfg.out)  # of a run killed while writing
         # --overwrite keeps the previous run aside until the new one has finished.
         aside = set_aside_run(cfg.out) if overwrite and not resume else None
