@@ -106,3 +106,17 @@ def test_a_child_dies_with_its_parent():
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the grandchild outlived its parent")
+
+
+@dataclass
+class _Loose:
+    name: str
+    class_name: str = field(default="", metadata={"key": "class"})
+    rest: dict = field(default_factory=dict, metadata={"rest": True})
+
+
+def test_renamed_keys_and_the_rest_round_trip():
+    data = {"name": "x", "class": "web", "seen": [1], "n": 2}
+    back = typed_from_dict(_Loose, data)
+    assert back.class_name == "web" and back.rest == {"seen": [1], "n": 2}
+    assert typed_to_dict(back) == data

@@ -6,7 +6,11 @@ annotation: a ``float`` written as ``null`` (strict JSON has no NaN) reads back 
 ``X | None`` allows ``null``, ``list[X]`` and ``dict[str, X]`` are checked element by
 element, nested dataclasses recursively, ``Any`` is taken as it is. Fields with a
 default may be missing (documents written before the field existed); keys the class
-does not know are ignored (written by a newer flowsplit).
+does not know are ignored (written by a newer flowsplit). A field whose JSON key is no
+Python name says it in its metadata: ``field(metadata={"key": "class"})``; a
+``dict`` field with ``metadata={"rest": True}`` holds every key the class does not name
+(read from and written flat beside the named fields), for loosely specified parts; a
+field with ``metadata={"omit_default": True}`` is not written while it holds its default.
 """
 
 from __future__ import annotations
@@ -44,7 +48,18 @@ def jsonable(obj: Any) -> Any:
 
 def typed_to_dict(obj: Any) -> dict[str, Any]:
     """A dataclass tree as strict JSON content, fields in declaration order."""
-    return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        if not f.init:
+            continue
+        value = getattr(obj, f.name)
+        if f.metadata.get("rest"):  # written flat, beside the named fields
+            out.update(jsonable(value))
+        elif f.metadata.get("omit_default") and value == f.default:
+            continue  # absent, as in the files written before the field existed
+        else:
+            out[_key(f)] = jsonable(value)
+    return out
 
 
 def typed_from_dict(cls: type, data: Any, where: str = "document") -> Any:
@@ -135,18 +150,31 @@ def _parse_dataclass(cls: type, value: Any, where: str) -> Any:
     if not isinstance(value, dict):
         raise ValueError(f"{where}: {_name(value)}, not an object")
     hints = _hints(cls)
-    values, missing = {}, []
+    values, missing, known = {}, [], set()
+    rest = None
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        if f.name not in value:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                missing.append(f.name)
+        if f.metadata.get("rest"):
+            rest = f.name
             continue
-        values[f.name] = _parse(hints[f.name], value[f.name], f"{where}.{f.name}")
+        known.add(_key(f))
+        key = _key(f)
+        if key not in value:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                missing.append(key)
+            continue
+        values[f.name] = _parse(hints[f.name], value[key], f"{where}.{key}")
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}")
+    if rest is not None:
+        values[rest] = {k: v for k, v in value.items() if k not in known}
     return cls(**values)
+
+
+def _key(f: dataclasses.Field) -> str:
+    """A field's JSON key: its name, or ``metadata["key"]`` (``class`` is no Python name)."""
+    return f.metadata.get("key", f.name)
 
 
 def _name(value: Any) -> str:

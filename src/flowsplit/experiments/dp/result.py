@@ -1,0 +1,331 @@
+"""The data-parallel study's result, ``OUT/results.json``, as typed objects.
+
+:func:`~flowsplit.experiments.compare_report.build_results` makes a
+:class:`CompareResult`, :meth:`CompareResult.to_json` writes it and
+:func:`read_compare_result` reads it back (one-line :class:`~flowsplit.errors.InputError`
+on a file that is not one). Reports, advice and the overview take the object; no
+other module looks a study field up by its name.
+
+Conventions as in :mod:`flowsplit.train.result`: NaN is written ``null`` and read back
+as NaN; worker counts are string keys (``"1"``, ``"2"``), as JSON objects have them.
+Version 1 is the format of every study written so far (which had no
+``schema_version``); fields added later have defaults so that older files still read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowsplit.errors import InputError
+from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
+from flowsplit.util import jsonable, read_json_document, typed_from_dict
+
+COMPARE_SCHEMA_VERSION = 1
+RESULTS_NAME = "results.json"
+
+
+@dataclass
+class GroupSummary:
+    """One (model, workers) group over its seeds (:func:`analysis.summarise_group`)."""
+
+    n_runs: int
+    seeds: list[int]
+    n_contended: int
+    timing_contended: bool
+    accuracy: Interval
+    macro_f1: Interval
+    peak_rss_mb: Interval
+    cpu_obtained: Interval
+    epoch_time_s: Interval
+    wall_time_s: Interval
+    samples_per_s: Interval
+    comm_share: Interval
+    comm_time_s: Interval
+    foreign_cpu_share_median: float
+    oversubscribed: bool
+    threads_per_worker: int
+
+
+@dataclass(frozen=True)
+class SeedMcNemar(McNemarResult):
+    """McNemar's test of one seed's centralised and data-parallel predictions."""
+
+    seed: int = 0
+
+
+@dataclass
+class Claims:
+    """What the reports may claim from one comparison (:func:`analysis.judge`)."""
+
+    speedup_claimed: bool
+    speedup_withheld: list[str]
+    efficiency_above_1: bool
+    above_majority: bool
+    majority_rate: float
+    accuracy_verdict: str
+    macro_f1_verdict: str
+    equivalent: bool
+
+
+@dataclass
+class CentralComparison:
+    """Data-parallel runs on ``n_workers`` against the centralised runs, paired by seed."""
+
+    n_workers: int
+    accuracy: PairedComparison
+    macro_f1: PairedComparison
+    seeds: list[int]
+    timing_contended: bool
+    speedup: Interval
+    efficiency: Interval
+    oversubscribed: bool
+    mcnemar: list[SeedMcNemar]
+    mcnemar_significant: int
+    foreign_cpu_share_median: float
+    claims: Claims
+
+
+@dataclass
+class ScalingPoint:
+    """The scaling model against one measured worker count."""
+
+    n_workers: int
+    measured_s: float
+    predicted_s: float
+    rel_error: float
+    loo_error: float
+    in_fit: bool
+    oversubscribed: bool
+    measured_comm_share: float
+    predicted_comm_share: float
+
+
+@dataclass
+class Prediction:
+    """Predicted epoch time on one network and worker count (``ScalingModel.curve``)."""
+
+    n_workers: int
+    epoch_time_s: float
+    compute_s: float
+    comm_s: float
+    comm_share: float
+    comm_bytes: float
+    speedup: float
+    efficiency: float
+    network: str
+
+
+@dataclass
+class ScalingFit:
+    """The scaling model fitted to one model's runs (``error``: why there is none)."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    """The fitted :class:`~flowsplit.experiments.scaling.ScalingModel` as a dict."""
+    points: list[ScalingPoint] = field(default_factory=list)
+    max_abs_error: float = math.nan
+    max_abs_error_fit: float = math.nan
+    max_abs_loo_error: float = math.nan
+    speedup_cap_fixed_batch: float = math.nan
+    cluster_batch: str = ""
+    predictions: dict[str, list[Prediction]] = field(default_factory=dict)
+    """``host`` (this machine) and one curve per network preset."""
+    error: str | None = field(default=None, metadata={"omit_default": True})
+
+    @property
+    def fitted(self) -> bool:
+        return self.error is None and bool(self.points)
+
+    def param(self, name: str) -> float:
+        """A fitted parameter of the scaling model (``per_step_s`` ...), NaN if absent."""
+        value = self.model.get(name)
+        return math.nan if value is None else float(value)
+
+
+@dataclass
+class ModelAnalysis:
+    """Everything the study found for one model."""
+
+    by_workers: dict[str, GroupSummary]
+    vs_central: dict[str, CentralComparison]
+    above_majority: bool = False
+    scaling: ScalingFit | None = None
+
+
+@dataclass
+class MajorityBaseline:
+    """Always predicting the most frequent test class."""
+
+    class_name: str = field(metadata={"key": "class"})
+    accuracy: float
+    macro_f1: float
+    n_test: int
+    per_class_f1: dict[str, float]
+
+
+@dataclass
+class FlowStatsBaseline:
+    """XGBoost on per-flow statistics, centralised."""
+
+    model: str
+    accuracy: Interval
+    macro_f1: Interval
+    n_runs: int
+
+
+@dataclass
+class Baselines:
+    majority: MajorityBaseline | None = None
+    flow_stats: FlowStatsBaseline | None = None
+
+
+@dataclass
+class HookVsPlain:
+    """A communication hook's runs against the plain all-reduce's, paired by seed."""
+
+    accuracy: PairedComparison
+    macro_f1: PairedComparison
+    seeds: list[int]
+    timing_contended: bool
+    epoch_time_ratio: Interval
+
+
+@dataclass
+class HookGroup:
+    """One hook's runs of a (model, workers) group."""
+
+    n_runs: int
+    seeds: list[int]
+    timing_contended: bool
+    n_contended: int
+    epoch_time_s: Interval
+    comm_bytes_per_epoch: Interval
+    comm_time_per_epoch_s: Interval
+    exposed_comm_per_epoch_s: Interval
+    epochs_run: Interval
+    accuracy: Interval
+    macro_f1: Interval
+    vs_plain: HookVsPlain | None = None
+
+
+@dataclass
+class Analysis:
+    """The study's findings (:func:`analysis.analyse` plus the hooks)."""
+
+    margin: float = 0.01
+    alpha: float = 0.05
+    cores: int = 0
+    models: dict[str, ModelAnalysis] = field(default_factory=dict)
+    baselines: Baselines = field(default_factory=Baselines)
+    comm_hooks: dict[str, dict[str, dict[str, HookGroup]]] = field(default_factory=dict)
+    """``model -> workers -> hook`` (empty for a study without hooks)."""
+
+
+@dataclass
+class DatasetInfo:
+    path: str = ""
+    n_train: int | None = None
+    n_test: int | None = None
+    classes: list[str] | None = None
+
+
+@dataclass
+class AllreduceFit:
+    """The all-reduce micro-benchmark and the network model fitted to it."""
+
+    benchmark: dict[str, Any] | None = None
+    fit: dict[str, Any] | None = None
+    fit_max_rel_error: float = math.nan
+
+
+@dataclass
+class CompareResult:
+    """What ``flowsplit compare`` found (``OUT/results.json``)."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    """The study's :class:`~flowsplit.experiments.configs.CompareConfig` as a dict."""
+    analysis: Analysis = field(default_factory=Analysis)
+    summary: list[str] = field(default_factory=list)
+    """Plain-language findings, most important first."""
+    flowsplit_version: str = ""
+    generated: str = ""
+    cores: int = 0
+    host: str = ""
+    dataset: DatasetInfo = field(default_factory=DatasetInfo)
+    allreduce: AllreduceFit = field(default_factory=AllreduceFit)
+    networks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    per_class_f1: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    """Mean test F1 per ``model -> workers -> class``."""
+    failures: dict[str, str] = field(default_factory=dict)
+    """Cells that failed: name -> error."""
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    """One row per finished run (the columns of ``results.csv`` plus the lists)."""
+    env: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = COMPARE_SCHEMA_VERSION
+
+    # --- the study's settings the reports use -----------------------------------------
+    @property
+    def margin(self) -> float:
+        return float(self.config.get("margin", self.analysis.margin))
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.config.get("quick"))
+
+    @property
+    def workers(self) -> list[int]:
+        return [int(n) for n in self.config.get("workers", [])]
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.config.get("models", self.analysis.models))
+
+    @property
+    def threads(self) -> int:
+        return int(self.config.get("threads", 1))
+
+    @property
+    def dataset_path(self) -> str:
+        return str(self.config.get("dataset", self.dataset.path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The result as strict JSON text; also written (atomically) to ``path``."""
+        from flowsplit.data.store import atomic_write_text
+
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Any) -> CompareResult:
+        """Parse a result; :class:`ValueError` naming the first wrong field."""
+        if isinstance(data, dict) and data.get("schema_version", 1) != COMPARE_SCHEMA_VERSION:
+            raise ValueError(
+                f"schema version {data['schema_version']!r}, this flowsplit reads "
+                f"version {COMPARE_SCHEMA_VERSION}"
+            )
+        if isinstance(data, dict) and "analysis" not in data:
+            raise ValueError("no 'analysis': not the results of `flowsplit compare`")
+        return typed_from_dict(cls, data, "results")
+
+
+def read_compare_result(path: str | Path) -> CompareResult:
+    """The result of a ``flowsplit compare`` study (its folder or its ``results.json``).
+
+    Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when the
+    file is missing, not JSON, or not a data-parallel study's results.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_NAME
+    try:
+        return CompareResult.from_dict(read_json_document(path, "a study's results"))
+    except (ValueError, TypeError) as exc:
+        raise InputError(path, f"not a `flowsplit compare` result: {exc}") from None

@@ -1,0 +1,413 @@
+"""The split-learning study's result, ``OUT/results.json``, as typed objects.
+
+:func:`~flowsplit.experiments.sfl_analysis.summarise` makes an
+:class:`SFLCompareResult`, :meth:`SFLCompareResult.to_json` writes it and
+:func:`read_sfl_compare_result` reads it back (one-line
+:class:`~flowsplit.errors.InputError` on a file that is not one). Reports, advice and
+the overview take the object; no other module looks a study field up by its name.
+
+NaN is written ``null`` and read back as NaN. Version 1 is the format of every study
+written so far (which had no ``schema_version``); fields added later have defaults so
+that older files still read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowsplit.errors import InputError
+from flowsplit.experiments.stats import Interval
+from flowsplit.util import jsonable, read_json_document, typed_from_dict
+
+SFL_COMPARE_SCHEMA_VERSION = 1
+RESULTS_NAME = "results.json"
+
+
+@dataclass
+class RoundRow:
+    """One round of a run, as the study keeps it."""
+
+    round: int
+    accuracy: float
+    macro_f1: float
+    loss: float
+    delay_s: float
+    clock_s: float
+    bytes_total: float
+
+
+@dataclass
+class SFLRun:
+    """One simulated run of a scheme and seed (``sfl_compare._run_one``)."""
+
+    scheme: str
+    seed: int
+    cuts: list[int]
+    history: list[RoundRow]
+    totals: dict[str, Any]
+    """Sums over rounds (``SFLResult.totals``: bytes by hop/direction/type, delay, ...)."""
+    val_accuracy: float = math.nan
+    engine_scheme: str = ""
+    wall_s: float = math.nan
+    predicted_delay_s: float = math.nan
+    predicted_bytes: float = math.nan
+    predicted_delay_per_round_s: list[float] | None = None
+    predicted_bytes_per_round: list[float] | None = None
+    moves: int = 0
+
+    @property
+    def final(self) -> RoundRow:
+        return self.history[-1]
+
+    @property
+    def delay_total_s(self) -> float:
+        return float(self.totals["delay_total_s"])
+
+    @property
+    def bytes_total(self) -> float:
+        return float(self.totals["bytes_total"])
+
+
+@dataclass
+class SchemePerSeed:
+    final_accuracy: list[float]
+    final_macro_f1: list[float]
+    delay_total_s: list[float]
+    delay_to_target_s: list[float]
+    bytes_total: list[float]
+
+
+@dataclass
+class Curve:
+    """Mean over seeds after each round."""
+
+    round: list[int]
+    accuracy: list[float]
+    macro_f1: list[float]
+    clock_s: list[float]
+    delay_s: list[float]
+
+
+@dataclass
+class SchemeSummary:
+    """One scheme over its seeds."""
+
+    seeds: list[int]
+    cuts: list[list[int]]
+    final_accuracy: Interval
+    final_macro_f1: Interval
+    delay_total_s: Interval
+    delay_per_round_s: Interval
+    delay_to_target_s: Interval
+    reached_target: int
+    bytes_total: Interval
+    bytes_by_hop: dict[str, float]
+    bytes_by_type: dict[str, float]
+    bytes_by_hop_direction_type: dict[str, dict[str, dict[str, float]]]
+    wall_s: float
+    per_seed: SchemePerSeed
+    curve: Curve
+
+
+@dataclass
+class PairedTests:
+    t_p: float
+    wilcoxon_p: float
+    note: str = ""
+
+
+@dataclass
+class Versus:
+    """A scheme against a reference, paired by seed: differences and ratios."""
+
+    n_seeds: int
+    accuracy_diff: Interval
+    accuracy_test: PairedTests
+    macro_f1_diff: Interval
+    delay_ratio: Interval
+    bytes_ratio: Interval
+    delay_to_target_ratio: Interval
+
+
+@dataclass
+class ReplanRow:
+    """A re-planned scheme beside its static twin, paired by seed."""
+
+    scheme: str
+    replanned: str
+    n_seeds: int
+    static_delay_total_s: Interval
+    replanned_delay_total_s: Interval
+    delay_diff_s: Interval
+    delay_ratio: Interval
+    accuracy_diff: Interval
+    moves_per_run: float
+    per_seed: dict[str, list[float]]
+
+
+@dataclass
+class AblationRow:
+    """One part of the planner's gain over HSFL."""
+
+    part: str
+    scheme: str
+    against: str
+    n_seeds: int
+    accuracy_diff: Interval
+    delay_ratio: Interval
+    bytes_ratio: Interval
+
+
+@dataclass
+class BaselineRun:
+    """One seed of a baseline that splits nothing."""
+
+    baseline: str
+    seed: int
+    accuracy: float
+    macro_f1: float
+    bytes: float
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+    """Everything else the baseline recorded."""
+
+
+@dataclass
+class BaselineSummary:
+    final_accuracy: Interval
+    final_macro_f1: Interval
+    bytes_total: Interval
+    per_seed: list[BaselineRun]
+    scheme_minus_baseline: dict[str, Interval]
+
+
+@dataclass
+class CutRow:
+    cuts: list[int]
+    val_accuracy: float
+    test_accuracy: float
+    n_seeds: int
+
+
+@dataclass
+class BestFixed:
+    """Every legal cut pair's mean accuracies and the pair ``best-fixed`` ran."""
+
+    chosen: list[int]
+    per_cut: list[CutRow]
+    rule: str = ""
+
+
+@dataclass
+class PredictionCheck:
+    max_rel_delay_error: float = math.nan
+    max_rel_bytes_error: float = math.nan
+
+
+@dataclass
+class TraceSummary:
+    events: int
+    by_kind: dict[str, int]
+    rounds_changed: list[int]
+
+
+@dataclass
+class TopologyInfo:
+    name: str = ""
+    description: str = ""
+    n_clients: int = 0
+    n_aggregators: int = 0
+    seed: int | None = None
+
+
+@dataclass
+class ProfileInfo:
+    model: str = ""
+    blocks: list[str] = field(default_factory=list)
+    legal_cuts: list[list[int]] = field(default_factory=list)
+
+
+@dataclass
+class DatasetInfo:
+    path: str = ""
+    n_train: int = 0
+    n_val: int = 0
+    n_test: int = 0
+    classes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Paper:
+    """Margins over HSFL the HSFL paper reports."""
+
+    accuracy_pts: float = 3.0
+    delay_change: float = -0.20
+    bytes_change: float = -0.50
+
+
+@dataclass
+class PilotCost:
+    n_pilots: int = 0
+    wall_s: float = math.nan
+    delay_s: float = math.nan
+    bytes: float = math.nan
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+
+
+@dataclass
+class Ridge:
+    alpha: float = math.nan
+    loo_rmse: float = math.nan
+    spread_kept: float | None = None
+    flattened: bool = False
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+
+
+@dataclass
+class Surrogate:
+    """The pilots and the accuracy surrogate fitted on them."""
+
+    cost: PilotCost = field(default_factory=PilotCost)
+    pilots: list[dict[str, Any]] = field(default_factory=list)
+    eval_split: str = ""
+    pilot_steps: int = 0
+    target_steps: float | None = None
+    backtest: dict[str, Any] | None = None
+    """``method``, ``mae``, ``spearman``, ``n`` (and ``reason`` when not extrapolated)."""
+    noise: float = math.nan
+    spread: float = math.nan
+    separated: bool = False
+    ridge: Ridge | None = None
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+    """Everything else the planner recorded about its pilots."""
+
+    @property
+    def pilot_rounds(self) -> int | None:
+        return self.pilots[0].get("rounds") if self.pilots else None
+
+    @property
+    def extrapolated(self) -> bool:
+        return (self.backtest or {}).get("method", "learning curve") == "learning curve"
+
+    @property
+    def not_extrapolated_reason(self) -> str:
+        bt = self.backtest or {}
+        return str(bt.get("reason", bt.get("method")))
+
+    def backtest_value(self, name: str) -> float:
+        """``mae``, ``spearman`` or ``n`` of the backtest, NaN (0 for ``n``) when absent."""
+        value = (self.backtest or {}).get(name)
+        if value is None:
+            return 0 if name == "n" else math.nan
+        return value
+
+
+@dataclass
+class Environment:
+    host: str = ""
+    python: str = ""
+    torch: str = ""
+    numpy: str = ""
+    cores: int = 0
+    threads: int = 1
+
+
+@dataclass
+class SFLCompareResult:
+    """What ``flowsplit sfl compare`` found (``OUT/results.json``)."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    """The study's :class:`~flowsplit.experiments.configs.SFLCompareConfig` as a dict."""
+    schemes: dict[str, SchemeSummary] = field(default_factory=dict)
+    vs_hsfl: dict[str, Versus] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)
+    flowsplit_version: str = ""
+    generated: str = ""
+    dataset: DatasetInfo = field(default_factory=DatasetInfo)
+    topology: TopologyInfo = field(default_factory=TopologyInfo)
+    profile: ProfileInfo = field(default_factory=ProfileInfo)
+    surrogate: Surrogate | None = None
+    target_accuracy: float = math.nan
+    paper: Paper = field(default_factory=Paper)
+    prediction_check: PredictionCheck = field(default_factory=PredictionCheck)
+    plans: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """``seed -> scheme -> plan`` (cuts, predicted delay and bytes, ...)."""
+    trace: TraceSummary | None = None
+    replanning: list[ReplanRow] = field(default_factory=list)
+    runs: list[SFLRun] = field(default_factory=list)
+    wall_s: float = math.nan
+    environment: Environment = field(default_factory=Environment)
+    best_fixed: BestFixed | None = field(default=None, metadata={"omit_default": True})
+    baselines: dict[str, BaselineSummary] = field(default_factory=dict)
+    ablation: list[AblationRow] = field(default_factory=list)
+    schema_version: int = SFL_COMPARE_SCHEMA_VERSION
+
+    # --- the study's settings the reports use -----------------------------------------
+    @property
+    def quick(self) -> bool:
+        return bool(self.config.get("quick"))
+
+    @property
+    def rounds(self) -> int:
+        return int(self.config.get("rounds", 0))
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.config.get("seeds", []))
+
+    @property
+    def model(self) -> str:
+        return str(self.config.get("model", self.profile.model))
+
+    def setting(self, name: str, default: Any = None) -> Any:
+        """Any other setting of the study (a field of ``SFLCompareConfig``)."""
+        return self.config.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = jsonable(self)
+        if self.surrogate is None:
+            data["surrogate"] = {}  # as written before: a study without pilots
+        return data
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The result as strict JSON text; also written (atomically) to ``path``."""
+        from flowsplit.data.store import atomic_write_text
+
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SFLCompareResult:
+        """Parse a result; :class:`ValueError` naming the first wrong field."""
+        if isinstance(data, dict):
+            version = data.get("schema_version", 1)
+            if version != SFL_COMPARE_SCHEMA_VERSION:
+                raise ValueError(
+                    f"schema version {version!r}, this flowsplit reads version "
+                    f"{SFL_COMPARE_SCHEMA_VERSION}"
+                )
+            if "schemes" not in data:
+                raise ValueError("no 'schemes': not the results of `flowsplit sfl compare`")
+            if data.get("surrogate") == {}:
+                data = {**data, "surrogate": None}
+        return typed_from_dict(cls, data, "results")
+
+
+def read_sfl_compare_result(path: str | Path) -> SFLCompareResult:
+    """The result of a ``flowsplit sfl compare`` study (its folder or ``results.json``).
+
+    Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when the
+    file is missing, not JSON, or not a split-learning study's results.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_NAME
+    try:
+        return SFLCompareResult.from_dict(read_json_document(path, "a study's results"))
+    except (ValueError, TypeError) as exc:
+        raise InputError(path, f"not a `flowsplit sfl compare` result: {exc}") from None
