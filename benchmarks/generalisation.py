@@ -1,0 +1,519 @@
+"""Cross-source, temporal and open-set results, the shortcut ablation (issue 32).
+
+    python benchmarks/generalisation.py --out bench-results/generalisation.json \\
+        --foreign-archives DIR [--work DIR] [--models cnn,lstm,...] [--epochs N] \\
+        [--steps-per-epoch S] [--seeds 0] [--augment default] [--ablate --plots DIR] \\
+        [--ustc-models cnn,transformer] [--temporal-models cnn,xgboost]
+
+1. **Cross-source.** Every model trains on the nDPI 8-protocol set (the README's
+   ``NDPI8_OPTIONS``: nDPI's own labels, split by capture file) and is scored on
+   *foreign* captures: the test captures of tcpdump, Wireshark, libpcap, dpkt and nDPI
+   4.2 (those of nDPI 4.2 whose file name is also in the shared nDPI corpus left out:
+   older copies of the same traffic), labelled independently by nDPI through NFStream
+   (``prepare --label-by ndpi``), restricted to the classes both sets share with at
+   least ``--min-flows`` flows in the foreign set. ``own_macro_f1`` is the run's own
+   test macro-F1 (8 classes); ``own_macro_f1_overlap`` its mean F1 over the shared
+   classes only; ``cross_macro_f1`` the mean F1 over the same classes on the foreign
+   flows (a foreign flow called one of the other classes counts as an error);
+   ``drop`` = ``own_macro_f1_overlap - cross_macro_f1``.
+2. **Temporal.** The same 8-protocol flows split by time (``--split-by time``: the
+   earliest 70 % of flows train, the latest 15 % test) against the split by file.
+3. **Open set.** The foreign flows of classes the model never saw (DHCPv6, BGP, ...)
+   against those of the shared classes: AUROC of the model's top probability, and the
+   accuracy/coverage of ``predict --min-confidence P`` for a range of P.
+4. **Ablation** (``--ablate``): ``evaluate --ablate`` of every run on its own test
+   split, one picture per model in ``--plots``.
+5. **USTC-TFC2016** (``--ustc-models``): the 20-class byte sessions, split by flow as
+   the README does; own test scores (and the ablation with ``--ablate``).
+
+The foreign captures come from Debian source packages, fetched with Debian's own
+client (no deb-src entry is needed in the system's sources):
+
+    mkdir -p /tmp/aptsrc/lists/partial /tmp/aptsrc/parts DIR && cd DIR
+    printf 'Types: deb-src\\nURIs: http://deb.debian.org/debian\\nSuites: bookworm\\n'\\
+'Components: main\\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\\n' \\
+        > /tmp/aptsrc/parts/src.sources
+    A="-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/tmp/aptsrc/parts \\
+       -o Dir::State::Lists=/tmp/aptsrc/lists"
+    apt-get $A update && for p in tcpdump wireshark ndpi libpcap python-dpkt; do
+        apt-get $A source --download-only $p; done
+
+``--foreign-archives DIR`` then reads the ``*.orig.tar.*`` files there (checked against
+the SHA-256 digests ``scripts/foreign_captures.py`` pins); ``--foreign DIR`` takes an
+already assembled folder of captures instead. Labelling needs NFStream
+(``pip install 'flowsplit[dpi]'``).
+
+Everything runs in this process with one thread (the machine may be shared: timings
+are not the point here). The JSON holds every figure with the settings that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import NDPI8_OPTIONS, NDPI_SELECTION, ROOT, SHARED, environment, single_thread
+
+single_thread()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from flowsplit.cli import main as cli_main  # noqa: E402
+
+NEURAL = ("cnn", "lstm", "convlstm", "convgru", "transformer")
+THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+def flowsplit(*argv) -> None:
+    rc = cli_main([str(a) for a in argv])
+    if rc:
+        raise SystemExit(f"flowsplit {' '.join(map(str, argv[:3]))} ... failed ({rc})")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --- datasets -----------------------------------------------------------------------
+def prepare_ndpi(out: Path, split_by: str = "file") -> Path:
+    if not (out / "manifest.json").exists():
+        log(f"prepare {out.name}")
+        flowsplit(
+            "prepare",
+            SHARED / "ndpi" / "pcap",
+            "-o",
+            out,
+            *NDPI8_OPTIONS,
+            "--split-by",
+            split_by,
+            "--quiet",
+        )
+    return out
+
+
+def foreign_captures(archives: Path, work: Path) -> Path:
+    """The foreign captures (as ``scripts/foreign_captures.py`` assembles them) minus
+    nDPI 4.2's older copies of the shared corpus's files, as links in ``work/xsrc``."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import foreign_captures as F
+
+    found = {}
+    for project, path, digest in F.SOURCES:
+        name = Path(path).name
+        p = archives / name
+        if not p.exists():
+            raise SystemExit(f"error: {p} missing (see the docstring: apt-get source)")
+        from flowsplit.data.store import file_digest
+
+        if file_digest(p, "sha256") != digest:
+            raise SystemExit(f"error: {p}: SHA-256 differs from the pinned one")
+        found[project] = p
+    paths = F.unseen_captures(found, work, SHARED)
+    shared_names = {p.name for p in (SHARED / "ndpi" / "pcap").iterdir()}
+    xsrc = work / "xsrc"
+    xsrc.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        if p.name.startswith("ndpi__") and p.name[len("ndpi__") :] in shared_names:
+            continue
+        link = xsrc / p.name
+        if not link.exists():
+            link.symlink_to(p)
+    return xsrc
+
+
+def prepare_foreign(captures: Path, out: Path) -> Path:
+    if not (out / "manifest.json").exists():
+        log(f"prepare {out.name} (nDPI labels through NFStream)")
+        selection = [a for a in NDPI_SELECTION if a not in ("--label-column", "master")]
+        i = selection.index("--min-groups-per-class")
+        del selection[i : i + 2]  # every class of the foreign set: the open-set part needs them
+        flowsplit(
+            "prepare", captures, "-o", out, "--label-by", "ndpi", "--ndpi-field", "master",
+            *selection, "--quiet",
+        )  # fmt: skip
+    return out
+
+
+def restrict(ds, keep_classes: list[str], out: Path, rows=None) -> Path:
+    """The flows of ``ds`` (``rows``, default all) whose class is in ``keep_classes``,
+    as one test split."""
+    from flowsplit.data.store import write_dataset
+
+    m = ds.meta
+    mask = m["label_name"].isin(keep_classes).to_numpy()
+    if rows is not None:
+        sel = np.zeros(len(m), dtype=bool)
+        sel[rows] = True
+        mask &= sel
+    idx = np.flatnonzero(mask)
+    meta = m.iloc[idx].reset_index(drop=True).copy()
+    classes = [c for c in ds.classes if c in keep_classes]
+    meta["label"] = [classes.index(c) for c in meta["label_name"]]
+    meta["split"] = "test"
+    views = {v: np.asarray(ds.view(v)[idx]) for v in ds.views if v != "stats"}
+    stats = ds.stats_frame().iloc[idx].reset_index(drop=True)
+    return write_dataset(out, meta=meta, classes=classes, views=views, stats=stats)
+
+
+# --- runs ----------------------------------------------------------------------------
+def train(ds: Path, model: str, run: Path, args, *, seed: int, augment: str = "none") -> Path:
+    if (run / "metrics.json").exists():
+        return run
+    log(f"train {model} seed {seed} augment {augment} on {ds.name} -> {run.name}")
+    argv = ["train", ds, "-m", model, "-o", run, "--seed", seed, "--threads", 1, "-q"]
+    argv += ["--overwrite"] if run.exists() else []
+    if model != "xgboost":
+        argv += ["--epochs", args.epochs, "--augment", augment]
+        if args.steps_per_epoch:
+            argv += ["--steps-per-epoch", args.steps_per_epoch]
+    t = time.perf_counter()
+    flowsplit(*argv)
+    (run / "bench_wall_s.txt").write_text(f"{time.perf_counter() - t:.1f}\n")
+    return run
+
+
+def evaluate(run: Path, ds: Path, split: str, out: Path, *extra) -> dict:
+    flowsplit("evaluate", run, ds, "--split", split, "-o", out, *extra)
+    return json.loads(out.read_text())
+
+
+def mean_f1(summary: dict, classes: list[str]) -> float:
+    vals = [summary["per_class_f1"].get(c) for c in classes]
+    vals = [0.0 if v is None else v for v in vals]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def auroc(pos: np.ndarray, neg: np.ndarray) -> float | None:
+    """P(score of a positive > score of a negative), ties halved (Mann-Whitney)."""
+    if not len(pos) or not len(neg):
+        return None
+    allv = np.concatenate([pos, neg])
+    order = np.argsort(allv, kind="mergesort")
+    ranks = np.empty(len(allv))
+    sorted_v = allv[order]
+    i = 0
+    while i < len(allv):  # average ranks of ties
+        j = i
+        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    r_pos = ranks[: len(pos)].sum()
+    return float((r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def open_set(run: Path, foreign: Path) -> dict:
+    """Known (shared) against unknown (never trained) foreign classes, by confidence."""
+    from flowsplit.data.store import load_dataset
+    from flowsplit.train.evaluation import ClassMapping, model_input
+    from flowsplit.train.runs import load_trained_model, predict_proba
+
+    model, doc = load_trained_model(run)
+    ds = load_dataset(foreign)
+    info = doc["model"]
+    mapping = ClassMapping(list(info["classes"]), ds.classes)
+    rows = np.arange(ds.n_flows)
+    x = model_input(ds, info["view"], rows, doc["dataset"].get("view_columns"))
+    proba = predict_proba(model, x)
+    y = mapping.to_model_labels(ds.labels)
+    known = y >= 0
+    conf, pred = proba.max(1), proba.argmax(1)
+    correct = known & (pred == y)
+    curve = []
+    for t in THRESHOLDS:
+        acc = conf >= t
+        curve.append(
+            {
+                "min_confidence": t,
+                "coverage": float(acc.mean()),
+                # every accepted flow: right only when known and correctly named
+                "accuracy_accepted": float(correct[acc].mean()) if acc.any() else None,
+                "known_coverage": float(acc[known].mean()) if known.any() else None,
+                "unknown_rejected": float((~acc[~known]).mean()) if (~known).any() else None,
+            }
+        )
+    unseen = {
+        c: int((ds.labels == i).sum()) for i, c in enumerate(ds.classes) if c in mapping.unseen
+    }
+    return {
+        "n_known": int(known.sum()),
+        "n_unknown": int((~known).sum()),
+        "unknown_classes": dict(sorted(unseen.items(), key=lambda kv: -kv[1])),
+        "auroc_confidence": auroc(conf[known], conf[~known]),
+        "curve": curve,
+    }
+
+
+def flows_per_class(ds, split: str | None = None) -> dict[str, int]:
+    m = ds.meta if split is None else ds.meta[ds.meta["split"] == split]
+    return {str(k): int(v) for k, v in m["label_name"].value_counts().items()}
+
+
+def files_per_class(ds) -> dict[str, int]:
+    return {str(k): int(v) for k, v in ds.meta.groupby("label_name")["source"].nunique().items()}
+
+
+# --- the parts -------------------------------------------------------------------------
+def variants(args) -> list[tuple[str, str, str]]:
+    """(name, model, augment) of every model variant."""
+    out = [] if args.no_plain else [(m, m, "none") for m in args.models]
+    if args.augment != "none":
+        out += [(f"{m}+aug", m, args.augment) for m in args.models if m in NEURAL]
+    return out
+
+
+def cross_source(args, work: Path, res: dict) -> None:
+    from flowsplit.data.store import load_dataset
+
+    ndpi8 = prepare_ndpi(work / "ndpi8")
+    captures = args.foreign or foreign_captures(args.foreign_archives, work / "foreign-src")
+    foreign = prepare_foreign(captures, work / "foreign")
+    base, fds = load_dataset(ndpi8), load_dataset(foreign)
+    counts = flows_per_class(fds)
+    overlap = [c for c in base.classes if counts.get(c, 0) >= args.min_flows]
+    too_few = {c: counts.get(c, 0) for c in base.classes if c not in overlap}
+    cross = restrict(fds, overlap, work / "foreign-overlap")
+    key = "ndpi8->foreign"
+    entry = res["sources"][key] = {
+        "train": {
+            "dataset": "nDPI 8-protocol set (split by capture file)",
+            "flows_per_class": flows_per_class(base),
+            "test_flows_per_class": flows_per_class(base, "test"),
+            "files_per_class": files_per_class(base),
+        },
+        "test": {
+            "dataset": "foreign captures (tcpdump, Wireshark, libpcap, dpkt, nDPI 4.2), nDPI labels",
+            "captures": len(list(Path(captures).iterdir())),
+            "flows": fds.n_flows,
+            "flows_per_class": counts,
+            "files_per_class": files_per_class(fds),
+        },
+        "class_overlap": overlap,
+        "shared_but_too_few": too_few,
+        "min_flows": args.min_flows,
+        "models": {},
+    }
+    log(f"cross-source classes {overlap}; too few {too_few}")
+    for seed in args.seeds:
+        for name, model, augment in variants(args):
+            run = train(
+                ndpi8,
+                model,
+                work / "runs" / f"ndpi8-{name}-s{seed}",
+                args,
+                seed=seed,
+                augment=augment,
+            )
+            own = json.loads((run / "metrics.json").read_text())
+            own_eval = evaluate(run, ndpi8, "test", run / "eval-own.json")
+            ev = evaluate(run, cross, "all", run / "eval-cross.json")
+            osr = open_set(run, foreign)
+            row = {
+                "seed": seed,
+                "augment": augment,
+                "own_macro_f1": own["macro_f1"],
+                "own_accuracy": own["accuracy"],
+                "own_macro_f1_overlap": mean_f1(own_eval, overlap),
+                "cross_macro_f1": mean_f1(ev, overlap),
+                "cross_macro_f1_all_model_classes": ev["macro_f1"],
+                "cross_accuracy": ev["accuracy"],
+                "cross_per_class_f1": {c: ev["per_class_f1"].get(c) for c in overlap},
+                "n_cross": ev["n_scored"],
+                "evaluate_other_source": ev.get("other_source"),
+                "open_set": osr,
+                "epochs_run": len(own.get("loss_per_epoch") or []) or None,
+                "train_wall_s": float((run / "bench_wall_s.txt").read_text())
+                if (run / "bench_wall_s.txt").exists()
+                else None,
+            }
+            row["drop"] = row["own_macro_f1_overlap"] - row["cross_macro_f1"]
+            entry["models"].setdefault(name, []).append(row)
+            log(
+                f"{name} s{seed}: own {row['own_macro_f1']:.3f} (overlap "
+                f"{row['own_macro_f1_overlap']:.3f}) cross {row['cross_macro_f1']:.3f} "
+                f"acc {row['cross_accuracy']:.3f} drop {row['drop']:+.3f} "
+                f"open-set AUROC {osr['auroc_confidence']}"
+            )
+            if args.ablate:
+                png = args.plots / f"ablation-ndpi8-{name}-s{seed}.png"
+                ab = evaluate(run, ndpi8, "test", run / "eval-ablate.json", "--ablate",
+                              "--ablate-plot", png)  # fmt: skip
+                res["ablation"].setdefault("ndpi8", {})[f"{name}-s{seed}"] = ab["ablations"]
+            write(args, res)
+    summarise(entry, res["goals"])
+
+
+def summarise(entry: dict, goals: dict) -> None:
+    """Means over seeds, and the issue's goals for this source pair."""
+    means = {}
+    for name, rows in entry["models"].items():
+        means[name] = {
+            k: float(np.mean([r[k] for r in rows]))
+            for k in (
+                "own_macro_f1",
+                "own_macro_f1_overlap",
+                "cross_macro_f1",
+                "cross_accuracy",
+                "drop",
+            )
+        }
+        means[name]["n_cross"] = rows[0]["n_cross"]
+        means[name]["seeds"] = len(rows)
+        au = [
+            r["open_set"]["auroc_confidence"]
+            for r in rows
+            if r["open_set"]["auroc_confidence"] is not None
+        ]
+        means[name]["open_set_auroc"] = float(np.mean(au)) if au else None
+    entry["mean_over_seeds"] = means
+    neural = {k: v for k, v in means.items() if k.split("+")[0] in NEURAL}
+    xgb = means.get("xgboost", {}).get("cross_macro_f1")
+    if means:
+        best = max(means, key=lambda k: means[k]["cross_macro_f1"])
+        goals["best_cross_macro_f1"] = {
+            "model": best,
+            "value": means[best]["cross_macro_f1"],
+            "goal": 0.85,
+        }
+    goals["neural_drop_at_most_0.10"] = {k: v["drop"] for k, v in neural.items()}
+    if xgb is not None:
+        goals["neural_minus_xgboost_at_least_0.15"] = {
+            k: v["cross_macro_f1"] - xgb for k, v in neural.items()
+        }
+
+
+def temporal(args, work: Path, res: dict) -> None:
+    by_time = prepare_ndpi(work / "ndpi8-time", split_by="time")
+    by_file = work / "ndpi8"
+    from flowsplit.data.store import load_dataset
+
+    t = load_dataset(by_time)
+    res["temporal"]["ndpi8 by file -> by time"] = entry = {
+        "split": "flows ordered by start time: earliest 70 % train, next 15 % val, latest 15 % test",
+        "train_flows_per_class": flows_per_class(t, "train"),
+        "test_flows_per_class": flows_per_class(t, "test"),
+        "models": {},
+    }
+    for seed in args.seeds:
+        for model in args.temporal_models:
+            run_t = train(
+                by_time, model, work / "runs" / f"ndpi8time-{model}-s{seed}", args, seed=seed
+            )
+            run_f = work / "runs" / f"ndpi8-{model}-s{seed}"
+            if not (run_f / "metrics.json").exists():
+                train(by_file, model, run_f, args, seed=seed)
+            mt = json.loads((run_t / "metrics.json").read_text())
+            mf = json.loads((run_f / "metrics.json").read_text())
+            row = {
+                "seed": seed,
+                "file_split_macro_f1": mf["macro_f1"],
+                "time_split_macro_f1": mt["macro_f1"],
+                "time_split_accuracy": mt["accuracy"],
+                "drop": mf["macro_f1"] - mt["macro_f1"],
+                "n_test": int(sum(entry["test_flows_per_class"].values())),
+            }
+            entry["models"].setdefault(model, []).append(row)
+            log(
+                f"temporal {model} s{seed}: file {row['file_split_macro_f1']:.3f} time {row['time_split_macro_f1']:.3f}"
+            )
+            write(args, res)
+
+
+def ustc(args, work: Path, res: dict) -> None:
+    ds = work / "ustc"
+    if not (ds / "manifest.json").exists():
+        log("prepare ustc")
+        flowsplit("prepare", SHARED / "ustc-tfc2016", "-o", ds, "--quiet")
+    entry = res["ustc"] = res.get("ustc") or {"models": {}}
+    for seed in args.seeds:
+        for model in args.ustc_models:
+            run = train(ds, model, work / "runs" / f"ustc-{model}-s{seed}", args, seed=seed)
+            m = json.loads((run / "metrics.json").read_text())
+            n_params = None
+            if model != "xgboost":
+                from flowsplit.train.runs import load_trained_model
+
+                net, _ = load_trained_model(run)
+                n_params = int(sum(p.numel() for p in net.parameters()))
+            row = {"seed": seed, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"],
+                   "params": n_params, "epochs_run": len(m.get("loss_per_epoch") or []) or None}  # fmt: skip
+            entry["models"].setdefault(model, []).append(row)
+            log(f"ustc {model} s{seed}: accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}")
+            if args.ablate:
+                png = args.plots / f"ablation-ustc-{model}-s{seed}.png"
+                ab = evaluate(
+                    run, ds, "test", run / "eval-ablate.json", "--ablate", "--ablate-plot", png
+                )
+                res["ablation"].setdefault("ustc", {})[f"{model}-s{seed}"] = ab["ablations"]
+            write(args, res)
+
+
+def write(args, res: dict) -> None:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="JSON to write")
+    p.add_argument("--work", type=Path, help="datasets and runs (default: a temporary folder)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--foreign", type=Path, help="folder of foreign captures, already assembled")
+    g.add_argument("--foreign-archives", type=Path, help="folder of the Debian *.orig.tar.* files")
+    p.add_argument("--models", default="cnn,lstm,convlstm,convgru,transformer,xgboost")
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--steps-per-epoch", type=int)
+    p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    p.add_argument(
+        "--augment", default="none", help="also train every neural model with this --augment"
+    )
+    p.add_argument(
+        "--no-plain", action="store_true", help="with --augment: only the augmented variants"
+    )
+    p.add_argument("--min-flows", type=int, default=20, help="foreign flows a shared class needs")
+    p.add_argument("--temporal-models", default="", help="models of the temporal split ('' skips)")
+    p.add_argument("--ustc-models", default="", help="models trained on USTC-TFC2016 ('' skips)")
+    p.add_argument("--ablate", action="store_true", help="evaluate --ablate every run")
+    p.add_argument("--plots", type=Path, help="folder for the ablation pictures")
+    p.add_argument("--skip-cross", action="store_true", help="only the temporal and USTC parts")
+    args = p.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    args.temporal_models = [m for m in args.temporal_models.split(",") if m]
+    args.ustc_models = [m for m in args.ustc_models.split(",") if m]
+    args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    if not args.skip_cross and args.foreign is None and args.foreign_archives is None:
+        p.error("give --foreign DIR or --foreign-archives DIR (or --skip-cross)")
+    if args.ablate:
+        args.plots = args.plots or args.out.with_suffix("").with_name(args.out.stem + "-plots")
+        args.plots.mkdir(parents=True, exist_ok=True)
+    res = {
+        "environment": environment(note="2-core machine shared with other engineers; one thread"),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "sources": {},
+        "temporal": {},
+        "ablation": {},
+        "goals": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        if not args.skip_cross:
+            cross_source(args, work, res)
+        if args.temporal_models:
+            temporal(args, work, res)
+        if args.ustc_models:
+            ustc(args, work, res)
+        write(args, res)
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
