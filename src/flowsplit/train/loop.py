@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from flowsplit.data.augment import augmenter_for
 from flowsplit.data.store import load_dataset
+from flowsplit.errors import FlowsplitError
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
 from flowsplit.terminal import on_terminal
 from flowsplit.train.batches import RowReader, epoch_rows, shard_order, step_rows
@@ -338,6 +339,11 @@ def _train_epoch(
     total_loss, n_seen = all_reduce_sum([loss_sum.item(), float(len(order))], layout)
     hist = state.hist
     hist["loss"].append(total_loss / max(n_seen, 1.0))
+    if not math.isfinite(hist["loss"][-1]):  # the same on every rank: all stop alike
+        raise FlowsplitError(
+            f"the training loss is {hist['loss'][-1]} in epoch {epoch + 1}: the model diverged "
+            f"(learning rate {layout.lr:g}); the run stopped: try a smaller --lr"
+        )
     hist["epoch_time"].append(epoch_time)
     hist["data_time"].append(data_time)
     hist["comm_time"].append(meter.busy_time())
