@@ -97,12 +97,24 @@ def read_flow_csv(
     if numeric.shape[1] == 0:
         raise InputError(path, "no numeric flow-statistics columns")
     values = numeric.to_numpy(dtype=np.float64)
+    # The documented rule (docs/robustness.md): NaN and +-Infinity become 0; a finite
+    # value beyond float32's range (|x| > 3.4e38, stored as float32) becomes the largest
+    # float32 of its sign instead of an infinity; both counted, both refused by --strict.
     bad = ~np.isfinite(values)
     if bad.any():
         skipped["non_finite_values"] = int(bad.sum())
         if strict:
             raise InputError(path, f"{skipped['non_finite_values']} Infinity/NaN value(s)")
         values[bad] = 0.0
+    big = np.finfo(np.float32).max
+    over = np.abs(values) > big
+    if over.any():
+        skipped["out_of_float32_range_values"] = int(over.sum())
+        if strict:
+            raise InputError(
+                path, f"{int(over.sum())} value(s) beyond float32's range (|x| > {big:.3g})"
+            )
+        values = np.clip(values, -big, big)
     stats = pd.DataFrame(values.astype(np.float32), columns=list(numeric.columns))
     keep = ~empty
     return FlowCsv(

@@ -197,13 +197,31 @@ def _read_csv(path: Path, needed: list[str]) -> pd.DataFrame:
     return df
 
 
+def _no_conflict(path, labels: dict, line_of: dict, key, label: str, row: int, *, what: str):
+    """Refuse a second label for ``key``: a labels CSV names one class per file or flow.
+
+    ``row`` is the data row (0-based); lines are counted as an editor does (header 1).
+    Equal labels on two rows are no conflict. Remembers the line of ``key``'s first row.
+    """
+    line = row + 2
+    first = line_of.setdefault(key, line)
+    if key in labels and labels[key] != label:
+        raise InputError(
+            path,
+            f"{what} is labelled {labels[key]!r} on line {first} and {label!r} on line "
+            f"{line}; give each one label (the first conflicting rows)",
+        )
+
+
 def _read_file_map(spec: LabelSpec) -> dict[str, str]:
     df = _read_csv(spec.labels, [spec.file_column, spec.label_column])
     out: dict[str, str] = {}
+    line_of: dict[str, int] = {}
     by_name: dict[str, set[str]] = {}
-    for f, lab in zip(df[spec.file_column], df[spec.label_column], strict=True):
+    for i, (f, lab) in enumerate(zip(df[spec.file_column], df[spec.label_column], strict=True)):
         f, lab = f.strip(), lab.strip()
         if f and lab:
+            _no_conflict(spec.labels, out, line_of, f, lab, i, what=f"file {f!r}")
             out[f] = lab
             by_name.setdefault(Path(f).name, set()).add(lab)
     # A bare file name matches too, unless rows with that name disagree on the label.
@@ -217,6 +235,7 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
     df = _read_csv(spec.labels, [spec.key_column, spec.label_column])
     has_file = spec.file_column in df.columns
     out: dict[tuple, str] = {}
+    line_of: dict[tuple, int] = {}
     bad = 0
     files = df[spec.file_column].map(lambda f: os.path.normpath(f.strip())) if has_file else None
     for i, (key_text, lab) in enumerate(
@@ -230,7 +249,9 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
         except ValueError:
             bad += 1
             continue
-        out[(files.iat[i], key) if has_file else key] = lab
+        where = (files.iat[i], key) if has_file else key
+        _no_conflict(spec.labels, out, line_of, where, lab, i, what=f"flow {key_text.strip()!r}")
+        out[where] = lab
     if has_file:
         # A bare file name matches too, when it names only one file of the CSV.
         paths_of: dict[str, set[str]] = {}
@@ -250,19 +271,28 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
 def read_port_map(path: Path) -> dict[int, str]:
     """Read ``{"name": port}`` or ``{"port": "name"}`` (JSON) into port -> name."""
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        pairs = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=list)
     except FileNotFoundError:
         raise InputError(path, "port map not found") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(raw, dict):
+    if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):
         raise InputError(path, 'port map must be a JSON object like {"http": 8080}')
     out: dict[int, str] = {}
-    for k, v in raw.items():
+    entry_of: dict[int, str] = {}
+    for k, v in pairs:
         if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
-            out[int(v)] = str(k)
+            port, name = int(v), str(k)
         elif str(k).isdigit():
-            out[int(k)] = str(v)
+            port, name = int(k), str(v)
         else:
             raise InputError(path, f"entry {k!r}: {v!r} is not a port number")
+        if port in out and out[port] != name:  # one port, two classes: say so, never "last wins"
+            raise InputError(
+                path,
+                f"port {port} is {out[port]!r} in entry {entry_of[port]} and {name!r} in entry "
+                f"{k!r}: {v!r}; give each port one class",
+            )
+        out[port] = name
+        entry_of.setdefault(port, f"{k!r}: {v!r}")
     return out
