@@ -405,6 +405,12 @@ CASES = [
       lambda w, t: write(t / "compare.json", "{")),
     C("report-wrong-schema-study", "report {t}", "compare.json", "settings",
       lambda w, t: write(t / "compare.json", '{"models": 3}')),
+    C("report-runs-missing", "report {x}", "s", "4 of its 4 runs are missing",
+      lambda w, t: write(t / "s" / "compare.json", json.dumps(
+          {"config": {"models": ["cnn"], "workers": [1, 2], "seeds": [0, 1]}})).parent),
+    C("report-settings-damaged", "report {x}", "compare.json", "damaged",
+      lambda w, t: write(t / "s" / "compare.json", json.dumps(
+          {"config": {"models": ["cnn"], "workers": 3, "seeds": [0]}})).parent),
     # ---- sfl run ---------------------------------------------------------------
     C("sfl-run-dataset-missing", "sfl run {t}/nods -o {t}/o", "nods"),
     C("sfl-run-topology-missing", SFL + " --topology {t}/net.toml -o {t}/o", "net.toml"),

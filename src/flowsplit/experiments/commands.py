@@ -109,8 +109,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from flowsplit.experiments.compare_report import render_report
+    from flowsplit.experiments.compare_report import check_runs_present, render_report
 
+    check_runs_present(args.out)  # an empty report of a study whose runs are gone: no
     _print_summary(render_report(args.out))
     return 0
 

@@ -357,6 +357,36 @@ def _reach(entry: dict, network: str) -> int:
     return max(good) if good else 1
 
 
+def check_runs_present(out: str | Path) -> None:
+    """Refuse to report a study whose runs are gone: every planned cell must have its
+    finished run (``metrics.json``) or a failure recorded in ``status.json``. Otherwise
+    the report would be rewritten from nothing (exit 0, an empty report)."""
+    out = Path(out)
+    cfg = _read_study(out)["config"]
+    status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
+    failed = set(status.get("failures", {}))
+    hooks = cfg.get("comm_hooks") or [PLAIN_HOOK]
+    try:
+        cells = plan_cells(cfg["models"], cfg["workers"], cfg["seeds"], hooks)
+    except (KeyError, TypeError, ValueError) as exc:  # a hand-edited compare.json
+        raise InputError(
+            out / "compare.json", f"its study settings are damaged ({type(exc).__name__}: {exc})"
+        ) from None
+    missing = [
+        c
+        for c in cells
+        if not (cell_dir(out, c) / "metrics.json").is_file() and c.name not in failed
+    ]
+    if missing:
+        first = cell_dir(out, missing[0]).relative_to(out)
+        raise InputError(
+            out,
+            f"{len(missing)} of its {len(cells)} runs are missing (first: {first}); "
+            "finish the study with `flowsplit compare DATASET -o OUT` (it runs only "
+            "what is missing) before reporting it",
+        )
+
+
 def render_report(out: str | Path) -> Path:
     """Write results.json, results.csv, report.md and report.html; return the HTML path."""
     out = Path(out)
