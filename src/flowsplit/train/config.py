@@ -40,7 +40,7 @@ class TrainConfig:
     dataset: str = field(metadata=cli(positional=True, metavar="DATASET"))
     """Directory of a prepared dataset (``flowsplit prepare``)."""
     model: str = field(metadata=cli(aliases=("-m",)))
-    """Registry name: cnn, lstm, convlstm, convgru or xgboost."""
+    """Registry name: cnn, lstm, convlstm, convgru, transformer or xgboost."""
     out: str = field(metadata=cli(aliases=("-o",), metavar="RUN"))
     """Run directory to write (config, log, checkpoints, weights, metrics.json)."""
     view: str | None = None
