@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -227,9 +228,44 @@ def prepare_dataset(
             raise
 
 
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (``MemAvailable``; else all RAM)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_batch_memory(opts: PrepareOptions) -> None:
+    """Refuse view sizes whose rows cannot be held: ``prepare`` buffers up to
+    ``FLUSH_FLOWS`` flows of every tensor view before writing them; more than the
+    available memory is refused with the computed size (``--n-bytes 1000000000`` asked
+    for terabytes and then failed inside NumPy)."""
+    shapes = view_shapes(opts.flow_options())
+    itemsize = {"seq": 4, "bytes": 1, "pkt_bytes": 1}
+    row = sum(int(np.prod(shape, dtype=np.float64)) * itemsize[v] for v, shape in shapes.items())
+    need, have = row * FLUSH_FLOWS, available_memory()
+    if need > have:
+        sizes = ", ".join(f"{v} {'x'.join(map(str, shape))}" for v, shape in shapes.items())
+        raise ConfigError(
+            f"views of {sizes} per flow need {_gib(row)} a flow and {_gib(need)} for the "
+            f"{FLUSH_FLOWS} flows prepare holds at once; {_gib(have)} of memory is "
+            "available: give smaller --n-bytes, --seq-len or --n-pkts/--pkt-len"
+        )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
 def _prepare_dataset(inputs, out_dir, options, progress, overwrite) -> dict[str, Any]:
     opts = options or PrepareOptions()
     t0 = time.perf_counter()
+    check_batch_memory(opts)
     check_target(out_dir, overwrite=overwrite)  # refuse now, before any input is read
     new_writer = functools.partial(DatasetWriter, Path(out_dir), overwrite=overwrite)
     files = src_mod.discover(inputs)
