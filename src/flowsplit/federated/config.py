@@ -100,6 +100,16 @@ class SFLConfig:
     """``never``: keep the first assignment; ``every-round``: re-plan it before every round on that round's network (``flowsplit.planner.replan``). The cuts stay: moving one mid-training moves layers and their optimiser state between tiers, which the runtime does not do."""
     trace: str | None = field(default=None, metadata=cli(metavar="SPEC"))
     """Per-round network changes, replacing the topology's own ``[[trace]]``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's)."""
+    clients_per_round: int | None = field(default=None, metadata=cli(metavar="K"))
+    """Sample K clients each round (seeded; Flower's sampling: see ``--select``); default: every client takes part in every round."""
+    fraction: float | None = field(default=None, metadata=cli(metavar="F"))
+    """Sample max(int(F x available), --min-fit-clients) clients each round (Flower's fraction_fit), instead of --clients-per-round."""
+    min_available_clients: int = field(default=1, metadata=cli(metavar="N"))
+    """A round with fewer clients available to sample (with rows, available in the trace, admitted by --select) ends the run."""
+    min_fit_clients: int = field(default=1, metadata=cli(metavar="N"))
+    """Sample at least this many clients per round (fewer available ends the run)."""
+    select: str = field(default="uniform", metadata=cli(metavar="SPEC"))
+    """Which clients may be sampled: ``uniform`` (all), ``list:I,J,...`` or ``list:FILE``, ``attr:NAME>=VALUE`` (NAME: speed, memory, samples, bandwidth, latency); unavailable clients of the trace never are."""
     exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
     hang_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
@@ -168,6 +178,18 @@ class SFLConfig:
         if self.replan not in REPLAN_MODES:
             raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_MODES)}")
         parse_trace_spec(self.trace)  # the file itself is read with the topology
+        if self.clients_per_round is not None and self.fraction is not None:
+            raise ConfigError("give --clients-per-round or --fraction, not both")
+        if self.clients_per_round is not None and self.clients_per_round < 1:
+            raise ConfigError(f"--clients-per-round must be >= 1, got {self.clients_per_round}")
+        if self.fraction is not None and not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
+        for name in ("min_available_clients", "min_fit_clients"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        from flowsplit.federated.sampling import parse_selection
+
+        parse_selection(self.select)
 
     def failed_aggregators(self) -> dict[int, int]:
         """``{aggregator: round (0-based) from which it is gone}`` of ``--fail``."""

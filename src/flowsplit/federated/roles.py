@@ -92,9 +92,18 @@ class Client:
     """An edge device: holds a shard, trains the client part (and its head under local losses)."""
 
     def __init__(
-        self, index: int, ctx: RunContext, module: TierModule, x: torch.Tensor, y: torch.Tensor
+        self,
+        index: int,
+        ctx: RunContext,
+        module: TierModule,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        uid: int | None = None,
     ):
         self.index = index
+        """Its index in the round (its address); the client itself unless clients are sampled."""
+        self.uid = index if uid is None else int(uid)
+        """The registered client it is (seeds its batch order)."""
         self.address = (CLIENT, index)
         self.ctx = ctx
         self.module = module
@@ -103,7 +112,7 @@ class Client:
     def batches(self, round_index: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This round's batches: a fresh seeded shuffle of the shard per local epoch."""
         cfg = self.ctx.config
-        rng = np.random.default_rng([cfg.seed, 104729, round_index, self.index])
+        rng = np.random.default_rng([cfg.seed, 104729, round_index, self.uid])
         n = len(self.y)
         for _ in range(cfg.local_epochs):
             perm = torch.from_numpy(rng.permutation(n))

@@ -8,8 +8,8 @@ weights, same costs), so nothing but tensors ever needs to cross the network.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.roles import RunContext, TierModule
 from flowsplit.federated.schemes import Scheme, scheme_of
 from flowsplit.federated.system.costs import CostMeter
-from flowsplit.federated.system.partition import make_partition
+from flowsplit.federated.system.partition import Shards, make_partition
 from flowsplit.federated.system.parts import check_cuts, split_model
 from flowsplit.federated.system.profile import (
     BlockProfile,
@@ -80,14 +80,28 @@ class RunSetup:
     topology: Topology
     """The topology with shard sizes filled in."""
     assignment: np.ndarray
-    shards: list[np.ndarray]
-    """Training row indices of each client."""
+    shards: Sequence[np.ndarray]
+    """Training row indices of each client (a :class:`~flowsplit.federated.system.partition.
+    Shards`: index ranges of one array, read from the memory-mapped views when needed)."""
 
     @property
     def n_samples(self) -> np.ndarray:
+        sizes = getattr(self.shards, "sizes", None)
+        if sizes is not None:
+            return np.asarray(sizes, dtype=np.int64)
         return np.array([len(s) for s in self.shards], dtype=np.int64)
 
-    def context(self, *, meter_enabled: bool = True) -> RunContext:
+    def context(self, *, meter_enabled: bool = True, sampled: bool = False) -> RunContext:
+        """What every role knows of the run. ``sampled``: the caller runs the sampled
+        clients of each round (the simulation); other runners refuse a sampled config."""
+        if not sampled:
+            from flowsplit.federated.sampling import sampling_configured
+
+            if sampling_configured(self.config):
+                raise ConfigError(
+                    "--clients-per-round, --fraction and --select sample clients in "
+                    "--mode sim only; --mode dist runs every client in every round"
+                )
         return RunContext(
             scheme=self.scheme,
             config=self.config,
@@ -96,6 +110,22 @@ class RunSetup:
             n_samples=self.n_samples,
             meter=CostMeter(self.topology, self.assignment, enabled=meter_enabled),
         )
+
+    def subset(
+        self, clients: np.ndarray, *, topology: Topology | None = None, assignment=None
+    ) -> RunSetup:
+        """This run restricted to ``clients`` (sorted indices; client ``k`` of the result is
+        ``clients[k]``): the topology's rows of them (of ``topology``, a round's network,
+        when given; without a trace, which is the run's), their assignment (``assignment``
+        when given) and shards. Model, costs and data are shared, not copied."""
+        clients = np.asarray(clients, dtype=np.int64)
+        topo = subset_topology(self.topology if topology is None else topology, clients)
+        shards = self.shards
+        shards = (
+            shards.take(clients) if isinstance(shards, Shards) else [shards[i] for i in clients]
+        )
+        chosen = self.assignment[clients] if assignment is None else np.asarray(assignment)
+        return replace(self, topology=topo, assignment=chosen, shards=shards)
 
     def tier_modules(self) -> tuple[TierModule, TierModule, TierModule]:
         """Fresh client, aggregator and server modules with the initial weights."""
@@ -123,6 +153,21 @@ class RunSetup:
             )
         x = torch.from_numpy(np.ascontiguousarray(self.dataset.view(self.view)[rows]))
         return x, torch.from_numpy(self.dataset.labels[rows].astype(np.int64))
+
+
+def subset_topology(topology: Topology, clients: np.ndarray) -> Topology:
+    """``topology`` with only ``clients`` (in that order; aggregators and server kept) and
+    no trace (a trace names the clients of the whole topology: apply it first)."""
+    clients = np.asarray(clients, dtype=np.int64)
+    return replace(
+        topology,
+        client_speed=np.asarray(topology.client_speed)[clients],
+        client_memory=np.asarray(topology.client_memory)[clients],
+        client_samples=np.asarray(topology.client_samples)[clients],
+        ca_latency=np.asarray(topology.ca_latency)[clients],
+        ca_bandwidth=np.asarray(topology.ca_bandwidth)[clients],
+        trace=(),
+    )
 
 
 def role_seed(seed: int, address: Address) -> int:
@@ -221,7 +266,9 @@ def prepare_run(
         aux_mode=config.aux_head,
         aux_max_features=config.aux_max_features,
     )
-    topo = topology.with_samples(np.array([len(s) for s in shards]))
+    if not isinstance(shards, Shards):
+        shards = Shards.from_list(shards)
+    topo = topology.with_samples(shards.sizes)
     _check_client_memory(topo, costs, config)
     _check_faults(topo, config)
     if assignment is None:

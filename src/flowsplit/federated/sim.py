@@ -19,15 +19,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowsplit.federated.assignment import AssignmentPolicy, changes, decide_assignment
+from flowsplit.errors import ConfigError
+from flowsplit.federated.assignment import (
+    AssignmentPolicy,
+    changes,
+    check_round_assignment,
+    decide_assignment,
+)
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import SFLResult, assignment_facts, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
+from flowsplit.federated.sampling import ClientSampler, sampling_configured
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
-from flowsplit.federated.setup import RunSetup, role_seed
+from flowsplit.federated.setup import RunSetup, role_seed, subset_topology
 from flowsplit.federated.system.costs import CostMeter
 from flowsplit.federated.system.protocol import (
+    CLIENT,
     Address,
     Recv,
     Send,
@@ -137,7 +145,26 @@ def _seeded_state(seed: int) -> torch.Tensor:
 
 
 class SimRuntime:
-    """All roles of a run in this process."""
+    """All roles of a run in this process.
+
+    **A client exists only while it takes part.** The server, the aggregators and their
+    random states live for the whole run; a client is built at the start of a round it
+    takes part in (its part a copy of the template, loaded with the global part at the
+    download, as before; a fresh optimiser, as before; its rows read from the
+    memory-mapped view through its index range) and dropped at the end of the round.
+    What persists of a client between rounds is its torch random state (dropout masks),
+    kept only when its part drew random numbers (5 KB each); its optimiser was always
+    reset each round. So a run's memory grows with the clients of a round, not with the
+    federation.
+
+    **Sampling** (``flowsplit.federated.sampling``): each round runs on the sampled
+    clients only, re-indexed ``0..K-1`` in the order of their indices (``self.ids``:
+    their registered indices): the round's topology, assignment, ledger and delay are
+    the sample's, so the cost model charges only the sampled clients. The assignment
+    policy plans the sample (warm-started from each client's last assignment, the run's
+    initial one for a client never seen), within the run's cuts, and ``--capacity``
+    holds. Without sampling, ``ids`` is every client and the run is what it always was.
+    """
 
     is_server = True
 
@@ -149,66 +176,164 @@ class SimRuntime:
         policy: AssignmentPolicy | None = None,
     ):
         self.setup = setup
-        self.ctx = setup.context(meter_enabled=meter_enabled)
+        n = setup.topology.n_clients
+        sampled = sampling_configured(setup.config)
+        self.sampler = ClientSampler(setup.config, setup.n_samples) if sampled else None
+        self.ids = np.arange(n)
+        """Registered indices of the current round's clients (client ``k`` is ``ids[k]``)."""
+        self.available = n
+        """Clients available to sample in the current round."""
+        # Without a sample, every client every round; with one, each round re-aims it.
+        whole = setup.subset(self.ids[:1]) if sampled else setup
+        self.ctx = whole.context(meter_enabled=meter_enabled, sampled=True)
         self.policy = policy if policy is not None else AssignmentPolicy()
-        self.assignment = setup.assignment
-        """The assignment of the last planned round (the run's initial one before)."""
+        self.assignment = np.array(setup.assignment, dtype=np.int64)
+        """(N,) each client's aggregator as last planned (the run's initial one before)."""
         self.alive = np.ones(setup.topology.n_aggregators, dtype=bool)
         """Aggregators not lost so far."""
         self.failures = setup.config.failed_aggregators()
         """``--fail``: aggregator -> round (0-based) from which it is gone."""
+        self.lost: set[int] = set()
+        """Registered clients the server has given up on (the server's own set holds the
+        current round's indices)."""
         self.n_samples = setup.n_samples
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
+        self._client_template = copy.deepcopy(client_tpl)
         self.server = CloudServer(self.ctx, client_tpl, agg_tpl, server_tpl)
         self.aggregators = [
             EdgeAggregator(j, self.ctx, copy.deepcopy(agg_tpl))
             for j in range(setup.topology.n_aggregators)
         ]
-        self.clients = [
-            Client(i, self.ctx, copy.deepcopy(client_tpl), *setup.client_data(i))
-            for i in range(setup.topology.n_clients)
-        ]
         addresses = [self.server.address, *(a.address for a in self.aggregators)]
-        addresses += [c.address for c in self.clients]
         self.rng_states = {a: _seeded_state(role_seed(setup.config.seed, a)) for a in addresses}
+        """Random states of the server, the aggregators and the current round's clients."""
+        self._client_rng: dict[int, torch.Tensor] = {}
+        """Random states of clients whose part drew random numbers (by registered index)."""
         self._eval = setup.eval_data()
+
+    @property
+    def clients(self) -> list[Client]:
+        """Every registered client built at once (for tools that drive roles by hand, such
+        as ``benchmarks/sfl_sim.py``; the round loop builds only a round's clients)."""
+        if getattr(self, "_all_clients", None) is None:
+            self._all_clients = [self._client(k) for k in range(len(self.ids))]
+        return self._all_clients
+
+    def _client(self, k: int) -> Client:
+        """Client ``k`` of the current round, built fresh; its random state made current."""
+        uid = int(self.ids[k])
+        module = copy.deepcopy(self._client_template)
+        client = Client(k, self.ctx, module, *self.setup.client_data(uid), uid=uid)
+        state = self._client_rng.get(uid)
+        self.rng_states[client.address] = state if state is not None else self._seeded(uid)
+        return client
+
+    def _seeded(self, uid: int) -> torch.Tensor:
+        return _seeded_state(role_seed(self.setup.config.seed, (CLIENT, uid)))
+
+    def _release_clients(self) -> None:
+        """Keep the random state of each client of the round that drew random numbers."""
+        for addr in [a for a in self.rng_states if a[0] == CLIENT]:
+            state = self.rng_states.pop(addr)
+            uid = int(self.ids[addr[1]])
+            if torch.equal(state, self._seeded(uid)):
+                self._client_rng.pop(uid, None)
+            else:
+                self._client_rng[uid] = state
+        self._all_clients = None
 
     def coroutines(self, plan: RoundPlan) -> dict[Address, Coroutine]:
         coros = {self.server.address: self.server.run_round(plan)}
         for agg in self.aggregators:
             if self.alive[agg.index]:
                 coros[agg.address] = agg.run_round(plan)
-        for i in plan.order:
+        built = getattr(self, "_all_clients", None)
+        for k in plan.order:
             # Lost clients (a gone aggregator's, this round) do nothing, as in dist.
-            if int(i) not in self.server.lost:
-                client = self.clients[int(i)]
+            if int(k) not in self.server.lost:
+                client = built[int(k)] if built is not None else self._client(int(k))
                 coros[client.address] = client.run_round(plan)
         return coros
 
+    def _select(self, plan: RoundPlan, net: Any) -> np.ndarray | None:
+        """The round's clients (None: every client, no sample)."""
+        if self.sampler is None:
+            return None
+        ids, self.available = self.sampler.sample(plan.round, net.topology, net.available)
+        if len(ids) == self.setup.topology.n_clients:
+            return None
+        return ids
+
     def plan_round(self, plan: RoundPlan) -> RoundPlan:
-        """``plan`` on its round's network, with the assignment the policy gives it.
+        """``plan`` on its round's network and sample, with the assignment the policy gives it.
 
         Then the ``--fail`` schedule: an aggregator gone from this round on takes its
         clients with it for this round (as the dist server finds at the round's start).
         """
-        net = self.policy.network_for_round(plan.round, self.setup.topology)
-        plan = plan.with_network(self.assignment, net.topology, net.available)
-        assignment = decide_assignment(self.policy, self.setup, plan, self.alive, self.assignment)
-        moves = changes(self.assignment, assignment)
-        lost = self.server.lost
-        lost.difference_update(i for i, _, _ in moves)  # brought back at their new aggregator
+        setup = self.setup
+        net = self.policy.network_for_round(plan.round, setup.topology)
+        ids = self._select(plan, net)
+        available, topology, round_setup = net.available, net.topology, setup
+        if ids is None:
+            self.ids = np.arange(setup.topology.n_clients)
+        else:
+            self.ids = ids
+            plan = restrict_plan(plan, ids)
+            available = None if available is None else np.asarray(available)[ids]
+            round_setup = setup.subset(ids, assignment=self.assignment[ids])
+            topology = subset_topology(topology, ids)
+        ids = self.ids
+        previous = self.assignment[ids]
+        plan = plan.with_network(previous, topology, available)
+        assignment = decide_assignment(self.policy, round_setup, plan, self.alive, previous)
+        if self.sampler is not None:
+            assignment = self._hold_capacity(round_setup, topology, assignment, previous)
+        moves = changes(previous, assignment)
+        self.lost.difference_update(int(ids[k]) for k, _, _ in moves)  # back at their new one
+        # A sampled client left on a lost aggregator (never placed) is lost with it.
+        self.lost.update(int(i) for i in ids[~self.alive[assignment]])
+        local = _local_index(ids, self.lost)
         skipped = np.zeros(len(assignment), dtype=bool)
-        skipped[sorted(lost)] = True
-        plan = plan.with_network(assignment, net.topology, net.available, moves, skipped)
-        self.assignment = plan.assignment
+        skipped[local] = True
+        moved = [[int(ids[k]), f, t] for k, f, t in moves]
+        plan = plan.with_network(assignment, topology, available, moved, skipped)
+        self.assignment[ids] = plan.assignment
         self.ctx.assignment = plan.assignment
+        self.ctx.n_samples = self.n_samples[ids]
         if self.ctx.meter.topology is not plan.topology:
             self.ctx.meter.set_topology(plan.topology)
+            self.ctx.meter.assignment = plan.assignment
         for j, r in self.failures.items():
             if r == plan.round and self.alive[j]:
                 self.alive[j] = False
-                lost.update(int(i) for i in np.flatnonzero(assignment == j))
+                self.lost.update(int(i) for i in ids[assignment == j])
+        self.server.lost = set(_local_index(ids, self.lost).tolist())
         return plan
+
+    def _hold_capacity(
+        self, round_setup: RunSetup, topology: Any, assignment: np.ndarray, previous: np.ndarray
+    ) -> np.ndarray:
+        """``assignment`` of the sample with the clients over an aggregator's ``--capacity``
+        (the last ones by index) placed elsewhere by the policy's ``place``."""
+        cap = self.setup.config.capacity
+        if not cap:
+            return assignment
+        a = topology.n_aggregators
+        limit = np.full(a, cap[0]) if len(cap) == 1 else np.asarray(cap)
+        rank = np.zeros(len(assignment), dtype=np.int64)
+        order = np.argsort(assignment, kind="stable")
+        starts = np.searchsorted(assignment[order], np.arange(a))
+        rank[order] = np.arange(len(order)) - starts[assignment[order]]
+        over = rank >= limit[assignment]
+        if not over.any():
+            return assignment
+        if self.policy.place is None:
+            raise ConfigError(
+                f"{int(over.sum())} sampled clients exceed --capacity and the run has no "
+                "placer to move them (sfl run supplies the planner's)"
+            )
+        placed = self.policy.place(round_setup, topology, assignment, over, self.alive.copy())
+        return check_round_assignment(placed, topology, self.alive, previous)
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
@@ -217,6 +342,10 @@ class SimRuntime:
         n_aggs = self.setup.topology.n_aggregators
         tracers = {a: Tracer(rank_of(a, n_aggs), n_aggs) for a in coros}
         run_coroutines(coros, self.ctx.meter, self.rng_states, tracers)
+        self._release_clients()
+        ids = self.ids
+        self.lost.difference_update(ids[_local_index(ids, self.lost)].tolist())
+        self.lost.update(int(ids[k]) for k in self.server.lost)
         return RoundOutcome(
             traces=np.concatenate([t.array() for t in tracers.values()]),
             ledger=self.ctx.meter.ledger,
@@ -226,9 +355,62 @@ class SimRuntime:
             lost_aggregators=[int(j) for j in np.flatnonzero(~self.alive)],
         )
 
+    def round_facts(self, record: dict[str, Any]) -> None:
+        """Put the round's registered client indices into its ``record`` (the round ran on
+        ``0..K-1``): ``lost`` as registered indices and, when sampling, ``sampled`` (the
+        round's clients) and ``available`` (how many could have been sampled)."""
+        if self.sampler is None:
+            return
+        record["lost"] = [int(self.ids[k]) for k in record["lost"]]
+        record["sampled"] = [int(i) for i in self.ids]
+        record["available"] = int(self.available)
+
+    def sampling_facts(self) -> dict[str, Any]:
+        """What the result says of sampling and of the clients' state between rounds."""
+        n = self.setup.topology.n_clients
+        out: dict[str, Any] = {
+            "clients": n,
+            "clients_without_rows": int((self.n_samples == 0).sum()),
+            "client_state": (
+                "reset each round: a client's part is loaded with the global part and gets "
+                "a fresh optimiser every round it takes part (as in every run); only its "
+                "torch random state (dropout masks) is kept, for clients whose part drew "
+                "random numbers"
+            ),
+            "client_random_states_kept": len(self._client_rng),
+        }
+        if self.sampler is not None:
+            out.update(self.sampler.describe())
+        return out
+
     def evaluate(self) -> dict[str, float]:
         x, y = self._eval
         return evaluate_model(self.server.global_model(), x, y, self.setup.dataset.n_classes)
+
+
+def restrict_plan(plan: RoundPlan, ids: np.ndarray) -> RoundPlan:
+    """``plan`` (of every client, before its network) for the clients ``ids`` only, client
+    ``k`` being ``ids[k]``: their draws of dropouts and stragglers, their service order."""
+    n = len(plan.participants)
+    local = np.full(n, -1, dtype=np.int64)
+    local[ids] = np.arange(len(ids))
+    order = local[plan.order]
+    return RoundPlan(
+        round=plan.round,
+        participants=plan.participants[ids],
+        order=order[order >= 0],
+        slowdown=plan.slowdown[ids],
+        n_batches=plan.n_batches[ids],
+    )
+
+
+def _local_index(ids: np.ndarray, clients: set[int]) -> np.ndarray:
+    """Positions in ``ids`` (sorted) of the ``clients`` among them."""
+    if not clients:
+        return np.zeros(0, dtype=np.int64)
+    wanted = np.fromiter(clients, dtype=np.int64)
+    pos = np.searchsorted(ids, wanted).clip(0, len(ids) - 1)
+    return np.sort(pos[ids[pos] == wanted])
 
 
 def run_simulation(
@@ -244,7 +426,13 @@ def run_simulation(
     """
     torch.set_num_threads(setup.config.threads)
     runtime = SimRuntime(setup, meter_enabled=meter_enabled, policy=policy)
-    history = setup.scheme.run(runtime, setup.config, on_round=on_round)
+
+    def record_round(record: dict[str, Any]) -> None:
+        runtime.round_facts(record)
+        if on_round is not None:
+            on_round(record)
+
+    history = setup.scheme.run(runtime, setup.config, on_round=record_round)
     return SFLResult(
         backend="sim",
         config=setup.config.to_dict(),
@@ -254,5 +442,8 @@ def run_simulation(
         assignment=setup.assignment,
         model_state=runtime.server.global_model().state_dict(),
         **run_facts(setup),
-        info=assignment_facts(history, runtime.assignment),
+        info={
+            **assignment_facts(history, runtime.assignment),
+            "sampling": runtime.sampling_facts(),
+        },
     )
