@@ -23,7 +23,6 @@ cell by cell); ``--fresh`` starts over.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import time
 from pathlib import Path
@@ -184,16 +183,16 @@ def run_demo(args: argparse.Namespace) -> int:
 
     timings["total"] = time.perf_counter() - t0
     dp_dir, sfl_dir = dp_report and dp_report.parent, sfl_report and sfl_report.parent
+    content = overview_content(dp_dir, sfl_dir)
     page = write_overview(
         out,
         manifest=ds.manifest,
         dp_dir=dp_dir,
         sfl_dir=sfl_dir,
         timings=timings,
-        content=overview_content(dp_dir, sfl_dir),
+        content=content,
     )
-    summary = json.loads((out / "report.json").read_text())["advice"]
-    for line in summary:
+    for line in content.advice:
         print(f"- {line}")
     print(f"\ndemo finished in {timings['total']:.0f} s; open {page}")
     return 0

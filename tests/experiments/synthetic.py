@@ -7,7 +7,9 @@ import math
 import typing
 
 from flowsplit.experiments.analysis import analyse
+from flowsplit.experiments.dp.result import CompareResult
 from flowsplit.experiments.records import RunRecord
+from flowsplit.util import jsonable
 
 _NOTHING = {float: math.nan, int: 0, str: "", bool: False}
 # A record with every key and nothing measured (NaN, 0, empty), one thread per worker:
@@ -69,7 +71,9 @@ def paired_runs(
     return central, parallel
 
 
-def study_results(records: list[dict], *, margin: float = 0.01, quick: bool = False) -> dict:
-    """The ``results.json`` content the overview reads, from records, through the analysis."""
+def study_results(records: list[dict], *, margin: float = 0.01, quick: bool = False):
+    """The typed result the overview reads, from records, through the analysis (as
+    ``results.json`` holds it)."""
     analysis = analyse(records, workloads={}, host=None, cores=2, margin=margin)
-    return {"config": {"margin": margin, "quick": quick}, "analysis": analysis}
+    doc = {"config": {"margin": margin, "quick": quick}, "analysis": analysis}
+    return CompareResult.from_dict(jsonable(doc))

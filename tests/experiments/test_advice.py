@@ -15,8 +15,50 @@ from flowsplit.experiments.advice import (
     overview_content,
     sfl_rows,
 )
+from flowsplit.experiments.dp.result import CompareResult
+from flowsplit.experiments.sfl.result import SFLCompareResult
+from flowsplit.experiments.stats import Interval
 from flowsplit.report.overview import write_overview
 from tests.experiments.synthetic import paired_runs, study_results
+
+NAN = math.nan
+
+
+def _iv(mean, low=NAN, high=NAN, n=0):
+    return {"mean": mean, "low": low, "high": high, "n": n}
+
+
+def _scheme(cuts, acc, delay, nbytes, per_seed=None, seeds=(0, 1, 2)):
+    """A scheme's summary as sfl compare writes it: the figures the overview reads, the
+    rest NaN."""
+    per_seed = per_seed or {}
+    return {
+        "seeds": list(seeds),
+        "cuts": cuts,
+        "final_accuracy": _iv(*acc),
+        "final_macro_f1": _iv(NAN),
+        "delay_total_s": _iv(*delay),
+        "delay_per_round_s": _iv(NAN),
+        "delay_to_target_s": _iv(NAN),
+        "reached_target": 0,
+        "bytes_total": _iv(*nbytes),
+        "bytes_by_hop": {},
+        "bytes_by_type": {},
+        "bytes_by_hop_direction_type": {},
+        "wall_s": 0.0,
+        "per_seed": {
+            "final_accuracy": per_seed.get("final_accuracy", []),
+            "final_macro_f1": [],
+            "delay_total_s": per_seed.get("delay_total_s", []),
+            "delay_to_target_s": [],
+            "bytes_total": per_seed.get("bytes_total", []),
+        },
+        "curve": {"round": [], "accuracy": [], "macro_f1": [], "clock_s": [], "delay_s": []},
+    }
+
+
+def _sfl(doc: dict) -> SFLCompareResult:
+    return SFLCompareResult.from_dict(json.loads(json.dumps(doc)))
 
 
 def _advice(records, **kw):
@@ -124,59 +166,56 @@ def test_every_table_row_carries_baselines_and_intervals():
     assert "(90 % CI " in cnn["diff_ci"]
 
 
-SFL_RES = {
+SFL_DOC = {
     "config": {"quick": True},
     "schemes": {
-        "hsfl": {
-            "cuts": [[1, 2]],
-            "seeds": [0, 1, 2],
-            "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
-            "delay_total_s": {"mean": 50.0, "low": 45.0, "high": 55.0},
-            "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
-            "per_seed": {
+        "hsfl": _scheme(
+            [[1, 2]],
+            (0.90, 0.88, 0.92),
+            (50.0, 45.0, 55.0),
+            (4e8, 3.9e8, 4.1e8),
+            {
                 "final_accuracy": [0.90, 0.89, 0.91],
                 "delay_total_s": [50.0, 48.0, 52.0],
                 "bytes_total": [4e8, 4e8, 4e8],
             },
-        },
-        "hsfl-greedy": {
-            "cuts": [[1, 2]],
-            "seeds": [0, 1, 2],
-            "final_accuracy": {"mean": 0.90, "low": 0.88, "high": 0.92},
-            "delay_total_s": {"mean": 32.0, "low": 30.0, "high": 34.0},
-            "bytes_total": {"mean": 4e8, "low": 3.9e8, "high": 4.1e8},
-            "per_seed": {
+        ),
+        "hsfl-greedy": _scheme(
+            [[1, 2]],
+            (0.90, 0.88, 0.92),
+            (32.0, 30.0, 34.0),
+            (4e8, 3.9e8, 4.1e8),
+            {
                 "final_accuracy": [0.90, 0.895, 0.905],
                 "delay_total_s": [32.0, 31.0, 33.0],
                 "bytes_total": [4e8, 4e8, 4e8],
             },
-        },
-        "acc-aware": {
-            "cuts": [[1, 3]],
-            "seeds": [0, 1, 2],
-            "final_accuracy": {"mean": 0.895, "low": 0.885, "high": 0.905},
-            "delay_total_s": {"mean": 30.0, "low": 28.0, "high": 32.0},
-            "bytes_total": {"mean": 3e8, "low": 2.9e8, "high": 3.1e8},
-            "per_seed": {
+        ),
+        "acc-aware": _scheme(
+            [[1, 3]],
+            (0.895, 0.885, 0.905),
+            (30.0, 28.0, 32.0),
+            (3e8, 2.9e8, 3.1e8),
+            {
                 "final_accuracy": [0.895, 0.89, 0.90],
                 "delay_total_s": [30.0, 29.0, 31.0],
                 "bytes_total": [3e8, 3e8, 3e8],
             },
-        },
-        "delay": {
-            "cuts": [[2, 2]],
-            "seeds": [0, 1, 2],
-            "final_accuracy": {"mean": 0.85, "low": 0.84, "high": 0.86},
-            "delay_total_s": {"mean": 10.0, "low": 9.0, "high": 11.0},
-            "bytes_total": {"mean": 1e8, "low": 0.9e8, "high": 1.1e8},
-            "per_seed": {
+        ),
+        "delay": _scheme(
+            [[2, 2]],
+            (0.85, 0.84, 0.86),
+            (10.0, 9.0, 11.0),
+            (1e8, 0.9e8, 1.1e8),
+            {
                 "final_accuracy": [0.85, 0.85, 0.85],
                 "delay_total_s": [10.0, 10.0, 10.0],
                 "bytes_total": [1e8, 1e8, 1e8],
             },
-        },
+        ),
     },
 }
+SFL_RES = _sfl(SFL_DOC)
 
 
 def test_sfl_advice_measures_the_pick_against_the_fair_baselines_with_intervals():
@@ -188,10 +227,9 @@ def test_sfl_advice_measures_the_pick_against_the_fair_baselines_with_intervals(
         "30.0 s (95 % CI 28.0-32.0) of simulated delay"
     )
     # What was run is said with it.
-    with_setting = {
-        **SFL_RES,
-        "config": {"quick": True, "model": "cnn", "view": "seq", "rounds": 4},
-    }
+    with_setting = _sfl(
+        {**SFL_DOC, "config": {"quick": True, "model": "cnn", "view": "seq", "rounds": 4}}
+    )
     first = advise_sfl(with_setting, sfl_rows(with_setting))[0]
     assert "of simulated delay (cnn over the seq view, 4 rounds)." in first
     # Against the greedy assignment first (the fair baseline), then HSFL, paired by seed.
@@ -214,7 +252,7 @@ def test_overview_writes_three_files_escaping_capture_names(tmp_path):
     }
     sfl_dir = tmp_path / "sfl"
     sfl_dir.mkdir()
-    (sfl_dir / "results.json").write_text(json.dumps(SFL_RES))
+    (sfl_dir / "results.json").write_text(json.dumps(SFL_DOC))
     # Execute
     page = write_overview(
         tmp_path / "out",
@@ -237,78 +275,74 @@ def test_overview_writes_three_files_escaping_capture_names(tmp_path):
 
 
 def test_rows_read_nulls_as_nan_and_skip_oversubscribed_worker_counts():
-    res = {
-        "config": {"margin": 0.02},
-        "analysis": {
-            "models": {
-                "cnn": {
-                    "by_workers": {"1": {"accuracy": {"mean": 0.9}, "macro_f1": {"mean": 0.8}}},
-                    "vs_central": {
-                        "2": {
-                            "speedup": {"mean": 1.8},
-                            "claims": {"speedup_claimed": True},
-                            "accuracy": {
-                                "verdict": "equivalent",
-                                "tost_p": None,
-                                "diff": {"mean": None},
-                            },
-                        },
-                        "4": {"speedup": {"mean": 2.5}, "oversubscribed": True, "accuracy": {}},
-                    },
-                }
-            }
-        },
-    }
+    # Prepare: a study with 2 workers and 4 (oversubscribed), written as results.json
+    # writes NaN (null): the accuracy test of 2 workers found no p-value and no difference.
+    c, p2 = paired_runs("cnn", workers=2)
+    _, p4 = paired_runs("cnn", workers=4, oversubscribed=True)
+    doc = study_results([*c, *p2, *p4], margin=0.02).to_dict()
+    acc = doc["analysis"]["models"]["cnn"]["vs_central"]["2"]["accuracy"]
+    acc.update(tost_p=None, diff_tost=None, diff={**acc["diff"], "mean": None, "low": None})
+    res = CompareResult.from_dict(doc)
+    # Execute
     rows = data_parallel_rows(res)
+    # Assert
     (row,) = [r for r in rows if r.get("name") == "cnn"]
-    assert row["workers"] == 2 and row["speedup"]["mean"] == 1.8 and row["margin_pts"] == 2.0
+    assert row["workers"] == 2 and row["speedup"].mean > 1.8 and row["margin_pts"] == 2.0
     assert math.isnan(row["tost_p"]) and row["diff_ci"] == "–"
 
 
 def test_sfl_accuracy_intervals_are_clipped_to_100_percent():
-    res = {
-        "schemes": {
-            "sfl": {
-                "cuts": [[1]],
-                "seeds": [0, 1],
-                "final_accuracy": {"mean": 0.99, "low": 0.95, "high": 1.03},
-                "delay_total_s": {"mean": 1.0, "low": 0.9, "high": 1.1},
-                "bytes_total": {"mean": 1e6, "low": 1e6, "high": 1e6},
+    res = _sfl(
+        {
+            "schemes": {
+                "sfl": _scheme(
+                    [[1]], (0.99, 0.95, 1.03), (1.0, 0.9, 1.1), (1e6, 1e6, 1e6), seeds=(0, 1)
+                )
             }
         }
-    }
+    )
     (row,) = sfl_rows(res)
     assert row["accuracy_ci"] == "99.0 % (95 % CI 95.0-100.0)"
 
 
 def test_sfl_advice_reads_the_baselines_that_split_nothing_and_the_ablation():
     # Prepare: sfl compare's baselines and ablation (the format of sfl_analysis).
-    res = {
-        **SFL_RES,
-        "baselines": {
-            "majority": {
-                "final_accuracy": {"mean": 0.5, "low": 0.5, "high": 0.5},
-                "bytes_total": {"mean": 0.0, "low": 0.0, "high": 0.0},
-                "per_seed": [{}, {}, {}],
-                "scheme_minus_baseline": {"acc-aware": {"mean": 0.395, "low": 0.39, "high": 0.40}},
-            },
-            "centralised": {
-                "final_accuracy": {"mean": 0.92, "low": 0.91, "high": 0.93},
-                "per_seed": [{}, {}, {}],
-                "scheme_minus_baseline": {
-                    "acc-aware": {"mean": -0.025, "low": -0.03, "high": -0.02}
+    seeds = [
+        {"baseline": "b", "seed": s, "accuracy": 0.5, "macro_f1": 0.3, "bytes": 0}
+        for s in (0, 1, 2)
+    ]
+    res = _sfl(
+        {
+            **SFL_DOC,
+            "baselines": {
+                "majority": {
+                    "final_accuracy": _iv(0.5, 0.5, 0.5),
+                    "final_macro_f1": _iv(NAN),
+                    "bytes_total": _iv(0.0, 0.0, 0.0),
+                    "per_seed": seeds,
+                    "scheme_minus_baseline": {"acc-aware": _iv(0.395, 0.39, 0.40)},
+                },
+                "centralised": {
+                    "final_accuracy": _iv(0.92, 0.91, 0.93),
+                    "final_macro_f1": _iv(NAN),
+                    "bytes_total": _iv(NAN),
+                    "per_seed": seeds,
+                    "scheme_minus_baseline": {"acc-aware": _iv(-0.025, -0.03, -0.02)},
                 },
             },
-        },
-        "ablation": [
-            {
-                "part": "assignment (hsfl-greedy vs hsfl)",
-                "accuracy_diff": {"mean": 0.0, "low": -0.01, "high": 0.01},
-                "delay_ratio": {"mean": 0.64, "low": 0.6, "high": 0.68},
-                "bytes_ratio": {"mean": 1.0, "low": 1.0, "high": 1.0},
-            }
-        ],
-    }
+            "ablation": [
+                {
+                    "part": "assignment (hsfl-greedy vs hsfl)",
+                    "scheme": "hsfl-greedy",
+                    "against": "hsfl",
+                    "n_seeds": 3,
+                    "accuracy_diff": _iv(0.0, -0.01, 0.01),
+                    "delay_ratio": _iv(0.64, 0.6, 0.68),
+                    "bytes_ratio": _iv(1.0, 1.0, 1.0),
+                }
+            ],
+        }
+    )
     # Execute
     rows = sfl_rows(res)
     advice = advise_sfl(res, rows)
@@ -341,17 +375,9 @@ def test_a_score_the_same_on_every_seed_is_not_given_a_zero_width_interval():
 
     # XGBoost without subsampling ignores the seed: a "95 % CI 96.3-96.3" would read
     # as certainty about a test set of a few hundred flows.
-    assert pct_ci({"mean": 0.963, "low": 0.963, "high": 0.963, "n": 3}) == (
-        "96.3 % (the same on all 3 seeds)"
-    )
-    assert pct_ci({"mean": 0.963, "low": 0.95, "high": 0.97, "n": 3}) == (
-        "96.3 % (95 % CI 95.0-97.0)"
-    )
-    assert pct_ci({"mean": 0.963, "low": float("nan"), "high": float("nan"), "n": 1}) == "96.3 %"
+    assert pct_ci(Interval(0.963, 0.963, 0.963, 3)) == "96.3 % (the same on all 3 seeds)"
+    assert pct_ci(Interval(0.963, 0.95, 0.97, 3)) == "96.3 % (95 % CI 95.0-97.0)"
+    assert pct_ci(Interval(0.963, NAN, NAN, 1)) == "96.3 %"
     # The same for a simulated delay or byte count, fixed by the plan whatever the seed.
-    assert change_ci({"mean": 0.63, "low": 0.63, "high": 0.63, "n": 3}) == (
-        "-37 % (the same on all 3 seeds)"
-    )
-    assert change_ci({"mean": 0.71, "low": 0.41, "high": 1.22, "n": 3}) == (
-        "-29 % (95 % CI -59 to +22 %)"
-    )
+    assert change_ci(Interval(0.63, 0.63, 0.63, 3)) == "-37 % (the same on all 3 seeds)"
+    assert change_ci(Interval(0.71, 0.41, 1.22, 3)) == ("-29 % (95 % CI -59 to +22 %)")

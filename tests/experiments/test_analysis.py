@@ -19,7 +19,9 @@ from flowsplit.experiments.analysis import (
     majority_baseline,
     summarise_group,
 )
+from flowsplit.experiments.dp.result import CentralComparison, ModelAnalysis
 from flowsplit.experiments.stats import NOT_ENOUGH_SEEDS, NOT_SHOWN, seeds_for_tost
+from flowsplit.util import jsonable, typed_from_dict
 from tests.experiments.synthetic import BLANK
 
 # Per-seed accuracy wobble, the same in both modes unless a test says otherwise.
@@ -56,6 +58,12 @@ def _pair(n_seeds=5, *, acc=0.9, t_central=10.0, t_parallel=5.2, dp_shift=None, 
     return central, parallel
 
 
+def _entry(vs_central: dict) -> ModelAnalysis:
+    """A model's typed analysis holding these comparisons (as the report reads them)."""
+    typed = {n: typed_from_dict(CentralComparison, jsonable(v)) for n, v in vs_central.items()}
+    return ModelAnalysis(by_workers={}, vs_central=typed)
+
+
 def _compare(central, parallel, majority_rate=0.5):
     return compare_to_central(
         central, parallel, 2, margin=0.01, alpha=0.05, majority_rate=majority_rate
@@ -85,7 +93,7 @@ def test_clean_five_seed_study_claims_speedup_and_equivalence():
     central, parallel = _pair()
     # Execute
     v = _compare(central, parallel)
-    text = headline("m", {"vs_central": {"2": v}}, 0.01)
+    text = headline("m", _entry({"2": v}), 0.01)
     # Assert
     assert v["claims"]["speedup_claimed"] and v["claims"]["equivalent"]
     assert text.startswith("2 workers cut m's epoch time 1.92x (95 % CI ")
@@ -97,7 +105,7 @@ def test_contended_runs_give_no_speedup_claim():
     central, parallel = _pair(contended=True, foreign_cpu_share=0.55)
     # Execute
     v = _compare(central, parallel)
-    text = headline("m", {"vs_central": {"2": v}}, 0.01)
+    text = headline("m", _entry({"2": v}), 0.01)
     # Assert: the speedup is measured but withheld; accuracy still judged.
     assert v["claims"]["speedup_claimed"] is False
     assert v["claims"]["speedup_withheld"] == [CONTENDED]
@@ -117,7 +125,7 @@ def test_oversubscribed_and_superlinear_speedups_are_not_claimed():
     assert fast["claims"]["efficiency_above_1"] and fast["claims"]["speedup_withheld"] == [
         SUPERLINEAR
     ]
-    assert "125 % efficiency" in headline("m", {"vs_central": {"2": fast}}, 0.01)
+    assert "125 % efficiency" in headline("m", _entry({"2": fast}), 0.01)
     assert shared["claims"]["speedup_withheld"] == [OVERSUBSCRIBED]
 
 
@@ -133,7 +141,7 @@ def test_three_seeds_give_no_equivalence_verdict():
     central, parallel = _pair(3)
     # Execute
     v = _compare(central, parallel)
-    text = headline("m", {"vs_central": {"2": v}}, 0.01)
+    text = headline("m", _entry({"2": v}), 0.01)
     # Assert
     assert v["accuracy"]["tost_p"] < 0.05
     assert v["claims"]["accuracy_verdict"] == NOT_ENOUGH_SEEDS and not v["claims"]["equivalent"]
@@ -148,7 +156,7 @@ def test_model_below_majority_is_flagged_not_equivalent():
     central, parallel = _pair(acc=0.455)
     # Execute
     v = _compare(central, parallel, majority_rate=0.466)
-    text = headline("cnn", {"vs_central": {"2": v}}, 0.01)
+    text = headline("cnn", _entry({"2": v}), 0.01)
     # Assert: TOST alone would say equivalent; the claims do not.
     assert v["accuracy"]["verdict"] == "equivalent"
     assert v["claims"]["accuracy_verdict"] == BELOW_MAJORITY
@@ -196,9 +204,9 @@ def test_headline_inverts_slowdowns_and_skips_oversubscribed():
     central, parallel = _pair(t_parallel=20.0)
     slow = _compare(central, parallel)
     over = {**slow, "n_workers": 4, "oversubscribed": True}
-    text = headline("cnn", {"vs_central": {"2": slow, "4": over}}, 0.01)
+    text = headline("cnn", _entry({"2": slow, "4": over}), 0.01)
     assert text.startswith("2 workers made cnn's epochs 2.00x slower (95 % CI ")
-    assert headline("cnn", {"vs_central": {"4": over}}, 0.01) is None
+    assert headline("cnn", _entry({"4": over}), 0.01) is None
 
 
 def test_contended_runs_count_for_accuracy_but_not_for_speedup():
@@ -239,7 +247,7 @@ def test_not_shown_verdict_names_the_seeds_tost_would_need():
     central, parallel = _pair(5, dp_shift=[-0.02, 0.02, 0.0, -0.02, 0.02])
     # Execute
     v = _compare(central, parallel)
-    text = headline("m", {"vs_central": {"2": v}}, 0.01)
+    text = headline("m", _entry({"2": v}), 0.01)
     # Assert: the seeds follow from the observed spread, and the sentence says so.
     need = seeds_for_tost(v["accuracy"]["sd_diff"], 0.01)
     assert v["claims"]["accuracy_verdict"] == NOT_SHOWN
@@ -247,7 +255,7 @@ def test_not_shown_verdict_names_the_seeds_tost_would_need():
     assert f"needs about {need} paired seeds for 80 % power" in text
     # An equivalent comparison's headline does not ask for more seeds.
     c2, p2 = _pair(5)
-    assert "paired seeds for" not in headline("m", {"vs_central": {"2": _compare(c2, p2)}}, 0.01)
+    assert "paired seeds for" not in headline("m", _entry({"2": _compare(c2, p2)}), 0.01)
 
 
 def test_a_hooks_epoch_time_ratio_is_flagged_when_the_plain_runs_were_disturbed():

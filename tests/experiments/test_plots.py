@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from flowsplit.experiments import compare_plots as plots
+from flowsplit.experiments.dp.result import DatasetInfo, Prediction, ScalingFit
 from tests.experiments.synthetic import paired_runs, study_results
+
+
+def _prediction(n: int, speedup: float) -> Prediction:
+    """A scaling-model row of which the chart reads workers and speedup."""
+    nan = float("nan")
+    return Prediction(n, nan, nan, nan, nan, nan, speedup, speedup / n, "10 GbE")
 
 
 def _with_history(runs):
@@ -44,10 +51,9 @@ def test_learning_curves_show_loss_and_f1_against_epoch_and_time():
 def test_speedup_measured_and_predicted_are_separate_panels():
     # Prepare: a model entry with predictions up to 1024 workers (150x), measured 1.9x.
     central, parallel = paired_runs("cnn")
-    entry = study_results([*central, *parallel])["analysis"]["models"]["cnn"]
-    entry["scaling"] = {
-        "predictions": {"10gbe": [{"n_workers": n, "speedup": min(n, 150.0)} for n in (1, 2, 1024)]}
-    }
+    entry = study_results([*central, *parallel]).analysis.models["cnn"]
+    rows = [_prediction(n, min(n, 150.0)) for n in (1, 2, 1024)]
+    entry.scaling = ScalingFit(predictions={"10gbe": rows})
     # Execute
     measured, predicted = plots.speedup_chart("cnn", entry, {"10gbe": "10 GbE"}).axes
     # Assert: the measured panel is linear and holds no prediction; the other is log-log.
@@ -61,9 +67,9 @@ def test_speedup_measured_and_predicted_are_separate_panels():
 def test_accuracy_axes_start_at_zero_with_both_baselines_drawn():
     # Prepare: the model and the flow-statistics baseline, both 90 % against 50 % majority.
     recs = [*sum(paired_runs("cnn"), []), *sum(paired_runs("xgboost", acc=0.8), [])]
-    analysis = study_results(recs)["analysis"]
+    analysis = study_results(recs).analysis
     # Execute
-    ax = plots.quality_chart(analysis["models"], "accuracy", "t", analysis["baselines"]).axes[0]
+    ax = plots.quality_chart(analysis.models, "accuracy", "t", analysis.baselines).axes[0]
     # Assert
     assert ax.get_ylim()[0] == 0
     levels = {
@@ -78,8 +84,8 @@ def test_per_class_chart_has_a_bar_per_model_and_the_majority_class():
     recs = sum(paired_runs("cnn"), [])
     recs = [{**r, "per_class_f1": {"web": 0.9, "dns": 0.8}} for r in recs]
     res = study_results(recs)
-    res["dataset"] = {"classes": ["web", "dns"]}
-    res["per_class_f1"] = {"cnn": {"1": {"web": 0.9, "dns": 0.8}}}
+    res.dataset = DatasetInfo(classes=["web", "dns"])
+    res.per_class_f1 = {"cnn": {"1": {"web": 0.9, "dns": 0.8}}}
     ax = plots.per_class_chart(res).axes[0]
     heights = [p.get_height() for p in ax.patches]
     # cnn: 90, 80; majority ('web' always): F1 2 * 0.5 / 1.5 = 66.7 and 0.

@@ -120,3 +120,9 @@ def test_renamed_keys_and_the_rest_round_trip():
     back = typed_from_dict(_Loose, data)
     assert back.class_name == "web" and back.rest == {"seen": [1], "n": 2}
     assert typed_to_dict(back) == data
+
+
+def test_jsonable_not_strict_keeps_infinities_for_typing_in_memory():
+    doc = {"mean": math.inf, "n": np.int64(2)}
+    assert jsonable(doc, strict=False) == {"mean": math.inf, "n": 2}
+    assert typed_from_dict(_Inner, jsonable(doc, strict=False)).mean == math.inf

@@ -1,4 +1,4 @@
-"""What the demo's overview advises, from the two studies' ``results.json``: rules and rows.
+"""What the demo's overview advises, from the two studies' typed results: rules and rows.
 
 Reads the results of a data-parallel comparison (`flowsplit compare`) and of a
 split-learning comparison (`flowsplit sfl compare`) and returns the overview's content
@@ -23,12 +23,24 @@ Every figure in the advice and the tables carries its 95 % interval.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from flowsplit.experiments.stats import DIFF_BOUNDS, MIN_EQUIVALENCE_SEEDS, mean_ci, ratio_ci
+from flowsplit.experiments.dp.result import CompareResult, read_compare_result
+from flowsplit.experiments.sfl.result import (
+    SchemeSummary,
+    SFLCompareResult,
+    read_sfl_compare_result,
+)
+from flowsplit.experiments.stats import (
+    DIFF_BOUNDS,
+    MIN_EQUIVALENCE_SEEDS,
+    Interval,
+    mean_ci,
+    ratio_ci,
+)
+from flowsplit.report.overview import OverviewContent
 from flowsplit.util import jsonable
 
 SPEEDUP_WORTH_IT = 1.2
@@ -42,24 +54,24 @@ SFL_BASELINE_SCHEMES = ("majority", "centralised", "fedavg")
 """Reference rows of ``sfl compare`` that are not split-learning schemes to pick from."""
 
 
-def _load(path: Path | None) -> dict[str, Any] | None:
+def _study(path: Path | None, reader):
+    """The study of ``path`` read by ``reader``, None when there is none (yet)."""
     if path is None or not (path / "results.json").is_file():
         return None
-    return json.loads((path / "results.json").read_text(encoding="utf-8"))
+    return reader(path / "results.json")
 
 
 def _num(value: Any) -> float:
-    """A figure from results.json (NaN is written as null) as a float."""
+    """A figure that may be missing (None) as a float."""
     return math.nan if value is None else float(value)
 
 
-def _iv(d: dict[str, Any] | None) -> tuple[float, float, float]:
-    """(mean, low, high) of an interval dict from results.json, NaN where missing."""
-    d = d or {}
-    return _num(d.get("mean")), _num(d.get("low")), _num(d.get("high"))
+def _iv(d: Interval | None) -> tuple[float, float, float]:
+    """(mean, low, high) of an interval, NaN where missing."""
+    return (math.nan,) * 3 if d is None else (d.mean, d.low, d.high)
 
 
-def pct_ci(d: dict[str, Any] | None) -> str:
+def pct_ci(d: Interval | None) -> str:
     """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions), the interval
     clipped to 0-100 % (a t-interval over a few seeds can overshoot it)."""
     m, lo, hi = _iv(d)
@@ -74,20 +86,19 @@ def pct_ci(d: dict[str, Any] | None) -> str:
     return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
 
 
-def same_on_every_seed(d: dict[str, Any] | None) -> str:
+def same_on_every_seed(d: Interval | None) -> str:
     """``the same on all 3 seeds`` when an interval over seeds has no width because
     every seed scored alike (a model that ignores the seed, such as XGBoost without
     subsampling): a zero-width "95 % CI" would read as certainty, while it says
     nothing of the test set's own sampling error. Empty otherwise."""
-    d = d or {}
     m, lo, hi = _iv(d)
-    n = d.get("n")
+    n = None if d is None else d.n
     if isinstance(n, int) and n >= 2 and not math.isnan(lo) and hi - lo <= 1e-12 * max(1.0, abs(m)):
         return f"the same on all {n} seeds"
     return ""
 
 
-def times_ci(d: dict[str, Any] | None) -> str:
+def times_ci(d: Interval | None) -> str:
     """``1.70x (95 % CI 1.60-1.80)``."""
     m, lo, hi = _iv(d)
     if math.isnan(m):
@@ -95,7 +106,7 @@ def times_ci(d: dict[str, Any] | None) -> str:
     return f"{m:.2f}x" + ("" if math.isnan(lo) else f" (95 % CI {lo:.2f}-{hi:.2f})")
 
 
-def pts_ci(d: dict[str, Any] | None, label: str = "95 % CI") -> str:
+def pts_ci(d: Interval | None, label: str = "95 % CI") -> str:
     """``+0.10 pt (90 % CI -0.20 to +0.40)`` from a difference interval (fractions)."""
     m, lo, hi = _iv(d)
     if math.isnan(m):
@@ -104,7 +115,7 @@ def pts_ci(d: dict[str, Any] | None, label: str = "95 % CI") -> str:
     return text if math.isnan(lo) else text + f" ({label} {100 * lo:+.2f} to {100 * hi:+.2f})"
 
 
-def change_ci(d: dict[str, Any] | None) -> str:
+def change_ci(d: Interval | None) -> str:
     """``-30 % (95 % CI -35 to -25 %)`` from a ratio interval."""
     m, lo, hi = _iv(d)
     if math.isnan(m):
@@ -124,31 +135,31 @@ def _dp_choice(vs: dict[str, Any]) -> str | None:
     """The worker count the overview reports: the largest that does not oversubscribe."""
     if not vs:
         return None
-    fair = [n for n, v in vs.items() if not v.get("oversubscribed")]
+    fair = [n for n, v in vs.items() if not v.oversubscribed]
     return max(fair or vs, key=int)
 
 
-def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+def data_parallel_rows(res: CompareResult) -> list[dict[str, Any]]:
     """The baselines, then per model: centralised scores, and speedup and verdict at the
     largest worker count that is not oversubscribed (the largest measured otherwise).
     Every figure has its interval beside it; the speedup shows only where it is claimed."""
-    analysis = res.get("analysis", {})
-    margin_pts = 100 * float(res.get("config", {}).get("margin", 0.01))
+    analysis = res.analysis
+    margin_pts = 100 * res.margin
     rows: list[dict[str, Any]] = []
-    maj = (analysis.get("baselines") or {}).get("majority")
+    maj = analysis.baselines.majority
     if maj:
         rows.append(
             {
-                "model": f"majority class (always {maj['class']!r})",
+                "model": f"majority class (always {maj.class_name!r})",
                 "baseline": True,
-                "accuracy": maj["accuracy"],
-                "macro_f1": maj["macro_f1"],
-                "accuracy_ci": f"{100 * maj['accuracy']:.1f} %",
-                "macro_f1_ci": f"{100 * maj['macro_f1']:.1f} %",
+                "accuracy": maj.accuracy,
+                "macro_f1": maj.macro_f1,
+                "accuracy_ci": f"{100 * maj.accuracy:.1f} %",
+                "macro_f1_ci": f"{100 * maj.macro_f1:.1f} %",
                 "verdict": "baseline",
             }
         )
-    models = analysis.get("models", {})
+    models = analysis.models
     if "xgboost" not in models:
         rows.append(
             {
@@ -158,46 +169,44 @@ def data_parallel_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     for model, a in models.items():
-        central = a.get("by_workers", {}).get("1", {})
+        central = a.by_workers.get("1")
+        acc_c, f1_c = (central.accuracy, central.macro_f1) if central else (None, None)
         row: dict[str, Any] = {
             "model": "xgboost (flow-statistics baseline)" if model == "xgboost" else model,
             "name": model,
             "baseline": model == "xgboost",
-            "accuracy": _num((central.get("accuracy") or {}).get("mean")),
-            "macro_f1": _num((central.get("macro_f1") or {}).get("mean")),
-            "accuracy_ci": pct_ci(central.get("accuracy")),
-            "macro_f1_ci": pct_ci(central.get("macro_f1")),
-            "macro_f1_iv": central.get("macro_f1"),
-            "above_majority": a.get("above_majority", True),
+            "accuracy": _iv(acc_c)[0],
+            "macro_f1": _iv(f1_c)[0],
+            "accuracy_ci": pct_ci(acc_c),
+            "macro_f1_ci": pct_ci(f1_c),
+            "macro_f1_iv": f1_c,
+            "above_majority": a.above_majority,
             "margin_pts": margin_pts,
         }
-        n = _dp_choice(a.get("vs_central", {}))
+        n = _dp_choice(a.vs_central)
         if n is not None:
-            v = a["vs_central"][n]
-            acc = v.get("accuracy") or {}
-            claims = v.get("claims") or {}
-            claimed = bool(claims.get("speedup_claimed"))
-            withheld = list(claims.get("speedup_withheld") or ["no claims recorded"])
+            v = a.vs_central[n]
+            acc, claims = v.accuracy, v.claims
+            claimed = claims.speedup_claimed
+            withheld = list(claims.speedup_withheld or ["no claims recorded"])
+            diff = acc.diff_tost or acc.diff
             row.update(
                 workers=int(n),
-                speedup=v.get("speedup"),
-                efficiency=_num((v.get("efficiency") or {}).get("mean")),
+                speedup=v.speedup,
+                efficiency=v.efficiency.mean,
                 speedup_claimed=claimed,
                 speedup_withheld=[] if claimed else withheld,
-                speedup_ci=times_ci(v.get("speedup"))
+                speedup_ci=times_ci(v.speedup)
                 if claimed
                 else "not claimed: " + ", ".join(withheld),
-                foreign_share=_num(v.get("foreign_cpu_share_median")),
-                verdict=claims.get("accuracy_verdict", acc.get("verdict")),
-                equivalent=bool(claims.get("equivalent")),
-                n_seeds=int(acc.get("n") or 0),
-                tost_p=_num(acc.get("tost_p")),
-                alpha=_num(acc.get("alpha")),
-                diff=acc.get("diff_tost") or acc.get("diff"),
-                diff_ci=pts_ci(
-                    acc.get("diff_tost") or acc.get("diff"),
-                    f"{100 * (1 - 2 * _num(acc.get('alpha', 0.05))):.0f} % CI",
-                ),
+                foreign_share=v.foreign_cpu_share_median,
+                verdict=claims.accuracy_verdict,
+                equivalent=claims.equivalent,
+                n_seeds=acc.n,
+                tost_p=acc.tost_p,
+                alpha=acc.alpha,
+                diff=diff,
+                diff_ci=pts_ci(diff, f"{100 * (1 - 2 * acc.alpha):.0f} % CI"),
             )
         rows.append(row)
     return rows
@@ -356,73 +365,80 @@ def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _paired(a: dict[str, Any], b: dict[str, Any], key: str) -> tuple[list[float], list[float]]:
-    """Per-seed values of ``key`` of two schemes, for the seeds both ran."""
-    sa = dict(zip(a.get("seeds", []), (a.get("per_seed") or {}).get(key, []), strict=False))
-    sb = dict(zip(b.get("seeds", []), (b.get("per_seed") or {}).get(key, []), strict=False))
+def _paired(a: list[float], b: list[float], seeds_a, seeds_b) -> tuple[list[float], list[float]]:
+    """Per-seed values of two schemes, for the seeds both ran."""
+    sa = dict(zip(seeds_a, a, strict=False))
+    sb = dict(zip(seeds_b, b, strict=False))
     seeds = sorted(set(sa) & set(sb))
     return [_num(sa[s]) for s in seeds], [_num(sb[s]) for s in seeds]
 
 
-def sfl_versus(res: dict[str, Any], scheme: str, ref: str) -> dict[str, Any]:
+def sfl_versus(res: SFLCompareResult, scheme: str, ref: str) -> dict[str, Any]:
     """``scheme`` against ``ref``, paired by seed: accuracy difference and delay and bytes
     ratios, each with its 95 % interval (the statistics of the data-parallel study)."""
-    a, b = res["schemes"][ref], res["schemes"][scheme]
-    ra, rb = _paired(a, b, "final_accuracy")
+    a, b = res.schemes[ref], res.schemes[scheme]
+
+    def paired(pick) -> tuple[list[float], list[float]]:
+        return _paired(pick(a), pick(b), a.seeds, b.seeds)
+
+    ra, rb = paired(lambda s: s.per_seed.final_accuracy)
     out: dict[str, Any] = {"ref": ref, "n_seeds": len(ra)}
     out["accuracy_diff"] = (
-        mean_ci([y - x for x, y in zip(ra, rb, strict=True)], bounds=DIFF_BOUNDS).as_dict()
-        if ra
-        else None
+        mean_ci([y - x for x, y in zip(ra, rb, strict=True)], bounds=DIFF_BOUNDS) if ra else None
     )
-    for key, name in (("delay_total_s", "delay_ratio"), ("bytes_total", "bytes_ratio")):
-        xa, xb = _paired(a, b, key)
-        out[name] = ratio_ci(xb, xa).as_dict() if xa else None
+    da, db = paired(lambda s: s.per_seed.delay_total_s)
+    out["delay_ratio"] = ratio_ci(db, da) if da else None
+    ba, bb = paired(lambda s: s.per_seed.bytes_total)
+    out["bytes_ratio"] = ratio_ci(bb, ba) if ba else None
     return out
 
 
-def sfl_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+def _cuts_text(s: SchemeSummary) -> str:
+    cuts = s.cuts or [[]]
+    text = ",".join(str(c) for c in cuts[0]) if cuts and cuts[0] else "–"
+    if cuts and len(cuts[0]) == 2 and cuts[0][0] == cuts[0][1]:
+        text += " (two tiers: no aggregator part)"
+    return text
+
+
+def sfl_rows(res: SFLCompareResult) -> list[dict[str, Any]]:
     """Per scheme: final accuracy, total delay and bytes, each with its 95 % interval."""
     rows = []
-    for scheme, s in res.get("schemes", {}).items():
-        cuts = s.get("cuts") or [[]]
-        text = ",".join(str(c) for c in cuts[0]) if cuts and cuts[0] else "–"
-        if cuts and len(cuts[0]) == 2 and cuts[0][0] == cuts[0][1]:
-            text += " (two tiers: no aggregator part)"
+    for scheme, s in res.schemes.items():
         rows.append(
             {
                 "scheme": scheme,
                 "baseline": scheme in SFL_BASELINE_SCHEMES,
-                "cuts": text,
-                "accuracy": _num((s.get("final_accuracy") or {}).get("mean")),
-                "accuracy_ci": pct_ci(s.get("final_accuracy")),
-                "delay_s": _num((s.get("delay_total_s") or {}).get("mean")),
-                "delay_ci": _num_ci(s.get("delay_total_s"), "s"),
-                "bytes": _num((s.get("bytes_total") or {}).get("mean")),
-                "bytes_ci": _num_ci(s.get("bytes_total"), "MB", 1e-6),
-                "n_seeds": len(s.get("seeds") or []),
+                "cuts": _cuts_text(s),
+                "accuracy": s.final_accuracy.mean,
+                "accuracy_ci": pct_ci(s.final_accuracy),
+                "delay_s": s.delay_total_s.mean,
+                "delay_ci": _num_ci(s.delay_total_s, "s"),
+                "bytes": s.bytes_total.mean,
+                "bytes_ci": _num_ci(s.bytes_total, "MB", 1e-6),
+                "n_seeds": len(s.seeds),
             }
         )
     # References that split nothing (``sfl compare`` trains them on the same rows and seeds).
-    for name, b in (res.get("baselines") or {}).items():
+    for name, b in res.baselines.items():
         rows.append(
             {
                 "scheme": name,
                 "baseline": True,
                 "cuts": "– (baseline, no split)",
-                "accuracy": _num((b.get("final_accuracy") or {}).get("mean")),
-                "accuracy_ci": pct_ci(b.get("final_accuracy")),
+                "accuracy": b.final_accuracy.mean,
+                "accuracy_ci": pct_ci(b.final_accuracy),
                 "delay_s": math.nan,
                 "delay_ci": "–",
-                "bytes": _num((b.get("bytes_total") or {}).get("mean")),
-                "bytes_ci": _num_ci(b.get("bytes_total"), "MB", 1e-6),
-                "n_seeds": len(b.get("per_seed") or []),
+                "bytes": b.bytes_total.mean,
+                "bytes_ci": _num_ci(b.bytes_total, "MB", 1e-6),
+                "n_seeds": len(b.per_seed),
             }
         )
     return rows
 
 
-def _num_ci(d: dict[str, Any] | None, unit: str, scale: float = 1.0) -> str:
+def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
     m, lo, hi = _iv(d)
     if math.isnan(m):
         return "–"
@@ -433,7 +449,7 @@ def _num_ci(d: dict[str, Any] | None, unit: str, scale: float = 1.0) -> str:
     return text if math.isnan(lo) else text + f" (95 % CI {scale * lo:.1f}-{scale * hi:.1f})"
 
 
-def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[str]:
+def advise_sfl(res: SFLCompareResult | None, rows: list[dict[str, Any]]) -> list[str]:
     """The lowest-delay scheme within 1 pt of the best final accuracy, against the fair
     baselines the study ran, every change with its interval."""
     cands = [
@@ -450,7 +466,7 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
         f"For split learning use {pick['scheme']} (cuts {pick['cuts']}): final accuracy "
         f"{pick['accuracy_ci']}, {pick['delay_ci']} of simulated delay"
     )
-    ran = _sfl_setting((res or {}).get("config") or {})
+    ran = _sfl_setting(res) if res is not None else ""
     if ran:
         text += f" ({ran})"
     maj = next((r for r in rows if r["scheme"] == "majority"), None)
@@ -460,7 +476,7 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
     if res is None:
         return lines
     for ref in FAIR_SFL_BASELINES:
-        if ref == pick["scheme"] or ref not in res.get("schemes", {}):
+        if ref == pick["scheme"] or ref not in res.schemes:
             continue
         v = sfl_versus(res, pick["scheme"], ref)
         if not v["n_seeds"]:
@@ -471,8 +487,8 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
             f"{change_ci(v['bytes_ratio'])}."
         )
     refs = []
-    for name, base in (res.get("baselines") or {}).items():
-        diff = (base.get("scheme_minus_baseline") or {}).get(pick["scheme"])
+    for name, base in res.baselines.items():
+        diff = base.scheme_minus_baseline.get(pick["scheme"])
         if diff:
             refs.append(f"{name} {pts_ci(diff)}")
     if refs:
@@ -481,9 +497,9 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
             "paired by seed: " + "; ".join(refs) + "."
         )
     parts = [
-        f"{r['part']}: accuracy {pts_ci(r.get('accuracy_diff'))}, delay "
-        f"{change_ci(r.get('delay_ratio'))}, bytes {change_ci(r.get('bytes_ratio'))}"
-        for r in res.get("ablation") or []
+        f"{r.part}: accuracy {pts_ci(r.accuracy_diff)}, delay "
+        f"{change_ci(r.delay_ratio)}, bytes {change_ci(r.bytes_ratio)}"
+        for r in res.ablation
     ]
     if parts:
         lines.append("Where the planner's gain over HSFL comes from: " + "; ".join(parts) + ".")
@@ -493,19 +509,20 @@ def advise_sfl(res: dict[str, Any] | None, rows: list[dict[str, Any]]) -> list[s
     return lines
 
 
-def _sfl_setting(cfg: dict[str, Any]) -> str:
+def _sfl_setting(res: SFLCompareResult) -> str:
     """What the split-learning figures are of: ``cnn over the seq view, 4 rounds``."""
-    if not cfg.get("model"):
+    settings = res.settings
+    model, view, rounds = settings.model, settings.view, settings.rounds
+    if not model:
         return ""
-    view = f"the {cfg['view']} view" if cfg.get("view") else "its default view"
-    rounds = f", {cfg['rounds']} rounds" if cfg.get("rounds") else ""
-    return f"{cfg['model']} over {view}{rounds}"
+    view_text = f"the {view} view" if view else "its default view"
+    return f"{model} over {view_text}" + (f", {rounds} rounds" if rounds else "")
 
 
 def advise(
     dp: list[dict[str, Any]],
     sfl: list[dict[str, Any]],
-    sfl_results: dict[str, Any] | None = None,
+    sfl_results: SFLCompareResult | None = None,
 ) -> list[str]:
     """Plain-language advice from the two tables (rules in the module docstring)."""
     return advise_data_parallel(dp) + advise_sfl(sfl_results, sfl)
@@ -525,24 +542,23 @@ def rules_text(margin_pts: float = 1.0) -> str:
     )
 
 
-def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> dict[str, Any]:
+def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> OverviewContent:
     """Everything the overview page shows, from the studies in ``dp_dir`` and ``sfl_dir``
     (either may be None or hold no results): rows, advice, rules and which were quick."""
-    dp_res, sfl_res = _load(dp_dir), _load(sfl_dir)
+    dp_res = _study(dp_dir, read_compare_result)
+    sfl_res = _study(sfl_dir, read_sfl_compare_result)
     dp = data_parallel_rows(dp_res) if dp_res else []
     sfl = sfl_rows(sfl_res) if sfl_res else []
-    margin = next((r["margin_pts"] for r in dp if "margin_pts" in r), 1.0)
+    margin = 100 * dp_res.margin if dp_res and dp_res.analysis.models else 1.0
     quick = [
         name
         for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
-        if r and (r.get("config") or {}).get("quick")
+        if r and r.quick
     ]
-    return jsonable(
-        {
-            "advice": advise(dp, sfl, sfl_res),
-            "rules": rules_text(margin),
-            "data_parallel": dp,
-            "split_learning": sfl,
-            "quick": quick,
-        }
+    return OverviewContent(
+        advice=advise(dp, sfl, sfl_res),
+        rules=rules_text(margin),
+        data_parallel=jsonable(dp),
+        split_learning=jsonable(sfl),
+        quick=quick,
     )

@@ -4,7 +4,8 @@ Input: flat records, one per finished run (see :mod:`flowsplit.experiments.recor
 each with at least ``model``, ``workers``, ``seed``, ``accuracy``, ``macro_f1``,
 ``epoch_time_s``, ``comm_share``, ``oversubscribed`` and, for McNemar, ``y_true`` and
 ``y_pred``. Output: one JSON-ready dict (the content of ``results.json`` minus the
-cells). Pure: no files, no clocks.
+cells). Pure: no files, no clocks. The headline's text functions at the end read the
+typed result (:mod:`flowsplit.experiments.dp.result`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from flowsplit.experiments.dp.result import CentralComparison, ModelAnalysis
 from flowsplit.experiments.layout import PLAIN_HOOK
 from flowsplit.experiments.scaling import (
     NETWORK_PRESETS,
@@ -32,6 +34,8 @@ from flowsplit.experiments.stats import (
     NOT_ENOUGH_SEEDS,
     SCORE_BOUNDS,
     TARGET_POWER,
+    Interval,
+    PairedComparison,
     compare_paired,
     mcnemar_test,
     mean_ci,
@@ -486,67 +490,65 @@ def compare_hooks(records: Sequence[Mapping], *, margin: float, alpha: float) ->
     return out
 
 
-def _pts_ci(iv: Mapping | None, label: str) -> str:
+def _pts_ci(iv: Interval | None, label: str) -> str:
     """``label -0.30 to +0.40 pt`` from a difference interval (fractions), or ''."""
-    if not iv or iv.get("low") is None or math.isnan(iv["low"]):
+    if iv is None or math.isnan(iv.low):
         return ""
-    return f"{label} {100 * iv['low']:+.2f} to {100 * iv['high']:+.2f} pt"
+    return f"{label} {100 * iv.low:+.2f} to {100 * iv.high:+.2f} pt"
 
 
-def speedup_text(model: str, v: Mapping) -> str:
+def speedup_text(model: str, v: CentralComparison) -> str:
     """The time half of a headline: the speedup with its CI, or why none is claimed."""
-    s, n = v["speedup"], v["n_workers"]
-    claims = v["claims"]
-    if not claims["speedup_claimed"]:
-        why = ", ".join(claims["speedup_withheld"])
-        measured = "" if math.isnan(s["mean"]) else f"; measured {s['mean']:.2f}x"
-        if SUPERLINEAR in claims["speedup_withheld"]:
-            measured += f", {100 * v['efficiency']['mean']:.0f} % efficiency"
+    s, n = v.speedup, v.n_workers
+    claims = v.claims
+    if not claims.speedup_claimed:
+        why = ", ".join(claims.speedup_withheld)
+        measured = "" if math.isnan(s.mean) else f"; measured {s.mean:.2f}x"
+        if SUPERLINEAR in claims.speedup_withheld:
+            measured += f", {100 * v.efficiency.mean:.0f} % efficiency"
         return f"{n} workers: no speedup claimed for {model} ({why}{measured})"
-    if s["mean"] >= 1:
-        text = f"{n} workers cut {model}'s epoch time {s['mean']:.2f}x"
-        lo, hi = s["low"], s["high"]
+    if s.mean >= 1:
+        text = f"{n} workers cut {model}'s epoch time {s.mean:.2f}x"
+        lo, hi = s.low, s.high
     else:  # say "slower" and invert the interval with it
-        text = f"{n} workers made {model}'s epochs {1 / s['mean']:.2f}x slower"
-        lo, hi = 1 / s["high"], 1 / s["low"]
+        text = f"{n} workers made {model}'s epochs {1 / s.mean:.2f}x slower"
+        lo, hi = 1 / s.high, 1 / s.low
     if not math.isnan(lo):
         text += f" (95 % CI {lo:.2f}-{hi:.2f}x)"
     return text
 
 
-def accuracy_text(v: Mapping, margin: float) -> str:
+def accuracy_text(v: CentralComparison, margin: float) -> str:
     """The accuracy half of a headline, from the claims' verdict, with its interval."""
-    acc = v["accuracy"]
-    claims = v["claims"]
-    verdict = claims["accuracy_verdict"]
+    acc = v.accuracy
+    claims = v.claims
+    verdict = claims.accuracy_verdict
     pts = f"+-{100 * margin:g} pt"
-    tost = acc["tost_p"]
+    tost = acc.tost_p
     p_txt = (
         ("TOST p < 0.001" if tost < 0.001 else f"TOST p = {tost:.3f}")
         if not math.isnan(tost)
-        else acc["note"] or "no test"
+        else acc.note or "no test"
     )
-    diff = 100 * acc["diff"]["mean"]
+    diff = 100 * acc.diff.mean
     if verdict == BELOW_MAJORITY:
-        a = acc["mean_a"]
         return (
-            f"accuracy {100 * a['mean']:.1f} % (centralised) is not above the majority-class "
-            f"rate of {100 * claims['majority_rate']:.1f} %: the model has not learned, so no "
-            "accuracy verdict"
+            f"accuracy {100 * acc.mean_a.mean:.1f} % (centralised) is not above the "
+            f"majority-class rate of {100 * claims.majority_rate:.1f} %: the model has not "
+            "learned, so no accuracy verdict"
         )
-    ci90 = _pts_ci(acc.get("diff_tost"), f"{100 * (1 - 2 * acc['alpha']):.0f} % CI")
+    ci90 = _pts_ci(acc.diff_tost, f"{100 * (1 - 2 * acc.alpha):.0f} % CI")
     if verdict == EQUIVALENT:
         return f"accuracy equivalent within {pts} ({p_txt}; {ci90})"
     if verdict == DIFFERENT:
-        t_p = acc["t_p"]
-        t_txt = "< 0.001" if t_p < 0.001 else f"= {t_p:.3f}"
-        ci95 = _pts_ci(acc["diff"], "95 % CI")
+        t_txt = "< 0.001" if acc.t_p < 0.001 else f"= {acc.t_p:.3f}"
+        ci95 = _pts_ci(acc.diff, "95 % CI")
         return f"accuracy differs by {diff:+.2f} pt ({ci95}; paired t p {t_txt})"
     ci = f"; {ci90}" if ci90 else ""
     need = seeds_needed_text(acc)
     if verdict == NOT_ENOUGH_SEEDS:
         return (
-            f"accuracy equivalence not judged: {acc['n']} paired seed(s), at least "
+            f"accuracy equivalence not judged: {acc.n} paired seed(s), at least "
             f"{MIN_EQUIVALENCE_SEEDS} needed (mean diff {diff:+.2f} pt{ci}){need}"
         )
     return (
@@ -554,15 +556,15 @@ def accuracy_text(v: Mapping, margin: float) -> str:
     )
 
 
-def seeds_needed_text(c: Mapping) -> str:
+def seeds_needed_text(c: PairedComparison) -> str:
     """``; with the paired differences' spread (sd 2.0 pt), TOST needs about 36 seeds ...``
     from a paired comparison, or '' when it has no spread to plan with."""
-    n_need, sd = c.get("seeds_for_power"), c.get("sd_diff")
+    n_need, sd = c.seeds_for_power, c.sd_diff
     if not n_need or sd is None or not math.isfinite(sd):
         return ""
     return (
         f"; with the paired differences' spread (sd {100 * sd:.2f} pt), TOST at +-"
-        f"{100 * c['margin']:g} pt needs about {n_need} paired seeds for "
+        f"{100 * c.margin:g} pt needs about {n_need} paired seeds for "
         f"{100 * TARGET_POWER:.0f} % power if the true difference is 0"
         + (
             f" (a verdict still needs {MIN_EQUIVALENCE_SEEDS})"
@@ -572,14 +574,14 @@ def seeds_needed_text(c: Mapping) -> str:
     )
 
 
-def headline_comparison(entry: Mapping) -> Mapping | None:
+def headline_comparison(entry: ModelAnalysis) -> CentralComparison | None:
     """The comparison a model's headline reports: its largest worker count that does not
     oversubscribe the cores (None when every one does)."""
-    cands = [v for v in entry["vs_central"].values() if not v["oversubscribed"]]
-    return max(cands, key=lambda v: v["n_workers"]) if cands else None
+    cands = [v for v in entry.vs_central.values() if not v.oversubscribed]
+    return max(cands, key=lambda v: v.n_workers) if cands else None
 
 
-def headline(model: str, entry: Mapping, margin: float) -> str | None:
+def headline(model: str, entry: ModelAnalysis, margin: float) -> str | None:
     """One plain sentence for a model, from its largest non-oversubscribed comparison."""
     best = headline_comparison(entry)
     if best is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from flowsplit.config_args import (
@@ -117,7 +116,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _print_summary(path: Path) -> None:
-    results = json.loads((path.parent / "results.json").read_text(encoding="utf-8"))
-    for line in results["summary"]:
+    from flowsplit.experiments.dp.result import read_compare_result
+
+    for line in read_compare_result(path.parent).summary:
         print(f"- {line}")
     print(f"report: {path}")

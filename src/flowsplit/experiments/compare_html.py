@@ -1,4 +1,4 @@
-"""The data-parallel study as an HTML page and as Markdown, from ``results.json`` content."""
+"""The data-parallel study as an HTML page and as Markdown, from its typed result."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from flowsplit.experiments.compare_tables import (
     summary_rows,
     timing_rows,
 )
-from flowsplit.experiments.scaling import NETWORK_PRESETS, Network
+from flowsplit.experiments.dp.result import Cell, CompareResult, ModelAnalysis
+from flowsplit.experiments.scaling import NETWORK_PRESETS
 from flowsplit.report import html, markdown
 from flowsplit.report.tables import Column, fmt_float
 
@@ -93,77 +94,65 @@ def _confusions(records: Sequence[Mapping], model: str, n: int):
     return (sum(mats), len(mats)) if mats else (None, 0)
 
 
-def _headline_n(entry: Mapping) -> int | None:
-    ok = [int(n) for n, v in entry["vs_central"].items() if not v["oversubscribed"]]
-    alln = [int(n) for n in entry["vs_central"]]
+def _headline_n(entry: ModelAnalysis) -> int | None:
+    ok = [int(n) for n, v in entry.vs_central.items() if not v.oversubscribed]
+    alln = [int(n) for n in entry.vs_central]
     return max(ok) if ok else (max(alln) if alln else None)
 
 
-def _conditions(results: Mapping) -> list[dict]:
-    cfg = results["config"]
-    env = results.get("env") or {}
-    ar = results["allreduce"]
-    fit = ar.get("fit")
-    bench = ar.get("benchmark") or {}
+def _conditions(results: CompareResult) -> list[dict]:
+    ar = results.allreduce
+    fit = ar.fit
+    bench = ar.benchmark
     rows = [
-        ("dataset", cfg["dataset"]),
-        (
-            "training / test samples",
-            f"{results['dataset']['n_train']} / {results['dataset']['n_test']}",
-        ),
-        ("classes", len(results["dataset"]["classes"] or [])),
-        ("models", ", ".join(cfg["models"])),
-        ("workers", ", ".join(map(str, cfg["workers"]))),
-        ("seeds", ", ".join(map(str, cfg["seeds"]))),
-        ("threads per worker", cfg["threads"]),
+        ("dataset", results.dataset_path),
+        ("training / test samples", f"{results.dataset.n_train} / {results.dataset.n_test}"),
+        ("classes", len(results.dataset.classes or [])),
+        ("models", ", ".join(results.models)),
+        ("workers", ", ".join(map(str, results.workers))),
+        ("seeds", ", ".join(map(str, results.seeds))),
+        ("threads per worker", results.threads),
         (
             "epochs (max) / XGBoost rounds (max)",
-            f"{cfg['epochs'] or 'default'} / {cfg['rounds'] or 'default'}",
+            f"{results.max_epochs or 'default'} / {results.max_rounds or 'default'}",
         ),
-        ("equivalence margin", f"+-{100 * cfg['margin']:g} pt, alpha {cfg['alpha']:g}"),
-        ("host, cores", f"{results['host']}, {results['cores']}"),
+        ("equivalence margin", f"+-{100 * results.margin:g} pt, alpha {results.alpha:g}"),
+        ("host, cores", f"{results.host}, {results.cores}"),
         (
             "all-reduce benchmark",
-            (
-                f"{bench.get('backend')}, {bench.get('n_workers')} processes, "
-                f"torch {bench.get('torch')}, {bench.get('date')}"
-            )
+            (f"{bench.backend}, {bench.n_workers} processes, torch {bench.torch}, {bench.date}")
             if bench
             else "not run",
         ),
         (
             "all-reduce fit",
             (
-                f"alpha {fit['latency_s'] * 1e6:.1f} us, beta "
-                f"{fit['bandwidth_Bps'] / 1e6:.0f} MB/s (max error "
-                f"{100 * ar['fit_max_rel_error']:.0f} %)"
+                f"alpha {fit.latency_s * 1e6:.1f} us, beta "
+                f"{fit.bandwidth_Bps / 1e6:.0f} MB/s (max error "
+                f"{100 * ar.fit_max_rel_error:.0f} %)"
             )
             if fit
             else "–",
         ),
-        (
-            "versions",
-            ", ".join(f"{k} {env[k]}" for k in ("python", "torch", "xgboost", "numpy") if k in env)
-            or "–",
-        ),
-        ("platform", env.get("platform", "–")),
-        ("CPU taken by other processes during runs", _contention_text(results["cells"])),
-        ("flowsplit, generated", f"{results['flowsplit_version']}, {results['generated']}"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in results.versions.items()) or "–"),
+        ("platform", results.platform),
+        ("CPU taken by other processes during runs", _contention_text(results.cells)),
+        ("flowsplit, generated", f"{results.flowsplit_version}, {results.generated}"),
     ]
     return [{"what": k, "value": v} for k, v in rows]
 
 
-def _contention_text(cells: Sequence[Mapping]) -> str:
-    shares = [c["foreign_cpu_share"] for c in cells if c.get("foreign_cpu_share") is not None]
+def _contention_text(cells: Sequence[Cell]) -> str:
+    shares = [c.foreign_cpu_share for c in cells if c.foreign_cpu_share is not None]
     shares = [x for x in shares if x == x]  # drop NaN (unknown)
     if not shares:
         return "not measured"
     q = np.percentile(shares, [50, 90])
-    got = [c["cpu_obtained"] for c in cells if c.get("cpu_obtained") is not None]
+    got = [c.cpu_obtained for c in cells if c.cpu_obtained is not None]
     got = [x for x in got if x == x]
     text = (
         f"median {100 * q[0]:.0f} %, 90th percentile {100 * q[1]:.0f} % of the cores' time "
-        f"({sum(c.get('contended') for c in cells)} of {len(cells)} runs contended)"
+        f"({sum(c.contended for c in cells)} of {len(cells)} runs contended)"
     )
     if got:
         text += f"; runs got a median {100 * float(np.median(got)):.0f} % of the CPU they wanted"
@@ -188,14 +177,14 @@ HOOKS_TEXT = (
 )
 
 
-def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
-    """The self-contained report page."""
-    a = results["analysis"]
-    models = a["models"]
+def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
+    """The self-contained report page (``records``: the runs, for their curves)."""
+    a = results.analysis
+    models = a.models
     parts = [
         html.section(
             "Summary",
-            f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
+            f'<div class="summary">{html.bullet_list(results.summary)}</div>',
             html.table(summary_rows(a), SUMMARY_COLS),
             anchor="summary",
         )
@@ -214,13 +203,13 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
                 "Accuracy with confidence intervals",
                 html.figure(
                     plots.quality_chart(
-                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.get("baselines")
+                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
                     ),
                     "Test accuracy by model and workers",
                 ),
                 html.figure(
                     plots.quality_chart(
-                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.get("baselines")
+                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
                     ),
                     "Test macro-F1 by model and workers",
                 ),
@@ -246,16 +235,16 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
                 )
             )
     comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
-    bench = results["allreduce"].get("benchmark")
-    fit = results["allreduce"].get("fit")
+    bench = results.allreduce.benchmark
+    fit = results.allreduce.fit
     if bench and fit:
         comm.append(
             html.figure(
-                plots.allreduce_chart(bench["rows"], Network(**fit), int(bench["n_workers"])),
+                plots.allreduce_chart(bench.sizes, bench.times_s, fit, bench.n_workers),
                 "All-reduce micro-benchmark and fitted ring model",
             )
         )
-        comm.append(html.table(bench["rows"], AR_COLS, caption="All-reduce micro-benchmark"))
+        comm.append(html.table(bench.rows, AR_COLS, caption="All-reduce micro-benchmark"))
     hooks = hook_rows(a)
     if hooks:
         comm += [html.paragraph(HOOKS_TEXT), html.table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
@@ -265,7 +254,7 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
         speed = [
             html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
             for m, e in models.items()
-            if e.get("scaling", {}).get("predictions")
+            if e.scaling and e.scaling.predictions
         ]
         parts.append(
             html.section(
@@ -282,7 +271,7 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
             )
         )
     cms = []
-    classes = results["dataset"]["classes"] or []
+    classes = results.dataset.classes or []
     for model, entry in models.items():
         for n in (1, _headline_n(entry)):
             if n is None:
@@ -295,7 +284,7 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
         cms.insert(0, html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"))
-        if results["per_class_f1"]:
+        if results.per_class_f1:
             cms.insert(0, html.figure(plots.per_class_chart(results), "Test F1 per class"))
     if cms:
         parts.append(html.section("Per-class results", *cms, anchor="per-class"))
@@ -305,38 +294,34 @@ def render_html(results: Mapping, records: Sequence[Mapping]) -> str:
             "Conditions",
             html.table(_conditions(results), COND_COLS),
             *(
-                [
-                    html.bullet_list(
-                        f"{k}: {v.splitlines()[0]}" for k, v in results["failures"].items()
-                    )
-                ]
-                if results["failures"]
+                [html.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items())]
+                if results.failures
                 else []
             ),
             anchor="conditions",
         )
     )
     return html.page(
-        TITLE, *parts, subtitle=f"dataset {results['config']['dataset']}" + _quick_label(results)
+        TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
     )
 
 
-def _quick_label(results: Mapping) -> str:
+def _quick_label(results: CompareResult) -> str:
     """Said on every page of a ``--quick`` study: its runs are too short to converge."""
-    if not results["config"].get("quick"):
+    if not results.quick:
         return ""
     return " · quick settings (--quick): short runs, not a converged study"
 
 
-def render_markdown(results: Mapping) -> str:
+def render_markdown(results: CompareResult) -> str:
     """The same findings as Markdown (tables, no figures)."""
-    a = results["analysis"]
+    a = results.analysis
     fit_rows, pred_rows = scaling_rows(a)
     blocks = [
         markdown.heading(TITLE, 1),
-        markdown.paragraph(f"dataset {results['config']['dataset']}" + _quick_label(results)),
+        markdown.paragraph(f"dataset {results.dataset_path}" + _quick_label(results)),
         markdown.heading("Summary"),
-        markdown.bullet_list(results["summary"]),
+        markdown.bullet_list(results.summary),
         markdown.table(summary_rows(a), SUMMARY_COLS),
         markdown.heading("Time per model and mode"),
         markdown.table(timing_rows(a), TIMING_COLS),
@@ -359,11 +344,11 @@ def render_markdown(results: Mapping) -> str:
             markdown.paragraph(HOOKS_TEXT),
             markdown.table(hooks, HOOK_COLS),
         ]
-    bench = results["allreduce"].get("benchmark")
+    bench = results.allreduce.benchmark
     if bench:
         blocks += [
             markdown.heading("All-reduce micro-benchmark"),
-            markdown.table(bench["rows"], AR_COLS),
+            markdown.table(bench.rows, AR_COLS),
         ]
     blocks += [
         markdown.heading("Method"),
@@ -371,10 +356,8 @@ def render_markdown(results: Mapping) -> str:
         markdown.heading("Conditions"),
         markdown.table(_conditions(results), COND_COLS),
     ]
-    if results["failures"]:
+    if results.failures:
         blocks.append(
-            markdown.bullet_list(
-                f"{k}: {v.splitlines()[0]}" for k, v in results["failures"].items()
-            )
+            markdown.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items())
         )
     return markdown.document(*blocks)

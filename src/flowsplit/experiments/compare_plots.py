@@ -1,7 +1,8 @@
-"""Figures of the data-parallel study, built from ``results.json`` content.
+"""Figures of the data-parallel study, built from its typed result.
 
-Each function takes the analysed results (plain dicts) and returns a matplotlib
-Figure; :mod:`flowsplit.report.html` embeds it.
+Each function takes parts of the :class:`~flowsplit.experiments.dp.result.CompareResult`
+(the runs' records for the learning curves) and returns a matplotlib Figure;
+:mod:`flowsplit.report.html` embeds it.
 """
 
 from __future__ import annotations
@@ -12,35 +13,41 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from flowsplit.experiments.dp.result import (
+    NO_INTERVAL,
+    Baselines,
+    CompareResult,
+    ModelAnalysis,
+)
 from flowsplit.experiments.scaling import Network, ring_allreduce_time
 from flowsplit.report import figures
 
 
-def _workers_of(models: Mapping) -> list[int]:
-    return sorted({int(n) for e in models.values() for n in e["by_workers"]})
+def _workers_of(models: Mapping[str, ModelAnalysis]) -> list[int]:
+    return sorted({int(n) for e in models.values() for n in e.by_workers})
 
 
 def _label(n: int, oversub: bool) -> str:
     return f"{n} worker{'s' if n > 1 else ''}" + (" (oversubscribed)" if oversub else "")
 
 
-def _grouped(models: Mapping, key: str, scale: float = 1.0):
-    """Series per worker count of ``key``'s mean and CI across models."""
+def _grouped(models: Mapping[str, ModelAnalysis], key: str, scale: float = 1.0):
+    """Series per worker count of the group interval ``key`` (a field of
+    :class:`~flowsplit.experiments.dp.result.GroupSummary`): mean and CI across models."""
     names = list(models)
     series, lows, highs = {}, {}, {}
     for n in _workers_of(models):
-        groups = [models[m]["by_workers"].get(str(n)) for m in names]
-        over = any(g and g["oversubscribed"] for g in groups)
+        groups = [models[m].by_workers.get(str(n)) for m in names]
+        over = any(g and g.oversubscribed for g in groups)
         label = _label(n, over)
-        nan = {"mean": math.nan, "low": math.nan, "high": math.nan}
-        stats = [(g or {}).get(key, nan) for g in groups]
-        series[label] = [scale * s["mean"] for s in stats]
-        lows[label] = [scale * (s["mean"] if math.isnan(s["low"]) else s["low"]) for s in stats]
-        highs[label] = [scale * (s["mean"] if math.isnan(s["high"]) else s["high"]) for s in stats]
+        stats = [NO_INTERVAL if g is None else getattr(g, key) for g in groups]
+        series[label] = [scale * s.mean for s in stats]
+        lows[label] = [scale * (s.mean if math.isnan(s.low) else s.low) for s in stats]
+        highs[label] = [scale * (s.mean if math.isnan(s.high) else s.high) for s in stats]
     return names, series, lows, highs
 
 
-def epoch_time_chart(models: Mapping):
+def epoch_time_chart(models: Mapping[str, ModelAnalysis]):
     names, series, lows, highs = _grouped(models, "epoch_time_s")
     fig = figures.bar_chart(
         names,
@@ -54,7 +61,9 @@ def epoch_time_chart(models: Mapping):
     return fig
 
 
-def quality_chart(models: Mapping, key: str, title: str, baselines: Mapping | None = None):
+def quality_chart(
+    models: Mapping[str, ModelAnalysis], key: str, title: str, baselines: Baselines | None = None
+):
     """Bars of a score (mean and 95 % CI) from 0 to 100 %, with the majority-class rate and
     the flow-statistics baseline (XGBoost, centralised) as horizontal lines."""
     names, series, lows, highs = _grouped(models, key, scale=100.0)
@@ -62,18 +71,18 @@ def quality_chart(models: Mapping, key: str, title: str, baselines: Mapping | No
         names, series, lows=lows, highs=highs, ylabel="%", title=title, ylim=(0.0, 100.5)
     )
     ax = fig.axes[0]
-    base = baselines or {}
-    if base.get("majority"):
+    base = baselines or Baselines()
+    if base.majority:
         ax.axhline(
-            100 * base["majority"][key],
+            100 * getattr(base.majority, key),
             color="crimson",
             ls="--",
             lw=1,
-            label=f"majority class ({base['majority']['class']})",
+            label=f"majority class ({base.majority.class_name})",
         )
-    if base.get("flow_stats"):
+    if base.flow_stats:
         ax.axhline(
-            100 * base["flow_stats"][key]["mean"],
+            100 * getattr(base.flow_stats, key).mean,
             color="dimgrey",
             ls=":",
             lw=1.2,
@@ -88,7 +97,7 @@ def _legend_below(ax, ncol: int = 3) -> None:
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=ncol)
 
 
-def comm_share_chart(models: Mapping):
+def comm_share_chart(models: Mapping[str, ModelAnalysis]):
     names, series, lows, highs = _grouped(models, "comm_share", scale=100.0)
     return figures.bar_chart(
         names,
@@ -100,17 +109,16 @@ def comm_share_chart(models: Mapping):
     )
 
 
-def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
+def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, str]):
     """Two panels: the measured speedup (with its CI, on linear axes, against the ideal N;
     hollow markers where no speedup is claimed) and, separately, the scaling model's
     predictions for larger clusters (log-log), so the measurement is not dwarfed by them."""
     fig = figures.new_figure(11.0, 4.0)
     measured, predicted = fig.subplots(1, 2)
     pts = [(1, 1.0, 1.0, 1.0, True)]
-    for n, v in entry["vs_central"].items():
-        s = v["speedup"]
-        claimed = bool((v.get("claims") or {}).get("speedup_claimed"))
-        pts.append((int(n), s["mean"], s["low"], s["high"], claimed))
+    for n, v in entry.vs_central.items():
+        s = v.speedup
+        pts.append((int(n), s.mean, s.low, s.high, v.claims.speedup_claimed))
     pts.sort()
     top = max(p[0] for p in pts)
     measured.plot([1, top], [1, top], ":", color="grey", label="ideal (N)")
@@ -140,12 +148,11 @@ def speedup_chart(model: str, entry: Mapping, network_names: Mapping[str, str]):
     measured.set_title(f"{model}: measured on this machine", fontsize="medium")
     measured.grid(alpha=0.3)
     measured.legend(fontsize="x-small", loc="upper left")
-    scaling = entry.get("scaling") or {}
-    for key, rows in (scaling.get("predictions") or {}).items():
+    for key, rows in (entry.scaling.predictions if entry.scaling else {}).items():
         label = "this machine" if key == "host" else network_names.get(key, key)
         predicted.plot(
-            [r["n_workers"] for r in rows],
-            [r["speedup"] for r in rows],
+            [r.n_workers for r in rows],
+            [r.speedup for r in rows],
             "-" if key == "host" else "--",
             label=label,
         )
@@ -212,18 +219,18 @@ def learning_curves_chart(model: str, records: Sequence[Mapping]):
     return fig
 
 
-def per_class_chart(results: Mapping):
+def per_class_chart(results: CompareResult):
     """Test F1 per class (mean over seeds) of each model, centralised, from 0 to 100 %,
     beside the majority-class baseline."""
-    classes = list(results["dataset"]["classes"] or [])
+    classes = list(results.dataset.classes or [])
     series = {}
-    maj = (results["analysis"].get("baselines") or {}).get("majority")
-    for model, by_n in results["per_class_f1"].items():
+    maj = results.analysis.baselines.majority
+    for model, by_n in results.per_class_f1.items():
         if "1" in by_n:
             series[f"{model} (centralised)"] = [100 * by_n["1"].get(c, math.nan) for c in classes]
     if maj:
-        series[f"majority class ({maj['class']})"] = [
-            100 * maj["per_class_f1"].get(c, math.nan) for c in classes
+        series[f"majority class ({maj.class_name})"] = [
+            100 * maj.per_class_f1.get(c, math.nan) for c in classes
         ]
     fig = figures.bar_chart(
         classes,
@@ -240,11 +247,12 @@ def per_class_chart(results: Mapping):
     return fig
 
 
-def allreduce_chart(rows: Sequence[Mapping], host: Network, n_workers: int = 2):
-    sizes = [r["bytes"] for r in rows]
+def allreduce_chart(
+    sizes: Sequence[float], times_s: Sequence[float], host: Network, n_workers: int = 2
+):
     grid = np.logspace(math.log10(min(sizes)), math.log10(max(sizes)), 60)
     lines = [
-        {"label": "measured (median)", "x": sizes, "y": [r["time_s"] for r in rows], "style": "o"},
+        {"label": "measured (median)", "x": sizes, "y": list(times_s), "style": "o"},
         {
             "label": f"ring model: alpha {host.latency_s * 1e6:.0f} us, "
             f"beta {host.bandwidth_Bps / 1e6:.0f} MB/s",

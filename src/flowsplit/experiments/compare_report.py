@@ -26,6 +26,12 @@ from flowsplit.errors import InputError
 from flowsplit.experiments.advice import same_on_every_seed
 from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
 from flowsplit.experiments.compare_html import render_html, render_markdown
+from flowsplit.experiments.dp.result import (
+    Analysis,
+    CompareResult,
+    HookGroup,
+    ScalingFit,
+)
 from flowsplit.experiments.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
 from flowsplit.experiments.records import (
     CONTENDED_SHARE,
@@ -36,7 +42,8 @@ from flowsplit.experiments.records import (
     workload_from_records,
 )
 from flowsplit.experiments.scaling import NETWORK_PRESETS, Network, Workload, fit_allreduce
-from flowsplit.util import jsonable
+from flowsplit.experiments.stats import Interval
+from flowsplit.util import jsonable, typed_to_dict
 
 
 def write_workloads(out: Path, dataset) -> None:
@@ -105,8 +112,9 @@ def _host_network(bench: dict | None) -> tuple[Network | None, float]:
     )
 
 
-def build_results(out: str | Path) -> dict:
-    """Analyse a study directory; the returned dict is what ``results.json`` holds."""
+def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
+    """Analyse a study directory: the result ``results.json`` holds, and the plain
+    all-reduce runs' records (the report draws their learning curves and confusions)."""
     out = Path(out)
     meta = _read_study(out)
     cfg, cores = meta["config"], int(meta.get("cores") or 0)
@@ -134,7 +142,7 @@ def build_results(out: str | Path) -> dict:
     done = {cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"]) for r in records}
     failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
     env = next((r["env"] for r in records if r["env"]), {})
-    return {
+    doc = {
         "flowsplit_version": __version__,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "config": cfg,
@@ -154,12 +162,13 @@ def build_results(out: str | Path) -> dict:
         "networks": {k: v.__dict__ for k, v in NETWORK_PRESETS.items()},
         "analysis": analysis,
         "per_class_f1": per_class_f1(plain),
-        "summary": summary_lines(analysis, cfg, cores, failures),
         "failures": failures,
         "cells": [{k: r[k] for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
         "env": env,
-        "_records": plain,  # dropped before writing; the renderer needs predictions
     }
+    result = CompareResult.from_dict(jsonable(doc, strict=False))  # infinities kept
+    result.summary = summary_lines(result)
+    return result, plain
 
 
 def per_class_f1(records: list[RunRecord]) -> dict:
@@ -180,27 +189,29 @@ def _first(records: list[RunRecord], key: str) -> Any:
     return records[0][key] if records else None
 
 
-def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list[str]:
+def summary_lines(result: CompareResult) -> list[str]:
     """Plain-language findings, most important first."""
+    analysis, cores, failures = result.analysis, result.cores, result.failures
     lines = baseline_lines(analysis)
-    models = analysis["models"]
+    models = analysis.models
     for model, entry in models.items():
-        line = headline(model, entry, cfg["margin"])
+        line = headline(model, entry, result.margin)
         if line:
             lines.append(line)
-    lines += hook_lines(analysis.get("comm_hooks") or {})
+    lines += hook_lines(analysis.comm_hooks)
+    groups = [g for e in models.values() for g in e.by_workers.values()]
     over = sorted(
-        {int(n) for e in models.values() for n, g in e["by_workers"].items() if g["oversubscribed"]}
+        {int(n) for e in models.values() for n, g in e.by_workers.items() if g.oversubscribed}
     )
     if over:
         lines.append(
-            f"Runs with {', '.join(map(str, over))} workers x {cfg['threads']} thread(s) exceed "
+            f"Runs with {', '.join(map(str, over))} workers x {result.threads} thread(s) exceed "
             f"this machine's {cores} cores: their timing is oversubscribed, shown but kept out "
             "of speedup claims and of the scaling fit."
         )
-    n_runs = sum(g["n_runs"] for e in models.values() for g in e["by_workers"].values())
-    n_cont = sum(g["n_contended"] for e in models.values() for g in e["by_workers"].values())
-    fallback = any(g["timing_contended"] for e in models.values() for g in e["by_workers"].values())
+    n_runs = sum(g.n_runs for g in groups)
+    n_cont = sum(g.n_contended for g in groups)
+    fallback = any(g.timing_contended for g in groups)
     if n_cont:
         lines.append(
             f"{n_cont} of {n_runs} runs shared the CPUs with other processes (more than "
@@ -213,11 +224,8 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 else "."
             )
         )
-    errs = {
-        m: e["scaling"]["max_abs_error"]
-        for m, e in models.items()
-        if "max_abs_error" in (e.get("scaling") or {})
-    }
+    fits = {m: e.scaling for m, e in models.items() if e.scaling and e.scaling.error is None}
+    errs = {m: s.max_abs_error for m, s in fits.items()}
     if errs:
         worst = max(errs, key=errs.get)
         ok = "within" if errs[worst] <= ERROR_LIMIT else "outside"
@@ -225,7 +233,7 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
             f"Scaling model error on the measured points: at most {100 * errs[worst]:.1f} % "
             f"({worst}), {ok} the +-{100 * ERROR_LIMIT:.0f} % target"
         )
-        loo = {m: models[m]["scaling"]["max_abs_loo_error"] for m in errs}
+        loo = {m: fits[m].max_abs_loo_error for m in errs}
         loo = {m: v for m, v in loo.items() if not math.isnan(v)}
         if loo:
             lw = max(loo, key=loo.get)
@@ -233,18 +241,16 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 f"; predicting each worker count from the others: at most "
                 f"{100 * loo[lw]:.1f} % ({lw})"
             )
-        elif len(cfg["workers"]) <= 2:
+        elif len(result.workers) <= 2:
             line += (
                 " (with two worker counts the fit is exact by construction; run three or more, "
                 "e.g. --workers 1,2,4, for a held-out check)"
             )
         lines.append(line + ".")
         # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
-        shaky = {
-            m for m in errs if any(g["timing_contended"] for g in models[m]["by_workers"].values())
-        }
+        shaky = {m for m in errs if any(g.timing_contended for g in models[m].by_workers.values())}
         for key in ("10gbe", "ib100"):
-            reach = {m: _reach(models[m], key) for m in errs}
+            reach = {m: _reach(fits[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
             lines.append(
                 f"Predicted on {net}: scaling efficiency stays >= 50 % up to "
@@ -255,7 +261,7 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
                 )
                 + "."
             )
-    if max(cfg["workers"]) > 1 and not errs and not any(e.get("scaling") for e in models.values()):
+    if max(result.workers) > 1 and not errs and not any(e.scaling for e in models.values()):
         lines.append(
             "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
             "missing; `flowsplit compare` runs it."
@@ -269,7 +275,7 @@ def summary_lines(analysis: dict, cfg: dict, cores: int, failures: dict) -> list
     return lines
 
 
-def hook_lines(comm_hooks: dict) -> list[str]:
+def hook_lines(comm_hooks: dict[str, dict[str, dict[str, HookGroup]]]) -> list[str]:
     """One sentence per communication hook: its time and bytes against the plain
     all-reduce, and its paired score differences with their verdicts."""
     lines = []
@@ -277,32 +283,31 @@ def hook_lines(comm_hooks: dict) -> list[str]:
         for n, by_hook in by_n.items():
             plain = by_hook.get(PLAIN_HOOK)
             for hook, g in by_hook.items():
-                vs = g.get("vs_plain")
+                vs = g.vs_plain
                 if not vs or plain is None:
                     continue
-                ratio = vs["epoch_time_ratio"]["mean"]
-                b_hook = g["comm_bytes_per_epoch"]["mean"]
-                b_plain = plain["comm_bytes_per_epoch"]["mean"]
+                ratio = vs.epoch_time_ratio.mean
+                b_hook = g.comm_bytes_per_epoch.mean
+                b_plain = plain.comm_bytes_per_epoch.mean
                 parts = [
                     f"epoch time {ratio:.2f}x the plain all-reduce's"
-                    + (" (contended timings)" if vs["timing_contended"] else ""),
+                    + (" (contended timings)" if vs.timing_contended else ""),
                     f"{100 * b_hook / b_plain:.0f} % of its all-reduce bytes"
                     if b_plain > 0
                     else "bytes not measured",
                 ]
-                for key, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
-                    c = vs[key]
-                    iv = c.get("diff_tost") or c["diff"]
+                for c, label in ((vs.accuracy, "accuracy"), (vs.macro_f1, "macro-F1")):
+                    iv = c.diff_tost or c.diff
                     ci = (
                         ""
-                        if iv["low"] is None or math.isnan(iv["low"])
-                        else f" ({100 * iv['confidence']:.0f} % CI {100 * iv['low']:+.2f} to "
-                        f"{100 * iv['high']:+.2f})"
+                        if math.isnan(iv.low)
+                        else f" ({100 * iv.confidence:.0f} % CI {100 * iv.low:+.2f} to "
+                        f"{100 * iv.high:+.2f})"
                     )
-                    parts.append(f"{label} {100 * c['diff']['mean']:+.2f} pt{ci}: {c['verdict']}")
+                    parts.append(f"{label} {100 * c.diff.mean:+.2f} pt{ci}: {c.verdict}")
                 lines.append(
                     f"{model}, {n} workers, comm hook {hook} against plain all-reduce over "
-                    f"{vs['accuracy']['n']} paired seed(s): " + "; ".join(parts) + "."
+                    f"{vs.accuracy.n} paired seed(s): " + "; ".join(parts) + "."
                 )
     return lines
 
@@ -315,33 +320,32 @@ QUIET_ADVICE = (
 )
 
 
-def _pct_ci(iv: dict) -> str:
+def _pct_ci(iv: Interval) -> str:
     """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions)."""
-    text = f"{100 * iv['mean']:.1f} %"
+    text = f"{100 * iv.mean:.1f} %"
     same = same_on_every_seed(iv)
     if same:
         return f"{text} ({same})"
-    if iv.get("low") is not None and not math.isnan(iv["low"]):
-        text += f" (95 % CI {100 * iv['low']:.1f}-{100 * iv['high']:.1f})"
+    if not math.isnan(iv.low):
+        text += f" (95 % CI {100 * iv.low:.1f}-{100 * iv.high:.1f})"
     return text
 
 
-def baseline_lines(analysis: dict) -> list[str]:
+def baseline_lines(analysis: Analysis) -> list[str]:
     """The two baselines every verdict is read against, in words."""
-    base = analysis.get("baselines") or {}
-    maj, flow = base.get("majority"), base.get("flow_stats")
+    maj, flow = analysis.baselines.majority, analysis.baselines.flow_stats
     lines = []
     if maj:
         lines.append(
-            f"Majority-class baseline: always predicting {maj['class']!r}, the most frequent "
-            f"test class, scores {100 * maj['accuracy']:.1f} % accuracy and "
-            f"{100 * maj['macro_f1']:.1f} % macro-F1; a model not above it gets no verdict."
+            f"Majority-class baseline: always predicting {maj.class_name!r}, the most frequent "
+            f"test class, scores {100 * maj.accuracy:.1f} % accuracy and "
+            f"{100 * maj.macro_f1:.1f} % macro-F1; a model not above it gets no verdict."
         )
     if flow:
         lines.append(
             f"Flow-statistics baseline: XGBoost on per-flow statistics, centralised, "
-            f"{_pct_ci(flow['accuracy'])} accuracy and {_pct_ci(flow['macro_f1'])} macro-F1 "
-            f"over {flow['n_runs']} seed(s)."
+            f"{_pct_ci(flow.accuracy)} accuracy and {_pct_ci(flow.macro_f1)} macro-F1 "
+            f"over {flow.n_runs} seed(s)."
         )
     else:
         lines.append(
@@ -351,9 +355,9 @@ def baseline_lines(analysis: dict) -> list[str]:
     return lines
 
 
-def _reach(entry: dict, network: str) -> int:
-    rows = entry["scaling"]["predictions"].get(network, [])
-    good = [r["n_workers"] for r in rows if r["efficiency"] >= 0.5]
+def _reach(fit: ScalingFit, network: str) -> int:
+    rows = fit.predictions.get(network, [])
+    good = [r.n_workers for r in rows if r.efficiency >= 0.5]
     return max(good) if good else 1
 
 
@@ -391,15 +395,18 @@ def render_report(out: str | Path) -> Path:
     """Write results.json, results.csv, report.md and report.html; return the HTML path."""
     out = Path(out)
     _refresh_workloads(out)
-    results = build_results(out)
-    records = results.pop("_records")
-    atomic_write_json(out / "results.json", jsonable(results))
+    results, records = build_results(out)
+    results.to_json(out / "results.json")
     buf = io.StringIO()
     writer = csv.DictWriter(
         buf, fieldnames=list(CSV_COLUMNS), lineterminator="\n", extrasaction="ignore"
     )
     writer.writeheader()
-    writer.writerows(results["cells"])
+    # results.json keeps an unmeasured value as null; the CSV, as the runs had it, as nan.
+    writer.writerows(
+        {k: math.nan if v is None else v for k, v in typed_to_dict(c).items()}
+        for c in results.cells
+    )
     atomic_write_text(out / "results.csv", buf.getvalue())
     atomic_write_text(out / "report.md", render_markdown(results))
     path = out / "report.html"

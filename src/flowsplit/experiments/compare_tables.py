@@ -1,4 +1,4 @@
-"""Tables of the data-parallel study (rows and column specs), from ``results.json`` content.
+"""Tables of the data-parallel study (rows and column specs), from its typed result.
 
 Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.compare_html`.
 """
@@ -8,24 +8,29 @@ from __future__ import annotations
 import math
 
 from flowsplit.experiments.analysis import FLOW_STATS_MODEL
+from flowsplit.experiments.dp.result import Analysis, CentralComparison, CompareResult
 from flowsplit.experiments.layout import PLAIN_HOOK
 from flowsplit.experiments.scaling import NETWORK_PRESETS
+from flowsplit.experiments.stats import Interval
 from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
 
 EFFICIENCY_AT = (8, 64, 1024)
 
 
-def _ci(d: dict | None, scale: float = 1.0, digits: int = 1) -> str:
-    return fmt_ci(d["mean"], d["low"], d["high"], scale, digits) if d else "–"
+def _ci(d: Interval | None, scale: float = 1.0, digits: int = 1) -> str:
+    return fmt_ci(d.mean, d.low, d.high, scale, digits) if d else "–"
 
 
-def _score_ci(d: dict | None) -> str:
+def _clip(x: float) -> float:
+    return min(1.0, max(0.0, x)) if x == x else x
+
+
+def _score_ci(d: Interval | None) -> str:
     """A score's mean and CI in %, the interval clipped to [0, 100] (a t-interval over a
     few seeds can overshoot a bounded score)."""
     if not d:
         return "–"
-    clip = {k: min(1.0, max(0.0, d[k])) if d[k] == d[k] else d[k] for k in ("low", "high")}
-    return fmt_ci(d["mean"], clip["low"], clip["high"], 100, 1)
+    return fmt_ci(d.mean, _clip(d.low), _clip(d.high), 100, 1)
 
 
 def model_label(model: str) -> str:
@@ -33,30 +38,29 @@ def model_label(model: str) -> str:
     return f"{model} (flow-statistics baseline)" if model == FLOW_STATS_MODEL else model
 
 
-def speedup_cell(v: dict) -> str:
+def speedup_cell(v: CentralComparison) -> str:
     """The measured speedup with its CI, and why it is not claimed when it is not."""
-    text = _ci(v["speedup"], 1, 2)
-    withheld = v["claims"]["speedup_withheld"]
+    text = _ci(v.speedup, 1, 2)
+    withheld = v.claims.speedup_withheld
     return f"{text}, not claimed: {', '.join(withheld)}" if withheld else text
 
 
-def baseline_rows(analysis: dict) -> list[dict]:
+def baseline_rows(analysis: Analysis) -> list[dict]:
     """The majority-class row, and a placeholder for XGBoost when the study lacks it."""
-    base = analysis.get("baselines") or {}
     rows = []
-    maj = base.get("majority")
+    maj = analysis.baselines.majority
     if maj:
         rows.append(
             {
-                "model": f"majority class (always {maj['class']!r})",
+                "model": f"majority class (always {maj.class_name!r})",
                 "workers": "–",
-                "acc_c": f"{100 * maj['accuracy']:.1f}",
-                "f1_c": f"{100 * maj['macro_f1']:.1f}",
+                "acc_c": f"{100 * maj.accuracy:.1f}",
+                "f1_c": f"{100 * maj.macro_f1:.1f}",
                 "verdict": "baseline",
                 "f1_verdict": "baseline",
             }
         )
-    if FLOW_STATS_MODEL not in analysis["models"]:
+    if FLOW_STATS_MODEL not in analysis.models:
         rows.append(
             {
                 "model": model_label(FLOW_STATS_MODEL),
@@ -67,40 +71,41 @@ def baseline_rows(analysis: dict) -> list[dict]:
     return rows
 
 
-def summary_rows(analysis: dict) -> list[dict]:
+def summary_rows(analysis: Analysis) -> list[dict]:
     """One row per model and data-parallel worker count, after the baseline rows."""
     rows = baseline_rows(analysis)
-    for model, e in analysis["models"].items():
-        central = e["by_workers"].get("1")
-        if not e["vs_central"]:  # centralised only: still a row, for its scores
+    for model, e in analysis.models.items():
+        central = e.by_workers.get("1")
+        acc_c = _score_ci(central.accuracy if central else None)
+        f1_c = _score_ci(central.macro_f1 if central else None)
+        if not e.vs_central:  # centralised only: still a row, for its scores
             rows.append(
                 {
                     "model": model_label(model),
                     "workers": "1",
-                    "acc_c": _score_ci(central and central["accuracy"]),
-                    "f1_c": _score_ci(central and central["macro_f1"]),
+                    "acc_c": acc_c,
+                    "f1_c": f1_c,
                     "verdict": "centralised only",
                 }
             )
-        for n, v in e["vs_central"].items():
-            g = e["by_workers"][n]
-            acc = v["accuracy"]
-            claims = v["claims"]
+        for n, v in e.vs_central.items():
+            g = e.by_workers[n]
+            acc = v.accuracy
             rows.append(
                 {
                     "model": model_label(model),
-                    "workers": f"{n}" + (" (oversubscribed)" if v["oversubscribed"] else ""),
-                    "acc_c": _score_ci(central and central["accuracy"]),
-                    "acc_p": _score_ci(g["accuracy"]),
-                    "diff": _ci(acc.get("diff_tost") or acc["diff"], 100, 2),
-                    "tost": acc["tost_p"],
-                    "verdict": claims["accuracy_verdict"],
-                    "f1_c": _score_ci(central and central["macro_f1"]),
-                    "f1_p": _score_ci(g["macro_f1"]),
-                    "f1_verdict": claims["macro_f1_verdict"],
+                    "workers": f"{n}" + (" (oversubscribed)" if v.oversubscribed else ""),
+                    "acc_c": acc_c,
+                    "acc_p": _score_ci(g.accuracy),
+                    "diff": _ci(acc.diff_tost or acc.diff, 100, 2),
+                    "tost": acc.tost_p,
+                    "verdict": v.claims.accuracy_verdict,
+                    "f1_c": f1_c,
+                    "f1_p": _score_ci(g.macro_f1),
+                    "f1_verdict": v.claims.macro_f1_verdict,
                     "speedup": speedup_cell(v),
-                    "eff": v["efficiency"]["mean"],
-                    "comm": g["comm_share"]["mean"],
+                    "eff": v.efficiency.mean,
+                    "comm": g.comm_share.mean,
                 }
             )
     return rows
@@ -123,36 +128,36 @@ SUMMARY_COLS = [
 ]
 
 
-def stats_rows(analysis: dict) -> list[dict]:
+def stats_rows(analysis: Analysis) -> list[dict]:
     rows = []
-    for model, e in analysis["models"].items():
-        for n, v in e["vs_central"].items():
-            for metric in ("accuracy", "macro_f1"):
-                c = v[metric]
-                mc = v["mcnemar"]
+    for model, e in analysis.models.items():
+        for n, v in e.vs_central.items():
+            mc = v.mcnemar
+            for metric, c, verdict in (
+                ("accuracy", v.accuracy, v.claims.accuracy_verdict),
+                ("macro_f1", v.macro_f1, v.claims.macro_f1_verdict),
+            ):
                 rows.append(
                     {
                         "model": model_label(model),
                         "workers": n,
                         "metric": metric,
-                        "n": c["n"],
-                        "diff": _ci(c["diff"], 100, 2),
-                        "t_p": c["t_p"],
-                        "w_p": c["wilcoxon_p"],
-                        "diff_tost": _ci(c.get("diff_tost"), 100, 2),
-                        "tost": c["tost_p"],
-                        "sd": 100 * c["sd_diff"] if c.get("sd_diff") is not None else None,
-                        "need": c.get("seeds_for_power"),
-                        "verdict": v["claims"][f"{metric}_verdict"],
+                        "n": c.n,
+                        "diff": _ci(c.diff, 100, 2),
+                        "t_p": c.t_p,
+                        "w_p": c.wilcoxon_p,
+                        "diff_tost": _ci(c.diff_tost, 100, 2),
+                        "tost": c.tost_p,
+                        "sd": 100 * c.sd_diff,
+                        "need": c.seeds_for_power,
+                        "verdict": verdict,
                         "mcnemar": (
-                            f"{v['mcnemar_significant']} of {len(mc)} seeds p < "
-                            f"{analysis['alpha']:g} (p: "
-                            + ", ".join(fmt_p(m["p"]) for m in mc)
-                            + ")"
+                            f"{v.mcnemar_significant} of {len(mc)} seeds p < "
+                            f"{analysis.alpha:g} (p: " + ", ".join(fmt_p(m.p) for m in mc) + ")"
                             if metric == "accuracy" and mc
                             else "–"
                         ),
-                        "note": c["note"],
+                        "note": c.note,
                     }
                 )
     return rows
@@ -176,22 +181,22 @@ STATS_COLS = [
 ]
 
 
-def timing_rows(analysis: dict) -> list[dict]:
+def timing_rows(analysis: Analysis) -> list[dict]:
     rows = []
-    for model, e in analysis["models"].items():
-        for n, g in e["by_workers"].items():
+    for model, e in analysis.models.items():
+        for n, g in e.by_workers.items():
             rows.append(
                 {
                     "model": model_label(model),
                     "workers": n,
-                    "runs": g["n_runs"],
-                    "epoch": _ci(g["epoch_time_s"], 1, 3),
-                    "sps": g["samples_per_s"]["mean"],
-                    "comm": g["comm_share"]["mean"],
-                    "rss": g["peak_rss_mb"]["mean"],
-                    "over": "yes" if g["oversubscribed"] else "no",
-                    "cont": f"{g['n_contended']} of {g['n_runs']}",
-                    "cpu": g.get("cpu_obtained", {}).get("mean", math.nan),
+                    "runs": g.n_runs,
+                    "epoch": _ci(g.epoch_time_s, 1, 3),
+                    "sps": g.samples_per_s.mean,
+                    "comm": g.comm_share.mean,
+                    "rss": g.peak_rss_mb.mean,
+                    "over": "yes" if g.oversubscribed else "no",
+                    "cont": f"{g.n_contended} of {g.n_runs}",
+                    "cpu": g.cpu_obtained.mean,
                 }
             )
     return rows
@@ -211,39 +216,39 @@ TIMING_COLS = [
 ]
 
 
-def scaling_rows(analysis: dict) -> tuple[list[dict], list[dict]]:
+def scaling_rows(analysis: Analysis) -> tuple[list[dict], list[dict]]:
     fit_rows, pred_rows = [], []
-    for model, e in analysis["models"].items():
-        s = e.get("scaling")
-        if not s or "points" not in s:
+    for model, e in analysis.models.items():
+        s = e.scaling
+        if s is None or s.error is not None:
             continue
-        for p in s["points"]:
+        for p in s.points:
             fit_rows.append(
                 {
                     "model": model,
-                    "workers": p["n_workers"],
-                    "measured": p["measured_s"],
-                    "predicted": p["predicted_s"],
-                    "error": p["rel_error"],
-                    "loo": p.get("loo_error", math.nan),
-                    "role": ("fit" if p["in_fit"] else "held out")
-                    + (", oversubscribed" if p["oversubscribed"] else ""),
-                    "c_ms": 1e3 * s["model"]["compute_per_sample_s"],
-                    "h_ms": 1e3 * s["model"]["per_step_s"],
-                    "s_ms": 1e3 * s["model"]["sync_per_step_s"],
-                    "cap": s.get("speedup_cap_fixed_batch", math.nan),
-                    "comm_m": p["measured_comm_share"],
-                    "comm_p": p["predicted_comm_share"],
+                    "workers": p.n_workers,
+                    "measured": p.measured_s,
+                    "predicted": p.predicted_s,
+                    "error": p.rel_error,
+                    "loo": p.loo_error,
+                    "role": ("fit" if p.in_fit else "held out")
+                    + (", oversubscribed" if p.oversubscribed else ""),
+                    "c_ms": 1e3 * s.param("compute_per_sample_s"),
+                    "h_ms": 1e3 * s.param("per_step_s"),
+                    "s_ms": 1e3 * s.param("sync_per_step_s"),
+                    "cap": s.speedup_cap_fixed_batch,
+                    "comm_m": p.measured_comm_share,
+                    "comm_p": p.predicted_comm_share,
                 }
             )
-        for key, rows in s["predictions"].items():
+        for key, rows in s.predictions.items():
             if key == "host":
                 continue
-            by_n = {r["n_workers"]: r for r in rows}
+            by_n = {r.n_workers: r for r in rows}
             row = {"model": model, "network": NETWORK_PRESETS[key].name}
             for n in EFFICIENCY_AT:
-                row[f"eff{n}"] = by_n[n]["efficiency"] if n in by_n else math.nan
-            row["comm1024"] = by_n.get(1024, {}).get("comm_share", math.nan)
+                row[f"eff{n}"] = by_n[n].efficiency if n in by_n else math.nan
+            row["comm1024"] = by_n[1024].comm_share if 1024 in by_n else math.nan
             pred_rows.append(row)
     return fit_rows, pred_rows
 
@@ -271,62 +276,61 @@ PRED_COLS = [
 ]
 
 
-def per_class_table(results: dict) -> tuple[list[dict], list[Column]]:
+def per_class_table(results: CompareResult) -> tuple[list[dict], list[Column]]:
     """Rows = classes; columns = each model centralised and at its headline worker count."""
-    classes = results["dataset"]["classes"] or []
+    classes = results.dataset.classes or []
     cols = [Column("class", "class")]
-    rows = [{"class": c} for c in classes]
-    maj = (results["analysis"].get("baselines") or {}).get("majority")
+    rows: list[dict] = [{"class": c} for c in classes]
+    maj = results.analysis.baselines.majority
     if maj:
-        cols.append(Column("majority", f"majority class ({maj['class']})", fmt_pct(1), "right"))
-        for row in rows:
-            row["majority"] = maj["per_class_f1"].get(row["class"], math.nan)
-    for model, by_n in results["per_class_f1"].items():
-        entry = results["analysis"]["models"][model]
-        ok = [int(n) for n, v in entry["vs_central"].items() if not v["oversubscribed"]]
+        cols.append(Column("majority", f"majority class ({maj.class_name})", fmt_pct(1), "right"))
+        for row, c in zip(rows, classes, strict=True):
+            row["majority"] = maj.per_class_f1.get(c, math.nan)
+    for model, by_n in results.per_class_f1.items():
+        entry = results.analysis.models[model]
+        ok = [int(n) for n, v in entry.vs_central.items() if not v.oversubscribed]
         for n in ("1", str(max(ok)) if ok else None):
             if n is None or n not in by_n:
                 continue
             key = f"{model}@{n}"
             label = f"{model_label(model)} {'centralised' if n == '1' else n + ' workers'}"
             cols.append(Column(key, label, fmt_pct(1), "right"))
-            for row in rows:
-                row[key] = by_n[n].get(row["class"], math.nan)
+            for row, c in zip(rows, classes, strict=True):
+                row[key] = by_n[n].get(c, math.nan)
     return rows, cols
 
 
-def _mb(d: dict | None) -> float:
-    return d["mean"] / 1e6 if d else math.nan
+def _mb(d: Interval | None) -> float:
+    return d.mean / 1e6 if d else math.nan
 
 
-def hook_rows(analysis: dict) -> list[dict]:
+def hook_rows(analysis: Analysis) -> list[dict]:
     """One row per model, worker count and communication hook: time, bytes, exposed
     communication and scores, and a hook's paired differences from the plain all-reduce
-    of the same seeds (``analysis["comm_hooks"]``, empty for a study without hooks)."""
+    of the same seeds (``analysis.comm_hooks``, empty for a study without hooks)."""
     rows = []
-    for model, by_n in (analysis.get("comm_hooks") or {}).items():
+    for model, by_n in analysis.comm_hooks.items():
         for n, by_hook in by_n.items():
             for hook, g in by_hook.items():
-                vs = g.get("vs_plain")
+                vs = g.vs_plain
                 row = {
                     "model": model,
                     "workers": n,
                     "hook": hook + (" (reference)" if hook == PLAIN_HOOK else ""),
-                    "seeds": ", ".join(map(str, g["seeds"])),
-                    "epoch": _ci(g["epoch_time_s"], 1, 3)
-                    + (" (contended)" if g["timing_contended"] else ""),
-                    "ratio": vs["epoch_time_ratio"]["mean"] if vs else math.nan,
-                    "mb": _mb(g["comm_bytes_per_epoch"]),
-                    "comm": g["comm_time_per_epoch_s"]["mean"],
-                    "exposed": g["exposed_comm_per_epoch_s"]["mean"],
-                    "acc": _score_ci(g["accuracy"]),
-                    "f1": _score_ci(g["macro_f1"]),
+                    "seeds": ", ".join(map(str, g.seeds)),
+                    "epoch": _ci(g.epoch_time_s, 1, 3)
+                    + (" (contended)" if g.timing_contended else ""),
+                    "ratio": vs.epoch_time_ratio.mean if vs else math.nan,
+                    "mb": _mb(g.comm_bytes_per_epoch),
+                    "comm": g.comm_time_per_epoch_s.mean,
+                    "exposed": g.exposed_comm_per_epoch_s.mean,
+                    "acc": _score_ci(g.accuracy),
+                    "f1": _score_ci(g.macro_f1),
                 }
                 if vs:
-                    for key, short in (("accuracy", "acc"), ("macro_f1", "f1")):
-                        c = vs[key]
-                        row[f"d_{short}"] = _ci(c.get("diff_tost") or c["diff"], 100, 2)
-                        row[f"v_{short}"] = c["verdict"]
+                    for c, short in ((vs.accuracy, "acc"), (vs.macro_f1, "f1")):
+                        row[f"d_{short}"] = _ci(c.diff_tost or c.diff, 100, 2)
+                        row[f"v_{short}"] = c.verdict
                 rows.append(row)
     return rows
 

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from flowsplit.experiments.configs import REPLAN_SUFFIX, run_schemes
-from flowsplit.experiments.stats import compare_paired, mean_ci, ratio_ci
+from flowsplit.experiments.sfl.result import PilotCost, SFLCompareResult, Surrogate
+from flowsplit.experiments.stats import Interval, compare_paired, mean_ci, ratio_ci
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.util import available_cores
 
@@ -45,7 +46,8 @@ def scheme_rows(runs: list[dict], scheme: str) -> list[dict]:
 
 
 def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir: str) -> dict:
-    """The whole results document."""
+    """The results document's content, but for what ``run_sfl_compare`` adds (best-fixed,
+    baselines, ablation) and the summary (:func:`summary_lines` of the typed result)."""
     import torch
 
     from flowsplit import __version__
@@ -116,7 +118,6 @@ def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_di
             "threads": cfg.threads,
         },
     }
-    results["summary"] = summary_lines(results)
     return results
 
 
@@ -380,54 +381,54 @@ def _pct(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{100 * x:+.1f} %"
 
 
-def _ratio_text(iv: dict) -> str:
-    if not np.isfinite(iv["mean"]):
+def _ratio_text(iv: Interval) -> str:
+    if not np.isfinite(iv.mean):
         return "n/a"
-    text = _pct(iv["mean"] - 1)
-    if np.isfinite(iv["low"]):
-        text += f" (95 % CI {_pct(iv['low'] - 1)} to {_pct(iv['high'] - 1)})"
+    text = _pct(iv.mean - 1)
+    if np.isfinite(iv.low):
+        text += f" (95 % CI {_pct(iv.low - 1)} to {_pct(iv.high - 1)})"
     return text
 
 
-def _pts_text(iv: dict) -> str:
-    if not np.isfinite(iv["mean"]):
+def _pts_text(iv: Interval) -> str:
+    if not np.isfinite(iv.mean):
         return "n/a"
-    text = f"{100 * iv['mean']:+.2f} pts"
-    if np.isfinite(iv["low"]):
-        text += f" (95 % CI {100 * iv['low']:+.2f} to {100 * iv['high']:+.2f})"
+    text = f"{100 * iv.mean:+.2f} pts"
+    if np.isfinite(iv.low):
+        text += f" (95 % CI {100 * iv.low:+.2f} to {100 * iv.high:+.2f})"
     return text
 
 
-def _break_even(results: dict, cost: dict) -> str | None:
+def _break_even(results: SFLCompareResult, cost: PilotCost) -> str | None:
     """How many rounds of acc-aware's savings over HSFL pay for the pilots."""
-    schemes = results["schemes"]
+    schemes = results.schemes
     if "acc-aware" not in schemes:
         return None
-    rounds = results["config"]["rounds"]
+    rounds = results.settings.rounds
     acc, ref = schemes["acc-aware"], schemes["hsfl"]
-    d_save = ref["delay_per_round_s"]["mean"] - acc["delay_per_round_s"]["mean"]
-    b_save = (ref["bytes_total"]["mean"] - acc["bytes_total"]["mean"]) / rounds
+    d_save = ref.delay_per_round_s.mean - acc.delay_per_round_s.mean
+    b_save = (ref.bytes_total.mean - acc.bytes_total.mean) / rounds
 
     def rounds_text(cost_value: float, saving: float) -> str:
         return f"{cost_value / saving:.1f} rounds" if saving > 0 else "never (no saving)"
 
     return (
-        f"Counting the pilots ({cost['delay_s']:.1f} s simulated delay, "
-        f"{cost['bytes'] / 1e6:.1f} MB), acc-aware pays them back against HSFL after "
-        f"{rounds_text(cost['delay_s'], d_save)} on delay and "
-        f"{rounds_text(cost['bytes'], b_save)} on bytes (it saves {d_save:.2f} s and "
+        f"Counting the pilots ({cost.delay_s:.1f} s simulated delay, "
+        f"{cost.bytes / 1e6:.1f} MB), acc-aware pays them back against HSFL after "
+        f"{rounds_text(cost.delay_s, d_save)} on delay and "
+        f"{rounds_text(cost.bytes, b_save)} on bytes (it saves {d_save:.2f} s and "
         f"{b_save / 1e6:.1f} MB per round; these runs have {rounds})."
     )
 
 
-def _ci_text(iv: dict, *, signed: bool = False) -> str:
+def _ci_text(iv: Interval, *, signed: bool = False) -> str:
     """``12.34 (95 % CI 11.90 to 12.80)`` (signed: ``+0.12 (...)``)."""
     f = "+.2f" if signed else ".2f"
-    if not np.isfinite(iv["mean"]):
+    if not np.isfinite(iv.mean):
         return "n/a"
-    text = format(iv["mean"], f)
-    if np.isfinite(iv["low"]):
-        text += f" (95 % CI {format(iv['low'], f)} to {format(iv['high'], f)})"
+    text = format(iv.mean, f)
+    if np.isfinite(iv.low):
+        text += f" (95 % CI {format(iv.low, f)} to {format(iv.high, f)})"
     return text
 
 
@@ -435,107 +436,105 @@ def _num_text(x, fmt: str) -> str:
     return "n/a" if x is None or not np.isfinite(x) else format(x, fmt)
 
 
-def surrogate_text(sur: dict) -> str:
+def surrogate_text(sur: Surrogate) -> str:
     """The pilots, their cost and how far the surrogate can be trusted, in words."""
-    cost = sur["cost"]
-    pilots = sur["pilots"]
-    bt = sur.get("backtest") or {}
+    cost = sur.cost
     text = (
-        f"Pilots: {cost['n_pilots']} cut pairs x {sur.get('pilot_steps', 0)} optimiser steps "
-        f"({pilots[0]['rounds']} rounds each) on the {sur['eval_split']} split, "
-        f"{cost['wall_s']:.1f} s of wall time, {cost['delay_s']:.1f} s simulated delay and "
-        f"{cost['bytes'] / 1e6:.1f} MB; "
+        f"Pilots: {cost.n_pilots} cut pairs x {sur.pilot_steps} optimiser steps "
+        f"({sur.pilot_rounds} rounds each) on the {sur.eval_split} split, "
+        f"{cost.wall_s:.1f} s of wall time, {cost.delay_s:.1f} s simulated delay and "
+        f"{cost.bytes / 1e6:.1f} MB; "
         + (
             f"each validation curve extrapolated to the run's "
-            f"{_num_text(sur.get('target_steps'), '.0f')} steps by a fitted learning curve. "
-            if bt.get("method", "learning curve") == "learning curve"
-            else f"the curves were NOT extrapolated ({bt.get('reason', bt.get('method'))}): "
+            f"{_num_text(sur.target_steps, '.0f')} steps by a fitted learning curve. "
+            if sur.extrapolated
+            else f"the curves were NOT extrapolated ({sur.not_extrapolated_reason}): "
             "each pilot's last evaluation is its prediction. "
         )
         + f"Backtest (each curve fitted without its last point, predicting it): mean absolute "
-        f"error {_num_text(100 * (bt.get('mae') if bt.get('mae') is not None else np.nan), '.2f')} pt, "
-        f"Spearman {_num_text(bt.get('spearman'), '.2f')} over {bt.get('n', 0)} pilots. "
-        f"Spread of the pilots' predictions {100 * sur.get('spread', np.nan):.2f} pt against "
-        f"a sampling noise of {100 * sur.get('noise', np.nan):.2f} pt: "
+        f"error {_num_text(100 * sur.backtest_value('mae'), '.2f')} pt, "
+        f"Spearman {_num_text(sur.backtest_value('spearman'), '.2f')} over "
+        f"{sur.backtest_value('n')} pilots. "
+        f"Spread of the pilots' predictions {100 * sur.spread:.2f} pt against "
+        f"a sampling noise of {100 * sur.noise:.2f} pt: "
         + (
             "the cut pairs are separated."
-            if sur.get("separated")
+            if sur.separated
             else "the pilots do NOT separate the cut pairs; the planner used its fallback rule."
         )
     )
-    ridge = sur.get("ridge")
+    ridge = sur.ridge
     if ridge:
         text += (
-            f" Pairs without a pilot: ridge (alpha {ridge['alpha']:g}, leave-one-out RMSE "
-            f"{100 * ridge['loo_rmse']:.2f} pt) keeping {_num_text(ridge.get('spread_kept'), '.0%')}"
-            " of the pilots' spread" + (" (flattened)." if ridge.get("flattened") else ".")
+            f" Pairs without a pilot: ridge (alpha {ridge.alpha:g}, leave-one-out RMSE "
+            f"{100 * ridge.loo_rmse:.2f} pt) keeping {_num_text(ridge.spread_kept, '.0%')}"
+            " of the pilots' spread" + (" (flattened)." if ridge.flattened else ".")
         )
     return text
 
 
-def summary_lines(results: dict) -> list[str]:
+def summary_lines(results: SFLCompareResult) -> list[str]:
     """Plain-language findings, every number measured (and its interval)."""
     lines = []
-    n = len(results["config"]["seeds"])
-    for scheme, v in results["vs_hsfl"].items():
-        cuts = ", ".join(str(tuple(c)) for c in results["schemes"][scheme]["cuts"])
+    n = len(results.settings.seeds)
+    for scheme, v in results.vs_hsfl.items():
+        cuts = ", ".join(str(tuple(c)) for c in results.schemes[scheme].cuts)
         lines.append(
-            f"{scheme} (cuts {cuts}) against HSFL over {v['n_seeds']} paired seeds: accuracy "
-            f"{_pts_text(v['accuracy_diff'])}, total delay {_ratio_text(v['delay_ratio'])}, "
-            f"bytes {_ratio_text(v['bytes_ratio'])}."
+            f"{scheme} (cuts {cuts}) against HSFL over {v.n_seeds} paired seeds: accuracy "
+            f"{_pts_text(v.accuracy_diff)}, total delay {_ratio_text(v.delay_ratio)}, "
+            f"bytes {_ratio_text(v.bytes_ratio)}."
         )
-    p = results["paper"]
+    p = results.paper
     lines.append(
-        f"The HSFL paper reports +{p['accuracy_pts']:g} pts accuracy, {100 * p['delay_change']:+.0f} % "
-        f"delay and {100 * p['bytes_change']:+.0f} % bytes for its planner on image benchmarks; "
+        f"The HSFL paper reports +{p.accuracy_pts:g} pts accuracy, {100 * p.delay_change:+.0f} % "
+        f"delay and {100 * p.bytes_change:+.0f} % bytes for its planner on image benchmarks; "
         "the lines above are what flowsplit measures here"
         + (" (one seed: no intervals)." if n < 2 else ".")
     )
-    sur = results.get("surrogate") or {}
-    if sur:
-        cost = sur["cost"]
+    sur = results.surrogate
+    if sur is not None:
         lines.append(surrogate_text(sur))
-        line = _break_even(results, cost)
+        line = _break_even(results, sur.cost)
         if line:
             lines.append(line)
-    chk = results["prediction_check"]
+    chk = results.prediction_check
     lines.append(
         f"The planner's predicted round delay and bytes match the simulation to "
-        f"{chk['max_rel_delay_error']:.1e} and {chk['max_rel_bytes_error']:.1e} "
+        f"{chk.max_rel_delay_error:.1e} and {chk.max_rel_bytes_error:.1e} "
         "(relative, worst round): the planner optimises exactly what the engine charges."
     )
-    trace = results.get("trace")
+    trace = results.trace
     if trace:
         lines.append(
-            f"Every run went through the same trace of {trace['events']} network changes "
+            f"Every run went through the same trace of {trace.events} network changes "
             "(congested links and backbones, clients out); the plans were made on round 1's "
             "network."
         )
-    for row in results.get("replanning") or []:
+    for row in results.replanning:
         lines.append(
-            f"Re-planned every round, {row['scheme']} over {row['n_seeds']} paired seeds: total "
-            f"delay {_ci_text(row['replanned_delay_total_s'])} s against "
-            f"{_ci_text(row['static_delay_total_s'])} s static, a difference of "
-            f"{_ci_text(row['delay_diff_s'], signed=True)} s ({_ratio_text(row['delay_ratio'])});"
-            f" accuracy {_pts_text(row['accuracy_diff'])}; "
-            f"{row['moves_per_run']:.1f} client moves per run; the cuts stay the plan's."
+            f"Re-planned every round, {row.scheme} over {row.n_seeds} paired seeds: total "
+            f"delay {_ci_text(row.replanned_delay_total_s)} s against "
+            f"{_ci_text(row.static_delay_total_s)} s static, a difference of "
+            f"{_ci_text(row.delay_diff_s, signed=True)} s ({_ratio_text(row.delay_ratio)});"
+            f" accuracy {_pts_text(row.accuracy_diff)}; "
+            f"{row.moves_per_run:.1f} client moves per run; the cuts stay the plan's."
         )
-    for row in results.get("ablation") or []:
+    for row in results.ablation:
         lines.append(
-            f"Ablation, {row['part']}: accuracy {_pts_text(row['accuracy_diff'])}, total delay "
-            f"{_ratio_text(row['delay_ratio'])}, bytes {_ratio_text(row['bytes_ratio'])}."
+            f"Ablation, {row.part}: accuracy {_pts_text(row.accuracy_diff)}, total delay "
+            f"{_ratio_text(row.delay_ratio)}, bytes {_ratio_text(row.bytes_ratio)}."
         )
-    base = results.get("baselines") or {}
-    if base:
-        parts = [f"{name} {100 * v['final_accuracy']['mean']:.2f} %" for name, v in base.items()]
+    if results.baselines:
+        parts = [
+            f"{name} {100 * v.final_accuracy.mean:.2f} %" for name, v in results.baselines.items()
+        ]
         lines.append(
             "Baselines that split nothing (same rows and seeds), mean final accuracy: "
             + ", ".join(parts)
             + "."
         )
-    best_acc = max(
-        results["schemes"], key=lambda s: results["schemes"][s]["final_accuracy"]["mean"]
-    )
-    fastest = min(results["schemes"], key=lambda s: results["schemes"][s]["delay_total_s"]["mean"])
+    schemes = results.schemes
+    best_acc = max(schemes, key=lambda s: schemes[s].final_accuracy.mean)
+    fastest = min(schemes, key=lambda s: schemes[s].delay_total_s.mean)
     lines.append(f"Highest mean final accuracy: {best_acc}; least simulated delay: {fastest}.")
     return lines

@@ -44,6 +44,7 @@ from flowsplit.experiments.configs import (
     SFLCompareConfig,
     replanned_name,
 )
+from flowsplit.experiments.sfl.result import SFLCompareResult
 from flowsplit.experiments.sfl_analysis import (
     ablation,
     baseline_summary,
@@ -62,6 +63,7 @@ from flowsplit.planner.plan import PlannerConfig, plan_split
 from flowsplit.planner.reassign import place_clients
 from flowsplit.planner.replan import ReplanPolicy, predicted_rounds
 from flowsplit.planner.study import Study, base_config, make_study, plan_seed, resolve
+from flowsplit.util import jsonable
 
 log = logging.getLogger("flowsplit.experiments")
 
@@ -151,12 +153,13 @@ def run_sfl_compare(
     if per_cut:  # best-fixed's runs are those of the pair best on validation
         best = _best_pair(per_cut)
         runs += [{**r, "scheme": "best-fixed"} for r in per_cut if tuple(r["cuts"]) == best]
-    results = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
+    doc = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
     if per_cut:
-        results["best_fixed"] = _best_fixed(per_cut, runs)
-    results["baselines"] = baseline_summary(baselines, runs)
-    results["ablation"] = ablation(runs)
-    results["summary"] = summary_lines(results)  # now with the ablation and the baselines
+        doc["best_fixed"] = _best_fixed(per_cut, runs)
+    doc["baselines"] = baseline_summary(baselines, runs)
+    doc["ablation"] = ablation(runs)
+    results = SFLCompareResult.from_dict(jsonable(doc, strict=False))  # NaN kept
+    results.summary = summary_lines(results)
     return write_report(out, results)
 
 
@@ -292,7 +295,8 @@ def _val_accuracy(setup, result) -> float:
 
 
 def analyse(study: Study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir) -> dict:
-    """Aggregate runs into the results document (see :mod:`flowsplit.experiments.sfl_analysis`)."""
+    """Aggregate runs into the results document's content (see
+    :mod:`flowsplit.experiments.sfl_analysis`)."""
     return summarise(study, runs, plans, wall_s=wall_s, dataset_dir=str(dataset_dir))
 
 

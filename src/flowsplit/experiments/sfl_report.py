@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flowsplit.data.store import atomic_write_json, atomic_write_text
+from flowsplit.data.store import atomic_write_text
+from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
 from flowsplit.experiments.sfl_analysis import summary_lines, surrogate_text
+from flowsplit.experiments.stats import Interval
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
-from flowsplit.util import jsonable
 
 TITLE = "SFL, HSFL and the accuracy-aware planner"
 
@@ -60,43 +59,42 @@ METHODS = [
 ]
 
 
-def _ci(iv: Mapping, scale: float = 1.0, digits: int = 1) -> str:
-    return fmt_ci(iv["mean"], iv["low"], iv["high"], scale, digits)
+def _ci(iv: Interval, scale: float = 1.0, digits: int = 1) -> str:
+    return fmt_ci(iv.mean, iv.low, iv.high, scale, digits)
 
 
-def _diff(iv: Mapping, scale: float = 100.0, digits: int = 2) -> str:
+def _diff(iv: Interval, scale: float = 100.0, digits: int = 2) -> str:
     """A signed difference with its interval: ``+0.14 (-0.25 to +0.54)``."""
-    if not math.isfinite(iv["mean"]):
+    if not math.isfinite(iv.mean):
         return "–"
-    mean = f"{scale * iv['mean']:+.{digits}f}"
-    if not math.isfinite(iv["low"]):
+    mean = f"{scale * iv.mean:+.{digits}f}"
+    if not math.isfinite(iv.low):
         return mean
-    return f"{mean} ({scale * iv['low']:+.{digits}f} to {scale * iv['high']:+.{digits}f})"
+    return f"{mean} ({scale * iv.low:+.{digits}f} to {scale * iv.high:+.{digits}f})"
 
 
-def _ratio(iv: Mapping) -> str:
-    if not math.isfinite(iv["mean"]):
+def _ratio(iv: Interval) -> str:
+    if not math.isfinite(iv.mean):
         return "–"
-    mean = f"{100 * (iv['mean'] - 1):+.1f} %"
-    if not math.isfinite(iv["low"]):
+    mean = f"{100 * (iv.mean - 1):+.1f} %"
+    if not math.isfinite(iv.low):
         return mean
-    return f"{mean} ({100 * (iv['low'] - 1):+.1f} to {100 * (iv['high'] - 1):+.1f})"
+    return f"{mean} ({100 * (iv.low - 1):+.1f} to {100 * (iv.high - 1):+.1f})"
 
 
-def results_rows(results: Mapping) -> list[dict]:
+def results_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
-    for s, v in results["schemes"].items():
+    for s, v in results.schemes.items():
         rows.append(
             {
                 "scheme": s,
-                "cuts": ", ".join(str(tuple(c)) for c in v["cuts"]),
-                "acc": _ci(v["final_accuracy"], 100, 2),
-                "f1": _ci(v["final_macro_f1"], 100, 2),
-                "delay": _ci(v["delay_total_s"], 1, 2),
-                "per_round": _ci(v["delay_per_round_s"], 1, 3),
-                "target": _ci(v["delay_to_target_s"], 1, 2)
-                + f" [{v['reached_target']}/{len(v['seeds'])}]",
-                "mb": _ci(v["bytes_total"], 1e-6, 1),
+                "cuts": ", ".join(str(tuple(c)) for c in v.cuts),
+                "acc": _ci(v.final_accuracy, 100, 2),
+                "f1": _ci(v.final_macro_f1, 100, 2),
+                "delay": _ci(v.delay_total_s, 1, 2),
+                "per_round": _ci(v.delay_per_round_s, 1, 3),
+                "target": _ci(v.delay_to_target_s, 1, 2) + f" [{v.reached_target}/{len(v.seeds)}]",
+                "mb": _ci(v.bytes_total, 1e-6, 1),
             }
         )
     return rows
@@ -114,30 +112,30 @@ RESULT_COLS = [
 ]
 
 
-def versus_rows(results: Mapping) -> list[dict]:
+def versus_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
-    for s, v in results["vs_hsfl"].items():
+    for s, v in results.vs_hsfl.items():
         rows.append(
             {
                 "scheme": s,
-                "acc": _diff(v["accuracy_diff"]),
-                "f1": _diff(v["macro_f1_diff"]),
-                "delay": _ratio(v["delay_ratio"]),
-                "target": _ratio(v["delay_to_target_ratio"])
-                + f" [{v['delay_to_target_ratio'].get('n', 0)} of {v['n_seeds']} pairs]",
-                "bytes": _ratio(v["bytes_ratio"]),
-                "p": v["accuracy_test"]["t_p"],
+                "acc": _diff(v.accuracy_diff),
+                "f1": _diff(v.macro_f1_diff),
+                "delay": _ratio(v.delay_ratio),
+                "target": _ratio(v.delay_to_target_ratio)
+                + f" [{v.delay_to_target_ratio.n} of {v.n_seeds} pairs]",
+                "bytes": _ratio(v.bytes_ratio),
+                "p": v.accuracy_test.t_p,
             }
         )
-    p = results["paper"]
+    p = results.paper
     rows.append(
         {
             "scheme": "paper's planner (reported)",
-            "acc": f"+{p['accuracy_pts']:g}",
+            "acc": f"+{p.accuracy_pts:g}",
             "f1": "–",
-            "delay": f"{100 * p['delay_change']:+.0f} %",
+            "delay": f"{100 * p.delay_change:+.0f} %",
             "target": "–",
-            "bytes": f"{100 * p['bytes_change']:+.0f} %",
+            "bytes": f"{100 * p.bytes_change:+.0f} %",
             "p": None,
         }
     )
@@ -155,40 +153,39 @@ VERSUS_COLS = [
 ]
 
 
-def bytes_rows(results: Mapping) -> list[dict]:
+def bytes_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
-    for s, v in results["schemes"].items():
+    for s, v in results.schemes.items():
         row: dict[str, Any] = {"scheme": s}
-        row.update({h: v["bytes_by_hop"][h] / 1e6 for h in v["bytes_by_hop"]})
-        row.update({t: v["bytes_by_type"][t] / 1e6 for t in v["bytes_by_type"]})
+        row.update({h: b / 1e6 for h, b in v.bytes_by_hop.items()})
+        row.update({t: b / 1e6 for t, b in v.bytes_by_type.items()})
         rows.append(row)
     return rows
 
 
-def bytes_cols(results: Mapping) -> list[Column]:
-    first = next(iter(results["schemes"].values()))
-    keys = list(first["bytes_by_hop"]) + list(first["bytes_by_type"])
+def bytes_cols(results: SFLCompareResult) -> list[Column]:
+    first = next(iter(results.schemes.values()))
+    keys = list(first.bytes_by_hop) + list(first.bytes_by_type)
     return [Column("scheme", "scheme")] + [
         Column(k, f"{k}, MB", fmt_float(2), "right") for k in keys
     ]
 
 
-def plan_rows(results: Mapping) -> list[dict]:
-    seed = next(iter(results["plans"]))
+def plan_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
-    for s, p in results["plans"][seed].items():
+    for s, p in results.first_plans().items():
         rows.append(
             {
                 "scheme": s,
-                "cuts": str(tuple(p["cuts"])),
-                "tiers": p.get("tiers"),
-                "acc": p.get("predicted_accuracy"),
-                "clients": " / ".join(map(str, p["clients_per_aggregator"])),
-                "loss": p["predicted_loss"],
-                "delay": p["delay_s"],
-                "mb": (p["bytes"] or 0) / 1e6,
-                "objective": p["objective"],
-                "ms": 1e3 * p["planning_s"],
+                "cuts": str(tuple(p.cuts)),
+                "tiers": p.tiers,
+                "acc": p.predicted_accuracy,
+                "clients": " / ".join(map(str, p.clients_per_aggregator)),
+                "loss": p.predicted_loss,
+                "delay": p.delay_s,
+                "mb": (p.bytes or 0) / 1e6,
+                "objective": p.objective,
+                "ms": 1e3 * p.planning_s,
             }
         )
     return rows
@@ -216,105 +213,112 @@ SURROGATE_COLS = [
 ]
 
 
-def conditions_rows(results: Mapping) -> list[dict]:
-    c, d, t = results["config"], results["dataset"], results["topology"]
-    obj = None
-    for p in next(iter(results["plans"].values())).values():
-        obj = obj or p.get("objective_def")
+def conditions_rows(results: SFLCompareResult) -> list[dict]:
+    c, d, t = results.settings, results.dataset, results.topology
+    env = results.environment
+    obj = next((p.objective_def for p in results.first_plans().values() if p.objective_def), None)
     rows = [
         (
             "dataset",
-            f"{d['path']} ({d['n_train']} train / {d['n_val']} val / {d['n_test']} test "
-            f"flows, {len(d['classes'])} classes)",
+            f"{d.path} ({d.n_train} train / {d.n_val} val / {d.n_test} test "
+            f"flows, {len(d.classes)} classes)",
         ),
-        ("model, blocks", f"{c['model']}: {', '.join(results['profile']['blocks'])}"),
+        ("model, blocks", f"{c.model}: {', '.join(results.profile.blocks)}"),
         (
             "topology",
-            f"{t['name']} ({t['n_clients']} clients, {t['n_aggregators']} aggregators, "
-            f"seed {t['seed']}): {t['description']}",
+            f"{t.name} ({t.n_clients} clients, {t.n_aggregators} aggregators, "
+            f"seed {t.seed}): {t.description}",
         ),
         (
             "seeds, rounds",
-            f"{', '.join(map(str, c['seeds']))}; {c['rounds']} rounds, batch "
-            f"{c['batch_size']}, lr {c['lr']:g}, {c['local_epochs']} local epoch(s), "
-            f"partition {c['partition']}, training rows "
-            f"{c['train_limit'] or 'all'}",
+            f"{', '.join(map(str, c.seeds))}; {c.rounds} rounds, batch "
+            f"{c.batch_size}, lr {c.lr:g}, {c.local_epochs} local epoch(s), "
+            f"partition {c.partition}, training rows "
+            f"{c.train_limit or 'all'}",
         ),
-        ("three-tier family", c["family"]),
+        ("three-tier family", c.family),
         (
             "baselines",
-            f"sfl cut {c['sfl_cut']}; hsfl cuts {tuple(c['fixed_cuts'])}, random assignment",
+            f"sfl cut {c.sfl_cut}; hsfl cuts {tuple(c.fixed_cuts)}, random assignment",
         ),
         (
             "objective",
-            f"weights (loss, delay, bytes) = {tuple(c['weights'])}; references: "
-            + (
-                f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
-                f"{obj['bytes_ref'] / 1e6:.2f} MB / round"
-                if obj
-                else "–"
-            ),
+            f"weights (loss, delay, bytes) = {tuple(c.weights)}; references: "
+            + _objective_text(obj),
         ),
         ("network changes", _network_text(results)),
-        ("target accuracy", f"{100 * results['target_accuracy']:.2f} %"),
-        (
-            "host",
-            f"{results['environment']['host']}, {results['environment']['cores']} cores, "
-            f"torch {results['environment']['torch']}, {c['threads']} thread(s)",
-        ),
+        ("target accuracy", f"{100 * results.target_accuracy:.2f} %"),
+        ("host", f"{env.host}, {env.cores} cores, torch {env.torch}, {c.threads} thread(s)"),
         (
             "flowsplit, generated, wall",
-            f"{results['flowsplit_version']}, {results['generated']}, {results['wall_s']:.0f} s",
+            f"{results.flowsplit_version}, {results.generated}, {results.wall_s:.0f} s",
         ),
     ]
     return [{"what": k, "value": v} for k, v in rows]
 
 
-def _network_text(results: Mapping) -> str:
-    c, trace = results["config"], results.get("trace")
-    replan = f"assignment re-planning: {c.get('replan', 'never')}"
+def _objective_text(obj: dict[str, Any] | None) -> str:
+    """The acc-aware objective's references (the planner's ``objective_def``)."""
+    if not obj:
+        return "–"
+    return (
+        f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
+        f"{obj['bytes_ref'] / 1e6:.2f} MB / round"
+    )
+
+
+def _network_text(results: SFLCompareResult) -> str:
+    settings, trace = results.settings, results.trace
+    replan = f"assignment re-planning: {settings.replan}"
     if not trace:
         return f"none; {replan}"
-    source = c.get("trace") or "the topology's [[trace]]"
-    return f"a trace of {trace['events']} changes ({source}); {replan}"
+    source = settings.trace or "the topology's [[trace]]"
+    return f"a trace of {trace.events} changes ({source}); {replan}"
 
 
 COND_COLS = [Column("what", "condition"), Column("value", "value")]
 
 
-def _figures(results: Mapping) -> list[tuple[Any, str]]:
-    schemes = results["schemes"]
-    acc = figures.line_chart(
-        [
-            {"label": s, "x": v["curve"]["round"], "y": [100 * a for a in v["curve"]["accuracy"]]}
-            for s, v in schemes.items()
-        ],
+def _curves(schemes, x, y, **labels):
+    """One line chart, a line per scheme: ``x`` and ``y`` pick from its mean curve."""
+    lines = [{"label": s, "x": x(v.curve), "y": y(v.curve)} for s, v in schemes.items()]
+    return figures.line_chart(lines, **labels)
+
+
+def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
+    schemes = results.schemes
+
+    def pct(c):
+        return [100 * a for a in c.accuracy]
+
+    acc = _curves(
+        schemes,
+        lambda c: c.round,
+        pct,
         xlabel="round",
         ylabel="test accuracy, %",
         title="Accuracy per round (mean over seeds)",
     )
-    clock = figures.line_chart(
-        [
-            {"label": s, "x": v["curve"]["clock_s"], "y": [100 * a for a in v["curve"]["accuracy"]]}
-            for s, v in schemes.items()
-        ],
+    clock = _curves(
+        schemes,
+        lambda c: c.clock_s,
+        pct,
         xlabel="simulated time, s",
         ylabel="test accuracy, %",
         title="Accuracy against simulated training time",
     )
-    delay = figures.line_chart(
-        [
-            {"label": s, "x": v["curve"]["round"], "y": v["curve"]["delay_s"]}
-            for s, v in schemes.items()
-        ],
+    delay = _curves(
+        schemes,
+        lambda c: c.round,
+        lambda c: c.delay_s,
         xlabel="round",
         ylabel="round delay, s",
         title="Simulated delay per round",
     )
-    hops = list(next(iter(schemes.values()))["bytes_by_hop"])
+    hops = list(next(iter(schemes.values())).bytes_by_hop)
     by_hop = figures.bar_chart(
         list(schemes),
-        {h: [v["bytes_by_hop"][h] / 1e6 for v in schemes.values()] for h in hops},
+        {h: [v.bytes_by_hop[h] / 1e6 for v in schemes.values()] for h in hops},
         ylabel="MB (all rounds, mean over seeds)",
         title="Bytes per tier",
     )
@@ -326,28 +330,28 @@ def _figures(results: Mapping) -> list[tuple[Any, str]]:
     ]
 
 
-def _surrogate_parts(results: Mapping) -> tuple[list[dict], str]:
-    sur = results.get("surrogate") or {}
-    if not sur:
+def _surrogate_parts(results: SFLCompareResult) -> tuple[list[dict], str]:
+    sur = results.surrogate
+    if sur is None:
         return [], "No pilots: the accuracy-aware planner was not run."
     text = surrogate_text(sur)
-    rows = [{**r, "cuts": str(tuple(r["cuts"]))} for r in sur["table"]]
+    rows = [{**r, "cuts": str(tuple(r["cuts"]))} for r in sur.table]
     return rows, text
 
 
-def replan_rows(results: Mapping) -> list[dict]:
+def replan_rows(results: SFLCompareResult) -> list[dict]:
     return [
         {
-            "scheme": r["scheme"],
-            "n": r["n_seeds"],
-            "static": _ci(r["static_delay_total_s"], 1, 2),
-            "replanned": _ci(r["replanned_delay_total_s"], 1, 2),
-            "diff": _diff(r["delay_diff_s"], 1.0, 2),
-            "ratio": _ratio(r["delay_ratio"]),
-            "acc": _diff(r["accuracy_diff"]),
-            "moves": r["moves_per_run"],
+            "scheme": r.scheme,
+            "n": r.n_seeds,
+            "static": _ci(r.static_delay_total_s, 1, 2),
+            "replanned": _ci(r.replanned_delay_total_s, 1, 2),
+            "diff": _diff(r.delay_diff_s, 1.0, 2),
+            "ratio": _ratio(r.delay_ratio),
+            "acc": _diff(r.accuracy_diff),
+            "moves": r.moves_per_run,
         }
-        for r in results.get("replanning") or []
+        for r in results.replanning
     ]
 
 
@@ -363,11 +367,11 @@ REPLAN_COLS = [
 ]
 
 
-def _replan_text(results: Mapping) -> str:
-    trace = results.get("trace")
+def _replan_text(results: SFLCompareResult) -> str:
+    trace = results.trace
     net = (
-        f"The network changed {trace['events']} times during the run (rounds "
-        f"{', '.join(map(str, trace['rounds_changed'])) or 'none'})."
+        f"The network changed {trace.events} times during the run (rounds "
+        f"{', '.join(map(str, trace.rounds_changed)) or 'none'})."
         if trace
         else "No trace: the network did not change, so re-planning has nothing to gain."
     )
@@ -378,12 +382,12 @@ def _replan_text(results: Mapping) -> str:
     )
 
 
-def render_html(results: Mapping) -> str:
+def render_html(results: SFLCompareResult) -> str:
     sur_rows, sur_text = _surrogate_parts(results)
     parts = [
         html.section(
             "Summary",
-            f'<div class="summary">{html.bullet_list(results["summary"])}</div>',
+            f'<div class="summary">{html.bullet_list(results.summary)}</div>',
             html.table(versus_rows(results), VERSUS_COLS, caption="Against HSFL, paired by seed"),
             anchor="summary",
         ),
@@ -395,7 +399,7 @@ def render_html(results: Mapping) -> str:
             html.paragraph(_replan_text(results)),
             html.table(replan_rows(results), REPLAN_COLS),
         )
-        if results.get("replanning")
+        if results.replanning
         else "",
         html.section(
             "Ablation: where the gain over HSFL comes from",
@@ -419,20 +423,20 @@ def render_html(results: Mapping) -> str:
         html.section("Methods", html.bullet_list(METHODS)),
     ]
     return html.page(
-        TITLE, *parts, subtitle=f"flowsplit {results['flowsplit_version']}, {results['generated']}"
+        TITLE, *parts, subtitle=f"flowsplit {results.flowsplit_version}, {results.generated}"
     )
 
 
-def baseline_rows(results: Mapping) -> list[dict]:
+def baseline_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
-    for name, v in (results.get("baselines") or {}).items():
-        vs = v.get("scheme_minus_baseline", {})
+    for name, v in results.baselines.items():
+        vs = v.scheme_minus_baseline
         rows.append(
             {
                 "baseline": name,
-                "acc": _ci(v["final_accuracy"], 100, 2),
-                "f1": _ci(v["final_macro_f1"], 100, 2),
-                "mb": _ci(v["bytes_total"], 1e-6, 1),
+                "acc": _ci(v.final_accuracy, 100, 2),
+                "f1": _ci(v.final_macro_f1, 100, 2),
+                "mb": _ci(v.bytes_total, 1e-6, 1),
                 "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
             }
         )
@@ -448,16 +452,16 @@ BASELINE_COLS = [
 ]
 
 
-def ablation_rows(results: Mapping) -> list[dict]:
+def ablation_rows(results: SFLCompareResult) -> list[dict]:
     return [
         {
-            "part": r["part"],
-            "n": r["n_seeds"],
-            "acc": _diff(r["accuracy_diff"]),
-            "delay": _ratio(r["delay_ratio"]),
-            "bytes": _ratio(r["bytes_ratio"]),
+            "part": r.part,
+            "n": r.n_seeds,
+            "acc": _diff(r.accuracy_diff),
+            "delay": _ratio(r.delay_ratio),
+            "bytes": _ratio(r.bytes_ratio),
         }
-        for r in results.get("ablation") or []
+        for r in results.ablation
     ]
 
 
@@ -470,12 +474,12 @@ ABLATION_COLS = [
 ]
 
 
-def render_markdown(results: Mapping) -> str:
+def render_markdown(results: SFLCompareResult) -> str:
     sur_rows, sur_text = _surrogate_parts(results)
     return markdown.document(
         f"# {TITLE}\n",
         markdown.heading("Summary"),
-        markdown.bullet_list(results["summary"]),
+        markdown.bullet_list(results.summary),
         markdown.table(versus_rows(results), VERSUS_COLS),
         markdown.heading("Results per scheme"),
         markdown.table(results_rows(results), RESULT_COLS),
@@ -485,7 +489,7 @@ def render_markdown(results: Mapping) -> str:
                 markdown.paragraph(_replan_text(results)),
                 markdown.table(replan_rows(results), REPLAN_COLS),
             )
-            if results.get("replanning")
+            if results.replanning
             else ()
         ),
         markdown.heading("Ablation: where the gain over HSFL comes from"),
@@ -506,10 +510,10 @@ def render_markdown(results: Mapping) -> str:
     )
 
 
-def write_report(out: str | Path, results: Mapping) -> Path:
+def write_report(out: str | Path, results: SFLCompareResult) -> Path:
     """Write results.json, report.md and report.html under ``out``; returns report.html."""
     out = Path(out)
-    atomic_write_json(out / "results.json", jsonable(results))
+    results.to_json(out / "results.json")
     atomic_write_text(out / "report.md", render_markdown(results))
     path = out / "report.html"
     atomic_write_text(path, render_html(results))
@@ -518,19 +522,6 @@ def write_report(out: str | Path, results: Mapping) -> Path:
 
 def rerender(out: str | Path) -> Path:
     """Rewrite report.md and report.html (and the summary) from ``out/results.json``."""
-    out = Path(out)
-    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    results = _finite(results)
-    results["summary"] = summary_lines(results)
+    results = read_sfl_compare_result(Path(out) / "results.json")
+    results.summary = summary_lines(results)
     return write_report(out, results)
-
-
-def _finite(obj: Any) -> Any:
-    # results.json stores NaN as null; intervals (dicts with a "mean") need NaN back.
-    if isinstance(obj, dict):
-        if "mean" in obj and "low" in obj:
-            return {k: math.nan if v is None else v for k, v in obj.items()}
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj

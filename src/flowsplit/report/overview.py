@@ -8,6 +8,7 @@ rules); this module only renders it, so it imports nothing from the studies.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,22 @@ from flowsplit.data.store import atomic_write_json, atomic_write_text
 from flowsplit.report import html as H
 from flowsplit.report import markdown as M
 from flowsplit.report.tables import Column
+
+
+@dataclass
+class OverviewContent:
+    """What the overview shows (:func:`flowsplit.experiments.advice.overview_content`)."""
+
+    advice: list[str]
+    """Plain-language advice, most important first."""
+    rules: str
+    """The rules the advice follows, in one paragraph."""
+    data_parallel: list[dict[str, Any]]
+    """Table rows of the data-parallel study (columns: ``model``, ``accuracy_ci``, ...)."""
+    split_learning: list[dict[str, Any]]
+    """Table rows of the split-learning study (columns: ``scheme``, ``cuts``, ...)."""
+    quick: list[str]
+    """The studies run with ``--quick`` settings (their figures are not converged)."""
 
 
 def _link_list(links: list[str]) -> str:
@@ -31,7 +48,7 @@ def write_overview(
     dp_dir: Path | None,
     sfl_dir: Path | None,
     timings: dict[str, float],
-    content: dict[str, Any],
+    content: OverviewContent,
 ) -> Path:
     """Write OUT/report.{html,md,json} over the two studies; returns the HTML path.
 
@@ -39,8 +56,8 @@ def write_overview(
     ``dp_dir`` and ``sfl_dir`` (the directories are used for the links only).
     """
     out = Path(out)
-    dp, sfl = content["data_parallel"], content["split_learning"]
-    advice, rules, quick = content["advice"], content["rules"], content["quick"]
+    dp, sfl = content.data_parallel, content.split_learning
+    advice, rules, quick = content.advice, content.rules, content.quick
     dp_cols = [
         Column("model", "model"),
         Column("accuracy_ci", "accuracy, centralised"),

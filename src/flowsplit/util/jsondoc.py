@@ -25,23 +25,24 @@ from pathlib import Path
 from typing import Any
 
 
-def jsonable(obj: Any) -> Any:
+def jsonable(obj: Any, *, strict: bool = True) -> Any:
     """``obj`` as strict JSON content: NumPy scalars and arrays as Python numbers and
     lists, tuples as lists, keys as strings, dataclasses as dicts, and non-finite floats
-    as ``None`` (strict JSON has no NaN)."""
+    as ``None`` (strict JSON has no NaN). ``strict=False`` keeps NaN and infinities (for
+    content typed in memory, :func:`typed_from_dict`, before it is written)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return typed_to_dict(obj)
+        return typed_to_dict(obj) if strict else jsonable(dataclasses.asdict(obj), strict=False)
     if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v, strict=strict) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
+        return [jsonable(v, strict=strict) for v in obj]
     if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy array or scalar, tensor
         obj = obj.tolist()
         if isinstance(obj, list):
-            return jsonable(obj)
+            return jsonable(obj, strict=strict)
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
+    if strict and isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
 

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.errors import InputError
+from flowsplit.experiments.scaling import Network
 from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
 from flowsplit.util import jsonable, read_json_document, typed_from_dict
 
 COMPARE_SCHEMA_VERSION = 1
 RESULTS_NAME = "results.json"
+NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
 
 @dataclass
@@ -39,7 +41,6 @@ class GroupSummary:
     accuracy: Interval
     macro_f1: Interval
     peak_rss_mb: Interval
-    cpu_obtained: Interval
     epoch_time_s: Interval
     wall_time_s: Interval
     samples_per_s: Interval
@@ -48,6 +49,8 @@ class GroupSummary:
     foreign_cpu_share_median: float
     oversubscribed: bool
     threads_per_worker: int
+    cpu_obtained: Interval = field(default_factory=lambda: NO_INTERVAL)
+    """CPU obtained per thread (studies made before it was measured: NaN)."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,12 @@ class ScalingPoint:
     measured_s: float
     predicted_s: float
     rel_error: float
-    loo_error: float
     in_fit: bool
     oversubscribed: bool
     measured_comm_share: float
     predicted_comm_share: float
+    loo_error: float = math.nan
+    """Error with this worker count left out of the fit (NaN: too few counts)."""
 
 
 @dataclass
@@ -151,7 +155,8 @@ class ModelAnalysis:
 
     by_workers: dict[str, GroupSummary]
     vs_central: dict[str, CentralComparison]
-    above_majority: bool = False
+    above_majority: bool = True
+    """Centralised accuracy above the majority-class rate (studies before it: True)."""
     scaling: ScalingFit | None = None
 
 
@@ -233,12 +238,48 @@ class DatasetInfo:
 
 
 @dataclass
+class AllreduceBenchmark:
+    """``OUT/allreduce.json``: all-reduce times by message size on this machine."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """Table rows: ``bytes``, ``iterations``, ``time_s`` (median per call)."""
+    n_workers: int = 2
+    backend: str | None = None
+    torch: str | None = None
+    date: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+
+    @property
+    def sizes(self) -> list[float]:
+        return [float(r["bytes"]) for r in self.rows]
+
+    @property
+    def times_s(self) -> list[float]:
+        return [float(r["time_s"]) for r in self.rows]
+
+
+@dataclass
 class AllreduceFit:
     """The all-reduce micro-benchmark and the network model fitted to it."""
 
-    benchmark: dict[str, Any] | None = None
-    fit: dict[str, Any] | None = None
+    benchmark: AllreduceBenchmark | None = None
+    fit: Network | None = None
     fit_max_rel_error: float = math.nan
+
+
+@dataclass
+class Cell:
+    """One finished run of the study (a row of ``results.csv`` plus the lists): the
+    fields the reports read by name, the rest (``CSV_COLUMNS``) kept as they are."""
+
+    model: str = ""
+    workers: int = 0
+    seed: int = 0
+    foreign_cpu_share: float | None = None
+    """Share of the cores' time other processes took during the run (None: not measured)."""
+    cpu_obtained: float | None = None
+    contended: bool = False
+    columns: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
 
 
 @dataclass
@@ -261,7 +302,7 @@ class CompareResult:
     """Mean test F1 per ``model -> workers -> class``."""
     failures: dict[str, str] = field(default_factory=dict)
     """Cells that failed: name -> error."""
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
     """One row per finished run (the columns of ``results.csv`` plus the lists)."""
     env: dict[str, Any] = field(default_factory=dict)
     schema_version: int = COMPARE_SCHEMA_VERSION
@@ -286,6 +327,31 @@ class CompareResult:
     @property
     def threads(self) -> int:
         return int(self.config.get("threads", 1))
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.config.get("seeds", []))
+
+    @property
+    def alpha(self) -> float:
+        return float(self.config.get("alpha", self.analysis.alpha))
+
+    @property
+    def max_epochs(self) -> int | None:
+        return self.config.get("epochs")
+
+    @property
+    def max_rounds(self) -> int | None:
+        return self.config.get("rounds")
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """Versions of the runs' software that the conditions table shows."""
+        return {k: self.env[k] for k in ("python", "torch", "xgboost", "numpy") if k in self.env}
+
+    @property
+    def platform(self) -> str:
+        return str(self.env.get("platform", "–"))
 
     @property
     def dataset_path(self) -> str:

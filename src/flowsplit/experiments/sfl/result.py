@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +272,8 @@ class Surrogate:
 
     cost: PilotCost = field(default_factory=PilotCost)
     pilots: list[dict[str, Any]] = field(default_factory=list)
+    table: list[dict[str, Any]] = field(default_factory=list)
+    """One row per cut pair: ``cuts``, pilot and predicted accuracy, loss, source."""
     eval_split: str = ""
     pilot_steps: int = 0
     target_steps: float | None = None
@@ -306,6 +308,50 @@ class Surrogate:
 
 
 @dataclass
+class PlanSummary:
+    """What a scheme's plan predicted (``plans.json`` has the whole plan)."""
+
+    cuts: list[int]
+    tiers: int | None = None
+    predicted_loss: float | None = None
+    predicted_accuracy: float | None = None
+    predicted: Any = None
+    guard: Any = None
+    delay_s: float | None = None
+    bytes: float | None = None
+    objective: float | None = None
+    planning_s: float | None = None
+    clients_per_aggregator: list[int] = field(default_factory=list)
+    candidates: Any = None
+    objective_def: dict[str, Any] | None = None
+    """``reference``, ``delay_ref_s``, ``bytes_ref`` of the acc-aware objective."""
+
+
+@dataclass
+class StudySettings:
+    """The settings of the study the report states (from ``config``; the whole
+    :class:`~flowsplit.experiments.configs.SFLCompareConfig` stays in ``config``)."""
+
+    model: str = ""
+    view: str | None = None
+    seeds: list[int] = field(default_factory=list)
+    rounds: int = 0
+    batch_size: int = 0
+    lr: float = math.nan
+    local_epochs: int = 1
+    partition: str = ""
+    train_limit: int | None = None
+    family: str = ""
+    sfl_cut: int | None = None
+    fixed_cuts: list[int] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    threads: int = 1
+    replan: str = "never"
+    trace: str | None = None
+    quick: bool = False
+
+
+@dataclass
 class Environment:
     host: str = ""
     python: str = ""
@@ -333,7 +379,7 @@ class SFLCompareResult:
     target_accuracy: float = math.nan
     paper: Paper = field(default_factory=Paper)
     prediction_check: PredictionCheck = field(default_factory=PredictionCheck)
-    plans: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    plans: dict[str, dict[str, PlanSummary]] = field(default_factory=dict)
     """``seed -> scheme -> plan`` (cuts, predicted delay and bytes, ...)."""
     trace: TraceSummary | None = None
     replanning: list[ReplanRow] = field(default_factory=list)
@@ -347,24 +393,20 @@ class SFLCompareResult:
 
     # --- the study's settings the reports use -----------------------------------------
     @property
+    def settings(self) -> StudySettings:
+        """The settings the reports state, typed (older studies: defaults)."""
+        known = {f.name for f in fields(StudySettings)}
+        return typed_from_dict(
+            StudySettings, {k: v for k, v in self.config.items() if k in known}, "config"
+        )
+
+    @property
     def quick(self) -> bool:
-        return bool(self.config.get("quick"))
+        return self.settings.quick
 
-    @property
-    def rounds(self) -> int:
-        return int(self.config.get("rounds", 0))
-
-    @property
-    def seeds(self) -> list[int]:
-        return list(self.config.get("seeds", []))
-
-    @property
-    def model(self) -> str:
-        return str(self.config.get("model", self.profile.model))
-
-    def setting(self, name: str, default: Any = None) -> Any:
-        """Any other setting of the study (a field of ``SFLCompareConfig``)."""
-        return self.config.get(name, default)
+    def first_plans(self) -> dict[str, PlanSummary]:
+        """The plans of the first seed (scheme -> plan)."""
+        return next(iter(self.plans.values()), {})
 
     def to_dict(self) -> dict[str, Any]:
         data = jsonable(self)
