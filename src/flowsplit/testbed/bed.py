@@ -74,6 +74,8 @@ class Node:
     cgroup: Path
     spec: NodeSpec
     ifname: str = IFNAME
+    cpus: tuple[int, ...] = ()
+    """CPUs the node's processes are pinned to (empty: any)."""
 
 
 class Testbed:
@@ -86,8 +88,10 @@ class Testbed:
 
     __test__ = False
 
-    def __init__(self, spec: TestbedSpec):
+    def __init__(self, spec: TestbedSpec, *, pin: bool = True):
         self.spec = spec
+        self.pin = pin
+        """Pin each quota'd node to one CPU (see :func:`pin_nodes`)."""
         self.tag = ""
         self.nodes: dict[str, Node] = {}
         self.router = ""
@@ -138,6 +142,7 @@ class Testbed:
         sh("ip", "-n", self.router, "link", "add", "br0", "type", "bridge")
         sh("ip", "-n", self.router, "link", "set", "br0", "up")
         self._group = CpuGroup.create(self.tag)
+        pins = pin_nodes(self.spec) if self.pin else {}
         for k, ns_spec in enumerate(self.spec.nodes):
             netns = f"{self.tag}-{k}"
             sh("ip", "netns", "add", netns)
@@ -151,7 +156,9 @@ class Testbed:
             cg = self._group.add_node(
                 ns_spec.name, self.spec.quota_us(ns_spec), self.spec.cpu_period_us
             )
-            self.nodes[ns_spec.name] = Node(ns_spec.name, k, addr, netns, cg, ns_spec)
+            self.nodes[ns_spec.name] = Node(
+                ns_spec.name, k, addr, netns, cg, ns_spec, cpus=pins.get(ns_spec.name, ())
+            )
         for node in self.nodes.values():
             self._shape(node)
 
@@ -264,6 +271,8 @@ class Testbed:
         def enter_cgroup() -> None:  # in the child, before exec
             with open(procs_file, "w") as fh:
                 fh.write(str(os.getpid()))
+            if n.cpus:
+                os.sched_setaffinity(0, n.cpus)
 
         popen_kw.setdefault("start_new_session", True)
         proc = subprocess.Popen(
@@ -429,6 +438,28 @@ class Testbed:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
             raise TestbedError(f"calibration in {node} failed: {tail[0]}")
         return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def pin_nodes(spec: TestbedSpec) -> dict[str, tuple[int, ...]]:
+    """One CPU for each node with a quota of at most one core: the least loaded so far.
+
+    Why: the kernel hands a cgroup's quota to a CPU in slices of
+    ``sched_cfs_bandwidth_slice_us`` (5 ms), more than a small quota's whole period
+    budget (2 ms at 0.2 core, 10 ms period). A node whose threads (the worker, gloo's,
+    autograd's) run on two CPUs then finds its quota stranded on one of them while a
+    thread on the other waits for the next period: every message between nodes can
+    cost a period. On one CPU the node behaves as a slower single-core machine.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    load = dict.fromkeys(cores, 0.0)
+    pins = {}
+    for node in sorted(spec.nodes, key=lambda n: -(n.cpu or 0.0)):
+        if node.cpu is None or node.cpu > 1.0:
+            continue
+        cpu = min(cores, key=lambda c: (load[c], c))
+        load[cpu] += node.cpu
+        pins[node.name] = (cpu,)
+    return pins
 
 
 def socket_in_netns(netns: str, family=socket.AF_INET, kind=socket.SOCK_DGRAM) -> socket.socket:

@@ -28,9 +28,11 @@ NETNS_DIR = Path("/run/netns")
 STATE_DIR = Path("/run/flowsplit-testbed")
 CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 CGROUP_V2 = Path("/sys/fs/cgroup")
-TESTBED_SHARES = 10240
-"""cpu.shares of a testbed's cgroup (10x the default): on a machine other jobs load, the
-quota'd nodes still get their quota (a quota is a ceiling, shares are the claim)."""
+TESTBED_SHARES = 262144
+"""cpu.shares of a testbed's cgroup (v1's maximum, 256x the default; v2: weight 10000,
+100x): on a machine other jobs load, the quota'd nodes still get their quota (a quota
+is a ceiling, shares are the claim). With 10x, 27 runnable tasks on 2 cores left a
+testbed about half a core in all, less than 4 nodes' quotas of 0.2."""
 
 
 class TestbedError(FlowsplitError):

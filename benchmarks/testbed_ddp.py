@@ -1,0 +1,313 @@
+"""Data-parallel scaling past two workers, on an emulated cluster: measured epoch time
+against the scaling model fitted on 1-2 nodes only.
+
+    python benchmarks/testbed_ddp.py --out bench-results/testbed_ddp.json \\
+        [--nodes 1,2,4,8] [--mbit 10,100,1000] [--models cnn,convgru] [--cpu 0.2] \\
+        [--steps 8] [--repeats 3]
+
+Needs root (:mod:`flowsplit.testbed`: namespaces, tc, cgroups); says so and exits 2
+without. For every model and node count N, one testbed of N nodes (each a network
+namespace whose outgoing traffic a token bucket shapes, each under a cgroup CPU quota
+of ``--cpu`` cores at a 10 ms CFS period: the same quota for every N, so one node
+stands for one machine of fixed speed) runs one training job with one worker per node
+(``python -m flowsplit.train`` with torchrun's environment, gloo over the nodes'
+interfaces), ``--steps`` optimiser steps of a fixed global batch per epoch. Workers
+start without a quota (importing torch at 0.2 core would take minutes); an unshaped
+warm-up epoch follows, then the quota is set and the link rate changes between epochs
+(rank 0's ``train.log`` is followed): ``--repeats`` epochs per rate, the order
+rotated each repeat. One node has no link: its epochs are ``--repeats`` epochs at its
+quota.
+
+**Prediction** (:mod:`flowsplit.experiments.scaling`): epoch time
+``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N, tbf_network(rate))``:
+``c`` compute per sample and ``h`` per-step overhead (the scaling model's two compute
+parameters), the ring all-reduce of the step's measured gradient payload on a tbf
+link (framing and ACKs from the shaping command; the bucket's burst free each step).
+``c`` and ``h`` are fitted (non-negative least squares on relative residuals) on the
+1- and 2-node points only; the 4- and 8-node points are held out (``held_out``) and
+predicted. A refit on all points is reported beside it. Per point, medians over the
+repeats; ``rel_error = |predicted - measured| / measured``.
+
+The machine is shared (2 cores, other jobs): the cgroups get 10x the default CPU
+shares so each node gets its quota under load; the load average is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from _common import ROOT, environment, write_json
+from ddp_overhead import write_synthetic_dataset
+from scipy.optimize import nnls
+
+from flowsplit.experiments.scaling import Workload, comm_time, tbf_network
+from flowsplit.testbed import Testbed, TestbedSpec, burst_bytes, missing_requirement
+
+EPOCH_LINE = re.compile(r"epoch (\d+): loss")
+BATCH = {"cnn": 64, "convgru": 32, "lstm": 64, "convlstm": 32}
+
+
+def schedule(mbits: list[float], repeats: int, n_nodes: int) -> list[float | None]:
+    """Link rate of each epoch after the warm-up epoch (None: unshaped)."""
+    if n_nodes == 1:
+        return [None] * repeats
+    out: list[float | None] = []
+    for r in range(repeats):
+        k = r % len(mbits)
+        out += mbits[k:] + mbits[:k]
+    return out
+
+
+def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
+    """One training job on ``n_nodes`` emulated nodes; one row per measured epoch."""
+    links = schedule(args.mbits, args.repeats, n_nodes)
+    epochs = 1 + len(links)
+    batch = BATCH.get(model, 64)
+    run = work / f"{model}-{n_nodes}"
+    argv = ["python", "-m", "flowsplit.train", str(args.dataset), "--model", model]
+    argv += ["-o", str(run), "--threads", "1", "--epochs", str(epochs)]
+    argv += ["--batch-size", str(batch), "--steps-per-epoch", str(args.steps)]
+    argv += ["--patience", "0", "--seed", "0", "--overwrite", "--quiet"]
+    argv += ["--force"]  # train counts WORLD_SIZE threads against the node's one pinned CPU
+    spec = TestbedSpec.cluster(n_nodes, None, args.cpu, cpu_period_us=args.period_us)
+    marks: list[dict] = []
+    with Testbed(spec) as tb:
+        tb.set_cpu(None)  # start-up (imports) without a quota
+        procs = tb.launch(argv, log_dir=work / f"logs-{model}-{n_nodes}", env={
+            "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+        seen, pos, deadline = 0, 0, time.monotonic() + args.timeout
+        try:
+            while True:
+                codes = [p.poll() for p in procs]
+                if None not in codes or any(codes):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{model} on {n_nodes} nodes ran past {args.timeout} s")
+                log = run / "train.log"
+                if log.exists():
+                    with open(log) as fh:
+                        fh.seek(pos)
+                        chunk = fh.read()
+                    whole = chunk[: chunk.rfind("\n") + 1]
+                    pos += len(whole.encode())
+                    for m in EPOCH_LINE.finditer(whole):
+                        k = int(m.group(1))
+                        assert k == seen, (k, seen)
+                        if k + 1 < epochs:  # before anything else: the next epoch starts
+                            if k == 0:
+                                tb.set_cpu()
+                            tb.set_rate(links[k])
+                        marks.append({"tx": tb.tx_bytes("node0"), **tb.cpu_stat("node0")})
+                        seen += 1
+                time.sleep(0.01)
+        finally:
+            codes = tb.wait(procs, timeout_s=0)
+    if any(codes):
+        logs = work / f"logs-{model}-{n_nodes}"
+        why = {
+            f.stem: [ln for ln in f.read_text().splitlines() if "hostname" not in ln][-2:]
+            for f in sorted(logs.glob("*.log"))
+        }
+        raise RuntimeError(f"{model} on {n_nodes} nodes failed (exit codes {codes}): {why}")
+    hist = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)["history"]
+    rows = []
+    for k in range(1, epochs):
+        rows.append(
+            {
+                "model": model,
+                "nodes": n_nodes,
+                "mbit": links[k - 1],
+                "batch_size": batch,
+                "epoch_s": hist["epoch_time"][k],
+                "exposed_comm_s": hist["exposed_comm"][k],
+                "payload_bytes": hist["comm_bytes"][k],
+                "steps": math.ceil(hist["samples"][k] / batch),
+                "wire_bytes": marks[k]["tx"] - marks[k - 1]["tx"] if k < len(marks) else None,
+                "throttled_s": (marks[k]["throttled_time"] - marks[k - 1]["throttled_time"]) / 1e9
+                if k < len(marks) and "throttled_time" in marks[k]
+                else None,
+            }
+        )
+    shutil.rmtree(run, ignore_errors=True)
+    return rows
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """One point per (model, nodes, mbit): medians over the repeats."""
+    keys = sorted({(r["model"], r["nodes"], r["mbit"] or 0.0) for r in rows})
+    out = []
+    for model, n, mbit in keys:
+        mine = [r for r in rows if (r["model"], r["nodes"], r["mbit"] or 0.0) == (model, n, mbit)]
+        out.append(
+            {
+                "model": model,
+                "nodes": n,
+                "mbit": mbit or None,
+                "batch_size": mine[0]["batch_size"],
+                "steps": mine[0]["steps"],
+                "measured_epoch_s": statistics.median(r["epoch_s"] for r in mine),
+                "exposed_comm_s": statistics.median(r["exposed_comm_s"] for r in mine),
+                "payload_bytes_per_step": statistics.median(
+                    r["payload_bytes"] / r["steps"] for r in mine
+                ),
+                "throttled_s": statistics.median(
+                    r["throttled_s"] for r in mine if r["throttled_s"] is not None
+                )
+                if any(r["throttled_s"] is not None for r in mine)
+                else None,
+                "repeats": len(mine),
+                "epoch_s_per_repeat": [r["epoch_s"] for r in mine],
+            }
+        )
+    return out
+
+
+def predicted_comm(point: dict, payload: float) -> float:
+    """The scaling model's all-reduce seconds of one epoch at the point's N and rate."""
+    n, mbit = point["nodes"], point["mbit"]
+    if n <= 1 or mbit is None:
+        return 0.0
+    workload = Workload(
+        point["model"],
+        n_samples=point["steps"] * point["batch_size"],
+        param_bytes=round(payload),
+        batch_size=point["batch_size"],
+        global_batch=True,
+    )
+    return comm_time(workload, n, tbf_network(mbit, burst_bytes(mbit), mtu=1500))
+
+
+def fit_compute(points: list[dict]) -> tuple[float, float]:
+    """``c`` (s per sample) and ``h`` (s per step) from ``points``' epoch time less comm."""
+    design, target = [], []
+    for p in points:
+        t = p["measured_epoch_s"]
+        s, b, n = p["steps"], p["batch_size"], p["nodes"]
+        design.append([s * b / n / t, s / t])
+        target.append(max(0.0, t - p["predicted_comm_s"]) / t)
+    (c, h), _ = nnls(np.array(design), np.array(target))
+    return float(c), float(h)
+
+
+def predict(points: list[dict], train: list[dict], key: str) -> None:
+    c, h = fit_compute(train)
+    for p in points:
+        compute = p["steps"] * (c * p["batch_size"] / p["nodes"] + h)
+        pred = compute + p["predicted_comm_s"]
+        p[f"predicted_epoch_s{key}"] = pred
+        p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
+        p[f"compute_per_sample_s{key}"], p[f"per_step_s{key}"] = c, h
+
+
+def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
+    points = medians(rows)
+    for model in sorted({p["model"] for p in points}):
+        mine = [p for p in points if p["model"] == model]
+        # One gradient payload per model (the same parameters at every N).
+        payload = statistics.median(p["payload_bytes_per_step"] for p in mine if p["nodes"] > 1)
+        for p in mine:
+            p["predicted_comm_s"] = predicted_comm(p, payload)
+            p["held_out"] = p["nodes"] not in fit_nodes
+        if any(not p["held_out"] for p in mine):
+            predict(mine, [p for p in mine if not p["held_out"]], "")
+        predict(mine, mine, "_refit")
+    held = [p["rel_error"] for p in points if p["held_out"] and "rel_error" in p]
+    return {
+        "points": points,
+        "max_heldout_rel_error": max(held) if held else None,
+        "max_fit_rel_error": max(
+            (p["rel_error"] for p in points if not p["held_out"]), default=None
+        ),
+        "max_rel_error_refit": max(p["rel_error_refit"] for p in points),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("bench-results/testbed_ddp.json"))
+    p.add_argument("--nodes", default="1,2,4,8")
+    p.add_argument("--mbit", default="10,100,1000")
+    p.add_argument("--models", default="cnn,convgru")
+    p.add_argument("--cpu", type=float, default=0.2, help="CPU quota of every node, cores")
+    p.add_argument("--period-us", type=int, default=10_000, help="CFS period, µs")
+    p.add_argument("--steps", type=int, default=8, help="optimiser steps per epoch")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per training job")
+    p.add_argument("--reanalyse", type=Path, metavar="JSON", help="refit a saved run's epochs")
+    args = p.parse_args(argv)
+    if args.reanalyse is not None:
+        doc = json.loads(args.reanalyse.read_text())
+        doc.update(analyse(doc["epochs"]))
+        write_json(args.out, doc)
+        print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
+        return 0
+    reason = missing_requirement()
+    if reason:
+        print(f"testbed_ddp.py: {reason}", file=sys.stderr)
+        return 2
+    args.mbits = [float(m) for m in args.mbit.split(",")]
+    nodes = [int(n) for n in args.nodes.split(",")]
+    models = args.models.split(",")
+    if args.cpu * max(nodes) > (os.cpu_count() or 1):
+        p.error(f"{max(nodes)} nodes x {args.cpu} cores oversubscribe the machine")
+    work = Path(tempfile.mkdtemp(prefix="testbed-ddp-"))
+    load_before, t0 = os.getloadavg(), time.perf_counter()
+    try:
+        if args.dataset is None:
+            args.dataset = write_synthetic_dataset(work / "data", 2000)
+        rows = []
+        for model in models:
+            for n in nodes:
+                t = time.perf_counter()
+                got = run_job(args, work, model, n)
+                rows += got
+                print(
+                    f"{model} x{n}: {time.perf_counter() - t:.0f} s, epochs "
+                    + ", ".join(f"{r['mbit']}:{r['epoch_s']:.2f}" for r in got),
+                    flush=True,
+                )
+        doc = {
+            "benchmark": "testbed_ddp",
+            "command": " ".join(["python", "benchmarks/testbed_ddp.py", *(argv or sys.argv[1:])]),
+            "models": models,
+            "nodes": nodes,
+            "mbit": args.mbits,
+            "cpu_per_node": args.cpu,
+            "cpu_period_us": args.period_us,
+            "steps_per_epoch": args.steps,
+            "repeats": args.repeats,
+            "dataset": str(args.dataset)
+            if "testbed-ddp-" not in str(args.dataset)
+            else "synthetic-2000",
+            **analyse(rows),
+            "epochs": rows,
+            "wall_s": time.perf_counter() - t0,
+            "load_average_before_after": [load_before, os.getloadavg()],
+            "environment": environment(),
+        }
+        write_json(args.out, doc)
+        for pt in doc["points"]:
+            print(json.dumps({k: pt[k] for k in (
+                "model", "nodes", "mbit", "measured_epoch_s", "predicted_epoch_s", "rel_error",
+                "held_out")}))  # fmt: skip
+        print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
