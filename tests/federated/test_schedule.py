@@ -112,3 +112,40 @@ def test_dist_rounds_record_measured_phases_beside_the_same_prediction(dataset, 
     # longer than the server's wall time for the whole round (evaluation included).
     assert m["round_s"] >= max(m["client_compute_s"], m["server_compute_s"])
     assert m["round_s"] <= dist["wall_s"]
+
+
+def test_a_stream_without_buffering_waits_for_its_receiver():
+    # Prepare: the aggregator (rank 1) sends a 1 MB model to client 0 (rank 2) at 0 s,
+    # but client 0 asks for it only after 2 s of work; with no stream buffer the bytes
+    # flow only then (1 s at 1 MB/s, + 10 ms), with an unbounded one at once.
+    agg, client = Tracer(1, 1), Tracer(2, 1)
+    agg.send(2, 1_000_000, DOWNLOAD, 0, 0)
+    client.work(2.0, DOWNLOAD, 0, 0)
+    client.recv(1, 0, MODEL, 0, 0)
+    trace = np.concatenate([agg.array(), client.array()])
+    topo = _topology()
+    eager = replay(trace, topo)
+    topo.extra["stream_buffer_bytes"] = 0.0
+    waits = replay(trace, topo)
+    topo.extra["stream_buffer_bytes"] = 400_000.0
+    part = replay(trace, topo)
+    # Assert
+    assert eager[-1, T_END] == pytest.approx(2.0)
+    assert waits[-1, T_END] == pytest.approx(3.01)
+    assert part[-1, T_END] == pytest.approx(2.0 + 0.6 + 0.01)
+
+
+def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
+    # A client (rank 2) with a 10 % share and a 4 ms burst does 2 ms, then 10 ms of
+    # full-speed work back to back: the first fits the burst; the second gets the rest
+    # of the bucket (2 ms of running) and then runs at a tenth of the speed.
+    client = Tracer(2, 1)
+    client.work(0.002, TRAIN, 0, 0)
+    client.work(0.010, TRAIN, 0, 0)
+    topo = _topology()
+    topo.extra.update(client_cpu_share=[0.1, 0.1], client_cpu_burst_s=[0.004, 0.004])
+    out = replay(client.array(), topo)
+    assert out[0, T_END] == pytest.approx(0.002)
+    # Bucket: 0.004 * 0.9 = 3.6 ms of CPU; 2 ms used 1.8 ms of it; 1.8 ms left lasts
+    # 2 ms of running; the other 8 ms of work take 80 ms.
+    assert out[1, T_END] == pytest.approx(0.002 + 0.002 + 0.080)

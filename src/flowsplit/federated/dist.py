@@ -560,17 +560,25 @@ class DistRuntime:
 
 
 CGROUP_ENV = "FLOWSPLIT_JOIN_CGROUP"
-"""A ``cgroup.procs`` file a role moves itself into once it is set up (the testbed's CPU
-quota then applies to the run, not to importing torch and loading the data)."""
+"""A ``cgroup.procs`` file (a path, or ``fd:N``: a descriptor the launcher opened, for a
+namespace that does not see /sys/fs/cgroup) a role moves itself into once it is set
+up: the testbed's CPU quota then applies to the run, not to importing torch and
+loading the data."""
 
 
 def _join_cgroup() -> None:
-    path = os.environ.get(CGROUP_ENV, "").strip()
-    if path:
-        try:
-            Path(path).write_text(str(os.getpid()), encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"${CGROUP_ENV}={path}: cannot join the cgroup ({exc})") from None
+    where = os.environ.get(CGROUP_ENV, "").strip()
+    if not where:
+        return
+    try:
+        if where.startswith("fd:"):
+            fd = int(where[3:])
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+        else:
+            Path(where).write_text(str(os.getpid()), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"${CGROUP_ENV}={where}: cannot join the cgroup ({exc})") from None
 
 
 MEASURED_ON_ENV = "FLOWSPLIT_MEASURED_ON"

@@ -60,10 +60,11 @@ MAX_PROBE_BYTES = 64 << 20
 FIRST_PROBE_BYTES = 32 << 10
 PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 
-# Commands of the link probe (int64 [op, n]) and result rows (kind, i, j, speed, rtt, down, up).
-_DONE, _ECHO, _TAKE, _GIVE = 0, 1, 2, 3
+# Commands of the link probe (int64 [op, n, delay_us]) and result rows
+# (kind, i, j, speed, rtt, down, up, buffer).
+_DONE, _ECHO, _TAKE, _GIVE, _LATE = 0, 1, 2, 3, 4
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
-_COLS = 7
+_COLS = 8
 
 
 # --- compute -------------------------------------------------------------------------
@@ -79,14 +80,18 @@ def _inputs(setup: Any, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
     return [x, h.detach(), g.detach()]
 
 
-def time_train_step(module: Any, x: torch.Tensor, y: torch.Tensor, tier: int, ctx: Any) -> float:
+def time_train_step(
+    module: Any, x: torch.Tensor, y: torch.Tensor, tier: int, ctx: Any, *, pause: float = 0.0
+) -> float:
     """Median seconds of a training step of ``module`` (tier 0 client, 1 aggregator,
     2 server) on ``(x, y)``: forward, backward (its own loss under local losses or at
-    the server, else a gradient from above) and optimiser step."""
+    the server, else a gradient from above) and optimiser step; ``pause`` s before each."""
     module = copy.deepcopy(module)
     opt = ctx.make_optimizer(module)
     times = []
     for k in range(PROBE_STEPS + 1):
+        if pause:
+            time.sleep(pause)
         start = time.perf_counter()
         inp = x.clone().requires_grad_(tier > 0)
         out = module.part(inp)
@@ -103,27 +108,63 @@ def time_train_step(module: Any, x: torch.Tensor, y: torch.Tensor, tier: int, ct
     return statistics.median(times)
 
 
-def probe_compute(runtime: Any) -> float:
-    """This role's measured speed (FLOP/s) on its own part; NaN when it computes nothing."""
+def probe_cpu(seconds: float = 0.3) -> tuple[float, float]:
+    """(CPU share, burst s) of a CPU quota this process runs under, found by spinning
+    after a rest: under CFS bandwidth control the spin first runs for a burst, then
+    stalls and runs by turns, regularly; share = run / (run + stall) of the regular
+    part. (1.0, 0.0) when no regular stalls show (no quota)."""
+    time.sleep(0.1)
+    stretches, gaps = [], []
+    start = last = busy = time.perf_counter()
+    while last - start < seconds:
+        now = time.perf_counter()
+        if now - last > 4e-4:
+            stretches.append(last - busy)
+            gaps.append(now - last)
+            busy = now
+        last = now
+    if len(gaps) < 6:
+        return 1.0, 0.0
+    run, stall = statistics.median(stretches[1:]), statistics.median(gaps[1:])
+    periods = np.array(stretches[1:]) + np.array(gaps[1:])
+    if periods.std() > 0.3 * periods.mean():  # irregular: preemption, not a quota
+        return 1.0, 0.0
+    return run / (run + stall), stretches[0]
+
+
+def full_speed_seconds(wall: float, share: float, burst: float) -> float:
+    """CPU seconds at full speed of work that took ``wall`` seconds from a rested quota
+    (the inverse of :func:`flowsplit.federated.system.schedule._throttled`)."""
+    if share >= 1.0 or burst <= 0:
+        return wall
+    return wall if wall <= burst else burst + (wall - burst) * share
+
+
+def probe_compute(runtime: Any) -> tuple[float, float, float]:
+    """(this role's full speed in FLOP/s on its own part, NaN when it computes nothing;
+    its CPU share; its burst s). A step is timed from a rested quota (after a pause) and
+    converted to full-speed seconds with the quota the spin found."""
     setup, ctx = runtime.setup, runtime.ctx
     kind, _ = runtime.me
     tier = {CLIENT: 0, AGGREGATOR: 1}.get(kind, 2)
     flops = float(ctx.costs.train_flops[tier])
+    share, burst = probe_cpu()
     if flops <= 0:
-        return float("nan")
+        return float("nan"), share, burst
     batch = int(setup.config.batch_size)
     gen = torch.Generator().manual_seed(12345)
     x = _inputs(setup, batch, gen)[tier]
     y = torch.randint(0, setup.dataset.n_classes, (batch,), generator=gen)
     module = runtime.role.server_module if tier == 2 else runtime.role.module
-    return flops * batch / time_train_step(module, x, y, tier, ctx)
+    wall = time_train_step(module, x, y, tier, ctx, pause=0.1 if burst else 0.0)
+    return flops * batch / full_speed_seconds(wall, share, burst), share, burst
 
 
 # --- links ---------------------------------------------------------------------------
 
 
-def _cmd(op: int, n: int = 0) -> torch.Tensor:
-    return torch.tensor([op, n], dtype=torch.int64)
+def _cmd(op: int, n: int = 0, delay_us: int = 0) -> torch.Tensor:
+    return torch.tensor([op, n, delay_us], dtype=torch.int64)
 
 
 def _timed(transport: Any, peer: Address, op: int, n: int) -> float:
@@ -139,9 +180,27 @@ def _timed(transport: Any, peer: Address, op: int, n: int) -> float:
     return time.perf_counter() - start
 
 
-def probe_link(transport: Any, peer: Address) -> tuple[float, float, float]:
-    """(round trip s, bandwidth to ``peer`` B/s, bandwidth from it B/s), measured with
-    the peer answering (:func:`answer_probe`); ends the peer's loop."""
+def probe_buffer(transport: Any, peer: Address, bandwidth: float) -> float:
+    """Bytes of a message that reach ``peer`` before it asks for them (the stream's
+    socket buffering): a payload of about a second is posted, the peer waits until all
+    it can take has arrived, then times the rest: buffer = payload - bandwidth x rest."""
+    n = int(min(MAX_PROBE_BYTES, max(1 << 20, bandwidth * 0.6)))
+    delay = 1.3 * n / bandwidth + 0.05
+    transport.send(Send(peer, _cmd(_LATE, n, int(delay * 1e6)), CONTROL), telemetry=True)
+    transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
+    got = transport.recv(Recv(peer, CONTROL), telemetry=True)
+    if got is None:
+        raise ConnectionError(f"lost {peer} while probing")
+    rest = float(got.item())
+    return float(min(n, max(0.0, n - bandwidth * rest)))
+
+
+def probe_link(
+    transport: Any, peer: Address, *, buffer: bool = False
+) -> tuple[float, float, float, float]:
+    """(round trip s, bandwidth to ``peer`` B/s, bandwidth from it B/s, stream buffer
+    bytes or NaN unless ``buffer``), measured with the peer answering
+    (:func:`answer_probe`); ends the peer's loop."""
     rtts = [_timed(transport, peer, _ECHO, 0) for _ in range(10)][2:]
     rtt = statistics.median(rtts)
     bandwidths = []
@@ -154,8 +213,9 @@ def probe_link(transport: Any, peer: Address) -> tuple[float, float, float]:
                 bandwidths.append((n + 80) / moved)
                 break
             n = int(min(MAX_PROBE_BYTES, n * min(16.0, max(2.0, 1.5 * PROBE_TRANSFER_S / moved))))
+    held = probe_buffer(transport, peer, bandwidths[0]) if buffer else float("nan")
     transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
-    return rtt, bandwidths[0], bandwidths[1]
+    return rtt, bandwidths[0], bandwidths[1], held
 
 
 def answer_probe(transport: Any, peer: Address) -> None:
@@ -165,9 +225,17 @@ def answer_probe(transport: Any, peer: Address) -> None:
         cmd = transport.recv(Recv(peer, CONTROL), telemetry=True)
         if cmd is None:
             raise ConnectionError(f"lost {peer} while probing")
-        op, n = (int(v) for v in cmd.tolist())
+        op, n, delay_us = (int(v) for v in cmd.tolist())
         if op == _DONE:
             return
+        if op == _LATE:
+            time.sleep(delay_us / 1e6)
+            start = time.perf_counter()
+            if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
+                raise ConnectionError(f"lost {peer} while probing")
+            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            transport.send(Send(peer, took, CONTROL), telemetry=True)
+            continue
         if op == _TAKE:
             if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
                 raise ConnectionError(f"lost {peer} while probing")
@@ -193,7 +261,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     transport = runtime.transport
     rng = torch.get_rng_state()
     try:
-        speed = probe_compute(runtime)
+        speed, share, burst = probe_compute(runtime)
     finally:
         torch.set_rng_state(rng)
     rows: list[list[float]] = []
@@ -202,18 +270,19 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         for j in sorted({j for i, j in pairs if i == index}):
             answer_probe(transport, (AGGREGATOR, j))
         agg = (AGGREGATOR, int(runtime.assignment[index]))
-        row = torch.tensor([[_SPEED_CLIENT, index, -1, speed, 0, 0, 0]], dtype=torch.float64)
+        row = torch.tensor([[_SPEED_CLIENT, index, -1, speed, share, burst, 0, np.nan]])
+        row = row.to(torch.float64)
         transport.send(Send(agg, row, CONTROL), telemetry=True)
         return None
     if kind == AGGREGATOR:
         answer_probe(transport, SERVER_ADDRESS)
-        rows.append([_SPEED_AGG, -1, index, speed, 0, 0, 0])
-        for i in sorted(i for i, j in pairs if j == index):
+        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, np.nan])
+        for k, i in enumerate(sorted(i for i, j in pairs if j == index)):
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
-            rtt, down, up = probe_link(transport, peer)
-            rows.append([_LINK_CA, i, index, np.nan, rtt, down, up])
+            rtt, down, up, held = probe_link(transport, peer, buffer=k == 0)
+            rows.append([_LINK_CA, i, index, np.nan, rtt, down, up, held])
         for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
             got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
             if got is not None:
@@ -221,10 +290,10 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         table = torch.tensor(rows, dtype=torch.float64)
         transport.send(Send(SERVER_ADDRESS, table, CONTROL), telemetry=True)
         return None
-    rows.append([_SPEED_SERVER, -1, -1, speed, 0, 0, 0])
+    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan])
     for j in range(n_aggs):
-        rtt, down, up = probe_link(transport, (AGGREGATOR, j))
-        rows.append([_LINK_AS, -1, j, np.nan, rtt, down, up])
+        rtt, down, up, held = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
+        rows.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held])
     for j in range(n_aggs):
         got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
         if got is not None:
@@ -241,23 +310,37 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     ca_lat, ca_bw = nominal.ca_latency.copy(), nominal.ca_bandwidth.copy()
     as_lat, as_bw = nominal.as_latency.copy(), nominal.as_bandwidth.copy()
     report: dict[str, Any] = {"clients": {}, "aggregators": {}, "server": {}, "links": []}
-    for kind, i, j, speed, rtt, down, up in rows.tolist():
+    buffers = []
+    share = {"client": [1.0] * nominal.n_clients, "aggregator": [1.0] * nominal.n_aggregators}
+    burst = {"client": [0.0] * nominal.n_clients, "aggregator": [0.0] * nominal.n_aggregators}
+    share["server"], burst["server"] = [1.0], [0.0]
+    for kind, i, j, speed, rtt, down, up, held in rows.tolist():
         i, j, kind = int(i), int(j), int(kind)
         ok = np.isfinite(speed)
+        if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
+            # Speed rows carry the CPU share and burst in the link columns.
+            node = {"flops_per_s": speed if ok else None, "cpu_share": rtt, "cpu_burst_s": down}
+            who, at = {_SPEED_CLIENT: ("client", i), _SPEED_AGG: ("aggregator", j)}.get(
+                kind, ("server", 0)
+            )
+            share[who][at], burst[who][at] = rtt, down
         if kind == _SPEED_CLIENT:
-            report["clients"][str(i)] = {"flops_per_s": speed if ok else None}
+            report["clients"][str(i)] = node
             if ok:
                 client_speed[i] = speed
         elif kind == _SPEED_AGG:
-            report["aggregators"][str(j)] = {"flops_per_s": speed if ok else None}
+            report["aggregators"][str(j)] = node
             if ok:
                 agg_speed[j] = speed
         elif kind == _SPEED_SERVER:
-            report["server"] = {"flops_per_s": speed if ok else None}
+            report["server"] = node
             if ok:
                 server_speed = speed
         else:
             link = {"rtt_s": rtt, "down_Bps": down, "up_Bps": up}
+            if np.isfinite(held):
+                link["stream_buffer_bytes"] = held
+                buffers.append(held)
             if kind == _LINK_CA:
                 ca_lat[i, j], ca_bw[i, j] = rtt / 2, (down + up) / 2
                 report["links"].append({"client": i, "aggregator": j, **link})
@@ -283,6 +366,16 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         as_latency=as_lat,
         as_bandwidth=as_bw,
         trace=(),
+        extra={
+            **nominal.extra,
+            **({"stream_buffer_bytes": float(np.median(buffers))} if buffers else {}),
+            **(
+                {f"{who}_cpu_share": share[who] for who in share}
+                | {f"{who}_cpu_burst_s": burst[who] for who in burst}
+                if any(b > 0 for v in burst.values() for b in v)
+                else {}
+            ),
+        },
     )
     return topo, report
 

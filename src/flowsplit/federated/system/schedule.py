@@ -138,17 +138,25 @@ def replay(
     """The predicted times of ``trace``'s events on ``topology``: a copy of it with the
     ``T_START``/``T_END`` columns replaced (every role starts at ``start``).
 
-    ``per_message_s``: fixed processing time of the sender per message posted (protocol
-    overhead: headers, the transport's calls), 0 by default.
+    Each directed pair of roles is one stream (a TCP connection): its messages flow in
+    order at the link's bandwidth. A sender runs ahead of its receiver by at most the
+    stream's buffering, ``topology.extra["stream_buffer_bytes"]`` (socket buffers; the
+    probe measures it; absent: unbounded): of a larger message only that much flows
+    before the receiver asks for it, the rest after. ``per_message_s``: fixed
+    processing time of the sender per message posted (protocol overhead), 0 by default.
     """
     n_aggs = topology.n_aggregators
+    extra = getattr(topology, "extra", None) or {}
+    buffer = float(extra.get("stream_buffer_bytes", np.inf))
+    cpu = _cpu_quotas(extra, n_aggs)
+    tokens: dict[int, tuple[float, float]] = {}  # rank -> (tokens, at time)
     out = np.array(trace, dtype=np.float64, copy=True)
     ranks = sorted({int(r) for r in out[:, RANK]}) if len(out) else []
     rows = {r: np.flatnonzero(out[:, RANK] == r) for r in ranks}
     pos = dict.fromkeys(ranks, 0)
     clock = dict.fromkeys(ranks, float(start))
     free: dict[tuple[int, int], float] = {}
-    inbox: dict[tuple[int, int], deque[float]] = {}
+    inbox: dict[tuple[int, int], deque[tuple[float, float]]] = {}
     links: dict[tuple[int, int], tuple[float, float]] = {}
     pending = set(ranks)
     while pending:
@@ -161,27 +169,32 @@ def replay(
                 t = clock[r]
                 if kind == WORK:
                     t_end = t + out[e, SECONDS]
+                    if r in cpu and out[e, SECONDS] > 0:
+                        t_end = _throttled(out[e, SECONDS], t, r, cpu[r], tokens)
                 elif kind == SEND:
-                    if out[e, NBYTES] < 0:  # not posted (a lost peer)
-                        t_end = t
-                    else:
-                        peer = int(out[e, PEER])
-                        key = (r, peer)
-                        if key not in links:
-                            links[key] = _link(topology, n_aggs, r, peer)
-                        latency, bandwidth = links[key]
-                        begin = max(t, free.get(key, -np.inf))
-                        free[key] = begin + out[e, NBYTES] / bandwidth
-                        inbox.setdefault(key, deque()).append(free[key] + latency)
-                        t_end = t + per_message_s
+                    if out[e, NBYTES] >= 0:  # else not posted (a lost peer)
+                        inbox.setdefault((r, int(out[e, PEER])), deque()).append(
+                            (t, out[e, NBYTES])
+                        )
+                    t_end = t + per_message_s
+                elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
+                    t_end = t
                 else:  # RECV
-                    if out[e, NBYTES] < 0:  # nothing came (a lost peer): no wait modelled
-                        t_end = t
-                    else:
-                        box = inbox.get((int(out[e, PEER]), r))
-                        if not box:
-                            break  # blocked until the peer has sent it
-                        t_end = max(t, box.popleft())
+                    key = (int(out[e, PEER]), r)
+                    box = inbox.get(key)
+                    if not box:
+                        break  # blocked until the peer has posted it
+                    posted, nbytes = box.popleft()
+                    if key not in links:
+                        links[key] = _link(topology, n_aggs, *key)
+                    latency, bandwidth = links[key]
+                    begin = max(posted, free.get(key, -np.inf))
+                    eager = min(nbytes, buffer)
+                    done = max(begin + eager / bandwidth, t) + (nbytes - eager) / bandwidth
+                    if nbytes <= buffer:
+                        done = begin + nbytes / bandwidth
+                    free[key] = done
+                    t_end = max(t, done + latency)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -195,6 +208,52 @@ def replay(
             r = min(pending)
             out[rows[r][pos[r]], NBYTES] = -1.0
     return out
+
+
+def _cpu_quotas(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float]]:
+    """rank -> (CPU share, burst s) of the roles that run under a CPU quota (``extra``'s
+    ``{server,aggregator,client}_cpu_share`` and ``..._cpu_burst_s``, as the probe
+    measures them; none: every node has a whole core to itself)."""
+    out = {}
+    rank = 0
+    for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
+        shares = extra.get(f"{who}_cpu_share", [])
+        bursts = extra.get(f"{who}_cpu_burst_s", [])
+        shares = [shares] if np.isscalar(shares) else list(shares)
+        bursts = [bursts] if np.isscalar(bursts) else list(bursts)
+        n = len(shares) if n is None else n
+        for k in range(n):
+            sh = float(shares[k]) if k < len(shares) else 1.0
+            bu = float(bursts[k]) if k < len(bursts) else 0.0
+            if 0 < sh < 1.0 and bu > 0:
+                out[rank + k] = (sh, bu)
+        rank += n
+    return out
+
+
+def _throttled(
+    seconds: float,
+    t: float,
+    rank: int,
+    quota: tuple[float, float],
+    tokens: dict[int, tuple[float, float]],
+) -> float:
+    """When work of ``seconds`` (at the node's full speed) started at ``t`` ends on a node
+    whose CPU is a quota: it runs at full speed for up to its burst when rested, then at
+    its share. The burst is a bucket (``burst * (1 - share)`` CPU seconds) drained by
+    running and refilled at the share's rate (the continuous form of CFS bandwidth
+    control, with the burst the probe saw)."""
+    share, burst = quota
+    capacity = burst * (1.0 - share)
+    level, since = tokens.get(rank, (capacity, t))
+    level = min(capacity, level + share * max(0.0, t - since))
+    fast = level / (1.0 - share)  # seconds at full speed before the bucket is empty
+    if seconds <= fast:
+        tokens[rank] = (level - seconds * (1.0 - share), t + seconds)
+        return t + seconds
+    end = t + fast + (seconds - fast) / share
+    tokens[rank] = (0.0, end)
+    return end
 
 
 def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.ndarray:

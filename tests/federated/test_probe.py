@@ -1,0 +1,83 @@
+"""sfl probe: measured speeds and links become a topology the planner reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowsplit.federated.probe import all_pairs, probed_topology
+from flowsplit.federated.system.presets import homogeneous
+from flowsplit.federated.system.schedule import (
+    SECONDS,
+    Tracer,
+    rescale_compute,
+)
+from flowsplit.federated.system.topology import read_topology, topology_from_toml, topology_to_toml
+from tests.federated._toy import ToyFactory, toy_setup
+
+
+def test_probed_topology_replaces_what_was_measured_and_keeps_the_rest():
+    # Prepare: 3 clients, 2 aggregators; client 1's speed, the link client 0 <->
+    # aggregator 1 and backbone 0 measured (rows: kind, i, j, speed, rtt, down, up, buffer).
+    nominal = homogeneous(3, 2)
+    rows = np.array(
+        [
+            [0, 1, -1, 3e9, 0, 0, 0, np.nan],
+            [2, -1, -1, 5e10, 0, 0, 0, np.nan],
+            [3, 0, 1, np.nan, 0.004, 1e6, 3e6, 2e5],
+            [4, -1, 0, np.nan, 0.010, 5e7, 5e7, 4e5],
+        ]
+    )
+    # Execute
+    topo, report = probed_topology(nominal, rows)
+    # Assert: measured values in, half the round trip as latency, the mean bandwidth of
+    # both directions, the median stream buffer; the rest as given, and listed.
+    assert topo.client_speed.tolist() == [1e10, 3e9, 1e10]
+    assert topo.server_speed == 5e10
+    assert topo.ca_latency[0, 1] == pytest.approx(0.002)
+    assert topo.ca_bandwidth[0, 1] == pytest.approx(2e6)
+    assert topo.ca_bandwidth[0, 0] == nominal.ca_bandwidth[0, 0]
+    assert topo.as_latency[0] == pytest.approx(0.005) and topo.as_bandwidth[1] == 125e6
+    assert topo.extra["stream_buffer_bytes"] == pytest.approx(3e5)
+    assert [0, 1] not in report["unmeasured_client_links"]
+    assert len(report["unmeasured_client_links"]) == 5
+    # The TOML round-trips, buffer included (sfl plan --topology reads it).
+    again = topology_from_toml(topology_to_toml(topo))
+    assert again.extra["stream_buffer_bytes"] == pytest.approx(3e5)
+    np.testing.assert_allclose(again.ca_bandwidth, topo.ca_bandwidth)
+
+
+def test_rescale_compute_recharges_each_role_at_its_new_speed():
+    old = homogeneous(2, 1)
+    new = homogeneous(2, 1)
+    new.client_speed[1] = old.client_speed[1] / 4  # client 1 (rank 3) 4x slower
+    server, client = Tracer(0, 1), Tracer(3, 1)
+    server.work(1.0, "train", 0, 0)
+    client.work(0.5, "train", 0, 0)
+    trace = np.concatenate([server.array(), client.array()])
+    out = rescale_compute(trace, old, new)
+    assert out[:, SECONDS].tolist() == [1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(dataset, tmp_path):
+    from flowsplit.federated.dist import launch_roles
+
+    # Prepare: 3 clients, 2 aggregators on 127.0.0.1.
+    setup = toy_setup(dataset, 3, 2, scheme="hsfl", cuts=(1, 2), timeout_s=30.0)
+    # Execute: the roles only probe.
+    got = launch_roles(
+        setup, dataset=dataset, model_fn=ToyFactory("mlp"), out_dir=tmp_path, probe="only"
+    )
+    # Assert: no run result; a topology with every node's speed and every pair measured.
+    assert got is None
+    topo = read_topology(tmp_path / "probe.toml")
+    assert topo.name == "probed" and topo.n_clients == 3 and topo.n_aggregators == 2
+    nominal = setup.topology
+    assert np.all(topo.client_speed > 0) and np.all(topo.client_speed != nominal.client_speed)
+    assert np.all(topo.aggregator_speed != nominal.aggregator_speed)
+    assert len(all_pairs(topo)) == 6
+    # Loopback moves far more than 10 MB/s and answers within 100 ms.
+    assert np.all(topo.ca_bandwidth > 1e7) and np.all(topo.as_bandwidth > 1e7)
+    assert np.all((topo.ca_latency > 0) & (topo.ca_latency < 0.1))
+    assert topo.extra["stream_buffer_bytes"] > 0
