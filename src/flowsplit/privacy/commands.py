@@ -13,11 +13,12 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from flowsplit.config_args import HelpFormatter, add_renamed, finite_float, parse_seed
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PairRow, PrivacyResult
 from flowsplit.train.config import parse_model_options
+from flowsplit.util import jsonable
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -160,13 +161,14 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     # every `flowsplit` invocation, and only this command needs them.
     import torch
 
-    from flowsplit.data.store import atomic_write_json, load_dataset
+    from flowsplit.data.store import load_dataset
     from flowsplit.federated.system.presets import resolve_topology
     from flowsplit.federated.system.profile import profile_model
     from flowsplit.models.registry import build_model
     from flowsplit.privacy.attack import AttackConfig
     from flowsplit.privacy.defences import parse_defences
     from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
+    from flowsplit.privacy.result import Pareto, PrivacyResult, read_privacy_result
     from flowsplit.privacy.study import (
         SUMMARY_MEASURES,
         PrivacyConfig,
@@ -180,7 +182,11 @@ def cmd_privacy(args: argparse.Namespace) -> int:
         raise InputError(out, "exists and is not a directory")
     torch.set_num_threads(args.threads)
     if args.redraw:
-        result = _read_result(out / "privacy.json")
+        if not (out / PRIVACY_NAME).is_file():
+            raise InputError(
+                out / PRIVACY_NAME, "not found: --redraw needs a finished study in OUT"
+            )
+        result = read_privacy_result(out / PRIVACY_NAME)
     else:
         if out.is_dir() and any(out.iterdir()):
             if not args.overwrite:
@@ -217,21 +223,19 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
         say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
-        result = run_study(args.dataset, config, weights=args.victim_run, progress=say)
-    first = result["cuts"][next(iter(result["cuts"]))]
-    measure = args.leakage_measure or (
-        "bytes_recovered" if "bytes_recovered" in first else "seq_recovered"
-    )
+        doc = run_study(args.dataset, config, weights=args.victim_run, progress=say)
+        result = PrivacyResult.from_dict(jsonable(doc, strict=False))
+    measure = args.leakage_measure or result.default_measure()
     # The picture needs the model's block profile (built as the study built it) and a
     # topology for the delays.
     ds = load_dataset(args.dataset)
     torch.manual_seed(0)
     model = build_model(
-        result["model"],
-        view=result["view"],
-        input_shape=ds.view_shape(result["view"]),
+        result.model,
+        view=result.view,
+        input_shape=ds.view_shape(result.view),
         n_classes=ds.n_classes,
-        **result["config"]["model_options"],
+        **result.model_options,
     )
     profile = profile_model(model)
     topology = resolve_topology(
@@ -244,17 +248,17 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     chosen = choose(rows, args.max_leakage)
     unconstrained = choose(rows, None)
     planned = _planned(args.plan, rows) if args.plan is not None else None
-    result["pareto"] = {
-        "measure": measure,
-        "topology": topology.name,
-        "max_leakage": args.max_leakage,
-        "pairs": rows,
-        "chosen": chosen,
-        "unconstrained": unconstrained,
-        "plan": planned,
-    }
+    result.pareto = Pareto(
+        measure=measure,
+        topology=topology.name,
+        max_leakage=args.max_leakage,
+        pairs=rows,
+        chosen=chosen,
+        unconstrained=unconstrained,
+        plan=planned,
+    )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "privacy.json", result)
+    result.to_json(out / PRIVACY_NAME)
     draw_pareto(
         result,
         rows,
@@ -267,7 +271,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     )
     print(format_summary(result, SUMMARY_MEASURES))
     # Also for a study redrawn from a privacy.json written before the check was recorded.
-    check = reference_check(result["reference"]) if "reference" in result else "passed"
+    check = reference_check(result.reference.measures) if result.reference else "passed"
     if check != "passed":
         print(
             f"flowsplit: warning: the attack's reference check {check}; the leakage "
@@ -279,33 +283,21 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             print(f"no cut pair has {measure} <= {args.max_leakage}")
         else:
             print(
-                f"least delay with {measure} <= {args.max_leakage}: cuts {tuple(chosen['cuts'])}, "
-                f"{chosen['delay_s']:.3f} s/round, leakage {chosen['leakage']:.3f} "
-                f"(unconstrained: {tuple(unconstrained['cuts'])}, {unconstrained['delay_s']:.3f} "
-                f"s/round, leakage {unconstrained['leakage']:.3f})"
+                f"least delay with {measure} <= {args.max_leakage}: cuts {tuple(chosen.cuts)}, "
+                f"{chosen.delay_s:.3f} s/round, leakage {chosen.leakage:.3f} "
+                f"(unconstrained: {tuple(unconstrained.cuts)}, {unconstrained.delay_s:.3f} "
+                f"s/round, leakage {unconstrained.leakage:.3f})"
             )
     if planned is not None:
         print(
-            f"the plan of {args.plan}: cuts {tuple(planned['cuts'])}, leakage "
-            f"{planned['leakage']:.3f}, {planned['delay_s']:.3f} s/round on {topology.name}"
+            f"the plan of {args.plan}: cuts {tuple(planned.cuts)}, leakage "
+            f"{planned.leakage:.3f}, {planned.delay_s:.3f} s/round on {topology.name}"
         )
-    print(f"wrote {out / 'privacy.json'} and {out / 'pareto.png'}")
+    print(f"wrote {out / PRIVACY_NAME} and {out / 'pareto.png'}")
     return 0
 
 
-def _read_result(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "not found: --redraw needs a finished study in OUT") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"is not a readable privacy.json ({exc})") from None
-    if not isinstance(doc, dict) or not {"cuts", "model", "view", "config"} <= set(doc):
-        raise InputError(path, "is not a privacy.json written by `flowsplit sfl privacy`")
-    return doc
-
-
-def _planned(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _planned(path: Path, rows: list[PairRow]) -> PairRow:
     """The pair row of the cuts a ``sfl plan`` JSON chose."""
     try:
         cuts = [int(c) for c in json.loads(path.read_text(encoding="utf-8"))["cuts"]]
@@ -314,35 +306,37 @@ def _planned(path: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         raise InputError(path, "is not a plan.json with 'cuts' [a, c]") from None
     for row in rows:
-        if row["cuts"] == cuts:
+        if row.cuts == cuts:
             return row
     raise InputError(path, f"plans cuts {tuple(cuts)}, which this study did not measure")
 
 
-def format_summary(result: dict[str, Any], measures: Sequence[str]) -> str:
+def format_summary(result: PrivacyResult, measures: Sequence[str]) -> str:
     """A plain table of the per-cut ``measures`` (those present), undefended and per defence."""
-    keys = [k for k in measures if any(k in rec for rec in result["cuts"].values())]
+    keys = [k for k in measures if any(rec.has(k) for rec in result.cuts.values())]
     head = f"{'defence':<8} {'cut':>3} {'block':<8} " + " ".join(f"{k:>15}" for k in keys)
+    rows = result.rows
     lines = [
-        f"{result['model']} on {result['view']} of {result['dataset']}: accuracy "
-        f"{result['accuracy']:.3f} (majority {result['majority_acc']:.3f}); rows {result['rows']}",
+        f"{result.model} on {result.view} of {result.dataset}: accuracy "
+        f"{result.accuracy:.3f} (majority {result.majority_acc:.3f}); rows "
+        f"{{'train': {rows.train}, 'aux': {rows.aux}, 'eval': {rows.eval}}}",
         head,
     ]
 
-    def row(name: str, k: str, rec: dict[str, Any]) -> str:
+    def row(name: str, k: str, rec: CutMeasures, block: str | None = None) -> str:
         vals = " ".join(
-            f"{rec[key]:>15.3f}" if isinstance(rec.get(key), float) else f"{'-':>15}"
+            f"{rec.number(key):>15.3f}" if rec.number(key) is not None else f"{'-':>15}"
             for key in keys
         )
-        return f"{name:<8} {k:>3} {rec.get('block', ''):<8} {vals}"
+        return f"{name:<8} {k:>3} {block or rec.block or '':<8} {vals}"
 
-    if "reference" in result:
-        lines.append(row("stem", "-", {**result["reference"], "block": "input"}))
-    for k, rec in result["cuts"].items():
+    if result.reference is not None:
+        lines.append(row("stem", "-", result.reference, block="input"))
+    for k, rec in result.cuts.items():
         lines.append(row("none", k, rec))
-    for name, entry in result.get("defences", {}).items():
-        for k, rec in entry["cuts"].items():
+    for name, entry in result.defences.items():
+        for k, rec in entry.cuts.items():
             lines.append(row(name, k, rec))
-    prior = ", ".join(f"{k} {v:.3f}" for k, v in result.get("prior", {}).items())
+    prior = ", ".join(f"{k} {v:.3f}" for k, v in result.prior.items())
     lines.append(f"an attacker without activations (per-position guess): {prior}")
     return "\n".join(lines)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -26,22 +25,23 @@ from flowsplit.federated.system.parts import legal_cuts  # noqa: E402
 from flowsplit.federated.system.profile import BlockProfile  # noqa: E402
 from flowsplit.federated.system.topology import Topology, assign_clients  # noqa: E402
 from flowsplit.planner.leakage import pair_leakage  # noqa: E402
+from flowsplit.privacy.result import PairRow, PrivacyResult  # noqa: E402
 
 
 def pair_table(
-    result: dict[str, Any],
+    result: PrivacyResult,
     profile: BlockProfile,
     topology: Topology,
     *,
     measure: str,
     batch_size: int = 32,
     n_train: int | None = None,
-) -> list[dict[str, Any]]:
-    """One row per legal ``(a, c)``: delay per round, bytes, accuracy and leakage."""
-    leak = {int(k): float(v[measure]) for k, v in result["cuts"].items() if measure in v}
+) -> list[PairRow]:
+    """One row per legal ``(a, c)``: delay per round, accuracy and leakage."""
+    leak = {int(k): float(v.value(measure)) for k, v in result.cuts.items() if v.has(measure)}
     if not leak:
         raise ValueError(f"the study has no measure {measure!r}")
-    n = int(n_train if n_train is not None else result["rows"]["train"])
+    n = int(n_train if n_train is not None else result.rows.train)
     counts = np.full(topology.n_clients, n // topology.n_clients, dtype=np.int64)
     counts[: n % topology.n_clients] += 1
     topo = topology.with_samples(counts)
@@ -52,67 +52,67 @@ def pair_table(
         costs = scheme.part_costs(profile, a, c)
         delay = predict_round(costs, topo, assignment, scheme=scheme, batch_size=batch_size)
         rows.append(
-            {
-                "cuts": [a, c],
-                "delay_s": float(delay.total),
-                "accuracy": float(result["accuracy"]),
-                "leakage": pair_leakage(leak, a, c),
-            }
+            PairRow(
+                cuts=[a, c],
+                delay_s=float(delay.total),
+                accuracy=float(result.accuracy),
+                leakage=pair_leakage(leak, a, c),
+            )
         )
     return rows
 
 
-def choose(rows: list[dict[str, Any]], max_leakage: float | None) -> dict[str, Any] | None:
+def choose(rows: list[PairRow], max_leakage: float | None) -> PairRow | None:
     """The least-delay pair within the budget (all pairs when ``max_leakage`` is None)."""
-    ok = [r for r in rows if max_leakage is None or r["leakage"] <= max_leakage]
-    return min(ok, key=lambda r: (r["delay_s"], r["leakage"])) if ok else None
+    ok = [r for r in rows if max_leakage is None or r.leakage <= max_leakage]
+    return min(ok, key=lambda r: (r.delay_s, r.leakage)) if ok else None
 
 
-def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto_front(rows: list[PairRow]) -> list[PairRow]:
     """Pairs no other pair beats on both delay and leakage (ties kept), by delay."""
     front = [
         r
         for r in rows
         if not any(
-            o["delay_s"] <= r["delay_s"]
-            and o["leakage"] <= r["leakage"]
-            and (o["delay_s"] < r["delay_s"] or o["leakage"] < r["leakage"])
+            o.delay_s <= r.delay_s
+            and o.leakage <= r.leakage
+            and (o.delay_s < r.delay_s or o.leakage < r.leakage)
             for o in rows
         )
     ]
-    return sorted(front, key=lambda r: r["delay_s"])
+    return sorted(front, key=lambda r: r.delay_s)
 
 
 def draw_pareto(
-    result: dict[str, Any],
-    rows: list[dict[str, Any]],
+    result: PrivacyResult,
+    rows: list[PairRow],
     path: str | Path,
     *,
     measure: str,
     max_leakage: float | None,
-    chosen: dict[str, Any] | None,
-    unconstrained: dict[str, Any] | None,
-    planned: dict[str, Any] | None = None,
+    chosen: PairRow | None,
+    unconstrained: PairRow | None,
+    planned: PairRow | None = None,
 ) -> Path:
     """Two panels: delay vs leakage of every pair; accuracy vs leakage per cut and defence."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    d = np.array([r["delay_s"] for r in rows])
-    lk = np.array([r["leakage"] for r in rows])
-    two = np.array([r["cuts"][0] == r["cuts"][1] for r in rows])
+    d = np.array([r.delay_s for r in rows])
+    lk = np.array([r.leakage for r in rows])
+    two = np.array([r.cuts[0] == r.cuts[1] for r in rows])
     ax1.scatter(d[~two], lk[~two], c="tab:blue", s=22, label="three-tier (a, c)")
     ax1.scatter(d[two], lk[two], c="tab:green", s=30, marker="s", label="two-tier (a = c)")
     for r in rows:
         ax1.annotate(
-            f"{r['cuts'][0]},{r['cuts'][1]}",
-            (r["delay_s"], r["leakage"]),
+            f"{r.cuts[0]},{r.cuts[1]}",
+            (r.delay_s, r.leakage),
             fontsize=7,
             xytext=(3, 3),
             textcoords="offset points",
         )
     front = pareto_front(rows)
     ax1.step(
-        [r["delay_s"] for r in front],
-        [r["leakage"] for r in front],
+        [r.delay_s for r in front],
+        [r.leakage for r in front],
         where="post",
         c="grey",
         lw=1,
@@ -140,43 +140,41 @@ def draw_pareto(
     )
     for point, style in marks:
         if point is not None:
-            ax1.scatter([point["delay_s"]], [point["leakage"]], **style)
+            ax1.scatter([point.delay_s], [point.leakage], **style)
     ax1.set_xlabel("predicted round delay (s), end-to-end HSFL")
     ax1.set_ylabel(f"leakage: {measure}")
     # Centrally trained, one model for every cut; federated training converges
     # differently per cut (the planner's pilots measure that).
     ax1.set_title(
-        f"centrally trained accuracy {result['accuracy']:.3f}, the same model at every cut",
+        f"centrally trained accuracy {result.accuracy:.3f}, the same model at every cut",
         fontsize=9,
     )
     ax1.legend(fontsize=7)
 
-    series = [("none", result["cuts"])] + [
-        (name, entry["cuts"]) for name, entry in result.get("defences", {}).items()
+    series = [("none", result.cuts)] + [
+        (name, entry.cuts) for name, entry in result.defences.items()
     ]
     for name, cuts in series:
-        ks = sorted(int(k) for k in cuts if measure in cuts[k])
+        ks = sorted(int(k) for k, rec in cuts.items() if rec.has(measure))
         if not ks:
             continue
-        xs = [cuts[str(k)][measure] for k in ks]
-        ys = [cuts[str(k)]["accuracy"] for k in ks]
+        xs = [cuts[str(k)].value(measure) for k in ks]
+        ys = [cuts[str(k)].accuracy for k in ks]
         ax2.plot(xs, ys, marker="o", label=name)
         for k, x, y in zip(ks, xs, ys, strict=True):
             ax2.annotate(str(k), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    if "reference" in result and measure in result["reference"]:
+    if result.reference is not None and result.reference.has(measure):
         ax2.axvline(
-            result["reference"][measure], c="grey", ls=":", lw=1, label="after the input stem"
+            result.reference.value(measure), c="grey", ls=":", lw=1, label="after the input stem"
         )
-    prior_key = f"{measure}_prior"
-    if prior_key in result.get("prior", {}):
-        ax2.axvline(result["prior"][prior_key], c="black", ls="--", lw=1, label="no activations")
+    prior = result.prior.get(f"{measure}_prior")
+    if prior is not None:
+        ax2.axvline(prior, c="black", ls="--", lw=1, label="no activations")
     ax2.set_xlabel(f"leakage: {measure} (numbers: cut)")
     ax2.set_ylabel("test accuracy")
     ax2.set_title("accuracy cost of each defence", fontsize=9)
     ax2.legend(fontsize=7)
-    fig.suptitle(
-        f"{Path(result['dataset']).name}: {result['model']} on {result['view']}", fontsize=10
-    )
+    fig.suptitle(f"{Path(result.dataset).name}: {result.model} on {result.view}", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.png")

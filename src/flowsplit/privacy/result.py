@@ -15,14 +15,12 @@ the format of every study written so far (which had no ``schema_version``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from flowsplit.errors import InputError
-from flowsplit.util import jsonable, read_json_document, typed_from_dict
+from flowsplit.report.document import JsonDocument
 
 PRIVACY_SCHEMA_VERSION = 1
 PRIVACY_NAME = "privacy.json"
@@ -42,7 +40,8 @@ class CutMeasures:
     """Every other measure by name (``bytes_recovered``, ``seq_nrmse``, ``dcor``, ...)."""
 
     def has(self, name: str) -> bool:
-        return name == "accuracy" or name in self.measures
+        """Whether the measure ``name`` (``accuracy`` included) was measured here."""
+        return self.accuracy is not None if name == "accuracy" else name in self.measures
 
     def value(self, name: str) -> Any:
         """The measure ``name`` (``accuracy`` included), None when not measured here."""
@@ -95,8 +94,13 @@ class Rows:
 
 
 @dataclass
-class PrivacyResult:
+class PrivacyResult(JsonDocument):
     """What ``flowsplit sfl privacy`` measured (``OUT/privacy.json``)."""
+
+    SCHEMA_VERSION: ClassVar[int] = PRIVACY_SCHEMA_VERSION
+    FILE_NAME: ClassVar[str] = PRIVACY_NAME
+    WHAT: ClassVar[str] = "a privacy.json written by `flowsplit sfl privacy`"
+    ROOT: ClassVar[str] = "privacy"
 
     model: str
     view: str
@@ -130,41 +134,8 @@ class PrivacyResult:
         first = next(iter(self.cuts.values()), CutMeasures())
         return "bytes_recovered" if first.has("bytes_recovered") else "seq_recovered"
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The result as strict JSON text; also written (atomically) to ``path``."""
-        from flowsplit.data.store import atomic_write_text
-
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        if path is not None:
-            atomic_write_text(path, text)
-        return text
-
-    @classmethod
-    def from_dict(cls, data: Any) -> PrivacyResult:
-        """Parse a result; :class:`ValueError` naming the first wrong field."""
-        if isinstance(data, dict) and data.get("schema_version", 1) != PRIVACY_SCHEMA_VERSION:
-            raise ValueError(
-                f"schema version {data['schema_version']!r}, this flowsplit reads "
-                f"version {PRIVACY_SCHEMA_VERSION}"
-            )
-        return typed_from_dict(cls, data, "privacy")
-
 
 def read_privacy_result(path: str | Path) -> PrivacyResult:
-    """The result of a ``flowsplit sfl privacy`` study (its folder or ``privacy.json``).
-
-    Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when the
-    file is missing, not JSON, or not a privacy study's result.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / PRIVACY_NAME
-    try:
-        return PrivacyResult.from_dict(read_json_document(path, "a privacy study"))
-    except (ValueError, TypeError) as exc:
-        raise InputError(
-            path, f"not a privacy.json written by `flowsplit sfl privacy`: {exc}"
-        ) from None
+    """The result of a ``flowsplit sfl privacy`` study (its folder or ``privacy.json``);
+    one-line :class:`~flowsplit.errors.InputError` when it is not one."""
+    return PrivacyResult.read(path)

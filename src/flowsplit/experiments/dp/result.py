@@ -14,16 +14,14 @@ Version 1 is the format of every study written so far (which had no
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from flowsplit.errors import InputError
 from flowsplit.experiments.scaling import Network
 from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
-from flowsplit.util import jsonable, read_json_document, typed_from_dict
+from flowsplit.report.document import JsonDocument
 
 COMPARE_SCHEMA_VERSION = 1
 RESULTS_NAME = "results.json"
@@ -283,8 +281,12 @@ class Cell:
 
 
 @dataclass
-class CompareResult:
+class CompareResult(JsonDocument):
     """What ``flowsplit compare`` found (``OUT/results.json``)."""
+
+    SCHEMA_VERSION: ClassVar[int] = COMPARE_SCHEMA_VERSION
+    FILE_NAME: ClassVar[str] = RESULTS_NAME
+    WHAT: ClassVar[str] = "a `flowsplit compare` result"
 
     config: dict[str, Any] = field(default_factory=dict)
     """The study's :class:`~flowsplit.experiments.configs.CompareConfig` as a dict."""
@@ -357,41 +359,14 @@ class CompareResult:
     def dataset_path(self) -> str:
         return str(self.config.get("dataset", self.dataset.path))
 
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(self)
-
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The result as strict JSON text; also written (atomically) to ``path``."""
-        from flowsplit.data.store import atomic_write_text
-
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        if path is not None:
-            atomic_write_text(path, text)
-        return text
-
     @classmethod
-    def from_dict(cls, data: Any) -> CompareResult:
-        """Parse a result; :class:`ValueError` naming the first wrong field."""
-        if isinstance(data, dict) and data.get("schema_version", 1) != COMPARE_SCHEMA_VERSION:
-            raise ValueError(
-                f"schema version {data['schema_version']!r}, this flowsplit reads "
-                f"version {COMPARE_SCHEMA_VERSION}"
-            )
-        if isinstance(data, dict) and "analysis" not in data:
+    def prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if "analysis" not in data:
             raise ValueError("no 'analysis': not the results of `flowsplit compare`")
-        return typed_from_dict(cls, data, "results")
+        return data
 
 
 def read_compare_result(path: str | Path) -> CompareResult:
-    """The result of a ``flowsplit compare`` study (its folder or its ``results.json``).
-
-    Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when the
-    file is missing, not JSON, or not a data-parallel study's results.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / RESULTS_NAME
-    try:
-        return CompareResult.from_dict(read_json_document(path, "a study's results"))
-    except (ValueError, TypeError) as exc:
-        raise InputError(path, f"not a `flowsplit compare` result: {exc}") from None
+    """The result of a ``flowsplit compare`` study (its folder or its ``results.json``);
+    one-line :class:`~flowsplit.errors.InputError` when it is not one."""
+    return CompareResult.read(path)

@@ -13,15 +13,14 @@ that older files still read.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from flowsplit.errors import InputError
 from flowsplit.experiments.stats import Interval
-from flowsplit.util import jsonable, read_json_document, typed_from_dict
+from flowsplit.report.document import JsonDocument
+from flowsplit.util import typed_from_dict
 
 SFL_COMPARE_SCHEMA_VERSION = 1
 RESULTS_NAME = "results.json"
@@ -362,8 +361,12 @@ class Environment:
 
 
 @dataclass
-class SFLCompareResult:
+class SFLCompareResult(JsonDocument):
     """What ``flowsplit sfl compare`` found (``OUT/results.json``)."""
+
+    SCHEMA_VERSION: ClassVar[int] = SFL_COMPARE_SCHEMA_VERSION
+    FILE_NAME: ClassVar[str] = RESULTS_NAME
+    WHAT: ClassVar[str] = "a `flowsplit sfl compare` result"
 
     config: dict[str, Any] = field(default_factory=dict)
     """The study's :class:`~flowsplit.experiments.configs.SFLCompareConfig` as a dict."""
@@ -409,47 +412,21 @@ class SFLCompareResult:
         return next(iter(self.plans.values()), {})
 
     def to_dict(self) -> dict[str, Any]:
-        data = jsonable(self)
+        data = super().to_dict()
         if self.surrogate is None:
             data["surrogate"] = {}  # as written before: a study without pilots
         return data
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The result as strict JSON text; also written (atomically) to ``path``."""
-        from flowsplit.data.store import atomic_write_text
-
-        text = json.dumps(self.to_dict(), indent=2) + "\n"
-        if path is not None:
-            atomic_write_text(path, text)
-        return text
-
     @classmethod
-    def from_dict(cls, data: Any) -> SFLCompareResult:
-        """Parse a result; :class:`ValueError` naming the first wrong field."""
-        if isinstance(data, dict):
-            version = data.get("schema_version", 1)
-            if version != SFL_COMPARE_SCHEMA_VERSION:
-                raise ValueError(
-                    f"schema version {version!r}, this flowsplit reads version "
-                    f"{SFL_COMPARE_SCHEMA_VERSION}"
-                )
-            if "schemes" not in data:
-                raise ValueError("no 'schemes': not the results of `flowsplit sfl compare`")
-            if data.get("surrogate") == {}:
-                data = {**data, "surrogate": None}
-        return typed_from_dict(cls, data, "results")
+    def prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if "schemes" not in data:
+            raise ValueError("no 'schemes': not the results of `flowsplit sfl compare`")
+        if data.get("surrogate") == {}:
+            data = {**data, "surrogate": None}
+        return data
 
 
 def read_sfl_compare_result(path: str | Path) -> SFLCompareResult:
-    """The result of a ``flowsplit sfl compare`` study (its folder or ``results.json``).
-
-    Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when the
-    file is missing, not JSON, or not a split-learning study's results.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / RESULTS_NAME
-    try:
-        return SFLCompareResult.from_dict(read_json_document(path, "a study's results"))
-    except (ValueError, TypeError) as exc:
-        raise InputError(path, f"not a `flowsplit sfl compare` result: {exc}") from None
+    """The result of a ``flowsplit sfl compare`` study (its folder or ``results.json``);
+    one-line :class:`~flowsplit.errors.InputError` when it is not one."""
+    return SFLCompareResult.read(path)
