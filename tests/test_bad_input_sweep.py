@@ -193,6 +193,27 @@ def linked(t: Path, target: Path) -> Path:
     return link
 
 
+def non_utf8_class(w: World, t: Path) -> Path:
+    """The captures with one class folder whose name is not UTF-8 (bytes 'ss\\xffh')."""
+    root = copy_of(w.captures, t)
+    os.rename(root / "ssh", os.fsencode(root) + b"/ss\xffh")
+    return root
+
+
+def seq_edited(t: Path, edit: Callable[[np.ndarray], np.ndarray]) -> Path:
+    """A synthetic dataset whose seq.npy is replaced by ``edit`` of itself."""
+    ds = write_synthetic(t / "ds", n=60, n_classes=2)
+    np.save(ds / "seq.npy", edit(np.load(ds / "seq.npy")))
+    return ds
+
+
+def meta_label(ds: Path, label: int) -> Path:
+    meta = pd.read_parquet(ds / "meta.parquet")
+    meta.loc[0, "label"] = label
+    meta.to_parquet(ds / "meta.parquet")
+    return ds
+
+
 def _set(*keys, value):
     """An edit setting doc[keys...] = value (None: deleting it)."""
 
@@ -553,6 +574,38 @@ CASES = [
     C("compare-seeds-too-big", f"compare {{ds}} -o {{t}}/s --seeds 0,{2**40}", "--seeds",
       "2**32"),
     C("compare-seeds-count-huge", "compare {ds} -o {t}/s --seeds 1000000000", "--seeds"),
+    # ---- damaged inputs that were internal errors (issue 31 item 6) --------------
+    C("prepare-class-folder-not-utf8", "prepare {x} -o {t}/o", "ss\\xffh", "not valid UTF-8",
+      lambda w, t: non_utf8_class(w, t)),
+    C("prepare-csv-header-only", "prepare {x} -o {t}/o", "h.csv", "no flow rows",
+      lambda w, t: write(t / "h.csv", "Flow Duration,Flow Bytes/s,Label\n")),
+    C("train-seq-npy-nan", "train {x} -m lstm --view seq --batch-size 8 -o {t}/r -q", "seq.npy", "NaN",
+      lambda w, t: seq_edited(t, lambda a: np.full_like(a, np.nan))),
+    C("train-seq-npy-big-endian", "train {x} -m lstm --view seq --batch-size 8 -o {t}/r -q",
+      "seq.npy",
+      "byte order", lambda w, t: seq_edited(t, lambda a: a.astype(">f4"))),
+    C("train-meta-label-out-of-range", "train {x} -m cnn -o {t}/r -q", "meta.parquet",
+      "label 99", lambda w, t: meta_label(copy_of(w.ds, t), 99)),
+    C("inspect-meta-label-negative", "inspect {x}", "meta.parquet", "label -1",
+      lambda w, t: meta_label(copy_of(w.ds, t), -1)),
+    C("train-resume-config-hand-edited", "train --resume {x} -q", "config.json", "lr is 'fast'",
+      lambda w, t: edited(unfinished(w, t, (w.run / "checkpoint.pt").read_bytes()) / "config.json",
+                          _set("train", "lr", value="fast")).parent),
+    C("train-resume-config-workers-text", "train --resume {x} -q", "config.json",
+      "workers is '2', not int",
+      lambda w, t: edited(unfinished(w, t, (w.run / "checkpoint.pt").read_bytes()) / "config.json",
+                          _set("train", "workers", value="2")).parent),
+    C("sfl-run-plan-hand-edited", SFL + " --plan {x} -o {t}/o", "plan.json", "batch_size is 'x'",
+      lambda w, t: write(t / "plan.json", json.dumps({
+          "cuts": [1, 2], "assignment": [0], "topology_toml": "",
+          "run": {"scheme": "hsfl", "batch_size": "x", "local_epochs": 1, "partition": "iid",
+                  "train_limit": None, "seed": 0}}))),
+    C("train-master-addr-unresolvable",
+      "train {ds} -m cnn --workers 2 --master-addr no.such.host.invalid -o {t}/r -q",
+      "--master-addr no.such.host.invalid", "cannot be resolved"),
+    C("train-master-addr-not-local",
+      "train {ds} -m cnn --workers 2 --master-addr 192.0.2.1 -o {t}/r -q",
+      "--master-addr 192.0.2.1", "not an address of this machine"),
     # ---- demo ------------------------------------------------------------------
     C("demo-captures-missing", "demo --captures {t}/nocap -o {t}/d --quiet", "nocap"),
     C("demo-captures-empty", "demo --captures {x} -o {t}/d --quiet", "cap",

@@ -302,6 +302,31 @@ def finite_float(text: str) -> float:
     return value
 
 
+def field_type_problem(cls: type, data: Mapping[str, Any]) -> str | None:
+    """The first value of ``data`` (a config read from a file) whose type is not its
+    field's (int, float, str, bool, their optional forms, lists and dicts), else None."""
+    hints = typing.get_type_hints(cls)
+    for name, value in data.items():
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        if value is None:
+            if optional:
+                continue
+            return f"{name} is null"
+        kind = _value_type(hint)
+        origin = typing.get_origin(kind) or kind
+        if not isinstance(origin, type):
+            continue
+        widen = {float: (int, float), tuple: (list, tuple), list: (list, tuple)}
+        allowed = widen.get(origin, (origin,))
+        if (isinstance(value, bool) and origin is not bool) or not isinstance(value, allowed):
+            return f"{name} is {value!r}, not {getattr(origin, '__name__', origin)}"
+    return None
+
+
 def check_numbers(config: Any, flags: Mapping[str, str]) -> None:
     """Refuse a config whose float fields ``flags`` (field -> option) are not finite
     or whose ``seed`` is outside [0, 2**32): the same checks as the parser's, for a

@@ -78,6 +78,8 @@ def read_flow_csv(
         if strict:
             raise InputError(path, f"{skipped['repeated_header']} repeated header row(s)")
         df = df.loc[~header_rows]
+    if len(df) == 0:
+        raise InputError(path, "a header but no flow rows")
     labels = df[want].str.strip().to_numpy(dtype=object)
     empty = labels == ""
     if empty.any():

@@ -498,10 +498,11 @@ def _read_flow_csvs(files, opts: PrepareOptions, new_writer, skipped: Counter):
                     mask_port=opts.mask_port,
                     strict=opts.strict,
                 )
-            except InputError:
+            except InputError as exc:
                 if opts.strict or len(files) == 1:
                     raise
                 skipped["unreadable_file"] += 1
+                log.warning("skipped %s", exc)  # as captures are: counted and said
                 continue
             skipped.update(fc.skipped)
             if columns is None:

@@ -97,6 +97,15 @@ def discover(inputs: list[str | Path]) -> list[SourceFile]:
                 continue
             seen.add(rq)
             rel = str(q.relative_to(root)) if p.is_dir() else q.name
+            try:
+                rel.encode("utf-8")  # names are stored in the manifest, meta and labels
+            except UnicodeEncodeError:
+                shown = os.fsencode(q).decode("utf-8", "backslashreplace")
+                raise InputError(
+                    shown,
+                    "its name is not valid UTF-8 (class and file names are stored as "
+                    "text); rename it",
+                ) from None
             out.append(SourceFile(q, root, rel, kind, q.stat().st_size))
     if not out:
         raise InputError(inputs[0], "no capture, flow CSV or IDX files found")

@@ -279,6 +279,8 @@ class Dataset:
                 path,
                 f"holds shape {list(arr.shape)}, the manifest says {info['shape']}; prepare it again",
             )
+        if name != "stats":
+            _check_values(path, arr, info.get("dtype"))
         self._cache[name] = arr
         return arr
 
@@ -493,6 +495,30 @@ def _read_dataset_file(path: Path, read):
         ) from None
 
 
+def _check_values(path: Path, arr: np.ndarray, dtype: str | None) -> None:
+    """A tensor view as ``prepare`` writes it: the manifest's dtype in this machine's
+    byte order, and (floats) finite values; else an :class:`InputError` naming it.
+    The finite check reads the file once, in chunks (about 1 s per GB)."""
+    if not arr.dtype.isnative:
+        raise InputError(path, f"holds {arr.dtype.str} values (not in this machine's byte "
+                         "order): not written by prepare; prepare it again")  # fmt: skip
+    if dtype is not None and arr.dtype != np.dtype(dtype):
+        raise InputError(path, f"holds {arr.dtype} values, the manifest says {dtype}; "
+                         "prepare it again")  # fmt: skip
+    if arr.dtype.kind != "f" or arr.size == 0:
+        return
+    flat = arr.reshape(len(arr), -1)
+    step = max(1, (64 << 20) // max(1, flat.shape[1] * arr.dtype.itemsize))
+    for start in range(0, len(flat), step):
+        chunk = np.asarray(flat[start : start + step])
+        bad = ~np.isfinite(chunk)
+        if bad.any():
+            row = start + int(np.flatnonzero(bad.any(axis=1))[0])
+            raise InputError(
+                path, f"holds NaN or infinite values (first in row {row}); prepare it again"
+            )
+
+
 def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | None:
     """What makes a manifest (and its meta table) unusable, or None."""
     classes, views, n = manifest.get("classes"), manifest.get("views"), manifest.get("n_flows")
@@ -510,6 +536,15 @@ def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | Non
         return f"meta.parquet lacks the columns {sorted(missing)}"
     if len(meta) != n:
         return f"meta.parquet has {len(meta)} rows for n_flows {n}"
+    labels = meta["label"]
+    if len(labels) and not pd.api.types.is_integer_dtype(labels):
+        return f"meta.parquet's labels are {labels.dtype}, not class indices"
+    out = np.flatnonzero((labels < 0) | (labels >= len(classes))) if len(labels) else []
+    if len(out):
+        return (
+            f"meta.parquet has label {int(labels.iat[out[0]])} (row {int(out[0])}), outside the "
+            f"{len(classes)} classes"
+        )
     return None
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import field_type_problem
 from flowsplit.errors import InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.system.topology import Topology, topology_from_toml
@@ -81,6 +82,10 @@ def read_plan(path: str | Path) -> PlanFile:
     run = doc["run"]
     if not isinstance(run, dict) or any(k not in run for k in RUN_FIELDS):
         raise InputError(path, f"the plan's 'run' must give {', '.join(RUN_FIELDS)}")
+    given = {k: run[k] for k in (*RUN_FIELDS, "rounds") if k in run}
+    problem = field_type_problem(SFLConfig, given)
+    if problem:
+        raise InputError(path, f"the plan's run: {problem} (the plan was edited?)")
     try:
         cuts = tuple(int(v) for v in doc["cuts"])
         assignment = np.asarray(doc["assignment"], dtype=np.int64)

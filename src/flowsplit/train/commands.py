@@ -147,6 +147,8 @@ def check_before_launch(cfg, resume: bool, overwrite: bool = False, force: bool 
         )
     from flowsplit.train.distributed import available_cores
 
+    if cfg.workers > 1:
+        check_bind_address("--master-addr", cfg.master_addr)
     cores = available_cores()
     threads = cfg.threads or max(1, cores // cfg.workers)
     check_cores(
@@ -171,6 +173,24 @@ def check_before_launch(cfg, resume: bool, overwrite: bool = False, force: bool 
             "of them",
             file=sys.stderr,
         )
+
+
+def check_bind_address(option: str, host: str) -> None:
+    """The workers' rendezvous is served on ``host``: it must resolve to an address of
+    this machine, else one line (was a ``gaierror`` as an internal error)."""
+    import socket
+
+    try:
+        family, kind, _, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"{option} {host}: cannot be resolved ({exc})") from None
+    try:
+        with socket.socket(family, kind) as s:
+            s.bind(addr[:2] if family == socket.AF_INET else addr)
+    except OSError as exc:
+        raise ConfigError(
+            f"{option} {host}: not an address of this machine to listen on ({exc.strerror})"
+        ) from None
 
 
 def check_restart(cfg) -> None:

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import check_numbers, cli
+from flowsplit.config_args import check_numbers, cli, field_type_problem
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.defaults import default_lr
 
@@ -227,6 +227,9 @@ class TrainConfig:
             # An sfl run's config.json, say: name the file, not 25 foreign options.
             what = f" (unknown options {', '.join(unknown[:3])}, ...)" if unknown else ""
             raise InputError(path, f"is not the config.json of a `flowsplit train` run{what}")
+        problem = field_type_problem(cls, train)
+        if problem:
+            raise InputError(path, f"{problem}: the run's settings are damaged")
         return cls.from_dict(train)
 
 
