@@ -265,12 +265,27 @@ def check_participation(record: dict[str, Any], config: SFLConfig) -> None:
             "is set; the run is stopped"
         )
     need = min_participants(config, record["scheduled"])
-    if record["participants"] < need:
+    # Clients lost only with their aggregator are moved to a live one next round
+    # (reassignment): they are not counted missing in the round it was lost.
+    moving = int(record.get("moving", 0))
+    if record["participants"] + moving < need:
         raise ParticipationError(
             f"round {record['round']}: only {record['participants']} of "
             f"{record['scheduled']} scheduled clients took part, fewer than the minimum "
-            f"of {need} (--min-clients; lost: {', '.join(lost) or 'none'}); the run is stopped"
+            f"of {need} (--min-clients; lost: {', '.join(lost) or 'none'}); the run is stopped "
+            "(a --mode dist run continues from its last round with `flowsplit sfl run --resume "
+            "OUT`, with a lower --min-clients if need be)"
         )
+
+
+def _moving(outcome: RoundOutcome, assignment: np.ndarray) -> int:
+    """How many of the round's lost clients were lost with their aggregator while
+    another aggregator lives (so that reassignment moves them next round)."""
+    dead = set(outcome.lost_aggregators)
+    n_aggregators = int(assignment.max()) + 1 if len(assignment) else 0
+    if not dead or len(dead) >= n_aggregators:
+        return 0
+    return sum(1 for i in outcome.lost if 0 <= i < len(assignment) and int(assignment[i]) in dead)
 
 
 class Runtime(Protocol):
@@ -452,6 +467,8 @@ class Scheme:
             "stragglers": int((plan.slowdown > 1).sum()),
             "lost": outcome.lost,
             "lost_aggregators": outcome.lost_aggregators,
+            # Lost clients whose aggregator was lost: reassignment moves them next round.
+            "moving": _moving(outcome, plan.assignment),
             # Clients moved to another aggregator for this round: [client, from, to].
             "reassigned": [list(m) for m in plan.reassigned],
             "bytes_total": led.bytes_total,
@@ -857,6 +874,17 @@ def round_log(
         yield on_round
 
 
+def _delays(record: dict[str, Any]) -> str:
+    """A round's delays, each labelled predicted or measured (and on what)."""
+    text = f"predicted delay {record['delay_s']:.2f} s ({record['delay']['bottleneck']}-bound)"
+    if "predicted_round_s" in record:
+        text += f", {record['predicted_round_s']:.2f} s (schedule)"
+    if "measured_round_s" in record:
+        on = record["timing"]["measured"]["on"]
+        text += f", measured {record['measured_round_s']:.2f} s on {on}"
+    return text
+
+
 def format_round(record: dict[str, Any], n_rounds: int) -> str:
     """A short tree summarising a round, for the log."""
     mb = 1e6
@@ -873,7 +901,7 @@ def format_round(record: dict[str, Any], n_rounds: int) -> str:
     return (
         f"round {record['round']}/{n_rounds}  acc {record['accuracy']:.4f}  "
         f"macro-F1 {record['macro_f1']:.4f}  loss {record['loss']:.4f}  "
-        f"delay {record['delay_s']:.2f} s ({record['delay']['bottleneck']}-bound)\n"
+        f"{_delays(record)}\n"
         f"  ├─ clients {record['participants']} ({faults})\n"
         f"  ├─ client-aggregator {hop('client-aggregator')}\n"
         f"  └─ aggregator-server {hop('aggregator-server')}"

@@ -158,6 +158,9 @@ class Plan:
             "predicted": {
                 "bytes_per_round": self.bytes,
                 "delay_s_per_round": self.delay_s,
+                # What the delay is: the cost model's, not a measurement.
+                "delay_basis": "predicted: cost-model bound (closed form) on the plan's "
+                "topology; sfl run --mode dist measures it",
                 "accuracy": _num(self.predicted_accuracy),
                 "loss": _num(self.predicted_loss),
             },

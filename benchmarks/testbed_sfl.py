@@ -1,0 +1,283 @@
+"""Split-learning round delays on the emulated testbed: the cost model against the clock.
+
+    sudo python benchmarks/testbed_sfl.py --out bench-results/testbed_sfl.json
+
+For three topologies (homogeneous, heterogeneous, slow-uplinks; 8 clients, 2
+aggregators) and ``sfl``, ``hsfl`` and ``hsfl-ll`` at two cut pairs each, builds the
+topology as a testbed (:mod:`flowsplit.testbed`: a network namespace per role, each
+directed link shaped to its rate with ``tc``, each role's CPU a cgroup quota in the
+ratio of the topology's speeds, 1.5 cores in all) and runs ``flowsplit sfl run --mode
+dist --probe`` with one role per node (torchrun's environment). Each role imports and
+loads its data unconstrained and joins its node's cgroup once set up
+(``FLOWSPLIT_JOIN_CGROUP``), so the quota governs the run, not the start-up.
+
+``--probe`` measures, inside the run and under the quotas, every role's compute speed
+(timed training steps of its part: the cost model's compute term comes from this, not
+from the topology's FLOP/s) and every assigned link's round trip and bandwidth; each
+round's predicted timeline is the replay of the round's messages on that probed
+topology (:mod:`flowsplit.federated.system.schedule`). The measured round is the
+server's wall time from the round's first message to its averaging. Rounds after the
+first are compared (the first pays one-off costs); ``rel_error = |predicted -
+measured| / measured`` of their mean.
+
+Also per run, the probe's accuracy: each probed client-link bandwidth (both
+directions) against the rate it was shaped to, and the clients' probed speed ratios
+against their quota ratios.
+
+Output: ``{"runs": [{"topology", "scheme", "cuts", "clients", "aggregators",
+"predicted_round_s", "measured_round_s", "rel_error", ...}], "max_rel_error", ...}``.
+Needs root (the testbed's namespaces, qdiscs and cgroups). The machine may be shared:
+other processes compete for the CPU outside the quotas (the testbed's cgroup has a
+high CPU weight, so they mostly lose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+from flowsplit.federated.system.presets import homogeneous  # noqa: E402
+from flowsplit.federated.system.topology import Topology, write_topology  # noqa: E402
+from flowsplit.testbed import Testbed, TestbedSpec, missing_requirement  # noqa: E402
+
+CORE = 1e10
+"""FLOP/s a topology's node stands for per core of quota (placeholder: the probe measures)."""
+MBIT = 1e6 / 8
+MODEL_OPTIONS = ["channels=[16,32]", "embed=8", "hidden=32"]
+SCHEMES = {
+    "sfl": [(1, 1), (2, 2)],
+    "hsfl": [(1, 2), (2, 3)],
+    "hsfl-ll": [(1, 2), (1, 3)],
+}
+
+
+def make_topology(name: str, n: int = 8, a: int = 2) -> Topology:
+    """The benchmark's topologies: speeds are cores of quota x CORE; links in Mbit/s.
+
+    CPU: clients 0.1 core (heterogeneous: 0.05-0.2), aggregators 0.2, server 0.3: 1.5
+    cores in all. Latency is not emulated: the topology's is the testbed's own (the
+    probe measures it)."""
+    base = homogeneous(n, a)
+    client_cores = np.full(n, 0.1)
+    ca_mbit = np.full((n, a), 40.0)
+    as_mbit = np.full(a, 100.0)
+    if name == "heterogeneous":
+        client_cores = np.array([0.05, 0.2, 0.1, 0.05, 0.15, 0.1, 0.2, 0.05])[:n]
+        rng = np.random.default_rng(1)
+        ca_mbit = np.round(np.exp(rng.uniform(np.log(8), np.log(60), (n, a))), 1)
+    elif name == "slow-uplinks":
+        ca_mbit = np.full((n, a), 8.0)
+        as_mbit = np.full(a, 20.0)
+    return replace(
+        base,
+        name=name,
+        description=f"testbed benchmark topology {name}",
+        client_speed=client_cores * CORE,
+        aggregator_speed=np.full(a, 0.2 * CORE),
+        server_speed=0.3 * CORE,
+        ca_latency=np.full((n, a), 1e-4),
+        ca_bandwidth=ca_mbit * MBIT,
+        as_latency=np.full(a, 1e-4),
+        as_bandwidth=as_mbit * MBIT,
+    )
+
+
+def testbed_spec(topo: Topology) -> TestbedSpec:
+    return TestbedSpec.from_topology(topo, cpu_budget=1.6, max_cpu=0.3)
+
+
+def run_roles(
+    tb: Testbed,
+    argv: list[str],
+    out: Path,
+    *,
+    port: int,
+    timeout_s: float,
+) -> list[int]:
+    """``argv`` once per node (torchrun's environment, rank = node order), each role
+    joining its node's cgroup once set up; returns the exit codes."""
+    procs = []
+    logs = out.parent / f"{out.name}-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for name, node in tb.nodes.items():
+        # `ip netns exec` gives the role a /sys without cgroups: it joins its node's
+        # cgroup through a descriptor opened here.
+        fd = os.open(node.cgroup / "cgroup.procs", os.O_WRONLY)
+        env = {
+            **tb.rank_env(name, master_port=port),
+            "OMP_NUM_THREADS": "1",
+            "FLOWSPLIT_JOIN_CGROUP": f"fd:{fd}",
+            "FLOWSPLIT_MEASURED_ON": "testbed",
+        }
+        try:
+            with open(logs / f"{name}.log", "wb") as fh:
+                procs.append(
+                    tb.spawn(
+                        name,
+                        [*argv, "--bind", node.address],
+                        env=env,
+                        cgroup=False,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=(fd,),
+                    )
+                )
+        finally:
+            os.close(fd)
+        # Start-up (imports, data) in the testbed's own cgroup: no quota, but the high
+        # CPU weight it has over the machine's other processes.
+        (node.cgroup.parent / "cgroup.procs").write_text(str(procs[-1].pid))
+    return tb.wait(procs, timeout_s=timeout_s)
+
+
+def sfl_argv(dataset: str, topo_file: Path, scheme: str, cuts, out: Path, args) -> list[str]:
+    argv = ["flowsplit", "sfl", "run", dataset, "--mode", "dist", "--probe"]
+    argv += ["--topology", str(topo_file), "--scheme", scheme, "--cuts", f"{cuts[0]},{cuts[1]}"]
+    argv += ["--model", "cnn"]
+    for opt in MODEL_OPTIONS:
+        argv += ["--model-option", opt]
+    argv += ["--rounds", str(args.rounds), "--batch-size", str(args.batch_size)]
+    argv += ["--train-limit", str(args.train_limit), "--seed", str(args.seed)]
+    argv += ["--timeout", "60", "-o", str(out), "--quiet", "--overwrite"]
+    return argv
+
+
+def probe_accuracy(probe: dict, topo: Topology) -> dict:
+    """Probed client-link bandwidths against their shaped rates; client speed ratios
+    against quota ratios (clients run the same part, so their speeds compare)."""
+    errors = []
+    for link in probe["links"]:
+        if "client" not in link:
+            shaped = float(topo.as_bandwidth[link["backbone"]])
+        else:
+            shaped = float(topo.ca_bandwidth[link["client"], link["aggregator"]])
+        for d in ("down_Bps", "up_Bps"):
+            errors.append(abs(link[d] / shaped - 1))
+    speeds = np.array([probe["clients"][str(i)]["flops_per_s"] for i in range(topo.n_clients)])
+    quota = topo.client_speed
+    ratio_err = np.abs((speeds / speeds.mean()) / (quota / quota.mean()) - 1)
+    return {
+        "bandwidth_max_rel_error": float(max(errors)),
+        "bandwidth_median_rel_error": float(statistics.median(errors)),
+        "client_speed_ratio_max_rel_error": float(ratio_err.max()),
+        "probe_s": probe.get("seconds"),
+    }
+
+
+def one_run(tb, topo, topo_file, scheme, cuts, out, args, port) -> dict:
+    argv = sfl_argv(args.dataset, topo_file, scheme, cuts, out, args)
+    start = time.monotonic()
+    codes = run_roles(tb, argv, out, port=port, timeout_s=args.run_timeout)
+    wall = time.monotonic() - start
+    row = {"topology": topo.name, "scheme": scheme, "cuts": list(cuts)}
+    row |= {"clients": topo.n_clients, "aggregators": topo.n_aggregators, "wall_s": wall}
+    if any(codes) or not (out / "metrics.json").is_file():
+        row["error"] = f"exit codes {codes}; logs in {out.parent / (out.name + '-logs')}"
+        return row
+    metrics = json.loads((out / "metrics.json").read_text())
+    rounds = metrics["rounds"][1:] or metrics["rounds"]
+    pred = float(np.mean([r["predicted_round_s"] for r in rounds]))
+    meas = float(np.mean([r["measured_round_s"] for r in rounds]))
+    row |= {
+        "predicted_round_s": pred,
+        "measured_round_s": meas,
+        "rel_error": abs(pred - meas) / meas,
+        "bound_round_s_nominal": float(np.mean([r["delay_s"] for r in rounds])),
+        "phases": {k: [r["timing"][k] for r in rounds] for k in ("predicted", "measured")},
+        "bytes_total": metrics["bytes_total"],
+        "probe": probe_accuracy(json.loads((out / "probe.json").read_text()), topo),
+    }
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--dataset", default=None, help="prepared dataset (default: demo captures)")
+    p.add_argument("--topologies", default="homogeneous,heterogeneous,slow-uplinks")
+    p.add_argument("--schemes", default="sfl,hsfl,hsfl-ll")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--train-limit", type=int, default=384)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-timeout", type=float, default=240.0)
+    p.add_argument("--keep", default=None, help="keep run directories here")
+    args = p.parse_args(argv)
+    why = missing_requirement()
+    if why:
+        print(f"testbed_sfl: {why}", file=sys.stderr)
+        return 2
+    _common.single_thread()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="testbed-sfl-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        if args.dataset is None:
+            args.dataset = str(work / "demo")
+            if not Path(args.dataset).is_dir():
+                subprocess.run(
+                    [sys.executable, "-m", "flowsplit", "prepare", str(_common.ROOT / "demo" /
+                     "captures"), "-o", args.dataset, "--quiet"], check=True)  # fmt: skip
+        port = 29600
+        for tname in args.topologies.split(","):
+            topo = make_topology(tname)
+            topo_file = work / f"{tname}.toml"
+            write_topology(topo, topo_file)
+            with Testbed(testbed_spec(topo)) as tb:
+                for scheme in args.schemes.split(","):
+                    for cuts in SCHEMES[scheme]:
+                        port += 1
+                        out = work / f"{tname}-{scheme}-{cuts[0]}{cuts[1]}"
+                        row = one_run(tb, topo, topo_file, scheme, cuts, out, args, port)
+                        runs.append(row)
+                        print(
+                            f"{tname:14s} {scheme:8s} {cuts} predicted "
+                            f"{row.get('predicted_round_s', float('nan')):.3f} s measured "
+                            f"{row.get('measured_round_s', float('nan')):.3f} s err "
+                            f"{row.get('rel_error', float('nan')):.3f} "
+                            f"{row.get('error', '')} ({row['wall_s']:.0f} s)",
+                            flush=True,
+                        )
+    ok = [r for r in runs if "rel_error" in r]
+    result = {
+        "benchmark": "testbed_sfl",
+        "environment": _common.environment(
+            note="2-core machine shared with other engineers; testbed quotas 1.5 cores"
+        ),
+        "settings": {
+            "model": "cnn " + " ".join(MODEL_OPTIONS),
+            "rounds": args.rounds,
+            "compared": "mean of rounds 2.. (predicted: replay on the probed topology)",
+            "batch_size": args.batch_size,
+            "train_limit": args.train_limit,
+        },
+        "runs": runs,
+        "max_rel_error": max((r["rel_error"] for r in ok), default=None),
+        "mean_rel_error": float(np.mean([r["rel_error"] for r in ok])) if ok else None,
+        "failed_runs": len(runs) - len(ok),
+        "probe_bandwidth_max_rel_error": max(
+            (r["probe"]["bandwidth_max_rel_error"] for r in ok), default=None
+        ),
+        "probe_client_speed_ratio_max_rel_error": max(
+            (r["probe"]["client_speed_ratio_max_rel_error"] for r in ok), default=None
+        ),
+    }
+    _common.write_json(args.out, result)
+    print(f"wrote {args.out}: max_rel_error {result['max_rel_error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
