@@ -85,9 +85,9 @@ def _neural_model(name: str, view: str | None, options: dict[str, Any]):
     from flowsplit.federated.setup import RegistryModel
     from flowsplit.models.registry import MODEL_SPECS, neural_models
 
-    if name not in MODEL_SPECS:
+    if name not in MODEL_SPECS and ":" not in name:
         raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(neural_models())}")
-    if name not in neural_models():
+    if name in MODEL_SPECS and name not in neural_models():
         raise ConfigError(
             f"{name} is not a neural model and cannot be split; choose one of "
             f"{', '.join(neural_models())}"

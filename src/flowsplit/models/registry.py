@@ -129,13 +129,58 @@ MODEL_SPECS: dict[str, ModelSpec] = {
 
 
 def get_spec(name: str) -> ModelSpec:
-    """The spec of ``name``, or a :class:`ConfigError` listing the known models."""
-    try:
+    """The spec of ``name`` (a registry name, or ``package.module:factory`` for a model of
+    your own, see :func:`user_model_spec`), or a :class:`ConfigError` listing the known models."""
+    if name in MODEL_SPECS:
         return MODEL_SPECS[name]
-    except KeyError:
+    if ":" in name:
+        return user_model_spec(name)
+    raise ConfigError(
+        f"unknown model {name!r}; choose one of {', '.join(MODEL_SPECS)}, "
+        "or give your own as package.module:factory"
+    )
+
+
+USER_VIEWS = ("bytes",)
+"""The views a user model reads when its factory does not say (``factory.views``)."""
+
+
+def is_user_model(name: str) -> bool:
+    """Whether ``name`` is a ``package.module:factory`` model rather than a registry name."""
+    return name not in MODEL_SPECS and ":" in name
+
+
+def user_model_spec(name: str) -> ModelSpec:
+    """The spec of a model of your own, ``package.module:factory`` (``--model`` and the API).
+
+    The contract (the one the built-in models follow, so that every engine can train it
+    and split learning can cut it at any block boundary): ``factory(*, view, input_shape,
+    n_classes, **options)`` returns a :class:`~flowsplit.models.base.BlockModel`, blocks
+    ``b_1 .. b_L`` (L >= 2) each taking and returning one tensor, the last returning
+    logits ``(B, n_classes)``; the first block takes the raw rows of the view (uint8
+    bytes, float32 features) and converts them itself. ``factory.views`` (optional, a
+    tuple) names the views it reads, the first its default (else ``bytes``); its keyword
+    defaults are its ``--model-option`` options. The module must be importable (on
+    ``PYTHONPATH``) in every process that trains it.
+    """
+    import importlib
+
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--model {name!r}: give your own model as package.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's module is one line
         raise ConfigError(
-            f"unknown model {name!r}; choose one of {', '.join(MODEL_SPECS)}"
+            f"--model {name}: cannot import {module_name} ({type(exc).__name__}: {exc}); "
+            "is it on PYTHONPATH?"
         ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"--model {name}: {module_name} has no callable {attr!r}")
+    views = tuple(getattr(factory, "views", USER_VIEWS))
+    doc = (inspect.getdoc(factory) or "").split("\n")[0]
+    return ModelSpec(name, "torch", views, factory, doc or f"user model {name}")
 
 
 def default_view(name: str) -> str:
@@ -193,7 +238,7 @@ def build_model(
         raise ConfigError(f"a classifier needs at least 2 classes, got n_classes={n_classes}")
     _check_options(name, overrides)
     try:
-        return spec.builder(
+        model = spec.builder(
             view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
         )
     except (TypeError, ValueError) as exc:
@@ -201,6 +246,12 @@ def build_model(
         # count where two are needed, a string for a number): say which model and options.
         given = ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "defaults"
         raise ConfigError(f"{name} cannot be built with {given}: {exc}") from None
+    if not isinstance(model, BlockModel):
+        raise ConfigError(
+            f"{name} returned a {type(model).__name__}, not a flowsplit.models.base.BlockModel "
+            "(a list of named blocks; see the model contract in docs/models.md)"
+        )
+    return model
 
 
 def build_estimator(name: str = "xgboost", **params: Any):
