@@ -14,9 +14,9 @@ stands for one machine of fixed speed) runs one training job with one worker per
 interfaces), ``--steps`` optimiser steps of a fixed global batch per epoch. Workers
 start without a quota (importing torch at 0.2 core would take minutes); an unshaped
 warm-up epoch follows, then the quota is set and the link rate changes between epochs
-(rank 0's ``train.log`` is followed): ``--repeats`` epochs per rate, the order
-rotated each repeat. One node has no link: its epochs are ``--repeats`` epochs at its
-quota.
+(rank 0's ``train.log`` is followed): per rate, ``--settle`` unmeasured epochs (traffic
+queued at the previous rate) and ``--repeats`` measured ones. One node has no link: its
+epochs are ``--repeats`` epochs at its quota.
 
 **Prediction** (:mod:`flowsplit.experiments.scaling`): epoch time
 ``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N, tbf_network(rate))``:
@@ -40,6 +40,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -59,23 +60,30 @@ EPOCH_LINE = re.compile(r"epoch (\d+): loss")
 BATCH = {"cnn": 64, "convgru": 32, "lstm": 64, "convlstm": 32}
 
 
-def schedule(mbits: list[float], repeats: int, n_nodes: int) -> list[float | None]:
-    """Link rate of each epoch after the warm-up epoch (None: unshaped)."""
+def schedule(
+    mbits: list[float], repeats: int, n_nodes: int, settle: int = 1
+) -> list[tuple[float | None, bool]]:
+    """(link rate, measured?) of each epoch after the warm-up epoch (None: unshaped).
+
+    Each rate holds for ``settle`` unmeasured epochs, then ``repeats`` measured ones:
+    the first epoch after a change carries traffic queued at the old rate (the other
+    ranks start an epoch while rank 0 validates) and is not that rate's.
+    """
     if n_nodes == 1:
-        return [None] * repeats
-    out: list[float | None] = []
-    for r in range(repeats):
-        k = r % len(mbits)
-        out += mbits[k:] + mbits[:k]
+        return [(None, True)] * repeats
+    out: list[tuple[float | None, bool]] = []
+    for m in mbits:
+        out += [(m, False)] * settle + [(m, True)] * repeats
     return out
 
 
-def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
+def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None) -> list[dict]:
     """One training job on ``n_nodes`` emulated nodes; one row per measured epoch."""
-    links = schedule(args.mbits, args.repeats, n_nodes)
+    plan = schedule(args.mbits, args.repeats, n_nodes, args.settle)
+    links = [m for m, _ in plan]
     epochs = 1 + len(links)
-    batch = BATCH.get(model, 64)
-    run = work / f"{model}-{n_nodes}"
+    batch = batch or BATCH.get(model, 64)
+    run = work / f"{model}-{n_nodes}-{batch}"
     argv = ["python", "-m", "flowsplit.train", str(args.dataset), "--model", model]
     argv += ["-o", str(run), "--threads", "1", "--epochs", str(epochs)]
     argv += ["--batch-size", str(batch), "--steps-per-epoch", str(args.steps)]
@@ -84,8 +92,9 @@ def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
     spec = TestbedSpec.cluster(n_nodes, None, args.cpu, cpu_period_us=args.period_us)
     marks: list[dict] = []
     with Testbed(spec) as tb:
+        tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
-        procs = tb.launch(argv, log_dir=work / f"logs-{model}-{n_nodes}", env={
+        procs = tb.launch(argv, log_dir=work / f"logs-{model}-{n_nodes}-{batch}", env={
             "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
         seen, pos, deadline = 0, 0, time.monotonic() + args.timeout
         try:
@@ -115,7 +124,7 @@ def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
         finally:
             codes = tb.wait(procs, timeout_s=0)
     if any(codes):
-        logs = work / f"logs-{model}-{n_nodes}"
+        logs = work / f"logs-{model}-{n_nodes}-{batch}"
         why = {
             f.stem: [ln for ln in f.read_text().splitlines() if "hostname" not in ln][-2:]
             for f in sorted(logs.glob("*.log"))
@@ -124,6 +133,8 @@ def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
     hist = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)["history"]
     rows = []
     for k in range(1, epochs):
+        if not plan[k - 1][1]:
+            continue
         rows.append(
             {
                 "model": model,
@@ -146,10 +157,15 @@ def run_job(args, work: Path, model: str, n_nodes: int) -> list[dict]:
 
 def medians(rows: list[dict]) -> list[dict]:
     """One point per (model, nodes, mbit): medians over the repeats."""
-    keys = sorted({(r["model"], r["nodes"], r["mbit"] or 0.0) for r in rows})
+    keys = sorted({(r["model"], r["nodes"], r["mbit"] or 0.0, r["batch_size"]) for r in rows})
     out = []
-    for model, n, mbit in keys:
-        mine = [r for r in rows if (r["model"], r["nodes"], r["mbit"] or 0.0) == (model, n, mbit)]
+    for model, n, mbit, batch in keys:
+        mine = [
+            r
+            for r in rows
+            if (r["model"], r["nodes"], r["mbit"] or 0.0, r["batch_size"])
+            == (model, n, mbit, batch)
+        ]
         out.append(
             {
                 "model": model,
@@ -189,30 +205,73 @@ def predicted_comm(point: dict, payload: float) -> float:
     return comm_time(workload, n, tbf_network(mbit, burst_bytes(mbit), mtu=1500))
 
 
-def fit_compute(points: list[dict]) -> tuple[float, float]:
-    """``c`` (s per sample) and ``h`` (s per step) from ``points``' epoch time less comm."""
+def fit_sync(points: list[dict]) -> float:
+    """``s``: measured all-reduce seconds per step beyond the wire time (median over the
+    multi-node points), as :func:`flowsplit.experiments.scaling.fit_sync_overhead`."""
+    excess = [
+        max(0.0, p["exposed_comm_s"] - p["predicted_comm_s"]) / p["steps"]
+        for p in points
+        if p["nodes"] > 1
+    ]
+    return statistics.median(excess) if excess else 0.0
+
+
+def fit_compute(points: list[dict], sync: float) -> tuple[float, float]:
+    """``c`` (s per sample) and ``h`` (s per step) from ``points``' epoch time less the
+    all-reduce (wire time and synchronisation)."""
     design, target = [], []
     for p in points:
         t = p["measured_epoch_s"]
         s, b, n = p["steps"], p["batch_size"], p["nodes"]
         design.append([s * b / n / t, s / t])
-        target.append(max(0.0, t - p["predicted_comm_s"]) / t)
+        comm = p["predicted_comm_s"] + (s * sync if n > 1 else 0.0)
+        target.append(max(0.0, t - comm) / t)
     (c, h), _ = nnls(np.array(design), np.array(target))
     return float(c), float(h)
 
 
 def predict(points: list[dict], train: list[dict], key: str) -> None:
-    c, h = fit_compute(train)
+    sync = fit_sync(train)
+    c, h = fit_compute(train, sync)
     for p in points:
-        compute = p["steps"] * (c * p["batch_size"] / p["nodes"] + h)
-        pred = compute + p["predicted_comm_s"]
+        n, steps = p["nodes"], p["steps"]
+        compute = steps * (c * p["batch_size"] / n + h)
+        pred = compute + p["predicted_comm_s"] + (steps * sync if n > 1 else 0.0)
         p[f"predicted_epoch_s{key}"] = pred
         p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
         p[f"compute_per_sample_s{key}"], p[f"per_step_s{key}"] = c, h
+        p[f"sync_per_step_s{key}"] = sync
+
+
+def predict_measured_compute(points: list[dict], profile: dict, train: list[dict], key: str):
+    """The model with the compute term measured: one node's step time at the per-worker
+    batch ``B / N`` (``profile``: batch -> epoch s of a one-node job), plus the DDP
+    overhead per step ``d`` seen at the ``train`` points (epoch less that compute less
+    the wire time), plus the ring all-reduce on the shaped link."""
+    excess = [
+        (p["measured_epoch_s"] - profile[p["batch_size"] // p["nodes"]] - p["predicted_comm_s"])
+        / p["steps"]
+        for p in train
+        if p["nodes"] > 1
+    ]
+    d = max(0.0, statistics.median(excess)) if excess else 0.0
+    for p in points:
+        n = p["nodes"]
+        compute = profile[p["batch_size"] // n]
+        pred = compute + p["predicted_comm_s"] + (p["steps"] * d if n > 1 else 0.0)
+        p[f"predicted_epoch_s{key}"] = pred
+        p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
+        p[f"ddp_overhead_per_step_s{key}"] = d
+        p["one_node_epoch_s_at_batch_share"] = compute
 
 
 def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
+    profiles = [r for r in rows if r.get("profile")]
+    rows = [r for r in rows if not r.get("profile")]
     points = medians(rows)
+    one_node = {}
+    for q in medians(profiles) + [p for p in points if p["nodes"] == 1]:
+        one_node.setdefault(q["model"], {})[q["batch_size"]] = q["measured_epoch_s"]
     for model in sorted({p["model"] for p in points}):
         mine = [p for p in points if p["model"] == model]
         # One gradient payload per model (the same parameters at every N).
@@ -220,9 +279,18 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
         for p in mine:
             p["predicted_comm_s"] = predicted_comm(p, payload)
             p["held_out"] = p["nodes"] not in fit_nodes
-        if any(not p["held_out"] for p in mine):
-            predict(mine, [p for p in mine if not p["held_out"]], "")
-        predict(mine, mine, "_refit")
+        train = [p for p in mine if not p["held_out"]]
+        # The scaling model as it stands: compute linear in the per-worker batch.
+        predict(mine, train, "_linear")
+        predict(mine, mine, "_linear_refit")
+        prof = one_node.get(model, {})
+        if all(p["batch_size"] // p["nodes"] in prof for p in mine):
+            predict_measured_compute(mine, prof, train, "")
+            predict_measured_compute(mine, prof, mine, "_refit")
+        else:  # no one-node profile: the linear model is all there is
+            for p in mine:
+                for k in ("predicted_epoch_s", "rel_error"):
+                    p[k], p[k + "_refit"] = p[k + "_linear"], p[k + "_linear_refit"]
     held = [p["rel_error"] for p in points if p["held_out"] and "rel_error" in p]
     return {
         "points": points,
@@ -231,6 +299,10 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
             (p["rel_error"] for p in points if not p["held_out"]), default=None
         ),
         "max_rel_error_refit": max(p["rel_error_refit"] for p in points),
+        "max_heldout_rel_error_linear": max(
+            (p["rel_error_linear"] for p in points if p["held_out"]), default=None
+        ),
+        "one_node_epoch_s_by_batch": one_node,
     }
 
 
@@ -244,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--period-us", type=int, default=10_000, help="CFS period, µs")
     p.add_argument("--steps", type=int, default=8, help="optimiser steps per epoch")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--settle", type=int, default=1, help="unmeasured epochs after a change")
     p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per training job")
     p.add_argument("--reanalyse", type=Path, metavar="JSON", help="refit a saved run's epochs")
@@ -254,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.out, doc)
         print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
         return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks run
     reason = missing_requirement()
     if reason:
         print(f"testbed_ddp.py: {reason}", file=sys.stderr)
@@ -270,12 +344,15 @@ def main(argv: list[str] | None = None) -> int:
             args.dataset = write_synthetic_dataset(work / "data", 2000)
         rows = []
         for model in models:
-            for n in nodes:
+            ladder = [(1, BATCH.get(model, 64) // k) for k in nodes if k > 1]
+            for n, batch in [(n, None) for n in nodes] + ladder:
                 t = time.perf_counter()
-                got = run_job(args, work, model, n)
+                got = run_job(args, work, model, n, batch)
+                for r in got:  # one node at the batch share of k nodes: a compute profile
+                    r["profile"] = batch is not None
                 rows += got
                 print(
-                    f"{model} x{n}: {time.perf_counter() - t:.0f} s, epochs "
+                    f"{model} x{n} batch {got[0]['batch_size']}: {time.perf_counter() - t:.0f} s, "
                     + ", ".join(f"{r['mbit']}:{r['epoch_s']:.2f}" for r in got),
                     flush=True,
                 )
@@ -289,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_period_us": args.period_us,
             "steps_per_epoch": args.steps,
             "repeats": args.repeats,
+            "settle_epochs": args.settle,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",

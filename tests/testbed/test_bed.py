@@ -71,8 +71,11 @@ def test_links_run_at_their_rates_per_destination():
 
 def test_cluster_node_gets_its_cpu_quota_and_nothing_is_left(tmp_path: Path):
     spec = TestbedSpec.cluster(2, 100, 0.2)
+    home = Path("/proc/self/cgroup").read_text()
     with Testbed(spec) as tb:
         tag = tb.tag
+        tb.prioritise_controller()  # this process moves in; close() moves it back
+        assert tag in Path("/proc/self/cgroup").read_text()
         assert tb.nodes["node1"].address == "10.233.0.2"
         busy = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass\nprint(time.process_time())"
         proc = tb.spawn("node1", [sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
@@ -86,6 +89,7 @@ def test_cluster_node_gets_its_cpu_quota_and_nothing_is_left(tmp_path: Path):
     assert env["RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "10.233.0.1"
     assert env["GLOO_SOCKET_IFNAME"] == "tb0"
     assert tag not in find_testbeds()
+    assert Path("/proc/self/cgroup").read_text() == home
 
 
 def test_an_exception_inside_removes_everything():

@@ -112,3 +112,21 @@ def test_cli_run_without_root_says_so_in_one_line():
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs root" in lines[0], out.stderr
+
+
+def test_nodes_are_pinned_to_the_least_loaded_cpu(monkeypatch):
+    from flowsplit.testbed import bed
+
+    monkeypatch.setattr(bed.os, "sched_getaffinity", lambda _pid: {0, 1})
+    spec = TestbedSpec(
+        (
+            NodeSpec("big", cpu=0.6),
+            NodeSpec("a", cpu=0.3),
+            NodeSpec("b", cpu=0.3),
+            NodeSpec("free"),  # no quota: not pinned
+        )
+    )
+    pins = bed.pin_nodes(spec)
+    # Largest share first, each on the CPU with the least quota so far: big -> CPU 0;
+    # a -> CPU 1 (0 < 0.6); b -> CPU 1 (0.3 < 0.6). The node without a quota runs anywhere.
+    assert pins == {"big": (0,), "a": (1,), "b": (1,)}

@@ -32,6 +32,7 @@ from flowsplit.testbed.system import (
     PREFIX,
     CpuGroup,
     TestbedError,
+    own_cgroup,
     process_start_time,
     remove_instance,
     require,
@@ -98,6 +99,7 @@ class Testbed:
         self._group: CpuGroup | None = None
         self._reaper: subprocess.Popen | None = None
         self._procs: list[subprocess.Popen] = []
+        self._home: Path | None = None
 
     # -- building and removing -------------------------------------------------------
 
@@ -167,13 +169,16 @@ class Testbed:
         mbit = node.spec.mbit if mbit is ... else mbit
         rates = node.spec.rates if rates is None else rates
         tc = ["tc", "-n", node.netns]
-        sh(*tc, "qdisc", "del", "dev", IFNAME, "root", check=False)
         if not rates:
             if mbit is None:
+                sh(*tc, "qdisc", "del", "dev", IFNAME, "root", check=False)
                 return
+            # `replace`, never delete and add: deleting drops what the queue holds, and
+            # TCP then waits out a retransmission timeout (200 ms or more) mid-run.
             sh(*tc, "qdisc", "replace", "dev", IFNAME, "root", "tbf", "rate", f"{mbit:g}mbit",
                "burst", str(burst_bytes(mbit)), "limit", str(queue_bytes(mbit)))  # fmt: skip
             return
+        sh(*tc, "qdisc", "del", "dev", IFNAME, "root", check=False)  # classes from scratch
         lines = [f"qdisc replace dev {IFNAME} root handle 1: htb default {1 if mbit else 0}"]
         classes = [(1, None, mbit)] if mbit else []
         classes += [
@@ -222,6 +227,20 @@ class Testbed:
             quota = None if share is None else max(1000, round(share * period))
             self._group.set_quota(name, quota, period)
 
+    def prioritise_controller(self) -> None:
+        """Move this process (and what it starts from now on, ``tc`` included) into the
+        testbed's cgroup: no quota, the testbed's high CPU weight.
+
+        For a controller that must react at once while the nodes run (re-shaping links
+        between epochs): on a machine other jobs load, an ordinary process can take
+        seconds to notice an epoch's end and run ``tc``. :meth:`close` moves it back.
+        """
+        assert self._group is not None
+        if self._home is None:
+            self._home = own_cgroup(self._group.flavour)
+        path = self._group.add_node("controller", None, self.spec.cpu_period_us)
+        (path / "cgroup.procs").write_text(str(os.getpid()))
+
     def reset_rates(self) -> None:
         for node in self.nodes.values():
             self._shape(node)
@@ -230,6 +249,10 @@ class Testbed:
         """End every process started here and remove everything the testbed made."""
         if not self.tag:
             return
+        if self._home is not None:  # out of the cgroup before it goes
+            with contextlib.suppress(OSError):
+                (self._home / "cgroup.procs").write_text(str(os.getpid()))
+            self._home = None
         for p in self._procs:
             with contextlib.suppress(ProcessLookupError):
                 if p.poll() is None:

@@ -162,10 +162,31 @@ def kill_cgroup(path: Path, timeout_s: float = 10.0) -> None:
         pids = cgroup_pids(path)
         if not pids or time.monotonic() > end:
             return
+        if os.getpid() in pids:  # a controller still inside: never kill ourselves
+            leave_cgroup(path)
+            continue
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
+
+
+def own_cgroup(flavour: str) -> Path:
+    """The cpu cgroup this process is in (v1: the ``cpu`` hierarchy's; v2: the unified)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, rel = line.split(":", 2)
+        if (flavour == "v1" and "cpu" in controllers.split(",")) or (
+            flavour == "v2" and controllers == ""
+        ):
+            base = CGROUP_V1_CPU if flavour == "v1" else CGROUP_V2
+            return base / rel.lstrip("/")
+    return CGROUP_V1_CPU if flavour == "v1" else CGROUP_V2
+
+
+def leave_cgroup(path: Path) -> None:
+    """Move this process from cgroup ``path`` back to the hierarchy's root."""
+    base = CGROUP_V1_CPU if path.is_relative_to(CGROUP_V1_CPU) else CGROUP_V2
+    (base / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def remove_cgroup(path: Path) -> None:
