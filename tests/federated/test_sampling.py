@@ -168,7 +168,9 @@ def test_selection_strategies_and_flower_minimums(dataset):
     listed = run_simulation(setup)
     fast = np.sort(setup.topology.client_speed)[5]
     by_attr = run_simulation(
-        _case(dataset, clients=10, aggregators=2, select=f"attr:speed>={float(fast)!r}", fraction=0.5)
+        _case(
+            dataset, clients=10, aggregators=2, select=f"attr:speed>={float(fast)!r}", fraction=0.5
+        )
     )
     # Execute / Assert: only listed clients; only fast clients, half of the 5 that pass.
     assert all(set(r["sampled"]) <= {1, 4, 7, 8} and len(r["sampled"]) == 2 for r in listed.history)
@@ -255,3 +257,17 @@ def test_sampler_draws_from_a_large_federation_quickly():
     assert len(ids) == 100 and len(set(ids.tolist())) == 100
     assert np.all(rows[ids] > 0) and available == n - (n + 2) // 3
     assert np.array_equal(ids, sampler.sample(0, big)[0])
+
+
+def test_plan_and_compare_take_the_sampling_options():
+    # Prepare / Execute: a study configured to sample, and one with a bad fraction.
+    from flowsplit.planner.study import base_config
+    from flowsplit.planner.study_config import StudyConfig
+
+    cfg = StudyConfig(clients_per_round=4, min_fit_clients=2, select="list:0,1,2,3,4")
+    run = base_config(cfg, seed=3)
+    # Assert: every run of the study (pilots, compared schemes) samples alike.
+    assert (run.clients_per_round, run.min_fit_clients, run.select) == (4, 2, "list:0,1,2,3,4")
+    assert base_config(StudyConfig(), seed=3).clients_per_round is None
+    with pytest.raises(ConfigError, match="--fraction must be in"):
+        StudyConfig(fraction=2.0)

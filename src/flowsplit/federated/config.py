@@ -178,18 +178,9 @@ class SFLConfig:
         if self.replan not in REPLAN_MODES:
             raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_MODES)}")
         parse_trace_spec(self.trace)  # the file itself is read with the topology
-        if self.clients_per_round is not None and self.fraction is not None:
-            raise ConfigError("give --clients-per-round or --fraction, not both")
-        if self.clients_per_round is not None and self.clients_per_round < 1:
-            raise ConfigError(f"--clients-per-round must be >= 1, got {self.clients_per_round}")
-        if self.fraction is not None and not 0.0 < self.fraction <= 1.0:
-            raise ConfigError(f"--fraction must be in (0, 1], got {self.fraction}")
-        for name in ("min_available_clients", "min_fit_clients"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
-        from flowsplit.federated.sampling import parse_selection
+        from flowsplit.federated.sampling import check_sampling_options
 
-        parse_selection(self.select)
+        check_sampling_options(self)
 
     def failed_aggregators(self) -> dict[int, int]:
         """``{aggregator: round (0-based) from which it is gone}`` of ``--fail``."""

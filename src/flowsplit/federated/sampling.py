@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.schemes import ParticipationError
 
 SELECTIONS = "uniform, list:I,J,... or list:FILE, attr:NAME>=VALUE"
 """What ``--select`` accepts."""
@@ -133,6 +132,32 @@ def parse_selection(text: str) -> Selection:
     raise ConfigError(f"--select {text!r}: give {SELECTIONS}")
 
 
+def check_sampling_options(config: Any) -> None:
+    """Raise :class:`ConfigError` for the first bad sampling option of ``config`` (an
+    ``SFLConfig`` or the planner's ``StudyConfig``)."""
+    k, f = config.clients_per_round, config.fraction
+    if k is not None and f is not None:
+        raise ConfigError("give --clients-per-round or --fraction, not both")
+    if k is not None and k < 1:
+        raise ConfigError(f"--clients-per-round must be >= 1, got {k}")
+    if f is not None and not 0.0 < f <= 1.0:
+        raise ConfigError(f"--fraction must be in (0, 1], got {f}")
+    for name in ("min_available_clients", "min_fit_clients"):
+        if int(getattr(config, name)) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    parse_selection(config.select)
+
+
+SAMPLING_FIELDS = (
+    "clients_per_round",
+    "fraction",
+    "min_available_clients",
+    "min_fit_clients",
+    "select",
+)
+"""The sampling options (``sfl run``, ``sfl plan`` and ``sfl compare`` take them all)."""
+
+
 def sampling_configured(config: Any) -> bool:
     """Whether ``config`` samples clients per round (any sampling option given)."""
     return (
@@ -155,6 +180,8 @@ class ClientSampler:
     ) -> tuple[np.ndarray, int]:
         """(sorted client indices sampled in round ``round_index`` (0-based), how many
         were available to sample) on the round's ``topology`` and ``available`` mask."""
+        from flowsplit.federated.schemes import ParticipationError
+
         cfg = self.config
         pool = self.has_rows.copy()
         if available is not None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.sampling import SAMPLING_FIELDS
 from flowsplit.federated.setup import RegistryModel, prepare_run
 from flowsplit.federated.system.parts import check_cuts
 from flowsplit.federated.system.presets import resolve_topology
@@ -180,6 +181,8 @@ def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
         "threads": cfg.threads,
         "assign": "random",
         "eval_split": "test",
+        # Client sampling per round: every run of the study samples alike.
+        **{name: getattr(cfg, name) for name in SAMPLING_FIELDS},
     }
     values.update(kw)
     return SFLConfig(**values)
