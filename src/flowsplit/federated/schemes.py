@@ -874,6 +874,17 @@ def round_log(
         yield on_round
 
 
+def _delays(record: dict[str, Any]) -> str:
+    """A round's delays, each labelled predicted or measured (and on what)."""
+    text = f"predicted delay {record['delay_s']:.2f} s ({record['delay']['bottleneck']}-bound)"
+    if "predicted_round_s" in record:
+        text += f", {record['predicted_round_s']:.2f} s (schedule)"
+    if "measured_round_s" in record:
+        on = record["timing"]["measured"]["on"]
+        text += f", measured {record['measured_round_s']:.2f} s on {on}"
+    return text
+
+
 def format_round(record: dict[str, Any], n_rounds: int) -> str:
     """A short tree summarising a round, for the log."""
     mb = 1e6
@@ -890,7 +901,7 @@ def format_round(record: dict[str, Any], n_rounds: int) -> str:
     return (
         f"round {record['round']}/{n_rounds}  acc {record['accuracy']:.4f}  "
         f"macro-F1 {record['macro_f1']:.4f}  loss {record['loss']:.4f}  "
-        f"delay {record['delay_s']:.2f} s ({record['delay']['bottleneck']}-bound)\n"
+        f"{_delays(record)}\n"
         f"  ├─ clients {record['participants']} ({faults})\n"
         f"  ├─ client-aggregator {hop('client-aggregator')}\n"
         f"  └─ aggregator-server {hop('aggregator-server')}"
