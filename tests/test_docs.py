@@ -50,3 +50,20 @@ def test_cli_reference_has_every_command():
     for command in ("prepare", "train", "evaluate", "predict", "compare", "sfl run", "sfl plan"):
         assert f"`flowsplit {command}`" in page
     assert "--predictions" in page and hook.MARKER not in page
+
+
+def test_every_command_help_ends_with_an_example():
+    import argparse
+
+    from flowsplit.cli import build_parser
+
+    def walk(parser, path):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, f"{path} {name}")
+
+    for path, parser in walk(build_parser(), "flowsplit"):
+        text = parser.format_help()
+        assert "\nexamples:\n  flowsplit" in text or "\nexamples:\n  PYTHONPATH" in text, path

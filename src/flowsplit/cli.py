@@ -41,9 +41,83 @@ class _Parser(argparse.ArgumentParser):
     Sub-command parsers inherit the class (argparse makes them with the parent's type).
     """
 
+    examples: str | None = None
+    """Shown as written at the end of ``--help`` (set from :data:`EXAMPLES`)."""
+
     def error(self, message: str):
         where = self.prog.removeprefix("flowsplit").strip()
         raise ConfigError(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)")
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.examples:
+            lines = "".join(f"  {line}\n" if line else "\n" for line in self.examples.splitlines())
+            text += "\nexamples:\n" + lines
+        return text
+
+
+EXAMPLES = {
+    "flowsplit": """\
+flowsplit prepare captures/ -o runs/ds          # one folder per class: labels by folder
+flowsplit train runs/ds --model cnn -o runs/cnn
+flowsplit evaluate runs/cnn runs/ds --predictions flows.csv
+flowsplit sfl run runs/ds --scheme hsfl -o runs/hsfl
+flowsplit demo                                   # the whole tour on the embedded capture""",
+    "flowsplit prepare": """\
+flowsplit prepare captures/ -o runs/ds                       # captures/CLASS/*.pcap
+flowsplit prepare caps/ -o runs/ds --label-by file-csv --labels labels.csv
+flowsplit prepare caps/ -o runs/ds --label-by ndpi --top-classes 8""",
+    "flowsplit inspect": "flowsplit inspect runs/ds\nflowsplit inspect runs/ds --json",
+    "flowsplit train": """\
+flowsplit train runs/ds --model cnn -o runs/cnn
+flowsplit train runs/ds --model cnn --workers 2 -o runs/cnn-2w     # data-parallel (DDP)
+flowsplit train runs/ds --model xgboost -o runs/xgb
+PYTHONPATH=. flowsplit train runs/ds --model my_models:build -o runs/mine   # your own model""",
+    "flowsplit evaluate": """\
+flowsplit evaluate runs/cnn runs/ds
+flowsplit evaluate runs/cnn runs/ds --predictions flows.csv --json
+flowsplit evaluate runs/cnn other-ds --split all     # a dataset the model never saw""",
+    "flowsplit predict": """\
+flowsplit predict runs/cnn new.pcap
+flowsplit predict runs/cnn a.pcap b.pcap -o flows.csv --min-confidence 0.8""",
+    "flowsplit compare": """\
+flowsplit compare runs/ds --models cnn,xgboost --workers 1,2 --seeds 5 -o runs/study
+flowsplit compare runs/ds --quick -o runs/quick""",
+    "flowsplit report": "flowsplit report runs/study",
+    "flowsplit demo": "flowsplit demo\nflowsplit demo -o runs/demo --seeds 2 --epochs 1",
+    "flowsplit sfl run": """\
+flowsplit sfl run runs/ds --scheme hsfl --clients 10 --aggregators 3 -o runs/hsfl
+flowsplit sfl run runs/ds --plan plan.json -o runs/planned
+flowsplit sfl run runs/ds --mode dist --clients 3 --aggregators 2 -o runs/dist""",
+    "flowsplit sfl": """\
+flowsplit sfl run runs/ds --scheme hsfl -o runs/hsfl
+flowsplit sfl plan runs/ds --model cnn -o plan.json
+flowsplit sfl compare runs/ds -o runs/sfl-study""",
+    "flowsplit sfl probe": "flowsplit sfl probe -o runs/probe --model cnn --topology heterogeneous",
+    "flowsplit testbed": "flowsplit testbed show\nflowsplit testbed run --nodes 2 -- flowsplit --version",
+    "flowsplit testbed run": "flowsplit testbed run --nodes 2 --mbit 100 -- flowsplit --version",
+    "flowsplit testbed show": "flowsplit testbed show --nodes 3",
+    "flowsplit testbed clean": "flowsplit testbed clean\nflowsplit testbed clean --all",
+    "flowsplit sfl profile": "flowsplit sfl profile --model cnn --dataset runs/ds",
+    "flowsplit sfl plan": """\
+flowsplit sfl plan runs/ds --model cnn --topology heterogeneous -o plan.json
+flowsplit sfl run runs/ds --plan plan.json -o runs/planned""",
+    "flowsplit sfl compare": "flowsplit sfl compare runs/ds --seeds 5 -o runs/sfl-study",
+    "flowsplit sfl privacy": """\
+flowsplit sfl privacy runs/ds --model cnn -o runs/privacy
+flowsplit sfl privacy runs/ds -o runs/privacy --victim-run runs/hsfl --defences noise:0.5""",
+}
+"""An example or two for each command's ``--help`` (a test checks every command has one)."""
+
+
+def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
+    """Attach :data:`EXAMPLES` to ``parser`` and every sub-command below it."""
+    if isinstance(parser, _Parser):
+        parser.examples = EXAMPLES.get(path)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                _add_examples(sub, f"{path} {name}")
 
 
 # Modules with a ``register(subparsers)`` function, in the order --help shows them.
@@ -98,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_sfl_policy(policy, _lazy_policy(module, factory))
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _add_examples(parser, "flowsplit")
     return parser
 
 
