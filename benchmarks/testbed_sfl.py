@@ -155,9 +155,18 @@ def sfl_argv(dataset: str, topo_file: Path, scheme: str, cuts, out: Path, args) 
     return argv
 
 
+def applied_quotas(topo: Topology) -> np.ndarray:
+    """(N,) the CPU share each client's cgroup really has (the testbed rounds a quota up
+    to at least 1 ms per period, so a 0.05-core node gets 0.1 core at a 10 ms period)."""
+    spec = testbed_spec(topo)
+    return np.array(
+        [spec.quota_us(spec.node(f"client{i}")) / spec.cpu_period_us for i in range(topo.n_clients)]
+    )
+
+
 def probe_accuracy(probe: dict, topo: Topology) -> dict:
-    """Probed client-link bandwidths against their shaped rates; client speed ratios
-    against quota ratios (clients run the same part, so their speeds compare)."""
+    """Probed link bandwidths (both directions) against their shaped rates; the clients'
+    probed CPU shares against their cgroups' quotas (share ratios, and each share)."""
     errors = []
     for link in probe["links"]:
         if "client" not in link:
@@ -166,13 +175,17 @@ def probe_accuracy(probe: dict, topo: Topology) -> dict:
             shaped = float(topo.ca_bandwidth[link["client"], link["aggregator"]])
         for d in ("down_Bps", "up_Bps"):
             errors.append(abs(link[d] / shaped - 1))
-    speeds = np.array([probe["clients"][str(i)]["flops_per_s"] for i in range(topo.n_clients)])
-    quota = topo.client_speed
-    ratio_err = np.abs((speeds / speeds.mean()) / (quota / quota.mean()) - 1)
+    n = topo.n_clients
+    shares = np.array([probe["clients"][str(i)]["cpu_share"] for i in range(n)])
+    speeds = np.array([probe["clients"][str(i)]["flops_per_s"] for i in range(n)])
+    quota = applied_quotas(topo)
+    ratio_err = np.abs((shares / shares.mean()) / (quota / quota.mean()) - 1)
     return {
         "bandwidth_max_rel_error": float(max(errors)),
         "bandwidth_median_rel_error": float(statistics.median(errors)),
-        "client_speed_ratio_max_rel_error": float(ratio_err.max()),
+        "client_share_ratio_max_rel_error": float(ratio_err.max()),
+        "client_share_max_rel_error": float(np.abs(shares / quota - 1).max()),
+        "client_full_speed_spread": float(speeds.max() / speeds.min()),
         "probe_s": probe.get("seconds"),
     }
 
@@ -270,9 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         "probe_bandwidth_max_rel_error": max(
             (r["probe"]["bandwidth_max_rel_error"] for r in ok), default=None
         ),
-        "probe_client_speed_ratio_max_rel_error": max(
-            (r["probe"]["client_speed_ratio_max_rel_error"] for r in ok), default=None
+        "probe_client_share_ratio_max_rel_error": max(
+            (r["probe"]["client_share_ratio_max_rel_error"] for r in ok), default=None
         ),
+        "probe_bandwidth_median_rel_error": float(
+            np.median([r["probe"]["bandwidth_median_rel_error"] for r in ok])
+        )
+        if ok
+        else None,
     }
     _common.write_json(args.out, result)
     print(f"wrote {args.out}: max_rel_error {result['max_rel_error']}")
