@@ -85,6 +85,8 @@ def test_train_writes_plain_lines_without_bar_codes_off_a_terminal(toy, tmp_path
     printed = capsys.readouterr()
     # Assert: one plain line per epoch and not a single carriage return or cursor code.
     assert (printed.out + printed.err).count("val macro-F1") == 2
+    # Epochs are 1-based, as in the report's plots.
+    assert "epoch 1/2:" in printed.out + printed.err and "epoch 2/2:" in printed.out + printed.err
     assert not any(code in printed.out + printed.err for code in CURSOR_CODES)
 
 

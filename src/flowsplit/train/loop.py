@@ -179,10 +179,11 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
     )
     result.to_json(out / METRICS_NAME)
     log.info(
-        "test accuracy %.4f, macro-F1 %.4f (best epoch %d) -> %s",
+        "test accuracy %.4f, macro-F1 %.4f (best epoch %d of %d) -> %s",
         result.accuracy,
         result.macro_f1,
-        result.best_epoch,
+        result.best_epoch + 1,  # 1-based, as the per-epoch lines and the report's plots
+        result.epochs_run,
         out,
     )
 
@@ -195,7 +196,7 @@ def _restore(state: _RunState, out: Path, layout: ParallelLayout) -> None:
     state.model.load_state_dict(ckpt["model"])
     state.optimizer.load_state_dict(ckpt["optimizer"])
     state.hist, state.best, state.start_epoch = ckpt["history"], ckpt["best"], ckpt["epoch"]
-    log.info("resumed %s from epoch %d", out, state.start_epoch)
+    log.info("resumed %s after epoch %d", out, state.start_epoch)  # epochs done = last, 1-based
 
 
 def _fit(
@@ -386,8 +387,9 @@ def _validate_and_checkpoint(
         },
     )
     log.info(
-        "epoch %d: loss %.4f, val macro-F1 %.4f%s, %.2f s (comm %.2f s, %.1f MB)",
-        epoch,
+        "epoch %d/%d: loss %.4f, val macro-F1 %.4f%s, %.2f s (comm %.2f s, %.1f MB)",
+        epoch + 1,  # 1-based on the console and in train.log, as in the report's plots
+        cfg.epochs,
         hist["loss"][-1],
         val_f1,
         " *" if state.best["epoch"] == epoch else "",
