@@ -13,6 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from flowsplit import cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.slow  # one interpreter importing torch, forking a child per module
 def test_every_registered_command_module_imports_within_its_layer():
     layers = _layers()
     registered = _registered()

@@ -95,14 +95,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_demo)
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the four stages (see the module docstring); 0 when all finished."""
-    # Imported here, not at the top: the CLI imports this module to register the
-    # sub-command, and these pull in pandas, matplotlib and torch (seconds), which
-    # `flowsplit --help` does not need. No cycle is involved.
-    from flowsplit.data.commands import format_summary
-    from flowsplit.data.prepare import PrepareOptions, prepare_dataset
-    from flowsplit.data.store import load_dataset
+def _check_args(args: argparse.Namespace) -> tuple[set[str], list[str]]:
+    """The stages to skip and the models to train; one-line errors before any work."""
     from flowsplit.experiments.configs import ALL_MODELS
 
     if not args.captures.is_dir():
@@ -124,6 +118,29 @@ def run_demo(args: argparse.Namespace) -> int:
     neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
     if args.sfl_model not in neural:
         raise ConfigError(f"--sfl-model {args.sfl_model!r}: choose from {', '.join(neural)}")
+    return skip, models
+
+
+def _timed_study(title: str, name: str, timings: dict[str, float], quiet: bool, run) -> Path:
+    """Stage ``title``: ``run()`` a study, time it as ``timings[name]``; its report path."""
+    _stage(title, quiet)
+    t = time.perf_counter()
+    report = run()
+    timings[name] = time.perf_counter() - t
+    print(f"report: {report}", flush=True)
+    return report
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Run the four stages (see the module docstring); 0 when all finished."""
+    # Imported here, not at the top: the CLI imports this module to register the
+    # sub-command, and these pull in pandas, matplotlib and torch (seconds), which
+    # `flowsplit --help` does not need. No cycle is involved.
+    from flowsplit.data.commands import format_summary
+    from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+    from flowsplit.data.store import load_dataset
+
+    skip, models = _check_args(args)
     out: Path = args.out
     if args.fresh and out.exists():
         _clear_demo_outputs(out)
@@ -144,38 +161,42 @@ def run_demo(args: argparse.Namespace) -> int:
     if "data-parallel" not in skip:
         from flowsplit.experiments.compare import run_compare
 
-        _stage("2/4 centralised vs data-parallel training (1 and 2 workers)", args.quiet)
-        t = time.perf_counter()
-        dp_report = run_compare(
-            dataset_dir,
-            out / "data-parallel",
-            models=models,
-            workers=(1, 2),
-            seeds=list(args.seeds),
-            epochs=args.epochs,
-            quick=True,
-            progress=not args.quiet,
+        dp_report = _timed_study(
+            "2/4 centralised vs data-parallel training (1 and 2 workers)",
+            "data-parallel",
+            timings,
+            args.quiet,
+            lambda: run_compare(
+                dataset_dir,
+                out / "data-parallel",
+                models=models,
+                workers=(1, 2),
+                seeds=list(args.seeds),
+                epochs=args.epochs,
+                quick=True,
+                progress=not args.quiet,
+            ),
         )
-        timings["data-parallel"] = time.perf_counter() - t
-        print(f"report: {dp_report}", flush=True)
     if "split-learning" not in skip:
         from flowsplit.experiments.sfl_compare import run_sfl_compare
 
-        _stage("3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware", args.quiet)
-        t = time.perf_counter()
-        sfl_report = run_sfl_compare(
-            dataset_dir,
-            out / "split-learning",
-            model=args.sfl_model,
-            view=None if args.sfl_view == "default" else args.sfl_view,
-            topology="heterogeneous",
-            rounds=args.sfl_rounds,
-            seeds=tuple(args.seeds),
-            quick=True,
-            quiet=args.quiet,
+        sfl_report = _timed_study(
+            "3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware",
+            "split-learning",
+            timings,
+            args.quiet,
+            lambda: run_sfl_compare(
+                dataset_dir,
+                out / "split-learning",
+                model=args.sfl_model,
+                view=None if args.sfl_view == "default" else args.sfl_view,
+                topology="heterogeneous",
+                rounds=args.sfl_rounds,
+                seeds=tuple(args.seeds),
+                quick=True,
+                quiet=args.quiet,
+            ),
         )
-        timings["split-learning"] = time.perf_counter() - t
-        print(f"report: {sfl_report}", flush=True)
 
     _stage("4/4 the report", args.quiet)
     from flowsplit.experiments.advice import overview_content

@@ -204,7 +204,7 @@ def test_flowsplit_sfl_plan_is_reachable_from_the_real_cli(tmp_path, monkeypatch
     "option, value, message",
     [
         ("--weights", "foo", "--weights 'foo'"),
-        ("--seeds", "0", "count must be >= 1"),
+        ("--seeds", "0", "the count must be in 1..10000"),
         ("--fixed-cuts", "a", "--fixed-cuts 'a'"),
     ],
 )

@@ -84,6 +84,7 @@ def test_available_cores_is_the_affinity_mask():
     assert available_cores() == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow  # three processes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux")
 def test_a_child_dies_with_its_parent():
     # The middle process starts a grandchild that asked to die with it, then exits.

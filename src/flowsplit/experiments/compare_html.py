@@ -22,7 +22,7 @@ from flowsplit.experiments.compare_tables import (
     summary_rows,
     timing_rows,
 )
-from flowsplit.experiments.dp.result import Cell, CompareResult, ModelAnalysis
+from flowsplit.experiments.dp.result import Analysis, Cell, CompareResult, ModelAnalysis
 from flowsplit.experiments.scaling import NETWORK_PRESETS
 from flowsplit.report import html, markdown
 from flowsplit.report.tables import Column, fmt_float
@@ -234,6 +234,20 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
                     anchor="learning-curves",
                 )
             )
+    parts.append(_communication_section(results))
+    parts += _scaling_section(a)
+    parts += _per_class_section(results, records)
+    parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))
+    parts.append(_conditions_section(results))
+    return html.page(
+        TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
+    )
+
+
+def _communication_section(results: CompareResult) -> str:
+    """Communication share, the all-reduce benchmark and its fit, the hooks' table."""
+    a = results.analysis
+    models = a.models
     comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
     bench = results.allreduce.benchmark
     fit = results.allreduce.fit
@@ -248,31 +262,40 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
     hooks = hook_rows(a)
     if hooks:
         comm += [html.paragraph(HOOKS_TEXT), html.table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
-    parts.append(html.section("Communication", *comm, anchor="communication"))
+    return html.section("Communication", *comm, anchor="communication")
+
+
+def _scaling_section(a: Analysis) -> list[str]:
+    """The scaling model's fit, speedup charts and predictions (none without a fit)."""
     fit_rows, pred_rows = scaling_rows(a)
-    if fit_rows:
-        speed = [
-            html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
-            for m, e in models.items()
-            if e.scaling and e.scaling.predictions
-        ]
-        parts.append(
-            html.section(
-                "Scaling model",
-                html.paragraph(
-                    f"Error on the measured points (target within +-"
-                    f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
-                    "in the fit."
-                ),
-                html.table(fit_rows, FIT_COLS),
-                *speed,
-                html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
-                anchor="scaling",
-            )
+    if not fit_rows:
+        return []
+    speed = [
+        html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
+        for m, e in a.models.items()
+        if e.scaling and e.scaling.predictions
+    ]
+    return [
+        html.section(
+            "Scaling model",
+            html.paragraph(
+                f"Error on the measured points (target within +-"
+                f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
+                "in the fit."
+            ),
+            html.table(fit_rows, FIT_COLS),
+            *speed,
+            html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+            anchor="scaling",
         )
+    ]
+
+
+def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> list[str]:
+    """F1 per class and the confusion matrices (centralised and the headline count)."""
     cms = []
     classes = results.dataset.classes or []
-    for model, entry in models.items():
+    for model, entry in results.analysis.models.items():
         for n in (1, _headline_n(entry)):
             if n is None:
                 continue
@@ -286,23 +309,16 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
         cms.insert(0, html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"))
         if results.per_class_f1:
             cms.insert(0, html.figure(plots.per_class_chart(results), "Test F1 per class"))
-    if cms:
-        parts.append(html.section("Per-class results", *cms, anchor="per-class"))
-    parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))
-    parts.append(
-        html.section(
-            "Conditions",
-            html.table(_conditions(results), COND_COLS),
-            *(
-                [html.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items())]
-                if results.failures
-                else []
-            ),
-            anchor="conditions",
-        )
-    )
-    return html.page(
-        TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
+    return [html.section("Per-class results", *cms, anchor="per-class")] if cms else []
+
+
+def _conditions_section(results: CompareResult) -> str:
+    failures = [f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items()]
+    return html.section(
+        "Conditions",
+        html.table(_conditions(results), COND_COLS),
+        *([html.bullet_list(failures)] if failures else []),
+        anchor="conditions",
     )
 
 

@@ -382,45 +382,77 @@ def _replan_text(results: SFLCompareResult) -> str:
     )
 
 
-def render_html(results: SFLCompareResult) -> str:
+def _sections(results: SFLCompareResult) -> list[tuple[str, str | None, list[tuple]]]:
+    """The report once for both renderings: ``(title, anchor, parts)`` per section, a
+    part being ``("summary", lines)``, ``("text", str)``, ``("table", rows, columns,
+    caption)``, ``("bullets", items)`` or ``("figures", results)`` (HTML only)."""
     sur_rows, sur_text = _surrogate_parts(results)
-    parts = [
-        html.section(
+    sections: list[tuple[str, str | None, list[tuple]]] = [
+        (
             "Summary",
-            f'<div class="summary">{html.bullet_list(results.summary)}</div>',
-            html.table(versus_rows(results), VERSUS_COLS, caption="Against HSFL, paired by seed"),
-            anchor="summary",
+            "summary",
+            [
+                ("summary", results.summary),
+                ("table", versus_rows(results), VERSUS_COLS, "Against HSFL, paired by seed"),
+            ],
         ),
-        html.section(
-            "Results per scheme", html.table(results_rows(results), RESULT_COLS), anchor="results"
+        ("Results per scheme", "results", [("table", results_rows(results), RESULT_COLS, None)]),
+    ]
+    if results.replanning:
+        replan = [
+            ("text", _replan_text(results)),
+            ("table", replan_rows(results), REPLAN_COLS, None),
+        ]
+        sections.append(("Static and re-planned", None, replan))
+    ablation = [("table", ablation_rows(results), ABLATION_COLS, None)]
+    baselines = [("table", baseline_rows(results), BASELINE_COLS, None)]
+    surrogate = [("text", sur_text)] + (
+        [("table", sur_rows, SURROGATE_COLS, None)] if sur_rows else []
+    )
+    return sections + [
+        ("Ablation: where the gain over HSFL comes from", None, ablation),
+        ("Baselines that split nothing (same rows, seeds, test split)", None, baselines),
+        ("Curves", None, [("figures", results)]),
+        (
+            "Bytes by hop and message type",
+            None,
+            [("table", bytes_rows(results), bytes_cols(results), None)],
         ),
-        html.section(
-            "Static and re-planned",
-            html.paragraph(_replan_text(results)),
-            html.table(replan_rows(results), REPLAN_COLS),
-        )
-        if results.replanning
-        else "",
-        html.section(
-            "Ablation: where the gain over HSFL comes from",
-            html.table(ablation_rows(results), ABLATION_COLS),
-        ),
-        html.section(
-            "Baselines that split nothing (same rows, seeds, test split)",
-            html.table(baseline_rows(results), BASELINE_COLS),
-        ),
-        html.section("Curves", *(html.figure(f, cap) for f, cap in _figures(results))),
-        html.section(
-            "Bytes by hop and message type", html.table(bytes_rows(results), bytes_cols(results))
-        ),
-        html.section("Plans (first seed)", html.table(plan_rows(results), PLAN_COLS)),
-        html.section(
-            "Accuracy surrogate",
-            html.paragraph(sur_text),
-            html.table(sur_rows, SURROGATE_COLS) if sur_rows else "",
-        ),
-        html.section("Conditions", html.table(conditions_rows(results), COND_COLS)),
-        html.section("Methods", html.bullet_list(METHODS)),
+        ("Plans (first seed)", None, [("table", plan_rows(results), PLAN_COLS, None)]),
+        ("Accuracy surrogate", None, surrogate),
+        ("Conditions", None, [("table", conditions_rows(results), COND_COLS, None)]),
+        ("Methods", None, [("bullets", METHODS)]),
+    ]
+
+
+def _html_part(part: tuple) -> str:
+    kind = part[0]
+    if kind == "summary":
+        return f'<div class="summary">{html.bullet_list(part[1])}</div>'
+    if kind == "text":
+        return html.paragraph(part[1])
+    if kind == "table":
+        return html.table(part[1], part[2], caption=part[3])
+    if kind == "bullets":
+        return html.bullet_list(part[1])
+    return "".join(html.figure(f, cap) for f, cap in _figures(part[1]))
+
+
+def _markdown_part(part: tuple) -> str:
+    kind = part[0]
+    if kind in ("summary", "bullets"):
+        return markdown.bullet_list(part[1])
+    if kind == "text":
+        return markdown.paragraph(part[1])
+    if kind == "table":
+        return markdown.table(part[1], part[2])
+    return ""  # figures: the HTML page only
+
+
+def render_html(results: SFLCompareResult) -> str:
+    parts = [
+        html.section(title, *map(_html_part, body), anchor=anchor)
+        for title, anchor, body in _sections(results)
     ]
     return html.page(
         TITLE, *parts, subtitle=f"flowsplit {results.flowsplit_version}, {results.generated}"
@@ -475,39 +507,12 @@ ABLATION_COLS = [
 
 
 def render_markdown(results: SFLCompareResult) -> str:
-    sur_rows, sur_text = _surrogate_parts(results)
-    return markdown.document(
-        f"# {TITLE}\n",
-        markdown.heading("Summary"),
-        markdown.bullet_list(results.summary),
-        markdown.table(versus_rows(results), VERSUS_COLS),
-        markdown.heading("Results per scheme"),
-        markdown.table(results_rows(results), RESULT_COLS),
-        *(
-            (
-                markdown.heading("Static and re-planned"),
-                markdown.paragraph(_replan_text(results)),
-                markdown.table(replan_rows(results), REPLAN_COLS),
-            )
-            if results.replanning
-            else ()
-        ),
-        markdown.heading("Ablation: where the gain over HSFL comes from"),
-        markdown.table(ablation_rows(results), ABLATION_COLS),
-        markdown.heading("Baselines that split nothing (same rows, seeds, test split)"),
-        markdown.table(baseline_rows(results), BASELINE_COLS),
-        markdown.heading("Bytes by hop and message type"),
-        markdown.table(bytes_rows(results), bytes_cols(results)),
-        markdown.heading("Plans (first seed)"),
-        markdown.table(plan_rows(results), PLAN_COLS),
-        markdown.heading("Accuracy surrogate"),
-        markdown.paragraph(sur_text),
-        markdown.table(sur_rows, SURROGATE_COLS) if sur_rows else "",
-        markdown.heading("Conditions"),
-        markdown.table(conditions_rows(results), COND_COLS),
-        markdown.heading("Methods"),
-        markdown.bullet_list(METHODS),
-    )
+    blocks = [f"# {TITLE}\n"]
+    for title, _, body in _sections(results):
+        parts = [_markdown_part(p) for p in body]
+        if any(parts):  # a section of figures only is the page's alone
+            blocks += [markdown.heading(title), *parts]
+    return markdown.document(*blocks)
 
 
 def write_report(out: str | Path, results: SFLCompareResult) -> Path:

@@ -156,95 +156,22 @@ def sfl_commands() -> dict:
 
 
 def cmd_privacy(args: argparse.Namespace) -> int:
-    """Run the study, write OUT/privacy.json and OUT/pareto.png."""
+    """Run the study (or read it back, --redraw), write OUT/privacy.json and OUT/pareto.png."""
     # Loaded here, not at the top: torch, scikit-learn and matplotlib would slow
     # every `flowsplit` invocation, and only this command needs them.
     import torch
 
-    from flowsplit.data.store import load_dataset
-    from flowsplit.federated.system.presets import resolve_topology
-    from flowsplit.federated.system.profile import profile_model
-    from flowsplit.models.registry import build_model
-    from flowsplit.privacy.attack import AttackConfig
-    from flowsplit.privacy.defences import parse_defences
-    from flowsplit.privacy.pareto import choose, draw_pareto, pair_table
-    from flowsplit.privacy.result import Pareto, PrivacyResult, read_privacy_result
-    from flowsplit.privacy.study import (
-        SUMMARY_MEASURES,
-        PrivacyConfig,
-        check_sfl_run,
-        reference_check,
-        run_study,
-    )
+    from flowsplit.privacy.pareto import choose, draw_pareto
+    from flowsplit.privacy.result import Pareto
+    from flowsplit.privacy.study import SUMMARY_MEASURES, reference_check
 
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise InputError(out, "exists and is not a directory")
     torch.set_num_threads(args.threads)
-    if args.redraw:
-        if not (out / PRIVACY_NAME).is_file():
-            raise InputError(
-                out / PRIVACY_NAME, "not found: --redraw needs a finished study in OUT"
-            )
-        result = read_privacy_result(out / PRIVACY_NAME)
-    else:
-        if out.is_dir() and any(out.iterdir()):
-            if not args.overwrite:
-                raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
-            if not (out / "privacy.json").is_file():
-                # rmtree below: never of a folder that is not a study (a dataset, a home).
-                raise InputError(
-                    out, "is not an `sfl privacy` study; --overwrite replaces only one"
-                )
-            shutil.rmtree(out)
-        defences = parse_defences(args.defences)
-        if args.victim_run is not None:
-            check_sfl_run(args.victim_run, read=True)  # before the note: a bad run is the only line
-            if defences:
-                log.info(
-                    "note: defences are trained afresh; only the undefended cuts use --victim-run"
-                )
-        config = PrivacyConfig(
-            model=args.model,
-            view=args.view,
-            model_options=parse_model_options(args.model_option),
-            cuts=args.cuts,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            train_limit=args.train_limit,
-            aux_split=args.aux_split,
-            aux_limit=args.aux_limit,
-            eval_split=args.eval_split,
-            eval_limit=args.eval_limit,
-            attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed),
-            defences=defences,
-            gradients=not args.no_gradients,
-            seed=args.seed,
-        )
-        say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
-        doc = run_study(args.dataset, config, weights=args.victim_run, progress=say)
-        result = PrivacyResult.from_dict(jsonable(doc, strict=False))
+    result = _read_study(out) if args.redraw else _new_study(args, out)
     measure = args.leakage_measure or result.default_measure()
-    # The picture needs the model's block profile (built as the study built it) and a
-    # topology for the delays.
-    ds = load_dataset(args.dataset)
-    torch.manual_seed(0)
-    model = build_model(
-        result.model,
-        view=result.view,
-        input_shape=ds.view_shape(result.view),
-        n_classes=ds.n_classes,
-        **result.model_options,
-    )
-    profile = profile_model(model)
-    topology = resolve_topology(
-        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
-    )
-    try:
-        rows = pair_table(result, profile, topology, measure=measure, batch_size=args.batch_size)
-    except ValueError as exc:
-        raise ConfigError(f"--leakage-measure {measure!r}: {exc}") from None
+    rows, topology = _pair_rows(args, result, measure)
     chosen = choose(rows, args.max_leakage)
     unconstrained = choose(rows, None)
     planned = _planned(args.plan, rows) if args.plan is not None else None
@@ -278,6 +205,95 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             "at the cuts is a loose lower bound: raise --attack-epochs or --aux-limit",
             file=sys.stderr,
         )
+    _print_choices(args, measure, result.pareto, topology.name)
+    print(f"wrote {out / PRIVACY_NAME} and {out / 'pareto.png'}")
+    return 0
+
+
+def _read_study(out: Path) -> PrivacyResult:
+    """--redraw: the study already in ``out``."""
+    from flowsplit.privacy.result import read_privacy_result
+
+    if not (out / PRIVACY_NAME).is_file():
+        raise InputError(out / PRIVACY_NAME, "not found: --redraw needs a finished study in OUT")
+    return read_privacy_result(out / PRIVACY_NAME)
+
+
+def _new_study(args: argparse.Namespace, out: Path) -> PrivacyResult:
+    """Train (or load --victim-run) and attack every cut, in an empty or replaced ``out``."""
+    from flowsplit.privacy.attack import AttackConfig
+    from flowsplit.privacy.defences import parse_defences
+    from flowsplit.privacy.study import PrivacyConfig, check_sfl_run, run_study
+
+    if out.is_dir() and any(out.iterdir()):
+        if not args.overwrite:
+            raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
+        if not (out / PRIVACY_NAME).is_file():
+            # rmtree below: never of a folder that is not a study (a dataset, a home).
+            raise InputError(out, "is not an `sfl privacy` study; --overwrite replaces only one")
+        shutil.rmtree(out)
+    defences = parse_defences(args.defences)
+    if args.victim_run is not None:
+        check_sfl_run(args.victim_run, read=True)  # before the note: a bad run is the only line
+        if defences:
+            log.info("note: defences are trained afresh; only the undefended cuts use --victim-run")
+    config = PrivacyConfig(
+        model=args.model,
+        view=args.view,
+        model_options=parse_model_options(args.model_option),
+        cuts=args.cuts,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        train_limit=args.train_limit,
+        aux_split=args.aux_split,
+        aux_limit=args.aux_limit,
+        eval_split=args.eval_split,
+        eval_limit=args.eval_limit,
+        attack=AttackConfig(epochs=args.attack_epochs, seed=args.seed),
+        defences=defences,
+        gradients=not args.no_gradients,
+        seed=args.seed,
+    )
+    say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
+    doc = run_study(args.dataset, config, weights=args.victim_run, progress=say)
+    return PrivacyResult.from_dict(jsonable(doc, strict=False))
+
+
+def _pair_rows(args: argparse.Namespace, result: PrivacyResult, measure: str):
+    """Every legal cut pair's delay on --topology and leakage of ``measure``, and the
+    topology. The delays need the model's block profile, built as the study built it."""
+    import torch
+
+    from flowsplit.data.store import load_dataset
+    from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.federated.system.profile import profile_model
+    from flowsplit.models.registry import build_model
+    from flowsplit.privacy.pareto import pair_table
+
+    ds = load_dataset(args.dataset)
+    torch.manual_seed(0)
+    model = build_model(
+        result.model,
+        view=result.view,
+        input_shape=ds.view_shape(result.view),
+        n_classes=ds.n_classes,
+        **result.model_options,
+    )
+    profile = profile_model(model)
+    topology = resolve_topology(
+        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=args.seed
+    )
+    try:
+        rows = pair_table(result, profile, topology, measure=measure, batch_size=args.batch_size)
+    except ValueError as exc:
+        raise ConfigError(f"--leakage-measure {measure!r}: {exc}") from None
+    return rows, topology
+
+
+def _print_choices(args: argparse.Namespace, measure: str, pareto, topology: str) -> None:
+    """The pair chosen under --max-leakage (against the unconstrained one) and --plan's."""
+    chosen, unconstrained, planned = pareto.chosen, pareto.unconstrained, pareto.plan
     if args.max_leakage is not None:
         if chosen is None:
             print(f"no cut pair has {measure} <= {args.max_leakage}")
@@ -291,10 +307,8 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     if planned is not None:
         print(
             f"the plan of {args.plan}: cuts {tuple(planned.cuts)}, leakage "
-            f"{planned.leakage:.3f}, {planned.delay_s:.3f} s/round on {topology.name}"
+            f"{planned.leakage:.3f}, {planned.delay_s:.3f} s/round on {topology}"
         )
-    print(f"wrote {out / PRIVACY_NAME} and {out / 'pareto.png'}")
-    return 0
 
 
 def _planned(path: Path, rows: list[PairRow]) -> PairRow:

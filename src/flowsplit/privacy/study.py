@@ -450,14 +450,7 @@ def measure_reference(model: BlockModel, data: StudyData, config: PrivacyConfig)
         "after": f"{model.block_names[0]}[0] ({type(stem).__name__})",
         "act_shape": list(z_eval.shape[1:]),
     }
-    out.update(
-        attack_activations(
-            data,
-            z_aux,
-            z_eval,
-            config=config,
-        )
-    )
+    out.update(attack_activations(data, z_aux, z_eval, config=config))
     return out
 
 
