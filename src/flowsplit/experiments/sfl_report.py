@@ -216,7 +216,7 @@ SURROGATE_COLS = [
 def conditions_rows(results: SFLCompareResult) -> list[dict]:
     c, d, t = results.settings, results.dataset, results.topology
     env = results.environment
-    obj = next((p.objective_def for p in results.first_plans().values() if p.objective_def), None)
+    refs = next(filter(None, (p.references_text() for p in results.first_plans().values())), None)
     rows = [
         (
             "dataset",
@@ -243,8 +243,7 @@ def conditions_rows(results: SFLCompareResult) -> list[dict]:
         ),
         (
             "objective",
-            f"weights (loss, delay, bytes) = {tuple(c.weights)}; references: "
-            + _objective_text(obj),
+            f"weights (loss, delay, bytes) = {tuple(c.weights)}; references: " + (refs or "–"),
         ),
         ("network changes", _network_text(results)),
         ("target accuracy", f"{100 * results.target_accuracy:.2f} %"),
@@ -255,16 +254,6 @@ def conditions_rows(results: SFLCompareResult) -> list[dict]:
         ),
     ]
     return [{"what": k, "value": v} for k, v in rows]
-
-
-def _objective_text(obj: dict[str, Any] | None) -> str:
-    """The acc-aware objective's references (the planner's ``objective_def``)."""
-    if not obj:
-        return "–"
-    return (
-        f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
-        f"{obj['bytes_ref'] / 1e6:.2f} MB / round"
-    )
 
 
 def _network_text(results: SFLCompareResult) -> str:
@@ -335,7 +324,7 @@ def _surrogate_parts(results: SFLCompareResult) -> tuple[list[dict], str]:
     if sur is None:
         return [], "No pilots: the accuracy-aware planner was not run."
     text = surrogate_text(sur)
-    rows = [{**r, "cuts": str(tuple(r["cuts"]))} for r in sur.table]
+    rows = sur.table_rows()
     return rows, text
 
 

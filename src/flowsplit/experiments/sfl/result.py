@@ -285,6 +285,10 @@ class Surrogate:
     detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
     """Everything else the planner recorded about its pilots."""
 
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The per-pair table as the report shows it (cuts as ``(a, c)``)."""
+        return [{**r, "cuts": str(tuple(r["cuts"]))} for r in self.table]
+
     @property
     def pilot_rounds(self) -> int | None:
         return self.pilots[0].get("rounds") if self.pilots else None
@@ -324,6 +328,16 @@ class PlanSummary:
     candidates: Any = None
     objective_def: dict[str, Any] | None = None
     """``reference``, ``delay_ref_s``, ``bytes_ref`` of the acc-aware objective."""
+
+    def references_text(self) -> str | None:
+        """The objective's references in words, None without an objective."""
+        obj = self.objective_def
+        if not obj:
+            return None
+        return (
+            f"{obj['reference']} delay {obj['delay_ref_s']:.3f} s / round, bytes "
+            f"{obj['bytes_ref'] / 1e6:.2f} MB / round"
+        )
 
 
 @dataclass
