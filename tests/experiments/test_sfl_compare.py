@@ -69,6 +69,10 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(toy_s
     assert "paper" in text and "<img" in text
     for scheme in ("sfl", "delay", "acc-aware"):
         assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
+        # Each run records per-class results as a `train` run does (issue 29 item 4).
+        metrics = json.loads((out / "runs" / f"{scheme}-seed1" / "metrics.json").read_text())
+        assert len(metrics["test_predictions"]) == metrics["n_test"] > 0
+        assert sum(map(sum, metrics["confusion_matrix"])) == metrics["n_test"]
     assert any("pays them back" in line for line in results["summary"])
     # The baselines that split nothing, and the ablation of the planner's gain.
     assert set(results["baselines"]) == {"majority", "centralised", "fedavg"}

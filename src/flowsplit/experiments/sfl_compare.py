@@ -53,6 +53,7 @@ from flowsplit.experiments.sfl_analysis import (
 )
 from flowsplit.experiments.sfl_baselines import run_baselines
 from flowsplit.experiments.sfl_report import write_report
+from flowsplit.federated.final import finish_run
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
 from flowsplit.federated.sim import run_simulation
@@ -178,7 +179,10 @@ def _run_one(
     result.info = {**(result.info or {}), "compare_scheme": scheme, "plan": plan.to_dict()}
     if policy is not None:
         result.info["replan_log"] = list(getattr(policy, "log", []))
-    write_run(out / "runs" / f"{scheme}-seed{seed}", copy.copy(result))
+    run_dir = out / "runs" / f"{scheme}-seed{seed}"
+    write_run(run_dir, copy.copy(result))
+    # Per-class scores, test predictions and the whole model, as `sfl run` records them.
+    finish_run(run_dir, setup, result.model_state, study.model_fn)
     history = result.history
     if not quiet:
         last = history[-1]
