@@ -97,3 +97,28 @@ def test_an_exception_inside_removes_everything():
         tb.spawn("node0", ["sleep", "30"])
         raise RuntimeError("boom")
     assert not leftovers_of(__import__("os").getpid())
+
+
+def test_launch_runs_one_process_per_node_that_reach_each_other(tmp_path: Path):
+    # Prepare: rank 0 listens on MASTER_ADDR:MASTER_PORT, rank 1 connects from its node.
+    script = (
+        "import os, socket\n"
+        "addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    s = socket.create_server((addr, port)); c, peer = s.accept()\n"
+        "    print('got', c.recv(100).decode(), 'from', peer[0], flush=True)\n"
+        "else:\n"
+        "    for _ in range(200):\n"
+        "        try:\n"
+        "            c = socket.create_connection((addr, port), timeout=1); break\n"
+        "        except OSError:\n"
+        "            import time; time.sleep(0.05)\n"
+        "    c.sendall(('rank ' + os.environ['RANK'] + ' {node}').encode())\n"
+    )
+    with Testbed(TestbedSpec.cluster(2, 50, 0.5)) as tb:
+        # Execute
+        procs = tb.launch(["python", "-c", script], master_port=29555, log_dir=tmp_path)
+        codes = tb.wait(procs, timeout_s=20)
+    # Assert: rank 1 reached rank 0 from node1's own address, through the bridge.
+    assert codes == [0, 0], (tmp_path / "node0.log").read_text()
+    assert (tmp_path / "node0.log").read_text().strip() == "got rank 1 node1 from 10.233.0.2"
