@@ -74,6 +74,9 @@ def test_a_newcomers_script(tmp_path):
     assert sfl.cuts == plan["cuts"] and sfl.bytes_total > 0
     assert sfl.rounds[0].bytes_total == pytest.approx(plan["predicted"]["bytes_per_round"])
     assert set(sfl.per_class_f1) == set(ds.classes)
+    # A split run's whole model classifies new captures like a train run's.
+    flows = fs.predict(tmp_path / "hsfl", CAPTURES / "dns" / "dns-01.pcap")
+    assert len(flows) > 0 and set(flows["predicted"]) <= set(ds.classes)
 
     # Read back: the same results from the run directories.
     assert fs.read_result(tmp_path / "hsfl").accuracy == sfl.accuracy
