@@ -762,12 +762,21 @@ def _spawned_role_main(rank: int, world_size: int, payload: dict[str, Any]) -> N
     not a traceback."""
     try:
         role_main(rank, world_size, payload)
-    except FlowsplitError as exc:
+    except Exception as exc:  # noqa: BLE001 - one line, always
+        # A handled error, a full disk (the checkpoint), or a bug: one line, no traceback.
+        code = 2 if isinstance(exc, FlowsplitError) else 1
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:
+            line, code = f"{exc.filename}: {exc.strerror}", 2
+        elif isinstance(exc, FlowsplitError):
+            line = " ".join(str(exc).split())
+        else:
+            line = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
         if rank == 0:
-            path = Path(payload["out_dir"]) / "logs" / FAILURE_FILE
-            path.write_text(str(exc).splitlines()[0] + "\n", encoding="utf-8")
-        log.error("%s: %s", "server" if rank == 0 else f"rank {rank}", exc)
-        sys.exit(2)
+            with contextlib.suppress(OSError):  # the disk may be the problem
+                path = Path(payload["out_dir"]) / "logs" / FAILURE_FILE
+                path.write_text(line + "\n", encoding="utf-8")
+        log.error("%s: %s", "server" if rank == 0 else f"rank {rank}", line)
+        sys.exit(code)
 
 
 def _alive(pid: int) -> bool:

@@ -238,6 +238,10 @@ class RoundOutcome:
     """A topology to predict the timeline on instead of the round's (``--probe``'s)."""
 
 
+class ServerLost(FlowsplitError):
+    """A role found the server gone (the run ends; the launcher says why)."""
+
+
 class ParticipationError(FlowsplitError):
     """A round in which too few clients took part (or any failed, where none may)."""
 
@@ -546,8 +550,12 @@ class Scheme:
         Returns the client part (reported back unchanged if every client is lost).
         """
         cstate = yield Recv(SERVER_ADDRESS, MODEL)
+        if cstate is None:  # the server ended (killed, or the run stopped) as it sent
+            raise ServerLost("the server was lost while sending the round's model")
         if agg.ctx.costs.three_tier:
             astate = yield Recv(SERVER_ADDRESS, MODEL)
+            if astate is None:
+                raise ServerLost("the server was lost while sending the round's model")
             load_flat_state(agg.module, astate)
             agg.opt = agg.ctx.make_optimizer(agg.module)
         for i in view:
