@@ -15,7 +15,6 @@ import contextlib
 import ipaddress
 import shlex
 import threading
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -100,4 +99,3 @@ def test_xgboost_on_dask_listens_on_the_loopback_but_for_xgboosts_peer_listeners
     assert all(ip in ("0.0.0.0", "::") and not seen[(ip, port)] for ip, port in wide), wide
     assert all(port >= 1024 for _, port in wide) and len(wide) <= 2 * 2, wide
     assert any(_loopback(ip) and not in_me for (ip, _), in_me in seen.items())  # workers'
-    time.sleep(0)  # (nothing to clean: the cluster ends with the run)
