@@ -271,3 +271,20 @@ def test_plan_and_compare_take_the_sampling_options():
     assert base_config(StudyConfig(), seed=3).clients_per_round is None
     with pytest.raises(ConfigError, match="--fraction must be in"):
         StudyConfig(fraction=2.0)
+
+
+def test_the_cost_model_predicts_each_sampled_round(dataset):
+    # Prepare: a sampled run re-planned every round (clients move between rounds).
+    from flowsplit.planner.replan import predicted_rounds, replanning_policy
+
+    setup = _case(dataset, clients=10, aggregators=3, clients_per_round=4, rounds=3)
+    setup = dataclasses.replace(
+        setup, config=dataclasses.replace(setup.config, drop_prob=0.0, straggler_prob=0.0)
+    )
+    # Execute
+    result = run_simulation(setup, policy=replanning_policy())
+    predicted = predicted_rounds(setup, result.history, setup.assignment)
+    # Assert: the closed form of each round's sample equals what the simulation charged.
+    for rec, (delay, nbytes) in zip(result.history, predicted, strict=True):
+        assert rec["delay_s"] == pytest.approx(delay, rel=1e-9)
+        assert rec["bytes_total"] == pytest.approx(nbytes, rel=1e-9)

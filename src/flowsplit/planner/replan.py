@@ -113,7 +113,8 @@ def predicted_rounds(
     """``(delay_s, bytes)`` the cost model predicts for every round of a finished run
     of ``setup``: on that round's network (:meth:`Topology.at_round`), with the clients
     the trace lets take part, and the assignment of that round (``first_assignment``
-    as each round's ``reassigned`` moves left it). Equal to what the simulation charged
+    as each round's ``reassigned`` moves left it; a sampled round's ``sampled`` clients
+    only). Equal to what the simulation charged
     (``tests/planner/test_replan.py``); a static run on a trace and a re-planned run are
     checked against it."""
     topology, config = setup.topology, setup.config
@@ -123,6 +124,10 @@ def predicted_rounds(
         for client, _old, new in rec.get("reassigned", []):
             assignment[int(client)] = int(new)
         samples = np.where(topology.available_at(r), setup.n_samples, 0)
+        if "sampled" in rec:  # a sampled round: only its sample takes part (and costs)
+            in_sample = np.zeros(len(samples), dtype=bool)
+            in_sample[np.asarray(rec["sampled"], dtype=np.int64)] = True
+            samples = np.where(in_sample, samples, 0)
         table = round_table(
             setup.costs,
             setup.scheme,
