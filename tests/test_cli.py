@@ -243,7 +243,12 @@ def test_an_option_name_means_the_same_in_every_command():
             assert len(set(uses.values())) == 1, (name, uses)
     # The old clashes: --backend is train's process group only, --rounds federated only.
     assert set(options["--backend"]) == {("train",)} and set(options["--mode"]) == {("sfl", "run")}
-    assert set(options["--rounds"]) == {("sfl", "run"), ("sfl", "plan"), ("sfl", "compare")}
+    assert set(options["--rounds"]) == {
+        ("sfl", "run"),
+        ("sfl", "plan"),
+        ("sfl", "compare"),
+        ("sfl", "probe"),  # probe builds the run's SFLConfig: the same --rounds
+    }
     assert set(options["--boost-rounds"]) == {("train",), ("compare",)}
     assert {("evaluate",), ("predict",), ("sfl", "plan")} <= set(shared["-o"])
 

@@ -94,7 +94,7 @@ flowsplit sfl run runs/ds --scheme hsfl -o runs/hsfl
 flowsplit sfl plan runs/ds --model cnn -o plan.json
 flowsplit sfl compare runs/ds -o runs/sfl-study""",
     "flowsplit sfl probe": "flowsplit sfl probe -o runs/probe --model cnn --topology heterogeneous",
-    "flowsplit testbed": "flowsplit testbed show\nflowsplit testbed run --nodes 2 -- flowsplit --version",
+    "flowsplit testbed": "flowsplit testbed show --nodes 3\nflowsplit testbed run --nodes 2 -- flowsplit --version",
     "flowsplit testbed run": "flowsplit testbed run --nodes 2 --mbit 100 -- flowsplit --version",
     "flowsplit testbed show": "flowsplit testbed show --nodes 3",
     "flowsplit testbed clean": "flowsplit testbed clean\nflowsplit testbed clean --all",

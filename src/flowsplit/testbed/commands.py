@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from flowsplit.config_args import finite_float
 from flowsplit.errors import ConfigError
 
 RUN_DESCRIPTION = """\
@@ -62,7 +63,12 @@ def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _add_spec_options(p)
     p.add_argument("--port", type=int, default=29500, help="MASTER_PORT (default 29500)")
     p.add_argument("--logs", type=Path, help="write each node's output to LOGS/<node>.log")
-    p.add_argument("--timeout", type=float, help="end every node after this many seconds")
+    p.add_argument(
+        "--time-limit",
+        type=finite_float,
+        metavar="SECONDS",
+        help="end every node after this many seconds (default: no limit)",
+    )
     p.add_argument("--quiet", "-q", action="store_true")
     return p
 
@@ -137,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
                 print(f"testbed {tb.tag}: {nodes}", file=sys.stderr)
             procs = tb.launch(command, master_port=args.port, log_dir=args.logs)
-            codes = tb.wait(procs, args.timeout)
+            codes = tb.wait(procs, args.time_limit)
     except (_Stopped, KeyboardInterrupt) as exc:
         stopped = str(exc) or "SIGINT"
     if stopped:
