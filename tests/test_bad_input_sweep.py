@@ -574,6 +574,8 @@ CASES = [
     C("compare-seeds-too-big", f"compare {{ds}} -o {{t}}/s --seeds 0,{2**40}", "--seeds",
       "2**32"),
     C("compare-seeds-count-huge", "compare {ds} -o {t}/s --seeds 1000000000", "--seeds"),
+    C("sfl-plan-out-a-fifo", "sfl plan {ds} --no-pilots --quick -o {x}", "fifo", "a FIFO",
+      lambda w, t: special(t, "fifo")),
     # ---- damaged inputs that were internal errors (issue 31 item 6) --------------
     C("prepare-class-folder-not-utf8", "prepare {x} -o {t}/o", "ss\\xffh", "not valid UTF-8",
       lambda w, t: non_utf8_class(w, t)),

@@ -97,6 +97,19 @@ def output_file(path: str | Path) -> Path:
     return target
 
 
+def check_writable(path: str | Path) -> Path:
+    """Before long work: ``path`` may be written (:func:`output_file`) and its folder
+    takes a new file (made and removed); else one line naming ``path``."""
+    target = output_file(path)
+    target.parent.mkdir(parents=True, exist_ok=True)  # its errors name the folder
+    try:
+        with tempfile.NamedTemporaryFile(prefix=f".{target.name}.", dir=target.parent):
+            pass
+    except OSError as exc:
+        raise named_os_error(exc, path) from exc
+    return target
+
+
 def named_os_error(exc: OSError, path: str | Path) -> OSError:
     """``exc`` naming ``path`` (the file the user asked for, not a temporary name).
 

@@ -164,9 +164,10 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from flowsplit.data.store import atomic_write_json
+    from flowsplit.data.store import atomic_write_json, check_writable
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
+    check_writable(args.out)  # before the pilots: a refused -o is found in a second
     given = options(args)
     cfg = resolve_study_config(given.pop("quick"), **given)
     if args.no_pilots and cfg.objective == "weighted" and cfg.weights[0] > 0:
