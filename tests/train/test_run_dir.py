@@ -3,6 +3,8 @@ nonsense training sets refused or warned about."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 
 import pytest
@@ -120,3 +122,26 @@ def test_the_torchrun_entry_point_takes_overwrite_too(data, tmp_path):
     assert train_main(argv) == 2
     assert train_main([*argv, "--overwrite"]) == 0
     assert (run / "metrics.json").is_file() and not (run / ".checkpoint.pt.dead.tmp").exists()
+
+
+def test_the_cores_check_counts_only_this_machines_workers(data, tmp_path):
+    from flowsplit.config_args import OVERSUBSCRIBE
+    from flowsplit.errors import ConfigError
+    from flowsplit.train.commands import (
+        add_train_arguments,
+        check_before_launch,
+        config_from_args,
+    )
+    from flowsplit.train.distributed import available_cores
+
+    # Prepare: a job of more workers than this machine could host alone, one thread each.
+    many = OVERSUBSCRIBE * available_cores() + 1
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    cfg, _ = config_from_args(parser.parse_args([str(data), "-o", str(tmp_path / "r"), *SMALL]))
+    cfg = dataclasses.replace(cfg, workers=many, threads=1, batch_size=many)
+    # Execute / Assert: all of them here is refused; one of them here (torchrun across
+    # machines, LOCAL_WORLD_SIZE 1) is not.
+    with pytest.raises(ConfigError, match=f"--workers {many} x 1 thread"):
+        check_before_launch(cfg, resume=False)
+    check_before_launch(cfg, resume=False, local_workers=1)

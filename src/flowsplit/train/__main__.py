@@ -53,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
             if env.restart_count > 0 and (Path(cfg.out) / CONFIG_NAME).is_file():
                 check_restart(cfg)  # this job wrote RUN before it failed: resume it
             else:
-                check_before_launch(cfg, resume, overwrite=args.overwrite, force=args.force)
+                check_before_launch(
+                    cfg,
+                    resume,
+                    overwrite=args.overwrite,
+                    force=args.force,
+                    local_workers=env.local_world_size,
+                )
                 if args.overwrite and not resume:
                     clear_run(cfg.out)  # attempt 0 only: a restart resumes what it wrote
                 else:

@@ -110,8 +110,13 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     return TrainConfig.from_dict(given), False
 
 
-def check_before_launch(cfg, resume: bool, overwrite: bool = False, force: bool = False) -> None:
-    """Every check that can fail on user input, done once before any worker starts."""
+def check_before_launch(
+    cfg, resume: bool, overwrite: bool = False, force: bool = False, local_workers: int = 0
+) -> None:
+    """Every check that can fail on user input, done once before any worker starts.
+
+    ``local_workers``: the job's processes on this machine, where not all ``cfg.workers``
+    are (under torchrun, ``LOCAL_WORLD_SIZE``); the cores check counts only those."""
     from flowsplit.data.store import load_dataset
     from flowsplit.models.registry import build_model, get_spec
     from flowsplit.train.distributed import DistEnv, ParallelLayout
@@ -150,10 +155,12 @@ def check_before_launch(cfg, resume: bool, overwrite: bool = False, force: bool 
     if cfg.workers > 1:
         check_bind_address("--master-addr", cfg.master_addr)
     cores = available_cores()
-    threads = cfg.threads or max(1, cores // cfg.workers)
-    check_cores(
-        f"--workers {cfg.workers} x {threads} thread(s)", cfg.workers * threads, cores, force=force
+    here = local_workers or cfg.workers
+    threads = cfg.threads or max(1, cores // here)
+    workers = (
+        f"--workers {cfg.workers}" if here == cfg.workers else f"{here} of {cfg.workers} workers"
     )
+    check_cores(f"{workers} x {threads} thread(s)", here * threads, cores, force=force)
     if spec.kind == "torch":
         env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
         ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
