@@ -63,8 +63,14 @@ def probe(tb, topo_file: Path, out_toml: Path, args, port: int) -> dict:
     return json.loads(out_toml.with_suffix(".json").read_text())
 
 
-def make_plans(topology_file: Path, seeds: list[int], args, work: Path) -> dict:
-    """Plan files per (method, seed) on ``topology_file``; and the predicted costs."""
+def make_plans(
+    topology_file: Path, seeds: list[int], args, work: Path, study=None, tag: str = ""
+) -> dict:
+    """Plan files per (method, seed) on ``topology_file``; and the predicted costs.
+    ``study``: one made already (its pilots and surrogate) to plan on this topology."""
+    from dataclasses import replace
+
+    from flowsplit.federated.system.topology import read_topology
     from flowsplit.planner.commands import _plan_document
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
@@ -76,18 +82,23 @@ def make_plans(topology_file: Path, seeds: list[int], args, work: Path) -> dict:
         train_limit=args.train_limit,
         pilot_train_limit=args.train_limit,
         fixed_cuts=(1, 2),
+        n_pilots=args.pilots,
+        pilot_steps=args.pilot_steps,
     )
     opts = dict(o.split("=", 1) for o in tbs.MODEL_OPTIONS)
     opts = {k: json.loads(v) for k, v in opts.items()}
     fn = RegistryModel("cnn", None, opts)
     t0 = time.perf_counter()
-    study = make_study(args.dataset, cfg, model_fn=fn, quiet=True, seed=seeds[0])
-    out: dict = {"planning_s": None, "plans": {}}
+    if study is None:
+        study = make_study(args.dataset, cfg, model_fn=fn, quiet=True, seed=seeds[0])
+    else:
+        study = replace(study, topology=read_topology(topology_file))
+    out: dict = {"planning_s": None, "plans": {}, "study": study}
     for seed in seeds:
         plans = plan_seed(study, seed)
         for m in METHODS:
             doc = _plan_document(study, cfg, {**plans, "acc-aware": plans[m]}, seed, 0.0)
-            path = work / f"plan-{topology_file.stem}-{m}-{seed}.json"
+            path = work / f"plan-{topology_file.stem}{tag}-{m}-{seed}.json"
             path.write_text(json.dumps(jsonable(doc)))
             p = plans[m]
             out["plans"][(m, seed)] = {
@@ -154,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-limit", type=int, default=384)
     p.add_argument("--run-timeout", type=float, default=240.0)
     p.add_argument("--no-truth", action="store_true", help="skip the plan from the truth")
+    p.add_argument("--pilots", type=int, default=3, help="pilot cut pairs of the planner")
+    p.add_argument("--pilot-steps", type=int, default=24, help="optimiser steps per pilot")
     p.add_argument("--keep", default=None)
     args = p.parse_args(argv)
     why = missing_requirement()
@@ -190,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{m:12s} seed {seed} cuts {info['cuts']} {row}", flush=True)
             truth_runs = {}
             if not args.no_truth:
-                from_truth = make_plans(truth_file, seeds[:1], args, work)
+                # The same pilots and surrogate, planned on the true topology instead.
+                from_truth = make_plans(
+                    truth_file, seeds[:1], args, work, study=planned["study"], tag="-truth"
+                )
                 port += 1
                 info = from_truth["plans"][("acc-aware", seeds[0])]
                 row = run_plan(tb, info["file"], work / "run-truth", args, port)
