@@ -393,3 +393,31 @@ def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path, toy_sfl_st
     assert (overview.parent / "../sfl/report.html").resolve() == report.resolve()
     schemes = json.loads((sfl_dir / "results.json").read_text())["schemes"]
     assert all(s in html for s in schemes)
+
+
+def test_a_sampled_compare_predicts_each_rounds_sample(tmp_path):
+    # Prepare: 6 clients, 3 of them sampled per round, no trace, no re-planning.
+    data = write_toy_dataset(tmp_path / "toy", n=150)
+    out = tmp_path / "cmp"
+    # Execute
+    run_sfl_compare(
+        data,
+        out,
+        model="toy",
+        model_fn=ToyFactory("mlp"),
+        schemes=("hsfl-greedy",),
+        seeds=(0,),
+        rounds=2,
+        n_clients=6,
+        n_aggregators=2,
+        baselines=(),
+        clients_per_round=3,
+        quiet=True,
+    )
+    # Assert: each round charged its sample alone, and the prediction is the sample's
+    # (not the plan's full-participation figure).
+    results = json.loads((out / "results.json").read_text())
+    run = next(r for r in results["runs"] if r["scheme"] == "hsfl-greedy")
+    assert run["predicted_delay_per_round_s"] != [run["predicted_delay_s"]] * 2
+    assert results["prediction_check"]["max_rel_delay_error"] < 1e-9
+    assert results["prediction_check"]["max_rel_bytes_error"] < 1e-12

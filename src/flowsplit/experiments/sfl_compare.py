@@ -198,8 +198,10 @@ def _run_one(
             wall,
         )
     # What the cost model predicts for each round: the plan's figures on an unchanging
-    # network; on a trace (or re-planned) each round's network, participants and moves.
-    if setup.topology.trace or policy is not None:
+    # network; on a trace (or re-planned, or sampled) each round's network, participants
+    # and moves.
+    sampled = any("sampled" in r for r in history)
+    if setup.topology.trace or policy is not None or sampled:
         per_round = predicted_rounds(setup, history, plan.assignment)
     else:
         per_round = [(plan.delay_s, plan.bytes)] * len(history)
