@@ -39,7 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from flowsplit.errors import ConfigError
+from flowsplit.errors import ConfigError, FlowsplitError
+
+
+class ParticipationError(FlowsplitError):
+    """A round in which too few clients took part (or any failed, where none may)."""
+
 
 SELECTIONS = "uniform, list:I,J,... or list:FILE, attr:NAME>=VALUE"
 """What ``--select`` accepts."""
@@ -180,8 +185,6 @@ class ClientSampler:
     ) -> tuple[np.ndarray, int]:
         """(sorted client indices sampled in round ``round_index`` (0-based), how many
         were available to sample) on the round's ``topology`` and ``available`` mask."""
-        from flowsplit.federated.schemes import ParticipationError
-
         cfg = self.config
         pool = self.has_rows.copy()
         if available is not None:

@@ -53,6 +53,7 @@ from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SCHEMES, SFLConfig
+from flowsplit.federated.sampling import ParticipationError
 from flowsplit.federated.system.aggregate import averaging_flops, fedavg
 from flowsplit.federated.system.costs import (
     END_TO_END_CHAIN,
@@ -240,10 +241,6 @@ class RoundOutcome:
 
 class ServerLost(FlowsplitError):
     """A role found the server gone (the run ends; the launcher says why)."""
-
-
-class ParticipationError(FlowsplitError):
-    """A round in which too few clients took part (or any failed, where none may)."""
 
 
 def min_participants(config: SFLConfig, scheduled: int) -> int:
