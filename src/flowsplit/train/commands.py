@@ -300,21 +300,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     scores = {k: v for k, v in summary.items() if k not in ("run", "dataset", "split", "n")}
     if args.predictions:
         write_output(args.predictions, ev.predictions.to_csv(index=False))
-    from flowsplit.train import ablation, crosssource
+    from flowsplit.train.ablation import evaluate_ablations, format_table
+    from flowsplit.train.crosssource import format_comparison, source_comparison
 
-    source = crosssource.source_comparison(args.run, doc, ds, scores)
+    source = source_comparison(args.run, doc, ds, scores)
     if source is not None:
         summary["other_source"] = source
     if args.ablate:
-        summary["ablations"] = ablation.evaluate_ablations(model, x, y, mapping, ds, doc, args)
+        summary["ablations"] = evaluate_ablations(model, x, y, mapping, ds, doc, args)
     if args.json and args.out != "-":
         print(json.dumps(summary, indent=1))
     elif args.out != "-":  # -o -: the JSON alone on standard output
         _print_scores(summary, info["name"], args, absent=mapping.absent)
         if source is not None:
-            print(crosssource.format_comparison(source, scores))
+            print(format_comparison(source, scores))
         if args.ablate:
-            print(ablation.format_table(summary["ablations"]))
+            print(format_table(summary["ablations"]))
     if args.out:
         write_output(args.out, json.dumps(summary, indent=1) + "\n")
     return 0
