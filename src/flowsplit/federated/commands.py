@@ -424,11 +424,48 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from flowsplit.federated.probe import probe_command
-
     config = _config_from_args(args)
     model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
     return probe_command(args, config, model_fn)
+
+
+def probe_command(args: Any, config: Any, model_fn: Any) -> int:
+    """``flowsplit sfl probe``: the roles here (or this one under torchrun); rank 0 writes
+    ``args.out`` (the measured topology) and its ``.json`` twin."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from flowsplit.federated.dist import launch_roles, run_under_torchrun
+    from flowsplit.federated.probe import PROBE_JSON, PROBE_TOML
+    from flowsplit.federated.setup import prepare_run
+    from flowsplit.federated.system.presets import resolve_topology
+    from flowsplit.train.distributed import read_dist_env
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".toml":
+        raise ConfigError(f"-o {out}: the measured topology is a .toml file")
+    topology = resolve_topology(
+        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=config.seed
+    )
+    torch.set_num_threads(config.threads)
+    setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
+    env = read_dist_env()
+    with tempfile.TemporaryDirectory(prefix="flowsplit-probe-") as tmp:
+        kw = {"dataset": args.dataset, "model_fn": model_fn, "quiet": args.quiet}
+        if env.is_distributed:
+            run_under_torchrun(setup, out_dir=tmp, bind=args.bind, probe="only", **kw)
+            if env.rank != 0:
+                return 0
+        else:
+            launch_roles(setup, out_dir=tmp, probe="only", **kw)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(tmp) / PROBE_TOML, out)
+        shutil.copyfile(Path(tmp) / PROBE_JSON, out.with_suffix(".json"))
+    print(f"wrote {out} (measured topology) and {out.with_suffix('.json')}")
+    return 0
 
 
 # --- profile ---------------------------------------------------------------------------
