@@ -288,3 +288,18 @@ def test_the_cost_model_predicts_each_sampled_round(dataset):
     for rec, (delay, nbytes) in zip(result.history, predicted, strict=True):
         assert rec["delay_s"] == pytest.approx(delay, rel=1e-9)
         assert rec["bytes_total"] == pytest.approx(nbytes, rel=1e-9)
+
+
+def test_a_sampled_dist_run_is_refused_once_before_any_role_starts(tmp_path, capsys):
+    from flowsplit.cli import main
+    from tests.train.synth import write_synthetic
+
+    # Prepare: a dataset, and a dist run asked to sample.
+    ds = write_synthetic(tmp_path / "ds", n=40)
+    argv = ["sfl", "run", str(ds), "--mode", "dist", "--clients-per-round", "2"]
+    # Execute
+    rc = main([*argv, "--model", "cnn", "--rounds", "1", "-o", str(tmp_path / "o"), "--quiet"])
+    # Assert: one line from the command, none from role processes; no run left behind.
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--mode sim only" in err[0], err
+    assert not (tmp_path / "o" / "metrics.json").exists()

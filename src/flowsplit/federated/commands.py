@@ -288,8 +288,15 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--min-clients {config.min_clients} is more than the {topology.n_clients} clients"
         )
+    from flowsplit.federated.sampling import sampling_configured
     from flowsplit.train.distributed import available_cores
 
+    if args.mode != "sim" and sampling_configured(config):
+        # Said once here, not by every role process the launcher would start.
+        raise ConfigError(
+            "--clients-per-round, --fraction and --select sample clients in --mode sim "
+            "only; --mode dist runs every client in every round"
+        )
     check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=args.force)
     torch.set_num_threads(config.threads)
     setup = prepare_run(
