@@ -255,4 +255,7 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     assert "2 workers: no speedup claimed for cnn (contended; measured" in summary
     assert "Rerun on a quiet machine" in summary
     assert "not claimed: contended" in (out / "report.md").read_text()
-    assert "workers for cnn (fitted to disturbed timings: unreliable)" in summary
+    # Two worker counts for a three-parameter model: no efficiency claim at all.
+    assert "No efficiency claim beyond 2 worker(s)" in summary
+    assert "stays >= 50 %" not in summary
+    assert "The fit for cnn is also to disturbed timings (unreliable)." in summary

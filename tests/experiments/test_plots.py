@@ -91,3 +91,19 @@ def test_per_class_chart_has_a_bar_per_model_and_the_majority_class():
     # cnn: 90, 80; majority ('web' always): F1 2 * 0.5 / 1.5 = 66.7 and 0.
     assert heights == pytest.approx([90.0, 80.0, 200 / 3, 0.0])
     assert ax.get_ylim()[0] == 0
+
+
+def test_predictions_past_the_measured_workers_are_dashed_and_labelled_extrapolated():
+    # Prepare: measured at 1 and 2 workers; predictions at 1, 2, 4 and 1024.
+    central, parallel = paired_runs("cnn")
+    entry = study_results([*central, *parallel]).analysis.models["cnn"]
+    rows = [_prediction(n, min(n, 150.0)) for n in (1, 2, 4, 1024)]
+    entry.scaling = ScalingFit(predictions={"10gbe": rows})
+    # Execute
+    _, predicted = plots.speedup_chart("cnn", entry, {"10gbe": "10 GbE"}).axes
+    # Assert: solid up to 2 workers (checked), dashed from 2 on (extrapolated).
+    lines = {line.get_label(): line for line in predicted.get_lines()}
+    checked, beyond = lines["10 GbE, checked"], lines["10 GbE, extrapolated"]
+    assert checked.get_linestyle() == "-" and list(checked.get_xdata()) == [1, 2]
+    assert beyond.get_linestyle() == "--" and list(beyond.get_xdata()) == [2, 4, 1024]
+    assert "dashed: unchecked extrapolation" in predicted.get_title()

@@ -148,21 +148,37 @@ def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, 
     measured.set_title(f"{model}: measured on this machine", fontsize="medium")
     measured.grid(alpha=0.3)
     measured.legend(fontsize="x-small", loc="upper left")
-    for key, rows in (entry.scaling.predictions if entry.scaling else {}).items():
+    # The model was checked only as far as workers were measured (``top``): beyond that
+    # each curve is drawn dashed and faint, and labelled as unchecked extrapolation.
+    for i, (key, rows) in enumerate((entry.scaling.predictions if entry.scaling else {}).items()):
         label = "this machine" if key == "host" else network_names.get(key, key)
+        x = np.array([r.n_workers for r in rows], dtype=float)
+        y = np.array([r.speedup for r in rows])
+        checked = x <= top
+        style = {"color": f"C{i}"}
+        predicted.plot(x[checked], y[checked], "-", label=f"{label}, checked", **style)
+        beyond = x >= x[checked].max() if checked.any() else np.ones_like(checked)
         predicted.plot(
-            [r.n_workers for r in rows],
-            [r.speedup for r in rows],
-            "-" if key == "host" else "--",
-            label=label,
+            x[beyond], y[beyond], "--", alpha=0.6, label=f"{label}, extrapolated", **style
         )
+    predicted.axvline(top, color="grey", lw=0.8)
+    predicted.annotate(
+        f"measured up to {top}: unchecked beyond",
+        (top, 1),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize="x-small",
+        color="grey",
+    )
     ideal = [1, max(1024, top)]
     predicted.plot(ideal, ideal, ":", color="grey", label="ideal (N)")
     predicted.set_xscale("log", base=2)
     predicted.set_yscale("log")
     predicted.set_xlabel("workers")
     predicted.set_ylabel("predicted speedup")
-    predicted.set_title(f"{model}: scaling model, predicted", fontsize="medium")
+    predicted.set_title(
+        f"{model}: scaling model, predicted (dashed: unchecked extrapolation)", fontsize="medium"
+    )
     predicted.grid(alpha=0.3, which="both")
     predicted.legend(fontsize="x-small", loc="upper left")
     return fig

@@ -41,7 +41,13 @@ from flowsplit.experiments.records import (
     read_record,
     workload_from_records,
 )
-from flowsplit.experiments.scaling import NETWORK_PRESETS, Network, Workload, fit_allreduce
+from flowsplit.experiments.scaling import (
+    FITTED_PARAMETERS,
+    NETWORK_PRESETS,
+    Network,
+    Workload,
+    fit_allreduce,
+)
 from flowsplit.experiments.stats import Interval
 from flowsplit.util import jsonable, typed_to_dict
 
@@ -249,11 +255,29 @@ def summary_lines(result: CompareResult) -> list[str]:
         lines.append(line + ".")
         # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
         shaky = {m for m in errs if any(g.timing_contended for g in models[m].by_workers.values())}
+        counts = sorted(set(result.workers))
+        if len(counts) < FITTED_PARAMETERS:
+            lines.append(
+                f"No efficiency claim beyond {max(counts)} worker(s): the scaling model has "
+                f"{FITTED_PARAMETERS} fitted parameters and was measured at "
+                f"{len(counts)} worker count(s) ({', '.join(map(str, counts))}), so its "
+                "curves past them are unchecked extrapolation (dashed in the plots). "
+                "Measure three or more worker counts (--workers 1,2,4), on more machines or "
+                "on an emulated cluster (flowsplit testbed), to check it."
+                + (
+                    f" The fit for {', '.join(sorted(shaky))} is also to disturbed timings "
+                    "(unreliable)."
+                    if shaky
+                    else ""
+                )
+            )
+            return _with_failures(lines, failures)
         for key in ("10gbe", "ib100"):
             reach = {m: _reach(fits[m], key) for m in errs}
             net = NETWORK_PRESETS[key].name
             lines.append(
-                f"Predicted on {net}: scaling efficiency stays >= 50 % up to "
+                f"Predicted on {net} (checked up to {max(counts)} workers): scaling "
+                "efficiency stays >= 50 % up to "
                 + ", ".join(
                     f"{n} worker{'s' if n != 1 else ''} for {m}"
                     + (" (fitted to disturbed timings: unreliable)" if m in shaky else "")
@@ -266,6 +290,10 @@ def summary_lines(result: CompareResult) -> list[str]:
             "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
             "missing; `flowsplit compare` runs it."
         )
+    return _with_failures(lines, failures)
+
+
+def _with_failures(lines: list[str], failures) -> list[str]:
     if failures:
         lines.append(
             f"{len(failures)} run(s) failed and are missing from the statistics: "

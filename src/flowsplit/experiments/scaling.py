@@ -37,6 +37,9 @@ import numpy as np
 from scipy.optimize import nnls
 
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP default bucket_cap_mb
+FITTED_PARAMETERS = 3
+"""``c``, ``h`` and ``s``, fitted from the measured runs: a study that measured fewer
+distinct worker counts than this cannot check the model, only reproduce its points."""
 
 
 @dataclass(frozen=True)
