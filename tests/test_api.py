@@ -28,6 +28,16 @@ def test_import_is_light_and_lists_the_api():
         assert name in names.split()
 
 
+def test_the_lazy_names_are_the_api_modules():
+    # flowsplit/__init__.py repeats api.__all__ so that `import flowsplit` loads no torch:
+    # the two lists must not drift apart, and each name must resolve.
+    import flowsplit
+    from flowsplit import api
+
+    assert set(flowsplit._API) == set(api.__all__)
+    assert all(getattr(flowsplit, name) is getattr(api, name) for name in api.__all__)
+
+
 def test_a_newcomers_script(tmp_path):
     # Prepare: the embedded capture, labels by folder (one per class).
     ds = fs.prepare(CAPTURES, tmp_path / "ds", views=("bytes", "stats"))
