@@ -20,7 +20,14 @@ import numpy as np
 
 from flowsplit.experiments.configs import REPLAN_SUFFIX, run_schemes
 from flowsplit.experiments.sfl.result import PilotCost, SFLCompareResult, Surrogate
-from flowsplit.experiments.stats import Interval, compare_paired, mean_ci, ratio_ci
+from flowsplit.experiments.stats import (
+    MIN_EQUIVALENCE_SEEDS,
+    SCORE_BOUNDS,
+    Interval,
+    compare_paired,
+    mean_ci,
+    ratio_ci,
+)
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.util import available_cores
 
@@ -29,8 +36,12 @@ PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
 TARGET_FRACTION = 0.95
 
 
-def _interval(values) -> dict[str, Any]:
-    return mean_ci(values).as_dict()
+MIN_SEEDS = MIN_EQUIVALENCE_SEEDS
+"""Seeds below which no scheme is named the winner: the data-parallel study's rule."""
+
+
+def _interval(values, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
+    return mean_ci(values, bounds=bounds).as_dict()
 
 
 def delay_to_target(history: list[dict], target: float) -> float:
@@ -233,8 +244,8 @@ def _scheme_summary(rows: list[dict], target: float) -> dict:
     return {
         "seeds": [r["seed"] for r in rows],
         "cuts": sorted({tuple(r["cuts"]) for r in rows}),
-        "final_accuracy": _interval(final_acc),
-        "final_macro_f1": _interval(final_f1),
+        "final_accuracy": _interval(final_acc, SCORE_BOUNDS),
+        "final_macro_f1": _interval(final_f1, SCORE_BOUNDS),
         "delay_total_s": _interval(delay),
         "delay_per_round_s": _interval(per_round),
         "delay_to_target_s": _interval(to_target),
@@ -474,8 +485,9 @@ def surrogate_text(sur: Surrogate) -> str:
 
 
 def summary_lines(results: SFLCompareResult) -> list[str]:
-    """Plain-language findings, every number measured (and its interval)."""
-    lines = []
+    """Plain-language findings, every number measured (and its interval); the first is
+    the page's verdict (:func:`verdict_line`)."""
+    lines = [verdict_line(results)]
     n = len(results.settings.seeds)
     for scheme, v in results.vs_hsfl.items():
         cuts = ", ".join(str(tuple(c)) for c in results.schemes[scheme].cuts)
@@ -533,8 +545,55 @@ def summary_lines(results: SFLCompareResult) -> list[str]:
             + ", ".join(parts)
             + "."
         )
-    schemes = results.schemes
-    best_acc = max(schemes, key=lambda s: schemes[s].final_accuracy.mean)
-    fastest = min(schemes, key=lambda s: schemes[s].delay_total_s.mean)
-    lines.append(f"Highest mean final accuracy: {best_acc}; least simulated delay: {fastest}.")
     return lines
+
+
+def same_plan_groups(results: SFLCompareResult) -> list[list[str]]:
+    """Schemes that ran the same plan (the same cuts, and the same mean delay, bytes and
+    accuracy to 1e-9): their points and lines lie on top of each other."""
+    groups: dict[tuple, list[str]] = {}
+    for name, v in results.schemes.items():
+        key = (
+            tuple(map(tuple, v.cuts)),
+            *(
+                round(x, 9)
+                for x in (v.delay_per_round_s.mean, v.bytes_total.mean, v.final_accuracy.mean)
+            ),
+        )
+        groups.setdefault(key, []).append(name)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def same_plan_note(results: SFLCompareResult) -> str:
+    """``"delay = acc-aware, same plan"`` per group of :func:`same_plan_groups`."""
+    return "; ".join(" = ".join(g) + ", same plan" for g in same_plan_groups(results))
+
+
+def verdict_line(results: SFLCompareResult) -> str:
+    """The page's first line. Names the most accurate scheme only with at least
+    :data:`MIN_SEEDS` seeds (the data-parallel study's rule) and only when its interval
+    clears the runner-up's mean; otherwise says why not and what to rerun with."""
+    schemes = results.schemes
+    n = min(len(v.seeds) for v in schemes.values())
+    fastest = min(schemes, key=lambda s: schemes[s].delay_per_round_s.mean)
+    lightest = min(schemes, key=lambda s: schemes[s].bytes_total.mean)
+    costs = (
+        f"least predicted delay per round: {fastest}; fewest bytes: {lightest} "
+        "(the simulation's cost model)"
+    )
+    if n < MIN_SEEDS:
+        return (
+            f"No winner named: {n} seed(s), at least {MIN_SEEDS} are needed for an accuracy "
+            "verdict (intervals over fewer rest on a spread from a handful of runs); rerun "
+            f"with --seeds {MIN_SEEDS}. {costs[0].upper() + costs[1:]}."
+        )
+    ranked = sorted(schemes, key=lambda s: -schemes[s].final_accuracy.mean)
+    best, best_iv = ranked[0], schemes[ranked[0]].final_accuracy
+    tied = [s for s in ranked[1:] if schemes[s].final_accuracy.mean >= best_iv.low]
+    acc = f"{100 * best_iv.mean:.2f} % ({100 * best_iv.low:.2f}-{100 * best_iv.high:.2f})"
+    if tied:
+        return (
+            f"No clear accuracy winner over {n} seeds: {best} {acc} is not clearly ahead of "
+            f"{', '.join(tied)} (within its 95 % interval); {costs}."
+        )
+    return f"Most accurate over {n} seeds: {best}, {acc}; {costs}."

@@ -8,8 +8,8 @@ from typing import Any
 
 from flowsplit.data.store import atomic_write_text
 from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
-from flowsplit.experiments.sfl_analysis import summary_lines, surrogate_text
-from flowsplit.experiments.stats import Interval
+from flowsplit.experiments.sfl_analysis import same_plan_note, summary_lines, surrogate_text
+from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
 
@@ -59,12 +59,33 @@ METHODS = [
 ]
 
 
-def _ci(iv: Interval, scale: float = 1.0, digits: int = 1) -> str:
+FOLDED = {
+    "Ablation: where the gain over HSFL comes from",
+    "Curves",
+    "Bytes by hop and message type",
+    "Plans (first seed)",
+    "Accuracy surrogate",
+    "Conditions",
+    "Methods",
+}
+"""Sections whose body the HTML page folds in ``<details>`` (long tables, method text)."""
+
+
+def _ci(iv: Interval, scale: float = 1.0, digits: int = 1, bounds=None) -> str:
+    """Mean (low-high); ``bounds``: the quantity's range, the interval clipped to it."""
+    iv = clip_interval(iv, bounds)
     return fmt_ci(iv.mean, iv.low, iv.high, scale, digits)
 
 
-def _diff(iv: Interval, scale: float = 100.0, digits: int = 2) -> str:
-    """A signed difference with its interval: ``+0.14 (-0.25 to +0.54)``."""
+def _score(iv: Interval, digits: int = 2) -> str:
+    """An accuracy or macro-F1 in %, its interval clipped to 0-100 %."""
+    return _ci(iv, 100, digits, SCORE_BOUNDS)
+
+
+def _diff(iv: Interval, scale: float = 100.0, digits: int = 2, bounds=DIFF_BOUNDS) -> str:
+    """A signed difference with its interval: ``+0.14 (-0.25 to +0.54)``; a difference
+    of scores (the default) clipped to +-100 pts."""
+    iv = clip_interval(iv, bounds)
     if not math.isfinite(iv.mean):
         return "–"
     mean = f"{scale * iv.mean:+.{digits}f}"
@@ -89,8 +110,8 @@ def results_rows(results: SFLCompareResult) -> list[dict]:
             {
                 "scheme": s,
                 "cuts": ", ".join(str(tuple(c)) for c in v.cuts),
-                "acc": _ci(v.final_accuracy, 100, 2),
-                "f1": _ci(v.final_macro_f1, 100, 2),
+                "acc": _score(v.final_accuracy),
+                "f1": _score(v.final_macro_f1),
                 "delay": _ci(v.delay_total_s, 1, 2),
                 "per_round": _ci(v.delay_per_round_s, 1, 3),
                 "target": _ci(v.delay_to_target_s, 1, 2) + f" [{v.reached_target}/{len(v.seeds)}]",
@@ -105,8 +126,8 @@ RESULT_COLS = [
     Column("cuts", "cuts (a, c)"),
     Column("acc", "final accuracy, %", align="right"),
     Column("f1", "final macro-F1, %", align="right"),
-    Column("delay", "total delay, s", align="right"),
-    Column("per_round", "delay per round, s", align="right"),
+    Column("delay", "total delay (predicted), s", align="right"),
+    Column("per_round", "delay per round (predicted), s", align="right"),
     Column("target", "delay to target, s [seeds reached]", align="right"),
     Column("mb", "bytes, MB", align="right"),
 ]
@@ -268,10 +289,70 @@ def _network_text(results: SFLCompareResult) -> str:
 COND_COLS = [Column("what", "condition"), Column("value", "value")]
 
 
+LINE_STYLES = ("-o", "--s", ":D", "-.^", "-v", "--P", ":X", "-.h")
+"""A line style and marker per scheme, so a line lying on another still shows."""
+
+
 def _curves(schemes, x, y, **labels):
     """One line chart, a line per scheme: ``x`` and ``y`` pick from its mean curve."""
-    lines = [{"label": s, "x": x(v.curve), "y": y(v.curve)} for s, v in schemes.items()]
+    lines = [
+        {"label": s, "x": x(v.curve), "y": y(v.curve), "style": LINE_STYLES[i % len(LINE_STYLES)]}
+        for i, (s, v) in enumerate(schemes.items())
+    ]
     return figures.line_chart(lines, **labels)
+
+
+def tradeoff_figure(results: SFLCompareResult):
+    """The page's one picture: final accuracy against the predicted delay per round and
+    against the run's bytes, a point per scheme (its own marker), the baselines that
+    split nothing marked."""
+    points = []
+    for name, v in results.schemes.items():
+        acc = clip_interval(v.final_accuracy, SCORE_BOUNDS)
+        points.append(
+            {
+                "label": name,
+                "x": {"delay": v.delay_per_round_s.mean, "bytes": v.bytes_total.mean / 1e6},
+                "y": 100 * acc.mean,
+                "ylo": 100 * acc.low,
+                "yhi": 100 * acc.high,
+            }
+        )
+    hlines = []
+    for name, b in results.baselines.items():
+        y = 100 * b.final_accuracy.mean
+        if name == "fedavg":  # it has bytes but no simulated delay: a point on one panel
+            points.append(
+                {"label": "fedavg (baseline)", "x": {"bytes": b.bytes_total.mean / 1e6}, "y": y}
+            )
+        else:
+            hlines.append(
+                {
+                    "label": f"{name} (baseline)",
+                    "y": y,
+                    "style": "--" if name == "centralised" else ":",
+                }
+            )
+    return figures.scatter_panels(
+        [
+            ("delay", "predicted delay per round, s (simulated)"),
+            ("bytes", "bytes per run, MB"),
+        ],
+        points,
+        ylabel="final test accuracy, %",
+        hlines=hlines,
+    )
+
+
+def _tradeoff_caption(results: SFLCompareResult) -> str:
+    n = min(len(v.seeds) for v in results.schemes.values())
+    note = same_plan_note(results)
+    return (
+        f"Final test accuracy (mean over {n} seed(s), 95 % interval clipped to 0-100 %) "
+        "against the delay per round the simulation's cost model predicts (not measured) "
+        "and the bytes of the whole run. Lines: baselines that split nothing."
+        + (f" Coinciding points: {note}." if note else "")
+    )
 
 
 def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
@@ -292,7 +373,7 @@ def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
         schemes,
         lambda c: c.clock_s,
         pct,
-        xlabel="simulated time, s",
+        xlabel="predicted (simulated) time, s",
         ylabel="test accuracy, %",
         title="Accuracy against simulated training time",
     )
@@ -301,15 +382,15 @@ def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
         lambda c: c.round,
         lambda c: c.delay_s,
         xlabel="round",
-        ylabel="round delay, s",
-        title="Simulated delay per round",
+        ylabel="predicted round delay, s",
+        title="Predicted (simulated) delay per round",
     )
     hops = list(next(iter(schemes.values())).bytes_by_hop)
     by_hop = figures.bar_chart(
         list(schemes),
         {h: [v.bytes_by_hop[h] / 1e6 for v in schemes.values()] for h in hops},
         ylabel="MB (all rounds, mean over seeds)",
-        title="Bytes per tier",
+        title="Bytes per hop",
     )
     return [
         (acc, "Test accuracy per round"),
@@ -335,7 +416,7 @@ def replan_rows(results: SFLCompareResult) -> list[dict]:
             "n": r.n_seeds,
             "static": _ci(r.static_delay_total_s, 1, 2),
             "replanned": _ci(r.replanned_delay_total_s, 1, 2),
-            "diff": _diff(r.delay_diff_s, 1.0, 2),
+            "diff": _diff(r.delay_diff_s, 1.0, 2, None),
             "ratio": _ratio(r.delay_ratio),
             "acc": _diff(r.accuracy_diff),
             "moves": r.moves_per_run,
@@ -376,12 +457,20 @@ def _sections(results: SFLCompareResult) -> list[tuple[str, str | None, list[tup
     part being ``("summary", lines)``, ``("text", str)``, ``("table", rows, columns,
     caption)``, ``("bullets", items)`` or ``("figures", results)`` (HTML only)."""
     sur_rows, sur_text = _surrogate_parts(results)
+    verdict, *findings = results.summary or [""]
+    note = same_plan_note(results)
     sections: list[tuple[str, str | None, list[tuple]]] = [
+        (
+            "Verdict",
+            "verdict",
+            [("verdict", verdict), ("tradeoff", results)]
+            + ([("text", f"Same plan, so the same point and line: {note}.")] if note else []),
+        ),
         (
             "Summary",
             "summary",
             [
-                ("summary", results.summary),
+                ("summary", findings),
                 ("table", versus_rows(results), VERSUS_COLS, "Against HSFL, paired by seed"),
             ],
         ),
@@ -416,6 +505,10 @@ def _sections(results: SFLCompareResult) -> list[tuple[str, str | None, list[tup
 
 def _html_part(part: tuple) -> str:
     kind = part[0]
+    if kind == "verdict":
+        return html.paragraph(part[1], "verdict")
+    if kind == "tradeoff":
+        return html.figure(tradeoff_figure(part[1]), _tradeoff_caption(part[1]))
     if kind == "summary":
         return f'<div class="summary">{html.bullet_list(part[1])}</div>'
     if kind == "text":
@@ -429,6 +522,8 @@ def _html_part(part: tuple) -> str:
 
 def _markdown_part(part: tuple) -> str:
     kind = part[0]
+    if kind == "verdict":
+        return markdown.paragraph(part[1])
     if kind in ("summary", "bullets"):
         return markdown.bullet_list(part[1])
     if kind == "text":
@@ -439,10 +534,12 @@ def _markdown_part(part: tuple) -> str:
 
 
 def render_html(results: SFLCompareResult) -> str:
-    parts = [
-        html.section(title, *map(_html_part, body), anchor=anchor)
-        for title, anchor, body in _sections(results)
-    ]
+    parts = []
+    for title, anchor, body in _sections(results):
+        rendered = list(map(_html_part, body))
+        if title in FOLDED:
+            rendered = [html.details(f"show {title.split(':')[0].lower()}", *rendered)]
+        parts.append(html.section(title, *rendered, anchor=anchor))
     return html.page(
         TITLE, *parts, subtitle=f"flowsplit {results.flowsplit_version}, {results.generated}"
     )
@@ -455,8 +552,8 @@ def baseline_rows(results: SFLCompareResult) -> list[dict]:
         rows.append(
             {
                 "baseline": name,
-                "acc": _ci(v.final_accuracy, 100, 2),
-                "f1": _ci(v.final_macro_f1, 100, 2),
+                "acc": _score(v.final_accuracy),
+                "f1": _score(v.final_macro_f1),
                 "mb": _ci(v.bytes_total, 1e-6, 1),
                 "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
             }

@@ -126,3 +126,69 @@ def heatmap(
     if title:
         ax.set_title(title)
     return fig
+
+
+MARKERS = "osD^vP*Xh<>p"
+"""One marker per series in :func:`scatter_panels`, so coinciding points stay apart."""
+
+
+def scatter_panels(
+    panels: Sequence[tuple[str, str]],
+    points: Sequence[Mapping],
+    *,
+    ylabel: str = "",
+    hlines: Sequence[Mapping] = (),
+    title: str = "",
+) -> Figure:
+    """Small side-by-side scatter panels sharing the y axis, one per ``(key, xlabel)``.
+
+    Each point: ``label``, ``x`` (a mapping ``key -> value``; a panel whose key is
+    missing or not finite skips it), ``y`` and optional ``ylo``/``yhi`` (whiskers).
+    Every point gets its own hollow marker, each a little smaller than the one before,
+    so two series at the same place both stay visible. ``hlines``: ``label``, ``y`` and
+    optional ``style``, drawn across every panel (baselines)."""
+    fig = new_figure(3.6 * len(panels) + 1.6, 3.4)
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (key, xlabel) in zip(axes, panels, strict=True):
+        for i, p in enumerate(points):
+            x = p["x"].get(key)
+            if x is None or not math.isfinite(x):
+                continue
+            y = p["y"]
+            lo, hi = p.get("ylo", math.nan), p.get("yhi", math.nan)
+            err = None
+            if math.isfinite(lo) and math.isfinite(hi):
+                err = [[max(0.0, y - lo)], [max(0.0, hi - y)]]
+            ax.errorbar(
+                [x],
+                [y],
+                yerr=err,
+                fmt=MARKERS[i % len(MARKERS)],
+                markersize=max(4.0, 12.0 - 1.6 * i),
+                markerfacecolor="none",
+                markeredgewidth=1.8,
+                capsize=3,
+                color=f"C{i % 10}",
+                label=str(p["label"]),
+            )
+        for j, h in enumerate(hlines):
+            ax.axhline(
+                h["y"],
+                linestyle=h.get("style", "--"),
+                color=f"0.{3 + 2 * j}",
+                linewidth=1,
+                label=str(h["label"]),
+            )
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:  # a series only one panel draws still needs its legend entry
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="outside right center", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -29,6 +29,8 @@ figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #eae
 figcaption{font-size:.85rem;color:#57606a}
 .summary{background:#f6f8fa;border-left:4px solid #0969da;padding:.6rem 1rem;margin:1rem 0}
 .warn{background:#fff8c5;border-left:4px solid #bf8700;padding:.5rem 1rem;margin:1rem 0}
+.verdict{font-size:1.1rem;font-weight:600;margin:.8rem 0}
+details{margin:.6rem 0}details>summary{cursor:pointer;color:#0969da}
 .tw{overflow-x:auto;max-width:100%}.meta{color:#57606a;font-size:.85rem}code{background:#f3f5f7;padding:0 .2rem}
 """
 
@@ -97,6 +99,11 @@ def section(title: str, *parts: str, anchor: str | None = None) -> str:
     """A titled section; ``parts`` are already-rendered HTML fragments from this module."""
     aid = f' id="{esc(anchor)}"' if anchor else ""
     return f"<section{aid}><h2>{esc(title)}</h2>{''.join(parts)}</section>"
+
+
+def details(summary: str, *parts: str) -> str:
+    """Already-rendered fragments folded under a one-line ``summary`` (closed at first)."""
+    return f"<details><summary>{esc(summary)}</summary>{''.join(parts)}</details>"
 
 
 def link(href: str, text: str) -> str:
