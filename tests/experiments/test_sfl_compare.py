@@ -9,6 +9,7 @@ and sets FLOWSPLIT_REQUIRE_CHROMIUM=1, so there a missing browser fails instead)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import numpy as np
@@ -86,6 +87,126 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(toy_s
     from flowsplit.experiments.sfl_report import rerender
 
     assert rerender(out).read_text() == text
+
+
+def _study_result(out):
+    from flowsplit.experiments.sfl.result import read_sfl_compare_result
+
+    return read_sfl_compare_result(out / "results.json")
+
+
+def _with_scheme(results, name, **changes):
+    results.schemes[name] = dataclasses.replace(results.schemes[name], **changes)
+    return results
+
+
+def test_sfl_report_opens_with_a_verdict_and_one_tradeoff_picture(toy_sfl_study):
+    # Prepare: the toy study (2 seeds), as written by `sfl compare`.
+    out = toy_sfl_study
+    results = json.loads((out / "results.json").read_text())
+    text = (out / "report.html").read_text()
+    # Assert: under 5 seeds no winner is named, the line says why and what to rerun with.
+    verdict = results["summary"][0]
+    assert verdict.startswith("No winner named: 2 seed(s), at least 5 are needed")
+    assert "--seeds 5" in verdict
+    assert not any("Highest mean final accuracy" in line for line in results["summary"])
+    # The page opens with it and one picture, both before the summary and every table.
+    body = text.split("<body>", 1)[1]
+    first_section = body.split('<section id="summary">', 1)[0]
+    assert '<p class="verdict">No winner named: 2 seed(s)' in first_section
+    assert first_section.count("<img") == 1 and "<table" not in first_section
+    assert "predicted delay per round" in first_section  # the delays are said to be predicted
+    # The picture: two panels (delay, bytes), a point per scheme, each its own marker,
+    # the baselines that split nothing drawn too.
+    from flowsplit.experiments.sfl_report import render_markdown, tradeoff_figure
+
+    fig = tradeoff_figure(_study_result(out))
+    delay_ax, bytes_ax = fig.axes
+    labels = [c.get_label() for c in delay_ax.containers]
+    markers = [c.lines[0].get_marker() for c in delay_ax.containers]
+    assert labels == list(results["schemes"]) and len(set(markers)) == len(markers)
+    assert "fedavg (baseline)" in [c.get_label() for c in bytes_ax.containers]
+    assert {"centralised (baseline)", "majority (baseline)"} <= {
+        line.get_label() for line in delay_ax.lines
+    }
+    assert "predicted" in delay_ax.get_xlabel() and "MB" in bytes_ax.get_xlabel()
+    # Markdown opens with the same line.
+    md = render_markdown(_study_result(out))
+    assert md.split("\n## ", 2)[1].startswith("Verdict") and verdict[:30] in md
+
+
+def test_sfl_report_folds_long_tables_and_methods(toy_sfl_study):
+    text = (toy_sfl_study / "report.html").read_text()
+    for title in ("Methods", "Conditions", "Plans (first seed)", "Accuracy surrogate"):
+        section = text.split(f"<h2>{title}</h2>", 1)[1].split("</section>", 1)[0]
+        assert section.startswith("<details><summary>show ") and section.endswith("</details>")
+    summary = text.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
+    assert "<details>" not in summary
+
+
+def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
+    # Prepare: 'delay' given exactly acc-aware's plan and results (what happens when the
+    # planner picks the same cuts and assignment for both).
+    from flowsplit.experiments.sfl_analysis import same_plan_groups
+    from flowsplit.experiments.sfl_report import render_html, tradeoff_figure
+
+    results = _study_result(toy_sfl_study)
+    results.schemes["delay"] = results.schemes["acc-aware"]
+    # Execute
+    text = render_html(results)
+    fig = tradeoff_figure(results)
+    # Assert: named as one plan on the page, two points with different markers.
+    assert same_plan_groups(results) == [["delay", "acc-aware"]]
+    assert "delay = acc-aware, same plan" in text.split('<section id="summary">', 1)[0]
+    pts = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
+    d, a = pts["delay"], pts["acc-aware"]
+    assert list(d.get_xydata()[0]) == list(a.get_xydata()[0])
+    assert d.get_marker() != a.get_marker() and d.get_markersize() > a.get_markersize()
+    # The unchanged study names no coinciding schemes.
+    assert same_plan_groups(_study_result(toy_sfl_study)) == []
+
+
+def test_sfl_intervals_are_clipped_to_the_range_of_a_score(toy_sfl_study):
+    # Prepare: 2-seed intervals as wide as the review saw (-91 % to 192 %).
+    from flowsplit.experiments.sfl_report import render_html
+    from flowsplit.experiments.stats import Interval
+
+    results = _with_scheme(
+        _study_result(toy_sfl_study),
+        "sfl",
+        final_accuracy=Interval(0.5015, -0.9146, 1.9177, 2),
+        final_macro_f1=Interval(0.4168, -1.5426, 2.3762, 2),
+    )
+    vs = results.vs_hsfl["sfl"]
+    results.vs_hsfl["sfl"] = dataclasses.replace(vs, accuracy_diff=Interval(0.1, -1.5, 1.7, 2))
+    # Execute
+    text = render_html(results)
+    # Assert: no bound outside 0-100 % (or +-100 pts for a difference).
+    assert "50.15 (0.00–100.00)" in text and "41.68 (0.00–100.00)" in text
+    assert "-91.46" not in text and "191.77" not in text and "237.62" not in text
+    assert "+10.00 (-100.00 to +100.00)" in text
+
+
+def test_a_verdict_names_a_winner_only_from_enough_seeds_and_a_clear_lead(toy_sfl_study):
+    from flowsplit.experiments.sfl_analysis import verdict_line
+    from flowsplit.experiments.stats import Interval
+
+    results = _study_result(toy_sfl_study)
+    for name in results.schemes:  # five seeds, every scheme at 80 % +- 1 pt
+        _with_scheme(
+            results, name, seeds=[0, 1, 2, 3, 4], final_accuracy=Interval(0.8, 0.79, 0.81, 5)
+        )
+    # A clear lead: acc-aware's whole interval above every other mean.
+    _with_scheme(results, "acc-aware", final_accuracy=Interval(0.9, 0.88, 0.92, 5))
+    assert verdict_line(results).startswith("Most accurate over 5 seeds: acc-aware, 90.00 %")
+    # Within the runner-up's reach: no winner, and says with whom it ties.
+    _with_scheme(results, "sfl", final_accuracy=Interval(0.89, 0.87, 0.91, 5))
+    line = verdict_line(results)
+    assert line.startswith("No clear accuracy winner over 5 seeds: acc-aware")
+    assert "ahead of sfl" in line
+    # Four seeds: the seed rule, whatever the lead.
+    _with_scheme(results, "sfl", seeds=[0, 1, 2, 3])
+    assert verdict_line(results).startswith("No winner named: 4 seed(s), at least 5")
 
 
 def test_plan_command_writes_the_plan_with_baselines(tmp_path, monkeypatch):
@@ -385,6 +506,11 @@ def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path, toy_sfl_st
     assert n_figures >= 2 and len(study_page.images) == n_figures
     assert study_page.broken_images == []
     assert (tmp_path / "sfl.png").stat().st_size > 10_000
+    # The first picture the browser shows is the accuracy/delay/bytes trade-off, drawn
+    # wider than tall (two panels side by side).
+    first = study_page.images[0]
+    assert first["alt"].startswith("Final test accuracy (mean over 2 seed(s)")
+    assert first["natural_width"] > 1.5 * first["natural_height"]
     # The overview: loads cleanly, names the schemes, and its link finds the study.
     assert overview_page.loaded and overview_page.console_errors == []
     html = overview.read_text()
