@@ -96,7 +96,9 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple, slots: Any = No
     # Each worker leads its own session, as under torchrun. With the kernel's autogroup
     # scheduling (a fair share per session) workers sharing the launcher's session
     # would split one share between them on a busy machine and look slower than
-    # torchrun's workers for no reason of their own.
+    # torchrun's workers for no reason of their own. The price: the terminal's job
+    # control signals (Ctrl-Z, fg, bg) reach only the launcher, which forwards them
+    # (:class:`_JobControl`).
     with contextlib.suppress(OSError):
         os.setsid()
     _die_with_parent()
@@ -111,6 +113,56 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple, slots: Any = No
     if slots is not None:
         threading.Thread(target=_beat, args=(slots, local_rank), daemon=True).start()
     fn(*args)
+
+
+class _JobControl:
+    """Forward the terminal's Ctrl-Z (SIGTSTP) and fg/bg (SIGCONT) to the workers.
+
+    The workers lead sessions of their own (see :func:`_child`), so the terminal stops
+    only the launcher: without this, Ctrl-Z would stop the launcher while its workers
+    train on, holding the cores. On SIGTSTP the launcher stops every worker
+    (SIGSTOP: a worker's group is orphaned, so the kernel would drop a SIGTSTP to it),
+    then itself the default way, so the shell sees the job stopped; when continued it
+    continues them, and the heartbeat watch counts silence only from that moment (a
+    worker stopped with its launcher is not a frozen one).
+    """
+
+    def __init__(self, processes: list) -> None:
+        self.processes = processes
+        self.resumed = 0.0  # monotonic time of the last SIGCONT
+        self.saved: dict[int, Any] = {}
+
+    def _signal(self, sig: int) -> None:
+        for proc in self.processes:
+            if proc.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, sig)
+
+    def _on_tstp(self, _signum: int, _frame: Any) -> None:
+        self._signal(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            # To this thread (raise(3)), so it stops here, not a moment later, until fg/bg.
+            signal.raise_signal(signal.SIGTSTP)
+        finally:
+            signal.signal(signal.SIGTSTP, self._on_tstp)
+        self._on_cont(signal.SIGCONT, None)
+
+    def _on_cont(self, _signum: int, _frame: Any) -> None:
+        self.resumed = time.monotonic()
+        self._signal(signal.SIGCONT)
+
+    def __enter__(self) -> _JobControl:
+        if threading.current_thread() is threading.main_thread():
+            self.saved = {
+                signal.SIGTSTP: signal.signal(signal.SIGTSTP, self._on_tstp),
+                signal.SIGCONT: signal.signal(signal.SIGCONT, self._on_cont),
+            }
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
 
 
 def launch_local(
@@ -156,9 +208,15 @@ def launch_local(
             _child, args=(fn, args, slots), nprocs=n_workers, start_method="spawn", join=False
         )
         try:
-            while not ctx.join(timeout=HEARTBEAT_PERIOD_S):
-                if slots is not None:
-                    _check_heartbeats(ctx.processes, slots, heartbeat_s)
+            with _JobControl(ctx.processes) as job:
+                last = time.monotonic()
+                while not ctx.join(timeout=HEARTBEAT_PERIOD_S):
+                    now = time.monotonic()
+                    if now - last > 3 * HEARTBEAT_PERIOD_S:  # the launcher itself was stopped
+                        job.resumed = max(job.resumed, now)
+                    last = now
+                    if slots is not None:
+                        _check_heartbeats(ctx.processes, slots, heartbeat_s, job.resumed)
         except KeyboardInterrupt:
             # Workers in their own sessions do not see the terminal's Ctrl-C: stop them.
             for proc in ctx.processes:
@@ -181,13 +239,14 @@ def launch_local(
             ) from None
 
 
-def _check_heartbeats(processes: list, slots: Any, limit_s: float) -> None:
-    """End every worker and raise if one has sent no heartbeat for ``limit_s`` seconds."""
+def _check_heartbeats(processes: list, slots: Any, limit_s: float, resumed: float = 0.0) -> None:
+    """End every worker and raise if one has sent no heartbeat for ``limit_s`` seconds
+    (counted from ``resumed``, the last time job control continued the workers, if later)."""
     now = time.monotonic()
     silent = [
         r
         for r, p in enumerate(processes)
-        if p.is_alive() and slots[r] > 0 and now - slots[r] > limit_s
+        if p.is_alive() and slots[r] > 0 and now - max(slots[r], resumed) > limit_s
     ]
     if not silent:
         return
