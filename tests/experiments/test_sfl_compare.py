@@ -158,6 +158,8 @@ def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
     # Assert: named as one plan on the page, two points with different markers.
     assert same_plan_groups(results) == [["delay", "acc-aware"]]
     assert "delay = acc-aware, same plan" in text.split('<section id="summary">', 1)[0]
+    curves = text.split("<h2>Curves</h2>", 1)[1].split("</section>", 1)[0]
+    assert curves.count("under another: delay = acc-aware, same plan)</figcaption>") == 3
     pts = {c.get_label(): c.lines[0] for c in fig.axes[0].containers}
     d, a = pts["delay"], pts["acc-aware"]
     assert list(d.get_xydata()[0]) == list(a.get_xydata()[0])

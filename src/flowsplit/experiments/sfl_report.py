@@ -392,10 +392,14 @@ def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
         ylabel="MB (all rounds, mean over seeds)",
         title="Bytes per hop",
     )
+    note = same_plan_note(results)
+    same = (
+        f" (a line per scheme, each its own style; one line under another: {note})" if note else ""
+    )
     return [
-        (acc, "Test accuracy per round"),
-        (clock, "Test accuracy against simulated time"),
-        (delay, "Simulated delay per round"),
+        (acc, "Test accuracy per round" + same),
+        (clock, "Test accuracy against predicted (simulated) time" + same),
+        (delay, "Predicted (simulated) delay per round" + same),
         (by_hop, "Bytes per hop"),
     ]
 
