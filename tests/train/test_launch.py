@@ -149,3 +149,45 @@ def test_a_stopped_worker_is_named_by_its_missing_heartbeat_and_every_worker_end
     assert took < 100
     pids = [int(p.name) for p in marks.iterdir()]
     assert len(pids) == 2 and not any(_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize(
+    ("gloo", "words"),
+    [
+        (
+            "send failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:538] Connection "
+            "closed by peer [127.0.0.1]:45678",
+            "send failed: its connection closed: the process ended or was killed",
+        ),
+        (
+            "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Read error "
+            "[127.0.0.1]:35766: Connection reset by peer",
+            "its connection was reset: the process ended or was killed",
+        ),
+        (
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+            "Timed out waiting 30000ms for recv operation to complete",
+            "RuntimeError: no answer within 30 s",
+        ),
+        (
+            "no connection: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4",
+            "no connection: op.preamble.length <= op.nbytes. 8 vs 4",
+        ),
+    ],
+)
+def test_a_lost_peer_is_said_in_words_without_gloo_source_locations(gloo, words):
+    from flowsplit.train.launch import peer_failure_words
+
+    assert peer_failure_words(gloo) == words
+
+
+def test_an_unknown_long_peer_failure_is_shortened_at_a_word():
+    from flowsplit.train.launch import peer_failure_words
+
+    text = "[x/pair.cc:1] " + " ".join(f"word{i}" for i in range(100))
+    said = peer_failure_words(text, limit=60)
+    assert said.endswith(" ...") and len(said) <= 64
+    # Every word kept is whole: none is cut in the middle (the old [:160] did).
+    assert all(w.startswith("word") and w[4:].isdigit() for w in said[:-4].split())
+    assert "pair.cc" not in said

@@ -43,6 +43,7 @@ from flowsplit.federated.system.protocol import (
     hop_of,
     rank_of,
 )
+from flowsplit.train.launch import peer_failure_words
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -147,7 +148,7 @@ class GlooTransport:
         if peer in self.lost:
             return
         self.lost.add(peer)
-        why = why.splitlines()[0][:160]
+        why = peer_failure_words(why)  # in words, not gloo's text cut mid-word
         log.warning(
             "%s: lost %s (%s); it is dropped from this round and the rest of the run",
             role_name(self.me),

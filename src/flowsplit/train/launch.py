@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -270,6 +271,40 @@ def _as_user_error(text: str) -> Exception:
     user_errors = {cls.__name__: cls for cls in (ConfigError, InputError, FlowsplitError)}
     cls = user_errors.get(name.rsplit(".", 1)[-1])
     if cls is None:
-        return RuntimeError(f"a worker failed: {last}")
+        return RuntimeError(f"a worker failed: {peer_failure_words(last, limit=300)}")
     # InputError's message already holds its path; rebuild without re-prefixing it.
     return ConfigError(message) if cls is ConfigError else FlowsplitError(message)
+
+
+_GLOO_SOURCE = re.compile(r"\[(?:enforce fail at )?[^\]]*\.(?:cc|cpp|h):\d+\]\s*")
+_TIMED_OUT = re.compile(r"timed out waiting (\d+)\s*ms", re.IGNORECASE)
+_PEER_WORDS = (
+    ("connection closed by peer", "its connection closed: the process ended or was killed"),
+    ("connection reset by peer", "its connection was reset: the process ended or was killed"),
+    ("broken pipe", "its connection broke: the process ended or was killed"),
+    ("connection refused", "it refused the connection: not started yet or already ended"),
+    ("no route to host", "no route to its host"),
+    ("network is unreachable", "its network is unreachable"),
+)
+
+
+def peer_failure_words(text: str, limit: int = 160) -> str:
+    """Say in words what a gloo error about a peer means (its connection closed, no
+    answer within N s, ...) instead of gloo's text with its C++ source location; text
+    gloo's words do not cover is kept without those locations and shortened at a word.
+
+    A short plain context before the first ``": "`` (``"send failed: ..."``) is kept."""
+    stripped = text.strip()
+    first = stripped.splitlines()[0] if stripped else "no reason given"
+    context, sep, rest = first.partition(": ")
+    if not sep or "[" in context or len(context) > 40:
+        context, rest = "", first
+    lower = rest.lower()
+    words = next((w for key, w in _PEER_WORDS if key in lower), None)
+    if words is None and (match := _TIMED_OUT.search(rest)):
+        words = f"no answer within {int(match.group(1)) / 1000:g} s"
+    if words is None:
+        words = " ".join(_GLOO_SOURCE.sub("", rest).split()) or "no reason given"
+        if len(words) > limit:
+            words = words[:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{context}: {words}" if context else words
