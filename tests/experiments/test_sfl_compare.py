@@ -75,6 +75,10 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(toy_s
         assert len(metrics["test_predictions"]) == metrics["n_test"] > 0
         assert sum(map(sum, metrics["confusion_matrix"])) == metrics["n_test"]
     assert any("pays them back" in line for line in results["summary"])
+    # The planner-against-simulation check is a condition, not a finding (UX review R8).
+    assert not any("match the simulation" in line for line in results["summary"])
+    conditions = text.split("<h2>Conditions</h2>", 1)[1]
+    assert "predicted round delay and bytes match the simulation" in conditions
     # The baselines that split nothing, and the ablation of the planner's gain.
     assert set(results["baselines"]) == {"majority", "centralised", "fedavg"}
     maj = results["baselines"]["majority"]["per_seed"]

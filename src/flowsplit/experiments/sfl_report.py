@@ -8,7 +8,12 @@ from typing import Any
 
 from flowsplit.data.store import atomic_write_text
 from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
-from flowsplit.experiments.sfl_analysis import same_plan_note, summary_lines, surrogate_text
+from flowsplit.experiments.sfl_analysis import (
+    prediction_check_text,
+    same_plan_note,
+    summary_lines,
+    surrogate_text,
+)
 from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
@@ -268,6 +273,7 @@ def conditions_rows(results: SFLCompareResult) -> list[dict]:
         ),
         ("network changes", _network_text(results)),
         ("target accuracy", f"{100 * results.target_accuracy:.2f} %"),
+        ("delays (cost model check)", prediction_check_text(results)),
         ("host", f"{env.host}, {env.cores} cores, torch {env.torch}, {c.threads} thread(s)"),
         (
             "flowsplit, generated, wall",
