@@ -84,7 +84,7 @@ from flowsplit.federated.transport import (
     talking_pairs,
 )
 from flowsplit.train.distributed import read_dist_env
-from flowsplit.train.launch import heartbeat_limit
+from flowsplit.train.launch import cpp_quiet_env, environ, heartbeat_limit
 from flowsplit.util import die_with_parent
 
 log = logging.getLogger("flowsplit.federated")
@@ -763,6 +763,11 @@ def _spawned_role_main(rank: int, world_size: int, payload: dict[str, Any]) -> N
     try:
         role_main(rank, world_size, payload)
     except Exception as exc:  # noqa: BLE001 - one line, always
+        launcher = payload.get("launcher_pid")
+        if launcher is not None and not _alive(int(launcher)):
+            # The launcher was killed and its store went with it: this role's failure
+            # ("Connection reset by peer") is that, not news for the terminal.
+            os._exit(1)
         # A handled error, a full disk (the checkpoint), or a bug: one line, no traceback.
         code = 2 if isinstance(exc, FlowsplitError) else 1
         if isinstance(exc, OSError) and exc.filename and exc.strerror:
@@ -1031,8 +1036,10 @@ def launch_roles(
     stopped = True
     try:
         with _stop_on_signals():
-            for p in procs:
-                p.start()
+            # The fork server (started by the first role) and so every role inherit it.
+            with environ(cpp_quiet_env()):
+                for p in procs:
+                    p.start()
             watch = _HeartbeatWatch(
                 store, procs, topo.n_aggregators, heartbeat_timeout(setup.config)
             )

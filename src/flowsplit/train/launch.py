@@ -52,6 +52,20 @@ def environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+CPP_QUIET = {"TORCH_SHOW_CPP_STACKTRACES": "0", "TORCH_CPP_LOG_LEVEL": "ERROR"}
+"""torch's C++ settings for worker and role processes: no C++ stack frames in errors, no
+C++ warnings (a peer that ended makes gloo and the rendezvous store log warnings with
+source locations, and a role outliving a killed launcher by moments printed them on
+the terminal). Only where the user has not set them: debugging keeps its way in."""
+
+
+def cpp_quiet_env(environ_: dict[str, str] | None = None) -> dict[str, str]:
+    """The :data:`CPP_QUIET` settings the environment ``environ_`` (default: this
+    process's) does not already set."""
+    env = os.environ if environ_ is None else environ_
+    return {k: v for k, v in CPP_QUIET.items() if k not in env}
+
+
 @contextmanager
 def _log_level(logger: logging.Logger, level: int) -> Iterator[None]:
     """Raise ``logger``'s level for the duration."""
@@ -191,6 +205,7 @@ def launch_local(
         "MASTER_PORT": str(port),
         "OMP_NUM_THREADS": str(threads_per_worker),
         "MKL_NUM_THREADS": str(threads_per_worker),
+        **cpp_quiet_env(),
     }
     if master_addr in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
         # Gloo's own sockets follow the host name's address unless told an interface.
