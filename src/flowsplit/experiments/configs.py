@@ -18,6 +18,7 @@ from flowsplit.planner.study_config import StudyConfig
 from flowsplit.train.config import COMM_HOOKS
 
 ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
+"""The models a study trains by default (``--models`` may name any registered one)."""
 QUICK_EPOCHS = 2
 QUICK_ROUNDS = 20
 # Settings that change what a cell measures: a rerun into the same OUT must match them.
@@ -103,10 +104,13 @@ class CompareConfig:
             raise ConfigError(
                 "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
             )
-        unknown = [m for m in self.models if m not in ALL_MODELS]
+        from flowsplit.models.registry import MODEL_SPECS
+
+        # The default study is the five models; any registered one may be chosen.
+        unknown = [m for m in self.models if m not in MODEL_SPECS]
         if unknown:
             raise ConfigError(
-                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(ALL_MODELS)}"
+                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_SPECS)}"
             )
 
     def fingerprint(self) -> dict:

@@ -127,7 +127,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         f"every round) with the options it was started with (OUT/{RUN_ARGS}); "
         "`-o OUT --resume` with the same options works too",
     )
-    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument(
+        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
+    )
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
         "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
@@ -412,7 +414,9 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, help="measured topology TOML to write")
-    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument(
+        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
+    )
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
         "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
@@ -489,7 +493,9 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--model", required=True, help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument(
+        "--model", required=True, help="neural model (cnn, lstm, convlstm, convgru, transformer)"
+    )
     p.add_argument("--dataset", required=True, help="dataset directory")
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")

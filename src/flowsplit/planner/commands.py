@@ -63,7 +63,7 @@ def _tolerance(text: str) -> float:
 
 
 STUDY_OPTIONS = {
-    "model": cli(help="Neural model (cnn, lstm, convlstm, convgru)."),
+    "model": cli(help="Neural model (cnn, lstm, convlstm, convgru, transformer)."),
     "n_clients": cli(flag="--clients"),
     "n_aggregators": cli(flag="--aggregators"),
     "trace": cli(metavar="SPEC"),  # as sfl run's

@@ -47,7 +47,7 @@ class StudyConfig:
     """Everything that decides what is planned (saved next to every plan)."""
 
     model: str = "cnn"
-    """Neural model (cnn, lstm, convlstm, convgru)."""
+    """Neural model (cnn, lstm, convlstm, convgru, transformer)."""
     view: str | None = None
     """Dataset view (default: the model's)."""
     topology: str = "heterogeneous"

@@ -68,7 +68,9 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument("--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru)")
+    p.add_argument(
+        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
+    )
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
