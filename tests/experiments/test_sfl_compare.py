@@ -146,6 +146,15 @@ def test_sfl_report_folds_long_tables_and_methods(toy_sfl_study):
         assert section.startswith("<details><summary>show ") and section.endswith("</details>")
     summary = text.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
     assert "<details>" not in summary
+    # Reached accuracy beside the planner's prediction, in one table (UX review R7).
+    from flowsplit.experiments.sfl_report import results_rows
+
+    results = _study_result(toy_sfl_study)
+    rows = {r["scheme"]: r for r in results_rows(results)}
+    plan = results.first_plans()["acc-aware"]
+    assert rows["acc-aware"]["predicted"] == pytest.approx(100 * plan.predicted_accuracy)
+    assert rows["sfl"]["predicted"] is None  # sfl is not planned
+    assert "planner&#x27;s predicted accuracy (validation), %" in text.split("<h2>Results", 1)[1]
 
 
 def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):

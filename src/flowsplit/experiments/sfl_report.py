@@ -110,12 +110,16 @@ def _ratio(iv: Interval) -> str:
 
 def results_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
+    plans = results.first_plans()
     for s, v in results.schemes.items():
+        plan = plans.get(s)
+        predicted = plan.predicted_accuracy if plan is not None else None
         rows.append(
             {
                 "scheme": s,
                 "cuts": ", ".join(str(tuple(c)) for c in v.cuts),
                 "acc": _score(v.final_accuracy),
+                "predicted": None if predicted is None else 100 * predicted,
                 "f1": _score(v.final_macro_f1),
                 "delay": _ci(v.delay_total_s, 1, 2),
                 "per_round": _ci(v.delay_per_round_s, 1, 3),
@@ -130,6 +134,7 @@ RESULT_COLS = [
     Column("scheme", "scheme"),
     Column("cuts", "cuts (a, c)"),
     Column("acc", "final accuracy, %", align="right"),
+    Column("predicted", "planner's predicted accuracy (validation), %", fmt_float(2), "right"),
     Column("f1", "final macro-F1, %", align="right"),
     Column("delay", "total delay (predicted), s", align="right"),
     Column("per_round", "delay per round (predicted), s", align="right"),
