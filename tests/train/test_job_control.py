@@ -20,7 +20,9 @@ from flowsplit.errors import FlowsplitError
 from flowsplit.train.launch import launch_local
 
 def work(path):
-    open(os.path.join(path, str(os.getpid())), "w").close()
+    with open(os.path.join(path, str(os.getpid())), "w") as f:
+        f.write(os.environ.get("TORCH_CPP_LOG_LEVEL", "") + " ")
+        f.write(os.environ.get("TORCH_SHOW_CPP_STACKTRACES", ""))
     for _ in range(40):  # 4 s of the worker's own time
         time.sleep(0.1)
 
@@ -71,6 +73,9 @@ def test_ctrl_z_stops_the_workers_and_fg_continues_them(tmp_path):
         # Three interpreters import torch first: slow on a loaded machine.
         assert _wait_for(lambda: len(list(marks.iterdir())) == 2, 180)
         pids = [int(p.name) for p in marks.iterdir()]
+        # The workers print no C++ warnings or stack frames (the launcher set it).
+        assert _wait_for(lambda: all(p.read_text() for p in marks.iterdir()), 10)
+        assert {p.read_text() for p in marks.iterdir()} == {"ERROR 0"}
         time.sleep(0.3)  # the launcher is in its join loop, its handlers installed
         # Execute: Ctrl-Z (the terminal sends SIGTSTP to the foreground job).
         os.killpg(launcher.pid, signal.SIGTSTP)

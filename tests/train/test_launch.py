@@ -191,3 +191,10 @@ def test_an_unknown_long_peer_failure_is_shortened_at_a_word():
     # Every word kept is whole: none is cut in the middle (the old [:160] did).
     assert all(w.startswith("word") and w[4:].isdigit() for w in said[:-4].split())
     assert "pair.cc" not in said
+
+
+def test_cpp_quiet_settings_leave_the_users_own_alone():
+    from flowsplit.train.launch import CPP_QUIET, cpp_quiet_env
+
+    assert cpp_quiet_env({}) == CPP_QUIET
+    assert cpp_quiet_env({"TORCH_SHOW_CPP_STACKTRACES": "1"}) == {"TORCH_CPP_LOG_LEVEL": "ERROR"}
