@@ -68,6 +68,7 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(toy_s
     assert results["surrogate"]["backtest"]["n"] == 3
     text = report.read_text()
     assert "paper" in text and "<img" in text
+    assert "paper&#x27;s planner (as reported on CIFAR-10/FEMNIST, not this data)" in text
     for scheme in ("sfl", "delay", "acc-aware"):
         assert (out / "runs" / f"{scheme}-seed1" / "metrics.json").is_file()
         # Each run records per-class results as a `train` run does (issue 29 item 4).
