@@ -563,3 +563,18 @@ def test_a_sampled_compare_predicts_each_rounds_sample(tmp_path):
     assert run["predicted_delay_per_round_s"] != [run["predicted_delay_s"]] * 2
     assert results["prediction_check"]["max_rel_delay_error"] < 1e-9
     assert results["prediction_check"]["max_rel_bytes_error"] < 1e-12
+
+
+def test_the_command_prints_the_reports_verdict(toy_sfl_study, monkeypatch, capsys):
+    # Prepare: the command's study is the toy study already run (same results.json).
+    from flowsplit.cli import main
+    from flowsplit.experiments import sfl_compare
+
+    report = toy_sfl_study / "report.html"
+    monkeypatch.setattr(sfl_compare, "run_sfl_compare", lambda *a, **k: report)
+    # Execute
+    assert main(["sfl", "compare", "DS", "-o", str(toy_sfl_study), "--quiet"]) == 0
+    # Assert: the verdict line the page opens with, then where the report is.
+    out = capsys.readouterr().out.strip().splitlines()
+    verdict = json.loads((toy_sfl_study / "results.json").read_text())["summary"][0]
+    assert out == [verdict, f"report: {report}"] and "No winner named" in verdict

@@ -68,6 +68,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     path = run_sfl_compare(
         args.dataset, args.out, quick=given.pop("quick"), quiet=args.quiet, **given
     )
+    from flowsplit.experiments.sfl.result import read_sfl_compare_result
+
+    summary = read_sfl_compare_result(Path(path).parent / "results.json").summary
+    if summary:
+        print(summary[0])  # the verdict, as the report opens with it
     print(f"report: {path}")
     return 0
 
