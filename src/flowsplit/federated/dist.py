@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +150,19 @@ def drive(coro: Coroutine, transport: GlooTransport, tracer: Tracer | None = Non
 
 ASSIGNMENT_KEY = "flowsplit/assignment/{round}"
 """Store key of round ``round``'s assignment (0-based): (N,) little-endian int64 bytes."""
+
+
+def _sum_in_order(parts: list[np.ndarray]) -> np.ndarray:
+    """``parts[0] + parts[1] + ...`` left to right (the order the ledgers always summed in)."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
+def _stack_events(parts: list[np.ndarray]) -> np.ndarray:
+    """Event rows of several roles, one table (received traces arrive flat)."""
+    return np.concatenate([p.reshape(-1, N_COLS) for p in parts])
 
 
 class DistRuntime:
@@ -397,37 +410,46 @@ class DistRuntime:
             while True:
                 time.sleep(3600)
 
-    def _gather_telemetry(self, plan: RoundPlan) -> np.ndarray:
-        """Sum every role's ledger (and received bytes) at the server."""
-        own = np.concatenate([self.ctx.meter.ledger.to_vector(), self.transport.received.ravel()])
+    def _gather_up(
+        self, plan: RoundPlan, own: np.ndarray, combine: Callable[[list], np.ndarray]
+    ) -> list[np.ndarray]:
+        """Telemetry up the tree: a client sends ``own`` to its aggregator; an aggregator
+        receives its clients' (a lost one is marked lost) and sends ``combine`` of them and
+        its own to the server; the server receives every aggregator's (a lost peer's
+        receive is None). Returns what this role holds, its own first."""
         kind, index = self.me
         if kind == CLIENT:
             if plan.takes_part(index):
                 agg = (AGGREGATOR, int(plan.assignment[index]))
                 self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
-            return own
-        total = own.copy()
+            return [own]
+        parts = [own]
         if kind == AGGREGATOR:
             for i in plan.order:
                 i = int(i)
                 if plan.assignment[i] != index or i in self.role.lost or not plan.takes_part(i):
                     continue
-                vec = self.transport.recv(
+                got = self.transport.recv(
                     Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
                 )
-                if vec is None:
+                if got is None:
                     self.role.lost.add(i)
                 else:
-                    total += vec.numpy()
+                    parts.append(got.numpy())
             self.transport.send(
-                Send(SERVER_ADDRESS, torch.from_numpy(total), CONTROL), telemetry=True
+                Send(SERVER_ADDRESS, torch.from_numpy(combine(parts)), CONTROL), telemetry=True
             )
-            return total
+            return parts
         for j in range(self.setup.topology.n_aggregators):
-            vec = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
-            if vec is not None:
-                total += vec.numpy()
-        return total
+            got = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
+            if got is not None:
+                parts.append(got.numpy())
+        return parts
+
+    def _gather_telemetry(self, plan: RoundPlan) -> np.ndarray:
+        """Sum every role's ledger (and received bytes) at the server (a client: its own)."""
+        own = np.concatenate([self.ctx.meter.ledger.to_vector(), self.transport.received.ravel()])
+        return _sum_in_order(self._gather_up(plan, own, _sum_in_order))
 
     def probe(self, mode: str, out_dir: Path) -> None:
         """Measure this role's speed and links (:mod:`flowsplit.federated.probe`); the
@@ -487,37 +509,8 @@ class DistRuntime:
     def _gather_traces(self, plan: RoundPlan, own: np.ndarray) -> np.ndarray:
         """Every role's events of the round at the server (telemetry, like the ledgers):
         clients send theirs to their aggregator, which sends them on with its own."""
-        kind, index = self.me
-        if kind == CLIENT:
-            if plan.takes_part(index):
-                agg = (AGGREGATOR, int(plan.assignment[index]))
-                self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
-            return own
-        parts = [own]
-        if kind == AGGREGATOR:
-            for i in plan.order:
-                i = int(i)
-                if plan.assignment[i] != index or i in self.role.lost or not plan.takes_part(i):
-                    continue
-                got = self.transport.recv(
-                    Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
-                )
-                if got is None:
-                    self.role.lost.add(i)
-                else:
-                    parts.append(got.numpy().reshape(-1, N_COLS))
-            self.transport.send(
-                Send(SERVER_ADDRESS, torch.from_numpy(np.concatenate(parts)), CONTROL),
-                telemetry=True,
-            )
-            return own
-        for j in range(self.setup.topology.n_aggregators):
-            if (AGGREGATOR, j) in self.transport.lost:
-                continue
-            got = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
-            if got is not None:
-                parts.append(got.numpy().reshape(-1, N_COLS))
-        return np.concatenate(parts)
+        parts = self._gather_up(plan, own, _stack_events)
+        return _stack_events(parts) if self.me == SERVER_ADDRESS else own
 
     def checkpoint(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         """The server's whole state after ``history``'s rounds (tensors and plain data).
