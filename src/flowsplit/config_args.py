@@ -291,6 +291,25 @@ MAX_SEEDS = 10_000
 """The most seeds a ``--seeds N`` count may ask for (a study of each)."""
 
 
+def add_model_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """``--model``, ``--view`` and ``--model-option``: the neural model a split-learning,
+    probing or privacy command builds (``cnn`` unless ``required``)."""
+    p.add_argument(
+        "--model",
+        required=required,
+        default=None if required else "cnn",
+        help="neural model (cnn, lstm, convlstm, convgru, transformer)",
+    )
+    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
+    p.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model size, e.g. channels=[16,32] (repeatable)",
+    )
+
+
 def finite_float(text: str) -> float:
     """A float option's value: a finite number (``nan``, ``inf`` refused at parse time)."""
     try:

@@ -20,6 +20,7 @@ from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
     add_config_arguments,
+    add_model_arguments,
     add_renamed,
     check_cores,
     config_from_args,
@@ -127,13 +128,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         f"every round) with the options it was started with (OUT/{RUN_ARGS}); "
         "`-o OUT --resume` with the same options works too",
     )
-    p.add_argument(
-        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
-    )
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
-    p.add_argument(
-        "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
-    )
+    add_model_arguments(p)
     p.add_argument("--topology", default="homogeneous", help="preset name or TOML file")
     p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
     p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
@@ -414,13 +409,7 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, help="measured topology TOML to write")
-    p.add_argument(
-        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
-    )
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
-    p.add_argument(
-        "--model-option", action="append", default=[], metavar="KEY=VALUE", help="model size"
-    )
+    add_model_arguments(p)
     p.add_argument(
         "--topology",
         default="homogeneous",
@@ -493,12 +482,8 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument(
-        "--model", required=True, help="neural model (cnn, lstm, convlstm, convgru, transformer)"
-    )
+    add_model_arguments(p, required=True)
     p.add_argument("--dataset", required=True, help="dataset directory")
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
-    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_profile)
 

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowsplit.config_args import HelpFormatter, add_renamed, finite_float, parse_seed
+from flowsplit.config_args import (
+    HelpFormatter,
+    add_model_arguments,
+    add_renamed,
+    finite_float,
+    parse_seed,
+)
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PairRow, PrivacyResult
 from flowsplit.train.config import parse_model_options
@@ -68,11 +74,7 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    p.add_argument(
-        "--model", default="cnn", help="neural model (cnn, lstm, convlstm, convgru, transformer)"
-    )
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
-    p.add_argument("--model-option", action="append", default=[], metavar="KEY=VALUE")
+    add_model_arguments(p)
     p.add_argument(
         "--client-cuts",
         dest="cuts",
