@@ -290,12 +290,19 @@ def test_the_cost_model_predicts_each_sampled_round(dataset):
         assert rec["bytes_total"] == pytest.approx(nbytes, rel=1e-9)
 
 
-def test_a_sampled_dist_run_is_refused_once_before_any_role_starts(tmp_path, capsys):
+def test_a_sampled_dist_run_is_refused_once_before_any_role_starts(tmp_path, capsys, monkeypatch):
     from flowsplit.cli import main
+    from flowsplit.federated import setup as setup_mod
     from tests.train.synth import write_synthetic
 
-    # Prepare: a dataset, and a dist run asked to sample.
+    # Prepare: a dataset, and a dist run asked to sample; preparing the run (profiling,
+    # loading the data) would be wasted work, so it must not start.
     ds = write_synthetic(tmp_path / "ds", n=40)
+
+    def no_prepare(*_a, **_k):
+        raise AssertionError("the run was prepared before the refusal")
+
+    monkeypatch.setattr(setup_mod, "prepare_run", no_prepare)
     argv = ["sfl", "run", str(ds), "--mode", "dist", "--clients-per-round", "2"]
     # Execute
     rc = main([*argv, "--model", "cnn", "--rounds", "1", "-o", str(tmp_path / "o"), "--quiet"])
