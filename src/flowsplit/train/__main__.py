@@ -72,4 +72,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flowsplit.util import exit_without_finalising
+
+    exit_without_finalising(main())  # see there: a finished gloo worker could abort at exit

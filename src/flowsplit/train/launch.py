@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
-from flowsplit.util import die_with_parent
+from flowsplit.util import die_with_parent, exit_without_finalising
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -128,6 +128,9 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple, slots: Any = No
     if slots is not None:
         threading.Thread(target=_beat, args=(slots, local_rank), daemon=True).start()
     fn(*args)
+    # Done and written: leave without the interpreter's finalisation, which can race
+    # with gloo's threads and abort a finished worker (exit_without_finalising).
+    exit_without_finalising(0)
 
 
 class _JobControl:

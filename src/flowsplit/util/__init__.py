@@ -8,11 +8,17 @@
 """
 
 from flowsplit.util.jsondoc import jsonable, read_json_document, typed_from_dict, typed_to_dict
-from flowsplit.util.system import available_cores, die_with_parent, peak_rss_mb
+from flowsplit.util.system import (
+    available_cores,
+    die_with_parent,
+    exit_without_finalising,
+    peak_rss_mb,
+)
 
 __all__ = [
     "available_cores",
     "die_with_parent",
+    "exit_without_finalising",
     "jsonable",
     "peak_rss_mb",
     "read_json_document",

@@ -55,3 +55,22 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
         return True
     return False
+
+
+def exit_without_finalising(code: int) -> None:
+    """End a finished distributed worker at once: logs closed, output flushed, then
+    ``os._exit`` instead of the interpreter's finalisation.
+
+    Why: gloo's threads can still hold a finished collective's tensors when a worker
+    returns; freeing Python objects at interpreter exit then races with them and the
+    C++ runtime aborts the process ("terminate called without an active exception",
+    SIGABRT) after its work is done and written. The barrier before the process group
+    is destroyed narrows that window; not finalising closes it. Only for processes
+    whose results are already on disk (nothing is left for ``atexit`` to do)."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
