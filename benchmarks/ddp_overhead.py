@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flowsplit.util import free_port
+
 MODELS = ("cnn", "lstm", "convlstm", "convgru")
 
 
@@ -119,7 +121,7 @@ def minimal_epochs(data: Path, model: str, *, args) -> list[float]:
             "--master-addr",
             "127.0.0.1",
             "--master-port",
-            str(_free_port()),
+            str(free_port()),
             __file__,
             "--minimal-worker",
             "--dataset",
@@ -189,14 +191,6 @@ def minimal_worker(args) -> None:
 
 def _env(threads: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _environment() -> dict:

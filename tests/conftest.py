@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 
 from flowsplit.report.browser import find_chromium
+from flowsplit.util import free_port as _free_port
 
 # Tests run side by side on 2 cores: one intra-op thread per test process. Setting
 # OMP_NUM_THREADS here would be too late (torch is already imported), so set torch's.
@@ -44,10 +44,8 @@ def pytest_configure(config):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago (outside the ephemeral range)."""
+    return _free_port("127.0.0.1")
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,15 +24,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
-from flowsplit.util import die_with_parent, exit_without_finalising
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from flowsplit.util import die_with_parent, exit_without_finalising, free_port
 
 
 @contextmanager

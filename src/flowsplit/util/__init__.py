@@ -1,7 +1,7 @@
 """Small helpers every layer may use (the ground floor: imports nothing of flowsplit).
 
 - :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`peak_rss_mb`,
-  :func:`die_with_parent`;
+  :func:`die_with_parent`, :func:`free_port`;
 - :mod:`flowsplit.util.jsondoc`: :func:`jsonable` (strict JSON out) and the typed
   documents' reading (:func:`typed_from_dict`, :func:`typed_to_dict`,
   :func:`read_json_document`).
@@ -12,6 +12,7 @@ from flowsplit.util.system import (
     available_cores,
     die_with_parent,
     exit_without_finalising,
+    free_port,
     peak_rss_mb,
 )
 
@@ -19,6 +20,7 @@ __all__ = [
     "available_cores",
     "die_with_parent",
     "exit_without_finalising",
+    "free_port",
     "jsonable",
     "peak_rss_mb",
     "read_json_document",

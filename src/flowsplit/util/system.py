@@ -74,3 +74,43 @@ def exit_without_finalising(code: int) -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (ports it hands to outgoing connections and to
+    ``bind(port 0)``); Linux's default where it cannot be read."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago, chosen outside the kernel's
+    ephemeral range.
+
+    A port from ``bind(port 0)`` lies inside the ephemeral range, so any outgoing
+    connection on the machine (a rendezvous client, a test's Dask worker) may be given
+    it between the pick and the real bind, which then fails with "Address already in
+    use". Ports below the ephemeral range are handed out only to those that ask for them
+    by number; a random pick there, checked by binding, leaves only the (much rarer)
+    race with another process choosing the same number."""
+    import random
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low, high = _ephemeral_range()
+    bottom, top = (10000, low - 1) if low > 12000 else (high + 1, 65535)
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(bottom, top)
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # crowded: let the kernel pick
+        s.bind((host, 0))
+        return s.getsockname()[1]
