@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from flowsplit.experiments.allreduce import DEFAULT_SIZES, run_allreduce_benchmark
-from flowsplit.experiments.scaling import fit_allreduce, ring_allreduce_time
+from flowsplit.experiments.dp.allreduce import DEFAULT_SIZES, run_allreduce_benchmark
+from flowsplit.experiments.dp.scaling import fit_allreduce, ring_allreduce_time
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ machine's load (other jobs on a shared machine) moves calibration and measuremen
 together instead of showing up as model error.
 
 The prediction for a shaped epoch is the scaling model's
-(``flowsplit.experiments.scaling``): compute (the neighbours' epoch time minus their
+(``flowsplit.experiments.dp.scaling``): compute (the neighbours' epoch time minus their
 exposed all-reduce time) + their per-step synchronisation time (exposed all-reduce on
 the unshaped veth, whose wire time for these sizes is microseconds: waiting for the
 other node, gloo's own work) + the ring all-reduce of the epoch's measured gradient
@@ -65,7 +65,7 @@ import torch
 from _common import ROOT, environment, write_json
 from ddp_overhead import write_synthetic_dataset
 
-from flowsplit.experiments.scaling import Workload, comm_time, tbf_network
+from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
 
 NS = ("fsl0", "fsl1")
 VETH = ("fsl0v", "fsl1v")

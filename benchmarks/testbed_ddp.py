@@ -19,7 +19,7 @@ warm-up epoch follows, then the quota is set and the link rate changes between e
 queued at the previous rate) and ``--repeats`` measured ones. One node has no link: its
 epochs are ``--repeats`` epochs at its quota.
 
-**Prediction** (:mod:`flowsplit.experiments.scaling`, its cluster form): epoch time
+**Prediction** (:mod:`flowsplit.experiments.dp.scaling`, its cluster form): epoch time
 ``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N, tbf_network(rate))``:
 ``c`` compute per sample and ``h`` per-step overhead (the scaling model's two compute
 parameters; ``h`` also holds each step's synchronisation wait), the ring all-reduce of
@@ -58,7 +58,7 @@ from _common import ROOT, environment, write_json
 from ddp_overhead import write_synthetic_dataset
 from scipy.optimize import nnls
 
-from flowsplit.experiments.scaling import Workload, comm_time, tbf_network
+from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
 from flowsplit.testbed import Testbed, TestbedSpec, burst_bytes, missing_requirement
 
 EPOCH_LINE = re.compile(r"epoch (\d+): loss")
@@ -212,7 +212,7 @@ def predicted_comm(point: dict, payload: float) -> float:
 
 def fit_sync(points: list[dict]) -> float:
     """``s``: measured all-reduce seconds per step beyond the wire time (median over the
-    multi-node points), as :func:`flowsplit.experiments.scaling.fit_sync_overhead`."""
+    multi-node points), as :func:`flowsplit.experiments.dp.scaling.fit_sync_overhead`."""
     excess = [
         max(0.0, p["exposed_comm_s"] - p["predicted_comm_s"]) / p["steps"]
         for p in points

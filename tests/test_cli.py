@@ -53,7 +53,8 @@ def test_every_config_field_is_an_option_of_its_command_with_its_docstring():
     from flowsplit.config_args import field_docs
     from flowsplit.data.labels import LabelSpec
     from flowsplit.data.prepare import PrepareOptions
-    from flowsplit.experiments.configs import CompareConfig, SFLCompareConfig
+    from flowsplit.experiments.dp.config import CompareConfig
+    from flowsplit.experiments.sfl.config import SFLCompareConfig
     from flowsplit.planner.study_config import StudyConfig
     from flowsplit.train.config import TrainConfig
 

@@ -13,8 +13,8 @@ import pytest
 from flowsplit.cli import main
 from flowsplit.data.store import TENSOR_VIEWS
 from flowsplit.demo import SFL_VIEWS
-from flowsplit.experiments import compare as compare_mod
-from flowsplit.experiments import sfl_compare as sfl_compare_mod
+from flowsplit.experiments.dp import compare as compare_mod
+from flowsplit.experiments.sfl import compare as sfl_compare_mod
 from tests.train.synth import write_synthetic
 
 

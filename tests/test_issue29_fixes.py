@@ -15,8 +15,8 @@ import pytest
 
 from flowsplit.cli import main
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.compare import _check_fingerprint
-from flowsplit.experiments.configs import CompareConfig
+from flowsplit.experiments.dp.compare import _check_fingerprint
+from flowsplit.experiments.dp.config import CompareConfig
 from flowsplit.federated import commands as fed_commands
 from flowsplit.planner import study
 from flowsplit.privacy.study import reference_check

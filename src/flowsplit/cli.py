@@ -124,7 +124,7 @@ def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
 COMMAND_MODULES = (
     "flowsplit.data.commands",
     "flowsplit.train.commands",
-    "flowsplit.experiments.commands",
+    "flowsplit.experiments.dp.commands",
     "flowsplit.federated.commands",
     "flowsplit.testbed.commands",
     "flowsplit.demo",
@@ -134,7 +134,7 @@ COMMAND_MODULES = (
 # so that flowsplit.federated never imports the packages built on it.
 SFL_COMMAND_MODULES = (
     "flowsplit.planner.commands",
-    "flowsplit.experiments.sfl_commands",
+    "flowsplit.experiments.sfl.commands",
     "flowsplit.privacy.commands",
 )
 # The assignment policies ``sfl run`` may use (name -> module and factory), for the same

@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check_args(args: argparse.Namespace) -> tuple[set[str], list[str]]:
     """The stages to skip and the models to train; one-line errors before any work."""
-    from flowsplit.experiments.configs import ALL_MODELS
+    from flowsplit.experiments.dp.config import ALL_MODELS
 
     if not args.captures.is_dir():
         raise InputError(
@@ -159,7 +159,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     dp_report = sfl_report = None
     if "data-parallel" not in skip:
-        from flowsplit.experiments.compare import run_compare
+        from flowsplit.experiments.dp.compare import run_compare
 
         dp_report = _timed_study(
             "2/4 centralised vs data-parallel training (1 and 2 workers)",
@@ -178,7 +178,7 @@ def run_demo(args: argparse.Namespace) -> int:
             ),
         )
     if "split-learning" not in skip:
-        from flowsplit.experiments.sfl_compare import run_sfl_compare
+        from flowsplit.experiments.sfl.compare import run_sfl_compare
 
         sfl_report = _timed_study(
             "3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware",

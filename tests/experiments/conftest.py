@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowsplit.experiments.sfl_compare import run_sfl_compare
+from flowsplit.experiments.sfl.compare import run_sfl_compare
 from tests.federated._toy import ToyFactory, write_toy_dataset
 
 

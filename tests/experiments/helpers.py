@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from flowsplit.data.store import write_dataset
-from flowsplit.experiments.compare import Cell, CompareConfig, cell_dir
-from flowsplit.experiments.scaling import Network, ring_allreduce_time
+from flowsplit.experiments.dp.compare import Cell, CompareConfig, cell_dir
+from flowsplit.experiments.dp.scaling import Network, ring_allreduce_time
 
 EVIL_CLASS = '<img src=x onerror="alert(1)">|bad'
 CLASSES = ["web", "dns", EVIL_CLASS]

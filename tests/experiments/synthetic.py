@@ -1,4 +1,4 @@
-"""Synthetic run records (what :func:`flowsplit.experiments.records.read_record` returns),
+"""Synthetic run records (what :func:`flowsplit.experiments.dp.records.read_record` returns),
 for the rules of the analysis and the advice, without any training."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import typing
 
-from flowsplit.experiments.analysis import analyse
+from flowsplit.experiments.dp.analysis import analyse
+from flowsplit.experiments.dp.records import RunRecord
 from flowsplit.experiments.dp.result import CompareResult
-from flowsplit.experiments.records import RunRecord
 from flowsplit.util import jsonable
 
 _NOTHING = {float: math.nan, int: 0, str: "", bool: False}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from flowsplit.experiments.analysis import (
+from flowsplit.experiments.dp.analysis import (
     BELOW_MAJORITY,
     CONTENDED,
     FEW_TIMINGS,

@@ -9,10 +9,10 @@ import math
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.experiments import compare as compare_mod
-from flowsplit.experiments import records as records_mod
-from flowsplit.experiments.compare import plan_cells, run_compare
-from flowsplit.experiments.compare_report import render_report
+from flowsplit.experiments.dp import compare as compare_mod
+from flowsplit.experiments.dp import records as records_mod
+from flowsplit.experiments.dp.compare import plan_cells, run_compare
+from flowsplit.experiments.dp.report import render_report
 from flowsplit.report import html as html_mod
 from tests.experiments.helpers import EVIL_CLASS, fake_allreduce, fake_runner, make_dataset
 

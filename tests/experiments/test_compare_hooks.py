@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.experiments import compare as compare_mod
-from flowsplit.experiments import records as records_mod
-from flowsplit.experiments.compare import (
+from flowsplit.experiments.dp import compare as compare_mod
+from flowsplit.experiments.dp import records as records_mod
+from flowsplit.experiments.dp.compare import (
     Cell,
     CompareConfig,
     cell_dir,

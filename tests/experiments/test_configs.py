@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.configs import ALL_MODELS, CompareConfig
+from flowsplit.experiments.dp.config import ALL_MODELS, CompareConfig
 
 
 def test_a_study_trains_the_five_by_default_and_any_registered_model_when_named():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from flowsplit.experiments.hostload import (
+from flowsplit.experiments.dp.hostload import (
     ContentionMeter,
     busy_share,
     descendants_cpu_s,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowsplit.experiments import compare_plots as plots
+from flowsplit.experiments.dp import plots as plots
 from flowsplit.experiments.dp.result import DatasetInfo, Prediction, ScalingFit
 from tests.experiments.synthetic import paired_runs, study_results
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from flowsplit.experiments.compare import Cell
-from flowsplit.experiments.records import (
+from flowsplit.experiments.dp.compare import Cell
+from flowsplit.experiments.dp.records import (
     is_oversubscribed,
     record_from_metrics,
     typical_epoch_time,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from flowsplit.experiments import compare as compare_mod
-from flowsplit.experiments.compare import run_compare
+from flowsplit.experiments.dp import compare as compare_mod
+from flowsplit.experiments.dp.compare import run_compare
 from flowsplit.report.browser import check_page, find_chromium
 from tests.experiments.helpers import fake_allreduce, fake_runner, make_dataset
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowsplit.experiments.scaling import (
+from flowsplit.experiments.dp.scaling import (
     NETWORK_PRESETS,
     Network,
     Workload,

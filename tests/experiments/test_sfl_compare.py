@@ -18,9 +18,9 @@ import pytest
 from flowsplit.config_args import parse_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.advice import overview_content
-from flowsplit.experiments.sfl_analysis import delay_to_target
-from flowsplit.experiments.sfl_commands import add_compare_parser
-from flowsplit.experiments.sfl_compare import resolve_config, run_sfl_compare
+from flowsplit.experiments.sfl.analysis import delay_to_target
+from flowsplit.experiments.sfl.commands import add_compare_parser
+from flowsplit.experiments.sfl.compare import resolve_config, run_sfl_compare
 from flowsplit.planner import study
 from flowsplit.planner.commands import add_plan_parser
 from flowsplit.report.browser import check_page, find_chromium
@@ -89,7 +89,7 @@ def test_compare_runs_every_scheme_on_the_same_seeds_and_writes_the_report(toy_s
     assert len(parts) == 3 and parts[0].startswith("assignment") and parts[1].startswith("cut")
     assert "Ablation" in text and "splits nothing" in text
     assert any(line.startswith("Ablation, cut choice") for line in results["summary"])
-    from flowsplit.experiments.sfl_report import rerender
+    from flowsplit.experiments.sfl.report import rerender
 
     assert rerender(out).read_text() == text
 
@@ -123,7 +123,7 @@ def test_sfl_report_opens_with_a_verdict_and_one_tradeoff_picture(toy_sfl_study)
     assert "predicted delay per round" in first_section  # the delays are said to be predicted
     # The picture: two panels (delay, bytes), a point per scheme, each its own marker,
     # the baselines that split nothing drawn too.
-    from flowsplit.experiments.sfl_report import render_markdown, tradeoff_figure
+    from flowsplit.experiments.sfl.report import render_markdown, tradeoff_figure
 
     fig = tradeoff_figure(_study_result(out))
     delay_ax, bytes_ax = fig.axes
@@ -148,7 +148,7 @@ def test_sfl_report_folds_long_tables_and_methods(toy_sfl_study):
     summary = text.split('<section id="summary">', 1)[1].split("</section>", 1)[0]
     assert "<details>" not in summary
     # Reached accuracy beside the planner's prediction, in one table (UX review R7).
-    from flowsplit.experiments.sfl_report import results_rows
+    from flowsplit.experiments.sfl.report import results_rows
 
     results = _study_result(toy_sfl_study)
     rows = {r["scheme"]: r for r in results_rows(results)}
@@ -161,8 +161,8 @@ def test_sfl_report_folds_long_tables_and_methods(toy_sfl_study):
 def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
     # Prepare: 'delay' given exactly acc-aware's plan and results (what happens when the
     # planner picks the same cuts and assignment for both).
-    from flowsplit.experiments.sfl_analysis import same_plan_groups
-    from flowsplit.experiments.sfl_report import render_html, tradeoff_figure
+    from flowsplit.experiments.sfl.analysis import same_plan_groups
+    from flowsplit.experiments.sfl.report import render_html, tradeoff_figure
 
     results = _study_result(toy_sfl_study)
     results.schemes["delay"] = results.schemes["acc-aware"]
@@ -184,7 +184,7 @@ def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
 
 def test_sfl_intervals_are_clipped_to_the_range_of_a_score(toy_sfl_study):
     # Prepare: 2-seed intervals as wide as the review saw (-91 % to 192 %).
-    from flowsplit.experiments.sfl_report import render_html
+    from flowsplit.experiments.sfl.report import render_html
     from flowsplit.experiments.stats import Interval
 
     results = _with_scheme(
@@ -204,7 +204,7 @@ def test_sfl_intervals_are_clipped_to_the_range_of_a_score(toy_sfl_study):
 
 
 def test_a_verdict_names_a_winner_only_from_enough_seeds_and_a_clear_lead(toy_sfl_study):
-    from flowsplit.experiments.sfl_analysis import verdict_line
+    from flowsplit.experiments.sfl.analysis import verdict_line
     from flowsplit.experiments.stats import Interval
 
     results = _study_result(toy_sfl_study)
@@ -373,7 +373,7 @@ def test_illegal_baseline_cuts_are_refused_before_any_pilot(tmp_path, monkeypatc
 
 
 def test_majority_baseline_by_hand(tmp_path):
-    from flowsplit.experiments.sfl_baselines import majority
+    from flowsplit.experiments.sfl.baselines import majority
 
     # By hand: training labels 0, 0, 1 and 1, 2, 2 tie at two each, the first (class 0)
     # wins; the test labels 0, 0, 0, 1, 2 then give 3 / 5.
@@ -568,7 +568,7 @@ def test_a_sampled_compare_predicts_each_rounds_sample(tmp_path):
 def test_the_command_prints_the_reports_verdict(toy_sfl_study, monkeypatch, capsys):
     # Prepare: the command's study is the toy study already run (same results.json).
     from flowsplit.cli import main
-    from flowsplit.experiments import sfl_compare
+    from flowsplit.experiments.sfl import compare as sfl_compare
 
     report = toy_sfl_study / "report.html"
     monkeypatch.setattr(sfl_compare, "run_sfl_compare", lambda *a, **k: report)

@@ -21,7 +21,7 @@ import torch
 
 from flowsplit.cli import main
 from flowsplit.errors import FlowsplitError, InputError
-from flowsplit.experiments.compare import run_compare
+from flowsplit.experiments.dp.compare import run_compare
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles, read_checkpoint
 from flowsplit.federated.schemes import ParticipationError, check_participation

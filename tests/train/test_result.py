@@ -9,13 +9,13 @@ import re
 import pytest
 
 from flowsplit.errors import InputError
-from flowsplit.experiments.records import read_record
+from flowsplit.experiments.dp.records import read_record
 from flowsplit.train.result import RESULT_SCHEMA_VERSION, RoundRecord, RunResult, read_result
 from tests.experiments.helpers import fake_metrics
 
 
 def _train_metrics() -> dict:
-    from flowsplit.experiments.compare import Cell
+    from flowsplit.experiments.dp.compare import Cell
 
     return fake_metrics(Cell("cnn", 2, 0))
 

@@ -28,6 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.experiments.dp.result import CompareResult, read_compare_result
+from flowsplit.experiments.intervals import (
+    change_ci,
+    interval_parts,
+    pct_ci,
+    pts_ci,
+    same_on_every_seed,
+    times_ci,
+)
 from flowsplit.experiments.sfl.result import (
     SchemeSummary,
     SFLCompareResult,
@@ -64,71 +72,6 @@ def _study(path: Path | None, reader):
 def _num(value: Any) -> float:
     """A figure that may be missing (None) as a float."""
     return math.nan if value is None else float(value)
-
-
-def _iv(d: Interval | None) -> tuple[float, float, float]:
-    """(mean, low, high) of an interval, NaN where missing."""
-    return (math.nan,) * 3 if d is None else (d.mean, d.low, d.high)
-
-
-def pct_ci(d: Interval | None) -> str:
-    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions), the interval
-    clipped to 0-100 % (a t-interval over a few seeds can overshoot it)."""
-    m, lo, hi = _iv(d)
-    if math.isnan(m):
-        return "–"
-    text = f"{100 * m:.1f} %"
-    same = same_on_every_seed(d)
-    if same:
-        return f"{text} ({same})"
-    if not math.isnan(lo):
-        lo, hi = max(0.0, lo), min(1.0, hi)
-    return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
-
-
-def same_on_every_seed(d: Interval | None) -> str:
-    """``the same on all 3 seeds`` when an interval over seeds has no width because
-    every seed scored alike (a model that ignores the seed, such as XGBoost without
-    subsampling): a zero-width "95 % CI" would read as certainty, while it says
-    nothing of the test set's own sampling error. Empty otherwise."""
-    m, lo, hi = _iv(d)
-    n = None if d is None else d.n
-    if isinstance(n, int) and n >= 2 and not math.isnan(lo) and hi - lo <= 1e-12 * max(1.0, abs(m)):
-        return f"the same on all {n} seeds"
-    return ""
-
-
-def times_ci(d: Interval | None) -> str:
-    """``1.70x (95 % CI 1.60-1.80)``."""
-    m, lo, hi = _iv(d)
-    if math.isnan(m):
-        return "–"
-    return f"{m:.2f}x" + ("" if math.isnan(lo) else f" (95 % CI {lo:.2f}-{hi:.2f})")
-
-
-def pts_ci(d: Interval | None, label: str = "95 % CI") -> str:
-    """``+0.10 pt (90 % CI -0.20 to +0.40)`` from a difference interval (fractions)."""
-    m, lo, hi = _iv(d)
-    if math.isnan(m):
-        return "–"
-    text = f"{100 * m:+.2f} pt"
-    return text if math.isnan(lo) else text + f" ({label} {100 * lo:+.2f} to {100 * hi:+.2f})"
-
-
-def change_ci(d: Interval | None) -> str:
-    """``-30 % (95 % CI -35 to -25 %)`` from a ratio interval."""
-    m, lo, hi = _iv(d)
-    if math.isnan(m):
-        return "–"
-    text = f"{100 * (m - 1):+.0f} %"
-    same = same_on_every_seed(d)
-    if same:
-        return f"{text} ({same})"
-    return (
-        text
-        if math.isnan(lo)
-        else text + f" (95 % CI {100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f} %)"
-    )
 
 
 def _dp_choice(vs: dict[str, Any]) -> str | None:
@@ -175,8 +118,8 @@ def data_parallel_rows(res: CompareResult) -> list[dict[str, Any]]:
             "model": "xgboost (flow-statistics baseline)" if model == "xgboost" else model,
             "name": model,
             "baseline": model == "xgboost",
-            "accuracy": _iv(acc_c)[0],
-            "macro_f1": _iv(f1_c)[0],
+            "accuracy": interval_parts(acc_c)[0],
+            "macro_f1": interval_parts(f1_c)[0],
             "accuracy_ci": pct_ci(acc_c),
             "macro_f1_ci": pct_ci(f1_c),
             "macro_f1_iv": f1_c,
@@ -266,8 +209,8 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
         for r in compared
         if r["speedup_claimed"]
         and r["equivalent"]
-        and _iv(r["speedup"])[0] >= SPEEDUP_WORTH_IT
-        and _iv(r["speedup"])[1] > 1
+        and interval_parts(r["speedup"])[0] >= SPEEDUP_WORTH_IT
+        and interval_parts(r["speedup"])[1] > 1
     ]
     for r in worth:
         out.append(
@@ -295,8 +238,8 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
 
 def _overlaps(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     """Whether two intervals overlap (an interval without bounds overlaps everything)."""
-    ma, la, ha = _iv(a)
-    mb, lb, hb = _iv(b)
+    ma, la, ha = interval_parts(a)
+    mb, lb, hb = interval_parts(b)
     if math.isnan(la) or math.isnan(lb):
         return True
     return la <= hb and lb <= ha
@@ -337,7 +280,7 @@ def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
             "shares of it."
         )
     for r in by["efficiency above 100 %"]:
-        m = _iv(r["speedup"])[0]
+        m = interval_parts(r["speedup"])[0]
         out.append(
             f"{r['name']}: {r['workers']} workers measured {m:.2f}x ({100 * r['efficiency']:.0f} % "
             f"efficiency): more than {r['workers']}-fold from {r['workers']} workers is a "
@@ -439,7 +382,7 @@ def sfl_rows(res: SFLCompareResult) -> list[dict[str, Any]]:
 
 
 def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
-    m, lo, hi = _iv(d)
+    m, lo, hi = interval_parts(d)
     if math.isnan(m):
         return "–"
     text = f"{scale * m:.1f} {unit}"

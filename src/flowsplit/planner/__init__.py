@@ -12,6 +12,6 @@
 - :mod:`~flowsplit.planner.commands`: ``flowsplit sfl plan``.
 
 ``flowsplit sfl compare``, which trains the plans and compares them, is an experiment:
-:mod:`flowsplit.experiments.sfl_compare`. This package never imports
+:mod:`flowsplit.experiments.sfl.compare`. This package never imports
 :mod:`flowsplit.experiments`, and :mod:`flowsplit.federated` never imports this one.
 """

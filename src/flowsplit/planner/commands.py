@@ -2,7 +2,7 @@
 
 :func:`sfl_commands` names the builders; ``add_plan_parser(sfl_subparsers)`` adds the
 sub-parser and sets ``func``. The options shared with ``sfl compare``
-(:mod:`flowsplit.experiments.sfl_commands`) are :func:`add_common` and :func:`options`.
+(:mod:`flowsplit.experiments.sfl.commands`) are :func:`add_common` and :func:`options`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The inputs every plan of one study shares: data, model profile, topology, pilots.
 
 A *study* is what ``flowsplit sfl plan`` (one seed) and ``flowsplit sfl compare``
-(many seeds, in :mod:`flowsplit.experiments.sfl_compare`) plan from: the dataset, the
+(many seeds, in :mod:`flowsplit.experiments.sfl.compare`) plan from: the dataset, the
 model and its block profile, the topology, and the accuracy surrogate fitted on
 pilot runs (:mod:`flowsplit.planner.pilots`, :mod:`flowsplit.planner.surrogate`).
 :func:`plan_seed` turns a study into the plans of the planner and of its baselines

@@ -1,6 +1,6 @@
 """The data-parallel study's result, ``OUT/results.json``, as typed objects.
 
-:func:`~flowsplit.experiments.compare_report.build_results` makes a
+:func:`~flowsplit.experiments.dp.report.build_results` makes a
 :class:`CompareResult`, :meth:`CompareResult.to_json` writes it and
 :func:`read_compare_result` reads it back (one-line :class:`~flowsplit.errors.InputError`
 on a file that is not one). Reports, advice and the overview take the object; no
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from flowsplit.experiments.scaling import Network
+from flowsplit.experiments.dp.scaling import Network
 from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
 from flowsplit.report.document import JsonDocument
 
@@ -126,7 +126,7 @@ class ScalingFit:
     """The scaling model fitted to one model's runs (``error``: why there is none)."""
 
     model: dict[str, Any] = field(default_factory=dict)
-    """The fitted :class:`~flowsplit.experiments.scaling.ScalingModel` as a dict."""
+    """The fitted :class:`~flowsplit.experiments.dp.scaling.ScalingModel` as a dict."""
     points: list[ScalingPoint] = field(default_factory=list)
     max_abs_error: float = math.nan
     max_abs_error_fit: float = math.nan
@@ -289,7 +289,7 @@ class CompareResult(JsonDocument):
     WHAT: ClassVar[str] = "a `flowsplit compare` result"
 
     config: dict[str, Any] = field(default_factory=dict)
-    """The study's :class:`~flowsplit.experiments.configs.CompareConfig` as a dict."""
+    """The study's :class:`~flowsplit.experiments.dp.config.CompareConfig` as a dict."""
     analysis: Analysis = field(default_factory=Analysis)
     summary: list[str] = field(default_factory=list)
     """Plain-language findings, most important first."""

@@ -1,6 +1,6 @@
 """The split-learning study's result, ``OUT/results.json``, as typed objects.
 
-:func:`~flowsplit.experiments.sfl_analysis.summarise` makes an
+:func:`~flowsplit.experiments.sfl.analysis.summarise` makes an
 :class:`SFLCompareResult`, :meth:`SFLCompareResult.to_json` writes it and
 :func:`read_sfl_compare_result` reads it back (one-line
 :class:`~flowsplit.errors.InputError` on a file that is not one). Reports, advice and
@@ -343,7 +343,7 @@ class PlanSummary:
 @dataclass
 class StudySettings:
     """The settings of the study the report states (from ``config``; the whole
-    :class:`~flowsplit.experiments.configs.SFLCompareConfig` stays in ``config``)."""
+    :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig` stays in ``config``)."""
 
     model: str = ""
     view: str | None = None
@@ -383,7 +383,7 @@ class SFLCompareResult(JsonDocument):
     WHAT: ClassVar[str] = "a `flowsplit sfl compare` result"
 
     config: dict[str, Any] = field(default_factory=dict)
-    """The study's :class:`~flowsplit.experiments.configs.SFLCompareConfig` as a dict."""
+    """The study's :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig` as a dict."""
     schemes: dict[str, SchemeSummary] = field(default_factory=dict)
     vs_hsfl: dict[str, Versus] = field(default_factory=dict)
     summary: list[str] = field(default_factory=list)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from flowsplit.experiments.configs import BASELINES
+from flowsplit.experiments.sfl.config import BASELINES
 from flowsplit.federated.metrics import evaluate_model, macro_f1
 
 FLOAT_BYTES = 4

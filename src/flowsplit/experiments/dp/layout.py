@@ -1,7 +1,7 @@
 """Where the data-parallel study keeps its runs: the cells of the matrix and their directories.
 
-Shared by the runner (:mod:`flowsplit.experiments.compare`) and the report
-(:mod:`flowsplit.experiments.compare_report`), which sits below the runner: the
+Shared by the runner (:mod:`flowsplit.experiments.dp.compare`) and the report
+(:mod:`flowsplit.experiments.dp.report`), which sits below the runner: the
 report reads what the runner wrote and never imports it.
 """
 

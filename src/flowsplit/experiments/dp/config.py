@@ -1,9 +1,6 @@
-"""The configurations of the two comparisons, apart from the code that runs them.
-
-``flowsplit compare`` (:class:`CompareConfig`, run by :mod:`flowsplit.experiments.compare`)
-and ``flowsplit sfl compare`` (:class:`SFLCompareConfig`, run by
-:mod:`flowsplit.experiments.sfl_compare`). Kept light (no torch) so that the command
-line builds their options from these dataclasses at start-up.
+"""The data-parallel study's configuration (``flowsplit compare``), apart from the code
+that runs it (:mod:`flowsplit.experiments.dp.compare`). Kept light (no torch) so that the
+command line builds its options from this dataclass at start-up.
 """
 
 from __future__ import annotations
@@ -12,9 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.layout import plain_first
-from flowsplit.planner import study_config
-from flowsplit.planner.study_config import StudyConfig
+from flowsplit.experiments.dp.layout import plain_first
 from flowsplit.train.config import COMM_HOOKS
 
 ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
@@ -132,68 +127,3 @@ def dataset_digest(dataset: str | Path) -> str:
         return "sha256:" + hashlib.sha256(manifest.read_bytes()).hexdigest()
     except OSError:
         return str(Path(dataset).resolve())
-
-
-BASELINES = ("majority", "centralised", "fedavg")
-"""Baselines of ``sfl compare`` that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
-SCHEMES = ("sfl", "hsfl", "hsfl-greedy", "delay", "acc-aware")
-"""The schemes run by default."""
-ALL_SCHEMES = (*SCHEMES, "best-fixed")
-"""``best-fixed`` trains every legal cut pair (with the planner's assignment for that
-pair) for every seed and keeps the pair with the best mean final validation accuracy:
-the oracle the planner approximates, chosen in hindsight (costly: opt in)."""
-REFERENCE = "hsfl"
-REPLANNED = ("hsfl-greedy", "delay", "acc-aware")
-"""Schemes whose assignment a planner made: with ``--replan every-round`` each also runs
-re-planned (``NAME+replan``), from the same first plan, beside its static run."""
-REPLAN_SUFFIX = "+replan"
-REPLAN_CHOICES = ("never", "every-round")
-
-
-def replanned_name(scheme: str) -> str:
-    """The name of ``scheme``'s re-planned twin (``acc-aware+replan``)."""
-    return scheme + REPLAN_SUFFIX
-
-
-def run_schemes(schemes: tuple[str, ...], replan: str) -> tuple[str, ...]:
-    """The schemes a comparison reports: ``schemes``, then the re-planned twins."""
-    twins = [replanned_name(s) for s in schemes if s in REPLANNED] if replan != "never" else []
-    return (*schemes, *twins)
-
-
-QUICK = {**study_config.QUICK, "seeds": (0, 1)}
-FULL = {**study_config.FULL, "seeds": (0, 1, 2, 3, 4)}
-
-
-@dataclass
-class SFLCompareConfig(StudyConfig):
-    """What ``sfl compare`` runs (saved in results.json): a study plus its schemes,
-    seeds and target accuracy."""
-
-    schemes: tuple[str, ...] = SCHEMES
-    """Schemes to run; ``hsfl`` (the reference) is always added."""
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    """Run seeds (partition, initial weights, batch order, random assignments)."""
-    target_accuracy: float | None = None
-    """Accuracy whose first reaching is timed (default: 0.95 x HSFL's mean final accuracy)."""
-    baselines: tuple[str, ...] = BASELINES
-    """Baselines that split nothing (:mod:`flowsplit.experiments.sfl_baselines`)."""
-    replan: str = "never"
-    """``every-round``: also run hsfl-greedy, delay and acc-aware with their assignment re-planned before every round on that round's network (NAME+replan, from the same first plan), to compare with the static runs; meaningful with a --trace. The cuts stay those of the plan: moving a cut moves layers and their optimiser state between tiers mid-training, which the runtime does not do."""
-
-    def validate(self) -> None:
-        super().validate()
-        if self.replan not in REPLAN_CHOICES:
-            raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_CHOICES)}")
-        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
-        if bad:
-            raise ConfigError(
-                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
-            )
-        if not self.seeds:
-            raise ConfigError("--seeds: give at least one seed")
-        bad = [b for b in self.baselines if b not in BASELINES]
-        if bad:
-            raise ConfigError(
-                f"--baselines: unknown {', '.join(bad)}; choose from {', '.join(BASELINES)}"
-            )

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flowsplit.experiments.configs import REPLAN_SUFFIX, run_schemes
+from flowsplit.experiments.sfl.config import REPLAN_SUFFIX, run_schemes
 from flowsplit.experiments.sfl.result import PilotCost, SFLCompareResult, Surrogate
 from flowsplit.experiments.stats import (
     MIN_EQUIVALENCE_SEEDS,

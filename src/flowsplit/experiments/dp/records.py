@@ -19,8 +19,8 @@ from typing import Any, TypedDict
 import numpy as np
 
 from flowsplit.errors import InputError
-from flowsplit.experiments.layout import PLAIN_HOOK
-from flowsplit.experiments.scaling import Workload
+from flowsplit.experiments.dp.layout import PLAIN_HOOK
+from flowsplit.experiments.dp.scaling import Workload
 from flowsplit.models.registry import build_model, model_options
 from flowsplit.train.result import METRICS_NAME, RunResult, read_result
 

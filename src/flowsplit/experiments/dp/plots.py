@@ -19,7 +19,7 @@ from flowsplit.experiments.dp.result import (
     CompareResult,
     ModelAnalysis,
 )
-from flowsplit.experiments.scaling import Network, ring_allreduce_time
+from flowsplit.experiments.dp.scaling import Network, ring_allreduce_time
 from flowsplit.report import figures
 
 

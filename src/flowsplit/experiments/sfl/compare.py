@@ -34,7 +34,14 @@ import torch
 
 from flowsplit.data.store import Dataset, atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.experiments.configs import (
+from flowsplit.experiments.sfl.analysis import (
+    ablation,
+    baseline_summary,
+    summarise,
+    summary_lines,
+)
+from flowsplit.experiments.sfl.baselines import run_baselines
+from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     FULL,
     QUICK,
@@ -44,15 +51,8 @@ from flowsplit.experiments.configs import (
     SFLCompareConfig,
     replanned_name,
 )
+from flowsplit.experiments.sfl.report import write_report
 from flowsplit.experiments.sfl.result import SFLCompareResult
-from flowsplit.experiments.sfl_analysis import (
-    ablation,
-    baseline_summary,
-    summarise,
-    summary_lines,
-)
-from flowsplit.experiments.sfl_baselines import run_baselines
-from flowsplit.experiments.sfl_report import write_report
 from flowsplit.federated.final import finish_run
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
@@ -302,7 +302,7 @@ def _val_accuracy(setup, result) -> float:
 
 def analyse(study: Study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir) -> dict:
     """Aggregate runs into the results document's content (see
-    :mod:`flowsplit.experiments.sfl_analysis`)."""
+    :mod:`flowsplit.experiments.sfl.analysis`)."""
     return summarise(study, runs, plans, wall_s=wall_s, dataset_dir=str(dataset_dir))
 
 

@@ -4,11 +4,11 @@ Each cell of the matrix is one ``flowsplit train`` run in its own directory
 ``OUT/runs/<model>/w<N>/seed<S>``, so a crash (or Ctrl-C) of one cell loses nothing
 already finished, and a rerun skips every cell whose ``metrics.json`` is there. Cells
 run in long-lived processes, one set per worker count
-(:mod:`flowsplit.experiments.cellpool`: the interpreter and torch start once, not per
+(:mod:`flowsplit.experiments.dp.cellpool`: the interpreter and torch start once, not per
 cell), or with ``fresh_process`` each in a ``flowsplit train`` process of its own. All
 cells read the same prepared dataset, hence the same splits and test set. Afterwards
 the all-reduce micro-benchmark measures the backend, and
-:func:`flowsplit.experiments.compare_report.render_report` writes the report.
+:func:`flowsplit.experiments.dp.report.render_report` writes the report.
 
 Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_tables``,
 ``compare_plots`` <- ``compare_html`` <- ``compare_report`` <- this module <- ``commands``.
@@ -33,17 +33,17 @@ from tqdm import tqdm
 
 from flowsplit.data.store import atomic_write_json, load_dataset
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.experiments.allreduce import run_allreduce_benchmark
-from flowsplit.experiments.cellpool import CellPools, output_to, thread_env
-from flowsplit.experiments.compare_report import render_report, write_workloads
-from flowsplit.experiments.configs import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
-from flowsplit.experiments.hostload import (
+from flowsplit.experiments.dp.allreduce import run_allreduce_benchmark
+from flowsplit.experiments.dp.cellpool import CellPools, output_to, thread_env
+from flowsplit.experiments.dp.config import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
+from flowsplit.experiments.dp.hostload import (
     ContentionMeter,
     descendants_cpu_s,
     wait_for_quiet,
 )
-from flowsplit.experiments.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
-from flowsplit.experiments.records import CELL_INFO, CONTENDED_SHARE, read_record
+from flowsplit.experiments.dp.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
+from flowsplit.experiments.dp.records import CELL_INFO, CONTENDED_SHARE, read_record
+from flowsplit.experiments.dp.report import render_report, write_workloads
 from flowsplit.terminal import on_terminal
 from flowsplit.train.launch import environ
 from flowsplit.util import available_cores, die_with_parent

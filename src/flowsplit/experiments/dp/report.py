@@ -23,17 +23,10 @@ import numpy as np
 from flowsplit import __version__
 from flowsplit.data.store import atomic_write_json, atomic_write_text, load_dataset
 from flowsplit.errors import InputError
-from flowsplit.experiments.advice import same_on_every_seed
-from flowsplit.experiments.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
-from flowsplit.experiments.compare_html import render_html, render_markdown
-from flowsplit.experiments.dp.result import (
-    Analysis,
-    CompareResult,
-    HookGroup,
-    ScalingFit,
-)
-from flowsplit.experiments.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
-from flowsplit.experiments.records import (
+from flowsplit.experiments.dp.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
+from flowsplit.experiments.dp.html import render_html, render_markdown
+from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
+from flowsplit.experiments.dp.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
     JSON_EXTRA,
@@ -41,13 +34,20 @@ from flowsplit.experiments.records import (
     read_record,
     workload_from_records,
 )
-from flowsplit.experiments.scaling import (
+from flowsplit.experiments.dp.result import (
+    Analysis,
+    CompareResult,
+    HookGroup,
+    ScalingFit,
+)
+from flowsplit.experiments.dp.scaling import (
     FITTED_PARAMETERS,
     NETWORK_PRESETS,
     Network,
     Workload,
     fit_allreduce,
 )
+from flowsplit.experiments.intervals import same_on_every_seed
 from flowsplit.experiments.stats import Interval
 from flowsplit.util import jsonable, typed_to_dict
 

@@ -6,9 +6,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from flowsplit.experiments import compare_plots as plots
-from flowsplit.experiments.analysis import ERROR_LIMIT
-from flowsplit.experiments.compare_tables import (
+from flowsplit.experiments.dp import plots as plots
+from flowsplit.experiments.dp.analysis import ERROR_LIMIT
+from flowsplit.experiments.dp.result import Analysis, Cell, CompareResult, ModelAnalysis
+from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
+from flowsplit.experiments.dp.tables import (
     FIT_COLS,
     HOOK_COLS,
     PRED_COLS,
@@ -22,8 +24,6 @@ from flowsplit.experiments.compare_tables import (
     summary_rows,
     timing_rows,
 )
-from flowsplit.experiments.dp.result import Analysis, Cell, CompareResult, ModelAnalysis
-from flowsplit.experiments.scaling import NETWORK_PRESETS
 from flowsplit.report import html, markdown
 from flowsplit.report.tables import Column, fmt_float
 

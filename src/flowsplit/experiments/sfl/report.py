@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.data.store import atomic_write_text
-from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
-from flowsplit.experiments.sfl_analysis import (
+from flowsplit.experiments.sfl.analysis import (
     prediction_check_text,
     same_plan_note,
     summary_lines,
     surrogate_text,
 )
+from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
 from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float

@@ -15,7 +15,7 @@ imported: every run seeds its own randomness, opens its dataset and builds its m
 (a test checks that a pooled run's predictions equal those of its own process).
 
 Timing stays honest: the contention meter counts the pooled processes' CPU time
-(:func:`~flowsplit.experiments.hostload.descendants_cpu_s`, from ``/proc/PID/stat``)
+(:func:`~flowsplit.experiments.dp.hostload.descendants_cpu_s`, from ``/proc/PID/stat``)
 as the study's own, so a cell's foreign share is what other processes took, as with a
 subprocess. A cell that fails, or runs past its timeout, ends its pool (DDP peers of a
 failed rank would wait in a collective); the next cell of that worker count starts a
@@ -197,7 +197,7 @@ class _Pool:
 class CellPools:
     """Run cells in long-lived processes, one pool per worker count (see the module doc).
 
-    Callable like :func:`flowsplit.experiments.compare.run_cell_subprocess`; close it
+    Callable like :func:`flowsplit.experiments.dp.compare.run_cell_subprocess`; close it
     (or use it as a context manager) to end the processes.
     """
 

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from flowsplit.config_args import SEEDS_HELP, HelpFormatter, cli, csv_tuple, parse_seeds, show_list
-from flowsplit.experiments.configs import (
+from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     BASELINES,
     QUICK,
@@ -62,7 +62,7 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from flowsplit.experiments.sfl_compare import run_sfl_compare
+    from flowsplit.experiments.sfl.compare import run_sfl_compare
 
     given = options(args, SFLCompareConfig)
     path = run_sfl_compare(

@@ -1,6 +1,6 @@
 """From per-run records to the study's findings: statistics, speedups, scaling fits.
 
-Input: flat records, one per finished run (see :mod:`flowsplit.experiments.records`),
+Input: flat records, one per finished run (see :mod:`flowsplit.experiments.dp.records`),
 each with at least ``model``, ``workers``, ``seed``, ``accuracy``, ``macro_f1``,
 ``epoch_time_s``, ``comm_share``, ``oversubscribed`` and, for McNemar, ``y_true`` and
 ``y_pred``. Output: one JSON-ready dict (the content of ``results.json`` minus the
@@ -17,9 +17,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from flowsplit.experiments.dp.layout import PLAIN_HOOK
 from flowsplit.experiments.dp.result import CentralComparison, ModelAnalysis
-from flowsplit.experiments.layout import PLAIN_HOOK
-from flowsplit.experiments.scaling import (
+from flowsplit.experiments.dp.scaling import (
     NETWORK_PRESETS,
     Network,
     Workload,

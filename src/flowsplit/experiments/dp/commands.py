@@ -18,7 +18,7 @@ from flowsplit.config_args import (
     parse_seeds,
 )
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.configs import CompareConfig
+from flowsplit.experiments.dp.config import CompareConfig
 from flowsplit.train.commands import ROUNDS_WHY
 
 
@@ -65,7 +65,7 @@ COMPARE_OPTIONS = {
     "max_busy": cli(metavar="F"),
     "max_foreign": cli(metavar="F"),
 }
-"""``flowsplit compare``'s view of :class:`~flowsplit.experiments.compare.CompareConfig`."""
+"""``flowsplit compare``'s view of :class:`~flowsplit.experiments.dp.compare.CompareConfig`."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 # The runner and the report are imported when a command runs, not at registration:
 # they pull in torch, which takes seconds to import, and `flowsplit --help` should not.
 def _compare(args: argparse.Namespace) -> int:
-    from flowsplit.experiments.compare import run_compare
+    from flowsplit.experiments.dp.compare import run_compare
 
     values = config_values(args, [f.name for f in cli_fields(CompareConfig)])
     path = run_compare(values.pop("dataset"), values.pop("out"), **values, progress=not args.quiet)
@@ -108,7 +108,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from flowsplit.experiments.compare_report import check_runs_present, render_report
+    from flowsplit.experiments.dp.report import check_runs_present, render_report
 
     check_runs_present(args.out)  # an empty report of a study whose runs are gone: no
     _print_summary(render_report(args.out))

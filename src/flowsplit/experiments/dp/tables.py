@@ -1,16 +1,16 @@
 """Tables of the data-parallel study (rows and column specs), from its typed result.
 
-Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.compare_html`.
+Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.dp.html`.
 """
 
 from __future__ import annotations
 
 import math
 
-from flowsplit.experiments.analysis import FLOW_STATS_MODEL
+from flowsplit.experiments.dp.analysis import FLOW_STATS_MODEL
+from flowsplit.experiments.dp.layout import PLAIN_HOOK
 from flowsplit.experiments.dp.result import Analysis, CentralComparison, CompareResult
-from flowsplit.experiments.layout import PLAIN_HOOK
-from flowsplit.experiments.scaling import NETWORK_PRESETS
+from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
 from flowsplit.experiments.stats import Interval
 from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
 

@@ -1,0 +1,75 @@
+"""Interval figures in words, as every study page and the overview write them:
+``95.0 % (95 % CI 94.1-95.9)``, ``1.70x (95 % CI 1.60-1.80)``, ``+0.10 pt (...)``,
+``-30 % (95 % CI -35 to -25 %)``, and "the same on all N seeds" for a zero-width
+interval over seeds."""
+
+from __future__ import annotations
+
+import math
+
+from flowsplit.experiments.stats import Interval
+
+
+def interval_parts(d: Interval | None) -> tuple[float, float, float]:
+    """(mean, low, high) of an interval, NaN where missing."""
+    return (math.nan,) * 3 if d is None else (d.mean, d.low, d.high)
+
+
+def pct_ci(d: Interval | None) -> str:
+    """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions), the interval
+    clipped to 0-100 % (a t-interval over a few seeds can overshoot it)."""
+    m, lo, hi = interval_parts(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * m:.1f} %"
+    same = same_on_every_seed(d)
+    if same:
+        return f"{text} ({same})"
+    if not math.isnan(lo):
+        lo, hi = max(0.0, lo), min(1.0, hi)
+    return text if math.isnan(lo) else text + f" (95 % CI {100 * lo:.1f}-{100 * hi:.1f})"
+
+
+def same_on_every_seed(d: Interval | None) -> str:
+    """``the same on all 3 seeds`` when an interval over seeds has no width because
+    every seed scored alike (a model that ignores the seed, such as XGBoost without
+    subsampling): a zero-width "95 % CI" would read as certainty, while it says
+    nothing of the test set's own sampling error. Empty otherwise."""
+    m, lo, hi = interval_parts(d)
+    n = None if d is None else d.n
+    if isinstance(n, int) and n >= 2 and not math.isnan(lo) and hi - lo <= 1e-12 * max(1.0, abs(m)):
+        return f"the same on all {n} seeds"
+    return ""
+
+
+def times_ci(d: Interval | None) -> str:
+    """``1.70x (95 % CI 1.60-1.80)``."""
+    m, lo, hi = interval_parts(d)
+    if math.isnan(m):
+        return "–"
+    return f"{m:.2f}x" + ("" if math.isnan(lo) else f" (95 % CI {lo:.2f}-{hi:.2f})")
+
+
+def pts_ci(d: Interval | None, label: str = "95 % CI") -> str:
+    """``+0.10 pt (90 % CI -0.20 to +0.40)`` from a difference interval (fractions)."""
+    m, lo, hi = interval_parts(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * m:+.2f} pt"
+    return text if math.isnan(lo) else text + f" ({label} {100 * lo:+.2f} to {100 * hi:+.2f})"
+
+
+def change_ci(d: Interval | None) -> str:
+    """``-30 % (95 % CI -35 to -25 %)`` from a ratio interval."""
+    m, lo, hi = interval_parts(d)
+    if math.isnan(m):
+        return "–"
+    text = f"{100 * (m - 1):+.0f} %"
+    same = same_on_every_seed(d)
+    if same:
+        return f"{text} ({same})"
+    return (
+        text
+        if math.isnan(lo)
+        else text + f" (95 % CI {100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f} %)"
+    )
