@@ -56,7 +56,9 @@ class PatchEmbed(nn.Module):
         nn.init.trunc_normal_(self.row_pos, std=0.02)
         nn.init.trunc_normal_(self.patch_pos, std=0.02)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def patch_bytes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, *input_shape)`` -> the bytes of each token ``(B, T, patch)`` (long) and
+        the tokens' presence ``(B, T)`` (float, 1 for a row up to the last non-zero one)."""
         b = x.shape[0]
         flat = x.reshape(b, -1)
         if flat.shape[1] < self.rows * self.row_len:  # bytes: the last row zero-padded
@@ -66,11 +68,29 @@ class PatchEmbed(nn.Module):
         if self.pad:
             rows = nn.functional.pad(rows, (0, self.pad))
         idx = rows.to(torch.long).clamp_(0, 255)
-        e = self.bytes(idx)  # (B, rows, patches * patch, embed)
-        e = e.reshape(b, self.rows, self.patches, -1)
-        tokens = self.proj(e) + self.row_pos + self.patch_pos  # (B, rows, patches, dim)
-        tokens = tokens.reshape(b, self.rows * self.patches, -1)
         tmask = mask.repeat_interleave(self.patches, dim=1)  # (B, T)
+        return idx.reshape(b, self.rows * self.patches, self.patch), tmask
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        replace: torch.Tensor | None = None,
+        token: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Tokens with the mask last; ``replace`` ``(B, T)`` (bool) swaps those tokens'
+        byte content for ``token`` ``(dim,)`` before the positions are added (masked
+        byte modelling, :class:`MaskedBytePretrainer`)."""
+        b = x.shape[0]
+        idx, tmask = self.patch_bytes(x)
+        e = self.bytes(idx)  # (B, T, patch, embed)
+        e = e.reshape(b, self.rows, self.patches, -1)
+        content = self.proj(e)  # (B, rows, patches, dim)
+        if replace is not None:
+            content = torch.where(
+                replace.reshape(b, self.rows, self.patches, 1), token.to(content.dtype), content
+            )
+        tokens = content + self.row_pos + self.patch_pos  # (B, rows, patches, dim)
+        tokens = tokens.reshape(b, self.rows * self.patches, -1)
         return torch.cat([tokens, tmask[..., None]], dim=-1)
 
     def extra_repr(self) -> str:
@@ -170,3 +190,148 @@ def build_transformer(
             f"{MAX_PARAMS:,}; lower dim, depth or ff"
         )
     return model
+
+
+# --- masked byte modelling (flowsplit pretrain) -------------------------------------
+
+ENCODER_FORMAT = "flowsplit-pretrained-encoder"
+"""The ``format`` of an encoder file written by ``flowsplit pretrain``."""
+ENCODER_NAME = "encoder.pt"
+"""The encoder file's name in a ``flowsplit pretrain -o DIR``."""
+SHAPE_OPTIONS = ("patch", "embed", "dim", "depth", "heads", "ff")
+"""The transformer options that decide its weights' shapes (all but dropout)."""
+
+
+def encoder_blocks(model: BlockModel) -> list[str]:
+    """The blocks pre-training trains and fine-tuning starts from: all but the head."""
+    return [name for name in model.block_names if name != "head"]
+
+
+class MaskedBytePretrainer(nn.Module):
+    """Masked byte modelling over a transformer's encoder (``embed``, ``enc1``..).
+
+    A fraction ``mask_ratio`` of each flow's present tokens (patches of bytes; padding
+    is never chosen) has its byte content replaced by a learned mask token (the
+    position stays); the encoder's output at those tokens goes through a small head
+    (layer norm, one linear layer) predicting each of the patch's bytes (256-way).
+    The loss is the cross-entropy over the masked tokens' bytes only.
+    """
+
+    def __init__(self, model: BlockModel, mask_ratio: float = 0.3):
+        super().__init__()
+        if model.name != "transformer":
+            raise ConfigError(f"masked byte modelling pre-trains the transformer, not {model.name}")
+        if not 0.0 < mask_ratio < 1.0:
+            raise ConfigError(f"mask ratio must be between 0 and 1, got {mask_ratio}")
+        self.model = model
+        self.mask_ratio = float(mask_ratio)
+        embed: PatchEmbed = model.blocks["embed"]
+        dim = embed.proj.out_features
+        self.mask_token = nn.Parameter(torch.zeros(dim))
+        nn.init.trunc_normal_(self.mask_token, std=0.02)
+        self.head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, embed.patch * 256))
+
+    def forward(
+        self, x: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, right, n)``: the mean cross-entropy over the masked tokens' bytes, and
+        how many of those ``n`` bytes the head's top guess got right."""
+        embed: PatchEmbed = self.model.blocks["embed"]
+        target, present = embed.patch_bytes(x)  # (B, T, patch), (B, T)
+        draw = torch.rand(present.shape, generator=generator, device=present.device)
+        chosen = (draw < self.mask_ratio) & (present > 0)
+        h = embed(x, replace=chosen, token=self.mask_token)
+        for name in encoder_blocks(self.model)[1:]:
+            h = self.model.blocks[name](h)
+        logits = self.head(h[..., :-1][chosen])  # (M, patch * 256)
+        goal = target[chosen].reshape(-1)  # (M * patch,)
+        if goal.numel() == 0:
+            zero = logits.sum() * 0.0
+            return zero, torch.zeros((), dtype=torch.long), torch.zeros((), dtype=torch.long)
+        logits = logits.reshape(-1, 256)
+        loss = nn.functional.cross_entropy(logits, goal)
+        right = (logits.argmax(-1) == goal).sum()
+        return loss, right, torch.tensor(goal.numel())
+
+
+def encoder_state(model: BlockModel, options: dict, **info) -> dict:
+    """What ``flowsplit pretrain`` saves: the encoder blocks' weights and what they fit."""
+    keep = tuple(f"blocks.{name}." for name in encoder_blocks(model))
+    state = {
+        k: v.detach().cpu().clone() for k, v in model.state_dict().items() if k.startswith(keep)
+    }
+    return {
+        "format": ENCODER_FORMAT,
+        "version": 1,
+        "model": model.name,
+        "view": model.view,
+        "input_shape": list(model.input_shape),
+        "options": {k: options[k] for k in SHAPE_OPTIONS},
+        **info,
+        "state": state,
+    }
+
+
+def load_encoder(model: BlockModel, path: str, options: dict | None = None) -> dict:
+    """Start ``model``'s encoder blocks from a ``flowsplit pretrain`` output (its folder or
+    its ``encoder.pt``); the head keeps its fresh weights. Returns the file's information.
+
+    Everything that can be wrong with the file is one :class:`InputError` line: not
+    there, not a weights file (read with ``weights_only=True``: no code runs), not an
+    encoder, or an encoder of another view, input shape or model size."""
+    from pathlib import Path
+
+    from flowsplit.errors import InputError
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / ENCODER_NAME
+    if not p.is_file():
+        raise InputError(
+            p,
+            f"no such file: --init-from takes the -o folder of `flowsplit pretrain` (or its {ENCODER_NAME})",
+        )
+    if model.name != "transformer":
+        raise ConfigError(
+            f"--init-from {path}: pre-trained weights are for the transformer, not {model.name}"
+        )
+    try:
+        doc = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle, zip and torch errors of a wrong file
+        raise InputError(
+            p, f"not a weights file of `flowsplit pretrain` ({type(exc).__name__})"
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != ENCODER_FORMAT
+        or not isinstance(doc.get("state"), dict)
+    ):
+        raise InputError(p, "is not an encoder written by `flowsplit pretrain`")
+    shape = list(model.input_shape)
+    if doc.get("view") != model.view or list(doc.get("input_shape", [])) != shape:
+        raise InputError(
+            p,
+            f"encoder pre-trained on {doc.get('view')} {tuple(doc.get('input_shape', []))}, "
+            f"this model reads {model.view} {tuple(shape)}: pretrain with the dataset's view "
+            "and shape (pretrain --like DATASET)",
+        )
+    if options is not None:
+        mine = {k: options[k] for k in SHAPE_OPTIONS if k in options}
+        theirs = doc.get("options") or {}
+        differ = [f"{k}={theirs.get(k)} (model {v})" for k, v in mine.items() if theirs.get(k) != v]
+        if differ:
+            raise InputError(
+                p,
+                f"encoder of another size: {', '.join(differ)}; give the same --model-option values",
+            )
+    keep = tuple(f"blocks.{name}." for name in encoder_blocks(model))
+    own = {k: v for k, v in model.state_dict().items() if k.startswith(keep)}
+    state = doc["state"]
+    if set(state) != set(own) or any(
+        tuple(state[k].shape) != tuple(v.shape) for k, v in own.items()
+    ):
+        raise InputError(p, "encoder weights do not fit this transformer (names or shapes differ)")
+    with torch.no_grad():
+        for k, v in own.items():
+            v.copy_(state[k])
+    return {k: v for k, v in doc.items() if k != "state"}

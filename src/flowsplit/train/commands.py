@@ -107,6 +107,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
             raise ConfigError(f"give {flag} (see flowsplit train --help)")
     # Stored resolved, so that --resume RUN finds the dataset from any directory.
     given["dataset"] = str(Path(given["dataset"]).resolve())
+    if given.get("init_from"):
+        given["init_from"] = str(Path(given["init_from"]).resolve())
     return TrainConfig.from_dict(given), False
 
 
@@ -118,7 +120,7 @@ def check_before_launch(
     ``local_workers``: the job's processes on this machine, where not all ``cfg.workers``
     are (under torchrun, ``LOCAL_WORLD_SIZE``); the cores check counts only those."""
     from flowsplit.data.store import load_dataset
-    from flowsplit.models.registry import build_model, get_spec
+    from flowsplit.models.registry import build_model, get_spec, model_options
     from flowsplit.train.distributed import DistEnv, ParallelLayout
     from flowsplit.train.runs import check_run_dir, resolve_view
 
@@ -161,16 +163,22 @@ def check_before_launch(
         f"--workers {cfg.workers}" if here == cfg.workers else f"{here} of {cfg.workers} workers"
     )
     check_cores(f"{workers} x {threads} thread(s)", here * threads, cores, force=force)
+    if cfg.init_from and spec.kind != "torch":
+        raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
     if spec.kind == "torch":
         env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
         ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
-        build_model(
+        model = build_model(
             cfg.model,
             view=view,
             input_shape=ds.view_shape(view),
             n_classes=ds.n_classes,
             **cfg.model_options,
         )
+        if cfg.init_from:  # a wrong file is one line here, before any worker starts
+            from flowsplit.models.transformer import load_encoder
+
+            load_encoder(model, cfg.init_from, {**model_options(cfg.model), **cfg.model_options})
     # Warned only once every check passed: a refused run prints its one error line only.
     global_batch = cfg.batch_size * (cfg.workers if cfg.scale_lr else 1)
     if spec.kind == "torch" and global_batch > n_train:

@@ -75,6 +75,9 @@ class TrainConfig:
     mask=0.02,fields=1); or KEY=VALUE,... of drop, dup, swap (packet loss, duplication,
     reordering), jitter (sizes and gaps), mask (payload bytes), fields (header fields
     randomised). See docs/generalisation.md."""
+    init_from: str | None = field(default=None, metadata=cli(metavar="DIR"))
+    """Start the transformer's encoder from `flowsplit pretrain -o DIR` (DIR/encoder.pt);
+    the head starts fresh."""
     patience: int | None = None
     """Epochs without a better validation macro-F1 before stopping; XGBoost: rounds
     without a better validation log-loss; 0 disables early stopping (default: 4 epochs;

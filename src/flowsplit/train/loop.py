@@ -273,6 +273,10 @@ def _build_model(
         n_classes=data.ds.n_classes,
         **cfg.model_options,
     )
+    if cfg.init_from:  # flowsplit pretrain's encoder (checked before launch)
+        from flowsplit.models.transformer import load_encoder
+
+        load_encoder(model, cfg.init_from)
     masks = None
     if cfg.dropout_masks == "global":
         masks = MaskSource(world_size=layout.world_size, rank=layout.rank)
