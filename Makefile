@@ -41,7 +41,7 @@ $(PY):
 # setup.py and the .pyx: the compiled reader kernel, rebuilt by the install when they change.
 # The torch wheel carries its own C++ unit-test executables (torch/test, 83 MB), which
 # nothing imports or runs; they are removed after the install (pip uninstall still works).
-$(STAMP): pyproject.toml setup.py src/flowsplit/data/_kernel.pyx | $(PY)
+$(STAMP): pyproject.toml setup.py src/flowsplit/reader/_kernel.pyx | $(PY)
 	$(PIP_INSTALL) "$(TORCH)"
 	rm -rf $(VENV)/lib/python*/site-packages/torch/test
 	$(DROP_CUDA_XGBOOST)

@@ -7,8 +7,8 @@ setup(
     ext_modules=cythonize(
         [
             Extension(
-                "flowsplit.data._kernel",
-                ["src/flowsplit/data/_kernel.pyx"],
+                "flowsplit.reader._kernel",
+                ["src/flowsplit/reader/_kernel.pyx"],
                 # No fused multiply-adds: float results must be NumPy's bit for bit.
                 extra_compile_args=["-O2", "-ffp-contract=off"],
             )

@@ -7,7 +7,7 @@ On the nDPI test captures (all 543 files), one core, in one run:
   (``iter_flows_many``: records, flows and the four views);
 - NFStream (statistical_analysis, splt_analysis=32, no DPI), file by file;
 - a dpkt-based extractor of the same flows and four views
-  (:mod:`flowsplit.data.reference`), file by file.
+  (:mod:`flowsplit.reader.reference`), file by file.
 
 With NFStream, also the agreement of the two on the corpus's TCP/UDP flows
 (5-tuple and packet count), by reason of disagreement (``agreement_with_nfstream``).
@@ -50,10 +50,10 @@ C.single_thread()
 sys.path.insert(0, str(C.ROOT / "src"))
 import numpy as np  # noqa: E402
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many  # noqa: E402
 from flowsplit.data.labels import flow_key  # noqa: E402
-from flowsplit.data.packets import PacketDecoder  # noqa: E402
-from flowsplit.data.staging import iter_record_chunks  # noqa: E402
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows_many  # noqa: E402
+from flowsplit.reader.packets import PacketDecoder  # noqa: E402
+from flowsplit.reader.staging import iter_record_chunks  # noqa: E402
 
 DEFAULT_CORPUS = C.ROOT.parent / "shared" / "data" / "ndpi" / "pcap"
 OPTIONS = FlowOptions()  # all four views, default sizes and masks
@@ -130,7 +130,7 @@ def run_nfstream(paths: list[Path]) -> dict:
 
 
 def run_dpkt(paths: list[Path]) -> dict:
-    from flowsplit.data.reference import reference_flows, reference_stats, reference_views
+    from flowsplit.reader.reference import reference_flows, reference_stats, reference_views
 
     n_flows = 0
     for p in paths:
@@ -579,8 +579,8 @@ def write_concatenated(paths: list[Path], out: Path, copies: int) -> int:
     time (its first packet at base + (copy * files + file) * 1e7 s), so that flows of
     different files or copies never merge.
     """
-    from flowsplit.data.pcap import SUPPORTED_LINKTYPES
-    from flowsplit.data.staging import iter_record_chunks
+    from flowsplit.reader.pcap import SUPPORTED_LINKTYPES
+    from flowsplit.reader.staging import iter_record_chunks
 
     shb = struct.pack("<IIIHHq", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1) + struct.pack("<I", 28)
     iface: dict[int, int] = {}
@@ -634,7 +634,7 @@ _PEAK = "int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].
 _CHILD = """
 import json, sys, time
 sys.path.insert(0, {src!r})
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows
 t = time.perf_counter()
 report, n = ReadReport(), 0
 for b in iter_flows({path!r}, FlowOptions(), report):
@@ -645,7 +645,7 @@ print(json.dumps({{"seconds": time.perf_counter() - t, "n_packets": report.n_pac
 _IMPORT_ONLY = """
 import json, sys
 sys.path.insert(0, {src!r})
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows
 print(json.dumps({{"peak_rss_mb": PEAK}}))
 """.replace("PEAK", _PEAK)
 # NFStream meters in a child process: its CPU is the parent's plus the children's.

@@ -241,8 +241,8 @@ def reader_flow(line: str) -> tuple[tuple, int] | None:
 
 def ndpi_reader_agreement(archive: Path, paths: list[Path]) -> dict:
     """ndpiReader's flows (nDPI 4.2's reference output) found by flowsplit."""
-    from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many
     from flowsplit.data.labels import flow_key
+    from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows_many
 
     with tarfile.open(archive) as tar:
         results = {

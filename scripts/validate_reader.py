@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows  # noqa: E402
-from flowsplit.data.reference import DPKT_LINKTYPES, reference_flows  # noqa: E402
 from flowsplit.errors import InputError  # noqa: E402
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows  # noqa: E402
+from flowsplit.reader.reference import DPKT_LINKTYPES, reference_flows  # noqa: E402
 
 DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "ndpi" / "pcap"
 

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from flowsplit.errors import InputError
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from tests.data import _pcapgen as g
 
 A, B, C, D = "10.0.0.1", "10.0.0.2", "192.168.7.1", "192.168.7.2"
@@ -349,7 +349,7 @@ def _compress(kind: str, data: bytes) -> bytes:
     import gzip
     import lzma
 
-    from flowsplit.data.capfile import zstd
+    from flowsplit.reader.capfile import zstd
 
     if kind == "gz":
         return gzip.compress(data[:500]) + gzip.compress(data[500:])  # two members
@@ -407,7 +407,7 @@ def test_a_member_ending_exactly_at_a_read_step_is_followed_by_the_next(
 ):
     # Prepare: two members (gzip members, zstd frames, xz streams); each read step of the
     # compressed file ends exactly where the first member ends.
-    from flowsplit.data import capfile
+    from flowsplit.reader import capfile
 
     pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * i)))) for i in range(300)]
     plain = g.write_pcap(tmp_path / "p.pcap", pkts).read_bytes()
@@ -443,7 +443,7 @@ def test_digests_computed_while_reading_match_a_second_pass(tmp_path, algo):
 
     import blake3
 
-    from flowsplit.data.flows import iter_flows_many
+    from flowsplit.reader.flows import iter_flows_many
 
     pkts = [(1.0 + i, g.ether(g.ipv4(A, B, 17, g.udp(1000, 53, b"q" * i)))) for i in range(400)]
     plain = g.write_pcap(tmp_path / "p.pcap", pkts)
@@ -463,7 +463,7 @@ def test_digests_computed_while_reading_match_a_second_pass(tmp_path, algo):
 def test_reassembler_memory_is_bounded():
     import numpy as np
 
-    from flowsplit.data.fragments import Fragment, Reassembler
+    from flowsplit.reader.fragments import Fragment, Reassembler
 
     report = ReadReport()
     r = Reassembler(report, max_datagrams=2, max_bytes=1000)
@@ -489,7 +489,7 @@ def test_reassembler_memory_is_bounded():
 def test_datagram_over_the_memory_bound_is_given_up_even_when_complete():
     import numpy as np
 
-    from flowsplit.data.fragments import Fragment, Reassembler
+    from flowsplit.reader.fragments import Fragment, Reassembler
 
     report = ReadReport()
     r = Reassembler(report, max_bytes=100)
@@ -504,7 +504,7 @@ def test_datagram_over_the_memory_bound_is_given_up_even_when_complete():
 def test_datagram_times_out_at_the_record_that_passes_its_deadline():
     import numpy as np
 
-    from flowsplit.data.fragments import Fragment, Reassembler
+    from flowsplit.reader.fragments import Fragment, Reassembler
 
     report = ReadReport()
     r = Reassembler(report, timeout=30.0)
@@ -530,7 +530,7 @@ def test_datagram_times_out_at_the_record_that_passes_its_deadline():
 def test_a_datagram_times_out_at_the_first_record_past_its_deadline(between, back):
     import numpy as np
 
-    from flowsplit.data.fragments import Fragment, Reassembler
+    from flowsplit.reader.fragments import Fragment, Reassembler
 
     # Records exactly at the deadline (first fragment + 30 s) do not time it out; the
     # first after it does. With 2 of them the records are stepped through one by one,
@@ -675,7 +675,7 @@ def _datagram_mix(rng: random.Random) -> list[tuple[float, bytes]]:
 @pytest.fixture
 def joined(monkeypatch):
     """How many datagrams each chunk's ``join_whole`` joined (it is wrapped to count)."""
-    from flowsplit.data.fragments import Reassembler
+    from flowsplit.reader.fragments import Reassembler
 
     counts: list[int] = []
     real = Reassembler.join_whole
@@ -696,7 +696,7 @@ def test_datagrams_joined_at_once_equal_the_reassemblers(tmp_path, monkeypatch, 
     # (Reassembler.join_whole); everything it lets through must come out exactly as the
     # reassembler alone makes it, whatever the chunk size, also when its memory is
     # small enough (bytes or datagrams) that it gives datagrams up for room.
-    from flowsplit.data import fragments, packets
+    from flowsplit.reader import fragments, packets
 
     if room is not None:
         limits = fragments.Reassembler.__init__.__kwdefaults__
@@ -729,7 +729,7 @@ def test_a_datagram_pending_from_an_earlier_chunk_is_not_joined_past(tmp_path, m
     # A datagram still pending (a fragment lost) when a whole one of the same key comes
     # in the next chunk: the reassembler puts the new fragments into the pending one
     # (they overlap it: both dropped), so the join must leave them to it.
-    from flowsplit.data import packets
+    from flowsplit.reader import packets
 
     seg1 = g.udp(1000, 53, b"a" * 200, src=A, dst=B)
     seg2 = g.udp(1001, 53, b"b" * 200, src=A, dst=B)

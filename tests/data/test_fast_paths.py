@@ -2,7 +2,7 @@
 
 The pcapng walk takes runs of enhanced packet blocks with NumPy (``_EpbRuns``); it
 is switched off here by its size threshold and the results compared (and with the
-compiled walk of ``flowsplit.data._kernel``, when built), on captures
+compiled walk of ``flowsplit.reader._kernel``, when built), on captures
 with fake block headers in packet bytes, other blocks between the packets, two
 sections of either byte order, and random damage.
 """
@@ -14,10 +14,10 @@ import struct
 import numpy as np
 import pytest
 
-from flowsplit.data import pcap, staging
-from flowsplit.data.flows import FlowOptions, iter_flows
-from flowsplit.data.pcap import ReadReport
-from flowsplit.data.staging import iter_record_chunks
+from flowsplit.reader import pcap, staging
+from flowsplit.reader.flows import FlowOptions, iter_flows
+from flowsplit.reader.pcap import ReadReport
+from flowsplit.reader.staging import iter_record_chunks
 from tests.data import _pcapgen as g
 
 A, B = "10.0.0.1", "10.0.0.2"
@@ -53,7 +53,7 @@ def _capture(rng: np.random.Generator) -> bytes:
 
 
 def _records(path, monkeypatch, fast: bool, chunk_bytes: int, compiled: bool = False):
-    # Without the compiled walk (flowsplit.data._kernel) unless asked for: the NumPy
+    # Without the compiled walk (flowsplit.reader._kernel) unless asked for: the NumPy
     # runs are the fallback's fast path.
     monkeypatch.setattr(pcap, "_kernel", _KERNEL if compiled else None)
     monkeypatch.setattr(pcap._EpbRuns, "_MIN_BYTES", 0 if fast else 1 << 40)

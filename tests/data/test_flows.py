@@ -7,7 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from flowsplit.data.flows import (
+from flowsplit.errors import ConfigError, InputError
+from flowsplit.reader.flows import (
     FlowOptions,
     ReadReport,
     iter_flows,
@@ -15,7 +16,6 @@ from flowsplit.data.flows import (
     stats_columns,
     view_shapes,
 )
-from flowsplit.errors import ConfigError, InputError
 from tests.data import _pcapgen as g
 
 A, B, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"
@@ -214,7 +214,7 @@ def test_view_shapes_and_stats_columns():
 @pytest.mark.parametrize("seed", [3, 4, 5])
 def test_flow_rules_match_the_packet_by_packet_reference(tmp_path, seed):
     pytest.importorskip("dpkt")
-    from flowsplit.data.reference import reference_flows
+    from flowsplit.reader.reference import reference_flows
 
     path = _random_capture(tmp_path / "r.pcap", seed, n=600)
     opts = FlowOptions(idle_timeout=60, active_timeout=400, views=())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows
 from tests.data import _pcapgen as g
 from tests.data.test_kernel import _kernel, kernel
 
@@ -127,7 +127,7 @@ def test_no_ip_header_is_read_behind_a_non_ip_ethertype_unless_its_checksum_is_r
 
 def test_the_dpkt_reference_reads_ipv4_behind_a_non_ip_ethertype_by_the_same_rule(tmp_path):
     pytest.importorskip("dpkt")
-    from flowsplit.data.reference import reference_flows
+    from flowsplit.reader.reference import reference_flows
 
     ip = g.ipv4(A, B, 6, g.tcp(4000, 80, g.ACK, b"x" * 10))
     bad_sum = ip[:10] + bytes([ip[10] ^ 0xFF]) + ip[11:]
@@ -190,7 +190,7 @@ def test_the_dpkt_reference_keeps_the_ns_bit_out_of_the_flags_byte(tmp_path):
     pytest.importorskip("dpkt")
     import numpy as np
 
-    from flowsplit.data.reference import reference_flows, reference_views
+    from flowsplit.reader.reference import reference_flows, reference_views
 
     seg = g.tcp(4000, 80, g.ACK, b"x" * 10)
     ns = seg[:12] + bytes([seg[12] | 1]) + seg[13:]

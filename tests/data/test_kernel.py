@@ -1,6 +1,6 @@
 """The compiled reader kernel gives what the NumPy reader gives, record for record.
 
-``flowsplit.data._kernel`` is built by ``pip install``; the reader runs without it
+``flowsplit.reader._kernel`` is built by ``pip install``; the reader runs without it
 (pure NumPy). Each test here decodes the same records both ways and requires the
 same packets, fields, dtypes and skip counts: on captures of every link layer and
 tunnel the tests can write, on randomly damaged copies of them (the kernel must
@@ -16,25 +16,25 @@ import random
 import numpy as np
 import pytest
 
-from flowsplit.data import assemble as AS
-from flowsplit.data import packets as PK
-from flowsplit.data import pcap as PC
-from flowsplit.data import protocols as P
 from flowsplit.data import sources as SR
-from flowsplit.data import staging as ST
-from flowsplit.data import views as V
-from flowsplit.data.flows import FlowOptions, iter_flows_many
-from flowsplit.data.pcap import ReadReport
-from flowsplit.data.staging import iter_record_chunks
+from flowsplit.reader import assemble as AS
+from flowsplit.reader import packets as PK
+from flowsplit.reader import pcap as PC
+from flowsplit.reader import protocols as P
+from flowsplit.reader import staging as ST
+from flowsplit.reader import views as V
+from flowsplit.reader.flows import FlowOptions, iter_flows_many
+from flowsplit.reader.pcap import ReadReport
+from flowsplit.reader.staging import iter_record_chunks
 from tests.conftest import NDPI_DIR, needs_ndpi
 from tests.data import _pcapgen as g
 
 try:
-    from flowsplit.data import _kernel
+    from flowsplit.reader import _kernel
 except ImportError:  # reported by test_kernel_is_built
     _kernel = None
 
-needs_kernel = pytest.mark.skipif(_kernel is None, reason="flowsplit.data._kernel is not built")
+needs_kernel = pytest.mark.skipif(_kernel is None, reason="flowsplit.reader._kernel is not built")
 A, B, A6, B6 = "10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2"
 # One interface per link type of the capture written below.
 LINKTYPES = (1, 113, 276, 101, 0, 108, 228, 229, 9, 192)
@@ -43,7 +43,7 @@ LINKTYPES = (1, 113, 276, 101, 0, 108, 228, 229, 9, 192)
 def test_kernel_is_built():
     # `pip install .` (and so `make test` and CI) compiles it; the fallback is for
     # a source tree run without installing.
-    assert _kernel is not None, "flowsplit.data._kernel missing: run `pip install -e .`"
+    assert _kernel is not None, "flowsplit.reader._kernel missing: run `pip install -e .`"
 
 
 @needs_kernel

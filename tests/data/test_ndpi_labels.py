@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows_many
 from flowsplit.data.labels import LabelSpec, flow_key, parse_key
 from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows_many
 from tests.conftest import NDPI_DIR, needs_ndpi
 
 

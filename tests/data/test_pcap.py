@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows
 from flowsplit.errors import InputError
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows
 from tests.data import _pcapgen as g
 
 OPTS = FlowOptions(views=("seq",))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from flowsplit.errors import InputError
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from tests.conftest import NDPI_DIR, needs_ndpi
 
 pytestmark = [needs_ndpi, pytest.mark.shared_data]
@@ -44,7 +44,7 @@ def _ours(path, options):
 @pytest.mark.parametrize("name", CROSS_CHECK)
 def test_flows_and_views_agree_with_dpkt(name, layout):
     pytest.importorskip("dpkt")
-    from flowsplit.data.reference import reference_flows, reference_stats, reference_views
+    from flowsplit.reader.reference import reference_flows, reference_stats, reference_views
 
     opts = FlowOptions(mask_port=False, pkt_layout=layout)
     ours = _ours(PCAPS / name, opts)

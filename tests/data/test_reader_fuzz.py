@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowsplit.data.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from flowsplit.errors import InputError
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows, iter_flows_many
 from tests.conftest import NDPI_DIR
 from tests.data import _pcapgen as g
 

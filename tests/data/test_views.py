@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from flowsplit.data import views as V
-from flowsplit.data.flows import SEQ_FEATURES, FlowOptions, ReadReport, iter_flows
+from flowsplit.reader import views as V
+from flowsplit.reader.flows import SEQ_FEATURES, FlowOptions, ReadReport, iter_flows
 from tests.data import _pcapgen as g
 
 A, B = "10.0.0.1", "10.0.0.2"

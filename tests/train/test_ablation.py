@@ -11,7 +11,7 @@ import torch
 
 from flowsplit.cli import main as cli_main
 from flowsplit.data import perturb
-from flowsplit.data.views import SEQ_FEATURES
+from flowsplit.reader.views import SEQ_FEATURES
 from flowsplit.train.ablation import ablations_for, run_ablations
 from flowsplit.train.evaluation import ClassMapping
 from tests.train.synth import write_synthetic

@@ -9,8 +9,8 @@ import pytest
 
 from flowsplit.cli import main as cli_main
 from flowsplit.data.augment import DEFAULT, Augmenter, AugmentSpec, ViewInfo, parse_augment
-from flowsplit.data.views import SEQ_FEATURES
 from flowsplit.errors import ConfigError
+from flowsplit.reader.views import SEQ_FEATURES
 from tests.train.synth import write_synthetic
 
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from flowsplit.data import perturb
-from flowsplit.data.views import PKT_FIELDS, SEQ_FEATURES
 from flowsplit.errors import ConfigError
+from flowsplit.reader.views import PKT_FIELDS, SEQ_FEATURES
 
 
 @dataclass(frozen=True)

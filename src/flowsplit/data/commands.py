@@ -15,12 +15,12 @@ from flowsplit.config_args import (
     csv_tuple,
 )
 from flowsplit.data.dpi import NDPI_FIELDS
-from flowsplit.data.flows import ALL_VIEWS
 from flowsplit.data.labels import LABEL_SOURCES, LabelSpec
-from flowsplit.data.packets import TUNNEL_MODES
 from flowsplit.data.prepare import DIGEST_CHOICES, SPLIT_BY, PrepareOptions
-from flowsplit.data.views import PKT_LAYOUTS
 from flowsplit.errors import ConfigError
+from flowsplit.reader.flows import ALL_VIEWS
+from flowsplit.reader.packets import TUNNEL_MODES
+from flowsplit.reader.views import PKT_LAYOUTS
 
 VIEW_CHOICES = ALL_VIEWS
 

@@ -4,7 +4,7 @@ Each function takes a batch of rows of one view (a NumPy array, one row per flow
 the dataset stores it), a :class:`numpy.random.Generator`, and returns a new array of
 the same shape and dtype; the input is never modified. They know the views' layouts:
 
-- ``pkt_bytes``, ``payload`` layout (:func:`flowsplit.data.views.payload_rows`): per
+- ``pkt_bytes``, ``payload`` layout (:func:`flowsplit.reader.views.payload_rows`): per
   packet row, byte 0 direction (0 = padding row), 1-2 IP length, 3 protocol, 4 TCP
   flags, 5 transport header length, 6-7 TCP window, then the payload from byte 8.
 - ``pkt_bytes``, ``ip`` layout: the first bytes from the IP header on (addresses, ports
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowsplit.data.views import PKT_FIELDS, SEQ_FEATURES
+from flowsplit.reader.views import PKT_FIELDS, SEQ_FEATURES
 
 TCP, UDP = 6, 17
 

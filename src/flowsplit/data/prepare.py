@@ -21,11 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flowsplit.data import flows as flows_mod
 from flowsplit.data import sources as src_mod
-from flowsplit.data.capfile import DIGESTS
 from flowsplit.data.dpi import ndpi_labels
-from flowsplit.data.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
 from flowsplit.data.store import (
@@ -37,6 +34,9 @@ from flowsplit.data.store import (
     read_manifest,
 )
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.reader import flows as flows_mod
+from flowsplit.reader.capfile import DIGESTS
+from flowsplit.reader.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
 
 log = logging.getLogger("flowsplit.prepare")
 
@@ -79,7 +79,7 @@ class PrepareOptions:
     mask_checksum: bool = True
     """Zero IP/TCP/UDP checksums in ``pkt_bytes`` (ip layout; payload rows leave them out)."""
     vlan_key: bool = True
-    """VLAN ids in the flow key (see :class:`~flowsplit.data.flows.FlowOptions`)."""
+    """VLAN ids in the flow key (see :class:`~flowsplit.reader.flows.FlowOptions`)."""
     tunnels: str = "inner"
     """inner: classify the flows inside IP-in-IP, GRE, VXLAN, Geneve, GTP-U; outer: the tunnel's."""
     reassemble: bool = True
@@ -158,7 +158,7 @@ class PrepareOptions:
             raise ConfigError("classes: give at least one class (or leave it unset)")
 
     def flow_options(self):
-        """The :class:`~flowsplit.data.flows.FlowOptions` these options imply."""
+        """The :class:`~flowsplit.reader.flows.FlowOptions` these options imply."""
         same = {f.name: getattr(self, f.name) for f in fields(FlowOptions)}
         return FlowOptions(**{**same, "views": tuple(self.views)})
 

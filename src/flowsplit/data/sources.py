@@ -8,14 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from flowsplit.data.capfile import COMPRESSED_SUFFIXES, open_file
 from flowsplit.data.idx import is_idx_file
 from flowsplit.errors import InputError
+from flowsplit.reader.capfile import COMPRESSED_SUFFIXES, open_file
 
-try:  # the compiled row hashes, built by `pip install`; without them NumPy's matmul
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled row hashes, built by `pip install`; without them NumPy's matmul
+from flowsplit.reader.kernel import compiled as _kernel
 
 CAPTURE_SUFFIXES = {".pcap", ".pcapng", ".cap", ".dmp"}
 _CAPTURE_MAGICS = {

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from flowsplit import __version__
-from flowsplit.data.capfile import new_hash
 from flowsplit.errors import InputError
+from flowsplit.reader.capfile import new_hash
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from flowsplit.data import perturb
-from flowsplit.data.views import SEQ_FEATURES
 from flowsplit.errors import ConfigError
+from flowsplit.reader.views import SEQ_FEATURES
 from flowsplit.train.evaluation import ClassMapping, score_by_name
 
 DEFAULT_KS = (16, 64)

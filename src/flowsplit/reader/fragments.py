@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowsplit.data import protocols as P
+from flowsplit.reader import protocols as P
 
 IPV4_MAX_DATAGRAM = 65535
 
@@ -300,7 +300,7 @@ class Reassembler:
 
         Call it after :meth:`begin_chunk`, before the chunk's other fragments are
         added; ``sb`` is the chunk's staging buffer. Returns, per file, the rows
-        :meth:`~flowsplit.data.packets.PacketDecoder._decode_reassembled` takes (as
+        :meth:`~flowsplit.reader.packets.PacketDecoder._decode_reassembled` takes (as
         :meth:`add` completes them), and the fragments left for :meth:`add`, in the
         order found.
         """

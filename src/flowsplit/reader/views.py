@@ -35,12 +35,10 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-from flowsplit.data import protocols as P
+from flowsplit.reader import protocols as P
 
-try:  # the compiled copies, built by `pip install`; without them NumPy copies in blocks
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled copies, built by `pip install`; without them NumPy copies in blocks
+from flowsplit.reader.kernel import compiled as _kernel
 
 SEQ_FEATURES = ("size", "log_iat", "fin", "syn", "rst", "psh", "ack", "urg", "payload", "mask")
 _FLAG_NAMES = ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr")

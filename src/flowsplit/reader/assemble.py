@@ -37,15 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flowsplit.data import protocols as P
-from flowsplit.data import views as V
-from flowsplit.data.packets import Packets
-from flowsplit.data.rangemax import RangeMax
+from flowsplit.reader import protocols as P
+from flowsplit.reader import views as V
 
-try:  # the compiled range maximum, built by `pip install`; without it a NumPy sparse table
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled range maximum, built by `pip install`; without it a NumPy sparse table
+from flowsplit.reader.kernel import compiled as _kernel
+from flowsplit.reader.packets import Packets
+from flowsplit.reader.rangemax import RangeMax
 
 _M1, _M2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _K1, _K2, _K3 = (np.uint64(k) for k in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))

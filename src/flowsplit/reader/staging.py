@@ -18,13 +18,11 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from flowsplit.data.pcap import MAX_RECORD, ReadReport, Source, open_capture
 from flowsplit.errors import InputError
 
-try:  # the compiled header gathers, built by `pip install`; without them NumPy gathers
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled header gathers, built by `pip install`; without them NumPy gathers
+from flowsplit.reader.kernel import compiled as _kernel
+from flowsplit.reader.pcap import MAX_RECORD, ReadReport, Source, open_capture
 
 WINDOW_PAD = 4096  # zero bytes after the buffer: fixed-width gathers never run off it
 # Room after the records for a chunk's reassembled datagrams (StagingBuffer.with_extra),

@@ -15,7 +15,7 @@ report, and drop out at the end. The layers, outside in:
    packet decoded again from the link layer, so inner flows are classified (with
    ``tunnels="outer"`` the outer flow is kept instead);
 4. fragments: IPv4 and IPv6 fragments go to a
-   :class:`~flowsplit.data.fragments.Reassembler`; a completed datagram is decoded
+   :class:`~flowsplit.reader.fragments.Reassembler`; a completed datagram is decoded
    like a raw IP packet, and so is the first fragment of a datagram given up on;
 5. TCP/UDP: ports, flags, window, payload offsets.
 
@@ -37,15 +37,13 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from flowsplit.data import protocols as P
-from flowsplit.data.fragments import Fragment, FragmentRows, Reassembler, fragments_of
-from flowsplit.data.pcap import MALFORMED_REASONS, ReadReport
-from flowsplit.data.staging import RecordChunk, Records, StagingBuffer
+from flowsplit.reader import protocols as P
+from flowsplit.reader.fragments import Fragment, FragmentRows, Reassembler, fragments_of
 
-try:  # the compiled fast path, built by `pip install`; without it NumPy decodes every record
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled fast path, built by `pip install`; without it NumPy decodes every record
+from flowsplit.reader.kernel import compiled as _kernel
+from flowsplit.reader.pcap import MALFORMED_REASONS, ReadReport
+from flowsplit.reader.staging import RecordChunk, Records, StagingBuffer
 
 REASONS = (
     "",

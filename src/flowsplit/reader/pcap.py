@@ -4,7 +4,7 @@ Reading is two-phase, so that pure Python stays fast:
 
 1. a tight loop walks the record headers (each length gives the next offset and
    nothing else is looked at), appending offsets to a list shared by all files of
-   a chunk (:class:`~flowsplit.data.staging.RecordBatch`);
+   a chunk (:class:`~flowsplit.reader.staging.RecordBatch`);
 2. every per-record field (timestamps, lengths, interface, link type) is gathered
    later with vectorised NumPy over all offsets of the chunk at once.
 
@@ -21,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from flowsplit.data.capfile import open_file
 from flowsplit.errors import InputError
+from flowsplit.reader.capfile import open_file
 
-try:  # the compiled record walks, built by `pip install`; without them Python walks
-    from flowsplit.data import _kernel
-except ImportError:
-    _kernel = None
+# the compiled record walks, built by `pip install`; without them Python walks
+from flowsplit.reader.kernel import compiled as _kernel
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN: no sane record captures more
 MAX_RECORD = MAX_CAPLEN + 8192  # a packet record or block, with headers and options

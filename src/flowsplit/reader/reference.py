@@ -2,7 +2,7 @@
 
 It decodes captures with dpkt (its own pcap/pcapng readers and link, IP, TCP and
 UDP decoders), assembles flows packet by packet with a dictionary under the same
-documented rules (:mod:`flowsplit.data.assemble`), and builds the same four views
+documented rules (:mod:`flowsplit.reader.assemble`), and builds the same four views
 in plain Python. It shares no decoding code with the vectorised reader, so the two
 agreeing means something. Used by ``scripts/validate_reader.py``, the throughput
 benchmark (as the dpkt baseline) and the tests. Needs ``dpkt`` (a dev extra).

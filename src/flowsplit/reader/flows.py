@@ -8,8 +8,8 @@ The pipeline, per chunk of a few MB of records (several small files share one):
 
 :func:`iter_flows` streams one capture; :func:`iter_flows_many` streams many,
 sharing chunks between small files, which is much faster on a corpus of small
-captures. Flow rules: :mod:`flowsplit.data.assemble`; decoding decisions:
-:mod:`flowsplit.data.packets`; view definitions: :mod:`flowsplit.data.views`.
+captures. Flow rules: :mod:`flowsplit.reader.assemble`; decoding decisions:
+:mod:`flowsplit.reader.packets`; view definitions: :mod:`flowsplit.reader.views`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from flowsplit.data import views as V
-from flowsplit.data.assemble import FlowAssembler, FlowTable
-from flowsplit.data.packets import TUNNEL_MODES, PacketDecoder
-from flowsplit.data.pcap import ReadReport
-from flowsplit.data.staging import WINDOW_PAD, iter_record_chunks
 from flowsplit.errors import ConfigError
+from flowsplit.reader import views as V
+from flowsplit.reader.assemble import FlowAssembler, FlowTable
+from flowsplit.reader.packets import TUNNEL_MODES, PacketDecoder
+from flowsplit.reader.pcap import ReadReport
+from flowsplit.reader.staging import WINDOW_PAD, iter_record_chunks
 
 __all__ = [
     "FlowBatch",

@@ -2,7 +2,7 @@
 """Compiled fast path of the packet decoder: the common case, one pass per record.
 
 :func:`decode_common` decodes the records that take the common path through
-:mod:`flowsplit.data.packets` (Ethernet, Linux cooked v1/v2, raw IP or BSD
+:mod:`flowsplit.reader.packets` (Ethernet, Linux cooked v1/v2, raw IP or BSD
 loopback, with any VLAN tags, then IPv4 without fragmentation or IPv6 without
 extension headers, then a well-formed TCP or UDP header on a port that is not a
 tunnel's) and leaves every other record, untouched, to the NumPy decoder: this
@@ -17,7 +17,7 @@ per-packet passes (record walks, header gathers, view copies, flow accumulators,
 when the extension is built, beside its NumPy path, and equals it bit for bit
 (``tests/data/test_kernel.py``).
 
-The protocol numbers are those of :mod:`flowsplit.data.protocols`; they are
+The protocol numbers are those of :mod:`flowsplit.reader.protocols`; they are
 repeated here as C constants, and :data:`CONSTANTS` exports them so that a test
 checks they agree.
 """
