@@ -1,0 +1,221 @@
+"""Starting a distributed run: :func:`launch_roles` (every role a local process over
+127.0.0.1, this process hosting the rendezvous store and watching the roles) and
+:func:`run_under_torchrun` (this process is one rank of a torchrun launch).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import multiprocessing as mp
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from flowsplit.errors import ConfigError, FlowsplitError
+from flowsplit.federated.assignment import AssignmentPolicy
+from flowsplit.federated.dist.checkpoint import read_checkpoint
+from flowsplit.federated.dist.liveness import (
+    HeartbeatWatch,
+    RunStopped,
+    ServerSilent,
+    end_roles,
+    heartbeat_timeout,
+    stop_on_signals,
+)
+from flowsplit.federated.dist.role import FAILURE_FILE, role_main, spawned_role_main
+from flowsplit.federated.results import SFLResult, read_run
+from flowsplit.federated.setup import ModelFn, RunSetup
+from flowsplit.federated.system.topology import Topology, topology_to_toml
+from flowsplit.train.distributed import read_dist_env
+from flowsplit.train.launch import cpp_quiet_env, environ
+
+log = logging.getLogger("flowsplit.federated")
+
+
+def make_payload(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path,
+    quiet: bool = False,
+    bind: str | None = None,
+) -> dict[str, Any]:
+    """What every process needs to rebuild ``setup`` (plain data and a picklable factory)."""
+    return {
+        "config": setup.config.to_dict(),
+        "dataset": str(dataset),
+        "model_fn": model_fn,
+        "view": setup.view,
+        "topology": topology_to_toml(setup.topology),
+        "profile": setup.profile.to_dict(),
+        "assignment": [int(a) for a in setup.assignment],
+        "out_dir": str(out_dir),
+        "quiet": quiet,
+        "bind": bind,
+    }
+
+
+def _loopback_store(world: int, wait_s: float) -> tuple[dist.TCPStore, int]:
+    """A rendezvous store for ``world`` local processes, and its port."""
+    # The store listens on a socket we bind ourselves, so it is loopback only and the
+    # port cannot be taken between choosing and using it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    # Every role connects once, the server and each aggregator once more (heartbeat).
+    sock.listen(2 * world)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world,
+        True,
+        dt.timedelta(seconds=wait_s),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the store owns (and closes) the socket now
+    )
+    return store, port
+
+
+def launch_roles(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path | None = None,
+    quiet: bool = False,
+    deadline_s: float | None = None,
+    resume: bool = False,
+    policy: AssignmentPolicy | None = None,
+    probe: str | None = None,
+) -> SFLResult | None:
+    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1.
+
+    ``probe``: ``run`` measures speeds and links first (:mod:`flowsplit.federated.probe`)
+    and predicts on them; ``only`` measures every pair, writes ``out_dir/probe.toml``
+    and returns None.
+
+    ``policy``: the per-round network and assignment (picklable; default: keep the
+    assignment), given to every role.
+
+    ``resume``: continue the run in ``out_dir`` from its ``sfl-checkpoint.pt`` (the
+    server's state after each finished round), ending on the weights an uninterrupted
+    run would have (as long as no dropout sits in a client or aggregator part, whose
+    random streams restart).
+    """
+    topo: Topology = setup.topology
+    world = 1 + topo.n_aggregators + topo.n_clients
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
+        out_dir = tmp.name
+    store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
+    payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
+    payload.update(
+        store=("127.0.0.1", port),
+        bind="127.0.0.1",
+        launcher_pid=os.getpid(),
+        policy=policy,
+        probe=probe,
+    )
+    if resume:
+        if tmp is not None:
+            raise ConfigError("resume needs the run directory to continue")
+        payload["start_round"] = int(read_checkpoint(out_dir, setup.config)["round"])
+    failure = Path(out_dir) / "logs" / FAILURE_FILE
+    failure.unlink(missing_ok=True)
+    ctx = mp.get_context("forkserver")
+    # Imported once in the fork server instead of in every role: torch, this package,
+    # and what the first backward with an explicit gradient imports (sympy via torch.fx).
+    ctx.set_forkserver_preload(
+        ["torch", "torch.fx.experimental.symbolic_shapes", "flowsplit.federated.dist"]
+    )
+    procs = [ctx.Process(target=spawned_role_main, args=(r, world, payload)) for r in range(world)]
+    stopped = True
+    try:
+        with stop_on_signals():
+            # The fork server (started by the first role) and so every role inherit it.
+            with environ(cpp_quiet_env()):
+                for p in procs:
+                    p.start()
+            watch = HeartbeatWatch(
+                store, procs, topo.n_aggregators, heartbeat_timeout(setup.config)
+            )
+            end = None if deadline_s is None else time.monotonic() + deadline_s
+            while procs[0].is_alive() and (end is None or time.monotonic() < end):
+                procs[0].join(0.5)
+                silent = watch.silent()
+                if silent == 0:  # the server: nothing can go on without it
+                    raise ServerSilent(
+                        f"dist run failed: the server (rank 0) sent no heartbeat for "
+                        f"{watch.timeout_s:g} s (stopped or hung); every role process was ended"
+                    )
+                if silent is not None:  # an aggregator: end it, the server moves its clients
+                    log.warning(
+                        "aggregator %d (rank %d) sent no heartbeat for %g s (stopped or hung): "
+                        "ending its process; its clients are reassigned",
+                        silent - 1,
+                        silent,
+                        watch.timeout_s,
+                    )
+                    procs[silent].kill()
+            # The others finish within moments of the server; a hung one is ended below.
+            grace = time.monotonic() + 3.0
+            for p in procs[1:]:
+                p.join(max(0.0, grace - time.monotonic()))
+            stopped = False
+    except RunStopped as exc:
+        raise RunStopped(f"{exc}: every role process was ended; {out_dir} has no result") from None
+    except ServerSilent:
+        if tmp is not None:
+            tmp.cleanup()
+        raise
+    finally:
+        end_roles(procs, at_once=stopped)
+        del store
+    try:
+        if procs[0].exitcode != 0:
+            reason = failure.read_text(encoding="utf-8").strip() if failure.is_file() else ""
+            raise FlowsplitError(
+                f"dist run failed: {reason}"
+                if reason
+                else f"dist run failed: the server process exited with code "
+                f"{procs[0].exitcode} (its log is above)"
+            )
+        return None if probe == "only" else read_run(out_dir)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def run_under_torchrun(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path,
+    quiet: bool = False,
+    bind: str | None = None,
+    policy: AssignmentPolicy | None = None,
+    probe: str | None = None,
+) -> SFLResult | None:
+    """Run this process's role of a torchrun launch; rank 0 returns the result.
+
+    ``policy``, ``probe``: as for :func:`launch_roles` (every process builds its own).
+    """
+    env = read_dist_env()
+    if not env.is_distributed:
+        raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
+    payload = make_payload(
+        setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
+    )
+    payload["policy"] = policy
+    payload["probe"] = probe
+    role_main(env.rank, env.world_size, payload, setup)
+    return read_run(out_dir) if env.rank == 0 and probe != "only" else None

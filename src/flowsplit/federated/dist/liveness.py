@@ -1,0 +1,176 @@
+"""Liveness of a launched run's processes: roles that die with their launcher, heartbeats
+the launcher watches, signals that stop the run, and ending the roles that are left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import torch.distributed as dist
+from tqdm import tqdm
+
+from flowsplit.errors import FlowsplitError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.train.launch import heartbeat_limit
+from flowsplit.util import die_with_parent
+
+log = logging.getLogger("flowsplit.federated")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def die_with_launcher(launcher_pid: int) -> None:
+    """End this role process when the launcher ends, however it ends (SIGKILL included).
+
+    A role's parent is the fork server, not the launcher, so two guards: the kernel
+    kills the role when its parent dies (``PR_SET_PDEATHSIG``; the fork server exits
+    when the launcher does), and a watchdog thread ends it the moment the launcher's
+    pid exits (a pidfd, polled where pidfds are missing). Ctrl-C and SIGHUP reach the
+    whole process group; the roles leave them to the launcher, which ends them all.
+    """
+    die_with_parent(signal.SIGKILL)
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore, which a role ended by SIGKILL
+    # never unregisters: the resource tracker would print a leak warning after the
+    # launcher's one-line message. The roles share no bar, so a thread lock will do.
+    tqdm.set_lock(threading.RLock())
+    if not pid_alive(launcher_pid):
+        os._exit(1)
+    threading.Thread(
+        target=_watch_launcher, args=(launcher_pid,), name="launcher-watchdog", daemon=True
+    ).start()
+
+
+def _watch_launcher(pid: int) -> None:
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])  # readable once the process has exited
+    else:
+        while pid_alive(pid):
+            time.sleep(0.2)
+    os._exit(1)  # not sys.exit: no cleanup that could write into the run directory
+
+
+HEARTBEAT_KEY = "flowsplit/heartbeat/{rank}"
+"""Store counter the server and each aggregator (spawned by :func:`launch_roles`) bump
+every :data:`HEARTBEAT_S` seconds; the launcher watches it (:class:`HeartbeatWatch`)."""
+HEARTBEAT_S = 1.0
+
+
+def heartbeat_timeout(config: SFLConfig) -> float:
+    """Seconds of silence after which the launcher takes an upper-tier role for stopped:
+    ``--timeout``, within 5..30 s, as for DDP workers (a heartbeat of a loaded machine
+    may come late; a stopped role must be found well within a minute)."""
+    return heartbeat_limit(config.timeout_s)
+
+
+def start_heartbeat(address: tuple[str, int], rank: int, world_size: int) -> None:
+    """Bump this role's heartbeat counter every second, on a connection of its own.
+
+    A thread, so it beats while the role waits in gloo or computes; it stops with the
+    process, and when the process is stopped (SIGSTOP), which is what it is for.
+    """
+    host, port = address
+
+    def beat() -> None:
+        try:
+            store = dist.TCPStore(host, int(port), world_size, False, dt.timedelta(seconds=30))
+            key = HEARTBEAT_KEY.format(rank=rank)
+            while True:
+                store.add(key, 1)
+                time.sleep(HEARTBEAT_S)
+        except Exception:  # noqa: BLE001 - the launcher (and its store) is gone: stop beating
+            return
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+class HeartbeatWatch:
+    """The launcher's view of the server's and the aggregators' heartbeats."""
+
+    def __init__(self, store: dist.Store, procs: list, n_aggregators: int, timeout_s: float):
+        self.store, self.procs, self.timeout_s = store, procs, timeout_s
+        self.ranks = list(range(1 + n_aggregators))
+        self.seen: dict[int, tuple[int, float]] = {}
+        self.ended: set[int] = set()
+
+    def silent(self) -> int | None:
+        """The first live rank whose counter, once started, has not moved for ``timeout_s``
+        (a role whose process ended is not silent: its peers see its connections close)."""
+        now = time.monotonic()
+        for rank in self.ranks:
+            if rank in self.ended or not self.procs[rank].is_alive():
+                continue
+            value = int(self.store.add(HEARTBEAT_KEY.format(rank=rank), 0))
+            last = self.seen.get(rank)
+            if last is None or value != last[0]:
+                self.seen[rank] = (value, now)
+            elif value > 0 and now - last[1] > self.timeout_s:
+                self.ended.add(rank)
+                return rank
+        return None
+
+
+class ServerSilent(FlowsplitError):
+    """The server stopped sending heartbeats; every role process was ended."""
+
+
+class RunStopped(FlowsplitError):
+    """The launcher got SIGINT, SIGTERM or SIGHUP; every role process was ended."""
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP (and Ctrl-C) into :class:`RunStopped` while roles run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum, _frame):
+        if not fired:  # a second signal during the clean-up must not cut it short
+            fired.append(signum)
+            raise RunStopped(f"stopped by {signal.Signals(signum).name}")
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise RunStopped("stopped by SIGINT (Ctrl-C)") from None
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def end_roles(procs: list, *, at_once: bool) -> None:
+    """End the role processes still running: SIGKILL at once when the run was stopped
+    (a server must not get to write its result), else SIGTERM, then SIGKILL."""
+    for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.kill() if at_once else p.terminate()
+    for p in procs:
+        if p.pid is not None:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)

@@ -1,0 +1,254 @@
+"""The entry point of one role process (spawned by the launcher or started by torchrun):
+logging, the rendezvous store, the run's setup, the gloo pairs, the rounds, the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from flowsplit.errors import ConfigError, FlowsplitError
+from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.dist.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from flowsplit.federated.dist.liveness import die_with_launcher, pid_alive, start_heartbeat
+from flowsplit.federated.dist.runtime import DistRuntime
+from flowsplit.federated.results import (
+    SFLResult,
+    assignment_facts,
+    run_facts,
+    save_tensors,
+    write_run,
+)
+from flowsplit.federated.schemes import round_log
+from flowsplit.federated.setup import RunSetup, prepare_run
+from flowsplit.federated.system.profile import BlockProfile
+from flowsplit.federated.system.protocol import CLIENT, address_of
+from flowsplit.federated.system.topology import Topology, topology_from_toml
+from flowsplit.federated.transport import (
+    GlooTransport,
+    gloo_device,
+    make_pair_groups,
+    role_name,
+)
+
+log = logging.getLogger("flowsplit.federated")
+
+
+CGROUP_ENV = "FLOWSPLIT_JOIN_CGROUP"
+"""A ``cgroup.procs`` file (a path, or ``fd:N``: a descriptor the launcher opened, for a
+namespace that does not see /sys/fs/cgroup) a role moves itself into once it is set
+up: the testbed's CPU quota then applies to the run, not to importing torch and
+loading the data."""
+
+
+def _join_cgroup() -> None:
+    where = os.environ.get(CGROUP_ENV, "").strip()
+    if not where:
+        return
+    try:
+        if where.startswith("fd:"):
+            fd = int(where[3:])
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+        else:
+            Path(where).write_text(str(os.getpid()), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"${CGROUP_ENV}={where}: cannot join the cgroup ({exc})") from None
+
+
+MEASURED_ON_ENV = "FLOWSPLIT_MEASURED_ON"
+"""Names where a dist run's times are measured (the testbed sets ``testbed``)."""
+
+
+def measured_on(bind: str | None) -> str:
+    """Where this run's wall times are measured, as its records say: ``$FLOWSPLIT_MEASURED_ON``
+    if set (``testbed`` under the emulated network), else ``loopback`` for roles bound
+    to 127.0.0.1 (all on one host, no network between them), else ``host`` (real hosts)."""
+    named = os.environ.get(MEASURED_ON_ENV, "").strip()
+    if named:
+        return named
+    if bind is None:
+        return "loopback" if os.environ.get("GLOO_SOCKET_IFNAME") == "lo" else "host"
+    return "loopback" if bind.startswith("127.") or bind == "localhost" else "host"
+
+
+def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout: float):
+    timeout_td = dt.timedelta(seconds=timeout)
+    if payload.get("store"):
+        host, port = payload["store"]
+        return dist.TCPStore(host, port, world_size, False, timeout_td)
+    store, _, _ = next(
+        dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout_td)
+    )
+    return store
+
+
+def _check_world_size(world_size: int, topology: Topology) -> None:
+    expected = 1 + topology.n_aggregators + topology.n_clients
+    if world_size != expected:
+        raise ConfigError(
+            f"the dist runner needs 1 server + {topology.n_aggregators} aggregators + "
+            f"{topology.n_clients} clients = {expected} processes, got {world_size}"
+        )
+
+
+def _setup_from_payload(config: SFLConfig, topology: Topology, payload: dict[str, Any]) -> RunSetup:
+    """The same :class:`RunSetup` as the launcher's (same data, weights, costs)."""
+    profile = BlockProfile.from_dict(payload["profile"]) if payload.get("profile") else None
+    assignment = np.asarray(payload["assignment"]) if payload.get("assignment") else None
+    return prepare_run(
+        config,
+        dataset=payload["dataset"],
+        model_fn=payload["model_fn"],
+        topology=topology,
+        view=payload.get("view"),
+        profile=profile,
+        assignment=assignment,
+    )
+
+
+def role_main(
+    rank: int, world_size: int, payload: dict[str, Any], setup: RunSetup | None = None
+) -> None:
+    """Entry point of one process (spawned by :func:`launch_roles` or started by torchrun).
+
+    ``setup``: the run this process already built from the same payload (torchrun), so
+    it is not prepared twice; spawned roles build it from the payload.
+    """
+    if payload.get("launcher_pid"):
+        die_with_launcher(int(payload["launcher_pid"]))
+    quiet = payload.get("quiet", False)
+    config = SFLConfig.from_dict(payload["config"])
+    topology = topology_from_toml(payload["topology"])
+    me = address_of(rank, topology.n_aggregators)
+    _setup_logging(
+        Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log", quiet
+    )
+    torch.set_num_threads(config.threads)
+    _check_world_size(world_size, topology)
+    if setup is None:
+        setup = _setup_from_payload(config, topology, payload)
+    wait_timeout = config.timeout_s * (2 + topology.n_clients)
+    if payload.get("store") and me[0] != CLIENT:
+        start_heartbeat(payload["store"], rank, world_size)
+    store = _connect_store(payload, rank, world_size, wait_timeout)
+    ctx = setup.context()
+    device = gloo_device(payload.get("bind"))
+    peers = make_pair_groups(
+        store, me, setup.assignment, topology.n_aggregators, device=device, timeout_s=wait_timeout
+    )
+    transport = GlooTransport(
+        me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
+    )
+    log.debug("%s: connected", role_name(me))
+    try:
+        runtime = DistRuntime(
+            setup,
+            me,
+            transport,
+            ctx,
+            store=store,
+            policy=payload.get("policy"),
+            device=device,
+            wait_timeout=wait_timeout,
+        )
+        runtime.measured_on = measured_on(payload.get("bind"))
+        _join_cgroup()
+        runtime.handshake()
+        if payload.get("probe"):
+            runtime.probe(payload["probe"], Path(payload["out_dir"]))
+            if payload["probe"] == "only":
+                return
+        start, done = int(payload.get("start_round", 0)), None
+        if runtime.is_server and start:
+            done = runtime.restore(read_checkpoint(payload["out_dir"], config))
+        # Only the server has rounds to show (the other roles never call on_round).
+        with round_log(config.rounds, quiet=quiet or not runtime.is_server, leave=False) as log_fn:
+            kept = list(done or [])
+
+            def on_round(record: dict[str, Any]) -> None:
+                log_fn(record)
+                kept.append(record)
+                if payload.get("launcher_pid") and not pid_alive(int(payload["launcher_pid"])):
+                    os._exit(1)  # the run was stopped: write nothing more
+                save_tensors(Path(payload["out_dir"]) / CHECKPOINT_NAME, runtime.checkpoint(kept))
+
+            history = setup.scheme.run(
+                runtime, setup.config, on_round=on_round, start_round=start, history=done
+            )
+        if runtime.is_server:
+            if payload.get("launcher_pid") and not pid_alive(int(payload["launcher_pid"])):
+                os._exit(1)  # the launcher is gone: the user stopped the run, write nothing
+            result = SFLResult(
+                backend="dist",
+                config=config.to_dict(),
+                history=history,
+                profile=setup.profile.to_dict(),
+                topology=setup.topology,
+                assignment=setup.assignment,
+                model_state=runtime.role.global_model().state_dict(),
+                **run_facts(setup),
+                info={
+                    "world_size": world_size,
+                    "telemetry_bytes": transport.telemetry_bytes,
+                    **assignment_facts(history, runtime.assignment),
+                },
+            )
+            write_run(payload["out_dir"], result)
+    finally:
+        transport.close()
+    log.debug("%s: done", role_name(me))
+
+
+FAILURE_FILE = "failure.txt"
+"""``OUT/logs/failure.txt``: a spawned server's one-line reason for stopping the run."""
+
+
+def spawned_role_main(rank: int, world_size: int, payload: dict[str, Any]) -> None:
+    """:func:`role_main` in a process of :func:`launch_roles`: a handled error (a round
+    below the participation minimum, bad input) is one line for the launcher to show,
+    not a traceback."""
+    try:
+        role_main(rank, world_size, payload)
+    except Exception as exc:  # noqa: BLE001 - one line, always
+        launcher = payload.get("launcher_pid")
+        if launcher is not None and not pid_alive(int(launcher)):
+            # The launcher was killed and its store went with it: this role's failure
+            # ("Connection reset by peer") is that, not news for the terminal.
+            os._exit(1)
+        # A handled error, a full disk (the checkpoint), or a bug: one line, no traceback.
+        code = 2 if isinstance(exc, FlowsplitError) else 1
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:
+            line, code = f"{exc.filename}: {exc.strerror}", 2
+        elif isinstance(exc, FlowsplitError):
+            line = " ".join(str(exc).split())
+        else:
+            line = f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
+        if rank == 0:
+            with contextlib.suppress(OSError):  # the disk may be the problem
+                path = Path(payload["out_dir"]) / "logs" / FAILURE_FILE
+                path.write_text(line + "\n", encoding="utf-8")
+        log.error("%s: %s", "server" if rank == 0 else f"rank {rank}", line)
+        sys.exit(code)
+
+
+def _setup_logging(path: Path, quiet: bool) -> None:
+    """Log to stderr (quiet: warnings only) and, in full, to ``OUT/logs/<role>.log``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG)
+    to_stderr = logging.StreamHandler()
+    to_stderr.setLevel(logging.WARNING if quiet else logging.INFO)
+    to_file = logging.FileHandler(path, mode="w", encoding="utf-8")
+    to_file.setLevel(logging.DEBUG)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    root.handlers = [to_stderr, to_file]
