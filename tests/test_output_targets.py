@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flowsplit.data.store import atomic_write_text, output_file
 from flowsplit.errors import InputError
+from flowsplit.outputs import atomic_write_text, output_file
 from flowsplit.train.checkpoint import load_tensors, save_tensors
 
 

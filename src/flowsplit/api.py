@@ -25,9 +25,9 @@ from typing import Any
 from flowsplit.data.labels import LabelSpec
 from flowsplit.data.prepare import PrepareOptions
 from flowsplit.data.store import Dataset
+from flowsplit.result import RunResult
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.evaluation import Evaluation
-from flowsplit.train.result import RunResult
 
 __all__ = [
     "Dataset",
@@ -147,7 +147,7 @@ def predict(
 
 def read_result(run: PathLike) -> RunResult:
     """The :class:`RunResult` of a run directory (``metrics.json``): every engine's."""
-    from flowsplit.train.result import read_result as _read
+    from flowsplit.result import read_result as _read
 
     return _read(run)
 

@@ -7,7 +7,7 @@
     run.rounds[-1].accuracy, run.bytes_total, run.per_class_f1
 
 Each runs the command of the same name in this process (the same checks, the same
-files) and returns what it wrote, typed: a :class:`~flowsplit.train.result.RunResult`
+files) and returns what it wrote, typed: a :class:`~flowsplit.result.RunResult`
 for a run, the plan document for a plan, the study's report for a comparison. Options
 are the command's, as keywords (``--model-option`` is ``model_options={...}``).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.api import _study_report, as_flags, read_result, run_command
-from flowsplit.train.result import RunResult
+from flowsplit.result import RunResult
 
 __all__ = ["compare", "plan", "run"]
 

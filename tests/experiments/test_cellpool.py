@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 
 from flowsplit.experiments.dp.cellpool import CellPools
 from flowsplit.experiments.dp.hostload import descendants_cpu_s
+from flowsplit.result import RunResult
 from flowsplit.train.commands import add_train_arguments, cmd_train
-from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
 pytestmark = pytest.mark.slow

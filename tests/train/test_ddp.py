@@ -14,12 +14,12 @@ import torch
 
 from flowsplit.cli import main as cli_main
 from flowsplit.models.registry import neural_models
+from flowsplit.result import RunResult
 from flowsplit.train.checkpoint import load_checkpoint
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import ParallelLayout, process_group, read_dist_env
 from flowsplit.train.launch import launch_local
 from flowsplit.train.loop import run_training, train_worker
-from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
 pytestmark = pytest.mark.slow

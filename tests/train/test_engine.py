@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from flowsplit.cli import main as cli_main
+from flowsplit.result import RunResult
 from flowsplit.train.checkpoint import load_checkpoint
-from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
 SMALL_CNN = [

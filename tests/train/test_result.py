@@ -10,7 +10,7 @@ import pytest
 
 from flowsplit.errors import InputError
 from flowsplit.experiments.dp.records import read_record
-from flowsplit.train.result import RESULT_SCHEMA_VERSION, RoundRecord, RunResult, read_result
+from flowsplit.result import RESULT_SCHEMA_VERSION, RoundRecord, RunResult, read_result
 from tests.experiments.helpers import fake_metrics
 
 

@@ -14,10 +14,10 @@ import sys
 import pytest
 import torch
 
+from flowsplit.result import RunResult
 from flowsplit.train.checkpoint import load_checkpoint
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.loop import train_worker
-from flowsplit.train.result import RunResult
 from tests.conftest import free_port
 from tests.train.synth import write_synthetic
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
+from flowsplit.result import COMMON_FIELDS, TRAIN_FIELDS, RunResult
 from flowsplit.train.config import TrainConfig, parse_model_options
 from flowsplit.train.distributed import CommMeter, DistEnv, ParallelLayout, read_dist_env
 from flowsplit.train.metrics import (
@@ -17,7 +18,6 @@ from flowsplit.train.metrics import (
     confusion_matrix,
     macro_f1,
 )
-from flowsplit.train.result import COMMON_FIELDS, TRAIN_FIELDS, RunResult
 
 
 def test_confusion_and_f1_by_hand():

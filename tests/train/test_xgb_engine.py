@@ -8,8 +8,8 @@ import pytest
 from flowsplit.cli import main as cli_main
 from flowsplit.data.store import load_dataset
 from flowsplit.models.xgb import XGBoostClassifier
+from flowsplit.result import RunResult
 from flowsplit.train.metrics import macro_f1
-from flowsplit.train.result import RunResult
 from tests.train.synth import write_synthetic
 
 ARGS = ["--model", "xgboost", "--boost-rounds", "40", "--threads", "1", "-q"]

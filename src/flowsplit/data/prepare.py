@@ -25,15 +25,9 @@ from flowsplit.data import sources as src_mod
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
 from flowsplit.data.splits import assign_splits, cap_per_group, dedup_mask, select_classes
-from flowsplit.data.store import (
-    DatasetWriter,
-    OutputLock,
-    check_target,
-    file_digest,
-    named_os_error,
-    read_manifest,
-)
+from flowsplit.data.store import DatasetWriter, OutputLock, check_target, file_digest, read_manifest
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.outputs import named_os_error
 from flowsplit.reader import flows as flows_mod
 from flowsplit.reader.capfile import DIGESTS
 from flowsplit.reader.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes

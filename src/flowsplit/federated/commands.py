@@ -181,7 +181,7 @@ def _resolved(path: str | None) -> str | None:
 
 def write_run_args(out: Path, args: argparse.Namespace, config: SFLConfig) -> None:
     """Save what ``sfl run --resume OUT`` needs to start the same run again (atomic)."""
-    from flowsplit.data.store import atomic_write_json
+    from flowsplit.outputs import atomic_write_json
 
     saved = {name: getattr(args, name) for name in _RUN_ARG_NAMES}
     for name in ("dataset", "topology", "plan"):

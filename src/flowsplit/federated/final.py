@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowsplit.data.store import atomic_write_json
 from flowsplit.federated.system.parts import join_parts, split_model
+from flowsplit.outputs import atomic_write_json
+from flowsplit.result import read_result
 from flowsplit.train.metrics import classification_summary
-from flowsplit.train.result import read_result
 from flowsplit.train.runs import WEIGHTS_NAME, predict_proba, save_weights
 
 

@@ -12,10 +12,18 @@ processes, where the run itself would run, and measures:
 - **links**: over the same transport (gloo pairs, header and payload as every message),
   the upper end of each client-aggregator and aggregator-server pair measures the
   round-trip time of a one-value message (fastest of 8, after 2 warm-ups) and the
-  bandwidth each way: a payload grown until its timed transfer takes at least
-  ``PROBE_TRANSFER_S``, timed to the receiver's small reply, minus one round trip.
-  The latency the topology gets is half the round trip: it includes the transport's
-  own per-message cost, which a link model should charge per message.
+  bandwidth each way, in the steady state: a payload is grown until its timed transfer
+  takes at least ``PROBE_TRANSFER_S``, then twice that payload is timed as well, and
+  the rate is the extra bytes over the extra time (what a transfer pays once, TCP's
+  start, a quota's stall, the reply, cancels out). The latency the topology gets is
+  half the round trip: it includes the transport's own per-message cost;
+- **the transport's CPU**: every role counts the CPU time its process spends (all its
+  threads: gloo's included) on the probe's small messages (CPU s per message) and on
+  its bulk transfers (CPU s per byte: the difference between the two largest payloads
+  of a direction over their difference in bytes, sends and receives pooled); and the
+  rate a sender refills its stream at while it computes under its CPU quota (the lower
+  end of each link sends a payload while spinning: ``busy_send_Bps``). The timeline
+  replay charges these (:func:`flowsplit.federated.system.schedule.replay`).
 
 The server collects everything and writes ``probe.json`` (every measurement, both
 directions) and a topology TOML (``sfl plan --topology probe.toml`` plans from it;
@@ -54,17 +62,47 @@ from flowsplit.federated.system.topology import Topology
 log = logging.getLogger("flowsplit.federated")
 
 PROBE_STEPS = 5
-PROBE_TRANSFER_S = 0.25
+PROBE_TRANSFER_S = 0.2
 """A bandwidth sample is kept once its transfer takes at least this long."""
 MAX_PROBE_BYTES = 64 << 20
 FIRST_PROBE_BYTES = 32 << 10
 PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
-# (kind, i, j, speed, rtt, down, up, buffer).
-_DONE, _ECHO, _TAKE, _GIVE, _LATE = 0, 1, 2, 3, 4
+# (kind, i, j, speed, rtt, down, up, buffer, message cpu s, byte cpu s, busy send B/s).
+# Speed rows carry (share, burst) in the rtt and down columns; link rows the lower
+# end's busy send rate.
+_DONE, _ECHO, _TAKE, _GIVE, _LATE, _BUSY = 0, 1, 2, 3, 4, 5
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
-_COLS = 8
+_COLS = 11
+
+
+class _CpuLedger:
+    """This process's CPU time on the probe's messages (``time.process_time``: every
+    thread, gloo's included): small messages, and bulk transfers by (op, bytes)."""
+
+    def __init__(self) -> None:
+        self.small_cpu = 0.0
+        self.small_messages = 0
+        self.bulk: dict[int, list[tuple[int, float]]] = {}
+
+    def message_cpu_s(self) -> float:
+        return self.small_cpu / self.small_messages if self.small_messages else float("nan")
+
+    def byte_cpu_s(self) -> float:
+        """Median over directions of (CPU of the largest payload - of the one before) /
+        (their difference in bytes): the per-byte cost without what a transfer pays once."""
+        slopes = []
+        for moved in self.bulk.values():
+            if len(moved) < 2:
+                continue
+            (n0, c0), (n1, c1) = sorted(moved)[-2:]
+            if n1 > n0:
+                slopes.append(max(0.0, (c1 - c0) / (n1 - n0)))
+        return float(np.median(slopes)) if slopes else float("nan")
+
+
+_ledger = _CpuLedger()
 
 
 # --- compute -------------------------------------------------------------------------
@@ -166,17 +204,26 @@ def _cmd(op: int, n: int = 0, delay_us: int = 0) -> torch.Tensor:
     return torch.tensor([op, n, delay_us], dtype=torch.int64)
 
 
-def _timed(transport: Any, peer: Address, op: int, n: int) -> float:
-    """Seconds from posting command ``op`` (with its payload) to the peer's answer."""
+def _timed(transport: Any, peer: Address, op: int, n: int, delay_us: int = 0) -> float:
+    """Seconds from posting command ``op`` (with its payload) to the peer's answer (for
+    ``_GIVE``/``_BUSY``: its payload); the CPU it took is booked in the ledger."""
+    payload = torch.zeros(n, dtype=torch.uint8) if op == _TAKE else None
+    cpu = time.process_time()
     start = time.perf_counter()
-    transport.send(Send(peer, _cmd(op, n), CONTROL), telemetry=True)
-    if op == _TAKE:
-        payload = torch.zeros(n, dtype=torch.uint8)
+    transport.send(Send(peer, _cmd(op, n, delay_us), CONTROL), telemetry=True)
+    if payload is not None:
         transport.send(Send(peer, payload, CONTROL), telemetry=True)
     got = transport.recv(Recv(peer, CONTROL), telemetry=True)
     if got is None:
         raise ConnectionError(f"lost {peer} while probing")
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    if op == _ECHO:
+        _ledger.small_cpu += cpu
+        _ledger.small_messages += 2
+    elif op in (_TAKE, _GIVE):
+        _ledger.bulk.setdefault(op, []).append((n, cpu))
+    return took
 
 
 def probe_buffer(transport: Any, peer: Address, bandwidth: float) -> float:
@@ -194,41 +241,85 @@ def probe_buffer(transport: Any, peer: Address, bandwidth: float) -> float:
     return float(min(n, max(0.0, n - bandwidth * rest)))
 
 
+def steady_rate(transport: Any, peer: Address, op: int, rtt: float) -> float:
+    """Bytes/s of direction ``op`` in the steady state: a payload grown until its
+    transfer takes ``PROBE_TRANSFER_S``, then twice it; the extra bytes over the extra
+    time (one-off costs cancel). Falls back to bytes over time if the difference is
+    not positive (a stall during the smaller transfer)."""
+    n = FIRST_PROBE_BYTES
+    while True:
+        took = _timed(transport, peer, op, n)
+        moved = max(took - rtt, 1e-6)
+        if moved >= PROBE_TRANSFER_S or n >= MAX_PROBE_BYTES:
+            break
+        n = int(min(MAX_PROBE_BYTES, n * min(16.0, max(2.0, 1.5 * PROBE_TRANSFER_S / moved))))
+    if n >= MAX_PROBE_BYTES:
+        return (n + 80) / moved
+    took2 = _timed(transport, peer, op, 2 * n)
+    extra = took2 - took
+    if extra <= 0.5 * moved:  # not plausible: the smaller transfer stalled
+        return (2 * n + 80) / max(took2 - rtt, 1e-6)
+    return n / extra
+
+
 def probe_link(
     transport: Any, peer: Address, *, buffer: bool = False
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """(round trip s, bandwidth to ``peer`` B/s, bandwidth from it B/s, stream buffer
-    bytes or NaN unless ``buffer``), measured with the peer answering
-    (:func:`answer_probe`); ends the peer's loop."""
+    bytes or NaN unless ``buffer``, the rate ``peer`` sends at while it computes B/s),
+    measured with the peer answering (:func:`answer_probe`); ends the peer's loop."""
     # The fastest of the round trips: the path and the transport's own cost, without the
     # waits of a peer that was not running (a CPU quota's stalls are the CPU model's).
     rtts = [_timed(transport, peer, _ECHO, 0) for _ in range(10)][2:]
     rtt = min(rtts)
-    bandwidths = []
-    for op in (_TAKE, _GIVE):
-        n = FIRST_PROBE_BYTES
-        while True:
-            took = _timed(transport, peer, op, n)
-            moved = max(took - rtt, 1e-6)
-            if moved >= PROBE_TRANSFER_S or n >= MAX_PROBE_BYTES:
-                bandwidths.append((n + 80) / moved)
-                break
-            n = int(min(MAX_PROBE_BYTES, n * min(16.0, max(2.0, 1.5 * PROBE_TRANSFER_S / moved))))
+    bandwidths = [steady_rate(transport, peer, op, rtt) for op in (_TAKE, _GIVE)]
+    busy = probe_busy_sender(transport, peer, bandwidths[1], rtt)
     held = probe_buffer(transport, peer, bandwidths[0]) if buffer else float("nan")
     transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
-    return rtt, bandwidths[0], bandwidths[1], held
+    return rtt, bandwidths[0], bandwidths[1], held, busy
+
+
+def probe_busy_sender(transport: Any, peer: Address, bandwidth: float, rtt: float) -> float:
+    """Bytes/s ``peer`` sends at while it computes (it posts a payload of about
+    ``PROBE_TRANSFER_S`` at ``bandwidth``, then spins until well after): under a spent
+    CPU quota its transport refills the stream only when the quota lets it run."""
+    n = int(min(MAX_PROBE_BYTES, max(FIRST_PROBE_BYTES, bandwidth * PROBE_TRANSFER_S)))
+    spin = 2.0 * n / bandwidth + 0.05
+    took = _timed(transport, peer, _BUSY, n, int(spin * 1e6))
+    return n / max(took - rtt, 1e-6)
+
+
+def _spin(seconds: float) -> None:
+    """Compute (a busy loop) for ``seconds`` of wall time."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
 
 
 def answer_probe(transport: Any, peer: Address) -> None:
     """Answer ``peer``'s :func:`probe_link` until it is done."""
     small = torch.zeros(1)
     while True:
+        cpu = time.process_time()
         cmd = transport.recv(Recv(peer, CONTROL), telemetry=True)
         if cmd is None:
             raise ConnectionError(f"lost {peer} while probing")
         op, n, delay_us = (int(v) for v in cmd.tolist())
         if op == _DONE:
             return
+        if op == _BUSY:
+            payload = torch.zeros(n, dtype=torch.uint8)
+            transport.send(Send(peer, payload, CONTROL), telemetry=True)
+            _spin(delay_us / 1e6)
+            continue
+        if op == _GIVE:  # the payload is made before the CPU is counted, as in _timed
+            payload = torch.zeros(n, dtype=torch.uint8)
+            cpu = time.process_time()
+            transport.send(Send(peer, payload, CONTROL), telemetry=True)
+            transport.flush()
+            _ledger.bulk.setdefault(-_GIVE, []).append((n, time.process_time() - cpu))
+            continue
         if op == _LATE:
             time.sleep(delay_us / 1e6)
             start = time.perf_counter()
@@ -241,10 +332,12 @@ def answer_probe(transport: Any, peer: Address) -> None:
             if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
                 raise ConnectionError(f"lost {peer} while probing")
             transport.send(Send(peer, small, CONTROL), telemetry=True)
-        elif op == _GIVE:
-            transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
+            _ledger.bulk.setdefault(-_TAKE, []).append((n, time.process_time() - cpu))
         else:
             transport.send(Send(peer, small, CONTROL), telemetry=True)
+            transport.flush()
+            _ledger.small_cpu += time.process_time() - cpu
+            _ledger.small_messages += 2
 
 
 # --- the whole probe -------------------------------------------------------------------
@@ -258,8 +351,10 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     clients in ascending order; a client answers its aggregators in ascending order.
     Results travel up as telemetry (client -> assigned aggregator -> server).
     """
+    global _ledger
     kind, index = runtime.me
     transport = runtime.transport
+    _ledger = _CpuLedger()
     rng = torch.get_rng_state()
     try:
         speed, share, burst = probe_compute(runtime)
@@ -271,19 +366,23 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         for j in sorted({j for i, j in pairs if i == index}):
             answer_probe(transport, (AGGREGATOR, j))
         agg = (AGGREGATOR, int(runtime.assignment[index]))
-        row = torch.tensor([[_SPEED_CLIENT, index, -1, speed, share, burst, 0, np.nan]])
-        row = row.to(torch.float64)
+        row = torch.tensor(
+            [[_SPEED_CLIENT, index, -1, speed, share, burst, 0, np.nan, *_own_cpu()]],
+            dtype=torch.float64,
+        )
         transport.send(Send(agg, row, CONTROL), telemetry=True)
         return None
     if kind == AGGREGATOR:
         answer_probe(transport, SERVER_ADDRESS)
-        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, np.nan])
+        links = []
         for k, i in enumerate(sorted(i for i, j in pairs if j == index)):
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
-            rtt, down, up, held = probe_link(transport, peer, buffer=k == 0)
-            rows.append([_LINK_CA, i, index, np.nan, rtt, down, up, held])
+            rtt, down, up, held, busy = probe_link(transport, peer, buffer=k == 0)
+            links.append([_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy])
+        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, np.nan, *_own_cpu()])
+        rows.extend(links)
         for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
             got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
             if got is not None:
@@ -291,10 +390,12 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         table = torch.tensor(rows, dtype=torch.float64)
         transport.send(Send(SERVER_ADDRESS, table, CONTROL), telemetry=True)
         return None
-    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan])
+    links = []
     for j in range(n_aggs):
-        rtt, down, up, held = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
-        rows.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held])
+        rtt, down, up, held, busy = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
+        links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy])
+    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan, *_own_cpu()])
+    rows.extend(links)
     for j in range(n_aggs):
         got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
         if got is not None:
@@ -302,9 +403,20 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     return np.asarray(rows, dtype=np.float64)
 
 
+def _own_cpu() -> list[float]:
+    """This role's transport CPU: [s per message, s per byte] (NaN: not measured)."""
+    return [_ledger.message_cpu_s(), _ledger.byte_cpu_s()]
+
+
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
     """``nominal`` with every measured speed, bandwidth (mean of both directions) and
-    latency (half the round trip) replaced; and the measurements as a JSON-able dict."""
+    latency (half the round trip) replaced; and the measurements as a JSON-able dict.
+
+    ``rows``: (R, 8) or (R, 11) (older probes lack the transport's CPU columns)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.ndim == 2 and rows.shape[1] < _COLS:
+        pad = np.full((len(rows), _COLS - rows.shape[1]), np.nan)
+        rows = np.concatenate([rows, pad], axis=1)
     client_speed = nominal.client_speed.astype(float).copy()
     agg_speed = nominal.aggregator_speed.astype(float).copy()
     server_speed = float(nominal.server_speed)
@@ -315,7 +427,15 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     share = {"client": [1.0] * nominal.n_clients, "aggregator": [1.0] * nominal.n_aggregators}
     burst = {"client": [0.0] * nominal.n_clients, "aggregator": [0.0] * nominal.n_aggregators}
     share["server"], burst["server"] = [1.0], [0.0]
-    for kind, i, j, speed, rtt, down, up, held in rows.tolist():
+    sizes = {"client": nominal.n_clients, "aggregator": nominal.n_aggregators, "server": 1}
+    transport = {
+        name: {who: [np.nan] * n for who, n in sizes.items()}
+        for name in ("message_cpu_s", "byte_cpu_s")
+    }
+    busy_sends: dict[str, list[list[float]]] = {
+        who: [[] for _ in range(n)] for who, n in sizes.items()
+    }
+    for kind, i, j, speed, rtt, down, up, held, msg_cpu, byte_cpu, busy in rows.tolist():
         i, j, kind = int(i), int(j), int(kind)
         ok = np.isfinite(speed)
         if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
@@ -325,6 +445,10 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 kind, ("server", 0)
             )
             share[who][at], burst[who][at] = rtt, down
+            if np.isfinite(msg_cpu) or np.isfinite(byte_cpu):
+                node |= {"message_cpu_s": msg_cpu, "byte_cpu_s": byte_cpu}
+                transport["message_cpu_s"][who][at] = msg_cpu
+                transport["byte_cpu_s"][who][at] = byte_cpu
         if kind == _SPEED_CLIENT:
             report["clients"][str(i)] = node
             if ok:
@@ -342,6 +466,10 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
             if np.isfinite(held):
                 link["stream_buffer_bytes"] = held
                 buffers.append(held)
+            if np.isfinite(busy):
+                link["busy_up_Bps"] = busy
+                who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
+                busy_sends[who][at].append(busy)
             if kind == _LINK_CA:
                 ca_lat[i, j], ca_bw[i, j] = rtt / 2, (down + up) / 2
                 report["links"].append({"client": i, "aggregator": j, **link})
@@ -355,6 +483,16 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         for j in range(nominal.n_aggregators)
         if nominal.ca_bandwidth[i, j] > 0 and (i, j) not in measured_ca
     ]
+    extra_transport: dict[str, list[float]] = {}
+    if any(np.isfinite(v) for d in transport.values() for vs in d.values() for v in vs):
+        for name, per_who in transport.items():
+            for who, vs in per_who.items():
+                extra_transport[f"{who}_{name}"] = [float(v) if np.isfinite(v) else 0.0 for v in vs]
+    if any(b for vs in busy_sends.values() for b in vs):
+        for who, vs in busy_sends.items():
+            extra_transport[f"{who}_busy_send_Bps"] = [
+                float(np.median(b)) if b else 0.0 for b in vs
+            ]
     topo = replace(
         nominal,
         name="probed",
@@ -376,6 +514,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 if any(b > 0 for v in burst.values() for b in v)
                 else {}
             ),
+            **extra_transport,
         },
     )
     return topo, report

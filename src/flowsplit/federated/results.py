@@ -1,6 +1,6 @@
 """The result of a split federated run and the files written to its directory.
 
-``OUT/metrics.json``: the run's :class:`~flowsplit.train.result.RunResult` (kind
+``OUT/metrics.json``: the run's :class:`~flowsplit.result.RunResult` (kind
 ``sfl``, the schema every run writes): run metadata, one record per round (accuracy,
 macro-F1, loss, simulated delay, bytes by hop/direction/type), ``bytes_total`` and the
 other totals; ``OUT/topology.toml``: the topology with shard sizes (rerunnable with
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from flowsplit import __version__
-from flowsplit.data.store import atomic_write_json
 from flowsplit.errors import InputError
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.federated.system.topology import Topology, read_topology, write_topology
+from flowsplit.outputs import atomic_write_json
+from flowsplit.result import RoundRecord, RunResult, read_result
 from flowsplit.train.checkpoint import load_tensors, save_tensors
-from flowsplit.train.result import RoundRecord, RunResult, read_result
 
 
 @dataclass
@@ -170,7 +170,7 @@ def read_model_state(path: str | Path) -> dict[str, torch.Tensor]:
 def read_run(out_dir: str | Path) -> SFLResult:
     """Read a run directory written by :func:`write_run` back into an :class:`SFLResult`.
 
-    ``metrics.json`` is read by :func:`~flowsplit.train.result.read_result`: a file of
+    ``metrics.json`` is read by :func:`~flowsplit.result.read_result`: a file of
     another schema, or of a training run, is a one-line :class:`~flowsplit.errors.InputError`.
     """
     out = Path(out_dir)

@@ -164,7 +164,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from flowsplit.data.store import atomic_write_json, check_writable
+    from flowsplit.outputs import atomic_write_json, check_writable
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
     check_writable(args.out)  # before the pilots: a refused -o is found in a second

@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import InputError
+from flowsplit.outputs import atomic_write_text
 from flowsplit.util import jsonable, read_json_document, typed_from_dict
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flowsplit.data.store import atomic_write_json, atomic_write_text
+from flowsplit.outputs import atomic_write_json, atomic_write_text
 from flowsplit.report import html as H
 from flowsplit.report import markdown as M
 from flowsplit.report.tables import Column

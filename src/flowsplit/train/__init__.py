@@ -19,7 +19,7 @@ import types
 
 def run(config=None, /, *, overwrite: bool = False, **fields):
     """Train one model from a :class:`~flowsplit.train.config.TrainConfig` (or its fields as
-    keywords) and return its :class:`~flowsplit.train.result.RunResult`: the Python API's
+    keywords) and return its :class:`~flowsplit.result.RunResult`: the Python API's
     ``flowsplit.train(...)``, the same checks and files as ``flowsplit train``."""
     from pathlib import Path
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from flowsplit.data.store import atomic_write_bytes
 from flowsplit.errors import InputError
+from flowsplit.outputs import atomic_write_bytes
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -29,7 +29,7 @@ def save_tensors(path: str | Path, state: dict[str, Any]) -> None:
     write raises the ``OSError`` (ENOSPC, EROFS, EACCES) that the CLI turns into one
     line naming the file. The temporary file is removed on any failure; the file follows
     the umask like every other output, and only replaces a regular file or a missing path
-    (:func:`flowsplit.data.store.atomic_write_bytes`).
+    (:func:`flowsplit.outputs.atomic_write_bytes`).
     """
     buf = io.BytesIO()
     torch.save(state, buf)

@@ -19,8 +19,8 @@ from flowsplit.config_args import (
     cli_fields,
     config_values,
 )
-from flowsplit.data.store import atomic_write_text, output_file
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.outputs import atomic_write_text, output_file
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
 from flowsplit.train.evaluation import SPLIT_CHOICES
 
@@ -243,10 +243,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def train_run(
     cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, force: bool = False
 ):
-    """Check, train and return the :class:`~flowsplit.train.result.RunResult` of ``cfg``
+    """Check, train and return the :class:`~flowsplit.result.RunResult` of ``cfg``
     (what ``flowsplit train`` and the Python API's ``flowsplit.train`` run)."""
     from flowsplit.data.store import OutputLock
-    from flowsplit.train.result import RunResult
+    from flowsplit.result import RunResult
     from flowsplit.train.runs import (
         drop_aside_run,
         remove_stale_temps,
@@ -406,7 +406,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def check_output(path: str | Path | None) -> None:
     """Refuse an ``-o`` that cannot be written before any work: a directory, device,
-    FIFO or socket (:func:`flowsplit.data.store.output_file`); ``-`` and None pass."""
+    FIFO or socket (:func:`flowsplit.outputs.output_file`); ``-`` and None pass."""
     if path is not None and str(path) != "-":
         output_file(path)
 
@@ -415,7 +415,7 @@ def write_output(path: str | Path, text: str) -> None:
     """Write a file the user asked for, atomically; an OS refusal is one line naming it.
 
     ``-`` is standard output. Only a regular file or a new path is written
-    (:func:`flowsplit.data.store.output_file`).
+    (:func:`flowsplit.outputs.output_file`).
     """
     if str(path) == "-":
         sys.stdout.write(text)

@@ -16,7 +16,7 @@ from flowsplit.errors import FlowsplitError
 
 
 def _own_test(run: Path) -> dict[str, float] | None:
-    from flowsplit.train.result import RunResult
+    from flowsplit.result import RunResult
 
     try:
         r = RunResult.from_json(run)

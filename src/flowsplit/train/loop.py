@@ -47,6 +47,7 @@ from flowsplit.data.augment import augmenter_for
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import FlowsplitError
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
+from flowsplit.result import RunResult
 from flowsplit.terminal import on_terminal
 from flowsplit.train.batches import RowReader, epoch_rows, shard_order, step_rows
 from flowsplit.train.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
@@ -65,7 +66,6 @@ from flowsplit.train.distributed import (
 )
 from flowsplit.train.dropout import MaskSource, use_global_masks
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
-from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
     LOG_NAME,
     METRICS_NAME,

@@ -146,7 +146,6 @@ def pretrain(
     import numpy as np
     import torch
 
-    from flowsplit.data.store import atomic_write_bytes, atomic_write_json
     from flowsplit.models.registry import build_model
     from flowsplit.models.registry import model_options as defaults
     from flowsplit.models.transformer import (
@@ -154,6 +153,7 @@ def pretrain(
         MaskedBytePretrainer,
         encoder_state,
     )
+    from flowsplit.outputs import atomic_write_bytes, atomic_write_json
 
     options = {**defaults("transformer"), **(model_options or {})}
     torch.manual_seed(seed)

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from flowsplit import __version__
-from flowsplit.data.store import Dataset, atomic_write_bytes, atomic_write_json
+from flowsplit.data.store import Dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.registry import build_model, get_spec, model_options
+from flowsplit.outputs import atomic_write_bytes, atomic_write_json
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import available_cores
 

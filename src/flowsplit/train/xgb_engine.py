@@ -37,9 +37,9 @@ import xgboost as xgb
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.models.registry import build_estimator
+from flowsplit.result import RunResult
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
-from flowsplit.train.result import RunResult
 from flowsplit.train.runs import (
     BOOSTER_NAME,
     METRICS_NAME,

@@ -31,7 +31,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from flowsplit.data.store import atomic_write_json, load_dataset
+from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.dp.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.dp.cellpool import CellPools, output_to, thread_env
@@ -44,6 +44,7 @@ from flowsplit.experiments.dp.hostload import (
 from flowsplit.experiments.dp.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
 from flowsplit.experiments.dp.records import CELL_INFO, CONTENDED_SHARE, read_record
 from flowsplit.experiments.dp.report import render_report, write_workloads
+from flowsplit.outputs import atomic_write_json
 from flowsplit.terminal import on_terminal
 from flowsplit.train.launch import environ
 from flowsplit.util import available_cores, die_with_parent

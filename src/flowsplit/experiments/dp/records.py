@@ -1,7 +1,7 @@
 """One flat record per finished run, read from the engines' ``RUN/metrics.json``.
 
-The engines write one schema (:class:`flowsplit.train.result.RunResult`, read by
-:func:`~flowsplit.train.result.read_result`); this module reduces it to what the
+The engines write one schema (:class:`flowsplit.result.RunResult`, read by
+:func:`~flowsplit.result.read_result`); this module reduces it to what the
 comparison needs: one number per measurement, the test predictions for McNemar, and the
 facts the scaling model needs about the workload. A record is a :class:`RunRecord`:
 every key is always present (a value the engine did not measure is NaN, never a silent
@@ -22,7 +22,7 @@ from flowsplit.errors import InputError
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
 from flowsplit.experiments.dp.scaling import Workload
 from flowsplit.models.registry import build_model, model_options
-from flowsplit.train.result import METRICS_NAME, RunResult, read_result
+from flowsplit.result import METRICS_NAME, RunResult, read_result
 
 CELL_INFO = "compare_cell.json"  # written beside metrics.json by `flowsplit compare`
 CONTENDED_SHARE = 0.15

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit import __version__
-from flowsplit.data.store import atomic_write_json, atomic_write_text, load_dataset
+from flowsplit.data.store import load_dataset
 from flowsplit.errors import InputError
 from flowsplit.experiments.dp.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
 from flowsplit.experiments.dp.html import render_html, render_markdown
@@ -49,6 +49,7 @@ from flowsplit.experiments.dp.scaling import (
 )
 from flowsplit.experiments.intervals import same_on_every_seed
 from flowsplit.experiments.stats import Interval
+from flowsplit.outputs import atomic_write_json, atomic_write_text
 from flowsplit.util import jsonable, typed_to_dict
 
 

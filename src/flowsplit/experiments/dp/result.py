@@ -6,7 +6,7 @@
 on a file that is not one). Reports, advice and the overview take the object; no
 other module looks a study field up by its name.
 
-Conventions as in :mod:`flowsplit.train.result`: NaN is written ``null`` and read back
+Conventions as in :mod:`flowsplit.result`: NaN is written ``null`` and read back
 as NaN; worker counts are string keys (``"1"``, ``"2"``), as JSON objects have them.
 Version 1 is the format of every study written so far (which had no
 ``schema_version``); fields added later have defaults so that older files still read.

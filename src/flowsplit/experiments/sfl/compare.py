@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowsplit.data.store import Dataset, atomic_write_json, load_dataset
+from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.sfl.analysis import (
     ablation,
@@ -58,6 +58,7 @@ from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.topology import write_topology
+from flowsplit.outputs import atomic_write_json
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import eval_split_for
 from flowsplit.planner.plan import PlannerConfig, plan_split

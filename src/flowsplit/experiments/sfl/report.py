@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flowsplit.data.store import atomic_write_text
 from flowsplit.experiments.sfl.analysis import (
     prediction_check_text,
     same_plan_note,
@@ -15,6 +14,7 @@ from flowsplit.experiments.sfl.analysis import (
 )
 from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
 from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
+from flowsplit.outputs import atomic_write_text
 from flowsplit.report import figures, html, markdown
 from flowsplit.report.tables import Column, fmt_ci, fmt_float
 

@@ -735,7 +735,7 @@ def resolve_trace(topology: Topology, spec: str | None, *, rounds: int) -> Topol
 
 def write_topology(topology: Topology, path: str | Path) -> Path:
     """Write ``topology`` as TOML to ``path``."""
-    from flowsplit.data.store import atomic_write_text
+    from flowsplit.outputs import atomic_write_text
 
     path = Path(path)
     atomic_write_text(path, topology_to_toml(topology))

@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from flowsplit.data.store import atomic_write_text
 from flowsplit.errors import InputError
+from flowsplit.outputs import atomic_write_text
 from flowsplit.util import jsonable
 
 RESULT_SCHEMA_VERSION = 2
