@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -44,6 +47,30 @@ def test_kernel_is_built():
     # `pip install .` (and so `make test` and CI) compiles it; the fallback is for
     # a source tree run without installing.
     assert _kernel is not None, "flowsplit.reader._kernel missing: run `pip install -e .`"
+
+
+def test_every_kernel_user_takes_it_through_the_one_door():
+    # reader.kernel is the one import of the compiled module; FLOWSPLIT_NO_KERNEL=1
+    # closes it, so the NumPy fallbacks run everywhere (a fresh interpreter: it is read
+    # once, at import).
+    from flowsplit.reader import kernel as K
+
+    assert all(m._kernel is K.compiled for m in USERS)
+    probe = (
+        "from flowsplit.reader import kernel, packets, views; "
+        "print(kernel.available(), packets._kernel is None, views._kernel is None)"
+    )
+    for env, want in (("1", "False True True"), ("0", f"{_kernel is not None} False False")):
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "FLOWSPLIT_NO_KERNEL": env},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        if env == "0" and _kernel is None:
+            want = "False True True"
+        assert " ".join(out) == want, (env, out)
 
 
 @needs_kernel
