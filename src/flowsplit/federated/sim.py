@@ -19,20 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from flowsplit.errors import ConfigError
-from flowsplit.federated.assignment import (
-    AssignmentPolicy,
-    changes,
-    check_round_assignment,
-    decide_assignment,
-)
+from flowsplit.federated.assignment import AssignmentPolicy
 from flowsplit.federated.metrics import evaluate_model
+from flowsplit.federated.participation import CLIENT_STATE, Participation
 from flowsplit.federated.results import SFLResult, assignment_facts, run_facts
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
-from flowsplit.federated.sampling import ClientSampler, sampling_configured
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
-from flowsplit.federated.setup import RunSetup, role_seed, subset_topology
+from flowsplit.federated.setup import RunSetup, role_seed
 from flowsplit.federated.system.costs import CostMeter
 from flowsplit.federated.system.protocol import (
     CLIENT,
@@ -176,26 +170,16 @@ class SimRuntime:
         policy: AssignmentPolicy | None = None,
     ):
         self.setup = setup
-        n = setup.topology.n_clients
-        sampled = sampling_configured(setup.config)
-        self.sampler = ClientSampler(setup.config, setup.n_samples) if sampled else None
-        self.ids = np.arange(n)
-        """Registered indices of the current round's clients (client ``k`` is ``ids[k]``)."""
-        self.available = n
-        """Clients available to sample in the current round."""
-        # Without a sample, every client every round; with one, each round re-aims it.
-        whole = setup.subset(self.ids[:1]) if sampled else setup
-        self.ctx = whole.context(meter_enabled=meter_enabled, sampled=True)
         self.policy = policy if policy is not None else AssignmentPolicy()
-        self.assignment = np.array(setup.assignment, dtype=np.int64)
-        """(N,) each client's aggregator as last planned (the run's initial one before)."""
+        self.part = Participation(setup, self.policy)
+        """The registered clients: each round's sample, assignment and losses."""
+        # Without a sample, every client every round; with one, each round re-aims it.
+        whole = setup.subset(self.part.ids[:1]) if self.part.sampled else setup
+        self.ctx = whole.context(meter_enabled=meter_enabled, sampled=True)
         self.alive = np.ones(setup.topology.n_aggregators, dtype=bool)
         """Aggregators not lost so far."""
         self.failures = setup.config.failed_aggregators()
         """``--fail``: aggregator -> round (0-based) from which it is gone."""
-        self.lost: set[int] = set()
-        """Registered clients the server has given up on (the server's own set holds the
-        current round's indices)."""
         self.n_samples = setup.n_samples
         client_tpl, agg_tpl, server_tpl = setup.tier_modules()
         self._client_template = copy.deepcopy(client_tpl)
@@ -210,6 +194,22 @@ class SimRuntime:
         self._client_rng: dict[int, torch.Tensor] = {}
         """Random states of clients whose part drew random numbers (by registered index)."""
         self._eval = setup.eval_data()
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Registered indices of the current round's clients (client ``k`` is ``ids[k]``)."""
+        return self.part.ids
+
+    @property
+    def assignment(self) -> np.ndarray:
+        """(N,) each client's aggregator as last planned (the run's initial one before)."""
+        return self.part.assignment
+
+    @property
+    def lost(self) -> set[int]:
+        """Registered clients the server has given up on (the server's own set holds the
+        current round's indices)."""
+        return self.part.lost
 
     @property
     def clients(self) -> list[Client]:
@@ -255,49 +255,15 @@ class SimRuntime:
                 coros[client.address] = client.run_round(plan)
         return coros
 
-    def _select(self, plan: RoundPlan, net: Any) -> np.ndarray | None:
-        """The round's clients (None: every client, no sample)."""
-        if self.sampler is None:
-            return None
-        ids, self.available = self.sampler.sample(plan.round, net.topology, net.available)
-        if len(ids) == self.setup.topology.n_clients:
-            return None
-        return ids
-
     def plan_round(self, plan: RoundPlan) -> RoundPlan:
-        """``plan`` on its round's network and sample, with the assignment the policy gives it.
+        """``plan`` on its round's network and sample, with the assignment the policy gives
+        it (:meth:`Participation.plan`).
 
         Then the ``--fail`` schedule: an aggregator gone from this round on takes its
         clients with it for this round (as the dist server finds at the round's start).
         """
-        setup = self.setup
-        net = self.policy.network_for_round(plan.round, setup.topology)
-        ids = self._select(plan, net)
-        available, topology, round_setup = net.available, net.topology, setup
-        if ids is None:
-            self.ids = np.arange(setup.topology.n_clients)
-        else:
-            self.ids = ids
-            plan = restrict_plan(plan, ids)
-            available = None if available is None else np.asarray(available)[ids]
-            round_setup = setup.subset(ids, assignment=self.assignment[ids])
-            topology = subset_topology(topology, ids)
+        plan = self.part.plan(plan, self.alive)
         ids = self.ids
-        previous = self.assignment[ids]
-        plan = plan.with_network(previous, topology, available)
-        assignment = decide_assignment(self.policy, round_setup, plan, self.alive, previous)
-        if self.sampler is not None:
-            assignment = self._hold_capacity(round_setup, topology, assignment, previous)
-        moves = changes(previous, assignment)
-        self.lost.difference_update(int(ids[k]) for k, _, _ in moves)  # back at their new one
-        # A sampled client left on a lost aggregator (never placed) is lost with it.
-        self.lost.update(int(i) for i in ids[~self.alive[assignment]])
-        local = _local_index(ids, self.lost)
-        skipped = np.zeros(len(assignment), dtype=bool)
-        skipped[local] = True
-        moved = [[int(ids[k]), f, t] for k, f, t in moves]
-        plan = plan.with_network(assignment, topology, available, moved, skipped)
-        self.assignment[ids] = plan.assignment
         self.ctx.assignment = plan.assignment
         self.ctx.n_samples = self.n_samples[ids]
         if self.ctx.meter.topology is not plan.topology:
@@ -306,34 +272,9 @@ class SimRuntime:
         for j, r in self.failures.items():
             if r == plan.round and self.alive[j]:
                 self.alive[j] = False
-                self.lost.update(int(i) for i in ids[assignment == j])
-        self.server.lost = set(_local_index(ids, self.lost).tolist())
+                self.part.lose(np.flatnonzero(plan.assignment == j))
+        self.server.lost = self.part.local_lost()
         return plan
-
-    def _hold_capacity(
-        self, round_setup: RunSetup, topology: Any, assignment: np.ndarray, previous: np.ndarray
-    ) -> np.ndarray:
-        """``assignment`` of the sample with the clients over an aggregator's ``--capacity``
-        (the last ones by index) placed elsewhere by the policy's ``place``."""
-        cap = self.setup.config.capacity
-        if not cap:
-            return assignment
-        a = topology.n_aggregators
-        limit = np.full(a, cap[0]) if len(cap) == 1 else np.asarray(cap)
-        rank = np.zeros(len(assignment), dtype=np.int64)
-        order = np.argsort(assignment, kind="stable")
-        starts = np.searchsorted(assignment[order], np.arange(a))
-        rank[order] = np.arange(len(order)) - starts[assignment[order]]
-        over = rank >= limit[assignment]
-        if not over.any():
-            return assignment
-        if self.policy.place is None:
-            raise ConfigError(
-                f"{int(over.sum())} sampled clients exceed --capacity and the run has no "
-                "placer to move them (sfl run supplies the planner's)"
-            )
-        placed = self.policy.place(round_setup, topology, assignment, over, self.alive.copy())
-        return check_round_assignment(placed, topology, self.alive, previous)
 
     def execute_round(self, plan: RoundPlan) -> RoundOutcome:
         start = time.perf_counter()
@@ -343,9 +284,7 @@ class SimRuntime:
         tracers = {a: Tracer(rank_of(a, n_aggs), n_aggs) for a in coros}
         run_coroutines(coros, self.ctx.meter, self.rng_states, tracers)
         self._release_clients()
-        ids = self.ids
-        self.lost.difference_update(ids[_local_index(ids, self.lost)].tolist())
-        self.lost.update(int(ids[k]) for k in self.server.lost)
+        self.part.finish_round(self.server.lost)
         return RoundOutcome(
             traces=np.concatenate([t.array() for t in tracers.values()]),
             ledger=self.ctx.meter.ledger,
@@ -356,61 +295,19 @@ class SimRuntime:
         )
 
     def round_facts(self, record: dict[str, Any]) -> None:
-        """Put the round's registered client indices into its ``record`` (the round ran on
-        ``0..K-1``): ``lost`` as registered indices and, when sampling, ``sampled`` (the
-        round's clients) and ``available`` (how many could have been sampled)."""
-        if self.sampler is None:
-            return
-        record["lost"] = [int(self.ids[k]) for k in record["lost"]]
-        record["sampled"] = [int(i) for i in self.ids]
-        record["available"] = int(self.available)
+        """The round's registered client indices in its ``record``
+        (:meth:`Participation.round_facts`)."""
+        self.part.round_facts(record)
 
     def sampling_facts(self) -> dict[str, Any]:
         """What the result says of sampling and of the clients' state between rounds."""
-        n = self.setup.topology.n_clients
-        out: dict[str, Any] = {
-            "clients": n,
-            "clients_without_rows": int((self.n_samples == 0).sum()),
-            "client_state": (
-                "reset each round: a client's part is loaded with the global part and gets "
-                "a fresh optimiser every round it takes part (as in every run); only its "
-                "torch random state (dropout masks) is kept, for clients whose part drew "
-                "random numbers"
-            ),
-            "client_random_states_kept": len(self._client_rng),
-        }
-        if self.sampler is not None:
-            out.update(self.sampler.describe())
-        return out
+        return self.part.sampling_facts(
+            CLIENT_STATE, client_random_states_kept=len(self._client_rng)
+        )
 
     def evaluate(self) -> dict[str, float]:
         x, y = self._eval
         return evaluate_model(self.server.global_model(), x, y, self.setup.dataset.n_classes)
-
-
-def restrict_plan(plan: RoundPlan, ids: np.ndarray) -> RoundPlan:
-    """``plan`` (of every client, before its network) for the clients ``ids`` only, client
-    ``k`` being ``ids[k]``: their draws of dropouts and stragglers, their service order."""
-    n = len(plan.participants)
-    local = np.full(n, -1, dtype=np.int64)
-    local[ids] = np.arange(len(ids))
-    order = local[plan.order]
-    return RoundPlan(
-        round=plan.round,
-        participants=plan.participants[ids],
-        order=order[order >= 0],
-        slowdown=plan.slowdown[ids],
-        n_batches=plan.n_batches[ids],
-    )
-
-
-def _local_index(ids: np.ndarray, clients: set[int]) -> np.ndarray:
-    """Positions in ``ids`` (sorted) of the ``clients`` among them."""
-    if not clients:
-        return np.zeros(0, dtype=np.int64)
-    wanted = np.fromiter(clients, dtype=np.int64)
-    pos = np.searchsorted(ids, wanted).clip(0, len(ids) - 1)
-    return np.sort(pos[ids[pos] == wanted])
 
 
 def run_simulation(
