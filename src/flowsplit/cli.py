@@ -73,6 +73,10 @@ flowsplit train runs/ds --model cnn -o runs/cnn
 flowsplit train runs/ds --model cnn --workers 2 -o runs/cnn-2w     # data-parallel (DDP)
 flowsplit train runs/ds --model xgboost -o runs/xgb
 PYTHONPATH=. flowsplit train runs/ds --model my_models:build -o runs/mine   # your own model""",
+    "flowsplit pretrain": """\
+flowsplit pretrain captures/ --like runs/ds -o runs/pre      # masked byte modelling
+flowsplit pretrain runs/ds -o runs/pre                       # a dataset's train rows
+flowsplit train runs/ds --model transformer --init-from runs/pre -o runs/tr""",
     "flowsplit evaluate": """\
 flowsplit evaluate runs/cnn runs/ds
 flowsplit evaluate runs/cnn runs/ds --predictions flows.csv --json
@@ -124,6 +128,7 @@ def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
 COMMAND_MODULES = (
     "flowsplit.data.commands",
     "flowsplit.train.commands",
+    "flowsplit.train.pretrain",
     "flowsplit.experiments.dp.commands",
     "flowsplit.federated.commands",
     "flowsplit.testbed.commands",

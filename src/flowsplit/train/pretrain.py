@@ -20,11 +20,11 @@ import math
 import time
 from pathlib import Path
 
-from flowsplit.config_args import RawDescriptionHelpFormatter
+from flowsplit.config_args import RawDescriptionHelpFormatter, finite_float, parse_seed
 from flowsplit.errors import ConfigError, InputError
 
 VIEWS = ("pkt_bytes", "bytes")
-SPLITS = ("train", "all")
+SPLITS = ("train", "val", "test", "all")  # as evaluate --split
 DESCRIPTION = """\
 Pre-train the transformer's encoder by masked byte modelling on unlabelled flows and
 write DIR/encoder.pt (and DIR/pretrain.json, the loss curve). Then:
@@ -43,19 +43,22 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder to write encoder.pt")
     p.add_argument("--like", metavar="DATASET", help="read captures as DATASET was prepared")
     p.add_argument(
-        "--view", choices=VIEWS, help="view to pre-train on (default: pkt_bytes if present)"
+        "--view",
+        help="pkt_bytes or bytes: the view to pre-train on (default: pkt_bytes if present)",
     )
     p.add_argument("--split", choices=SPLITS, default="train", help="rows of a dataset folder")
     p.add_argument("--steps", type=int, default=500, help="optimiser steps (default: 500)")
     p.add_argument("--batch-size", type=int, default=64, help="flows per step (default: 64)")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
+    p.add_argument(
+        "--lr", type=finite_float, default=1e-3, help="AdamW learning rate (default: 1e-3)"
+    )
     p.add_argument(
         "--mask-ratio",
         type=float,
         default=0.3,
         help="fraction of each flow's byte patches hidden (default: 0.3)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of weights, masks and order")
+    p.add_argument("--seed", type=parse_seed, default=0, help="seed of weights, masks and order")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     p.add_argument(
         "--model-option",
@@ -71,10 +74,12 @@ def _check(args: argparse.Namespace) -> None:
     for name, value, low in (("--steps", args.steps, 1), ("--batch-size", args.batch_size, 1)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
-    if not args.lr > 0 or not math.isfinite(args.lr):
+    if not args.lr > 0:
         raise ConfigError(f"--lr must be > 0, got {args.lr}")
     if not 0.0 < args.mask_ratio < 1.0:
         raise ConfigError(f"--mask-ratio must be between 0 and 1, got {args.mask_ratio}")
+    if args.view is not None and args.view not in VIEWS:
+        raise ConfigError(f"--view {args.view!r}: the transformer pre-trains on pkt_bytes or bytes")
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     out = Path(args.out)
