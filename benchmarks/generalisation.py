@@ -193,6 +193,8 @@ def train(
         argv += ["--epochs", args.epochs, "--augment", augment]
         if args.steps_per_epoch:
             argv += ["--steps-per-epoch", args.steps_per_epoch]
+        if args.patience is not None:
+            argv += ["--patience", args.patience]
     t = time.perf_counter()
     flowsplit(*argv)
     (run / "bench_wall_s.txt").write_text(f"{time.perf_counter() - t:.1f}\n")
@@ -594,6 +596,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="cnn,lstm,convlstm,convgru,transformer,xgboost")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--steps-per-epoch", type=int)
+    p.add_argument("--patience", type=int, help="train --patience (default: train's)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument(
         "--augment", default="none", help="also train every neural model with this --augment"
