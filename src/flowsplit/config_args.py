@@ -310,6 +310,16 @@ def add_model_arguments(p: argparse.ArgumentParser, *, required: bool = False) -
     )
 
 
+def add_log_to_argument(p: argparse.ArgumentParser) -> None:
+    """``--log-to tensorboard[:DIR]`` (:mod:`flowsplit.tracking`), the same for every
+    command that writes runs; a missing package is refused at parse time."""
+    from flowsplit.tracking import LOG_TO_HELP, parse_log_to
+
+    p.add_argument(
+        "--log-to", type=parse_log_to, default=None, metavar="tensorboard[:DIR]", help=LOG_TO_HELP
+    )
+
+
 def finite_float(text: str) -> float:
     """A float option's value: a finite number (``nan``, ``inf`` refused at parse time)."""
     try:
