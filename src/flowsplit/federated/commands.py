@@ -20,6 +20,7 @@ from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
     add_config_arguments,
+    add_log_to_argument,
     add_model_arguments,
     add_renamed,
     check_cores,
@@ -152,6 +153,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
     add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
+    add_log_to_argument(p)
     p.add_argument(
         "--probe",
         action="store_true",
@@ -341,10 +343,16 @@ def _run(args: argparse.Namespace) -> int:
     # Per-class scores, predictions and the whole model, as a `train` run has them.
     finish_run(out, setup, result.model_state, model_fn)
     totals = result.totals()
+    tracked = ""
+    if getattr(args, "log_to", None) is not None:
+        from flowsplit.tracking import write_run
+
+        tracked = f" (tensorboard: {write_run(args.log_to, out)})"
     print(
         f"wrote {out / 'metrics.json'}: accuracy {totals['final_accuracy']:.4f}, "
         f"macro-F1 {totals['final_macro_f1']:.4f}, {totals['bytes_total'] / 1e6:.2f} MB, "
         f"{delay_summary(result.history, result.topology.name)} over {totals['rounds']} rounds"
+        f"{tracked}"
     )
     return 0
 

@@ -14,6 +14,7 @@ from flowsplit.config_args import (
     HelpFormatter,
     RawDescriptionHelpFormatter,
     add_config_arguments,
+    add_log_to_argument,
     add_renamed,
     check_cores,
     cli_fields,
@@ -232,10 +233,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, resume = config_from_args(args)
     r = train_run(cfg, resume=resume, overwrite=args.overwrite, force=args.force)
     per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
+    tracked = ""
+    if getattr(args, "log_to", None) is not None:  # cellpool's parser has no --log-to
+        from flowsplit.tracking import write_run
+
+        tracked = f" (tensorboard: {write_run(args.log_to, cfg.out)})"
     print(
         f"{r.model} on {r.view}, {r.workers} worker(s) x {r.threads_per_worker} thread(s): "
         f"accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f}, "
-        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}"
+        f"{per_epoch:.2f} s/{'round' if r.model == 'xgboost' else 'epoch'} -> {cfg.out}{tracked}"
     )
     return 0
 
@@ -437,6 +443,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=RawDescriptionHelpFormatter,
     )
     add_train_arguments(p)
+    add_log_to_argument(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)

@@ -9,6 +9,7 @@ from flowsplit.config_args import (
     SEEDS_HELP,
     HelpFormatter,
     add_config_arguments,
+    add_log_to_argument,
     add_renamed,
     cli,
     cli_fields,
@@ -85,6 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arguments(p, CompareConfig, overrides=COMPARE_OPTIONS)
     add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_log_to_argument(p)
     p.set_defaults(func=_compare)
 
     r = sub.add_parser(
@@ -103,6 +105,11 @@ def _compare(args: argparse.Namespace) -> int:
 
     values = config_values(args, [f.name for f in cli_fields(CompareConfig)])
     path = run_compare(values.pop("dataset"), values.pop("out"), **values, progress=not args.quiet)
+    if args.log_to is not None:  # one subdirectory per run of the study
+        from flowsplit.tracking import finished_runs, write_study
+
+        top = write_study(args.log_to, path.parent, finished_runs(path.parent))
+        print(f"tensorboard: {top}")
     _print_summary(path)
     return 0
 

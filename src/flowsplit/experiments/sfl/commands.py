@@ -8,7 +8,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flowsplit.config_args import SEEDS_HELP, HelpFormatter, cli, csv_tuple, parse_seeds, show_list
+from flowsplit.config_args import (
+    SEEDS_HELP,
+    HelpFormatter,
+    add_log_to_argument,
+    cli,
+    csv_tuple,
+    parse_seeds,
+    show_list,
+)
 from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     BASELINES,
@@ -57,6 +65,7 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
     add_common(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
     p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
+    add_log_to_argument(p)
     p.set_defaults(func=cmd_compare)
     return p
 
@@ -71,6 +80,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.sfl.result import read_sfl_compare_result
 
     summary = read_sfl_compare_result(Path(path).parent / "results.json").summary
+    if args.log_to is not None:  # one subdirectory per run of the study
+        from flowsplit.tracking import finished_runs, write_study
+
+        top = write_study(args.log_to, Path(path).parent, finished_runs(Path(path).parent))
+        print(f"tensorboard: {top}")
     if summary:
         print(summary[0])  # the verdict, as the report opens with it
     print(f"report: {path}")
