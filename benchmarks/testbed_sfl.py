@@ -106,6 +106,7 @@ def run_roles(
     *,
     port: int,
     timeout_s: float,
+    dump: bool = False,
 ) -> list[int]:
     """``argv`` once per node (torchrun's environment, rank = node order), each role
     joining its node's cgroup once set up; returns the exit codes."""
@@ -121,6 +122,7 @@ def run_roles(
             "OMP_NUM_THREADS": "1",
             "FLOWSPLIT_JOIN_CGROUP": f"fd:{fd}",
             "FLOWSPLIT_MEASURED_ON": "testbed",
+            **({"FLOWSPLIT_TRACE_DUMP": str(out / "traces")} if dump else {}),
         }
         try:
             with open(logs / f"{name}.log", "wb") as fh:
@@ -143,8 +145,12 @@ def run_roles(
     return tb.wait(procs, timeout_s=timeout_s)
 
 
+TRACED = Path(__file__).resolve().parent / "_sfl_traced.py"
+
+
 def sfl_argv(dataset: str, topo_file: Path, scheme: str, cuts, out: Path, args) -> list[str]:
-    argv = ["flowsplit", "sfl", "run", dataset, "--mode", "dist", "--probe"]
+    head = [sys.executable, str(TRACED)] if args.dump_traces else ["flowsplit"]
+    argv = [*head, "sfl", "run", dataset, "--mode", "dist", "--probe"]
     argv += ["--topology", str(topo_file), "--scheme", scheme, "--cuts", f"{cuts[0]},{cuts[1]}"]
     argv += ["--model", "cnn"]
     for opt in MODEL_OPTIONS:
@@ -193,7 +199,7 @@ def probe_accuracy(probe: dict, topo: Topology) -> dict:
 def one_run(tb, topo, topo_file, scheme, cuts, out, args, port) -> dict:
     argv = sfl_argv(args.dataset, topo_file, scheme, cuts, out, args)
     start = time.monotonic()
-    codes = run_roles(tb, argv, out, port=port, timeout_s=args.run_timeout)
+    codes = run_roles(tb, argv, out, port=port, timeout_s=args.run_timeout, dump=args.dump_traces)
     wall = time.monotonic() - start
     row = {"topology": topo.name, "scheme": scheme, "cuts": list(cuts)}
     row |= {"clients": topo.n_clients, "aggregators": topo.n_aggregators, "wall_s": wall}
@@ -228,12 +234,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-timeout", type=float, default=240.0)
     p.add_argument("--keep", default=None, help="keep run directories here")
+    p.add_argument(
+        "--dump-traces",
+        action="store_true",
+        help="save each round's raw event traces under the run directory (with --keep)",
+    )
+    p.add_argument(
+        "--only", default=None, help="only these runs: SCHEME:A,C;... (e.g. 'hsfl:2,3;hsfl-ll:1,3')"
+    )
     args = p.parse_args(argv)
     why = missing_requirement()
     if why:
         print(f"testbed_sfl: {why}", file=sys.stderr)
         return 2
     _common.single_thread()
+    only = None
+    if args.only:
+        only = set()
+        for item in args.only.split(";"):
+            scheme, _, cuts = item.partition(":")
+            only.add((scheme, tuple(int(c) for c in cuts.split(","))))
     runs = []
     with tempfile.TemporaryDirectory(prefix="testbed-sfl-") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
@@ -251,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             with Testbed(testbed_spec(topo)) as tb:
                 for scheme in args.schemes.split(","):
                     for cuts in SCHEMES[scheme]:
+                        if only is not None and (scheme, tuple(cuts)) not in only:
+                            continue
                         port += 1
                         out = work / f"{tname}-{scheme}-{cuts[0]}{cuts[1]}"
                         row = one_run(tb, topo, topo_file, scheme, cuts, out, args, port)

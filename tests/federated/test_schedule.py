@@ -149,3 +149,46 @@ def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
     # Bucket: 0.004 * 0.9 = 3.6 ms of CPU; 2 ms used 1.8 ms of it; 1.8 ms left lasts
     # 2 ms of running; the other 8 ms of work take 80 ms.
     assert out[1, T_END] == pytest.approx(0.002 + 0.002 + 0.080)
+
+
+def test_the_transport_cpu_is_charged_per_message_and_byte_under_the_quota():
+    # Prepare: client 0 (rank 2; no burst, a 10 % share) sends 100 kB to the aggregator
+    # (rank 1, no quota), which receives it. Each message costs 1 ms + 10 ns per byte
+    # of CPU (2 ms at full speed for this one) at both ends.
+    client, agg = Tracer(2, 1), Tracer(1, 1)
+    client.send(1, 100_000, TRAIN, 0, 0)
+    agg.recv(2, 0, GRADIENTS, 0, 0)
+    trace = np.concatenate([agg.array(), client.array()])
+    topo = _topology()
+    free = replay(trace, topo)
+    topo.extra.update(client_cpu_share=[0.1, 0.1], client_cpu_burst_s=[1e-9, 1e-9])
+    for who in ("client", "aggregator"):
+        topo.extra[f"{who}_message_cpu_s"] = [0.001] * (2 if who == "client" else 1)
+        topo.extra[f"{who}_byte_cpu_s"] = [1e-8] * (2 if who == "client" else 1)
+    charged = replay(trace, topo)
+    # Assert: without costs the sender is done at once and the message is in after
+    # 0.1 s + 10 ms; with them the sender's 2 ms of CPU take 20 ms at its share, and the
+    # receiver's 2 ms (no quota) follow the arrival.
+    assert free[1, T_END] == 0.0 and free[0, T_END] == pytest.approx(0.11)
+    assert charged[1, T_END] == pytest.approx(0.020)
+    assert charged[0, T_END] == pytest.approx(0.11 + 0.002)
+
+
+def test_a_busy_sender_refills_its_stream_at_its_busy_rate():
+    # Prepare: no stream buffer; client 0 (rank 2) posts 1 MB, then computes 2 s (no
+    # quota in the trace's seconds); the aggregator asks at once. The client's busy
+    # send rate is 0.25 MB/s: while it computes, the stream moves at that rate.
+    client, agg = Tracer(2, 1), Tracer(1, 1)
+    client.send(1, 1_000_000, TRAIN, 0, 0)
+    client.work(2.0, TRAIN, 0, 0)
+    agg.recv(2, 0, GRADIENTS, 0, 0)
+    trace = np.concatenate([agg.array(), client.array()])
+    topo = _topology()
+    topo.extra["stream_buffer_bytes"] = 0.0
+    idle = replay(trace, topo)
+    topo.extra["client_busy_send_Bps"] = [250_000.0, 0.0]
+    busy = replay(trace, topo)
+    # Assert: at the link's 1 MB/s the message is in at 1.01 s; at 0.25 MB/s for the 2 s
+    # of work 0.5 MB has moved, the other 0.5 MB takes 0.5 s at the link's rate.
+    assert idle[0, T_END] == pytest.approx(1.01)
+    assert busy[0, T_END] == pytest.approx(2.0 + 0.5 + 0.01)

@@ -404,8 +404,9 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
 
 
 def _own_cpu() -> list[float]:
-    """This role's transport CPU: [s per message, s per byte] (NaN: not measured)."""
-    return [_ledger.message_cpu_s(), _ledger.byte_cpu_s()]
+    """This role's transport CPU: [s per message, s per byte, NaN] (NaN: not measured;
+    the last column, a link's busy send rate, is not a role's)."""
+    return [_ledger.message_cpu_s(), _ledger.byte_cpu_s(), np.nan]
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:

@@ -144,21 +144,43 @@ def replay(
     probe measures it; absent: unbounded): of a larger message only that much flows
     before the receiver asks for it, the rest after. ``per_message_s``: fixed
     processing time of the sender per message posted (protocol overhead), 0 by default.
+
+    The transport's own CPU, where the probe measured it (``topology.extra``'s
+    ``{server,aggregator,client}_message_cpu_s``, ``..._byte_cpu_s``,
+    ``..._busy_send_Bps``; see :func:`_transport_costs`):
+
+    - every message sent or received costs its role ``message_cpu_s + nbytes x
+      byte_cpu_s`` CPU seconds (at full speed), run under the role's CPU quota like its
+      work (a send after posting, a receive once the message is in);
+    - what of a message flows after the receiver asked for it moves at most at the
+      sender's ``busy_send_Bps`` while the sender computes: under a spent quota its
+      transport thread refills the socket only when the quota lets it run.
     """
     n_aggs = topology.n_aggregators
     extra = getattr(topology, "extra", None) or {}
     buffer = float(extra.get("stream_buffer_bytes", np.inf))
     cpu = _cpu_quotas(extra, n_aggs)
+    costs = _transport_costs(extra, n_aggs)
     tokens: dict[int, tuple[float, float]] = {}  # rank -> (tokens, at time)
     out = np.array(trace, dtype=np.float64, copy=True)
     ranks = sorted({int(r) for r in out[:, RANK]}) if len(out) else []
     rows = {r: np.flatnonzero(out[:, RANK] == r) for r in ranks}
     pos = dict.fromkeys(ranks, 0)
     clock = dict.fromkeys(ranks, float(start))
+    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}  # work intervals
     free: dict[tuple[int, int], float] = {}
     inbox: dict[tuple[int, int], deque[tuple[float, float]]] = {}
     links: dict[tuple[int, int], tuple[float, float]] = {}
     pending = set(ranks)
+
+    def run_cpu(r: int, seconds: float, t: float) -> float:
+        """When ``seconds`` of CPU (full speed) started by role ``r`` at ``t`` end."""
+        if seconds <= 0:
+            return t
+        if r in cpu:
+            return _throttled(seconds, t, r, cpu[r], tokens)
+        return t + seconds
+
     while pending:
         progressed = False
         for r in sorted(pending):
@@ -168,15 +190,17 @@ def replay(
                 kind = int(out[e, KIND])
                 t = clock[r]
                 if kind == WORK:
-                    t_end = t + out[e, SECONDS]
-                    if r in cpu and out[e, SECONDS] > 0:
-                        t_end = _throttled(out[e, SECONDS], t, r, cpu[r], tokens)
+                    t_end = run_cpu(r, out[e, SECONDS], t)
+                    if t_end > t:
+                        busy[r].append((t, t_end))
                 elif kind == SEND:
+                    t_end = t + per_message_s
                     if out[e, NBYTES] >= 0:  # else not posted (a lost peer)
                         inbox.setdefault((r, int(out[e, PEER])), deque()).append(
                             (t, out[e, NBYTES])
                         )
-                    t_end = t + per_message_s
+                        msg_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
+                        t_end = run_cpu(r, msg_s + byte_s * out[e, NBYTES], t_end)
                 elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
                     t_end = t
                 else:  # RECV
@@ -189,12 +213,16 @@ def replay(
                         links[key] = _link(topology, n_aggs, *key)
                     latency, bandwidth = links[key]
                     begin = max(posted, free.get(key, -np.inf))
-                    eager = min(nbytes, buffer)
-                    done = max(begin + eager / bandwidth, t) + (nbytes - eager) / bandwidth
                     if nbytes <= buffer:
                         done = begin + nbytes / bandwidth
+                    else:
+                        asked = max(begin + buffer / bandwidth, t)
+                        slow = min(bandwidth, costs.get(key[0], (0, 0, np.inf))[2])
+                        done = _flow(nbytes - buffer, asked, bandwidth, slow, busy[key[0]])
                     free[key] = done
                     t_end = max(t, done + latency)
+                    msg_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
+                    t_end = run_cpu(r, msg_s + byte_s * nbytes, t_end)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -207,6 +235,53 @@ def replay(
             # let the first blocked role go on without it.
             r = min(pending)
             out[rows[r][pos[r]], NBYTES] = -1.0
+    return out
+
+
+def _flow(
+    nbytes: float, t: float, rate: float, slow: float, busy: list[tuple[float, float]]
+) -> float:
+    """When ``nbytes`` starting to flow at ``t`` have moved: at ``rate``, but at ``slow``
+    during the sender's ``busy`` intervals (sorted; what is not known yet counts idle)."""
+    if slow >= rate or not busy:
+        return t + nbytes / rate
+    left = float(nbytes)
+    for b0, b1 in busy:
+        if b1 <= t:
+            continue
+        if b0 > t:  # idle until b0
+            if left <= (b0 - t) * rate:
+                return t + left / rate
+            left -= (b0 - t) * rate
+            t = b0
+        if left <= (b1 - t) * slow:
+            return t + left / slow
+        left -= (b1 - t) * slow
+        t = b1
+    return t + left / rate
+
+
+def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float, float]]:
+    """rank -> (CPU s per message, CPU s per byte, bytes/s a busy sender refills its
+    stream at) from ``extra``'s ``{server,aggregator,client}_message_cpu_s``,
+    ``..._byte_cpu_s`` and ``..._busy_send_Bps`` (as the probe measures them; absent:
+    0, 0 and unlimited)."""
+    out = {}
+    rank = 0
+    for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
+        cols = []
+        for name in ("message_cpu_s", "byte_cpu_s", "busy_send_Bps"):
+            v = extra.get(f"{who}_{name}", [])
+            cols.append([v] if np.isscalar(v) else list(v))
+        n = max(len(c) for c in cols) if n is None else n
+        for k in range(n):
+            msg = float(cols[0][k]) if k < len(cols[0]) else 0.0
+            byte = float(cols[1][k]) if k < len(cols[1]) else 0.0
+            rate = float(cols[2][k]) if k < len(cols[2]) else np.inf
+            rate = rate if np.isfinite(rate) and rate > 0 else np.inf
+            if msg > 0 or byte > 0 or np.isfinite(rate):
+                out[rank + k] = (max(0.0, msg), max(0.0, byte), rate)
+        rank += n
     return out
 
 
