@@ -143,6 +143,13 @@ class GlooTransport:
         self.received = np.zeros((len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES)))
         self.telemetry_bytes = 0
 
+    def channel(self, peer: Address) -> tuple[dist.ProcessGroupGloo, int, int]:
+        """``(group, peer's rank in it, tag)`` of ``peer``: a peer entry is ``(group, rank)``
+        (tag 0), or ``(group, rank, tag)`` when several roles share one group (the clients
+        a pool worker hosts, each on its own tag)."""
+        entry = self.peers[peer]
+        return (entry[0], entry[1], entry[2] if len(entry) > 2 else 0)
+
     def lose(self, peer: Address, why: str) -> None:
         """Give ``peer`` up (logged once): messages to it are dropped, from it are None."""
         if peer in self.lost:
@@ -162,12 +169,12 @@ class GlooTransport:
         peer = op.dst
         if peer in self.lost:
             return
-        pg, rank = self.peers[peer]
+        pg, rank, tag = self.channel(peer)
         header = encode_header(op.tensor)
         tensors = [header] if op.tensor is None else [header, op.tensor.detach().contiguous()]
         try:
             for t in tensors:
-                self.pending.append((pg.send([t], rank, 0), t, peer))
+                self.pending.append((pg.send([t], rank, tag), t, peer))
         except RuntimeError as exc:
             self.lose(peer, f"send failed: {exc}")
             return
@@ -217,10 +224,10 @@ class GlooTransport:
         return payload
 
     def _wait_recv(self, tensor: torch.Tensor, peer: Address, timeout: float) -> bool:
-        pg, rank = self.peers[peer]
+        pg, rank, tag = self.channel(peer)
         start = time.monotonic()
         try:
-            pg.recv([tensor], rank, 0).wait(dt.timedelta(seconds=timeout))
+            pg.recv([tensor], rank, tag).wait(dt.timedelta(seconds=timeout))
             waited = time.monotonic() - start
             if waited > 1.0:
                 log.debug("%s: waited %.2f s for %s", role_name(self.me), waited, role_name(peer))
@@ -241,6 +248,6 @@ class GlooTransport:
     def close(self) -> None:
         """Finish posted sends and shut the groups down (errors ignored: peers may be gone)."""
         self.flush()
-        for pg, _ in self.peers.values():
+        for pg in {id(e[0]): e[0] for e in self.peers.values() if e is not None}.values():
             with contextlib.suppress(Exception):  # best effort: peers may be gone
                 pg.shutdown()

@@ -62,6 +62,16 @@ def make_payload(
     }
 
 
+def pool_size(client_workers: int | None, n_clients: int) -> int | None:
+    """The pool's worker count for ``client_workers`` (None: no pool, a process per
+    client); never more workers than clients."""
+    if client_workers is None:
+        return None
+    if int(client_workers) < 1:
+        raise ConfigError(f"--client-workers must be >= 1, got {client_workers}")
+    return min(int(client_workers), n_clients)
+
+
 def _loopback_store(world: int, wait_s: float) -> tuple[dist.TCPStore, int]:
     """A rendezvous store for ``world`` local processes, and its port."""
     # The store listens on a socket we bind ourselves, so it is loopback only and the
@@ -94,8 +104,11 @@ def launch_roles(
     resume: bool = False,
     policy: AssignmentPolicy | None = None,
     probe: str | None = None,
+    client_workers: int | None = None,
 ) -> SFLResult | None:
-    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1.
+    """Run ``setup`` as ``1 + A + N`` local processes talking over 127.0.0.1, or as
+    ``1 + A + P`` with ``client_workers=P``: a pool of P worker processes hosts each
+    round's clients (:mod:`flowsplit.federated.dist.pool`; the run may sample clients).
 
     ``probe``: ``run`` measures speeds and links first (:mod:`flowsplit.federated.probe`)
     and predicts on them; ``only`` measures every pair, writes ``out_dir/probe.toml``
@@ -110,7 +123,10 @@ def launch_roles(
     random streams restart).
     """
     topo: Topology = setup.topology
-    world = 1 + topo.n_aggregators + topo.n_clients
+    workers = pool_size(client_workers, topo.n_clients)
+    if workers and probe:
+        raise ConfigError("--probe measures a process per client; run it without --client-workers")
+    world = 1 + topo.n_aggregators + (workers or topo.n_clients)
     tmp = None
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
@@ -123,6 +139,7 @@ def launch_roles(
         launcher_pid=os.getpid(),
         policy=policy,
         probe=probe,
+        client_workers=workers,
     )
     if resume:
         if tmp is not None:
@@ -144,9 +161,8 @@ def launch_roles(
             with environ(cpp_quiet_env()):
                 for p in procs:
                     p.start()
-            watch = HeartbeatWatch(
-                store, procs, topo.n_aggregators, heartbeat_timeout(setup.config)
-            )
+            beating = 1 + topo.n_aggregators + (workers or 0)
+            watch = HeartbeatWatch(store, procs, beating, heartbeat_timeout(setup.config))
             end = None if deadline_s is None else time.monotonic() + deadline_s
             while procs[0].is_alive() and (end is None or time.monotonic() < end):
                 procs[0].join(0.5)
@@ -156,7 +172,16 @@ def launch_roles(
                         f"dist run failed: the server (rank 0) sent no heartbeat for "
                         f"{watch.timeout_s:g} s (stopped or hung); every role process was ended"
                     )
-                if silent is not None:  # an aggregator: end it, the server moves its clients
+                if silent is not None and silent > topo.n_aggregators:  # a pool worker
+                    log.warning(
+                        "client worker %d (rank %d) sent no heartbeat for %g s (stopped or "
+                        "hung): ending its process; the other workers host its clients",
+                        silent - 1 - topo.n_aggregators,
+                        silent,
+                        watch.timeout_s,
+                    )
+                    procs[silent].kill()
+                elif silent is not None:  # an aggregator: end it, the server moves its clients
                     log.warning(
                         "aggregator %d (rank %d) sent no heartbeat for %g s (stopped or hung): "
                         "ending its process; its clients are reassigned",
@@ -204,10 +229,12 @@ def run_under_torchrun(
     bind: str | None = None,
     policy: AssignmentPolicy | None = None,
     probe: str | None = None,
+    client_workers: int | None = None,
 ) -> SFLResult | None:
     """Run this process's role of a torchrun launch; rank 0 returns the result.
 
-    ``policy``, ``probe``: as for :func:`launch_roles` (every process builds its own).
+    ``policy``, ``probe``, ``client_workers``: as for :func:`launch_roles` (every process
+    builds its own; with a pool the launch has ``1 + A + P`` processes).
     """
     env = read_dist_env()
     if not env.is_distributed:
@@ -217,5 +244,6 @@ def run_under_torchrun(
     )
     payload["policy"] = policy
     payload["probe"] = probe
+    payload["client_workers"] = pool_size(client_workers, setup.topology.n_clients)
     role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 and probe != "only" else None

@@ -106,11 +106,12 @@ def start_heartbeat(address: tuple[str, int], rank: int, world_size: int) -> Non
 
 
 class HeartbeatWatch:
-    """The launcher's view of the server's and the aggregators' heartbeats."""
+    """The launcher's view of the heartbeats of ranks ``0 .. n_beating - 1`` (the server,
+    the aggregators and any pool workers; clients with a process each beat none)."""
 
-    def __init__(self, store: dist.Store, procs: list, n_aggregators: int, timeout_s: float):
+    def __init__(self, store: dist.Store, procs: list, n_beating: int, timeout_s: float):
         self.store, self.procs, self.timeout_s = store, procs, timeout_s
-        self.ranks = list(range(1 + n_aggregators))
+        self.ranks = list(range(n_beating))
         self.seen: dict[int, tuple[int, float]] = {}
         self.ended: set[int] = set()
 

@@ -20,6 +20,13 @@ from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from flowsplit.federated.dist.liveness import die_with_launcher, pid_alive, start_heartbeat
+from flowsplit.federated.dist.pool import (
+    WORKER,
+    PooledRuntime,
+    PoolWorker,
+    make_pool_groups,
+    pool_address,
+)
 from flowsplit.federated.dist.runtime import DistRuntime
 from flowsplit.federated.results import (
     SFLResult,
@@ -92,12 +99,14 @@ def _connect_store(payload: dict[str, Any], rank: int, world_size: int, timeout:
     return store
 
 
-def _check_world_size(world_size: int, topology: Topology) -> None:
-    expected = 1 + topology.n_aggregators + topology.n_clients
+def _check_world_size(world_size: int, topology: Topology, workers: int | None = None) -> None:
+    hosts = workers or topology.n_clients
+    expected = 1 + topology.n_aggregators + hosts
     if world_size != expected:
+        what = f"{hosts} client workers" if workers else f"{hosts} clients"
         raise ConfigError(
             f"the dist runner needs 1 server + {topology.n_aggregators} aggregators + "
-            f"{topology.n_clients} clients = {expected} processes, got {world_size}"
+            f"{what} = {expected} processes, got {world_size}"
         )
 
 
@@ -129,37 +138,41 @@ def role_main(
     quiet = payload.get("quiet", False)
     config = SFLConfig.from_dict(payload["config"])
     topology = topology_from_toml(payload["topology"])
-    me = address_of(rank, topology.n_aggregators)
+    workers = payload.get("client_workers") or None
+    me = (pool_address if workers else address_of)(rank, topology.n_aggregators)
     _setup_logging(
         Path(payload["out_dir"]) / "logs" / f"{role_name(me).replace(' ', '-')}.log", quiet
     )
     torch.set_num_threads(config.threads)
-    _check_world_size(world_size, topology)
+    _check_world_size(world_size, topology, workers)
     if setup is None:
         setup = _setup_from_payload(config, topology, payload)
     wait_timeout = config.timeout_s * (2 + topology.n_clients)
     if payload.get("store") and me[0] != CLIENT:
         start_heartbeat(payload["store"], rank, world_size)
     store = _connect_store(payload, rank, world_size, wait_timeout)
-    ctx = setup.context()
+    ctx = setup.context(sampled=bool(workers))
     device = gloo_device(payload.get("bind"))
-    peers = make_pair_groups(
-        store, me, setup.assignment, topology.n_aggregators, device=device, timeout_s=wait_timeout
-    )
+    if workers:
+        peers = make_pool_groups(
+            store, me, topology.n_aggregators, workers, device=device, timeout_s=wait_timeout
+        )
+    else:
+        peers = make_pair_groups(
+            store,
+            me,
+            setup.assignment,
+            topology.n_aggregators,
+            device=device,
+            timeout_s=wait_timeout,
+        )
     transport = GlooTransport(
         me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
     )
     log.debug("%s: connected", role_name(me))
     try:
-        runtime = DistRuntime(
-            setup,
-            me,
-            transport,
-            ctx,
-            store=store,
-            policy=payload.get("policy"),
-            device=device,
-            wait_timeout=wait_timeout,
+        runtime = _make_runtime(
+            setup, me, transport, ctx, store, payload, device, wait_timeout, workers
         )
         runtime.measured_on = measured_on(payload.get("bind"))
         _join_cgroup()
@@ -176,6 +189,7 @@ def role_main(
             kept = list(done or [])
 
             def on_round(record: dict[str, Any]) -> None:
+                runtime.round_facts(record)
                 log_fn(record)
                 kept.append(record)
                 if payload.get("launcher_pid") and not pid_alive(int(payload["launcher_pid"])):
@@ -200,13 +214,36 @@ def role_main(
                 info={
                     "world_size": world_size,
                     "telemetry_bytes": transport.telemetry_bytes,
-                    **assignment_facts(history, runtime.assignment),
+                    **assignment_facts(history, runtime.final_assignment()),
+                    **runtime.result_info(),
                 },
             )
             write_run(payload["out_dir"], result)
     finally:
         transport.close()
     log.debug("%s: done", role_name(me))
+
+
+def _make_runtime(setup, me, transport, ctx, store, payload, device, wait_timeout, workers):
+    """This process's runtime: a role of a run with a process per client, or of a run
+    whose clients a pool of ``workers`` hosts (the server, an aggregator or a worker)."""
+    policy = payload.get("policy")
+    if me[0] == WORKER:
+        return PoolWorker(
+            setup, me, transport, store=store, policy=policy, wait_timeout=wait_timeout
+        )
+    kw: dict[str, Any] = {"n_workers": workers} if workers else {}
+    return (PooledRuntime if workers else DistRuntime)(
+        setup,
+        me,
+        transport,
+        ctx,
+        store=store,
+        policy=policy,
+        device=device,
+        wait_timeout=wait_timeout,
+        **kw,
+    )
 
 
 FAILURE_FILE = "failure.txt"

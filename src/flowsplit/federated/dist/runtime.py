@@ -10,6 +10,7 @@ that were really received. How the process was started is :mod:`.role`'s busines
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -55,11 +56,18 @@ from flowsplit.federated.transport import (
 log = logging.getLogger("flowsplit.federated")
 
 
-def drive(coro: Coroutine, transport: GlooTransport, tracer: Tracer | None = None) -> None:
+def drive(
+    coro: Coroutine,
+    transport: GlooTransport,
+    tracer: Tracer | None = None,
+    turn: Callable[[], contextlib.AbstractContextManager] | None = None,
+) -> None:
     """Run one role coroutine, answering its requests over the network.
 
     ``tracer``: record the role's events with their wall times (``time.time()``, one
     clock for every process of a host) for the round's measured timeline.
+    ``turn``: a context the coroutine's own work runs in (a pool worker's clients take
+    turns: one lock, each its own random state), the network waits outside it.
     """
     value = None
     charged = transport.meter.charged
@@ -68,7 +76,11 @@ def drive(coro: Coroutine, transport: GlooTransport, tracer: Tracer | None = Non
         t_resume = time.time()
         before = charged.get(transport.me, (0.0,))[0]
         try:
-            op = coro.send(value)
+            if turn is None:
+                op = coro.send(value)
+            else:
+                with turn():
+                    op = coro.send(value)
         except StopIteration:
             return
         busy = time.monotonic() - start
@@ -127,6 +139,16 @@ def _stack_events(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([p.reshape(-1, N_COLS) for p in parts])
 
 
+def warm_up(model: Any) -> None:
+    """One forward and backward pass of a throwaway copy of ``model``: pays the first-call
+    costs before anyone starts a drop timer. The backward takes an explicit gradient, as
+    behind a cut: the first such call imports sympy through torch.fx (seconds)."""
+    model = copy.deepcopy(model)
+    x = torch.randint(0, 256, (2, *model.input_shape)).to(torch.float32)
+    out = model(x)
+    out.backward(torch.ones_like(out))
+
+
 class DistRuntime:
     """This process's role in a distributed run.
 
@@ -173,13 +195,7 @@ class DistRuntime:
         torch.manual_seed(role_seed(setup.config.seed, me))
 
     def _warm_up(self) -> None:
-        # One forward and backward pass of a throwaway copy pays the first-call costs
-        # before anyone starts a drop timer. The backward takes an explicit gradient,
-        # as behind a cut: the first such call imports sympy through torch.fx (seconds).
-        model = copy.deepcopy(self.setup.model)
-        x = torch.randint(0, 256, (2, *model.input_shape)).to(torch.float32)
-        out = model(x)
-        out.backward(torch.ones_like(out))
+        warm_up(self.setup.model)
 
     def handshake(self) -> None:
         """Clients report ready to their aggregator (after warming up), with a long timeout."""
@@ -215,14 +231,7 @@ class DistRuntime:
         plan = plan.with_network(self.assignment, net.topology, net.available)
         key = ASSIGNMENT_KEY.format(round=plan.round)
         kind, index = self.me
-        if kind == AGGREGATOR and self.setup.config.failed_aggregators().get(index) == plan.round:
-            log.warning(
-                "aggregator %d: SIGKILLs itself at the start of round %d (--fail)",
-                index,
-                plan.round + 1,
-            )
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
+        self._fail_if_scheduled(plan.round)
         if self.is_server:
             assignment = decide_assignment(
                 self.policy, self.setup, plan, self.alive_aggregators(), self.assignment
@@ -266,6 +275,18 @@ class DistRuntime:
         self._connect_new_pairs(plan)
         self._report_ready()
         return plan
+
+    def _fail_if_scheduled(self, round_index: int) -> None:
+        """``--fail aggregator:J@roundR``: aggregator J's process SIGKILLs itself now."""
+        kind, index = self.me
+        if kind == AGGREGATOR and self.setup.config.failed_aggregators().get(index) == round_index:
+            log.warning(
+                "aggregator %d: SIGKILLs itself at the start of round %d (--fail)",
+                index,
+                round_index + 1,
+            )
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _report_ready(self) -> None:
         """Aggregators tell the server they are there; the server loses those that are not."""
@@ -340,7 +361,7 @@ class DistRuntime:
         self.transport.flush()
         if not self.is_server:
             return RoundOutcome(Ledger.zeros(1, 1), float("nan"), [], time.perf_counter() - start)
-        n, a = self.setup.topology.n_clients, self.setup.topology.n_aggregators
+        n, a = len(plan.assignment), self.setup.topology.n_aggregators  # the round's clients
         size = len(Ledger.zeros(n, a).to_vector())
         return RoundOutcome(
             ledger=Ledger.from_vector(total[:size], n, a),
@@ -506,6 +527,17 @@ class DistRuntime:
         # The assignment the last round ran with (moves included): the next starts from it.
         self.assignment = np.asarray(state["assignment"], dtype=np.int64)
         return json.loads(state["history"])
+
+    def final_assignment(self) -> np.ndarray:
+        """(N,) every registered client's aggregator at the end of the run."""
+        return self.assignment
+
+    def round_facts(self, record: dict[str, Any]) -> None:
+        """Add what the round's record lacks (the server, before the record is kept)."""
+
+    def result_info(self) -> dict[str, Any]:
+        """What the run's result says of this runner (the server)."""
+        return {}
 
     def evaluate(self) -> dict[str, float]:
         from flowsplit.federated.metrics import evaluate_model
