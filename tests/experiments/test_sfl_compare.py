@@ -21,6 +21,7 @@ from flowsplit.experiments.advice import overview_content
 from flowsplit.experiments.sfl.analysis import delay_to_target
 from flowsplit.experiments.sfl.commands import add_compare_parser
 from flowsplit.experiments.sfl.compare import resolve_config, run_sfl_compare
+from flowsplit.experiments.sfl.result import RoundRow
 from flowsplit.planner import study
 from flowsplit.planner.commands import add_plan_parser
 from flowsplit.report.browser import check_page, find_chromium
@@ -30,9 +31,16 @@ from tests.federated._toy import ToyFactory, write_toy_dataset
 
 def test_delay_to_target_is_the_clock_of_the_first_round_reaching_it():
     history = [
-        {"accuracy": 0.5, "clock_s": 2.0},
-        {"accuracy": 0.8, "clock_s": 4.5},
-        {"accuracy": 0.9, "clock_s": 7.0},
+        RoundRow(
+            round=k + 1,
+            accuracy=acc,
+            macro_f1=acc,
+            loss=1.0,
+            delay_s=2.0,
+            clock_s=clock,
+            bytes_total=1.0,
+        )
+        for k, (acc, clock) in enumerate([(0.5, 2.0), (0.8, 4.5), (0.9, 7.0)])
     ]
     assert delay_to_target(history, 0.8) == 4.5
     assert np.isnan(delay_to_target(history, 0.95))

@@ -14,12 +14,34 @@ from __future__ import annotations
 import datetime as dt
 import math
 import platform
-from typing import Any
 
 import numpy as np
 
-from flowsplit.experiments.sfl.config import REPLAN_SUFFIX, run_schemes
-from flowsplit.experiments.sfl.result import PilotCost, SFLCompareResult, Surrogate
+from flowsplit.experiments.sfl.config import REFERENCE, REPLAN_SUFFIX, run_schemes
+from flowsplit.experiments.sfl.result import (
+    AblationRow,
+    BaselineRun,
+    BaselineSummary,
+    Curve,
+    DatasetInfo,
+    Environment,
+    PairedTests,
+    Paper,
+    PilotCost,
+    PlanSummary,
+    PredictionCheck,
+    ProfileInfo,
+    ReplanRow,
+    RoundRow,
+    SchemePerSeed,
+    SchemeSummary,
+    SFLCompareResult,
+    SFLRun,
+    Surrogate,
+    TopologyInfo,
+    TraceSummary,
+    Versus,
+)
 from flowsplit.experiments.stats import (
     MIN_EQUIVALENCE_SEEDS,
     SCORE_BOUNDS,
@@ -29,10 +51,8 @@ from flowsplit.experiments.stats import (
     ratio_ci,
 )
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
-from flowsplit.util import available_cores
+from flowsplit.util import available_cores, jsonable
 
-PAPER = {"accuracy_pts": 3.0, "delay_change": -0.20, "bytes_change": -0.50}
-"""Margins over HSFL the HSFL paper reports (CIFAR-10/FEMNIST, simulation)."""
 TARGET_FRACTION = 0.95
 
 
@@ -40,131 +60,141 @@ MIN_SEEDS = MIN_EQUIVALENCE_SEEDS
 """Seeds below which no scheme is named the winner: the data-parallel study's rule."""
 
 
-def _interval(values, bounds: tuple[float, float] | None = None) -> dict[str, Any]:
-    return mean_ci(values, bounds=bounds).as_dict()
-
-
-def delay_to_target(history: list[dict], target: float) -> float:
+def delay_to_target(history: list[RoundRow], target: float) -> float:
     """Simulated clock (s) at the end of the first round reaching ``target`` accuracy."""
     for rec in history:
-        if rec["accuracy"] >= target:
-            return float(rec["clock_s"])
+        if rec.accuracy >= target:
+            return float(rec.clock_s)
     return math.nan
 
 
-def scheme_rows(runs: list[dict], scheme: str) -> list[dict]:
-    return sorted((r for r in runs if r["scheme"] == scheme), key=lambda r: r["seed"])
+def scheme_rows(runs: list[SFLRun], scheme: str) -> list[SFLRun]:
+    return sorted((r for r in runs if r.scheme == scheme), key=lambda r: r.seed)
 
 
-def summarise(study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir: str) -> dict:
-    """The results document's content, but for what ``run_sfl_compare`` adds (best-fixed,
-    baselines, ablation) and the summary (:func:`summary_lines` of the typed result)."""
+def summarise(
+    study, runs: list[SFLRun], plans: dict, *, wall_s: float, dataset_dir: str
+) -> SFLCompareResult:
+    """The study's result, but for what ``run_sfl_compare`` adds (best-fixed, baselines,
+    ablation) and the summary (:func:`summary_lines`)."""
     import torch
 
     from flowsplit import __version__
 
     cfg = study.config
-    ref_rows = scheme_rows(runs, "hsfl")
-    ref_final = [r["history"][-1]["accuracy"] for r in ref_rows]
     target = cfg.target_accuracy
     if target is None:
-        target = TARGET_FRACTION * float(np.mean(ref_final))
+        target = TARGET_FRACTION * float(
+            np.mean([r.final.accuracy for r in scheme_rows(runs, REFERENCE)])
+        )
     names = run_schemes(cfg.schemes, getattr(cfg, "replan", "never"))
-    per_scheme = {s: _scheme_summary(scheme_rows(runs, s), target) for s in names}
-    versus = {s: _versus(scheme_rows(runs, s), ref_rows, target) for s in names if s != "hsfl"}
-    pred_err = [
-        abs(h["delay_s"] - p) / max(h["delay_s"], 1e-12)
-        for r in runs
-        for h, p in zip(r["history"], _predicted(r, "delay"), strict=True)
-    ]
-    pred_bytes_err = [
-        abs(h["bytes_total"] - p) / max(h["bytes_total"], 1)
-        for r in runs
-        for h, p in zip(r["history"], _predicted(r, "bytes"), strict=True)
-    ]
-    ds = study.dataset
-    results = {
-        "flowsplit_version": __version__,
-        "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "config": cfg.to_dict(),
-        "dataset": {
-            "path": dataset_dir,
-            "n_train": int(len(ds.split_indices("train"))),
-            "n_val": int(len(ds.split_indices("val"))),
-            "n_test": int(len(ds.split_indices("test"))),
-            "classes": list(ds.classes),
+    ref_rows = scheme_rows(runs, REFERENCE)
+    ds, topo, profile = study.dataset, study.topology, study.profile
+    return SFLCompareResult(
+        flowsplit_version=__version__,
+        generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        config=jsonable(cfg.to_dict(), strict=False),
+        dataset=DatasetInfo(
+            path=dataset_dir,
+            n_train=int(len(ds.split_indices("train"))),
+            n_val=int(len(ds.split_indices("val"))),
+            n_test=int(len(ds.split_indices("test"))),
+            classes=list(ds.classes),
+        ),
+        topology=TopologyInfo(
+            name=topo.name,
+            description=topo.description,
+            n_clients=topo.n_clients,
+            n_aggregators=topo.n_aggregators,
+            seed=topo.seed,
+        ),
+        profile=ProfileInfo(
+            model=profile.model,
+            blocks=list(profile.block_names),
+            legal_cuts=[list(c) for c in profile.legal_cuts()],
+        ),
+        surrogate=Surrogate.from_study(study.surrogate),
+        target_accuracy=target,
+        schemes={s: _scheme_summary(scheme_rows(runs, s), target) for s in names},
+        vs_hsfl={
+            s: _versus(scheme_rows(runs, s), ref_rows, target) for s in names if s != REFERENCE
         },
-        "topology": {
-            "name": study.topology.name,
-            "description": study.topology.description,
-            "n_clients": study.topology.n_clients,
-            "n_aggregators": study.topology.n_aggregators,
-            "seed": study.topology.seed,
+        paper=Paper(),
+        prediction_check=_prediction_check(runs),
+        plans={
+            seed: {s: PlanSummary.from_plan(p) for s, p in by_scheme.items()}
+            for seed, by_scheme in plans.items()
         },
-        "profile": {
-            "model": study.profile.model,
-            "blocks": list(study.profile.block_names),
-            "legal_cuts": [list(c) for c in study.profile.legal_cuts()],
-        },
-        "surrogate": study.surrogate,
-        "target_accuracy": target,
-        "schemes": per_scheme,
-        "vs_hsfl": versus,
-        "paper": PAPER,
-        "prediction_check": {
-            "max_rel_delay_error": max(pred_err, default=math.nan),
-            "max_rel_bytes_error": max(pred_bytes_err, default=math.nan),
-        },
-        "plans": _plan_summary(plans),
-        "trace": _trace_summary(study.topology, cfg.rounds),
-        "replanning": replanning(runs, names),
-        "runs": runs,
-        "wall_s": wall_s,
-        "environment": {
-            "host": platform.node(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "cores": available_cores(),
-            "threads": cfg.threads,
-        },
-    }
-    return results
+        trace=_trace_summary(topo, cfg.rounds),
+        replanning=replanning(runs, names),
+        runs=runs,
+        wall_s=wall_s,
+        environment=Environment(
+            host=platform.node(),
+            python=platform.python_version(),
+            torch=torch.__version__,
+            numpy=np.__version__,
+            cores=available_cores(),
+            threads=cfg.threads,
+        ),
+    )
 
 
-def _predicted(run: dict, what: str) -> list[float]:
+def _predicted(run: SFLRun, what: str) -> list[float]:
     """The cost model's prediction of each round of ``run`` (``delay`` or ``bytes``):
     per round when the run recorded it (a trace, re-planning), else the plan's."""
-    key, plan_key = (
-        ("predicted_delay_per_round_s", "predicted_delay_s")
-        if what == "delay"
-        else ("predicted_bytes_per_round", "predicted_bytes")
+    if what == "delay":
+        return run.predicted_delay_per_round_s or [run.predicted_delay_s] * len(run.history)
+    return run.predicted_bytes_per_round or [run.predicted_bytes] * len(run.history)
+
+
+def _prediction_check(runs: list[SFLRun]) -> PredictionCheck:
+    """The largest relative error of the cost model's per-round delay and bytes."""
+    delay = [
+        abs(h.delay_s - p) / max(h.delay_s, 1e-12)
+        for r in runs
+        for h, p in zip(r.history, _predicted(r, "delay"), strict=True)
+    ]
+    nbytes = [
+        abs(h.bytes_total - p) / max(h.bytes_total, 1)
+        for r in runs
+        for h, p in zip(r.history, _predicted(r, "bytes"), strict=True)
+    ]
+    return PredictionCheck(
+        max_rel_delay_error=max(delay, default=math.nan),
+        max_rel_bytes_error=max(nbytes, default=math.nan),
     )
-    return run.get(key) or [run[plan_key]] * len(run["history"])
 
 
-def _trace_summary(topology, rounds: int) -> dict | None:
+def _trace_summary(topology, rounds: int) -> TraceSummary | None:
     """The network changes every run of the comparison went through (None: none)."""
     if not topology.trace:
         return None
-    kinds = {"link": 0, "backbone": 0, "client links": 0, "out": 0}
+    kinds = dict.fromkeys(("link", "backbone", "client links", "out"), 0)
     for e in topology.trace:
-        if e.available is not None:
-            kinds["out"] += 1
-        elif e.backbone >= 0:
-            kinds["backbone"] += 1
-        elif e.aggregator >= 0:
-            kinds["link"] += 1
-        else:
-            kinds["client links"] += 1
-    return {
-        "events": len(topology.trace),
-        "by_kind": kinds,
-        "rounds_changed": [r + 1 for r in range(rounds) if topology.events_at(r)],
-    }
+        kind = (
+            "out"
+            if e.available is not None
+            else "backbone"
+            if e.backbone >= 0
+            else "link"
+            if e.aggregator >= 0
+            else "client links"
+        )
+        kinds[kind] += 1
+    return TraceSummary(
+        events=len(topology.trace),
+        by_kind=kinds,
+        rounds_changed=[r + 1 for r in range(rounds) if topology.events_at(r)],
+    )
 
 
-def replanning(runs: list[dict], names: tuple[str, ...] | list[str]) -> list[dict]:
+def _paired(runs: list[SFLRun], seeds: list[int]) -> dict[int, SFLRun]:
+    by_seed = {r.seed: r for r in runs}
+    return {s: by_seed[s] for s in seeds}
+
+
+def replanning(runs: list[SFLRun], names: tuple[str, ...] | list[str]) -> list[ReplanRow]:
     """Each re-planned scheme beside its static run, paired by seed: total delay of both
     (mean, 95 % t interval), re-planned minus static (seconds, paired t interval) and as
     a ratio (log interval), the accuracy difference, and the clients moved per run."""
@@ -173,159 +203,136 @@ def replanning(runs: list[dict], names: tuple[str, ...] | list[str]) -> list[dic
         if not twin.endswith(REPLAN_SUFFIX):
             continue
         static = twin[: -len(REPLAN_SUFFIX)]
-        a = {r["seed"]: r for r in scheme_rows(runs, static)}
-        b = {r["seed"]: r for r in scheme_rows(runs, twin)}
-        seeds = sorted(set(a) & set(b))
+        a, b = scheme_rows(runs, static), scheme_rows(runs, twin)
+        seeds = sorted({r.seed for r in a} & {r.seed for r in b})
         if not seeds:
             continue
-        d_a = np.array([a[s]["totals"]["delay_total_s"] for s in seeds], dtype=float)
-        d_b = np.array([b[s]["totals"]["delay_total_s"] for s in seeds], dtype=float)
+        a, b = _paired(a, seeds), _paired(b, seeds)
+        d_a = np.array([a[s].delay_total_s for s in seeds], dtype=float)
+        d_b = np.array([b[s].delay_total_s for s in seeds], dtype=float)
         acc = compare_paired(
-            np.array([a[s]["history"][-1]["accuracy"] for s in seeds], dtype=float),
-            np.array([b[s]["history"][-1]["accuracy"] for s in seeds], dtype=float),
+            np.array([a[s].final.accuracy for s in seeds], dtype=float),
+            np.array([b[s].final.accuracy for s in seeds], dtype=float),
         )
         rows.append(
-            {
-                "scheme": static,
-                "replanned": twin,
-                "n_seeds": len(seeds),
-                "static_delay_total_s": _interval(d_a),
-                "replanned_delay_total_s": _interval(d_b),
-                "delay_diff_s": _interval(d_b - d_a),
-                "delay_ratio": ratio_ci(d_b, d_a).as_dict(),
-                "accuracy_diff": acc.diff.as_dict(),
-                "moves_per_run": float(np.mean([b[s].get("moves", 0) for s in seeds])),
-                "per_seed": {
+            ReplanRow(
+                scheme=static,
+                replanned=twin,
+                n_seeds=len(seeds),
+                static_delay_total_s=mean_ci(d_a),
+                replanned_delay_total_s=mean_ci(d_b),
+                delay_diff_s=mean_ci(d_b - d_a),
+                delay_ratio=ratio_ci(d_b, d_a),
+                accuracy_diff=acc.diff,
+                moves_per_run=float(np.mean([b[s].moves for s in seeds])),
+                per_seed={
                     "static_delay_total_s": d_a.tolist(),
                     "replanned_delay_total_s": d_b.tolist(),
                 },
-            }
+            )
         )
     return rows
 
 
-def _scheme_summary(rows: list[dict], target: float) -> dict:
-    final_acc = [r["history"][-1]["accuracy"] for r in rows]
-    final_f1 = [r["history"][-1]["macro_f1"] for r in rows]
-    delay = [r["totals"]["delay_total_s"] for r in rows]
-    per_round = [np.mean([h["delay_s"] for h in r["history"]]) for r in rows]
-    to_target = [delay_to_target(r["history"], target) for r in rows]
-    nbytes = [r["totals"]["bytes_total"] for r in rows]
-    by_hop = {h: float(np.mean([r["totals"]["bytes_by_hop"][h] for r in rows])) for h in HOPS}
-    by_type = {
-        t: float(np.mean([r["totals"]["bytes_by_type"][t] for r in rows])) for t in MESSAGE_TYPES
-    }
-    nested = {
-        h: {
-            d: {
-                t: float(np.mean([r["totals"]["bytes"][h][d][t] for r in rows]))
-                for t in MESSAGE_TYPES
+def _mean(values) -> float:
+    return float(np.mean(list(values)))
+
+
+def _scheme_summary(rows: list[SFLRun], target: float) -> SchemeSummary:
+    final_acc = [r.final.accuracy for r in rows]
+    final_f1 = [r.final.macro_f1 for r in rows]
+    delay = [r.delay_total_s for r in rows]
+    per_round = [np.mean([h.delay_s for h in r.history]) for r in rows]
+    to_target = [delay_to_target(r.history, target) for r in rows]
+    nbytes = [r.bytes_total for r in rows]
+    n_rounds = min(len(r.history) for r in rows)
+    return SchemeSummary(
+        seeds=[r.seed for r in rows],
+        cuts=[list(c) for c in sorted({tuple(r.cuts) for r in rows})],
+        final_accuracy=mean_ci(final_acc, bounds=SCORE_BOUNDS),
+        final_macro_f1=mean_ci(final_f1, bounds=SCORE_BOUNDS),
+        delay_total_s=mean_ci(delay),
+        delay_per_round_s=mean_ci(per_round),
+        delay_to_target_s=mean_ci(to_target),
+        reached_target=int(np.sum(np.isfinite(to_target))),
+        bytes_total=mean_ci(nbytes),
+        bytes_by_hop={h: _mean(r.totals.bytes_by_hop[h] for r in rows) for h in HOPS},
+        bytes_by_type={t: _mean(r.totals.bytes_by_type[t] for r in rows) for t in MESSAGE_TYPES},
+        bytes_by_hop_direction_type={
+            h: {
+                d: {t: _mean(r.totals.bytes[h][d][t] for r in rows) for t in MESSAGE_TYPES}
+                for d in DIRECTIONS
             }
-            for d in DIRECTIONS
-        }
-        for h in HOPS
-    }
-    n_rounds = min(len(r["history"]) for r in rows)
-    curve = {
-        "round": list(range(1, n_rounds + 1)),
-        "accuracy": [
-            float(np.mean([r["history"][k]["accuracy"] for r in rows])) for k in range(n_rounds)
-        ],
-        "macro_f1": [
-            float(np.mean([r["history"][k]["macro_f1"] for r in rows])) for k in range(n_rounds)
-        ],
-        "clock_s": [
-            float(np.mean([r["history"][k]["clock_s"] for r in rows])) for k in range(n_rounds)
-        ],
-        "delay_s": [
-            float(np.mean([r["history"][k]["delay_s"] for r in rows])) for k in range(n_rounds)
-        ],
-    }
-    return {
-        "seeds": [r["seed"] for r in rows],
-        "cuts": sorted({tuple(r["cuts"]) for r in rows}),
-        "final_accuracy": _interval(final_acc, SCORE_BOUNDS),
-        "final_macro_f1": _interval(final_f1, SCORE_BOUNDS),
-        "delay_total_s": _interval(delay),
-        "delay_per_round_s": _interval(per_round),
-        "delay_to_target_s": _interval(to_target),
-        "reached_target": int(np.sum(np.isfinite(to_target))),
-        "bytes_total": _interval(nbytes),
-        "bytes_by_hop": by_hop,
-        "bytes_by_type": by_type,
-        "bytes_by_hop_direction_type": nested,
-        "wall_s": float(np.sum([r["wall_s"] for r in rows])),
-        "per_seed": {
-            "final_accuracy": final_acc,
-            "final_macro_f1": final_f1,
-            "delay_total_s": delay,
-            "delay_to_target_s": to_target,
-            "bytes_total": nbytes,
+            for h in HOPS
         },
-        "curve": curve,
-    }
+        wall_s=float(np.sum([r.wall_s for r in rows])),
+        per_seed=SchemePerSeed(
+            final_accuracy=final_acc,
+            final_macro_f1=final_f1,
+            delay_total_s=delay,
+            delay_to_target_s=to_target,
+            bytes_total=nbytes,
+        ),
+        curve=Curve(
+            round=list(range(1, n_rounds + 1)),
+            **{
+                name: [_mean(getattr(r.history[k], name) for r in rows) for k in range(n_rounds)]
+                for name in ("accuracy", "macro_f1", "clock_s", "delay_s")
+            },
+        ),
+    )
 
 
-def _versus(rows: list[dict], ref: list[dict], target: float) -> dict:
-    seeds = sorted({r["seed"] for r in rows} & {r["seed"] for r in ref})
-    a = {r["seed"]: r for r in ref}
-    b = {r["seed"]: r for r in rows}
+def _versus(rows: list[SFLRun], ref: list[SFLRun], target: float) -> Versus:
+    seeds = sorted({r.seed for r in rows} & {r.seed for r in ref})
+    a, b = _paired(ref, seeds), _paired(rows, seeds)
 
     def pick(runs, fn):
         return np.array([fn(runs[s]) for s in seeds], dtype=float)
 
-    acc = compare_paired(
-        pick(a, lambda r: r["history"][-1]["accuracy"]),
-        pick(b, lambda r: r["history"][-1]["accuracy"]),
-    )
-    f1 = compare_paired(
-        pick(a, lambda r: r["history"][-1]["macro_f1"]),
-        pick(b, lambda r: r["history"][-1]["macro_f1"]),
-    )
-    delay = ratio_ci(
-        pick(b, lambda r: r["totals"]["delay_total_s"]),
-        pick(a, lambda r: r["totals"]["delay_total_s"]),
-    )
-    nbytes = ratio_ci(
-        pick(b, lambda r: r["totals"]["bytes_total"]), pick(a, lambda r: r["totals"]["bytes_total"])
-    )
+    acc = compare_paired(pick(a, lambda r: r.final.accuracy), pick(b, lambda r: r.final.accuracy))
+    f1 = compare_paired(pick(a, lambda r: r.final.macro_f1), pick(b, lambda r: r.final.macro_f1))
+    delay = ratio_ci(pick(b, lambda r: r.delay_total_s), pick(a, lambda r: r.delay_total_s))
+    nbytes = ratio_ci(pick(b, lambda r: r.bytes_total), pick(a, lambda r: r.bytes_total))
     tt = ratio_ci(
-        pick(b, lambda r: delay_to_target(r["history"], target)),
-        pick(a, lambda r: delay_to_target(r["history"], target)),
+        pick(b, lambda r: delay_to_target(r.history, target)),
+        pick(a, lambda r: delay_to_target(r.history, target)),
     )
-    return {
-        "n_seeds": len(seeds),
-        "accuracy_diff": acc.diff.as_dict(),
-        "accuracy_test": {"t_p": acc.t_p, "wilcoxon_p": acc.wilcoxon_p, "note": acc.note},
-        "macro_f1_diff": f1.diff.as_dict(),
-        "delay_ratio": delay.as_dict(),
-        "bytes_ratio": nbytes.as_dict(),
-        "delay_to_target_ratio": tt.as_dict(),
-    }
+    return Versus(
+        n_seeds=len(seeds),
+        accuracy_diff=acc.diff,
+        accuracy_test=PairedTests(t_p=acc.t_p, wilcoxon_p=acc.wilcoxon_p, note=acc.note),
+        macro_f1_diff=f1.diff,
+        delay_ratio=delay,
+        bytes_ratio=nbytes,
+        delay_to_target_ratio=tt,
+    )
 
 
-def baseline_summary(baselines: list[dict], runs: list[dict]) -> dict:
+def baseline_summary(
+    baselines: list[BaselineRun], runs: list[SFLRun]
+) -> dict[str, BaselineSummary]:
     """Per baseline that splits nothing: final accuracy and macro-F1 over seeds, and the
     accuracy difference of each split scheme from it, paired by seed."""
     out = {}
-    for name in sorted({b["baseline"] for b in baselines}):
-        rows = sorted((b for b in baselines if b["baseline"] == name), key=lambda b: b["seed"])
-        acc = {b["seed"]: b["accuracy"] for b in rows}
+    for name in sorted({b.baseline for b in baselines}):
+        rows = sorted((b for b in baselines if b.baseline == name), key=lambda b: b.seed)
+        acc = {b.seed: b.accuracy for b in rows}
         versus = {}
-        for scheme in sorted({r["scheme"] for r in runs}):
-            own = {r["seed"]: r["history"][-1]["accuracy"] for r in runs if r["scheme"] == scheme}
+        for scheme in sorted({r.scheme for r in runs}):
+            own = {r.seed: r.final.accuracy for r in runs if r.scheme == scheme}
             seeds = sorted(set(acc) & set(own))
             cmp = compare_paired(
                 np.array([acc[s] for s in seeds]), np.array([own[s] for s in seeds])
             )
-            versus[scheme] = cmp.diff.as_dict()
-        out[name] = {
-            "final_accuracy": _interval([b["accuracy"] for b in rows]),
-            "final_macro_f1": _interval([b["macro_f1"] for b in rows]),
-            "bytes_total": _interval([b["bytes"] for b in rows]),
-            "per_seed": rows,
-            "scheme_minus_baseline": versus,
-        }
+            versus[scheme] = cmp.diff
+        out[name] = BaselineSummary(
+            final_accuracy=mean_ci([b.accuracy for b in rows]),
+            final_macro_f1=mean_ci([b.macro_f1 for b in rows]),
+            bytes_total=mean_ci([b.bytes for b in rows]),
+            per_seed=rows,
+            scheme_minus_baseline=versus,
+        )
     return out
 
 
@@ -338,54 +345,27 @@ ABLATION = (
 replaced by the greedy at the same cuts, then the cuts chosen by the planner."""
 
 
-def ablation(runs: list[dict]) -> list[dict]:
+def ablation(runs: list[SFLRun]) -> list[AblationRow]:
     """Rows of :data:`ABLATION` present in ``runs``: accuracy difference (points,
     paired t interval) and total delay and bytes ratios (paired, log interval)."""
     rows = []
-    schemes = {r["scheme"] for r in runs}
+    schemes = {r.scheme for r in runs}
     for label, b, a in ABLATION:
         if a not in schemes or b not in schemes:
             continue
         v = _versus(scheme_rows(runs, b), scheme_rows(runs, a), target=math.inf)
         rows.append(
-            {
-                "part": label,
-                "scheme": b,
-                "against": a,
-                "n_seeds": v["n_seeds"],
-                "accuracy_diff": v["accuracy_diff"],
-                "delay_ratio": v["delay_ratio"],
-                "bytes_ratio": v["bytes_ratio"],
-            }
+            AblationRow(
+                part=label,
+                scheme=b,
+                against=a,
+                n_seeds=v.n_seeds,
+                accuracy_diff=v.accuracy_diff,
+                delay_ratio=v.delay_ratio,
+                bytes_ratio=v.bytes_ratio,
+            )
         )
     return rows
-
-
-def _plan_summary(plans: dict) -> dict:
-    out = {}
-    for seed, by_scheme in plans.items():
-        out[seed] = {
-            s: {
-                k: p.get(k)
-                for k in (
-                    "cuts",
-                    "tiers",
-                    "predicted_loss",
-                    "predicted_accuracy",
-                    "predicted",
-                    "guard",
-                    "delay_s",
-                    "bytes",
-                    "objective",
-                    "planning_s",
-                    "clients_per_aggregator",
-                    "candidates",
-                    "objective_def",
-                )
-            }
-            for s, p in by_scheme.items()
-        }
-    return out
 
 
 def _pct(x: float) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,15 @@ from flowsplit.experiments.sfl.config import (
     replanned_name,
 )
 from flowsplit.experiments.sfl.report import write_report
-from flowsplit.experiments.sfl.result import SFLCompareResult
+from flowsplit.experiments.sfl.result import (
+    BaselineRun,
+    BestFixed,
+    CutRow,
+    RoundRow,
+    RunTotals,
+    SFLCompareResult,
+    SFLRun,
+)
 from flowsplit.federated.final import finish_run
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.results import write_run
@@ -65,7 +74,6 @@ from flowsplit.planner.plan import PlannerConfig, plan_split
 from flowsplit.planner.reassign import place_clients
 from flowsplit.planner.replan import ReplanPolicy, predicted_rounds
 from flowsplit.planner.study import Study, base_config, make_study, plan_seed, resolve
-from flowsplit.util import jsonable
 
 log = logging.getLogger("flowsplit.experiments")
 
@@ -150,24 +158,23 @@ def run_sfl_compare(
         if cfg.baselines:
             setup = study.prepare(base_config(cfg, seed))
             for name, rec in run_baselines(setup, cfg.baselines).items():
-                baselines.append({"baseline": name, "seed": seed, **rec})
+                baselines.append(BaselineRun.from_record(name, seed, rec))
     atomic_write_json(out / "plans.json", plans)
     if per_cut:  # best-fixed's runs are those of the pair best on validation
         best = _best_pair(per_cut)
-        runs += [{**r, "scheme": "best-fixed"} for r in per_cut if tuple(r["cuts"]) == best]
-    doc = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
+        runs += [replace(r, scheme="best-fixed") for r in per_cut if tuple(r.cuts) == best]
+    results = analyse(study, runs, plans, wall_s=time.perf_counter() - t0, dataset_dir=dataset_dir)
     if per_cut:
-        doc["best_fixed"] = _best_fixed(per_cut, runs)
-    doc["baselines"] = baseline_summary(baselines, runs)
-    doc["ablation"] = ablation(runs)
-    results = SFLCompareResult.from_dict(jsonable(doc, strict=False))  # NaN kept
+        results.best_fixed = _best_fixed(per_cut)
+    results.baselines = baseline_summary(baselines, runs)
+    results.ablation = ablation(runs)
     results.summary = summary_lines(results)
     return write_report(out, results)
 
 
 def _run_one(
     study: Study, scheme: str, seed: int, plan, out: Path, quiet: bool, policy=None
-) -> dict:
+) -> SFLRun:
     """One simulated run of ``plan`` (``policy``: the per-round assignment policy, e.g.
     re-planning; default: keep the plan's assignment)."""
     cfg = study.config
@@ -185,17 +192,19 @@ def _run_one(
     # Per-class scores, test predictions and the whole model, as `sfl run` records them.
     finish_run(run_dir, setup, result.model_state, study.model_fn)
     history = result.history
+    rows = [RoundRow.from_record(r) for r in history]
+    totals = RunTotals.from_totals(result.totals())
     if not quiet:
-        last = history[-1]
+        last = rows[-1]
         log.info(
             "%-9s seed %d cuts %s: acc %.4f, macro-F1 %.4f, delay %.2f s, %.1f MB (%.1f s)",
             scheme,
             seed,
             tuple(plan.cuts),
-            last["accuracy"],
-            last["macro_f1"],
-            last["clock_s"],
-            result.totals()["bytes_total"] / 1e6,
+            last.accuracy,
+            last.macro_f1,
+            last.clock_s,
+            totals.bytes_total / 1e6,
             wall,
         )
     # What the cost model predicts for each round: the plan's figures on an unchanging
@@ -206,35 +215,21 @@ def _run_one(
         per_round = predicted_rounds(setup, history, plan.assignment)
     else:
         per_round = [(plan.delay_s, plan.bytes)] * len(history)
-    return {
-        "scheme": scheme,
-        "seed": seed,
-        "val_accuracy": _val_accuracy(setup, result),
-        "cuts": list(plan.cuts),
-        "engine_scheme": engine_scheme,
-        "wall_s": wall,
-        "predicted_delay_s": plan.delay_s,
-        "predicted_bytes": plan.bytes,
-        "predicted_delay_per_round_s": [d for d, _ in per_round],
-        "predicted_bytes_per_round": [b for _, b in per_round],
-        "moves": int(sum(len(r.get("reassigned", [])) for r in history)),
-        "history": [
-            {
-                k: r[k]
-                for k in (
-                    "round",
-                    "accuracy",
-                    "macro_f1",
-                    "loss",
-                    "delay_s",
-                    "clock_s",
-                    "bytes_total",
-                )
-            }
-            for r in history
-        ],
-        "totals": result.totals(),
-    }
+    return SFLRun(
+        scheme=scheme,
+        seed=seed,
+        cuts=list(plan.cuts),
+        history=rows,
+        totals=totals,
+        val_accuracy=_val_accuracy(setup, result),
+        engine_scheme=engine_scheme,
+        wall_s=wall,
+        predicted_delay_s=plan.delay_s,
+        predicted_bytes=plan.bytes,
+        predicted_delay_per_round_s=[d for d, _ in per_round],
+        predicted_bytes_per_round=[b for _, b in per_round],
+        moves=int(sum(len(r.get("reassigned", [])) for r in history)),
+    )
 
 
 def cut_plans(study: Study, seed: int) -> dict:
@@ -263,31 +258,30 @@ def cut_plans(study: Study, seed: int) -> dict:
     return out
 
 
-def _best_pair(per_cut: list[dict]) -> tuple[int, int]:
-    pairs = sorted({tuple(r["cuts"]) for r in per_cut})
-    val = {p: np.mean([r["val_accuracy"] for r in per_cut if tuple(r["cuts"]) == p]) for p in pairs}
+def _best_pair(per_cut: list[SFLRun]) -> tuple[int, int]:
+    pairs = sorted({tuple(r.cuts) for r in per_cut})
+    val = {p: np.mean([r.val_accuracy for r in per_cut if tuple(r.cuts) == p]) for p in pairs}
     return max(pairs, key=lambda p: val[p])
 
 
-def _best_fixed(per_cut: list[dict], runs: list[dict]) -> dict:
+def _best_fixed(per_cut: list[SFLRun]) -> BestFixed:
     """Every legal pair's mean final validation and test accuracy, and the choice."""
-    pairs = sorted({tuple(r["cuts"]) for r in per_cut})
     rows = []
-    for p in pairs:
-        rs = [r for r in per_cut if tuple(r["cuts"]) == p]
+    for p in sorted({tuple(r.cuts) for r in per_cut}):
+        rs = [r for r in per_cut if tuple(r.cuts) == p]
         rows.append(
-            {
-                "cuts": list(p),
-                "val_accuracy": float(np.mean([r["val_accuracy"] for r in rs])),
-                "test_accuracy": float(np.mean([r["history"][-1]["accuracy"] for r in rs])),
-                "n_seeds": len(rs),
-            }
+            CutRow(
+                cuts=list(p),
+                val_accuracy=float(np.mean([r.val_accuracy for r in rs])),
+                test_accuracy=float(np.mean([r.final.accuracy for r in rs])),
+                n_seeds=len(rs),
+            )
         )
-    return {
-        "chosen": list(_best_pair(per_cut)),
-        "per_cut": rows,
-        "rule": "the pair with the best mean final validation accuracy over seeds",
-    }
+    return BestFixed(
+        chosen=list(_best_pair(per_cut)),
+        per_cut=rows,
+        rule="the pair with the best mean final validation accuracy over seeds",
+    )
 
 
 def _val_accuracy(setup, result) -> float:
@@ -301,8 +295,10 @@ def _val_accuracy(setup, result) -> float:
     return float(evaluate_model(model, x, y, ds.n_classes)["accuracy"])
 
 
-def analyse(study: Study, runs: list[dict], plans: dict, *, wall_s: float, dataset_dir) -> dict:
-    """Aggregate runs into the results document's content (see
+def analyse(
+    study: Study, runs: list[SFLRun], plans: dict, *, wall_s: float, dataset_dir
+) -> SFLCompareResult:
+    """Aggregate runs into the study's result (see
     :mod:`flowsplit.experiments.sfl.analysis`)."""
     return summarise(study, runs, plans, wall_s=wall_s, dataset_dir=str(dataset_dir))
 

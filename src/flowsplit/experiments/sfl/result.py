@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from flowsplit.experiments.stats import Interval
 from flowsplit.report.document import JsonDocument
-from flowsplit.util import typed_from_dict
+from flowsplit.util import jsonable, typed_from_dict
 
 SFL_COMPARE_SCHEMA_VERSION = 1
 RESULTS_NAME = "results.json"
@@ -38,6 +38,29 @@ class RoundRow:
     clock_s: float
     bytes_total: float
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RoundRow:
+        """The study's columns of one round of the engine's history."""
+        return cls(**{f.name: record[f.name] for f in fields(cls)})
+
+
+@dataclass
+class RunTotals:
+    """Sums over a run's rounds (``SFLResult.totals``); the sums the study does not read
+    stay in ``detail`` (written flat beside these)."""
+
+    bytes_total: float
+    delay_total_s: float
+    bytes_by_hop: dict[str, float]
+    bytes_by_type: dict[str, float]
+    bytes: dict[str, dict[str, dict[str, float]]]
+    """``hop -> direction -> message type -> bytes``."""
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+
+    @classmethod
+    def from_totals(cls, totals: dict[str, Any]) -> RunTotals:
+        return typed_from_dict(cls, jsonable(totals, strict=False), "totals")
+
 
 @dataclass
 class SFLRun:
@@ -47,8 +70,7 @@ class SFLRun:
     seed: int
     cuts: list[int]
     history: list[RoundRow]
-    totals: dict[str, Any]
-    """Sums over rounds (``SFLResult.totals``: bytes by hop/direction/type, delay, ...)."""
+    totals: RunTotals
     val_accuracy: float = math.nan
     engine_scheme: str = ""
     wall_s: float = math.nan
@@ -64,11 +86,11 @@ class SFLRun:
 
     @property
     def delay_total_s(self) -> float:
-        return float(self.totals["delay_total_s"])
+        return self.totals.delay_total_s
 
     @property
     def bytes_total(self) -> float:
-        return float(self.totals["bytes_total"])
+        return self.totals.bytes_total
 
 
 @dataclass
@@ -172,6 +194,12 @@ class BaselineRun:
     bytes: float
     detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
     """Everything else the baseline recorded."""
+
+    @classmethod
+    def from_record(cls, baseline: str, seed: int, record: dict[str, Any]) -> BaselineRun:
+        """A baseline runner's record (accuracy, macro-F1, bytes, ...) of one seed."""
+        data = {"baseline": baseline, "seed": seed, **record}
+        return typed_from_dict(cls, jsonable(data, strict=False), "baseline")
 
 
 @dataclass
@@ -285,6 +313,13 @@ class Surrogate:
     detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
     """Everything else the planner recorded about its pilots."""
 
+    @classmethod
+    def from_study(cls, surrogate: dict[str, Any]) -> Surrogate | None:
+        """The planner's record of its pilots and surrogate (None: no pilots ran)."""
+        if not surrogate:
+            return None
+        return typed_from_dict(cls, jsonable(surrogate, strict=False), "surrogate")
+
     def table_rows(self) -> list[dict[str, Any]]:
         """The per-pair table as the report shows it (cuts as ``(a, c)``)."""
         return [{**r, "cuts": str(tuple(r["cuts"]))} for r in self.table]
@@ -328,6 +363,12 @@ class PlanSummary:
     candidates: Any = None
     objective_def: dict[str, Any] | None = None
     """``reference``, ``delay_ref_s``, ``bytes_ref`` of the acc-aware objective."""
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any]) -> PlanSummary:
+        """The summary of a plan's dict (``Plan.to_dict``); absent figures are None."""
+        data = {f.name: plan.get(f.name) for f in fields(cls)}
+        return typed_from_dict(cls, jsonable(data, strict=False), "plan")
 
     def references_text(self) -> str | None:
         """The objective's references in words, None without an objective."""
