@@ -290,23 +290,25 @@ def test_the_cost_model_predicts_each_sampled_round(dataset):
         assert rec["bytes_total"] == pytest.approx(nbytes, rel=1e-9)
 
 
-def test_a_sampled_dist_run_is_refused_once_before_any_role_starts(tmp_path, capsys, monkeypatch):
+def test_a_pool_outside_dist_is_refused_once_before_the_run_is_prepared(
+    tmp_path, capsys, monkeypatch
+):
     from flowsplit.cli import main
     from flowsplit.federated import setup as setup_mod
     from tests.train.synth import write_synthetic
 
-    # Prepare: a dataset, and a dist run asked to sample; preparing the run (profiling,
-    # loading the data) would be wasted work, so it must not start.
+    # Prepare: a dataset, and a sampled simulation asked for a pool of client workers
+    # (a dist option); preparing the run (profiling, loading the data) would be wasted.
     ds = write_synthetic(tmp_path / "ds", n=40)
 
     def no_prepare(*_a, **_k):
         raise AssertionError("the run was prepared before the refusal")
 
     monkeypatch.setattr(setup_mod, "prepare_run", no_prepare)
-    argv = ["sfl", "run", str(ds), "--mode", "dist", "--clients-per-round", "2"]
+    argv = ["sfl", "run", str(ds), "--clients-per-round", "2", "--client-workers", "2"]
     # Execute
     rc = main([*argv, "--model", "cnn", "--rounds", "1", "-o", str(tmp_path / "o"), "--quiet"])
-    # Assert: one line from the command, none from role processes; no run left behind.
+    # Assert: one line from the command; no run left behind.
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "--mode sim only" in err[0], err
+    assert rc == 2 and len(err) == 1 and "--mode dist" in err[0], err
     assert not (tmp_path / "o" / "metrics.json").exists()

@@ -143,6 +143,15 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     add_renamed(p, "--backend", "--mode", "--backend is train's process-group backend")
     p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
     p.add_argument(
+        "--client-workers",
+        default=None,
+        metavar="P|auto",
+        help="dist: host the clients in a fixed pool of P worker processes (auto: the "
+        "cores), each round's clients built in them while they take part, instead of a "
+        "process per client; the default when clients are sampled (--clients-per-round, "
+        "--fraction, --select), which needs it. Under torchrun: 1 + A + P processes",
+    )
+    p.add_argument(
         "--plan",
         default=None,
         help="run a plan.json from `flowsplit sfl plan`: its "
@@ -186,6 +195,7 @@ def write_run_args(out: Path, args: argparse.Namespace, config: SFLConfig) -> No
     from flowsplit.outputs import atomic_write_json
 
     saved = {name: getattr(args, name) for name in _RUN_ARG_NAMES}
+    saved["client_workers"] = getattr(args, "client_workers", None)
     for name in ("dataset", "topology", "plan"):
         saved[name] = _resolved(saved[name])
     out.mkdir(parents=True, exist_ok=True)
@@ -217,6 +227,7 @@ def _resume_args(args: argparse.Namespace) -> SFLConfig | None:
         saved = json.loads(path.read_text(encoding="utf-8"))
         for name in _RUN_ARG_NAMES:
             setattr(args, name, saved["args"][name])
+        args.client_workers = saved["args"].get("client_workers")  # runs saved before it: none
         return SFLConfig.from_dict(saved["config"])
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"unreadable ({type(exc).__name__}: {exc})") from None
@@ -290,12 +301,7 @@ def _run(args: argparse.Namespace) -> int:
     from flowsplit.federated.sampling import sampling_configured
     from flowsplit.train.distributed import available_cores
 
-    if args.mode != "sim" and sampling_configured(config):
-        # Said once here, not by every role process the launcher would start.
-        raise ConfigError(
-            "--clients-per-round, --fraction and --select sample clients in --mode sim "
-            "only; --mode dist runs every client in every round"
-        )
+    workers = _client_workers(args, sampling_configured(config), torchrun, topology)
     check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=args.force)
     torch.set_num_threads(config.threads)
     setup = prepare_run(
@@ -322,6 +328,7 @@ def _run(args: argparse.Namespace) -> int:
             bind=args.bind,
             policy=run_policy(config),
             probe=probe,
+            client_workers=workers,
         )
         if result is None:
             return 0
@@ -337,6 +344,7 @@ def _run(args: argparse.Namespace) -> int:
             resume=resume,
             policy=run_policy(config),
             probe=probe,
+            client_workers=workers,
         )
     from flowsplit.federated.final import finish_run
 
@@ -355,6 +363,39 @@ def _run(args: argparse.Namespace) -> int:
         f"{tracked}"
     )
     return 0
+
+
+def _client_workers(
+    args: argparse.Namespace, sampled: bool, torchrun: Any, topology: Any
+) -> int | None:
+    """``--client-workers`` as a worker count (None: a process per client); said once
+    here, not by every role process the launcher would start."""
+    from flowsplit.train.distributed import available_cores
+
+    given = getattr(args, "client_workers", None)
+    if args.mode != "dist":
+        if given is not None:
+            raise ConfigError("--client-workers hosts the clients of a --mode dist run")
+        return None
+    if given is None and not sampled:
+        return None
+    if torchrun is not None:  # the launch decides: every process but the upper tiers
+        workers = torchrun.world_size - 1 - topology.n_aggregators
+        if given not in (None, "auto") and str(given) != str(workers):
+            raise ConfigError(
+                f"--client-workers {given}: this torchrun launch has {workers} processes "
+                f"for clients (1 server + {topology.n_aggregators} aggregators + P)"
+            )
+        return max(1, workers)
+    if given is None or str(given).strip().lower() == "auto":
+        return available_cores()
+    try:
+        workers = int(str(given))
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise ConfigError(f"--client-workers {given!r}: give a number of processes >= 1 or auto")
+    return workers
 
 
 def delay_summary(history: list[dict[str, Any]], topology: str) -> str:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.assignment import AssignmentPolicy
+from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist.checkpoint import read_checkpoint
 from flowsplit.federated.dist.liveness import (
     HeartbeatWatch,
@@ -30,6 +31,7 @@ from flowsplit.federated.dist.liveness import (
 )
 from flowsplit.federated.dist.role import FAILURE_FILE, role_main, spawned_role_main
 from flowsplit.federated.results import SFLResult, read_run
+from flowsplit.federated.sampling import sampling_configured
 from flowsplit.federated.setup import ModelFn, RunSetup
 from flowsplit.federated.system.topology import Topology, topology_to_toml
 from flowsplit.train.distributed import read_dist_env
@@ -62,9 +64,14 @@ def make_payload(
     }
 
 
-def pool_size(client_workers: int | None, n_clients: int) -> int | None:
+def pool_size(client_workers: int | None, n_clients: int, config: SFLConfig) -> int | None:
     """The pool's worker count for ``client_workers`` (None: no pool, a process per
-    client); never more workers than clients."""
+    client); never more workers than clients. A run that samples clients needs a pool."""
+    if client_workers is None and sampling_configured(config):
+        raise ConfigError(
+            "--clients-per-round, --fraction and --select sample clients in --mode dist "
+            "with a pool of client workers only (--client-workers P)"
+        )
     if client_workers is None:
         return None
     if int(client_workers) < 1:
@@ -123,7 +130,7 @@ def launch_roles(
     random streams restart).
     """
     topo: Topology = setup.topology
-    workers = pool_size(client_workers, topo.n_clients)
+    workers = pool_size(client_workers, topo.n_clients, setup.config)
     if workers and probe:
         raise ConfigError("--probe measures a process per client; run it without --client-workers")
     world = 1 + topo.n_aggregators + (workers or topo.n_clients)
@@ -244,6 +251,6 @@ def run_under_torchrun(
     )
     payload["policy"] = policy
     payload["probe"] = probe
-    payload["client_workers"] = pool_size(client_workers, setup.topology.n_clients)
+    payload["client_workers"] = pool_size(client_workers, setup.topology.n_clients, setup.config)
     role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 and probe != "only" else None

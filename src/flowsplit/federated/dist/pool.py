@@ -135,8 +135,8 @@ def encode_round(ids, assignment, skipped, hosts) -> bytes:
 
 def decode_round(raw: bytes, key: str) -> tuple[np.ndarray, ...]:
     """``(ids, assignment, skipped, hosts)`` of :func:`encode_round`."""
-    arr = np.frombuffer(raw, dtype="<i8").astype(np.int64)
-    if len(arr) < 1 or len(arr) != 1 + 4 * int(arr[0]):
+    arr = np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<i8").astype(np.int64)
+    if len(raw) % 8 or len(arr) < 1 or len(arr) != 1 + 4 * int(arr[0]):
         raise FlowsplitError(f"{key}: {len(raw)} bytes, not a round of this run")
     k = int(arr[0])
     ids, assignment, skipped, hosts = arr[1:].reshape(4, k)
