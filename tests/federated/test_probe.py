@@ -100,10 +100,10 @@ def test_probed_topology_keeps_the_transport_cpu_and_busy_send_rates():
         ]
     )
     topo, report = probed_topology(nominal, rows)
-    assert topo.extra["client_message_cpu_s"] == [2e-4, 0.0]  # client 1: not measured
+    assert topo.extra["client_recv_cpu_s"] == [2e-4, 0.0]  # client 1: not measured
     assert topo.extra["aggregator_byte_cpu_s"] == [0.0, 2e-9]
     assert topo.extra["client_busy_send_Bps"] == [5e5, 0.0]  # median of its links
     assert topo.extra["aggregator_busy_send_Bps"] == [0.0, 8e6]
-    assert report["clients"]["0"]["message_cpu_s"] == 2e-4
+    assert report["clients"]["0"]["recv_cpu_s"] == 2e-4
     again = topology_from_toml(topology_to_toml(topo))
     assert again.extra["client_busy_send_Bps"] == [5e5, 0.0]

@@ -153,8 +153,8 @@ def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
 
 def test_the_transport_cpu_is_charged_per_message_and_byte_under_the_quota():
     # Prepare: client 0 (rank 2; no burst, a 10 % share) sends 100 kB to the aggregator
-    # (rank 1, no quota), which receives it. Each message costs 1 ms + 10 ns per byte
-    # of CPU (2 ms at full speed for this one) at both ends.
+    # (rank 1, no quota), which receives it. A byte costs 10 ns of CPU at both ends (1 ms
+    # for this message), a message received 1 ms more.
     client, agg = Tracer(2, 1), Tracer(1, 1)
     client.send(1, 100_000, TRAIN, 0, 0)
     agg.recv(2, 0, GRADIENTS, 0, 0)
@@ -163,14 +163,14 @@ def test_the_transport_cpu_is_charged_per_message_and_byte_under_the_quota():
     free = replay(trace, topo)
     topo.extra.update(client_cpu_share=[0.1, 0.1], client_cpu_burst_s=[1e-9, 1e-9])
     for who in ("client", "aggregator"):
-        topo.extra[f"{who}_message_cpu_s"] = [0.001] * (2 if who == "client" else 1)
+        topo.extra[f"{who}_recv_cpu_s"] = [0.001] * (2 if who == "client" else 1)
         topo.extra[f"{who}_byte_cpu_s"] = [1e-8] * (2 if who == "client" else 1)
     charged = replay(trace, topo)
     # Assert: without costs the sender is done at once and the message is in after
-    # 0.1 s + 10 ms; with them the sender's 2 ms of CPU take 20 ms at its share, and the
+    # 0.1 s + 10 ms; with them the sender's 1 ms of CPU takes 10 ms at its share, and the
     # receiver's 2 ms (no quota) follow the arrival.
     assert free[1, T_END] == 0.0 and free[0, T_END] == pytest.approx(0.11)
-    assert charged[1, T_END] == pytest.approx(0.020)
+    assert charged[1, T_END] == pytest.approx(0.010)
     assert charged[0, T_END] == pytest.approx(0.11 + 0.002)
 
 

@@ -18,7 +18,9 @@ processes, where the run itself would run, and measures:
   start, a quota's stall, the reply, cancels out). The latency the topology gets is
   half the round trip: it includes the transport's own per-message cost;
 - **the transport's CPU**: every role counts the CPU time its process spends (all its
-  threads: gloo's included) on the probe's small messages (CPU s per message) and on
+  threads: gloo's included) on the probe's small round trips (CPU s per message
+  received: a round trip is one receive, waited for with a deadline, and one send,
+  posted; gloo's wait with a deadline costs CPU, a posted send almost none) and on
   its bulk transfers (CPU s per byte: the difference between the two largest payloads
   of a direction over their difference in bytes, sends and receives pooled); and the
   rate a sender refills its stream at while it computes under its CPU quota (the lower
@@ -86,7 +88,8 @@ class _CpuLedger:
         self.small_messages = 0
         self.bulk: dict[int, list[tuple[int, float]]] = {}
 
-    def message_cpu_s(self) -> float:
+    def recv_cpu_s(self) -> float:
+        """CPU s per small round trip: one message received (and one posted)."""
         return self.small_cpu / self.small_messages if self.small_messages else float("nan")
 
     def byte_cpu_s(self) -> float:
@@ -204,9 +207,12 @@ def _cmd(op: int, n: int = 0, delay_us: int = 0) -> torch.Tensor:
     return torch.tensor([op, n, delay_us], dtype=torch.int64)
 
 
-def _timed(transport: Any, peer: Address, op: int, n: int, delay_us: int = 0) -> float:
+def _timed(
+    transport: Any, peer: Address, op: int, n: int, delay_us: int = 0, *, book: bool = True
+) -> float:
     """Seconds from posting command ``op`` (with its payload) to the peer's answer (for
-    ``_GIVE``/``_BUSY``: its payload); the CPU it took is booked in the ledger."""
+    ``_GIVE``/``_BUSY``: its payload); the CPU it took is booked in the ledger (unless
+    not ``book``: a warm-up)."""
     payload = torch.zeros(n, dtype=torch.uint8) if op == _TAKE else None
     cpu = time.process_time()
     start = time.perf_counter()
@@ -218,9 +224,11 @@ def _timed(transport: Any, peer: Address, op: int, n: int, delay_us: int = 0) ->
         raise ConnectionError(f"lost {peer} while probing")
     took = time.perf_counter() - start
     cpu = time.process_time() - cpu
-    if op == _ECHO:
+    if not book:
+        pass
+    elif op == _ECHO:
         _ledger.small_cpu += cpu
-        _ledger.small_messages += 2
+        _ledger.small_messages += 1
     elif op in (_TAKE, _GIVE):
         _ledger.bulk.setdefault(op, []).append((n, cpu))
     return took
@@ -270,7 +278,7 @@ def probe_link(
     measured with the peer answering (:func:`answer_probe`); ends the peer's loop."""
     # The fastest of the round trips: the path and the transport's own cost, without the
     # waits of a peer that was not running (a CPU quota's stalls are the CPU model's).
-    rtts = [_timed(transport, peer, _ECHO, 0) for _ in range(10)][2:]
+    rtts = [_timed(transport, peer, _ECHO, 0, book=k >= 2) for k in range(10)][2:]
     rtt = min(rtts)
     bandwidths = [steady_rate(transport, peer, op, rtt) for op in (_TAKE, _GIVE)]
     busy = probe_busy_sender(transport, peer, bandwidths[1], rtt)
@@ -300,6 +308,7 @@ def _spin(seconds: float) -> None:
 def answer_probe(transport: Any, peer: Address) -> None:
     """Answer ``peer``'s :func:`probe_link` until it is done."""
     small = torch.zeros(1)
+    echoes = 0
     while True:
         cpu = time.process_time()
         cmd = transport.recv(Recv(peer, CONTROL), telemetry=True)
@@ -336,8 +345,10 @@ def answer_probe(transport: Any, peer: Address) -> None:
         else:
             transport.send(Send(peer, small, CONTROL), telemetry=True)
             transport.flush()
-            _ledger.small_cpu += time.process_time() - cpu
-            _ledger.small_messages += 2
+            echoes += 1
+            if echoes > 2:  # the first include waiting for the prober to begin
+                _ledger.small_cpu += time.process_time() - cpu
+                _ledger.small_messages += 1
 
 
 # --- the whole probe -------------------------------------------------------------------
@@ -404,9 +415,9 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
 
 
 def _own_cpu() -> list[float]:
-    """This role's transport CPU: [s per message, s per byte, NaN] (NaN: not measured;
-    the last column, a link's busy send rate, is not a role's)."""
-    return [_ledger.message_cpu_s(), _ledger.byte_cpu_s(), np.nan]
+    """This role's transport CPU: [s per message received, s per byte, NaN] (NaN: not
+    measured; the last column, a link's busy send rate, is not a role's)."""
+    return [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), np.nan]
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
@@ -431,12 +442,12 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     sizes = {"client": nominal.n_clients, "aggregator": nominal.n_aggregators, "server": 1}
     transport = {
         name: {who: [np.nan] * n for who, n in sizes.items()}
-        for name in ("message_cpu_s", "byte_cpu_s")
+        for name in ("recv_cpu_s", "byte_cpu_s")
     }
     busy_sends: dict[str, list[list[float]]] = {
         who: [[] for _ in range(n)] for who, n in sizes.items()
     }
-    for kind, i, j, speed, rtt, down, up, held, msg_cpu, byte_cpu, busy in rows.tolist():
+    for kind, i, j, speed, rtt, down, up, held, recv_cpu, byte_cpu, busy in rows.tolist():
         i, j, kind = int(i), int(j), int(kind)
         ok = np.isfinite(speed)
         if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
@@ -446,9 +457,9 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 kind, ("server", 0)
             )
             share[who][at], burst[who][at] = rtt, down
-            if np.isfinite(msg_cpu) or np.isfinite(byte_cpu):
-                node |= {"message_cpu_s": msg_cpu, "byte_cpu_s": byte_cpu}
-                transport["message_cpu_s"][who][at] = msg_cpu
+            if np.isfinite(recv_cpu) or np.isfinite(byte_cpu):
+                node |= {"recv_cpu_s": recv_cpu, "byte_cpu_s": byte_cpu}
+                transport["recv_cpu_s"][who][at] = recv_cpu
                 transport["byte_cpu_s"][who][at] = byte_cpu
         if kind == _SPEED_CLIENT:
             report["clients"][str(i)] = node

@@ -146,12 +146,14 @@ def replay(
     processing time of the sender per message posted (protocol overhead), 0 by default.
 
     The transport's own CPU, where the probe measured it (``topology.extra``'s
-    ``{server,aggregator,client}_message_cpu_s``, ``..._byte_cpu_s``,
+    ``{server,aggregator,client}_recv_cpu_s``, ``..._byte_cpu_s``,
     ``..._busy_send_Bps``; see :func:`_transport_costs`):
 
-    - every message sent or received costs its role ``message_cpu_s + nbytes x
-      byte_cpu_s`` CPU seconds (at full speed), run under the role's CPU quota like its
-      work (a send after posting, a receive once the message is in);
+    - every message received costs its role ``recv_cpu_s`` CPU seconds (at full speed:
+      the transport waits for a message's header and payload with a deadline, which
+      costs CPU; a send is posted, not waited for), and every byte sent or received
+      ``byte_cpu_s``; run under the role's CPU quota like its work (a send's after
+      posting, a receive's once the message is in);
     - what of a message flows after the receiver asked for it moves at most at the
       sender's ``busy_send_Bps`` while the sender computes: under a spent quota its
       transport thread refills the socket only when the quota lets it run.
@@ -199,8 +201,8 @@ def replay(
                         inbox.setdefault((r, int(out[e, PEER])), deque()).append(
                             (t, out[e, NBYTES])
                         )
-                        msg_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
-                        t_end = run_cpu(r, msg_s + byte_s * out[e, NBYTES], t_end)
+                        _, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
+                        t_end = run_cpu(r, byte_s * out[e, NBYTES], t_end)
                 elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
                     t_end = t
                 else:  # RECV
@@ -221,8 +223,8 @@ def replay(
                         done = _flow(nbytes - buffer, asked, bandwidth, slow, busy[key[0]])
                     free[key] = done
                     t_end = max(t, done + latency)
-                    msg_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
-                    t_end = run_cpu(r, msg_s + byte_s * nbytes, t_end)
+                    recv_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
+                    t_end = run_cpu(r, recv_s + byte_s * nbytes, t_end)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -262,15 +264,15 @@ def _flow(
 
 
 def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float, float]]:
-    """rank -> (CPU s per message, CPU s per byte, bytes/s a busy sender refills its
-    stream at) from ``extra``'s ``{server,aggregator,client}_message_cpu_s``,
+    """rank -> (CPU s per message received, CPU s per byte, bytes/s a busy sender refills
+    its stream at) from ``extra``'s ``{server,aggregator,client}_recv_cpu_s``,
     ``..._byte_cpu_s`` and ``..._busy_send_Bps`` (as the probe measures them; absent:
     0, 0 and unlimited)."""
     out = {}
     rank = 0
     for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
         cols = []
-        for name in ("message_cpu_s", "byte_cpu_s", "busy_send_Bps"):
+        for name in ("recv_cpu_s", "byte_cpu_s", "busy_send_Bps"):
             v = extra.get(f"{who}_{name}", [])
             cols.append([v] if np.isscalar(v) else list(v))
         n = max(len(c) for c in cols) if n is None else n
