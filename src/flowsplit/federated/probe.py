@@ -322,12 +322,8 @@ def answer_probe(transport: Any, peer: Address) -> None:
             transport.send(Send(peer, payload, CONTROL), telemetry=True)
             _spin(delay_us / 1e6)
             continue
-        if op == _GIVE:  # the payload is made before the CPU is counted, as in _timed
-            payload = torch.zeros(n, dtype=torch.uint8)
-            cpu = time.process_time()
-            transport.send(Send(peer, payload, CONTROL), telemetry=True)
-            transport.flush()
-            _ledger.bulk.setdefault(-_GIVE, []).append((n, time.process_time() - cpu))
+        if op == _GIVE:  # not waited for: a wait with a deadline costs CPU (a quota's)
+            transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
             continue
         if op == _LATE:
             time.sleep(delay_us / 1e6)
@@ -344,7 +340,6 @@ def answer_probe(transport: Any, peer: Address) -> None:
             _ledger.bulk.setdefault(-_TAKE, []).append((n, time.process_time() - cpu))
         else:
             transport.send(Send(peer, small, CONTROL), telemetry=True)
-            transport.flush()
             echoes += 1
             if echoes > 2:  # the first include waiting for the prober to begin
                 _ledger.small_cpu += time.process_time() - cpu
