@@ -41,3 +41,45 @@ def test_compare_report_renders_in_chromium(tmp_path, monkeypatch):
     assert res.broken_images == []
     assert res.console_errors == []
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+PAGE_MAX_PX = 6000
+"""The data-parallel page's height limit at 1280 px wide (it was 15,696 px on the demo)."""
+
+
+@pytest.mark.skipif(
+    find_chromium() is None,
+    reason="headless Chromium not installed (apt-get install chromium); browser check skipped",
+)
+@pytest.mark.slow
+def test_demo_sized_report_opens_with_its_verdict_and_picture_and_is_short(tmp_path, monkeypatch):
+    # Prepare: the demo's study shape (three models, 1 and 2 workers, two seeds)
+    monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
+    ds = make_dataset(tmp_path / "ds")
+    out = tmp_path / "study"
+    fake_allreduce(out)
+    page = run_compare(
+        ds,
+        out,
+        models=["cnn", "lstm", "xgboost"],
+        workers=[1, 2],
+        seeds=2,
+        quick=True,
+        progress=False,
+        run_cell_fn=fake_runner(),
+    )
+    # Execute
+    res = check_page(page)
+    # Assert: a page of at most ~6,000 px that opens with one verdict line, then one
+    # picture (the first image, right under it); every figure decodes
+    assert res.loaded and res.broken_images == [] and res.console_errors == []
+    assert 0 < res.height <= PAGE_MAX_PX, res.height
+    assert res.verdict and res.verdict.startswith("Data parallelism")
+    assert "2 workers x 1 thread(s) against 1 x 1 thread(s)" in res.verdict
+    assert res.verdict_top < res.first_image_top < res.verdict_top + 400
+    assert res.images[0]["alt"].startswith("Test accuracy (mean over seeds")
+    assert len(res.images) >= 12  # nothing dropped: curves, speedups, six confusions
+    # Long tables and the method are folded, the confusion matrices sit in a grid
+    html = page.read_text()
+    assert html.count("<details>") >= 5
+    assert "minmax(270px" in html

@@ -27,6 +27,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from flowsplit.experiments.dp.report import SPEEDUP_WORTH_IT as DP_SPEEDUP_WORTH_IT
 from flowsplit.experiments.dp.result import CompareResult, read_compare_result
 from flowsplit.experiments.intervals import (
     change_ci,
@@ -51,7 +52,7 @@ from flowsplit.experiments.stats import (
 from flowsplit.report.overview import OverviewContent
 from flowsplit.util import jsonable
 
-SPEEDUP_WORTH_IT = 1.2
+SPEEDUP_WORTH_IT = DP_SPEEDUP_WORTH_IT  # the data-parallel page's verdict uses the same
 ACCURACY_TIE_PTS = 1.0
 MIN_SEEDS = MIN_EQUIVALENCE_SEEDS
 FAIR_SFL_BASELINES = ("hsfl-greedy", "best-fixed", "hsfl")
@@ -204,14 +205,7 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
             + ("it." if len(below) == 1 else "them.")
         )
     compared = [r for r in models if "workers" in r]
-    worth = [
-        r
-        for r in compared
-        if r["speedup_claimed"]
-        and r["equivalent"]
-        and interval_parts(r["speedup"])[0] >= SPEEDUP_WORTH_IT
-        and interval_parts(r["speedup"])[1] > 1
-    ]
+    worth = [r for r in compared if _worth(r)]
     for r in worth:
         out.append(
             f"Data parallelism pays for {r['name']}: {r['workers']} workers cut its epoch time "
@@ -504,10 +498,89 @@ def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> OverviewConte
         for name, r in (("data-parallel", dp_res), ("split learning", sfl_res))
         if r and r.quick
     ]
+    picture, caption = overview_picture(dp_res, sfl_res)
     return OverviewContent(
         advice=advise(dp, sfl, sfl_res),
         rules=rules_text(margin),
         data_parallel=jsonable(dp),
         split_learning=jsonable(sfl),
         quick=quick,
+        verdict=overview_verdict(dp, sfl),
+        picture=picture,
+        picture_caption=caption,
     )
+
+
+def overview_verdict(dp: list[dict[str, Any]], sfl: list[dict[str, Any]]) -> str:
+    """The overview's one-line answer, by the advice's rules: the model to use, whether
+    to train it data-parallel, and the split-learning scheme (named, not recommended,
+    under the seed rule)."""
+    parts = []
+    models = [r for r in dp if "name" in r and not math.isnan(r.get("macro_f1", math.nan))]
+    learned = [r for r in models if r.get("above_majority", True)]
+    if learned:
+        best = max(learned, key=lambda r: r["macro_f1"])
+        text = f"Use {best['name']} (macro-F1 {best['macro_f1_ci']})"
+        pays = [r for r in models if "workers" in r and _worth(r)]
+        if any(r is best for r in pays):
+            text += f", data-parallel on {best['workers']} workers (it pays)"
+        elif any("workers" in r for r in models):
+            text += ", trained centralised: data parallelism is not shown to pay here"
+        parts.append(text)
+    elif models:
+        parts.append("No model is above the majority class: none has learned from this data")
+    cands = [
+        r
+        for r in sfl
+        if not r["baseline"] and not math.isnan(r["accuracy"]) and not math.isnan(r["delay_s"])
+    ]
+    if cands:
+        top = max(r["accuracy"] for r in cands)
+        pick = min(
+            (r for r in cands if 100 * (top - r["accuracy"]) <= ACCURACY_TIE_PTS),
+            key=lambda r: r["delay_s"],
+        )
+        n = min(r["n_seeds"] for r in cands)
+        what = f"{pick['scheme']} ({pick['accuracy_ci'].split(' (')[0]} accuracy, lowest delay)"
+        if n >= MIN_SEEDS:
+            parts.append(f"for split learning use {what}")
+        else:
+            parts.append(
+                f"for split learning {what} leads, but {n} seed(s) make no verdict "
+                f"(rerun with --seeds {MIN_SEEDS})"
+            )
+    if not parts:
+        return ""
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def _worth(r: dict[str, Any]) -> bool:
+    """The advice's rule for data parallelism that pays (one row of the table)."""
+    return bool(
+        r["speedup_claimed"]
+        and r["equivalent"]
+        and interval_parts(r["speedup"])[0] >= SPEEDUP_WORTH_IT
+        and interval_parts(r["speedup"])[1] > 1
+    )
+
+
+def overview_picture(
+    dp_res: CompareResult | None, sfl_res: SFLCompareResult | None
+) -> tuple[Any, str]:
+    """The overview's one picture and its caption: the split-learning study's trade-off
+    (final accuracy against delay and bytes per scheme, baselines marked), or without
+    that study the data-parallel one (accuracy against speedup); ``(None, "")`` with
+    neither."""
+    if sfl_res is not None and sfl_res.schemes:
+        from flowsplit.experiments.sfl.report import tradeoff_caption, tradeoff_figure
+
+        return tradeoff_figure(sfl_res), "Split learning: " + tradeoff_caption(sfl_res)
+    if dp_res is not None and dp_res.analysis.models:
+        from flowsplit.experiments.dp.plots import verdict_chart
+
+        return verdict_chart(dp_res), (
+            "Data-parallel study: test accuracy (mean, 95 % CI) against the epoch-time "
+            "speedup over centralised (centralised at 1x)."
+        )
+    return None, ""

@@ -60,6 +60,14 @@ class BrowserCheck:
     console_errors: list[str] = field(default_factory=list)
     title: str = ""
     screenshot: str | None = None
+    height: int = 0
+    """Height of the whole page in CSS pixels at the window's width (1280 px)."""
+    verdict: str | None = None
+    """Text of the page's first ``.verdict`` element (its one-line answer), if any."""
+    verdict_top: float | None = None
+    """Distance of that verdict from the top of the page, px."""
+    first_image_top: float | None = None
+    """Distance of the page's first image from the top of the page, px."""
 
     @property
     def broken_images(self) -> list[dict]:
@@ -197,6 +205,22 @@ def _console_errors(events: list[dict]) -> list[str]:
     return errors
 
 
+PROBE = """(() => {
+  const top = e => e ? e.getBoundingClientRect().top + window.scrollY : null;
+  const v = document.querySelector('.verdict');
+  return JSON.stringify({
+    title: document.title,
+    images: Array.from(document.images).map(i => ({alt: i.alt,
+      natural_width: i.naturalWidth, natural_height: i.naturalHeight})),
+    height: Math.max(document.documentElement.scrollHeight, document.body.scrollHeight),
+    verdict: v ? v.innerText.trim() : null,
+    verdict_top: top(v),
+    first_image_top: top(document.images[0]),
+  });
+})()"""
+"""What the page is asked once it has loaded (one JSON string back)."""
+
+
 def check_page(
     html_path: str | Path,
     *,
@@ -248,14 +272,12 @@ def check_page(
                 cdp.call(f"{domain}.enable")
             cdp.call("Page.navigate", {"url": url})
             result = BrowserCheck(loaded=cdp.wait_for("Page.loadEventFired", deadline))
-            probe = (
-                "JSON.stringify({title: document.title, images: Array.from(document.images)"
-                ".map(i => ({alt: i.alt, natural_width: i.naturalWidth,"
-                " natural_height: i.naturalHeight}))})"
-            )
-            value = cdp.call("Runtime.evaluate", {"expression": probe, "returnByValue": True})
+            value = cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True})
             info = json.loads(value["result"]["value"])
             result.title, result.images = info["title"], info["images"]
+            result.height = int(info["height"])
+            result.verdict, result.verdict_top = info["verdict"], info["verdict_top"]
+            result.first_image_top = info["first_image_top"]
             failed = [
                 f"request failed: {e['params'].get('errorText', '')}"
                 for e in cdp.events

@@ -31,6 +31,8 @@ figcaption{font-size:.85rem;color:#57606a}
 .warn{background:#fff8c5;border-left:4px solid #bf8700;padding:.5rem 1rem;margin:1rem 0}
 .verdict{font-size:1.1rem;font-weight:600;margin:.8rem 0}
 details{margin:.6rem 0}details>summary{cursor:pointer;color:#0969da}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:.4rem 1rem}
+.grid figure{margin:.4rem 0}
 .tw{overflow-x:auto;max-width:100%}.meta{color:#57606a;font-size:.85rem}code{background:#f3f5f7;padding:0 .2rem}
 """
 
@@ -104,6 +106,13 @@ def section(title: str, *parts: str, anchor: str | None = None) -> str:
 def details(summary: str, *parts: str) -> str:
     """Already-rendered fragments folded under a one-line ``summary`` (closed at first)."""
     return f"<details><summary>{esc(summary)}</summary>{''.join(parts)}</details>"
+
+
+def grid(*parts: str, min_px: int = 360) -> str:
+    """Already-rendered fragments (figures) side by side, as many per row as fit with
+    each at least ``min_px`` wide (three of 360 px in the 1200 px page)."""
+    style = f"grid-template-columns:repeat(auto-fill,minmax({int(min_px)}px,1fr))"
+    return f'<div class="grid" style="{style}">{"".join(parts)}</div>'
 
 
 def link(href: str, text: str) -> str:

@@ -32,6 +32,14 @@ class OverviewContent:
     """Table rows of the split-learning study (columns: ``scheme``, ``cuts``, ...)."""
     quick: list[str]
     """The studies run with ``--quick`` settings (their figures are not converged)."""
+    verdict: str = ""
+    """The page's one-line answer (what to use), shown first."""
+    picture: Any = None
+    """The page's one picture (a matplotlib Figure): accuracy against delay and bytes per
+    split-learning scheme with the baselines marked (without that study: the data-parallel
+    study's accuracy against speedup); None: no picture."""
+    picture_caption: str = ""
+    """What the picture shows, in words."""
 
 
 def _link_list(links: list[str]) -> str:
@@ -39,6 +47,14 @@ def _link_list(links: list[str]) -> str:
     if not links:
         return H.paragraph("none")
     return "<ul>" + "".join(f"<li>{a}</li>" for a in links) + "</ul>"
+
+
+LONG_TABLE = 8
+"""Rows above which a table of the overview is folded in ``<details>``."""
+
+
+def _folded(table: str, rows: int) -> str:
+    return H.details(f"show the table ({rows} rows)", table) if rows > LONG_TABLE else table
 
 
 def write_overview(
@@ -92,22 +108,40 @@ def write_overview(
     if sfl_dir:
         links.append(H.link(rel(sfl_dir / "report.html"), "split-learning study (full report)"))
     times = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    opening = [H.paragraph(content.verdict, "verdict")] if content.verdict else []
+    if content.picture is not None:
+        opening.append(H.figure(content.picture, content.picture_caption))
     html = H.page(
         "flowsplit: what to use on this capture",
-        H.section("Advice", H.bullet_list(advice), H.paragraph(rules)),
-        H.section("Data", H.paragraph(data_line)),
+        *([H.section("Verdict", *opening, anchor="verdict")] if opening else []),
         H.section(
-            "Centralised vs data-parallel", H.table(dp, dp_cols) if dp else H.paragraph("not run")
+            "Advice",
+            H.bullet_list(advice),
+            H.details("how the advice is chosen", H.paragraph(rules)),
+            _link_list(links),
         ),
         H.section(
-            "Split federated learning", H.table(sfl, sfl_cols) if sfl else H.paragraph("not run")
+            "Centralised vs data-parallel",
+            _folded(H.table(dp, dp_cols), len(dp)) if dp else H.paragraph("not run"),
         ),
-        H.section("Details", _link_list(links), H.paragraph(f"Run time: {times}.")),
+        H.section(
+            "Split federated learning",
+            _folded(H.table(sfl, sfl_cols), len(sfl)) if sfl else H.paragraph("not run"),
+        ),
+        H.section(
+            "Data and run time",
+            H.details(
+                "show the data and run time",
+                H.paragraph(data_line),
+                H.paragraph(f"Run time: {times}."),
+            ),
+        ),
         subtitle=f"dataset {manifest.get('flowsplit_version', '')} · {data_line}{label}",
     )
     md = M.document(
         M.heading("flowsplit: what to use on this capture", 1),
         *([M.paragraph(label.lstrip(" ·"))] if label else []),
+        *([M.heading("Verdict"), M.paragraph(content.verdict)] if content.verdict else []),
         M.heading("Advice"),
         M.bullet_list(advice),
         M.paragraph(rules),
@@ -128,6 +162,7 @@ def write_overview(
     atomic_write_json(
         out / "report.json",
         {
+            "verdict": content.verdict,
             "advice": advice,
             "data_parallel": dp,
             "split_learning": sfl,

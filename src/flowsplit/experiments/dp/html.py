@@ -177,43 +177,65 @@ HOOKS_TEXT = (
 )
 
 
+def _verdict_caption(results: CompareResult) -> str:
+    maj = results.analysis.baselines.majority
+    text = (
+        "Test accuracy (mean over seeds, 95 % CI clipped to 0-100 %) against the epoch-time "
+        f"speedup over centralised (every worker {results.threads} thread(s)); centralised "
+        "runs sit at 1x. A speedup marked 'not claimed' was measured under disturbed timing "
+        "or oversubscribed cores (see the summary)."
+    )
+    if maj:
+        text += f" Majority-class baseline: {100 * maj.accuracy:.1f} % accuracy."
+    return text
+
+
 def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
-    """The self-contained report page (``records``: the runs, for their curves)."""
+    """The self-contained report page (``records``: the runs, for their curves).
+
+    It opens with the one-line verdict and one picture; long tables, the method and the
+    conditions are folded in ``<details>``; figures of a kind sit side by side."""
     a = results.analysis
     models = a.models
+    verdict, *findings = results.summary or [""]
+    opening = [html.paragraph(verdict, "verdict")]
+    if models:
+        opening.append(html.figure(plots.verdict_chart(results), _verdict_caption(results)))
     parts = [
+        html.section("Verdict", *opening, anchor="verdict"),
         html.section(
             "Summary",
-            f'<div class="summary">{html.bullet_list(results.summary)}</div>',
-            html.table(summary_rows(a), SUMMARY_COLS),
+            f'<div class="summary">{html.bullet_list(findings)}</div>',
+            html.details("show the summary table", html.table(summary_rows(a), SUMMARY_COLS)),
             anchor="summary",
-        )
+        ),
     ]
     if models:
         parts.append(
             html.section(
-                "Time per model and mode",
-                html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
-                html.table(timing_rows(a), TIMING_COLS),
-                anchor="time",
-            )
-        )
-        parts.append(
-            html.section(
-                "Accuracy with confidence intervals",
-                html.figure(
-                    plots.quality_chart(
-                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
+                "Time and accuracy",
+                html.grid(
+                    html.figure(
+                        plots.epoch_time_chart(models), "Time per epoch by model and workers"
                     ),
-                    "Test accuracy by model and workers",
-                ),
-                html.figure(
-                    plots.quality_chart(
-                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
+                    html.figure(
+                        plots.quality_chart(
+                            models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
+                        ),
+                        "Test accuracy by model and workers",
                     ),
-                    "Test macro-F1 by model and workers",
+                    html.figure(
+                        plots.quality_chart(
+                            models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
+                        ),
+                        "Test macro-F1 by model and workers",
+                    ),
                 ),
-                html.table(stats_rows(a), STATS_COLS),
+                html.details(
+                    "show the timing and statistics tables",
+                    html.table(timing_rows(a), TIMING_COLS, caption="Time per model and mode"),
+                    html.table(stats_rows(a), STATS_COLS, caption="Statistics"),
+                ),
                 anchor="accuracy",
             )
         )
@@ -230,14 +252,18 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
                         "Training loss and validation macro-F1 of every run (one line per seed), "
                         "against epoch and against training time, per worker count."
                     ),
-                    *curves,
+                    html.grid(*curves, min_px=540),
                     anchor="learning-curves",
                 )
             )
     parts.append(_communication_section(results))
     parts += _scaling_section(a)
     parts += _per_class_section(results, records)
-    parts.append(html.section("Method", html.bullet_list(METHODS), anchor="method"))
+    parts.append(
+        html.section(
+            "Method", html.details("show the method", html.bullet_list(METHODS)), anchor="method"
+        )
+    )
     parts.append(_conditions_section(results))
     return html.page(
         TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
@@ -249,6 +275,7 @@ def _communication_section(results: CompareResult) -> str:
     a = results.analysis
     models = a.models
     comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
+    folded = []
     bench = results.allreduce.benchmark
     fit = results.allreduce.fit
     if bench and fit:
@@ -258,11 +285,14 @@ def _communication_section(results: CompareResult) -> str:
                 "All-reduce micro-benchmark and fitted ring model",
             )
         )
-        comm.append(html.table(bench.rows, AR_COLS, caption="All-reduce micro-benchmark"))
+        folded.append(html.table(bench.rows, AR_COLS, caption="All-reduce micro-benchmark"))
     hooks = hook_rows(a)
     if hooks:
-        comm += [html.paragraph(HOOKS_TEXT), html.table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
-    return html.section("Communication", *comm, anchor="communication")
+        folded += [html.paragraph(HOOKS_TEXT), html.table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
+    body = [html.grid(*comm)] if comm else []
+    if folded:
+        body.append(html.details("show the all-reduce and hook tables", *folded))
+    return html.section("Communication", *body, anchor="communication")
 
 
 def _scaling_section(a: Analysis) -> list[str]:
@@ -279,20 +309,26 @@ def _scaling_section(a: Analysis) -> list[str]:
         html.section(
             "Scaling model",
             html.paragraph(
-                f"Error on the measured points (target within +-"
-                f"{100 * ERROR_LIMIT:.0f} %); 'held out' points were not used "
-                "in the fit."
+                "Per model: the speedup measured on this machine, and the scaling model's "
+                "predictions for larger clusters (dashed past the worker counts measured: "
+                f"unchecked). The model's error on the measured points (target within +-"
+                f"{100 * ERROR_LIMIT:.0f} %; 'held out' points were not used in the fit) is "
+                "in the table below."
             ),
-            html.table(fit_rows, FIT_COLS),
-            *speed,
-            html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+            html.grid(*speed, min_px=540),
+            html.details(
+                "show the fit and the predicted scaling efficiency",
+                html.table(fit_rows, FIT_COLS, caption="Scaling model on the measured points"),
+                html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+            ),
             anchor="scaling",
         )
     ]
 
 
 def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> list[str]:
-    """F1 per class and the confusion matrices (centralised and the headline count)."""
+    """F1 per class and the confusion matrices (centralised and the headline count), the
+    matrices in a grid."""
     cms = []
     classes = results.dataset.classes or []
     for model, entry in results.analysis.models.items():
@@ -304,20 +340,28 @@ def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> li
                 mode = "centralised" if n == 1 else f"{n} workers"
                 title = f"{model}, {mode} (sum over {k} seeds)"
                 cms.append(html.figure(plots.confusion_chart(mat, classes, title), title))
+    body = []
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
-        cms.insert(0, html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"))
         if results.per_class_f1:
-            cms.insert(0, html.figure(plots.per_class_chart(results), "Test F1 per class"))
-    return [html.section("Per-class results", *cms, anchor="per-class")] if cms else []
+            body.append(html.figure(plots.per_class_chart(results), "Test F1 per class"))
+        body.append(
+            html.details(
+                "show the F1 per class table",
+                html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"),
+            )
+        )
+    if cms:
+        body.append(html.grid(*cms, min_px=270))
+    return [html.section("Per-class results", *body, anchor="per-class")] if body else []
 
 
 def _conditions_section(results: CompareResult) -> str:
     failures = [f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items()]
     return html.section(
         "Conditions",
-        html.table(_conditions(results), COND_COLS),
-        *([html.bullet_list(failures)] if failures else []),
+        *([html.bullet_list(failures, "warn")] if failures else []),
+        html.details("show the conditions", html.table(_conditions(results), COND_COLS)),
         anchor="conditions",
     )
 
@@ -336,8 +380,10 @@ def render_markdown(results: CompareResult) -> str:
     blocks = [
         markdown.heading(TITLE, 1),
         markdown.paragraph(f"dataset {results.dataset_path}" + _quick_label(results)),
+        markdown.heading("Verdict"),
+        markdown.paragraph((results.summary or [""])[0]),
         markdown.heading("Summary"),
-        markdown.bullet_list(results.summary),
+        markdown.bullet_list(results.summary[1:]),
         markdown.table(summary_rows(a), SUMMARY_COLS),
         markdown.heading("Time per model and mode"),
         markdown.table(timing_rows(a), TIMING_COLS),

@@ -290,3 +290,48 @@ def allreduce_chart(
 
 def confusion_chart(matrix, classes: Sequence[str], title: str):
     return figures.heatmap(matrix, classes, classes, title=title)
+
+
+def verdict_chart(results: CompareResult):
+    """The page's one picture: test accuracy (mean, 95 % CI) against the epoch-time speedup
+    over centralised, a point per model and worker count (centralised at 1x), hollow
+    markers of their own so coinciding points stay visible; a speedup not claimed is
+    labelled so. The baselines: the flow-statistics XGBoost is a point when it ran, the
+    majority class a line when it is near enough to the points to be read."""
+    a = results.analysis
+    points = []
+    for model, entry in a.models.items():
+        for n in sorted(entry.by_workers, key=int):
+            g = entry.by_workers[n]
+            acc = g.accuracy
+            if int(n) == 1:
+                x, note = 1.0, "centralised"
+            else:
+                v = entry.vs_central.get(n)
+                if v is None or math.isnan(v.speedup.mean):
+                    continue
+                x = v.speedup.mean
+                note = f"{n} workers" + ("" if v.claims.speedup_claimed else ", not claimed")
+            points.append(
+                {
+                    "label": f"{model}, {note}",
+                    "x": {"speedup": x},
+                    "y": 100 * min(1.0, acc.mean),
+                    "ylo": 100 * max(0.0, acc.low),
+                    "yhi": 100 * min(1.0, acc.high),
+                }
+            )
+    hlines = []
+    maj = a.baselines.majority
+    lowest = min((p["ylo"] if math.isfinite(p["ylo"]) else p["y"] for p in points), default=0)
+    if maj and 100 * maj.accuracy >= lowest - 15:
+        hlines.append({"label": f"majority class ({maj.class_name})", "y": 100 * maj.accuracy})
+    fig = figures.scatter_panels(
+        [("speedup", "epoch-time speedup over centralised, x")],
+        points,
+        ylabel="test accuracy, %",
+        hlines=hlines,
+    )
+    ax = fig.axes[0]
+    ax.axvline(1.0, color="0.6", lw=0.8)
+    return fig

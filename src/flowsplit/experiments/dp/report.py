@@ -23,7 +23,17 @@ import numpy as np
 from flowsplit import __version__
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import InputError
-from flowsplit.experiments.dp.analysis import ERROR_LIMIT, analyse, compare_hooks, headline
+from flowsplit.experiments.dp.analysis import (
+    BELOW_MAJORITY,
+    DIFFERENT,
+    EQUIVALENT,
+    ERROR_LIMIT,
+    NOT_ENOUGH_SEEDS,
+    analyse,
+    compare_hooks,
+    headline,
+    headline_comparison,
+)
 from flowsplit.experiments.dp.html import render_html, render_markdown
 from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
 from flowsplit.experiments.dp.records import (
@@ -36,6 +46,7 @@ from flowsplit.experiments.dp.records import (
 )
 from flowsplit.experiments.dp.result import (
     Analysis,
+    CentralComparison,
     CompareResult,
     HookGroup,
     ScalingFit,
@@ -48,7 +59,7 @@ from flowsplit.experiments.dp.scaling import (
     fit_allreduce,
 )
 from flowsplit.experiments.intervals import same_on_every_seed
-from flowsplit.experiments.stats import Interval
+from flowsplit.experiments.stats import MIN_EQUIVALENCE_SEEDS, Interval
 from flowsplit.outputs import atomic_write_json, atomic_write_text
 from flowsplit.util import jsonable, typed_to_dict
 
@@ -144,7 +155,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
         margin=cfg["margin"],
         alpha=cfg["alpha"],
     )
-    analysis["comm_hooks"] = compare_hooks(records, margin=cfg["margin"], alpha=cfg["alpha"])
+    analysis.comm_hooks = compare_hooks(records, margin=cfg["margin"], alpha=cfg["alpha"])
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
     done = {cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"]) for r in records}
     failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
@@ -196,10 +207,74 @@ def _first(records: list[RunRecord], key: str) -> Any:
     return records[0][key] if records else None
 
 
+SPEEDUP_WORTH_IT = 1.2
+"""A speedup that pays: claimed, at least this, its 95 % CI above 1x (and accuracy shown
+equivalent); the overview's advice uses the same rule."""
+
+
+def pays(v: CentralComparison) -> bool:
+    """Whether data parallelism pays in this comparison (:data:`SPEEDUP_WORTH_IT`)."""
+    s = v.speedup
+    return (
+        v.claims.speedup_claimed
+        and v.claims.equivalent
+        and s.mean >= SPEEDUP_WORTH_IT
+        and not math.isnan(s.low)
+        and s.low > 1
+    )
+
+
+def _short_speed(v: CentralComparison) -> str:
+    s = v.speedup
+    if not v.claims.speedup_claimed:
+        why = ", ".join(v.claims.speedup_withheld) or "not claimed"
+        return f"no speedup claimed ({why})"
+    return f"{s.mean:.2f}x faster" if s.mean >= 1 else f"{1 / s.mean:.2f}x slower"
+
+
+def _short_accuracy(v: CentralComparison, margin: float) -> str:
+    verdict, acc = v.claims.accuracy_verdict, v.accuracy
+    if verdict == EQUIVALENT:
+        return f"accuracy equivalent within +-{100 * margin:g} pt"
+    if verdict == DIFFERENT:
+        return f"accuracy {100 * acc.diff.mean:+.1f} pt"
+    if verdict == NOT_ENOUGH_SEEDS:
+        return f"accuracy not judged ({acc.n} of {MIN_EQUIVALENCE_SEEDS} seeds needed)"
+    if verdict == BELOW_MAJORITY:
+        return "not above the majority class (not learned)"
+    return f"accuracy not shown equivalent within +-{100 * margin:g} pt"
+
+
+def verdict_line(result: CompareResult) -> str:
+    """The page's one-line answer: does data parallelism pay here, and per model why
+    (speedup and accuracy at the largest worker count that does not oversubscribe the
+    cores), with the threads each side had."""
+    parts, worth, setups = [], [], set()
+    for model, entry in result.analysis.models.items():
+        v = headline_comparison(entry)
+        if v is None:
+            continue
+        setups.add(v.n_workers)
+        parts.append(f"{model} {_short_speed(v)}, {_short_accuracy(v, result.margin)}")
+        if pays(v):
+            worth.append(model)
+    if not parts:
+        return "No data-parallel run to compare with a centralised one (add --workers 2)."
+    t = result.threads
+    cores = ", ".join(f"{n} workers x {t} thread(s)" for n in sorted(setups))
+    head = (
+        f"Data parallelism pays for {', '.join(worth)}"
+        if worth
+        else "Data parallelism is not shown to pay here: train centralised"
+    )
+    return f"{head} ({cores} against 1 x {t} thread(s)): " + "; ".join(parts) + "."
+
+
 def summary_lines(result: CompareResult) -> list[str]:
-    """Plain-language findings, most important first."""
+    """The verdict (:func:`verdict_line`), then plain-language findings, most important
+    first."""
     analysis, cores, failures = result.analysis, result.cores, result.failures
-    lines = baseline_lines(analysis)
+    lines = [verdict_line(result), *baseline_lines(analysis)]
     models = analysis.models
     for model, entry in models.items():
         line = headline(model, entry, result.margin)

@@ -355,7 +355,7 @@ def tradeoff_figure(results: SFLCompareResult):
     )
 
 
-def _tradeoff_caption(results: SFLCompareResult) -> str:
+def tradeoff_caption(results: SFLCompareResult) -> str:
     n = min(len(v.seeds) for v in results.schemes.values())
     note = same_plan_note(results)
     return (
@@ -523,7 +523,7 @@ def _html_part(part: tuple) -> str:
     if kind == "verdict":
         return html.paragraph(part[1], "verdict")
     if kind == "tradeoff":
-        return html.figure(tradeoff_figure(part[1]), _tradeoff_caption(part[1]))
+        return html.figure(tradeoff_figure(part[1]), tradeoff_caption(part[1]))
     if kind == "summary":
         return f'<div class="summary">{html.bullet_list(part[1])}</div>'
     if kind == "text":
