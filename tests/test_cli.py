@@ -285,8 +285,10 @@ def test_the_new_names_set_the_fields_the_old_ones_did(tmp_path):
     )
     assert cfg.rounds == 7
     assert parser.parse_args(["compare", "DS", "-o", "O", "--boost-rounds", "9"]).rounds == 9
+    from flowsplit.federated.commands import run_config
+
     assert parser.parse_args(["sfl", "run", "DS", "-o", "O", "--mode", "dist"]).mode == "dist"
-    assert parser.parse_args(["sfl", "run", "DS", "-o", "O"]).mode == "sim"
+    assert run_config(parser.parse_args(["sfl", "run", "DS", "-o", "O"])).mode == "sim"
     assert parser.parse_args(["evaluate", "R", "DS", "--out", "m.json"]).out == "m.json"
     assert parser.parse_args(["predict", "R", "x.pcap", "-o", "p.csv"]).out == "p.csv"
     privacy = parser.parse_args(

@@ -51,6 +51,7 @@ _SPEC_DEFAULTS: dict[str, Any] = {
     "hidden": False,
     "positional": False,
     "append": False,
+    "group": None,
 }
 
 
@@ -67,6 +68,7 @@ def cli(
     positional: bool | None = None,
     append: bool | None = None,
     enabled: bool | None = None,
+    group: str | None = None,
 ) -> dict[str, Any]:
     """Field metadata for :func:`add_config_arguments` (or one entry of its ``overrides``).
 
@@ -84,6 +86,8 @@ def cli(
             field has a default or the options are ``unset``).
         append: the option may be repeated; the field gets the list of values.
         enabled: False keeps the field off the command line (it keeps its default).
+        group: the title of the ``--help`` section the option is listed under (default:
+            the ``CLI_GROUP`` of the dataclass that declares the field, else none).
     """
     given = {
         "flag": flag,
@@ -97,6 +101,7 @@ def cli(
         "positional": positional,
         "append": append,
         "enabled": enabled,
+        "group": group,
     }
     # Only what was given, so that an override refines a field's own metadata.
     return {_KEY: {k: v for k, v in given.items() if v is not None}}
@@ -235,6 +240,12 @@ def add_config_arguments(
     for f in cli_fields(cls, only, exclude, overrides):
         spec = _spec(f, overrides)
         kind = _value_type(hints[f.name])
+        if dataclasses.is_dataclass(kind):  # a nested config: its fields, by their names
+            added += add_config_arguments(
+                parser, kind, exclude=exclude, overrides=overrides, unset=unset
+            )
+            continue
+        target = _group(parser, spec["group"] or _declared_group(cls, f.name))
         default = _default(f)
         kw: dict[str, Any] = {"default": None if unset else default}
         if kind is bool and spec["parse"] is None:
@@ -251,6 +262,8 @@ def add_config_arguments(
             raise TypeError(f"{cls.__name__}.{f.name}: give metadata=cli(parse=...) for {kind}")
         if spec["append"]:
             kw["action"] = "append"
+            if not isinstance(kw["default"], list):  # a dict field fed by KEY=VALUE items
+                kw["default"] = None
         if spec["choices"] is not None:
             kw["choices"] = tuple(spec["choices"])
         if spec["metavar"]:
@@ -258,14 +271,33 @@ def add_config_arguments(
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         kw["help"] = _help(docs.get(f.name, ""), default, spec, required)
         if spec["positional"]:  # optional when unset: the command decides (train --resume)
-            parser.add_argument(f.name, nargs="?" if unset or not required else None, **kw)
+            target.add_argument(f.name, nargs="?" if unset or not required else None, **kw)
         else:
             flag = spec["flag"] or "--" + f.name.replace("_", "-")
             if required and not unset:
                 kw["required"] = True
-            parser.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
+            target.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
         added.append(f.name)
     return added
+
+
+def _declared_group(cls: type, name: str) -> str | None:
+    """The ``CLI_GROUP`` of the class in ``cls``'s bases that declares field ``name``."""
+    for klass in cls.__mro__:
+        if name in getattr(klass, "__annotations__", {}):
+            return getattr(klass, "CLI_GROUP", None) if "CLI_GROUP" in vars(klass) else None
+    return None
+
+
+def _group(parser: Any, title: str | None) -> Any:
+    """The argument group ``title`` of ``parser`` (made on first use); ``parser`` itself
+    when there is no title or ``parser`` is a group already."""
+    if title is None or not isinstance(parser, argparse.ArgumentParser):
+        return parser
+    for group in parser._action_groups:
+        if group.title == title:
+            return group
+    return parser.add_argument_group(title)
 
 
 def config_values(
@@ -277,9 +309,30 @@ def config_values(
 
 
 def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
-    """An instance of ``cls`` from the options :func:`add_config_arguments` added."""
-    values = {f.name: getattr(args, f.name) for f in cli_fields(cls) if hasattr(args, f.name)}
-    return cls(**{**values, **overrides})
+    """An instance of ``cls`` from the options :func:`add_config_arguments` added (a
+    nested config from its own fields' options)."""
+    return cls(**{**_values(cls, args), **overrides})
+
+
+def _values(cls: type, args: argparse.Namespace, *, given_only: bool = False) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in cli_fields(cls):
+        kind = _value_type(hints[f.name])
+        if dataclasses.is_dataclass(kind):
+            inner = _values(kind, args, given_only=given_only)
+            values[f.name] = inner if given_only else kind(**inner)
+        elif hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+    if given_only:
+        return {k: v for k, v in values.items() if v is not None and v != {}}
+    return values
+
+
+def given_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``cls`` given on the command line (options added with ``unset=True``),
+    nested configs as dicts of theirs: what overrides a ``--config`` file."""
+    return _values(cls, args, given_only=True)
 
 
 SEED_LIMIT = 2**32

@@ -9,6 +9,7 @@ package imports neither.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -16,20 +17,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flowsplit.choices import ModelChoice, parse_model_option
 from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
     add_config_arguments,
     add_log_to_argument,
-    add_model_arguments,
     add_renamed,
     check_cores,
-    config_from_args,
+)
+from flowsplit.config_file import (
+    CONFIG_NAME,
+    add_config_file_option,
+    build_config,
+    write_config_toml,
 )
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.federated.config import SFLConfig
+from flowsplit.federated.config import GROUPS, SFLConfig, SFLRunConfig
 from flowsplit.federated.plan_file import read_plan
-from flowsplit.train.config import parse_model_options
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -83,10 +88,12 @@ def _group_help(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _neural_model(name: str, view: str | None, options: dict[str, Any]):
+def _neural_model(choice: ModelChoice):
+    """The model factory of a :class:`ModelChoice` (a neural model, or a user's)."""
     from flowsplit.federated.setup import RegistryModel
     from flowsplit.models.registry import MODEL_SPECS, neural_models
 
+    name, view, options = choice.model, choice.view, choice.model_options
     if name not in MODEL_SPECS and ":" not in name:
         raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(neural_models())}")
     if name in MODEL_SPECS and name not in neural_models():
@@ -114,9 +121,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         formatter_class=HelpFormatter,
     )
     p.add_argument(
-        "dataset", nargs="?", help="dataset directory (from `flowsplit prepare`; not with --resume)"
+        "dataset",
+        nargs="?",
+        metavar="DATASET",
+        help="dataset directory (from `flowsplit prepare`; not with --resume)",
     )
-    p.add_argument("-o", "--out", help="run directory to write")
+    p.add_argument("-o", "--out", metavar="OUT", help="run directory to write (required)")
+    add_config_file_option(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument(
@@ -129,41 +140,27 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         f"every round) with the options it was started with (OUT/{RUN_ARGS}); "
         "`-o OUT --resume` with the same options works too",
     )
-    add_model_arguments(p)
-    p.add_argument("--topology", default="homogeneous", help="preset name or TOML file")
-    p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
-    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
-    p.add_argument(
-        "--mode",
-        default="sim",
-        choices=MODES,
-        help="how the roles run: sim, all in this process over a simulated network; dist, "
-        "one process per role over gloo (local, or under torchrun)",
-    )
+    # Every field of SFLRunConfig (the model, the topology, --mode and the run's
+    # SFLConfig), with its docstring as help: a new field needs no edit here. Not given:
+    # None, so that a --config file's values stand unless an option overrides them.
+    add_config_arguments(p, SFLRunConfig, overrides=GROUPS, unset=True)
     add_renamed(p, "--backend", "--mode", "--backend is train's process-group backend")
-    p.add_argument("--bind", default=None, help="dist under torchrun: address gloo binds to")
-    p.add_argument(
-        "--client-workers",
-        default=None,
-        metavar="P|auto",
-        help="dist: host the clients in a fixed pool of P worker processes (auto: the "
-        "cores), each round's clients built in them while they take part, instead of a "
-        "process per client; the default when clients are sampled (--clients-per-round, "
-        "--fraction, --select), which needs it. Under torchrun: 1 + A + P processes",
+    roles = next(g for g in p._action_groups if g.title == SFLRunConfig.CLI_GROUP)
+    roles.add_argument(
+        "--bind", default=None, metavar="ADDR", help="dist under torchrun: address gloo binds to"
     )
     p.add_argument(
         "--plan",
         default=None,
+        metavar="PLAN.json",
         help="run a plan.json from `flowsplit sfl plan`: its "
         "scheme, cuts, assignment, topology, model, batch size, local epochs, "
         "partition, training rows, seed and rounds replace those options "
         "(--rounds, when given, replaces the plan's rounds)",
     )
-    # Every field of SFLConfig, with its docstring as help: a new field needs no edit here.
-    add_config_arguments(p, SFLConfig)
     p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
     add_log_to_argument(p)
-    p.add_argument(
+    roles.add_argument(
         "--probe",
         action="store_true",
         help="dist: measure every role's speed and its assigned links first (as `sfl "
@@ -172,17 +169,18 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_run)
 
 
+def run_config(args: argparse.Namespace) -> SFLRunConfig:
+    """``sfl run``'s config: the defaults, then ``--config FILE``, then the options given."""
+    return build_config(SFLRunConfig, args)
+
+
 def _config_from_args(args: argparse.Namespace) -> SFLConfig:
-    return config_from_args(SFLConfig, args)
+    return run_config(args).run
 
-
-MODES = ("sim", "dist")
-"""``sfl run --mode``: the roles simulated in one process, or one process per role."""
 
 RUN_ARGS = "sfl-run.json"
 """``OUT/sfl-run.json``: what a dist run was started with, for ``sfl run --resume OUT``."""
-_RUN_ARG_NAMES = ("dataset", "model", "view", "model_option", "topology", "clients")
-_RUN_ARG_NAMES += ("aggregators", "mode", "plan")
+_RUN_ARG_NAMES = ("dataset", "plan")
 
 
 def _resolved(path: str | None) -> str | None:
@@ -190,19 +188,40 @@ def _resolved(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path and Path(path).exists() else path
 
 
-def write_run_args(out: Path, args: argparse.Namespace, config: SFLConfig) -> None:
+def write_run_args(out: Path, args: argparse.Namespace, rc: SFLRunConfig) -> None:
     """Save what ``sfl run --resume OUT`` needs to start the same run again (atomic)."""
     from flowsplit.outputs import atomic_write_json
 
-    saved = {name: getattr(args, name) for name in _RUN_ARG_NAMES}
-    saved["client_workers"] = getattr(args, "client_workers", None)
-    for name in ("dataset", "topology", "plan"):
-        saved[name] = _resolved(saved[name])
+    saved = {name: _resolved(getattr(args, name)) for name in _RUN_ARG_NAMES}
+    choices = dataclasses.asdict(rc)
+    choices.pop("run")
+    choices["topology"] = _resolved(choices["topology"])
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / RUN_ARGS, {"args": saved, "config": config.to_dict()})
+    atomic_write_json(
+        out / RUN_ARGS, {"args": saved, "choices": choices, "config": rc.run.to_dict()}
+    )
 
 
-def _resume_args(args: argparse.Namespace) -> SFLConfig | None:
+def _saved_run_config(saved: dict) -> SFLRunConfig:
+    """The :class:`SFLRunConfig` of an ``sfl-run.json`` (also one saved before the
+    choices were a config: its options under their command-line names)."""
+    choices = saved.get("choices")
+    if choices is None:
+        old = saved["args"]
+        choices = {
+            "model": old["model"],
+            "view": old["view"],
+            "model_options": [parse_model_option(o) for o in old.get("model_option") or []],
+            "topology": old["topology"],
+            "n_clients": old["clients"],
+            "n_aggregators": old["aggregators"],
+            "mode": old["mode"],
+            "client_workers": old.get("client_workers"),
+        }
+    return SFLRunConfig(**choices, run=SFLConfig.from_dict(saved["config"]))
+
+
+def _resume_args(args: argparse.Namespace) -> SFLRunConfig | None:
     """Fill ``args`` for ``--resume OUT``; returns the saved config (None: the old form,
     ``DATASET ... -o OUT --resume``, whose options are the command line's)."""
     if args.resume is None:
@@ -227,8 +246,7 @@ def _resume_args(args: argparse.Namespace) -> SFLConfig | None:
         saved = json.loads(path.read_text(encoding="utf-8"))
         for name in _RUN_ARG_NAMES:
             setattr(args, name, saved["args"][name])
-        args.client_workers = saved["args"].get("client_workers")  # runs saved before it: none
-        return SFLConfig.from_dict(saved["config"])
+        return _saved_run_config(saved)
     except (ValueError, KeyError, TypeError) as exc:
         raise InputError(path, f"unreadable ({type(exc).__name__}: {exc})") from None
 
@@ -240,7 +258,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flowsplit.train.distributed import read_dist_env
 
     out = args.resume or args.out
-    if out is None or (args.mode == "dist" and read_dist_env().is_distributed):
+    dist = (args.mode or (run_config(args).mode if args.config_file else None)) == "dist"
+    if out is None or (dist and read_dist_env().is_distributed):
         return _run(args)
     with OutputLock(out):
         return _run(args)
@@ -256,22 +275,24 @@ def _run(args: argparse.Namespace) -> int:
     from flowsplit.train.distributed import read_dist_env
 
     saved = _resume_args(args)
-    config = saved if saved is not None else _config_from_args(args)
+    rc = saved if saved is not None else run_config(args)
+    config = rc.run
     plan = read_plan(args.plan) if args.plan else None
     if plan is not None and saved is None:  # the plan decides what its costs depend on
         config, notes = plan.apply(config)
         for note in notes:
             print(f"flowsplit: note: {note}", file=sys.stderr)
     if plan is not None:
-        args.model, args.view = plan.model or args.model, plan.view
+        rc = dataclasses.replace(rc, model=plan.model or rc.model, view=plan.view, run=config)
+    mode = rc.mode
     out = Path(args.out)
     env = read_dist_env()
-    torchrun = env if args.mode == "dist" and env.is_distributed else None
+    torchrun = env if mode == "dist" and env.is_distributed else None
     writes = torchrun is None or torchrun.rank == 0
     # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
     previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
     resume = args.resume is not None
-    if resume and (args.mode != "dist" or torchrun is not None):
+    if resume and (mode != "dist" or torchrun is not None):
         raise ConfigError("--resume continues a --mode dist run started by sfl run itself")
     if writes and previous and not args.overwrite and not resume:
         raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
@@ -281,12 +302,12 @@ def _run(args: argparse.Namespace) -> int:
     if writes and previous and args.overwrite and not is_run:
         # --overwrite replaces an sfl run; a dataset, a train run or a user's folder is not one.
         raise InputError(out, "is not an `sfl run` directory; --overwrite replaces only a run")
-    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
+    model_fn = _neural_model(rc)
     if plan is not None:
         topology = plan.topology
     else:
         topology = resolve_topology(
-            args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=config.seed
+            rc.topology, n_clients=rc.n_clients, n_aggregators=rc.n_aggregators, seed=config.seed
         )
     topology = resolve_trace(topology, config.trace, rounds=config.rounds)
     if topology.n_aggregators > topology.n_clients:
@@ -301,7 +322,7 @@ def _run(args: argparse.Namespace) -> int:
     from flowsplit.federated.sampling import sampling_configured
     from flowsplit.train.distributed import available_cores
 
-    workers = _client_workers(args, sampling_configured(config), torchrun, topology)
+    workers = _client_workers(rc, sampling_configured(config), torchrun, topology)
     check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=args.force)
     torch.set_num_threads(config.threads)
     setup = prepare_run(
@@ -312,11 +333,11 @@ def _run(args: argparse.Namespace) -> int:
         assignment=None if plan is None else plan.assignment,
     )
     if writes and not args.quiet:
-        _log_start(args, config, topology)
+        _log_start(rc, config, topology)
     probe = "run" if getattr(args, "probe", False) else None
-    if probe and args.mode != "dist":
+    if probe and mode != "dist":
         raise ConfigError("--probe measures the hosts of a --mode dist run; add --mode dist")
-    if args.mode == "sim":
+    if mode == "sim":
         result = _simulate(setup, out, quiet=args.quiet, policy=run_policy(config))
     elif torchrun is not None:
         result = run_under_torchrun(
@@ -334,7 +355,7 @@ def _run(args: argparse.Namespace) -> int:
             return 0
     else:
         if not resume:
-            write_run_args(out, args, config)
+            write_run_args(out, args, dataclasses.replace(rc, run=config))
         result = launch_roles(
             setup,
             dataset=args.dataset,
@@ -350,6 +371,12 @@ def _run(args: argparse.Namespace) -> int:
 
     # Per-class scores, predictions and the whole model, as a `train` run has them.
     finish_run(out, setup, result.model_state, model_fn)
+    if writes:  # the effective config, which `sfl run --config OUT/config.toml` runs again
+        write_config_toml(
+            out / CONFIG_NAME,
+            dataclasses.replace(rc, run=config),
+            header=f"flowsplit sfl run: the effective config of {out}",
+        )
     totals = result.totals()
     tracked = ""
     if getattr(args, "log_to", None) is not None:
@@ -365,15 +392,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client_workers(
-    args: argparse.Namespace, sampled: bool, torchrun: Any, topology: Any
-) -> int | None:
+def _client_workers(rc: SFLRunConfig, sampled: bool, torchrun: Any, topology: Any) -> int | None:
     """``--client-workers`` as a worker count (None: a process per client); said once
     here, not by every role process the launcher would start."""
     from flowsplit.train.distributed import available_cores
 
-    given = getattr(args, "client_workers", None)
-    if args.mode != "dist":
+    given = rc.client_workers
+    if rc.mode != "dist":
         if given is not None:
             raise ConfigError("--client-workers hosts the clients of a --mode dist run")
         return None
@@ -412,17 +437,17 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
     return text
 
 
-def _log_start(args: argparse.Namespace, config: SFLConfig, topology) -> None:
+def _log_start(rc: SFLRunConfig, config: SFLConfig, topology) -> None:
     log.info(
         "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s mode",
         config.scheme,
-        args.model,
+        rc.model,
         config.cuts,
         topology.n_clients,
         topology.n_aggregators,
         topology.name,
         config.partition,
-        args.mode,
+        rc.mode,
     )
 
 
@@ -456,29 +481,28 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
-    p.add_argument("-o", "--out", required=True, help="measured topology TOML to write")
-    add_model_arguments(p)
     p.add_argument(
-        "--topology",
-        default="homogeneous",
-        help="preset or TOML: how many roles, which links exist (its values are replaced)",
+        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
     )
-    p.add_argument("--clients", type=int, default=None, help="clients N (default: the preset's)")
-    p.add_argument("--aggregators", type=int, default=None, help="aggregators A")
-    p.add_argument("--bind", default=None, help="under torchrun: address gloo binds to")
-    add_config_arguments(p, SFLConfig)
+    p.add_argument(
+        "-o", "--out", required=True, metavar="OUT", help="measured topology TOML to write"
+    )
+    # The model, the topology (how many roles, which links exist: its values are
+    # replaced by the measured ones) and the run's settings, as sfl run's.
+    add_config_arguments(p, SFLRunConfig, exclude=("mode",), overrides=GROUPS, unset=True)
+    p.add_argument(
+        "--bind", default=None, metavar="ADDR", help="under torchrun: address gloo binds to"
+    )
     p.add_argument("--quiet", action="store_true", help="warnings only")
     p.set_defaults(func=cmd_probe)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    config = _config_from_args(args)
-    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
-    return probe_command(args, config, model_fn)
+    rc = run_config(args)
+    return probe_command(args, rc.run, _neural_model(rc), rc)
 
 
-def probe_command(args: Any, config: Any, model_fn: Any) -> int:
+def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> int:
     """``flowsplit sfl probe``: the roles here (or this one under torchrun); rank 0 writes
     ``args.out`` (the measured topology) and its ``.json`` twin."""
     import shutil
@@ -496,8 +520,12 @@ def probe_command(args: Any, config: Any, model_fn: Any) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".toml":
         raise ConfigError(f"-o {out}: the measured topology is a .toml file")
+    choice = choice if choice is not None else args  # the testbed's probe passes its args
     topology = resolve_topology(
-        args.topology, n_clients=args.clients, n_aggregators=args.aggregators, seed=config.seed
+        choice.topology,
+        n_clients=getattr(choice, "n_clients", getattr(choice, "clients", None)),
+        n_aggregators=getattr(choice, "n_aggregators", getattr(choice, "aggregators", None)),
+        seed=config.seed,
     )
     torch.set_num_threads(config.threads)
     setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
@@ -531,8 +559,8 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    add_model_arguments(p, required=True)
-    p.add_argument("--dataset", required=True, help="dataset directory")
+    add_config_arguments(p, ModelChoice)
+    p.add_argument("--dataset", required=True, metavar="DATASET", help="dataset directory")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_profile)
 
@@ -544,7 +572,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from flowsplit.federated.system.profile import profile_model
 
     torch.set_num_threads(1)
-    model_fn = _neural_model(args.model, args.view, parse_model_options(args.model_option))
+    model_fn = _neural_model(build_config(ModelChoice, args))
     ds = load_dataset(args.dataset)
     view = model_fn.resolved_view()
     if not ds.has_view(view):

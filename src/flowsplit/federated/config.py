@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from flowsplit.choices import ModelChoice, TopologyChoice
 from flowsplit.config_args import check_numbers, cli, int_tuple, show_list
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system import AUX_MODES
@@ -36,6 +37,8 @@ def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
 @dataclass
 class SFLConfig:
     """Everything that decides what a split federated run computes."""
+
+    CLI_GROUP: ClassVar[str] = "training"
 
     scheme: str = field(default="hsfl", metadata=cli(choices=SCHEMES))
     """``sfl`` (SplitFed, two tiers), ``hsfl`` (three tiers, end-to-end) or ``hsfl-ll`` (local losses)."""
@@ -212,6 +215,48 @@ class SFLConfig:
         if "capacity" in values:
             values["capacity"] = tuple(values["capacity"])
         return cls(**values)
+
+
+MODES = ("sim", "dist")
+"""``sfl run --mode``: the roles simulated in one process, or one process per role."""
+
+GROUPS = {
+    **{
+        name: cli(group="clients per round (sampling)")
+        for name in ("clients_per_round", "fraction", "min_available_clients")
+        + ("min_fit_clients", "select")
+    },
+    **{
+        name: cli(group="faults and network")
+        for name in ("drop_prob", "straggler_prob", "straggler_slowdown", "timeout_s")
+        + ("min_clients", "accept_failures", "fail", "capacity", "replan", "trace", "assign")
+    },
+}
+"""The ``--help`` sections of :class:`SFLConfig`'s options beyond ``training``."""
+
+
+@dataclass
+class SFLRunConfig(TopologyChoice, ModelChoice):
+    """What ``sfl run`` runs: the model and topology choices, how the roles run, and the
+    run's :class:`SFLConfig` (``[run]`` in a ``--config`` file); saved as OUT/config.toml."""
+
+    CLI_GROUP: ClassVar[str] = "how the roles run"
+
+    mode: str = field(default="sim", metadata=cli(choices=MODES))
+    """How the roles run: ``sim``, all in this process over a simulated network; ``dist``, one process per role over gloo (local, or under torchrun)."""
+    client_workers: str | None = field(
+        default=None, metadata=cli(metavar="P|auto", show=lambda _: "a process per client")
+    )
+    """dist: host the clients in a fixed pool of P worker processes (auto: the cores), each round's clients built in them while they take part, instead of a process per client; the default when clients are sampled (--clients-per-round, --fraction, --select), which needs it. Under torchrun: 1 + A + P processes."""
+    run: SFLConfig = field(default_factory=SFLConfig)
+    """The run's settings (``sfl run``'s other options)."""
+
+    def __post_init__(self) -> None:
+        ModelChoice.__post_init__(self)
+        if isinstance(self.run, dict):
+            self.run = SFLConfig.from_dict(self.run)
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode {self.mode!r}: choose {' or '.join(MODES)}")
 
 
 def _parse_failures(entries: list[str]) -> list[tuple[int, int]]:

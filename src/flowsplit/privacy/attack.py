@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flowsplit.privacy.config import AttackConfig  # noqa: F401 (re-exported)
+
 # Largest flat activation the decoder's first dense layer and the probe take;
 # bigger ones are average-pooled along their trailing axes (like AuxHead).
 MAX_FLAT = 4096
@@ -128,19 +130,6 @@ class Standardizer:
         return ((z.reshape(len(z), -1) - self.mean) / self.std).view_as(z)
 
 
-@dataclass(frozen=True)
-class AttackConfig:
-    """How hard the attacker trains its decoder."""
-
-    epochs: int = 12
-    """Passes over the auxiliary rows."""
-    batch_size: int = 32
-    lr: float = 1e-2
-    hidden: int = 32
-    """Channels of the decoder."""
-    seed: int = 0
-
-
 def fit_inversion(
     z_aux: torch.Tensor,
     target_aux: torch.Tensor,
@@ -157,7 +146,8 @@ def fit_inversion(
     activations before the decoder, fresh every time, so the attacker learns to
     read defended activations the way a client sends them.
     """
-    torch.manual_seed(config.seed)
+    seed = 0 if config.seed is None else config.seed
+    torch.manual_seed(seed)
     transform = transform or (lambda z: z)
     scaler = Standardizer.fit(transform(z_aux))
     if kind == "bytes":
@@ -167,7 +157,7 @@ def fit_inversion(
     layout = activation_layout(tuple(z_aux.shape[1:]), target_len)
     decoder = InversionDecoder(layout, target_len, out_ch, config.hidden)
     opt = torch.optim.Adam(decoder.parameters(), lr=config.lr)
-    gen = torch.Generator().manual_seed(config.seed)
+    gen = torch.Generator().manual_seed(seed)
     n = len(z_aux)
     decoder.train()
     for _ in range(config.epochs):

@@ -26,7 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ from flowsplit.federated.results import read_model_state
 from flowsplit.models.base import BlockModel
 from flowsplit.models.registry import build_model, default_view, fit_input_scaler
 from flowsplit.privacy.attack import (
-    AttackConfig,
     cut_gradients,
     fit_inversion,
     gradient_label_attack,
@@ -50,6 +49,7 @@ from flowsplit.privacy.attack import (
     pool_flat,
     prior_guess,
 )
+from flowsplit.privacy.config import AttackConfig, PrivacyConfig  # noqa: F401 (re-exported)
 from flowsplit.privacy.defences import Defence, gaussian_epsilon
 from flowsplit.privacy.measures import (
     ascii_recovered,
@@ -63,54 +63,6 @@ log = logging.getLogger("flowsplit.privacy")
 
 BYTE_VIEWS = ("bytes", "pkt_bytes")
 PROBE_FEATURES = 2048
-
-
-@dataclass(frozen=True)
-class PrivacyConfig:
-    """What a leakage study trains, attacks and measures."""
-
-    model: str = "cnn"
-    view: str | None = None
-    """Dataset view (default: the model's)."""
-    model_options: dict[str, Any] = field(default_factory=dict)
-    cuts: tuple[int, ...] | None = None
-    """Cuts to attack (client = blocks 1..k); None: every legal cut."""
-    epochs: int = 3
-    """Epochs of centralised training of the model (and of each defended model)."""
-    batch_size: int = 32
-    lr: float = 1e-3
-    train_limit: int | None = None
-    """Use at most this many training rows (a seeded subsample)."""
-    aux_split: str = "val"
-    """The attacker's auxiliary rows (disjoint from eval_split)."""
-    aux_limit: int | None = None
-    eval_split: str = "test"
-    """The victim's rows the attack is scored on."""
-    eval_limit: int | None = None
-    attack: AttackConfig = field(default_factory=AttackConfig)
-    defences: tuple[Defence, ...] = ()
-    dcor_rows: int = 500
-    """Rows the distance correlation is computed on (it is O(n^2))."""
-    gradients: bool = True
-    """Measure label leakage from the per-sample gradients that travel down."""
-    reference: bool = True
-    """Also attack the output of the input stem (the attack's sanity check)."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.aux_split == self.eval_split:
-            raise ConfigError(
-                f"the attacker's auxiliary split and the evaluated split are both "
-                f"{self.aux_split!r}; they must be disjoint"
-            )
-        if self.epochs < 0:
-            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["defences"] = [{"kind": x.kind, **x.params()} for x in self.defences]
-        d["cuts"] = list(self.cuts) if self.cuts is not None else None
-        return d
 
 
 @dataclass

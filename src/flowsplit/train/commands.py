@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowsplit.choices import as_options
 from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
@@ -22,7 +23,7 @@ from flowsplit.config_args import (
 )
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.outputs import atomic_write_text, output_file
-from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig, parse_model_options
+from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig
 from flowsplit.train.evaluation import SPLIT_CHOICES
 
 ROUNDS_WHY = "--rounds are federated rounds in the sfl commands"
@@ -68,12 +69,6 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     the help); an option not given stays None so that --resume can tell what was given.
     """
     add_config_arguments(p, TrainConfig, unset=True)
-    p.add_argument(
-        "--model-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="override a model default, e.g. channels=[16,32] (repeatable)",
-    )
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its checkpoint")
     p.add_argument(
         "--overwrite",
@@ -87,8 +82,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """``(TrainConfig, resume)`` from parsed arguments (a resumed run reads RUN/config.json)."""
     given = config_values(args, [f.name for f in cli_fields(TrainConfig)], given_only=True)
-    if args.model_option:
-        given["model_options"] = parse_model_options(args.model_option)
+    if "model_options" in given:  # --model-option KEY=VALUE pairs
+        given["model_options"] = as_options(given["model_options"])
     if args.resume:
         cfg = TrainConfig.load(args.resume)
         data = cfg.to_dict()

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from flowsplit.choices import MODEL_OPTION
 from flowsplit.config_args import check_numbers, cli, field_type_problem
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.defaults import default_lr
@@ -107,8 +108,7 @@ class TrainConfig:
     """Seconds a rank waits in a collective (rendezvous, all-reduce, broadcast) before the
     run fails: bounds a stopped peer (a dead one is noticed at once). It must exceed rank
     0's validation pass, which the other ranks wait for."""
-    # On the command line as repeated --model-option KEY=VALUE (train.commands).
-    model_options: dict[str, Any] = field(default_factory=dict, metadata=cli(enabled=False))
+    model_options: dict[str, Any] = field(default_factory=dict, metadata=MODEL_OPTION)
     """Overrides of the model's default sizes (``--model-option key=value``)."""
     eval_batch_size: int = 1024
     """Batch size for validation and test inference."""

@@ -20,6 +20,7 @@ import math
 import time
 from pathlib import Path
 
+from flowsplit.choices import add_model_option_argument, as_options
 from flowsplit.config_args import RawDescriptionHelpFormatter, finite_float, parse_seed
 from flowsplit.errors import ConfigError, InputError
 
@@ -60,12 +61,7 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=parse_seed, default=0, help="seed of weights, masks and order")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
-    p.add_argument(
-        "--model-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="transformer size, e.g. dim=64 (give the same to train)",
-    )
+    add_model_option_argument(p, help="transformer size, e.g. dim=64 (give the same to train)")
     p.add_argument("--overwrite", action="store_true", help="replace DIR/encoder.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
@@ -236,8 +232,6 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
     import torch
 
-    from flowsplit.train.config import parse_model_options
-
     _check(args)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
@@ -252,7 +246,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         lr=args.lr,
         mask_ratio=args.mask_ratio,
         seed=args.seed,
-        model_options=parse_model_options(args.model_option),
+        model_options=as_options(args.model_options),
         log=log,
     )
     first, last = info["curve"][0], info["curve"][-1]
