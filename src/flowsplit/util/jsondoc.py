@@ -31,7 +31,7 @@ def jsonable(obj: Any, *, strict: bool = True) -> Any:
     as ``None`` (strict JSON has no NaN). ``strict=False`` keeps NaN and infinities (for
     content typed in memory, :func:`typed_from_dict`, before it is written)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return typed_to_dict(obj) if strict else jsonable(dataclasses.asdict(obj), strict=False)
+        return typed_to_dict(obj, strict=strict)
     if isinstance(obj, dict):
         return {str(k): jsonable(v, strict=strict) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -47,19 +47,20 @@ def jsonable(obj: Any, *, strict: bool = True) -> Any:
     return obj
 
 
-def typed_to_dict(obj: Any) -> dict[str, Any]:
-    """A dataclass tree as strict JSON content, fields in declaration order."""
+def typed_to_dict(obj: Any, *, strict: bool = True) -> dict[str, Any]:
+    """A dataclass tree as strict JSON content, fields in declaration order (``strict``:
+    as :func:`jsonable`'s)."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         if not f.init:
             continue
         value = getattr(obj, f.name)
         if f.metadata.get("rest"):  # written flat, beside the named fields
-            out.update(jsonable(value))
+            out.update(jsonable(value, strict=strict))
         elif f.metadata.get("omit_default") and value == f.default:
             continue  # absent, as in the files written before the field existed
         else:
-            out[_key(f)] = jsonable(value)
+            out[_key(f)] = jsonable(value, strict=strict)
     return out
 
 

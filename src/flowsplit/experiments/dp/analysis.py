@@ -13,12 +13,27 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
-from flowsplit.experiments.dp.result import CentralComparison, ModelAnalysis
+from flowsplit.experiments.dp.result import (
+    Analysis,
+    Baselines,
+    CentralComparison,
+    Claims,
+    FlowStatsBaseline,
+    GroupSummary,
+    HookGroup,
+    HookVsPlain,
+    MajorityBaseline,
+    ModelAnalysis,
+    Prediction,
+    ScalingFit,
+    ScalingPoint,
+    SeedMcNemar,
+)
 from flowsplit.experiments.dp.scaling import (
     NETWORK_PRESETS,
     Network,
@@ -114,27 +129,40 @@ def paired_times(ref: Sequence[Mapping], other: Sequence[Mapping]):
 _BOUNDED = {"accuracy": SCORE_BOUNDS, "macro_f1": SCORE_BOUNDS, "comm_share": SCORE_BOUNDS}
 
 
-def summarise_group(runs: Sequence[Mapping]) -> dict:
+def _column_ci(runs: Sequence[Mapping], key: str) -> Interval:
+    """Mean and CI of one record column over ``runs`` (NaN, not measured, left out);
+    scores and shares clipped to [0, 1]."""
+    return mean_ci([r[key] for r in runs], bounds=_BOUNDED.get(key))
+
+
+def _median_share(runs: Iterable[Mapping]) -> float:
+    """Median share of the CPUs other processes took, over the metered runs."""
+    shares = [r["foreign_cpu_share"] for r in runs if _finite(r["foreign_cpu_share"])]
+    return float(np.median(shares)) if shares else math.nan
+
+
+def summarise_group(runs: Sequence[Mapping]) -> GroupSummary:
     """Means and CIs of one (model, workers) group over its seeds.
 
     Accuracy uses every run; times use the runs that were not contended. Intervals of
     scores and shares are clipped to [0, 1].
     """
-    out = {"n_runs": len(runs), "seeds": sorted(r["seed"] for r in runs)}
     timed, timing_contended = timing_runs(runs)
-    out["n_contended"] = sum(1 for r in runs if r["contended"])
-    out["timing_contended"] = timing_contended
-    for key in ("accuracy", "macro_f1", "peak_rss_mb", "cpu_obtained"):
-        vals = [r[key] for r in runs]  # NaN (not measured) is left out by mean_ci
-        out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
-    for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s"):
-        vals = [r[key] for r in timed]
-        out[key] = mean_ci(vals, bounds=_BOUNDED.get(key)).as_dict()
-    shares = [r["foreign_cpu_share"] for r in runs if _finite(r["foreign_cpu_share"])]
-    out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
-    out["oversubscribed"] = any(r["oversubscribed"] for r in runs)
-    out["threads_per_worker"] = max(r["threads_per_worker"] for r in runs)
-    return out
+    return GroupSummary(
+        n_runs=len(runs),
+        seeds=sorted(r["seed"] for r in runs),
+        n_contended=sum(1 for r in runs if r["contended"]),
+        timing_contended=timing_contended,
+        **{key: _column_ci(runs, key) for key in ("accuracy", "macro_f1", "peak_rss_mb")},
+        cpu_obtained=_column_ci(runs, "cpu_obtained"),
+        **{
+            key: _column_ci(timed, key)
+            for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s")
+        },
+        foreign_cpu_share_median=_median_share(runs),
+        oversubscribed=any(r["oversubscribed"] for r in runs),
+        threads_per_worker=max(r["threads_per_worker"] for r in runs),
+    )
 
 
 def compare_to_central(
@@ -145,23 +173,38 @@ def compare_to_central(
     margin: float,
     alpha: float,
     majority_rate: float | None = None,
-) -> dict:
+) -> CentralComparison:
     """Data-parallel runs on ``n_workers`` against centralised runs, paired by seed.
 
     ``claims`` says what the reports may claim from it (see :func:`judge`); the
     statistics stay as computed, for the reader who wants them.
     """
-    out: dict = {"n_workers": n_workers}
+    scores = {}
     for key in ("accuracy", "macro_f1"):
-        seeds, a, b = _paired(central, parallel, key)
-        out[key] = compare_paired(a, b, margin=margin, alpha=alpha).as_dict()
+        _, a, b = _paired(central, parallel, key)
+        scores[key] = compare_paired(a, b, margin=margin, alpha=alpha)
     seeds, t_ref, t_par, contended = paired_times(central, parallel)
     speed, eff = speedup_ci(t_ref, t_par, n_workers)
-    out["seeds"] = seeds
-    out["timing_contended"] = contended
-    out["speedup"] = speed.as_dict()
-    out["efficiency"] = eff.as_dict()
-    out["oversubscribed"] = any(r["oversubscribed"] for r in parallel)
+    mc = _mcnemar(central, parallel)
+    out = CentralComparison(
+        n_workers=n_workers,
+        **scores,
+        seeds=seeds,
+        timing_contended=contended,
+        speedup=speed,
+        efficiency=eff,
+        oversubscribed=any(r["oversubscribed"] for r in parallel),
+        mcnemar=mc,
+        mcnemar_significant=sum(1 for m in mc if m.p < alpha),
+        foreign_cpu_share_median=_median_share((*central, *parallel)),
+        claims=None,  # type: ignore[arg-type]  # judged below, from the comparison
+    )
+    out.claims = judge(out, central, parallel, majority_rate)
+    return out
+
+
+def _mcnemar(central: Sequence[Mapping], parallel: Sequence[Mapping]) -> list[SeedMcNemar]:
+    """McNemar's test per seed whose two runs predicted the same test set."""
     mc = []
     a_by_seed = {r["seed"]: r for r in central}
     for r in sorted(parallel, key=lambda r: r["seed"]):
@@ -170,16 +213,9 @@ def compare_to_central(
             continue
         if list(ref["y_true"]) != list(r["y_true"]):
             continue  # not the same test set: McNemar would be meaningless
-        res = mcnemar_test(ref["y_true"], ref["y_pred"], r["y_pred"]).as_dict()
-        mc.append({"seed": r["seed"], **res})
-    out["mcnemar"] = mc
-    out["mcnemar_significant"] = sum(1 for m in mc if m["p"] < alpha)
-    shares = [
-        r["foreign_cpu_share"] for r in (*central, *parallel) if _finite(r["foreign_cpu_share"])
-    ]
-    out["foreign_cpu_share_median"] = float(np.median(shares)) if shares else math.nan
-    out["claims"] = judge(out, central, parallel, majority_rate)
-    return out
+        res = mcnemar_test(ref["y_true"], ref["y_pred"], r["y_pred"])
+        mc.append(SeedMcNemar(**asdict(res), seed=r["seed"]))
+    return mc
 
 
 def _finite(x) -> bool:
@@ -199,8 +235,11 @@ def above_rate(values: Sequence[float], rate: float | None) -> bool:
 
 
 def judge(
-    v: Mapping, central: Sequence[Mapping], parallel: Sequence[Mapping], majority_rate
-) -> dict:
+    v: CentralComparison,
+    central: Sequence[Mapping],
+    parallel: Sequence[Mapping],
+    majority_rate,
+) -> Claims:
     """What may be claimed from one comparison (the rules every report applies):
 
     - a speedup only from timings that are neither oversubscribed nor contended, over at
@@ -210,38 +249,36 @@ def judge(
       asks for (else "not enough seeds").
     """
     withheld = []
-    speed, eff = v["speedup"], v["efficiency"]
-    if math.isnan(speed["mean"]):
+    speed, eff = v.speedup, v.efficiency
+    if math.isnan(speed.mean):
         withheld.append(NO_TIMING)
     else:
-        if v["oversubscribed"]:
+        if v.oversubscribed:
             withheld.append(OVERSUBSCRIBED)
-        if v["timing_contended"]:
+        if v.timing_contended:
             metered = any(_finite(r["foreign_cpu_share"]) for r in (*central, *parallel))
             withheld.append(CONTENDED if metered else NOT_METERED)
-        elif speed["n"] < 2:
+        elif speed.n < 2:
             withheld.append(FEW_TIMINGS)
-        if eff["mean"] > 1:
+        if eff.mean > 1:
             withheld.append(SUPERLINEAR)
     above = above_rate([r["accuracy"] for r in central], majority_rate) and above_rate(
         [r["accuracy"] for r in parallel], majority_rate
     )
-    verdicts = {
-        key: (v[key]["verdict"] if above else BELOW_MAJORITY) for key in ("accuracy", "macro_f1")
-    }
-    return {
-        "speedup_claimed": not withheld,
-        "speedup_withheld": withheld,
-        "efficiency_above_1": bool(eff["mean"] > 1),
-        "above_majority": above,
-        "majority_rate": math.nan if majority_rate is None else float(majority_rate),
-        "accuracy_verdict": verdicts["accuracy"],
-        "macro_f1_verdict": verdicts["macro_f1"],
-        "equivalent": verdicts["accuracy"] == EQUIVALENT,
-    }
+    accuracy = v.accuracy.verdict if above else BELOW_MAJORITY
+    return Claims(
+        speedup_claimed=not withheld,
+        speedup_withheld=withheld,
+        efficiency_above_1=bool(eff.mean > 1),
+        above_majority=above,
+        majority_rate=math.nan if majority_rate is None else float(majority_rate),
+        accuracy_verdict=accuracy,
+        macro_f1_verdict=v.macro_f1.verdict if above else BELOW_MAJORITY,
+        equivalent=accuracy == EQUIVALENT,
+    )
 
 
-def majority_baseline(records: Sequence[Mapping]) -> dict | None:
+def majority_baseline(records: Sequence[Mapping]) -> MajorityBaseline | None:
     """The majority-class baseline on the test split: always predict the most frequent
     test class, the best any constant prediction can score there (so a model at or
     below it has learned nothing a constant would not). None without test labels."""
@@ -258,13 +295,13 @@ def majority_baseline(records: Sequence[Mapping]) -> dict | None:
     f1_k = 2 * rate / (1 + rate)
     present = [i for i in range(len(counts)) if counts[i] > 0]
     names = [classes[i] if i < len(classes) else str(i) for i in range(len(counts))]
-    return {
-        "class": names[k],
-        "accuracy": rate,
-        "macro_f1": f1_k / len(present),
-        "n_test": int(len(y)),
-        "per_class_f1": {names[i]: (f1_k if i == k else 0.0) for i in present},
-    }
+    return MajorityBaseline(
+        class_name=names[k],
+        accuracy=rate,
+        macro_f1=f1_k / len(present),
+        n_test=int(len(y)),
+        per_class_f1={names[i]: (f1_k if i == k else 0.0) for i in present},
+    )
 
 
 def _comm_per_epoch(run: Mapping) -> float:
@@ -281,7 +318,7 @@ def fit_model_scaling(
     cores: int,
     networks: Mapping[str, Network],
     predict_workers: Sequence[int] = PREDICT_WORKERS,
-) -> dict:
+) -> ScalingFit:
     """Fit the scaling model to one model's runs and predict larger clusters.
 
     Oversubscribed runs stay out of the fit (their time measures core sharing, not
@@ -322,17 +359,17 @@ def fit_model_scaling(
             loo = relative_errors(fit(others), [n], [measured])[0]
         comm = [r["comm_share"] for r in group if _finite(r["comm_share"])]
         points.append(
-            {
-                "n_workers": n,
-                "measured_s": measured,
-                "predicted_s": pred["epoch_time_s"],
-                "rel_error": err,
-                "loo_error": loo,
-                "in_fit": any(r in fit_runs for r in group),
-                "oversubscribed": any(r["oversubscribed"] for r in group),
-                "measured_comm_share": float(np.mean(comm)) if comm else math.nan,
-                "predicted_comm_share": pred["comm_share"],
-            }
+            ScalingPoint(
+                n_workers=n,
+                measured_s=measured,
+                predicted_s=pred["epoch_time_s"],
+                rel_error=err,
+                loo_error=loo,
+                in_fit=any(r in fit_runs for r in group),
+                oversubscribed=any(r["oversubscribed"] for r in group),
+                measured_comm_share=float(np.mean(comm)) if comm else math.nan,
+                predicted_comm_share=pred["comm_share"],
+            )
         )
     # This machine as measured: its cores, its sync overhead, the global batch it ran.
     base = model.predict(1)["epoch_time_s"]
@@ -353,23 +390,23 @@ def fit_model_scaling(
     cluster = model
     if workload.kind == "ddp" and workload.global_batch:
         cluster = replace(model, workload=replace(workload, global_batch=False))
-    predictions = {"host": host_rows}
-    predictions.update({key: cluster.curve(predict_workers, net) for key, net in networks.items()})
+    curves = {"host": host_rows}
+    curves.update({key: cluster.curve(predict_workers, net) for key, net in networks.items()})
     steps = steps_per_epoch(workload, 1)
     serial = model.per_step_s * steps + model.fixed_s
-    return {
-        "model": model.as_dict(),
-        "points": points,
-        "max_abs_error": max(abs(p["rel_error"]) for p in points),
-        "max_abs_error_fit": max((abs(p["rel_error"]) for p in points if p["in_fit"]), default=0),
-        "max_abs_loo_error": max(
-            (abs(p["loo_error"]) for p in points if not math.isnan(p["loo_error"])),
+    return ScalingFit(
+        model=model.as_dict(),
+        points=points,
+        max_abs_error=max(abs(p.rel_error) for p in points),
+        max_abs_error_fit=max((abs(p.rel_error) for p in points if p.in_fit), default=0),
+        max_abs_loo_error=max(
+            (abs(p.loo_error) for p in points if not math.isnan(p.loo_error)),
             default=math.nan,
         ),
-        "speedup_cap_fixed_batch": base / serial if serial > 0 else math.inf,
-        "cluster_batch": "per worker" if cluster is not model else "global",
-        "predictions": predictions,
-    }
+        speedup_cap_fixed_batch=base / serial if serial > 0 else math.inf,
+        cluster_batch="per worker" if cluster is not model else "global",
+        predictions={key: [Prediction(**row) for row in rows] for key, rows in curves.items()},
+    )
 
 
 def analyse(
@@ -381,53 +418,53 @@ def analyse(
     margin: float = 0.01,
     alpha: float = 0.05,
     networks: Mapping[str, Network] = NETWORK_PRESETS,
-) -> dict:
+) -> Analysis:
     """All findings per model: groups, comparisons to centralised, scaling fit; and the
-    baselines every table carries (majority class, XGBoost on flow statistics)."""
+    baselines every table carries (majority class, XGBoost on flow statistics). The
+    communication hooks (:func:`compare_hooks`) are the caller's to add."""
     majority = majority_baseline(records)
-    rate = majority["accuracy"] if majority else None
-    models: dict = {}
+    rate = majority.accuracy if majority else None
+    models: dict[str, ModelAnalysis] = {}
     for model, runs in _by(records, "model").items():
         by_n = _by(runs, "workers")
-        entry: dict = {
-            "by_workers": {str(n): summarise_group(g) for n, g in sorted(by_n.items())},
-            "vs_central": {},
-        }
         central = by_n.get(1, [])
-        for n, group in sorted(by_n.items()):
-            if n != 1 and central:
-                entry["vs_central"][str(n)] = compare_to_central(
+        entry = ModelAnalysis(
+            by_workers={str(n): summarise_group(g) for n, g in sorted(by_n.items())},
+            vs_central={
+                str(n): compare_to_central(
                     central, group, n, margin=margin, alpha=alpha, majority_rate=rate
                 )
+                for n, group in sorted(by_n.items())
+                if n != 1 and central
+            },
+            above_majority=bool(central) and above_rate([r["accuracy"] for r in central], rate),
+        )
         if host is not None and model in workloads:
             try:
-                entry["scaling"] = fit_model_scaling(
+                entry.scaling = fit_model_scaling(
                     runs, workloads[model], host, cores=cores, networks=networks
                 )
             except ValueError as exc:
-                entry["scaling"] = {"error": str(exc)}
-        central_acc = [r["accuracy"] for r in central]
-        entry["above_majority"] = bool(central) and above_rate(central_acc, rate)
+                entry.scaling = ScalingFit(error=str(exc))
         models[model] = entry
-    flow = models.get(FLOW_STATS_MODEL, {}).get("by_workers", {}).get("1")
-    baselines = {
-        "majority": majority,
-        "flow_stats": None
-        if flow is None
-        else {
-            "model": FLOW_STATS_MODEL,
-            "accuracy": flow["accuracy"],
-            "macro_f1": flow["macro_f1"],
-            "n_runs": flow["n_runs"],
-        },
-    }
-    return {
-        "margin": margin,
-        "alpha": alpha,
-        "cores": cores,
-        "models": models,
-        "baselines": baselines,
-    }
+    flow = models[FLOW_STATS_MODEL].by_workers.get("1") if FLOW_STATS_MODEL in models else None
+    return Analysis(
+        margin=margin,
+        alpha=alpha,
+        cores=cores,
+        models=models,
+        baselines=Baselines(
+            majority=majority,
+            flow_stats=None
+            if flow is None
+            else FlowStatsBaseline(
+                model=FLOW_STATS_MODEL,
+                accuracy=flow.accuracy,
+                macro_f1=flow.macro_f1,
+                n_runs=flow.n_runs,
+            ),
+        ),
+    )
 
 
 def _per_epoch(run: Mapping, key: str) -> float:
@@ -437,7 +474,9 @@ def _per_epoch(run: Mapping, key: str) -> float:
     return float(value) / epochs if epochs and _finite(value) else math.nan
 
 
-def compare_hooks(records: Sequence[Mapping], *, margin: float, alpha: float) -> dict:
+def compare_hooks(
+    records: Sequence[Mapping], *, margin: float, alpha: float
+) -> dict[str, dict[str, dict[str, HookGroup]]]:
     """Each DDP communication hook against the plain all-reduce (``none``) of the same
     model, worker count and seed: per ``model -> workers -> hook``, epoch time,
     all-reduce bytes and exposed communication per epoch, accuracy and macro-F1 (means
@@ -452,42 +491,45 @@ def compare_hooks(records: Sequence[Mapping], *, margin: float, alpha: float) ->
         if set(by_hook) <= {PLAIN_HOOK}:
             continue
         plain = by_hook.get(PLAIN_HOOK, [])
-        entry: dict = {}
+        entry = {}
         for hook in [PLAIN_HOOK, *sorted(h for h in by_hook if h != PLAIN_HOOK)]:
             group = by_hook.get(hook, [])
-            timed, flagged = timing_runs(group)
-            row: dict = {
-                "n_runs": len(group),
-                "seeds": sorted(r["seed"] for r in group),
-                "timing_contended": flagged,
-                "n_contended": sum(1 for r in group if r["contended"]),
-                "epoch_time_s": mean_ci([r["epoch_time_s"] for r in timed]).as_dict(),
-                "comm_bytes_per_epoch": mean_ci(
-                    [_per_epoch(r, "comm_bytes") for r in group]
-                ).as_dict(),
-                "comm_time_per_epoch_s": mean_ci(
-                    [_per_epoch(r, "comm_time_s") for r in timed]
-                ).as_dict(),
-                "exposed_comm_per_epoch_s": mean_ci(
-                    [_per_epoch(r, "exposed_comm_s") for r in timed]
-                ).as_dict(),
-                "epochs_run": mean_ci([r["epochs_run"] for r in group]).as_dict(),
-            }
-            for key in ("accuracy", "macro_f1"):
-                row[key] = mean_ci([r[key] for r in group], bounds=SCORE_BOUNDS).as_dict()
-            if hook != PLAIN_HOOK and plain:
-                vs: dict = {}
-                for key in ("accuracy", "macro_f1"):
-                    seeds, a, b = _paired(plain, group, key)
-                    vs[key] = compare_paired(a, b, margin=margin, alpha=alpha).as_dict()
-                seeds, t_plain, t_hook, contended = paired_times(plain, group)
-                vs["seeds"] = seeds
-                vs["timing_contended"] = contended  # either side's runs disturbed
-                vs["epoch_time_ratio"] = ratio_ci(t_hook, t_plain).as_dict()
-                row["vs_plain"] = vs
-            entry[hook] = row
+            entry[hook] = _hook_group(group, plain if hook != PLAIN_HOOK else [], margin, alpha)
         out.setdefault(model, {})[str(n)] = entry
     return out
+
+
+def _hook_group(
+    group: Sequence[Mapping], plain: Sequence[Mapping], margin: float, alpha: float
+) -> HookGroup:
+    """One hook's runs of a (model, workers) group; against ``plain``'s when given."""
+    timed, flagged = timing_runs(group)
+    row = HookGroup(
+        n_runs=len(group),
+        seeds=sorted(r["seed"] for r in group),
+        timing_contended=flagged,
+        n_contended=sum(1 for r in group if r["contended"]),
+        epoch_time_s=mean_ci([r["epoch_time_s"] for r in timed]),
+        comm_bytes_per_epoch=mean_ci([_per_epoch(r, "comm_bytes") for r in group]),
+        comm_time_per_epoch_s=mean_ci([_per_epoch(r, "comm_time_s") for r in timed]),
+        exposed_comm_per_epoch_s=mean_ci([_per_epoch(r, "exposed_comm_s") for r in timed]),
+        epochs_run=mean_ci([r["epochs_run"] for r in group]),
+        accuracy=mean_ci([r["accuracy"] for r in group], bounds=SCORE_BOUNDS),
+        macro_f1=mean_ci([r["macro_f1"] for r in group], bounds=SCORE_BOUNDS),
+    )
+    if plain:
+        scores = {}
+        for key in ("accuracy", "macro_f1"):
+            _, a, b = _paired(plain, group, key)
+            scores[key] = compare_paired(a, b, margin=margin, alpha=alpha)
+        seeds, t_plain, t_hook, contended = paired_times(plain, group)
+        row.vs_plain = HookVsPlain(
+            **scores,
+            seeds=seeds,
+            timing_contended=contended,  # either side's runs disturbed
+            epoch_time_ratio=ratio_ci(t_hook, t_plain),
+        )
+    return row
 
 
 def _pts_ci(iv: Interval | None, label: str) -> str:
