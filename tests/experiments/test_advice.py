@@ -390,3 +390,34 @@ def test_a_score_the_same_on_every_seed_is_not_given_a_zero_width_interval():
     # The same for a simulated delay or byte count, fixed by the plan whatever the seed.
     assert change_ci(Interval(0.63, 0.63, 0.63, 3)) == "-37 % (the same on all 3 seeds)"
     assert change_ci(Interval(0.71, 0.41, 1.22, 3)) == ("-29 % (95 % CI -59 to +22 %)")
+
+
+def test_overview_verdict_is_one_line_by_the_advice_rules(monkeypatch):
+    # Prepare: the clean study (cnn pays at 2 workers) and the split-learning study
+    dp = data_parallel_rows(study_results(_clean_study()))
+    sfl = sfl_rows(SFL_RES)
+    # Execute
+    verdict = advice_mod.overview_verdict(dp, sfl)
+    few = advice_mod.overview_verdict(dp, sfl)
+    monkeypatch.setattr(advice_mod, "MIN_SEEDS", 3)
+    enough = advice_mod.overview_verdict(dp, sfl)
+    # Assert: the model, data-parallel because it pays, and the split-learning pick with
+    # its accuracy; with 3 seeds under the rule of 5 the pick is named, not advised
+    assert "\n" not in verdict and verdict.endswith(".")
+    assert verdict.startswith("Use cnn (macro-F1 90.0 % (95 % CI ")
+    assert "data-parallel on 2 workers (it pays)" in verdict
+    assert (
+        "for split learning acc-aware (89.5 % accuracy, lowest delay) leads, but 3 seed(s)" in few
+    )
+    assert "for split learning use acc-aware (89.5 % accuracy, lowest delay)." in enough
+
+
+def test_overview_verdict_says_train_centralised_when_nothing_pays():
+    # Prepare: cnn's 2-worker runs are no faster (no claimed speedup >= 1.2x)
+    cnn = paired_runs("cnn", t_parallel=9.5)
+    dp = data_parallel_rows(study_results([*cnn[0], *cnn[1]]))
+    # Execute
+    verdict = advice_mod.overview_verdict(dp, [])
+    # Assert
+    assert verdict.startswith("Use cnn")
+    assert verdict.endswith("trained centralised: data parallelism is not shown to pay here.")

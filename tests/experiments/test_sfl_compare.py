@@ -543,6 +543,14 @@ def test_sfl_compare_report_and_overview_render_in_chromium(tmp_path, toy_sfl_st
     assert (overview.parent / "../sfl/report.html").resolve() == report.resolve()
     schemes = json.loads((sfl_dir / "results.json").read_text())["schemes"]
     assert all(s in html for s in schemes)
+    # Both pages open with one verdict line and then the trade-off picture under it.
+    for page in (study_page, overview_page):
+        assert page.verdict and page.verdict_top < page.first_image_top < page.verdict_top + 400
+        assert page.height < 7000
+    assert overview_page.verdict.startswith("For split learning")
+    assert "seed(s) make no verdict" in overview_page.verdict  # 2 seeds: named, not advised
+    assert overview_page.images[0]["alt"].startswith("Split learning: Final test accuracy")
+    assert overview_page.height < 2500
 
 
 def test_a_sampled_compare_predicts_each_rounds_sample(tmp_path):
