@@ -176,6 +176,7 @@ class PooledRuntime(DistRuntime):
         does, and writes them to the store; an aggregator reads them and points its client
         peers at the workers that host them); then aggregators report ready."""
         key = POOL_KEY.format(round=plan.round)
+        log.debug("%s: round %d: planning", role_name(self.me), plan.round + 1)
         self._fail_if_scheduled(plan.round)
         if self.is_server:
             self._hear_workers(plan.round)

@@ -195,6 +195,7 @@ def role_main(
                 if payload.get("launcher_pid") and not pid_alive(int(payload["launcher_pid"])):
                     os._exit(1)  # the run was stopped: write nothing more
                 save_tensors(Path(payload["out_dir"]) / CHECKPOINT_NAME, runtime.checkpoint(kept))
+                log.debug("round %d recorded", record["round"])
 
             history = setup.scheme.run(
                 runtime, setup.config, on_round=on_round, start_round=start, history=done
