@@ -24,7 +24,9 @@ frame's state is the state after the flow's last packet.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
+from typing import Any
 
 from torch import nn
 
@@ -146,47 +148,15 @@ def build_convlstm(
             the flow's frames and the frame's positions) or ``last`` (the state after
             the last frame, 2x2 max-pooled, position by position).
     """
-    return _build(
-        "lstm",
-        "convlstm",
-        view=view,
-        input_shape=input_shape,
-        n_classes=n_classes,
-        channels=channels,
-        embed=embed,
-        kernel=kernel,
-        hidden=hidden,
-        dropout=dropout,
-        rows_per_frame=rows_per_frame,
-        pool=pool,
-    )
+    return _build("lstm", "convlstm", **locals())
 
 
-def build_convgru(
-    *,
-    view: str,
-    input_shape: Sequence[int],
-    n_classes: int,
-    channels: Sequence[int] = (16, 16),
-    embed: int = 8,
-    kernel: int = 3,
-    hidden: int = 128,
-    dropout: float = 0.2,
-    rows_per_frame: int = 4,
-    pool: str = "time",
-) -> BlockModel:
-    """Build the ConvGRU (same arguments as :func:`build_convlstm`)."""
-    return _build(
-        "gru",
-        "convgru",
-        view=view,
-        input_shape=input_shape,
-        n_classes=n_classes,
-        channels=channels,
-        embed=embed,
-        kernel=kernel,
-        hidden=hidden,
-        dropout=dropout,
-        rows_per_frame=rows_per_frame,
-        pool=pool,
-    )
+def build_convgru(**options: Any) -> BlockModel:
+    """Build the ConvGRU (the same keywords as :func:`build_convlstm`)."""
+    bound = inspect.signature(build_convlstm).bind(**options)
+    bound.apply_defaults()
+    return _build("gru", "convgru", **bound.arguments)
+
+
+# The registry reads a builder's options and their defaults from its signature.
+build_convgru.__signature__ = inspect.signature(build_convlstm)  # type: ignore[attr-defined]
