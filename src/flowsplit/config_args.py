@@ -107,6 +107,18 @@ def cli(
     return {_KEY: {k: v for k, v in given.items() if v is not None}}
 
 
+def with_groups(
+    overrides: Mapping[str, dict], groups: Mapping[str, Iterable[str]]
+) -> dict[str, dict]:
+    """``overrides`` with each field of ``groups`` (``{title: fields}``) listed under that
+    ``--help`` heading."""
+    out = {name: {_KEY: dict(spec.get(_KEY, {}))} for name, spec in overrides.items()}
+    for title, names in groups.items():
+        for name in names:
+            out.setdefault(name, {_KEY: {}})[_KEY]["group"] = title
+    return out
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """``{field: docstring}`` from the string literals under the fields of ``cls``
     and of its dataclass bases."""

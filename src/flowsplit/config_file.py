@@ -164,16 +164,17 @@ def build_config(
 # --- writing ---------------------------------------------------------------------------
 
 
-def config_to_toml(config: Any, *, header: str = "") -> str:
+def config_to_toml(config: Any, *, header: str = "", comment: Iterable[str] = ()) -> str:
     """``config`` (a dataclass) as TOML that :func:`read_config_file` reads back: scalars
     and arrays first, then one table per nested config. ``None`` values are left out
-    (a field left out takes its default, which for these is ``None``)."""
+    (a field left out takes its default, which for these is ``None``); the fields in
+    ``comment`` (given on the command line) are written as comments."""
     lines = [f"# {line}" for line in header.splitlines()]
-    lines += _table(config, "")
+    lines += _table(config, "", frozenset(comment))
     return "\n".join(lines).strip() + "\n"
 
 
-def _table(config: Any, prefix: str) -> list[str]:
+def _table(config: Any, prefix: str, comment: frozenset[str]) -> list[str]:
     lines: list[str] = []
     nested = []
     for f in dataclasses.fields(config):
@@ -182,10 +183,12 @@ def _table(config: Any, prefix: str) -> list[str]:
             nested.append((f.name, value))
         elif value is None:
             lines.append(f"# {f.name}: not set")
+        elif prefix + f.name in comment:
+            lines.append(f"# {_key(f.name)} = {_value(value)}  (on the command line)")
         else:
             lines.append(f"{_key(f.name)} = {_value(value)}")
     for name, value in nested:
-        lines += ["", f"[{prefix}{name}]", *_table(value, f"{prefix}{name}.")]
+        lines += ["", f"[{prefix}{name}]", *_table(value, f"{prefix}{name}.", comment)]
     return lines
 
 
@@ -214,10 +217,12 @@ def _value(value: Any) -> str:
     return _string(str(value))
 
 
-def write_config_toml(path: str | Path, config: Any, *, header: str = "") -> Path:
+def write_config_toml(
+    path: str | Path, config: Any, *, header: str = "", comment: Iterable[str] = ()
+) -> Path:
     """Write ``config`` as TOML to ``path`` (atomically); returns the path."""
     from flowsplit.outputs import atomic_write_text
 
     path = Path(path)
-    atomic_write_text(path, config_to_toml(config, header=header))
+    atomic_write_text(path, config_to_toml(config, header=header, comment=comment))
     return path

@@ -12,14 +12,19 @@ from flowsplit.config_args import (
     add_log_to_argument,
     add_renamed,
     cli,
-    cli_fields,
-    config_values,
     csv_tuple,
     int_tuple,
     parse_seeds,
+    with_groups,
+)
+from flowsplit.config_file import (
+    CONFIG_NAME,
+    add_config_file_option,
+    build_config,
+    write_config_toml,
 )
 from flowsplit.errors import ConfigError
-from flowsplit.experiments.dp.config import CompareConfig
+from flowsplit.experiments.dp.config import QUICK, CompareConfig
 from flowsplit.train.commands import ROUNDS_WHY
 
 
@@ -41,10 +46,16 @@ COMPARE_OPTIONS = {
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
     "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
     "comm_hooks": cli(parse=csv_tuple, metavar="HOOK,HOOK,..."),
-    "epochs": cli(help="Maximum epochs of the neural models (default: train's; --quick: 2)."),
+    "epochs": cli(
+        help=f"Maximum epochs of the neural models (default: train's; --quick: {QUICK['epochs']})."
+    ),
     "rounds": cli(
         flag="--boost-rounds",
-        help="Maximum XGBoost boosting rounds (default: train's; --quick: 20).",
+        help=f"Maximum XGBoost boosting rounds (default: train's; --quick: {QUICK['rounds']}).",
+    ),
+    "quick": cli(
+        help="Short runs (" + ", ".join(f"{k} {v}" for k, v in QUICK.items()) + ") and a "
+        "short micro-benchmark, for demos and smoke tests; options given win."
     ),
     "patience": cli(help="Early-stopping patience of every run (default: train's)."),
     "margin": cli(
@@ -68,6 +79,17 @@ COMPARE_OPTIONS = {
 }
 """``flowsplit compare``'s view of :class:`~flowsplit.experiments.dp.compare.CompareConfig`."""
 
+COMPARE_GROUPS = {
+    "study": ("models", "workers", "seeds", "comm_hooks", "quick"),
+    "training (every cell)": ("epochs", "rounds", "threads", "patience", "train_args"),
+    "statistics": ("margin", "alpha"),
+    "running the cells": ("cell_timeout_s", "fresh_process", "quiet_wait_s", "max_busy")
+    + ("max_foreign", "rerun_contended"),
+}
+"""The ``--help`` sections of ``compare``'s options."""
+ON_COMMAND_LINE = ("dataset", "out")
+"""Fields given on the command line only (not in a ``--config`` file)."""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``compare`` and ``report`` to the CLI."""
@@ -82,11 +104,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    # One option per CompareConfig field (its docstring is the help).
-    add_config_arguments(p, CompareConfig, overrides=COMPARE_OPTIONS)
-    add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
+    # One option per CompareConfig field (its docstring is the help); DATASET and -o are
+    # required, the others not given stay None so that a --config file's values stand.
+    options = with_groups(COMPARE_OPTIONS, COMPARE_GROUPS)
+    add_config_arguments(p, CompareConfig, only=ON_COMMAND_LINE, overrides=options)
+    add_config_file_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_log_to_argument(p)
+    add_config_arguments(p, CompareConfig, exclude=ON_COMMAND_LINE, overrides=options, unset=True)
+    add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
     p.set_defaults(func=_compare)
 
     r = sub.add_parser(
@@ -103,8 +129,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.dp.compare import run_compare
 
-    values = config_values(args, [f.name for f in cli_fields(CompareConfig)])
-    path = run_compare(values.pop("dataset"), values.pop("out"), **values, progress=not args.quiet)
+    cfg = compare_config(args)
+    path = run_compare(cfg, progress=not args.quiet)
+    write_config_toml(
+        Path(cfg.out) / CONFIG_NAME,
+        cfg,
+        header="flowsplit compare: the effective config (compare DATASET -o OUT --config FILE)",
+        comment=ON_COMMAND_LINE,
+    )
     if args.log_to is not None:  # one subdirectory per run of the study
         from flowsplit.tracking import finished_runs, write_study
 
@@ -112,6 +144,11 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"tensorboard: {top}")
     _print_summary(path)
     return 0
+
+
+def compare_config(args: argparse.Namespace) -> CompareConfig:
+    """``compare``'s config: the defaults, then ``--config FILE``, then the options given."""
+    return build_config(CompareConfig, args, on_command_line=ON_COMMAND_LINE)
 
 
 def _report(args: argparse.Namespace) -> int:

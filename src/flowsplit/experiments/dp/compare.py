@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.dp.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.dp.cellpool import CellPools, output_to, thread_env
-from flowsplit.experiments.dp.config import ALL_MODELS, FINGERPRINT_KEYS, CompareConfig
+from flowsplit.experiments.dp.config import FINGERPRINT_KEYS, CompareConfig
 from flowsplit.experiments.dp.hostload import (
     ContentionMeter,
     descendants_cpu_s,
@@ -332,62 +332,30 @@ _NOT_A_STUDY = ("metrics.json", "config.json", "checkpoint.pt", "model.pt", "man
 
 
 def run_compare(
-    dataset_dir: str | Path,
-    out_dir: str | Path,
+    config: CompareConfig | str | Path,
+    out_dir: str | Path | None = None,
     *,
-    models: Sequence[str] = ALL_MODELS,
-    workers: Sequence[int] = (1, 2, 4),
-    seeds: int | Sequence[int] = 5,
-    comm_hooks: Sequence[str] = (PLAIN_HOOK,),
-    epochs: int | None = None,
-    quick: bool = False,
-    rounds: int | None = None,
-    threads: int = 1,
-    patience: int | None = None,
-    margin: float = 0.01,
-    alpha: float = 0.05,
-    cell_timeout_s: float | None = None,
-    train_args: Sequence[str] = (),
-    quiet_wait_s: float = 0.0,
-    max_busy: float = 0.25,
-    max_foreign: float | None = None,
-    rerun_contended: bool = False,
-    fresh_process: bool = False,
     progress: bool = True,
     run_cell_fn: Callable[[Cell, CompareConfig], tuple[bool, str]] | None = None,
+    **options: Any,
 ) -> Path:
-    """Run (or resume) the study and write its report; return the path of ``report.html``.
+    """Run (or resume) the study ``config`` and write its report; return the path of
+    ``report.html``.
 
-    ``seeds`` is a count (seeds 0 .. n-1) or explicit seeds; ``comm_hooks`` the DDP
-    communication hooks of the multi-worker neural cells (the plain all-reduce, ``none``,
-    always runs: each hook is compared with it, seed by seed). Finished cells are skipped;
-    failed ones are retried on the next call and listed in the report meanwhile.
-    ``run_cell_fn`` (tests) replaces the runner: by default :class:`PooledCells`, or
-    :func:`run_cell_subprocess` with ``fresh_process``.
+    ``config`` is a :class:`CompareConfig`, or (the older form) the dataset directory,
+    with ``out_dir`` and any :class:`CompareConfig` fields as keywords (``seeds`` a count
+    or explicit seeds). The plain all-reduce (``none``) always runs: each communication
+    hook is compared with it, seed by seed. Finished cells are skipped; failed ones are
+    retried on the next call and listed in the report meanwhile. ``run_cell_fn`` (tests)
+    replaces the runner: by default :class:`PooledCells`, or :func:`run_cell_subprocess`
+    with ``fresh_process``.
     """
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    cfg = CompareConfig(
-        dataset=str(dataset_dir),
-        out=str(out_dir),
-        models=list(models),
-        workers=list(workers),
-        seeds=seed_list,
-        comm_hooks=list(comm_hooks),
-        epochs=epochs,
-        rounds=rounds,
-        threads=threads,
-        patience=patience,
-        margin=margin,
-        alpha=alpha,
-        quick=quick,
-        cell_timeout_s=cell_timeout_s,
-        train_args=list(train_args),
-        quiet_wait_s=quiet_wait_s,
-        max_busy=max_busy,
-        max_foreign=max_foreign,
-        rerun_contended=rerun_contended,
-        fresh_process=fresh_process,
-    )
+    if isinstance(config, CompareConfig):
+        if out_dir is not None or options:
+            raise TypeError("run_compare(config): give the options in the config")
+        cfg = config
+    else:
+        cfg = CompareConfig(dataset=config, out=out_dir, **options)
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     out = Path(cfg.out)
     foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]

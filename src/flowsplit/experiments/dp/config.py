@@ -14,8 +14,9 @@ from flowsplit.train.config import COMM_HOOKS
 
 ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
 """The models a study trains by default (``--models`` may name any registered one)."""
-QUICK_EPOCHS = 2
-QUICK_ROUNDS = 20
+QUICK = {"epochs": 2, "rounds": 20}
+"""``--quick``: the recipe of short runs (options given explicitly win)."""
+QUICK_EPOCHS, QUICK_ROUNDS = QUICK["epochs"], QUICK["rounds"]
 # Settings that change what a cell measures: a rerun into the same OUT must match them.
 FINGERPRINT_KEYS = ("dataset", "epochs", "rounds", "threads", "patience", "train_args")
 
@@ -72,13 +73,18 @@ class CompareConfig:
     processes, one set per worker count."""
 
     def __post_init__(self) -> None:
+        self.dataset, self.out = str(self.dataset), str(self.out)
+        if isinstance(self.seeds, int):  # a count: seeds 0 .. n-1
+            self.seeds = list(range(self.seeds))
         self.workers = sorted({1, *(int(w) for w in self.workers)})
         self.seeds = sorted({int(s) for s in self.seeds})
         self.models = list(dict.fromkeys(self.models))
         self.comm_hooks = plain_first(self.comm_hooks)
-        if self.quick:
-            self.epochs = self.epochs or QUICK_EPOCHS
-            self.rounds = self.rounds or QUICK_ROUNDS
+        self.train_args = list(self.train_args)
+        if self.quick:  # the recipe fills what was not given
+            for name, value in QUICK.items():
+                if getattr(self, name) is None:
+                    setattr(self, name, value)
         if min(self.workers) < 1:
             raise ConfigError(f"--workers must be positive, got {self.workers}")
         if not self.seeds:
