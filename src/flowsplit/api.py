@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flowsplit import _API
 from flowsplit.data.labels import LabelSpec
 from flowsplit.data.prepare import PrepareOptions
 from flowsplit.data.store import Dataset
@@ -29,22 +30,7 @@ from flowsplit.result import RunResult
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.evaluation import Evaluation
 
-__all__ = [
-    "Dataset",
-    "Evaluation",
-    "LabelSpec",
-    "PrepareOptions",
-    "RunResult",
-    "TrainConfig",
-    "compare",
-    "evaluate",
-    "load_dataset",
-    "load_model",
-    "predict",
-    "prepare",
-    "read_result",
-    "train",
-]
+__all__ = list(_API)  # the names `import flowsplit` lends out lazily, listed once there
 
 PathLike = str | Path
 
