@@ -421,3 +421,12 @@ def test_overview_verdict_says_train_centralised_when_nothing_pays():
     # Assert
     assert verdict.startswith("Use cnn")
     assert verdict.endswith("trained centralised: data parallelism is not shown to pay here.")
+
+
+def test_delay_and_bytes_intervals_are_clipped_at_zero():
+    # Prepare: two seeds far apart give a t interval reaching below 0 s
+    wide = Interval(1.3, -1.3, 4.0, 2)
+    # Execute
+    text = advice_mod._num_ci(wide, "s")
+    # Assert: no negative delay is shown
+    assert text == "1.3 s (95 % CI 0.0-4.0)"

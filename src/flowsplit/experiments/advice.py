@@ -376,7 +376,9 @@ def sfl_rows(res: SFLCompareResult) -> list[dict[str, Any]]:
 
 
 def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
+    """A delay or a byte count with its 95 % interval, clipped at 0 (neither is negative)."""
     m, lo, hi = interval_parts(d)
+    lo = max(0.0, lo) if not math.isnan(lo) else lo
     if math.isnan(m):
         return "–"
     text = f"{scale * m:.1f} {unit}"
