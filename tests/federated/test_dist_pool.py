@@ -181,6 +181,37 @@ def test_a_killed_pool_worker_loses_its_round_and_the_others_host_its_clients(da
     assert _wait(lambda: not _tagged(tag), 10.0), _tagged(tag)
 
 
+@pytest.mark.slow
+def test_a_stopped_pool_worker_is_ended_and_the_others_host_its_clients(dataset, tmp_path):
+    # Prepare: a client of round 2's sample hosted by worker 1 (odd index) stops its
+    # worker (SIGSTOP) at the start of round 2: no heartbeat, no answers.
+    base = dict(scheme="hsfl", cuts=(1, 2), rounds=3, clients_per_round=4)
+    sampled = [r["sampled"] for r in run_simulation(toy_setup(dataset, 8, 2, **base)).history]
+    victim = next(i for i in sampled[1] if i % 2 == 1)
+    setup = toy_setup(dataset, 8, 2, **base, timeout_s=5.0, min_clients=1, hang_clients={victim: 1})
+    # Execute
+    res = launch_roles(
+        setup,
+        dataset=dataset,
+        model_fn=ToyFactory("mlp"),
+        out_dir=tmp_path,
+        quiet=True,
+        client_workers=2,
+    )
+    # Assert: its aggregators drop its clients after --timeout, the launcher ends it
+    # (heartbeat), round 3 runs on the other worker; logs name registered clients.
+    hung = sorted(i for i in sampled[1] if i % 2 == 1)
+    assert [r["lost"] for r in res.history[:2]] == [[], hung]
+    assert res.history[2]["lost"] == sorted(set(hung) & set(sampled[2]))
+    assert res.info["client_workers_lost"] == [1]
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("aggregator-*.log"))
+    assert f"lost client {victim} (on worker 1)" in logs
+    assert (
+        "client worker 1 is gone at the start of round 3"
+        in (tmp_path / "logs" / "server.log").read_text()
+    )
+
+
 def test_round_records_and_hosting():
     # A round's record round-trips; a short or foreign record is refused in one line.
     ids, assignment = np.array([3, 7, 9]), np.array([1, 0, 1])

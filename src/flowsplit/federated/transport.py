@@ -142,6 +142,9 @@ class GlooTransport:
         self.pending: list[tuple[object, torch.Tensor, Address]] = []
         self.received = np.zeros((len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES)))
         self.telemetry_bytes = 0
+        self.names: dict[Address, str] = {}
+        """How the log names a role, where not as :func:`role_name` does (a pool's
+        clients: by their registered index, not their index in the round)."""
 
     def channel(self, peer: Address) -> tuple[dist.ProcessGroupGloo, int, int]:
         """``(group, peer's rank in it, tag)`` of ``peer``: a peer entry is ``(group, rank)``
@@ -158,8 +161,8 @@ class GlooTransport:
         why = peer_failure_words(why)  # in words, not gloo's text cut mid-word
         log.warning(
             "%s: lost %s (%s); it is dropped from this round and the rest of the run",
-            role_name(self.me),
-            role_name(peer),
+            self.names.get(self.me) or role_name(self.me),
+            self.names.get(peer) or role_name(peer),
             why,
         )
 

@@ -221,11 +221,13 @@ class PooledRuntime(DistRuntime):
         peers, lost = self.transport.peers, self.transport.lost
         for addr in [p for p in peers if p[0] == CLIENT]:
             del peers[addr]
+            self.transport.names.pop(addr, None)
         lost.difference_update([p for p in lost if p[0] == CLIENT])
         self.role.lost.clear()
         self.role.notified.clear()
         for k in np.flatnonzero(assignment == index):
             worker = (WORKER, int(self.hosts[k]))
+            self.transport.names[(CLIENT, int(k))] = f"client {ids[k]} (on worker {worker[1]})"
             entry = peers.get(worker)
             if entry is None or worker in lost:
                 peers[(CLIENT, int(k))] = None
@@ -380,6 +382,7 @@ class PoolWorker:
             drop_timeout=setup.config.timeout_s,
             wait_timeout=self.wait_timeout,
         )
+        transport.names[me] = f"client {uid} (on worker {self.me[1]})"
         if entry is None or agg in self.transport.lost:
             transport.lost.add(agg)
         client = Client(k, ctx, copy.deepcopy(self.template), *setup.client_data(uid), uid=uid)
