@@ -306,31 +306,30 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
 
 
 @torch.no_grad()
-def predict_proba(
+def predict(
     model: Any,
     x: torch.Tensor | np.ndarray,
     *,
+    labels: bool = False,
     batch_size: int = 1024,
     device: str | torch.device = "cpu",
 ) -> np.ndarray:
-    """Class probabilities ``(N, n_classes)`` for the rows of ``x`` (a raw view array)."""
+    """Class probabilities ``(N, n_classes)`` for the rows of ``x`` (a raw view array),
+    or with ``labels`` the predicted class of every row."""
     if not isinstance(model, torch.nn.Module):  # an XGBoostClassifier
-        return model.predict_proba(np.asarray(x))
-    return _batched(model, x, batch_size, device, lambda z: torch.softmax(z, dim=1)).numpy()
+        return model.predict(np.asarray(x)) if labels else model.predict_proba(np.asarray(x))
+    post = (lambda z: z.argmax(dim=1)) if labels else (lambda z: torch.softmax(z, dim=1))
+    return _batched(model, x, batch_size, device, post).numpy()
 
 
-@torch.no_grad()
-def predict_labels(
-    model: Any,
-    x: torch.Tensor | np.ndarray,
-    *,
-    batch_size: int = 1024,
-    device: str | torch.device = "cpu",
-) -> np.ndarray:
-    """Predicted class of every row of ``x`` (a raw view array)."""
-    if not isinstance(model, torch.nn.Module):  # an XGBoostClassifier
-        return model.predict(np.asarray(x))
-    return _batched(model, x, batch_size, device, lambda z: z.argmax(dim=1)).numpy()
+def predict_proba(model: Any, x: torch.Tensor | np.ndarray, **options: Any) -> np.ndarray:
+    """Class probabilities ``(N, n_classes)`` (options: :func:`predict`'s)."""
+    return predict(model, x, labels=False, **options)
+
+
+def predict_labels(model: Any, x: torch.Tensor | np.ndarray, **options: Any) -> np.ndarray:
+    """The predicted class of every row (options: :func:`predict`'s)."""
+    return predict(model, x, labels=True, **options)
 
 
 def _batched(model, x, batch_size, device, post) -> torch.Tensor:
