@@ -19,7 +19,13 @@ from flowsplit.federated.system.parts import join_parts, split_model
 from flowsplit.outputs import atomic_write_json
 from flowsplit.result import read_result
 from flowsplit.train.metrics import classification_summary
-from flowsplit.train.runs import WEIGHTS_NAME, predict_proba, save_weights
+from flowsplit.train.runs import (
+    WEIGHTS_NAME,
+    dataset_section,
+    model_section,
+    predict_proba,
+    save_weights,
+)
 
 
 def global_model(setup: Any, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -61,23 +67,9 @@ def finish_run(out: str | Path, setup: Any, model_state: dict[str, torch.Tensor]
     save_weights(model, out / WEIGHTS_NAME, {"model": name, "view": view})
     config_path = out / "config.json"
     doc = json.loads(config_path.read_text(encoding="utf-8"))
-    doc["model"] = {
-        "name": name,
-        "kind": "torch",
-        "view": view,
-        "input_shape": list(ds.view_shape(view)),
-        "n_classes": ds.n_classes,
-        "classes": list(ds.classes),
-        "options": _plain(_full_options(name, options)),
-    }
-    doc["dataset"] = {
-        "path": str(Path(ds.root).resolve()),
-        "n_flows": ds.n_flows,
-        "kind": ds.manifest.get("kind", "capture"),
-        "splits": ds.manifest.get("splits"),
-        "options": ds.manifest.get("options", {}),
-        "view_columns": ds.manifest["views"].get(view, {}).get("columns"),
-    }
+    options = _full_options(name, options)
+    doc["model"] = model_section(name, "torch", ds, view, options)
+    doc["dataset"] = dataset_section(ds, view)
     atomic_write_json(config_path, doc)
 
 
@@ -86,7 +78,3 @@ def _full_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     from flowsplit.models.registry import MODEL_SPECS, model_options
 
     return {**model_options(name), **options} if name in MODEL_SPECS else options
-
-
-def _plain(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}

@@ -194,31 +194,40 @@ def write_run_config(
     out: Path, cfg: TrainConfig, ds: Dataset, *, view: str, layout: dict[str, Any]
 ) -> dict[str, Any]:
     """Write ``config.json``: the options, the model as built, the layout, the dataset."""
-    spec = get_spec(cfg.model)
     options = {**model_options(cfg.model), **cfg.model_options}
     doc = {
         "train": cfg.to_dict(),
-        "model": {
-            "name": cfg.model,
-            "kind": spec.kind,
-            "view": view,
-            "input_shape": list(ds.view_shape(view)),
-            "n_classes": ds.n_classes,
-            "classes": ds.classes,
-            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
-        },
+        "model": model_section(cfg.model, get_spec(cfg.model).kind, ds, view, options),
         "layout": layout,
-        "dataset": {
-            "path": str(Path(ds.root).resolve()),
-            "n_flows": ds.n_flows,
-            "kind": ds.manifest.get("kind", "capture"),
-            "splits": ds.manifest.get("splits"),
-            "options": ds.manifest.get("options", {}),
-            "view_columns": ds.manifest["views"].get(view, {}).get("columns"),
-        },
+        "dataset": dataset_section(ds, view),
     }
     atomic_write_json(out / CONFIG_NAME, doc)
     return doc
+
+
+def model_section(name: str, kind: str, ds: Dataset, view: str, options: dict) -> dict[str, Any]:
+    """``config.json``'s model: what ``evaluate`` and ``predict`` rebuild it from."""
+    return {
+        "name": name,
+        "kind": kind,
+        "view": view,
+        "input_shape": list(ds.view_shape(view)),
+        "n_classes": ds.n_classes,
+        "classes": list(ds.classes),
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+    }
+
+
+def dataset_section(ds: Dataset, view: str) -> dict[str, Any]:
+    """``config.json``'s dataset: where the run's flows came from and how they were made."""
+    return {
+        "path": str(Path(ds.root).resolve()),
+        "n_flows": ds.n_flows,
+        "kind": ds.manifest.get("kind", "capture"),
+        "splits": ds.manifest.get("splits"),
+        "options": ds.manifest.get("options", {}),
+        "view_columns": ds.manifest["views"].get(view, {}).get("columns"),
+    }
 
 
 def read_run_config(run: str | Path) -> dict[str, Any]:
