@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -225,8 +226,18 @@ def check_restart(cfg) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from flowsplit.train.loop import CLI_SUMMARY_ENV
+
     cfg, resume = config_from_args(args)
-    r = train_run(cfg, resume=resume, overwrite=args.overwrite, force=args.force)
+    before = os.environ.get(CLI_SUMMARY_ENV)
+    os.environ[CLI_SUMMARY_ENV] = "1"  # the line below is the run's one summary
+    try:
+        r = train_run(cfg, resume=resume, overwrite=args.overwrite, force=args.force)
+    finally:
+        if before is None:
+            os.environ.pop(CLI_SUMMARY_ENV, None)
+        else:
+            os.environ[CLI_SUMMARY_ENV] = before
     per_epoch = np.median(r.epoch_times_s) if r.epoch_times_s else float("nan")
     tracked = ""
     if getattr(args, "log_to", None) is not None:  # cellpool's parser has no --log-to

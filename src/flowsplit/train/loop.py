@@ -185,6 +185,7 @@ def run_training(cfg: TrainConfig, layout: ParallelLayout, env: DistEnv, *, resu
         result.best_epoch + 1,  # 1-based, as the per-epoch lines and the report's plots
         result.epochs_run,
         out,
+        extra={"summary": True},  # flowsplit train prints its own (see run_logging)
     )
 
 
@@ -526,12 +527,25 @@ class _TqdmHandler(logging.Handler):
         tqdm.write(self.format(record))
 
 
+CLI_SUMMARY_ENV = "FLOWSPLIT_CLI_SUMMARY"
+"""Set (to 1) by ``flowsplit train`` while it runs: it prints the run's one summary line
+itself, so the engine's own last line ("test accuracy ... -> RUN") goes to the log file
+only. An environment variable, so DDP and Dask worker processes see it too; under
+torchrun (``python -m flowsplit.train``) it is unset and that line is the summary."""
+
+
+def _console_summary(record: logging.LogRecord) -> bool:
+    """The console's filter: an engine's summary line only when no CLI prints one."""
+    return not (getattr(record, "summary", False) and os.environ.get(CLI_SUMMARY_ENV) == "1")
+
+
 @contextmanager
 def run_logging(out: str | Path, *, quiet: bool, is_main: bool):
     """The main rank logs to ``RUN/train.log`` and the console; other ranks only warn."""
     handlers: list[logging.Handler] = []
     console = _TqdmHandler()
     console.setLevel(logging.WARNING if (quiet or not is_main) else logging.INFO)
+    console.addFilter(_console_summary)
     handlers.append(console)
     if is_main:
         Path(out).mkdir(parents=True, exist_ok=True)

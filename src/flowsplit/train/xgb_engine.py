@@ -42,6 +42,7 @@ from flowsplit.train.config import TrainConfig
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
 from flowsplit.train.runs import (
     BOOSTER_NAME,
+    LOG_NAME,
     METRICS_NAME,
     environment,
     resolve_view,
@@ -110,10 +111,21 @@ def dask_client(cfg: TrainConfig, n_workers: int, threads: int) -> Iterator[tupl
         with client:
             yield client, None
         return
-    # The scheduler runs in this process: keep its INFO chatter out of the CLI's log.
+    # Dask's own chatter stays out of the terminal: the scheduler and nannies run in this
+    # process and log there ("Worker process still alive after 4.0 seconds, killing" at
+    # every close), and each worker's XGBoost prints "Task ... got rank N" to its stderr.
+    # Both go to the run's log (RUN/train.log) instead; a failure still reaches the user
+    # as the task's exception, and the log holds the rest.
+    side_log = Path(cfg.out) / LOG_NAME
     quiet = logging.getLogger("distributed")
-    level = quiet.level
-    quiet.setLevel(max(level, logging.WARNING))
+    saved = (quiet.level, quiet.propagate, list(quiet.handlers))
+    handler = logging.FileHandler(side_log, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for h in saved[2]:
+        quiet.removeHandler(h)
+    quiet.addHandler(handler)
+    quiet.propagate = False
+    quiet.setLevel(max(saved[0], logging.WARNING))
     try:
         cluster = LocalCluster(
             n_workers=n_workers,
@@ -124,9 +136,27 @@ def dask_client(cfg: TrainConfig, n_workers: int, threads: int) -> Iterator[tupl
             silence_logs=logging.ERROR,
         )
         with cluster, Client(cluster) as client:
+            client.run(_stderr_to, str(side_log.resolve()))
             yield client, CollConfig(tracker_host_ip=cfg.master_addr)
     finally:
-        quiet.setLevel(level)
+        quiet.removeHandler(handler)
+        handler.close()
+        for h in saved[2]:
+            quiet.addHandler(h)
+        quiet.setLevel(saved[0])
+        quiet.propagate = saved[1]
+
+
+def _stderr_to(path: str) -> None:
+    """Run on each Dask worker: its file descriptor 2 (native libraries' output included)
+    appends to ``path``."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def train_xgboost(cfg: TrainConfig) -> RunResult:
@@ -179,6 +209,7 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
         result.accuracy,
         result.macro_f1,
         out,
+        extra={"summary": True},  # flowsplit train prints its own (see run_logging)
     )
     return result
 
