@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -49,9 +48,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
+from flowsplit.federated.system import schedule  # noqa: E402
 from flowsplit.federated.system.presets import homogeneous  # noqa: E402
 from flowsplit.federated.system.topology import Topology, write_topology  # noqa: E402
-from flowsplit.testbed import Testbed, TestbedSpec, missing_requirement  # noqa: E402
+from flowsplit.testbed import Testbed, TestbedSpec, compare, missing_requirement  # noqa: E402
 
 CORE = 1e10
 """FLOP/s a topology's node stands for per core of quota (placeholder: the probe measures)."""
@@ -108,41 +108,10 @@ def run_roles(
     timeout_s: float,
     dump: bool = False,
 ) -> list[int]:
-    """``argv`` once per node (torchrun's environment, rank = node order), each role
-    joining its node's cgroup once set up; returns the exit codes."""
-    procs = []
-    logs = out.parent / f"{out.name}-logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    for name, node in tb.nodes.items():
-        # `ip netns exec` gives the role a /sys without cgroups: it joins its node's
-        # cgroup through a descriptor opened here.
-        fd = os.open(node.cgroup / "cgroup.procs", os.O_WRONLY)
-        env = {
-            **tb.rank_env(name, master_port=port),
-            "OMP_NUM_THREADS": "1",
-            "FLOWSPLIT_JOIN_CGROUP": f"fd:{fd}",
-            "FLOWSPLIT_MEASURED_ON": "testbed",
-            **({"FLOWSPLIT_TRACE_DUMP": str(out / "traces")} if dump else {}),
-        }
-        try:
-            with open(logs / f"{name}.log", "wb") as fh:
-                procs.append(
-                    tb.spawn(
-                        name,
-                        [*argv, "--bind", node.address],
-                        env=env,
-                        cgroup=False,
-                        stdout=fh,
-                        stderr=subprocess.STDOUT,
-                        pass_fds=(fd,),
-                    )
-                )
-        finally:
-            os.close(fd)
-        # Start-up (imports, data) in the testbed's own cgroup: no quota, but the high
-        # CPU weight it has over the machine's other processes.
-        (node.cgroup.parent / "cgroup.procs").write_text(str(procs[-1].pid))
-    return tb.wait(procs, timeout_s=timeout_s)
+    """``argv`` once per node (:func:`flowsplit.testbed.compare.run_roles`); ``dump``:
+    each round's raw traces saved under ``out/traces`` (``_sfl_traced.py``)."""
+    env = {"FLOWSPLIT_TRACE_DUMP": str(out / "traces")} if dump else None
+    return compare.run_roles(tb, argv, out, port=port, timeout_s=timeout_s, env=env)
 
 
 TRACED = Path(__file__).resolve().parent / "_sfl_traced.py"
@@ -173,14 +142,17 @@ def applied_quotas(topo: Topology) -> np.ndarray:
 def probe_accuracy(probe: dict, topo: Topology) -> dict:
     """Probed link bandwidths (both directions) against their shaped rates; the clients'
     probed CPU shares against their cgroups' quotas (share ratios, and each share)."""
-    errors = []
+    errors, effective = [], []
     for link in probe["links"]:
         if "client" not in link:
             shaped = float(topo.as_bandwidth[link["backbone"]])
         else:
             shaped = float(topo.ca_bandwidth[link["client"], link["aggregator"]])
-        for d in ("down_Bps", "up_Bps"):
-            errors.append(abs(link[d] / shaped - 1))
+        for d in ("down", "up"):
+            # The steady-state rate where the probe measured it (the link's), else the
+            # effective one (a 0.2-s transfer's, start-up included: what the model uses).
+            errors.append(abs(link.get(f"{d}_steady_Bps", link[f"{d}_Bps"]) / shaped - 1))
+            effective.append(abs(link[f"{d}_Bps"] / shaped - 1))
     n = topo.n_clients
     shares = np.array([probe["clients"][str(i)]["cpu_share"] for i in range(n)])
     speeds = np.array([probe["clients"][str(i)]["flops_per_s"] for i in range(n)])
@@ -189,6 +161,8 @@ def probe_accuracy(probe: dict, topo: Topology) -> dict:
     return {
         "bandwidth_max_rel_error": float(max(errors)),
         "bandwidth_median_rel_error": float(statistics.median(errors)),
+        "effective_bandwidth_max_rel_error": float(max(effective)),
+        "effective_bandwidth_median_rel_error": float(statistics.median(effective)),
         "client_share_ratio_max_rel_error": float(ratio_err.max()),
         "client_share_max_rel_error": float(np.abs(shares / quota - 1).max()),
         "client_full_speed_spread": float(speeds.max() / speeds.min()),
@@ -219,7 +193,40 @@ def one_run(tb, topo, topo_file, scheme, cuts, out, args, port) -> dict:
         "bytes_total": metrics["bytes_total"],
         "probe": probe_accuracy(json.loads((out / "probe.json").read_text()), topo),
     }
+    if args.dump_traces:
+        row["ablation"] = ablation(out / "traces")
     return row
+
+
+ABLATIONS = {
+    "none_of_the_transport_costs": ("recv_cpu_s", "byte_cpu_s", "busy_send_Bps"),
+    "without_recv_cpu": ("recv_cpu_s",),
+    "without_byte_cpu": ("byte_cpu_s",),
+    "without_busy_send": ("busy_send_Bps",),
+}
+
+
+def ablation(traces: Path) -> dict:
+    """The model's relative error (signed, mean of rounds 2..) with parts of the transport
+    costs left out: each round's traced messages replayed on the probed topology less
+    those keys (the run's own prediction has them all)."""
+    import pickle
+
+    rounds = [pickle.loads(f.read_bytes()) for f in sorted(traces.glob("round*.pkl"))]
+    rounds = rounds[1:] or rounds
+    out = {}
+    for name, keys in {"all": (), **ABLATIONS}.items():
+        pred, meas = [], []
+        for d in rounds:
+            topo = d["predict_on"]
+            extra = {k: v for k, v in topo.extra.items() if not k.endswith(keys or ("-",))}
+            topo = replace(topo, extra=extra)
+            trace = schedule.rescale_compute(d["traces"], d["topology"], d["predict_on"])
+            n = topo.n_aggregators
+            pred.append(schedule.timeline(schedule.replay(trace, topo), n)["round_s"])
+            meas.append(schedule.timeline(d["traces"], n)["round_s"])
+        out[name] = float(np.mean(pred) / np.mean(meas) - 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         if ok
         else None,
     }
+    with_ablation = [r for r in ok if "ablation" in r]
+    if with_ablation:
+        result["ablation_max_abs_rel_error"] = {
+            k: max(abs(r["ablation"][k]) for r in with_ablation)
+            for k in with_ablation[0]["ablation"]
+        }
     _common.write_json(args.out, result)
     print(f"wrote {args.out}: max_rel_error {result['max_rel_error']}")
     return 0

@@ -86,7 +86,7 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
 
 
 def test_probed_topology_keeps_the_transport_cpu_and_busy_send_rates():
-    # Rows of 11 columns: speed rows with (message CPU s, byte CPU s), link rows with the
+    # Rows of 11 columns (of 13): speed rows with (message CPU s, byte CPU s), link rows with the
     # lower end's busy send rate (client 0 over two links, aggregator 1 over the backbone).
     nominal = homogeneous(2, 2)
     nan = np.nan

@@ -154,7 +154,7 @@ def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
 def test_the_transport_cpu_is_charged_per_message_and_byte_under_the_quota():
     # Prepare: client 0 (rank 2; no burst, a 10 % share) sends 100 kB to the aggregator
     # (rank 1, no quota), which receives it. A byte costs 10 ns of CPU at both ends (1 ms
-    # for this message), a message received 1 ms more.
+    # for this message), a message received 1 ms.
     client, agg = Tracer(2, 1), Tracer(1, 1)
     client.send(1, 100_000, TRAIN, 0, 0)
     agg.recv(2, 0, GRADIENTS, 0, 0)
@@ -167,11 +167,27 @@ def test_the_transport_cpu_is_charged_per_message_and_byte_under_the_quota():
         topo.extra[f"{who}_byte_cpu_s"] = [1e-8] * (2 if who == "client" else 1)
     charged = replay(trace, topo)
     # Assert: without costs the sender is done at once and the message is in after
-    # 0.1 s + 10 ms; with them the sender's 1 ms of CPU takes 10 ms at its share, and the
-    # receiver's 2 ms (no quota) follow the arrival.
+    # 0.1 s + 10 ms; with them the sender's 1 ms of CPU is spent beside its program (its
+    # clock does not move) and the receiver (no quota) takes 1 ms to take the message in.
     assert free[1, T_END] == 0.0 and free[0, T_END] == pytest.approx(0.11)
-    assert charged[1, T_END] == pytest.approx(0.010)
-    assert charged[0, T_END] == pytest.approx(0.11 + 0.002)
+    assert charged[1, T_END] == 0.0
+    assert charged[0, T_END] == pytest.approx(0.11 + 0.001)
+
+
+def test_cpu_spent_beside_the_program_is_a_debt_its_next_work_pays():
+    # Client 0 (rank 2, a 10 % share, no burst) sends 100 kB at 10 ns a byte (1 ms of
+    # its quota beside its program), then works 1 ms: the debt is paid first, so the
+    # work ends after 10 ms + 10 ms.
+    client = Tracer(2, 1)
+    client.send(1, 100_000, TRAIN, 0, 0)
+    client.work(0.001, TRAIN, 0, 0)
+    agg = Tracer(1, 1)
+    agg.recv(2, 0, GRADIENTS, 0, 0)
+    topo = _topology()
+    topo.extra.update(client_cpu_share=[0.1, 0.1], client_cpu_burst_s=[1e-9, 1e-9])
+    topo.extra["client_byte_cpu_s"] = [1e-8, 1e-8]
+    out = replay(np.concatenate([agg.array(), client.array()]), topo)
+    assert out[-1, T_END] == pytest.approx(0.020, rel=1e-6)
 
 
 def test_a_busy_sender_refills_its_stream_at_its_busy_rate():

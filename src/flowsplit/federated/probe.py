@@ -12,17 +12,19 @@ processes, where the run itself would run, and measures:
 - **links**: over the same transport (gloo pairs, header and payload as every message),
   the upper end of each client-aggregator and aggregator-server pair measures the
   round-trip time of a one-value message (fastest of 8, after 2 warm-ups) and the
-  bandwidth each way, in the steady state: a payload is grown until its timed transfer
-  takes at least ``PROBE_TRANSFER_S``, then twice that payload is timed as well, and
-  the rate is the extra bytes over the extra time (what a transfer pays once, TCP's
-  start, a quota's stall, the reply, cancels out). The latency the topology gets is
-  half the round trip: it includes the transport's own per-message cost;
+  bandwidth each way: a payload is grown until its timed transfer takes at least
+  ``PROBE_TRANSFER_S``; its bytes over its time less a round trip are the *effective*
+  rate, which the topology gets (a message pays TCP's start and the quota's stalls
+  too); then twice that payload is timed as well, and the extra bytes over the extra
+  time are the *steady-state* rate (what a transfer pays once cancels out), reported
+  beside it (``down_steady_Bps``, ``up_steady_Bps``) as the rate the link really has.
+  The latency the topology gets is half the round trip;
 - **the transport's CPU**: every role counts the CPU time its process spends (all its
   threads: gloo's included) on the probe's small round trips (CPU s per message
-  received: a round trip is one receive, waited for with a deadline, and one send,
-  posted; gloo's wait with a deadline costs CPU, a posted send almost none) and on
-  its bulk transfers (CPU s per byte: the difference between the two largest payloads
-  of a direction over their difference in bytes, sends and receives pooled); and the
+  received: a round trip is one receive, waited for, and one send, posted; a posted
+  send costs almost nothing on the role's own thread) and on its bulk transfers (CPU s
+  per byte: of the largest payload of each direction, the median over directions,
+  sends and receives pooled); and the
   rate a sender refills its stream at while it computes under its CPU quota (the lower
   end of each link sends a payload while spinning: ``busy_send_Bps``). The timeline
   replay charges these (:func:`flowsplit.federated.system.schedule.replay`).
@@ -73,10 +75,10 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
 # (kind, i, j, speed, rtt, down, up, buffer, message cpu s, byte cpu s, busy send B/s).
 # Speed rows carry (share, burst) in the rtt and down columns; link rows the lower
-# end's busy send rate.
+# end's busy send rate, and the steady-state rates down and up (two more columns).
 _DONE, _ECHO, _TAKE, _GIVE, _LATE, _BUSY = 0, 1, 2, 3, 4, 5
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
-_COLS = 11
+_COLS = 13
 
 
 class _CpuLedger:
@@ -93,16 +95,10 @@ class _CpuLedger:
         return self.small_cpu / self.small_messages if self.small_messages else float("nan")
 
     def byte_cpu_s(self) -> float:
-        """Median over directions of (CPU of the largest payload - of the one before) /
-        (their difference in bytes): the per-byte cost without what a transfer pays once."""
-        slopes = []
-        for moved in self.bulk.values():
-            if len(moved) < 2:
-                continue
-            (n0, c0), (n1, c1) = sorted(moved)[-2:]
-            if n1 > n0:
-                slopes.append(max(0.0, (c1 - c0) / (n1 - n0)))
-        return float(np.median(slopes)) if slopes else float("nan")
+        """Median over directions of the CPU of the largest payload over its bytes (a
+        difference of two payloads' CPU is too noisy under a quota)."""
+        per_byte = [c / n for n, c in (max(moved) for moved in self.bulk.values() if moved) if n]
+        return float(np.median(per_byte)) if per_byte else float("nan")
 
 
 _ledger = _CpuLedger()
@@ -249,11 +245,12 @@ def probe_buffer(transport: Any, peer: Address, bandwidth: float) -> float:
     return float(min(n, max(0.0, n - bandwidth * rest)))
 
 
-def steady_rate(transport: Any, peer: Address, op: int, rtt: float) -> float:
-    """Bytes/s of direction ``op`` in the steady state: a payload grown until its
-    transfer takes ``PROBE_TRANSFER_S``, then twice it; the extra bytes over the extra
-    time (one-off costs cancel). Falls back to bytes over time if the difference is
-    not positive (a stall during the smaller transfer)."""
+def link_rates(transport: Any, peer: Address, op: int, rtt: float) -> tuple[float, float]:
+    """(effective, steady-state) bytes/s of direction ``op``: a payload grown until its
+    transfer takes ``PROBE_TRANSFER_S``, its bytes over its time less a round trip; then
+    twice it (the effective rate is the faster of the two: a stall only slows), the extra
+    bytes over the extra time (one-off costs cancel; the larger payload's bytes over its
+    time if the difference is not plausible: a stall)."""
     n = FIRST_PROBE_BYTES
     while True:
         took = _timed(transport, peer, op, n)
@@ -261,30 +258,34 @@ def steady_rate(transport: Any, peer: Address, op: int, rtt: float) -> float:
         if moved >= PROBE_TRANSFER_S or n >= MAX_PROBE_BYTES:
             break
         n = int(min(MAX_PROBE_BYTES, n * min(16.0, max(2.0, 1.5 * PROBE_TRANSFER_S / moved))))
+    effective = (n + 80) / moved
     if n >= MAX_PROBE_BYTES:
-        return (n + 80) / moved
+        return effective, effective
     took2 = _timed(transport, peer, op, 2 * n)
     extra = took2 - took
+    # A stall only slows a transfer: the faster of the two is the effective rate.
+    effective = max(effective, (2 * n + 80) / max(took2 - rtt, 1e-6))
     if extra <= 0.5 * moved:  # not plausible: the smaller transfer stalled
-        return (2 * n + 80) / max(took2 - rtt, 1e-6)
-    return n / extra
+        return effective, (2 * n + 80) / max(took2 - rtt, 1e-6)
+    return effective, n / extra
 
 
-def probe_link(
-    transport: Any, peer: Address, *, buffer: bool = False
-) -> tuple[float, float, float, float, float]:
-    """(round trip s, bandwidth to ``peer`` B/s, bandwidth from it B/s, stream buffer
-    bytes or NaN unless ``buffer``, the rate ``peer`` sends at while it computes B/s),
-    measured with the peer answering (:func:`answer_probe`); ends the peer's loop."""
+def probe_link(transport: Any, peer: Address, *, buffer: bool = False) -> list[float]:
+    """[round trip s, effective bandwidth to ``peer`` B/s, from it B/s, stream buffer
+    bytes or NaN unless ``buffer``, the rate ``peer`` sends at while it computes B/s,
+    steady-state bandwidth to ``peer``, from it], measured with the peer answering
+    (:func:`answer_probe`); ends the peer's loop."""
     # The fastest of the round trips: the path and the transport's own cost, without the
     # waits of a peer that was not running (a CPU quota's stalls are the CPU model's).
     rtts = [_timed(transport, peer, _ECHO, 0, book=k >= 2) for k in range(10)][2:]
     rtt = min(rtts)
-    bandwidths = [steady_rate(transport, peer, op, rtt) for op in (_TAKE, _GIVE)]
-    busy = probe_busy_sender(transport, peer, bandwidths[1], rtt)
-    held = probe_buffer(transport, peer, bandwidths[0]) if buffer else float("nan")
+    (down, down_steady), (up, up_steady) = (
+        link_rates(transport, peer, op, rtt) for op in (_TAKE, _GIVE)
+    )
+    busy = probe_busy_sender(transport, peer, up, rtt)
+    held = probe_buffer(transport, peer, down) if buffer else float("nan")
     transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
-    return rtt, bandwidths[0], bandwidths[1], held, busy
+    return [rtt, down, up, held, busy, down_steady, up_steady]
 
 
 def probe_busy_sender(transport: Any, peer: Address, bandwidth: float, rtt: float) -> float:
@@ -385,8 +386,10 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
-            rtt, down, up, held, busy = probe_link(transport, peer, buffer=k == 0)
-            links.append([_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy])
+            rtt, down, up, held, busy, *steady = probe_link(transport, peer, buffer=k == 0)
+            links.append(
+                [_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady]
+            )
         rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, np.nan, *_own_cpu()])
         rows.extend(links)
         for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
@@ -398,8 +401,8 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         return None
     links = []
     for j in range(n_aggs):
-        rtt, down, up, held, busy = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
-        links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy])
+        rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
+        links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady])
     rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan, *_own_cpu()])
     rows.extend(links)
     for j in range(n_aggs):
@@ -410,16 +413,16 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
 
 
 def _own_cpu() -> list[float]:
-    """This role's transport CPU: [s per message received, s per byte, NaN] (NaN: not
-    measured; the last column, a link's busy send rate, is not a role's)."""
-    return [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), np.nan]
+    """This role's transport CPU: [s per message received, s per byte, NaN x 3] (NaN: not
+    measured; the last columns, a link's, are not a role's)."""
+    return [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), np.nan, np.nan, np.nan]
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
     """``nominal`` with every measured speed, bandwidth (mean of both directions) and
     latency (half the round trip) replaced; and the measurements as a JSON-able dict.
 
-    ``rows``: (R, 8) or (R, 11) (older probes lack the transport's CPU columns)."""
+    ``rows``: (R, 8) to (R, 13) (older probes lack the last columns)."""
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim == 2 and rows.shape[1] < _COLS:
         pad = np.full((len(rows), _COLS - rows.shape[1]), np.nan)
@@ -442,7 +445,9 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     busy_sends: dict[str, list[list[float]]] = {
         who: [[] for _ in range(n)] for who, n in sizes.items()
     }
-    for kind, i, j, speed, rtt, down, up, held, recv_cpu, byte_cpu, busy in rows.tolist():
+    for row in rows.tolist():
+        kind, i, j, speed, rtt, down, up, held, recv_cpu, byte_cpu, busy = row[:11]
+        down_steady, up_steady = row[11:13]
         i, j, kind = int(i), int(j), int(kind)
         ok = np.isfinite(speed)
         if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
@@ -473,6 +478,8 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
             if np.isfinite(held):
                 link["stream_buffer_bytes"] = held
                 buffers.append(held)
+            if np.isfinite(down_steady) and np.isfinite(up_steady):
+                link["down_steady_Bps"], link["up_steady_Bps"] = down_steady, up_steady
             if np.isfinite(busy):
                 link["busy_up_Bps"] = busy
                 who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)

@@ -6,6 +6,7 @@
         --threads 1 --steps-per-epoch 20
     flowsplit testbed show TOPOLOGY.toml | --nodes 4 ...
     flowsplit testbed clean [--all]
+    flowsplit testbed compare TOPOLOGY.toml DATASET -o gains.json [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from flowsplit.config_args import finite_float
+from flowsplit.config_args import add_model_arguments, finite_float
 from flowsplit.errors import ConfigError
 
 RUN_DESCRIPTION = """\
@@ -183,6 +184,61 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from flowsplit.testbed.compare import compare_on_testbed, gains_lines
+    from flowsplit.testbed.system import require
+
+    if not Path(args.topology).is_file():
+        raise ConfigError(f"testbed compare: {args.topology}: no such topology file")
+    if not Path(args.dataset).is_dir():
+        raise ConfigError(f"testbed compare: {args.dataset}: no such prepared dataset")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ConfigError(
+            f"testbed compare: --seeds {args.seeds!r}: give integers, e.g. 0,1,2"
+        ) from None
+    if len(seeds) < 2:
+        raise ConfigError("testbed compare: --seeds needs 2 seeds or more for an interval")
+    require()
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    with tempfile.TemporaryDirectory(prefix="flowsplit-compare-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        try:
+            with _stop_on_signals():
+                doc = compare_on_testbed(
+                    Path(args.topology),
+                    args.dataset,
+                    work,
+                    seeds=seeds,
+                    model=args.model,
+                    model_options=args.model_option,
+                    view=args.view,
+                    rounds=args.rounds,
+                    batch_size=args.batch_size,
+                    train_limit=args.train_limit,
+                    pilots=args.pilots,
+                    pilot_steps=args.pilot_steps,
+                    truth=args.truth,
+                    cpu_budget=args.cpu_budget,
+                    max_cpu=args.max_cpu,
+                    log=say,
+                )
+        except (_Stopped, KeyboardInterrupt) as exc:
+            print(
+                f"testbed compare: stopped by {exc or 'SIGINT'}; testbed removed", file=sys.stderr
+            )
+            return 130
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
+    for line in gains_lines(doc):
+        print(line)
+    print(f"wrote {args.out} (measured on the testbed; predicted beside it)")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``flowsplit testbed`` and its sub-commands."""
     top = sub.add_parser(
@@ -207,6 +263,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = tsub.add_parser("show", help="print the nodes, CPU shares and link rates of a spec")
     _add_spec_arguments(p)
     p.set_defaults(func=cmd_show)
+
+    p = tsub.add_parser(
+        "compare",
+        help="the planner's gains measured: probe, plan, run every plan (paired CIs)",
+        description=(
+            "On a testbed of TOPOLOGY: probe every node (sfl probe), plan on the probe "
+            "(acc-aware, delay; HSFL and hsfl-greedy as baselines) for every seed, run "
+            "every plan (sfl run --mode dist), and compare measured delay and bytes "
+            "against HSFL and hsfl-greedy, paired by seed (mean and 95 %% t interval), "
+            "beside the predicted gains. Needs root."
+        ),
+    )
+    p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
+    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
+    p.add_argument("-o", "--out", required=True, help="write the comparison JSON here")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    add_model_arguments(p)
+    p.add_argument("--rounds", type=int, default=2, help="rounds per run (default 2)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--train-limit", type=int, default=384, help="training rows (default 384)")
+    p.add_argument("--pilots", type=int, default=3, help="the planner's pilot cut pairs")
+    p.add_argument("--pilot-steps", type=int, default=24, help="optimiser steps per pilot")
+    p.add_argument("--truth", action="store_true", help="also run a plan from TOPOLOGY itself")
+    p.add_argument("--cpu-budget", type=float, default=1.6, help="cores all nodes share")
+    p.add_argument("--max-cpu", type=float, default=0.3, help="cores of the fastest node")
+    p.add_argument("--keep", help="keep plans, probes and runs in this directory")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=cmd_compare)
 
     p = tsub.add_parser("clean", help="remove what testbeds whose owner died left behind")
     p.add_argument("--all", action="store_true", help="also live testbeds' (all of them)")

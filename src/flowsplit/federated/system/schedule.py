@@ -149,11 +149,13 @@ def replay(
     ``{server,aggregator,client}_recv_cpu_s``, ``..._byte_cpu_s``,
     ``..._busy_send_Bps``; see :func:`_transport_costs`):
 
-    - every message received costs its role ``recv_cpu_s`` CPU seconds (at full speed:
-      the transport waits for a message's header and payload with a deadline, which
-      costs CPU; a send is posted, not waited for), and every byte sent or received
-      ``byte_cpu_s``; run under the role's CPU quota like its work (a send's after
-      posting, a receive's once the message is in);
+    - every message received costs its role ``recv_cpu_s`` CPU seconds (at full speed)
+      before the role goes on, run under its CPU quota like its work: the transport
+      wakes up, reads the header, then the payload;
+    - every byte sent or received costs ``byte_cpu_s`` of the role's quota *beside* its
+      program (gloo's own thread copies while the role waits or computes): it drains the
+      node's CPU bucket when the bytes move (a send when posted, a receive when it
+      arrives), so a role that waits pays it out of its rest and a busy one later;
     - what of a message flows after the receiver asked for it moves at most at the
       sender's ``busy_send_Bps`` while the sender computes: under a spent quota its
       transport thread refills the socket only when the quota lets it run.
@@ -183,6 +185,12 @@ def replay(
             return _throttled(seconds, t, r, cpu[r], tokens)
         return t + seconds
 
+    def beside(r: int, seconds: float, t: float) -> None:
+        """``seconds`` of CPU spent at ``t`` by role ``r``'s other threads: out of its
+        bucket (which may go into debt), not on its clock."""
+        if seconds > 0 and r in cpu:
+            _drain(seconds, t, r, cpu[r], tokens)
+
     while pending:
         progressed = False
         for r in sorted(pending):
@@ -201,8 +209,7 @@ def replay(
                         inbox.setdefault((r, int(out[e, PEER])), deque()).append(
                             (t, out[e, NBYTES])
                         )
-                        _, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
-                        t_end = run_cpu(r, byte_s * out[e, NBYTES], t_end)
+                        beside(r, costs.get(r, (0.0, 0.0, np.inf))[1] * out[e, NBYTES], t)
                 elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
                     t_end = t
                 else:  # RECV
@@ -224,7 +231,8 @@ def replay(
                     free[key] = done
                     t_end = max(t, done + latency)
                     recv_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
-                    t_end = run_cpu(r, recv_s + byte_s * nbytes, t_end)
+                    beside(r, byte_s * nbytes, done)
+                    t_end = run_cpu(r, recv_s, t_end)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -324,6 +332,7 @@ def _throttled(
     capacity = burst * (1.0 - share)
     level, since = tokens.get(rank, (capacity, t))
     level = min(capacity, level + share * max(0.0, t - since))
+    # (A level below 0 is a debt of CPU spent beside the program: paid at the share.)
     fast = level / (1.0 - share)  # seconds at full speed before the bucket is empty
     if seconds <= fast:
         tokens[rank] = (level - seconds * (1.0 - share), t + seconds)
@@ -331,6 +340,23 @@ def _throttled(
     end = t + fast + (seconds - fast) / share
     tokens[rank] = (0.0, end)
     return end
+
+
+def _drain(
+    seconds: float,
+    t: float,
+    rank: int,
+    quota: tuple[float, float],
+    tokens: dict[int, tuple[float, float]],
+) -> None:
+    """Take ``seconds`` of CPU spent at ``t`` beside the node's program out of its
+    bucket (see :func:`_throttled`); the level may fall below 0 (a debt)."""
+    share, burst = quota
+    capacity = burst * (1.0 - share)
+    level, since = tokens.get(rank, (capacity, t))
+    now = max(t, since)
+    level = min(capacity, level + share * (now - since))
+    tokens[rank] = (level - seconds, now)
 
 
 def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.ndarray:
