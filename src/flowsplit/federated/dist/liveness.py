@@ -114,11 +114,20 @@ class HeartbeatWatch:
         self.ranks = list(range(n_beating))
         self.seen: dict[int, tuple[int, float]] = {}
         self.ended: set[int] = set()
+        self.checked: float | None = None
 
     def silent(self) -> int | None:
         """The first live rank whose counter, once started, has not moved for ``timeout_s``
-        (a role whose process ended is not silent: its peers see its connections close)."""
+        (a role whose process ended is not silent: its peers see its connections close).
+
+        The launcher asks twice a second; a longer gap means the launcher itself was
+        stopped (Ctrl-Z stops the whole job, then fg) or starved, and every rank's
+        silence is counted afresh from now, so a resumed run is not ended for the time
+        it stood still."""
         now = time.monotonic()
+        if self.checked is not None and now - self.checked > 3 * HEARTBEAT_S:
+            self.seen = {rank: (value, now) for rank, (value, _) in self.seen.items()}
+        self.checked = now
         for rank in self.ranks:
             if rank in self.ended or not self.procs[rank].is_alive():
                 continue
