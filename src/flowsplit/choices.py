@@ -12,28 +12,15 @@ option and its check are written here once, and every command's options come fro
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from flowsplit.config_args import cli
+from flowsplit.config_args import cli, parse_model_option
 
 MODEL_HELP = (
     "Neural model: cnn, lstm, convlstm, convgru, transformer, or package.module:factory "
     "(your own block model)."
 )
-
-
-def parse_model_option(text: str) -> tuple[str, Any]:
-    """``channels=[16,32]`` -> ``("channels", [16, 32])``: the value as JSON when it
-    parses (numbers, lists, booleans), else as text."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--model-option expects KEY=VALUE, got {text!r}")
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return key.strip(), value
 
 
 MODEL_OPTION = cli(
@@ -79,7 +66,7 @@ class ModelChoice:
     model: str = field(default="cnn", metadata=cli(help=MODEL_HELP))
     """Neural model (cnn, lstm, convlstm, convgru, transformer, or package.module:factory)."""
     view: str | None = field(default=None, metadata=cli(show=lambda _: "the model's"))
-    """Dataset view (default: the model's)."""
+    """Dataset view."""
     model_options: dict[str, Any] = field(default_factory=dict, metadata=MODEL_OPTION)
     """Model size options, e.g. ``{"channels": [16, 32]}`` (default: the model's)."""
 
@@ -103,9 +90,9 @@ class TopologyChoice:
     n_clients: int | None = field(
         default=None, metadata=cli(flag="--clients", metavar="N", show=lambda _: "the preset's")
     )
-    """Clients (default: the preset's)."""
+    """Clients."""
     n_aggregators: int | None = field(
         default=None,
         metadata=cli(flag="--aggregators", metavar="A", show=lambda _: "the preset's"),
     )
-    """Edge aggregators (default: the preset's)."""
+    """Edge aggregators."""

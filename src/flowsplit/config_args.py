@@ -107,6 +107,12 @@ def cli(
     return {_KEY: {k: v for k, v in given.items() if v is not None}}
 
 
+def fields_of(config: Any, names: Iterable[str]) -> dict[str, Any]:
+    """``{name: config.name}`` for ``names``: the fields one config hands another under
+    the same names (the list of names says which, once)."""
+    return {name: getattr(config, name) for name in names}
+
+
 def with_groups(
     overrides: Mapping[str, dict], groups: Mapping[str, Iterable[str]]
 ) -> dict[str, dict]:
@@ -294,8 +300,9 @@ def add_config_arguments(
 
 
 def _declared_group(cls: type, name: str) -> str | None:
-    """The ``CLI_GROUP`` of the class in ``cls``'s bases that declares field ``name``."""
-    for klass in cls.__mro__:
+    """The ``CLI_GROUP`` of the class in ``cls``'s bases that first declared field
+    ``name`` (a subclass that changes its default keeps its heading)."""
+    for klass in reversed(cls.__mro__):
         if name in getattr(klass, "__annotations__", {}):
             return getattr(klass, "CLI_GROUP", None) if "CLI_GROUP" in vars(klass) else None
     return None
@@ -358,7 +365,11 @@ MAX_SEEDS = 10_000
 
 def add_model_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
     """``--model``, ``--view`` and ``--model-option``: the neural model a split-learning,
-    probing or privacy command builds (``cnn`` unless ``required``)."""
+    probing or privacy command builds (``cnn`` unless ``required``), for a command whose
+    options are written by hand; a command with a config takes them from
+    :class:`flowsplit.choices.ModelChoice` instead. ``--model-option`` is the same option
+    as there (``args.model_options``: the parsed pairs); ``args.model_option`` keeps the
+    items as text for a command that hands them on to another."""
     p.add_argument(
         "--model",
         required=required,
@@ -368,11 +379,43 @@ def add_model_arguments(p: argparse.ArgumentParser, *, required: bool = False) -
     p.add_argument("--view", default=None, help="dataset view (default: the model's)")
     p.add_argument(
         "--model-option",
-        action="append",
-        default=[],
+        action=_ModelOption,
+        type=parse_model_option,
+        dest="model_options",
         metavar="KEY=VALUE",
         help="model size, e.g. channels=[16,32] (repeatable)",
     )
+    p.set_defaults(model_option=[])
+
+
+def parse_model_option(text: str) -> tuple[str, Any]:
+    """``channels=[16,32]`` -> ``("channels", [16, 32])``: the value as JSON when it
+    parses (numbers, lists, booleans), else as text."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--model-option expects KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+class _ModelOption(argparse._AppendAction):
+    """``--model-option``: the pair appended to ``model_options``, the item as text to
+    ``model_option``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import json
+
+        super().__call__(parser, namespace, values, option_string)
+        key, value = values
+        text = value if isinstance(value, str) else json.dumps(value)
+        namespace.model_option = [
+            *(getattr(namespace, "model_option", None) or []),
+            f"{key}={text}",
+        ]
 
 
 def add_log_to_argument(p: argparse.ArgumentParser) -> None:

@@ -139,7 +139,7 @@ def instantiate(cls: type, values: Mapping[str, Any]) -> Any:
         origin = typing.get_origin(kind) or kind
         if dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = instantiate(kind, value)
-        elif origin is tuple and isinstance(value, list):
+        elif origin is tuple and isinstance(value, list | tuple):
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         kw[key] = value
     return cls(**kw)

@@ -283,7 +283,7 @@ def _run(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"flowsplit: note: {note}", file=sys.stderr)
     if plan is not None:
-        rc = dataclasses.replace(rc, model=plan.model or rc.model, view=plan.view, run=config)
+        rc = plan.choices(rc, run=config)
     mode = rc.mode
     out = Path(args.out)
     env = read_dist_env()

@@ -39,6 +39,8 @@ class PlanFile:
     model: str | None
     view: str | None
     predicted: dict[str, Any]
+    model_options: dict[str, Any] | None = None
+    """The model's size options the plan was made for (plans since they were recorded)."""
 
     def apply(self, config: SFLConfig) -> tuple[SFLConfig, list[str]]:
         """``config`` with the plan's scheme, cuts, run settings and rounds; and notes.
@@ -63,6 +65,13 @@ class PlanFile:
             rounds = config.rounds
         values = {k: self.run[k] for k in RUN_FIELDS}
         return replace(config, cuts=self.cuts, rounds=int(rounds), **values), notes
+
+    def choices(self, rc: Any, **changes: Any) -> Any:
+        """``rc`` (an ``SFLRunConfig``) with the plan's model, view and model options."""
+        model = {"model": self.model, "view": self.view} if self.model else {"view": self.view}
+        if self.model and self.model_options is not None:
+            model["model_options"] = dict(self.model_options)
+        return replace(rc, **model, **changes)
 
 
 def read_plan(path: str | Path) -> PlanFile:
@@ -111,6 +120,7 @@ def read_plan(path: str | Path) -> PlanFile:
         model=run.get("model"),
         view=run.get("view"),
         predicted=dict(doc.get("predicted") or {}),
+        model_options=run.get("model_options"),
     )
 
 

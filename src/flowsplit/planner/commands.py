@@ -18,13 +18,15 @@ from flowsplit.config_args import (
     cli,
     cli_fields,
     config_values,
+    fields_of,
     finite_float,
     parse_seed,
     show_list,
+    with_groups,
 )
 from flowsplit.errors import ConfigError
 from flowsplit.planner.leakage import budget_pairs
-from flowsplit.planner.study_config import MAX_PILOTS, PILOT_FRACTION, StudyConfig
+from flowsplit.planner.study_config import MAX_PILOTS, PILOT_FRACTION, QUICK, StudyConfig
 
 log = logging.getLogger("flowsplit.planner")
 
@@ -62,12 +64,23 @@ def _tolerance(text: str) -> float:
     return points / 100.0
 
 
+def _quick(name: str, default: str) -> dict:
+    """``show=`` of a field that ``--quick`` changes: its default and quick mode's."""
+    return cli(show=lambda v: f"{default if v is None else v}; --quick: {QUICK[name]}")
+
+
+def quick_help(recipe: dict) -> str:
+    """``--quick``'s help, from the recipe itself."""
+    shown = {k: v for k, v in recipe.items() if v is not None}
+    text = ", ".join(f"{k} {len(v) if k == 'seeds' else v}" for k, v in shown.items())
+    return f"Small defaults ({text}); options given win."
+
+
 STUDY_OPTIONS = {
-    "model": cli(help="Neural model (cnn, lstm, convlstm, convgru, transformer)."),
-    "n_clients": cli(flag="--clients"),
-    "n_aggregators": cli(flag="--aggregators"),
+    "n_clients": _quick("n_clients", "the preset's"),
+    "n_aggregators": _quick("n_aggregators", "the preset's"),
     "trace": cli(metavar="SPEC"),  # as sfl run's
-    "rounds": cli(show=lambda v: f"{v}; --quick: 4"),
+    "rounds": _quick("rounds", ""),
     "family": cli(choices=("hsfl", "hsfl-ll")),
     "fixed_cuts": cli(parse=_pair, show=show_list, metavar="A,C"),
     "weights": cli(parse=_weights, show=lambda v: ",".join(f"{w:g}" for w in v), metavar="L,D,B"),
@@ -81,7 +94,7 @@ STUDY_OPTIONS = {
         help="Optimiser steps per pilot, client batches summed over clients.",
         show=lambda _: f"{PILOT_FRACTION:g} of the run's",
     ),
-    "train_limit": cli(show=lambda _: "every row; --quick: 600"),
+    "train_limit": _quick("train_limit", "every row"),
     "capacity": cli(parse=_capacity, show=lambda _: "no limit", metavar="N,N,..."),
     "objective": cli(choices=("guard", "weighted")),
     "acc_tolerance": cli(
@@ -90,30 +103,44 @@ STUDY_OPTIONS = {
         help="Accuracy guard: plans within this many percentage points of the best "
         "predicted accuracy.",
     ),
-    "quick": cli(help="Small defaults (2 seeds, 4 rounds, 600 rows, 8 clients, 3 aggregators)."),
+    "quick": cli(help=quick_help(QUICK)),
     "only_cuts": cli(enabled=False),  # from --max-leakage and --leakage-file
 }
 """``sfl plan``'s and ``sfl compare``'s view of :class:`~flowsplit.planner.study_config.StudyConfig`."""
+
+STUDY_GROUPS = {
+    "planner": ("family", "fixed_cuts", "sfl_cut", "weights", "reference", "objective")
+    + ("acc_tolerance", "three_tier", "capacity"),
+    "pilots": ("n_pilots", "pilot_steps", "pilot_train_limit"),
+    "clients per round (sampling)": ("clients_per_round", "fraction", "min_available_clients")
+    + ("min_fit_clients", "select"),
+}
+"""The ``--help`` sections of the study's options beyond the model, topology and run."""
 
 
 def add_common(p: argparse.ArgumentParser, config: type = StudyConfig, **overrides) -> None:
     """The options ``sfl plan`` and ``sfl compare`` share: one per field of ``config``
     (a :class:`StudyConfig`), unset when not given so that ``--quick`` picks the defaults."""
-    p.add_argument("dataset", help="dataset directory (from `flowsplit prepare`)")
-    add_config_arguments(p, config, overrides={**STUDY_OPTIONS, **overrides}, unset=True)
     p.add_argument(
+        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+    )
+    options = with_groups({**STUDY_OPTIONS, **overrides}, STUDY_GROUPS)
+    add_config_arguments(p, config, overrides=options, unset=True)
+    leakage = p.add_argument_group("leakage budget (from `sfl privacy`)")
+    leakage.add_argument(
         "--max-leakage",
         type=finite_float,
         default=None,
         help="plan only cut pairs whose measured leakage is at most this",
     )
-    p.add_argument(
+    leakage.add_argument(
         "--leakage-file",
         type=Path,
         default=None,
+        metavar="PRIVACY.json",
         help="privacy.json of `flowsplit sfl privacy` (for --max-leakage)",
     )
-    p.add_argument(
+    leakage.add_argument(
         "--leakage-measure",
         default="bytes_recovered",
         help="measure of --max-leakage (bytes_recovered, ascii_recovered, dcor, "
@@ -126,14 +153,15 @@ def options(args: argparse.Namespace, config: type = StudyConfig) -> dict:
     """The ``config`` fields given on the command line (``None``: the mode's default),
     with ``only_cuts`` from the leakage options."""
     values = config_values(args, [f.name for f in cli_fields(config, overrides=STUDY_OPTIONS)])
-    given = {k: v for k, v in values.items() if v is not None}
-    given["quick"] = bool(given.get("quick"))
-    given["only_cuts"] = budget_pairs(
+    given = {k: v for k, v in values.items() if v is not None and v != {}}
+    only_cuts = budget_pairs(
         args.leakage_file,
         args.leakage_measure,
         args.max_leakage,
         model=given.get("model") or config.model,
     )
+    if only_cuts is not None:
+        given["only_cuts"] = only_cuts
     return given
 
 
@@ -169,7 +197,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     check_writable(args.out)  # before the pilots: a refused -o is found in a second
     given = options(args)
-    cfg = resolve_study_config(given.pop("quick"), **given)
+    cfg = resolve_study_config(bool(given.pop("quick", False)), **given)
     if args.no_pilots and cfg.objective == "weighted" and cfg.weights[0] > 0:
         raise ConfigError(
             "--no-pilots with --objective weighted needs a loss weight of 0, e.g. --weights 0,1,1"
@@ -199,6 +227,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+PLAN_RUN_FIELDS = ("batch_size", "local_epochs", "partition", "train_limit", "model", "view")
+PLAN_RUN_FIELDS += ("model_options", "rounds")
+"""The study's fields a plan.json's ``run`` hands to ``sfl run --plan`` as they are."""
+
+
 def _plan_document(study, cfg, plans: dict, seed: int, total_s: float) -> dict:
     """plan.json: the chosen plan, its baselines, surrogate, topology and run settings."""
     from flowsplit.federated.system.topology import topology_to_toml
@@ -220,17 +253,7 @@ def _plan_document(study, cfg, plans: dict, seed: int, total_s: float) -> dict:
             "spec": cfg.topology,
         },
         # What `flowsplit sfl run DATASET --plan PLAN` takes to run exactly this plan.
-        "run": {
-            "scheme": chosen.scheme,
-            "batch_size": cfg.batch_size,
-            "local_epochs": cfg.local_epochs,
-            "partition": cfg.partition,
-            "train_limit": cfg.train_limit,
-            "seed": seed,
-            "model": cfg.model,
-            "view": cfg.view,
-            "rounds": cfg.rounds,
-        },
+        "run": {"scheme": chosen.scheme, "seed": seed, **fields_of(cfg, PLAN_RUN_FIELDS)},
         "topology_toml": topology_to_toml(study.topology),
         "config": cfg.to_dict(),
         "total_s": total_s,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import fields_of
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.sampling import SAMPLING_FIELDS
@@ -36,8 +37,10 @@ from flowsplit.planner.study_config import (  # re-exported: the study's configu
     FULL,
     MAX_PILOTS,
     PILOT_FRACTION,
+    PLANNER_FIELDS,
     PLANS,
     QUICK,
+    RUN_FIELDS,
     StudyConfig,
     resolve,
 )
@@ -95,7 +98,13 @@ def make_study(
 
     torch.set_num_threads(cfg.threads)
     ds = dataset_dir if isinstance(dataset_dir, Dataset) else load_dataset(dataset_dir)
-    fn = model_fn if model_fn is not None else registry_model(cfg.model, cfg.view)
+    fn = (
+        model_fn
+        if model_fn is not None
+        else registry_model(
+            cfg.model, cfg.view, **({"options": cfg.model_options} if cfg.model_options else {})
+        )
+    )
     view = cfg.view or getattr(fn, "view", None) or RegistryModel(cfg.model).resolved_view()
     if not ds.has_view(view):
         raise ConfigError(f"dataset {ds.root} has no view {view!r}; choose another --view")
@@ -127,13 +136,13 @@ def check_options_early(study: Study) -> None:
         )
 
 
-def registry_model(name: str, view: str | None):
+def registry_model(name: str, view: str | None, options: dict[str, Any] | None = None):
     """The registry's neural model ``name`` (a one-line error for any other name)."""
     from flowsplit.models.registry import neural_models
 
     if name not in neural_models():
         raise ConfigError(f"--model {name!r}: choose a neural model ({', '.join(neural_models())})")
-    return RegistryModel(name, view)
+    return RegistryModel(name, view, dict(options or {}))
 
 
 def _topology(cfg: StudyConfig):
@@ -167,25 +176,27 @@ def trace_note(topology) -> dict | None:
 
 
 def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
-    """The SFLConfig every run of a study shares (scheme and cuts set per run)."""
+    """The SFLConfig every run of a study shares (scheme and cuts set per run): the
+    study's :data:`RUN_FIELDS` and sampling fields (every run samples alike), the
+    baseline's scheme and cuts, ``seed``, random assignment, scored on test."""
     values = {
+        **fields_of(cfg, (*RUN_FIELDS, *SAMPLING_FIELDS)),
         "scheme": cfg.family,
         "cuts": tuple(cfg.fixed_cuts),
-        "rounds": cfg.rounds,
-        "batch_size": cfg.batch_size,
-        "lr": cfg.lr,
-        "local_epochs": cfg.local_epochs,
-        "partition": cfg.partition,
         "seed": seed,
-        "train_limit": cfg.train_limit,
-        "threads": cfg.threads,
         "assign": "random",
         "eval_split": "test",
-        # Client sampling per round: every run of the study samples alike.
-        **{name: getattr(cfg, name) for name in SAMPLING_FIELDS},
     }
-    values.update(kw)
-    return SFLConfig(**values)
+    return SFLConfig(**{**values, **kw})
+
+
+def planner_config(
+    cfg: StudyConfig, seed: int, *, exclude: tuple[str, ...] = (), **kw
+) -> PlannerConfig:
+    """The PlannerConfig of a study's plans for ``seed``: its :data:`PLANNER_FIELDS`
+    (but ``exclude``), and ``kw`` (weights, mode)."""
+    names = tuple(n for n in PLANNER_FIELDS if n not in exclude)
+    return PlannerConfig(**{**fields_of(cfg, names), "seed": seed, **kw})
 
 
 def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
@@ -249,18 +260,6 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
     # Shard sizes filled in; the network of round 1 (a trace's later rounds are unknown
     # to a planner that runs before training, see trace_note).
     topo = setup.topology.at_round(0)
-    common = {
-        "family": cfg.family,
-        "fixed_cuts": tuple(cfg.fixed_cuts),
-        "seed": seed,
-        "batch_size": cfg.batch_size,
-        "local_epochs": cfg.local_epochs,
-        "reference": cfg.reference,
-        "capacity": cfg.capacity,
-        "three_tier": cfg.three_tier,
-        "acc_tolerance": cfg.acc_tolerance,
-        "only_cuts": cfg.only_cuts,
-    }
     accuracy = study.predicted_accuracy or None
     separated = bool((study.surrogate or {}).get("separated", True))
     out = {}
@@ -270,7 +269,7 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             study.profile,
             topo,
             study.predicted_loss or None,
-            PlannerConfig(weights=Weights(*cfg.weights), mode=cfg.objective, **common),
+            planner_config(cfg, seed, weights=Weights(*cfg.weights), mode=cfg.objective),
             predicted_accuracy=accuracy,
             separated=separated,
         )
@@ -281,15 +280,14 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             study.profile,
             topo,
             study.predicted_loss or None,
-            PlannerConfig(weights=Weights(0.0, 1.0, 0.0), mode="weighted", **common),
+            planner_config(cfg, seed, weights=Weights(0.0, 1.0, 0.0), mode="weighted"),
             predicted_accuracy=accuracy,
         )
     objective = acc.objective_def if acc is not None else None
     fixed = tuple(cfg.fixed_cuts)
     kw = {
         "seed": seed,
-        "batch_size": cfg.batch_size,
-        "local_epochs": cfg.local_epochs,
+        **fields_of(cfg, ("batch_size", "local_epochs")),
         "objective": objective,
         "predicted_loss": study.predicted_loss.get(fixed, math.nan),
         "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan),

@@ -8,9 +8,11 @@ the dataclass without importing torch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
 from flowsplit.config_args import cli
+from flowsplit.config_file import instantiate
 from flowsplit.errors import ConfigError
 from flowsplit.federated.sampling import check_sampling_options
 from flowsplit.federated.system.topology import parse_trace_spec
@@ -22,7 +24,8 @@ QUICK = {
     "n_clients": 8,
     "n_aggregators": 3,
 }
-"""Quick-mode defaults (explicit options win)."""
+"""Quick mode's recipe: the defaults ``--quick`` replaces (explicit options win); the
+``--help`` texts and :func:`resolve` read it, nothing else repeats it."""
 FULL = {
     "rounds": 5,
     "train_limit": None,
@@ -42,20 +45,24 @@ PILOT_FRACTION = 0.25
 :data:`~flowsplit.planner.pilots.MIN_CURVE_POINTS` rounds)."""
 
 
+RUN_FIELDS = ("rounds", "batch_size", "lr", "local_epochs", "partition", "train_limit")
+RUN_FIELDS += ("threads",)
+"""The :class:`StudyConfig` fields every run of a study takes as they are (its
+:class:`~flowsplit.federated.config.SFLConfig`'s fields of the same names), with the
+sampling fields (:data:`~flowsplit.federated.sampling.SAMPLING_FIELDS`)."""
+PLANNER_FIELDS = ("family", "fixed_cuts", "batch_size", "local_epochs", "reference")
+PLANNER_FIELDS += ("capacity", "three_tier", "acc_tolerance", "only_cuts")
+"""The :class:`StudyConfig` fields every plan takes as they are (its
+:class:`~flowsplit.planner.plan.PlannerConfig`'s fields of the same names)."""
+
+
 @dataclass
-class StudyConfig:
+class StudyConfig(TopologyChoice, ModelChoice):
     """Everything that decides what is planned (saved next to every plan)."""
 
-    model: str = "cnn"
-    """Neural model (cnn, lstm, convlstm, convgru, transformer)."""
-    view: str | None = None
-    """Dataset view (default: the model's)."""
-    topology: str = "heterogeneous"
-    """Topology preset or TOML file."""
-    n_clients: int | None = None
-    """Clients (default: the preset's; --quick: 8)."""
-    n_aggregators: int | None = None
-    """Aggregators (default: the preset's; --quick: 3)."""
+    CLI_GROUP: ClassVar[str] = "the planned run"
+
+    topology: str = topology_field("heterogeneous")
     topology_seed: int = 0
     """Seed of a generated topology (the same for every run seed)."""
     trace: str | None = None
@@ -116,6 +123,8 @@ class StudyConfig:
     """Quick-mode defaults (see :data:`QUICK`)."""
 
     def __post_init__(self) -> None:
+        ModelChoice.__post_init__(self)
+        self.fixed_cuts = (int(self.fixed_cuts[0]), int(self.fixed_cuts[1]))
         self.validate()
 
     def validate(self) -> None:
@@ -137,7 +146,7 @@ class StudyConfig:
         return asdict(self)
 
 
-TUPLE_FIELDS = ("schemes", "seeds", "fixed_cuts", "weights", "capacity")
+TUPLE_FIELDS = ("schemes", "seeds", "fixed_cuts", "weights", "capacity", "only_cuts")
 
 
 def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any]):
@@ -150,9 +159,9 @@ def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any])
     merged = dict(defaults)
     merged.update({k: v for k, v in options.items() if v is not None})
     merged["quick"] = quick
-    for key in TUPLE_FIELDS:
+    for key in TUPLE_FIELDS:  # (lists from a TOML file or Python: tuples)
         if merged.get(key) is not None:
             merged[key] = tuple(merged[key])
-    cfg = cls(**merged)
+    cfg = instantiate(cls, merged)  # (a tuple field's lists, as from a TOML file: tuples)
     cfg.validate()
     return cfg

@@ -17,6 +17,13 @@ from flowsplit.config_args import (
     parse_seeds,
     show_list,
 )
+from flowsplit.config_file import (
+    CONFIG_NAME,
+    add_config_file_option,
+    merged,
+    read_config_file,
+    write_config_toml,
+)
 from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     BASELINES,
@@ -24,7 +31,7 @@ from flowsplit.experiments.sfl.config import (
     REPLAN_CHOICES,
     SFLCompareConfig,
 )
-from flowsplit.planner.commands import add_common, options
+from flowsplit.planner.commands import add_common, options, quick_help
 
 SFL_COMPARE_OPTIONS = {
     "schemes": cli(
@@ -40,6 +47,7 @@ SFL_COMPARE_OPTIONS = {
         show=lambda v: f"{len(v)} ({show_list(v)}); --quick: {len(QUICK['seeds'])}",
     ),
     "replan": cli(choices=REPLAN_CHOICES),
+    "quick": cli(help=quick_help(QUICK)),
     "baselines": cli(
         parse=csv_tuple,
         show=show_list,
@@ -62,9 +70,10 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
         ),
         formatter_class=HelpFormatter,
     )
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="OUT", help="output directory")
+    add_config_file_option(p)
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
     add_common(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
-    p.add_argument("-o", "--out", required=True, type=Path, help="output directory")
     add_log_to_argument(p)
     p.set_defaults(func=cmd_compare)
     return p
@@ -73,9 +82,13 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
 def cmd_compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.sfl.compare import run_sfl_compare
 
-    given = options(args, SFLCompareConfig)
-    path = run_sfl_compare(
-        args.dataset, args.out, quick=given.pop("quick"), quiet=args.quiet, **given
+    cfg = compare_config(args)
+    path = run_sfl_compare(args.dataset, args.out, cfg, quiet=args.quiet)
+    write_config_toml(
+        Path(args.out) / CONFIG_NAME,
+        cfg,
+        header="flowsplit sfl compare: the effective config (sfl compare DATASET -o OUT "
+        "--config FILE)",
     )
     from flowsplit.experiments.sfl.result import read_sfl_compare_result
 
@@ -89,6 +102,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(summary[0])  # the verdict, as the report opens with it
     print(f"report: {path}")
     return 0
+
+
+def compare_config(args: argparse.Namespace) -> SFLCompareConfig:
+    """``sfl compare``'s config: the mode's defaults (``quick``: the quick recipe), then
+    ``--config FILE``, then the options given."""
+    from flowsplit.experiments.sfl.compare import resolve_config
+
+    given = options(args, SFLCompareConfig)
+    if args.config_file is not None:
+        given = merged(read_config_file(SFLCompareConfig, args.config_file), given)
+    return resolve_config(bool(given.pop("quick", False)), **given)
 
 
 def sfl_commands() -> dict:

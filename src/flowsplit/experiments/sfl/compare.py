@@ -70,10 +70,17 @@ from flowsplit.federated.system.topology import write_topology
 from flowsplit.outputs import atomic_write_json
 from flowsplit.planner.objective import Weights
 from flowsplit.planner.pilots import eval_split_for
-from flowsplit.planner.plan import PlannerConfig, plan_split
+from flowsplit.planner.plan import plan_split
 from flowsplit.planner.reassign import place_clients
 from flowsplit.planner.replan import ReplanPolicy, predicted_rounds
-from flowsplit.planner.study import Study, base_config, make_study, plan_seed, resolve
+from flowsplit.planner.study import (
+    Study,
+    base_config,
+    make_study,
+    plan_seed,
+    planner_config,
+    resolve,
+)
 
 log = logging.getLogger("flowsplit.experiments")
 
@@ -95,33 +102,25 @@ def resolve_config(quick: bool = False, **options: Any) -> SFLCompareConfig:
 def run_sfl_compare(
     dataset_dir: str | Path,
     out_dir: str | Path,
+    config: SFLCompareConfig | None = None,
     *,
-    model: str = "cnn",
-    schemes: tuple[str, ...] | list[str] = SCHEMES,
-    topology: str = "heterogeneous",
-    seeds: tuple[int, ...] | list[int] | None = None,
-    rounds: int | None = None,
     quick: bool = False,
     model_fn=None,
     quiet: bool = False,
     **options: Any,
 ) -> Path:
-    """Run the comparison and write its report; returns the path of ``report.html``.
+    """Run the comparison ``config`` and write its report; returns the path of
+    ``report.html``.
 
-    ``quick`` shrinks the defaults (2 seeds, 3 rounds, 600 training rows, 8 clients,
-    3 aggregators, 3 one-round pilots) so the embedded lab capture takes a minute or
-    two on two cores; explicit arguments win. ``options`` are :class:`SFLCompareConfig`
-    fields; ``model_fn`` replaces the registry model (tests).
+    Without ``config``, one is made from ``options`` (:class:`SFLCompareConfig` fields;
+    ``None`` takes the mode's default): ``quick`` takes quick mode's recipe
+    (:data:`~flowsplit.experiments.sfl.config.QUICK`: fewer seeds, rounds, training
+    rows, clients and aggregators) so the embedded lab capture takes a minute or two on
+    two cores; explicit options win. ``model_fn`` replaces the registry model (tests).
     """
-    cfg = resolve_config(
-        quick,
-        model=model,
-        schemes=schemes,
-        topology=topology,
-        seeds=seeds,
-        rounds=rounds,
-        **options,
-    )
+    if config is not None and (options or quick):
+        raise TypeError("run_sfl_compare(config=...): give the options in the config")
+    cfg = config if config is not None else resolve_config(quick, **options)
     ds = dataset_dir if isinstance(dataset_dir, Dataset) else load_dataset(dataset_dir)
     split = base_config(cfg, cfg.seeds[0]).eval_split
     if not len(ds.split_indices(split)):  # found now, not after minutes of pilots
@@ -239,16 +238,12 @@ def cut_plans(study: Study, seed: int) -> dict:
     topo = study.prepare(base_config(cfg, seed)).topology.at_round(0)  # as plan_seed's
     out = {}
     for pair in study.profile.legal_cuts():
-        config = PlannerConfig(
+        config = planner_config(
+            cfg,
+            seed,
+            exclude=("three_tier", "acc_tolerance"),
             weights=Weights(0.0, *cfg.weights[1:]),
-            family=cfg.family,
-            seed=seed,
-            batch_size=cfg.batch_size,
-            local_epochs=cfg.local_epochs,
             mode="weighted",
-            reference=cfg.reference,
-            fixed_cuts=tuple(cfg.fixed_cuts),
-            capacity=cfg.capacity,
             only_cuts=(pair,),
         )
         try:

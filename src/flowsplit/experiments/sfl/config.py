@@ -6,6 +6,7 @@ that the command line builds its options from this dataclass at start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from flowsplit.errors import ConfigError
 from flowsplit.planner import study_config
@@ -46,6 +47,8 @@ FULL = {**study_config.FULL, "seeds": (0, 1, 2, 3, 4)}
 class SFLCompareConfig(StudyConfig):
     """What ``sfl compare`` runs (saved in results.json): a study plus its schemes,
     seeds and target accuracy."""
+
+    CLI_GROUP: ClassVar[str] = "comparison"
 
     schemes: tuple[str, ...] = SCHEMES
     """Schemes to run; ``hsfl`` (the reference) is always added."""
