@@ -404,7 +404,7 @@ def test_overview_verdict_is_one_line_by_the_advice_rules(monkeypatch):
     # Assert: the model, data-parallel because it pays, and the split-learning pick with
     # its accuracy; with 3 seeds under the rule of 5 the pick is named, not advised
     assert "\n" not in verdict and verdict.endswith(".")
-    assert verdict.startswith("Use cnn (macro-F1 90.0 % (95 % CI ")
+    assert verdict.startswith("Use cnn (macro-F1 90.0 %), data-parallel")
     assert "data-parallel on 2 workers (it pays)" in verdict
     assert (
         "for split learning acc-aware (89.5 % accuracy, lowest delay) leads, but 3 seed(s)" in few

@@ -522,7 +522,7 @@ def overview_verdict(dp: list[dict[str, Any]], sfl: list[dict[str, Any]]) -> str
     learned = [r for r in models if r.get("above_majority", True)]
     if learned:
         best = max(learned, key=lambda r: r["macro_f1"])
-        text = f"Use {best['name']} (macro-F1 {best['macro_f1_ci']})"
+        text = f"Use {best['name']} (macro-F1 {100 * best['macro_f1']:.1f} %)"
         pays = [r for r in models if "workers" in r and _worth(r)]
         if any(r is best for r in pays):
             text += f", data-parallel on {best['workers']} workers (it pays)"
