@@ -10,39 +10,6 @@ from flowsplit.experiments.dp.compare import run_compare
 from flowsplit.report.browser import check_page, find_chromium
 from tests.experiments.helpers import fake_allreduce, fake_runner, make_dataset
 
-
-@pytest.mark.skipif(
-    find_chromium() is None,
-    reason="headless Chromium not installed (apt-get install chromium); browser check skipped",
-)
-@pytest.mark.slow
-def test_compare_report_renders_in_chromium(tmp_path, monkeypatch):
-    # Prepare: a small study from the fake engine (one model, two seeds, 1/2 workers)
-    monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
-    ds = make_dataset(tmp_path / "ds")
-    out = tmp_path / "study"
-    fake_allreduce(out)
-    page = run_compare(
-        ds,
-        out,
-        models=["convlstm"],
-        workers=[2],
-        seeds=2,
-        quick=True,
-        progress=False,
-        run_cell_fn=fake_runner(),
-    )
-    # Execute
-    res = check_page(page, screenshot=tmp_path / "report.png")
-    # Assert: summary, time, accuracy x2, comm x2, speedup, 2 confusion matrices
-    assert res.loaded
-    assert res.title == "Centralised vs data-parallel training"
-    assert len(res.images) >= 8
-    assert res.broken_images == []
-    assert res.console_errors == []
-    assert (tmp_path / "report.png").stat().st_size > 10_000
-
-
 PAGE_MAX_PX = 6000
 """The data-parallel page's height limit at 1280 px wide (it was 15,696 px on the demo)."""
 
@@ -52,8 +19,9 @@ PAGE_MAX_PX = 6000
     reason="headless Chromium not installed (apt-get install chromium); browser check skipped",
 )
 @pytest.mark.slow
-def test_demo_sized_report_opens_with_its_verdict_and_picture_and_is_short(tmp_path, monkeypatch):
-    # Prepare: the demo's study shape (three models, 1 and 2 workers, two seeds)
+def test_compare_report_renders_in_chromium_short_with_its_verdict_first(tmp_path, monkeypatch):
+    # Prepare: the demo's study shape (three models, 1 and 2 workers, two seeds) from the
+    # fake engine
     monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
     ds = make_dataset(tmp_path / "ds")
     out = tmp_path / "study"
@@ -69,16 +37,22 @@ def test_demo_sized_report_opens_with_its_verdict_and_picture_and_is_short(tmp_p
         run_cell_fn=fake_runner(),
     )
     # Execute
-    res = check_page(page)
-    # Assert: a page of at most ~6,000 px that opens with one verdict line, then one
-    # picture (the first image, right under it); every figure decodes
-    assert res.loaded and res.broken_images == [] and res.console_errors == []
+    res = check_page(page, screenshot=tmp_path / "report.png")
+    # Assert: it loads, every figure decodes (verdict, time, accuracy x2, curves,
+    # communication x2, speedups, per-class, six confusion matrices), the console is clean
+    assert res.loaded
+    assert res.title == "Centralised vs data-parallel training"
+    assert len(res.images) >= 12
+    assert res.broken_images == []
+    assert res.console_errors == []
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    # At most ~6,000 px, opening with one verdict line and then one picture (the first
+    # image, right under it)
     assert 0 < res.height <= PAGE_MAX_PX, res.height
     assert res.verdict and res.verdict.startswith("Data parallelism")
     assert "2 workers x 1 thread(s) against 1 x 1 thread(s)" in res.verdict
     assert res.verdict_top < res.first_image_top < res.verdict_top + 400
     assert res.images[0]["alt"].startswith("Test accuracy (mean over seeds")
-    assert len(res.images) >= 12  # nothing dropped: curves, speedups, six confusions
     # Long tables and the method are folded, the confusion matrices sit in a grid
     html = page.read_text()
     assert html.count("<details>") >= 5
