@@ -296,3 +296,60 @@ def test_the_new_names_set_the_fields_the_old_ones_did(tmp_path):
     )
     assert privacy.cuts == (1, 2) and str(privacy.victim_run) == "R"
     assert parser.parse_args(["sfl", "privacy", "DS", "-o", "O"]).cuts is None  # all
+
+
+OTHER_METAVAR = {
+    "-o": {"OUT", "RUN", "DIR", "FILE"},  # what is written: a folder, a run, a file
+    "--out": {"OUT", "RUN", "DIR", "FILE"},
+    "--resume": {"RUN", "OUT"},  # train resumes its RUN, sfl run its -o OUT
+}
+"""Options whose metavar names what the command writes or reads (one of these)."""
+
+
+def _metavar(action) -> str | None:
+    if action.nargs == 0:
+        return None
+    mv = action.metavar
+    if isinstance(mv, tuple):
+        mv = " ".join(mv)
+    return mv or action.dest.upper()
+
+
+def test_every_option_has_help_one_metavar_per_name_and_required_ones_are_marked():
+    # Prepare: every option of every command, walked from the real parser.
+    import argparse
+
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import is_renamed
+
+    metavars: dict[str, dict[tuple[str, ...], str | None]] = {}
+    datasets: dict[tuple[str, ...], str | None] = {}
+    for command, parser in _subparsers(build_parser()).items():
+        formatter = parser._get_formatter()
+        usage = parser.format_usage()
+        for action in parser._actions:
+            if action.dest == "help" or is_renamed(action) or action.help == argparse.SUPPRESS:
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            # Assert: help text, and the default shown where there is one to show.
+            assert action.help and action.help.strip(), (command, action.dest, "no help")
+            text = formatter._expand_help(action)
+            plain = action.default in (None, False, [], (), "", argparse.SUPPRESS)
+            if action.option_strings and action.nargs != 0 and not plain:
+                assert "(default" in text, (command, action.dest, text)
+            for name in action.option_strings:
+                metavars.setdefault(name, {})[command] = _metavar(action)
+            if action.required and action.option_strings:  # marked: outside [brackets]
+                first = action.option_strings[0]  # the name the usage line shows
+                assert f"[{first} " not in usage and f" {first} " in usage, (command, first)
+            if not action.option_strings and action.dest == "dataset":
+                datasets[command] = _metavar(action)
+    # Assert: a name has one metavar in every command, and DATASET is one name.
+    for name, uses in metavars.items():
+        if name in OTHER_METAVAR:  # still one metavar per kind of thing named
+            assert set(uses.values()) <= OTHER_METAVAR[name], (name, uses)
+        elif name not in SAME_MEANING_OTHER_PARSER:  # (their values differ in form)
+            assert len(set(uses.values())) == 1, (name, uses)
+    assert set(datasets.values()) == {"DATASET"}, datasets
+    assert {("sfl", "run"), ("sfl", "privacy"), ("compare",), ("train",)} <= set(datasets)

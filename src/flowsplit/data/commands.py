@@ -124,7 +124,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_prepare)
 
     p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
-    p.add_argument("dataset", metavar="DIR")
+    p.add_argument(
+        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+    )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run_inspect)
 

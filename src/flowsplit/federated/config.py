@@ -87,7 +87,7 @@ class SFLConfig:
     """Go on after a lost client or aggregator (``--no-accept-failures``: any loss ends the run)."""
     eval_split: str = field(default="test", metadata=cli(choices=EVAL_SPLITS))
     """Split the global model is evaluated on after every round."""
-    train_limit: int | None = None
+    train_limit: int | None = field(default=None, metadata=cli(metavar="N"))
     """Use at most this many training rows (a seeded subset), for quick runs."""
     threads: int = 1
     """torch threads per process."""

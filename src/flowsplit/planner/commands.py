@@ -87,6 +87,7 @@ STUDY_OPTIONS = {
     "reference": cli(choices=("hsfl", "median")),
     "n_pilots": cli(
         flag="--pilots",
+        metavar="N",
         help="Pilot cut pairs.",
         show=lambda _: f"every legal pair, at most {MAX_PILOTS}",
     ),
@@ -94,8 +95,10 @@ STUDY_OPTIONS = {
         help="Optimiser steps per pilot, client batches summed over clients.",
         show=lambda _: f"{PILOT_FRACTION:g} of the run's",
     ),
-    "train_limit": _quick("train_limit", "every row"),
-    "capacity": cli(parse=_capacity, show=lambda _: "no limit", metavar="N,N,..."),
+    "train_limit": {
+        "flowsplit.cli": {**_quick("train_limit", "every row")["flowsplit.cli"], "metavar": "N"}
+    },
+    "capacity": cli(parse=_capacity, show=lambda _: "no limit", metavar="K[,K...]"),
     "objective": cli(choices=("guard", "weighted")),
     "acc_tolerance": cli(
         parse=_tolerance,

@@ -21,6 +21,7 @@ from flowsplit.config_args import (
     check_cores,
     cli_fields,
     config_values,
+    with_groups,
 )
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.outputs import atomic_write_text, output_file
@@ -63,13 +64,25 @@ failed group restarts and resumes from the last checkpoint.
 """
 
 
+TRAIN_GROUPS = {
+    "model": ("view", "model_options", "init_from"),
+    "training": ("epochs", "batch_size", "lr", "lr_schedule", "scale_lr", "class_weight")
+    + ("dropout_masks", "weight_decay", "augment", "patience", "seed", "steps_per_epoch")
+    + ("eval_batch_size",),
+    "data-parallel (DDP)": ("workers", "threads", "device", "backend", "master_addr")
+    + ("comm_hook", "bucket_mb", "timeout_s"),
+    "XGBoost": ("rounds", "dask_scheduler"),
+}
+"""The ``--help`` sections of ``train``'s options (DATASET, --model, -o and --quiet lead)."""
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``flowsplit train`` and of ``python -m flowsplit.train`` (torchrun).
 
     One option per :class:`~flowsplit.train.config.TrainConfig` field (its docstring is
     the help); an option not given stays None so that --resume can tell what was given.
     """
-    add_config_arguments(p, TrainConfig, unset=True)
+    add_config_arguments(p, TrainConfig, unset=True, overrides=with_groups({}, TRAIN_GROUPS))
     p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its checkpoint")
     p.add_argument(
         "--overwrite",
@@ -482,7 +495,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
     p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
     p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
-    p.add_argument("--format", choices=("table", "csv"), default="table")
+    p.add_argument(
+        "--format",
+        choices=("table", "csv"),
+        default="table",
+        help="what to print: a table, or CSV (as -o writes)",
+    )
     p.add_argument("-o", "--out", metavar="FILE", help="write CSV to FILE (- for standard output)")
     add_renamed(p, "--output", "--out", OUT_WHY)
     p.add_argument(
