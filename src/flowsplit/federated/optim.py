@@ -9,7 +9,7 @@ that is merely warming up look silent to its aggregator.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -25,6 +25,17 @@ class _Optimizer:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
+
+    def _gradients(self, weight_decay: float) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(index, parameter, gradient with L2 weight decay)`` of every parameter that
+        has a gradient."""
+        for k, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            grad = p.grad
+            if weight_decay:
+                grad = grad.add(p, alpha=weight_decay)
+            yield k, p, grad
 
 
 class SGD(_Optimizer):
@@ -44,12 +55,7 @@ class SGD(_Optimizer):
 
     @torch.no_grad()
     def step(self) -> None:
-        for k, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            grad = p.grad
-            if self.weight_decay:
-                grad = grad.add(p, alpha=self.weight_decay)
+        for k, p, grad in self._gradients(self.weight_decay):
             if self.momentum:
                 buf = self.buffers[k]
                 if buf is None:
@@ -97,12 +103,7 @@ class Adam(_Optimizer):
     @torch.no_grad()
     def step(self) -> None:
         beta1, beta2 = self.betas
-        for k, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            grad = p.grad
-            if self.weight_decay:
-                grad = grad.add(p, alpha=self.weight_decay)
+        for k, p, grad in self._gradients(self.weight_decay):
             exp_avg, exp_avg_sq = self.state[k]
             self.steps[k] += 1
             step = self.steps[k]
