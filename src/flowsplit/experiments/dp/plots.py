@@ -188,7 +188,7 @@ def learning_curves_chart(model: str, records: Sequence[Mapping]):
     """Training loss and validation macro-F1 against epoch and against training time, one
     colour per worker count, one line per seed (the per-epoch history of each run)."""
     runs = [r for r in records if r["model"] == model and r["loss_per_epoch"]]
-    fig = figures.new_figure(11.0, 6.4)
+    fig = figures.new_figure(11.0, 5.6)
     axes = fig.subplots(2, 2, sharey="row")
     workers = sorted({int(r["workers"]) for r in runs})
     colours = {n: f"C{i}" for i, n in enumerate(workers)}
