@@ -43,7 +43,7 @@ from flowsplit.reader.fragments import Fragment, FragmentRows, Reassembler, frag
 # the compiled fast path, built by `pip install`; without it NumPy decodes every record
 from flowsplit.reader.kernel import compiled as _kernel
 from flowsplit.reader.pcap import MALFORMED_REASONS, ReadReport
-from flowsplit.reader.staging import RecordChunk, Records, StagingBuffer
+from flowsplit.reader.staging import Columns, RecordChunk, Records, StagingBuffer
 
 REASONS = (
     "",
@@ -108,7 +108,7 @@ TUNNEL_MODES = ("inner", "outer")
 
 
 @dataclass
-class Packets:
+class Packets(Columns):
     """Decoded TCP/UDP packets of a chunk (all arrays of length n), in chunk order."""
 
     src: np.ndarray  # int32, file index
@@ -134,12 +134,6 @@ class Packets:
     pay_cap: np.ndarray  # int64, payload bytes captured
     vlan: np.ndarray  # int64, the VLAN ids met on the way in (0: none), for the flow key
     pos: np.ndarray  # int64, position of the packet's record in the chunk
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def take(self, idx: np.ndarray) -> Packets:
-        return Packets(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     @staticmethod
     def concat(parts: list[Packets]) -> Packets:

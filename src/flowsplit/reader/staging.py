@@ -14,6 +14,7 @@ import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -31,8 +32,18 @@ EXTRA_ROOM = 1 << 20
 _NO_FLAGS = np.zeros(0, dtype=np.uint8)  # gather_u32: every record little-endian
 
 
+class Columns:
+    """A dataclass of equally long arrays, one per field: its length and row selection."""
+
+    def __len__(self) -> int:
+        return len(getattr(self, fields(self)[0].name))
+
+    def take(self, idx: np.ndarray) -> Self:
+        return type(self)(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+
 @dataclass
-class Records:
+class Records(Columns):
     """Packet records (all arrays of length n), in capture order within each file."""
 
     src: np.ndarray  # int32, index of the file in the input list
@@ -42,12 +53,6 @@ class Records:
     ts: np.ndarray  # float64, seconds
     linktype: np.ndarray  # int32
     index: np.ndarray  # int64, record number in its file (0-based)
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def take(self, idx: np.ndarray) -> Records:
-        return Records(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     @staticmethod
     def concat(parts: list[Records]) -> Records:
