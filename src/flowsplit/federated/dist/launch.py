@@ -156,9 +156,15 @@ def launch_roles(
     failure.unlink(missing_ok=True)
     ctx = mp.get_context("forkserver")
     # Imported once in the fork server instead of in every role: torch, this package,
-    # and what the first backward with an explicit gradient imports (sympy via torch.fx).
+    # and what the first backward with an explicit gradient imports (sympy via torch.fx);
+    # fork_server makes the fork server end with this process, at once.
     ctx.set_forkserver_preload(
-        ["torch", "torch.fx.experimental.symbolic_shapes", "flowsplit.federated.dist"]
+        [
+            "torch",
+            "torch.fx.experimental.symbolic_shapes",
+            "flowsplit.federated.dist",
+            "flowsplit.federated.dist.fork_server",
+        ]
     )
     procs = [ctx.Process(target=spawned_role_main, args=(r, world, payload)) for r in range(world)]
     stopped = True
