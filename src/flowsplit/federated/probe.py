@@ -27,7 +27,9 @@ processes, where the run itself would run, and measures:
   sends and receives pooled); and the
   rate a sender refills its stream at while it computes under its CPU quota (the lower
   end of each link sends a payload while spinning: ``busy_send_Bps``). The timeline
-  replay charges these (:func:`flowsplit.federated.system.schedule.replay`).
+  replay charges the bytes' CPU and the busy rate
+  (:func:`flowsplit.federated.system.schedule.replay`); the CPU per round trip is
+  reported (a message's fixed cost is already in the latency, half a round trip).
 
 The server collects everything and writes ``probe.json`` (every measurement, both
 directions) and a topology TOML (``sfl plan --topology probe.toml`` plans from it;

@@ -146,12 +146,10 @@ def replay(
     processing time of the sender per message posted (protocol overhead), 0 by default.
 
     The transport's own CPU, where the probe measured it (``topology.extra``'s
-    ``{server,aggregator,client}_recv_cpu_s``, ``..._byte_cpu_s``,
-    ``..._busy_send_Bps``; see :func:`_transport_costs`):
+    ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_send_Bps``; see
+    :func:`_transport_costs`); a message's fixed cost is in its latency (half the
+    probe's fastest round trip, which both ends' processing of a message is part of):
 
-    - every message received costs its role ``recv_cpu_s`` CPU seconds (at full speed)
-      before the role goes on, run under its CPU quota like its work: the transport
-      wakes up, reads the header, then the payload;
     - every byte sent or received costs ``byte_cpu_s`` of the role's quota *beside* its
       program (gloo's own thread copies while the role waits or computes): it drains the
       node's CPU bucket when the bytes move (a send when posted, a receive when it
@@ -209,7 +207,7 @@ def replay(
                         inbox.setdefault((r, int(out[e, PEER])), deque()).append(
                             (t, out[e, NBYTES])
                         )
-                        beside(r, costs.get(r, (0.0, 0.0, np.inf))[1] * out[e, NBYTES], t)
+                        beside(r, costs.get(r, (0.0, np.inf))[0] * out[e, NBYTES], t)
                 elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
                     t_end = t
                 else:  # RECV
@@ -226,13 +224,11 @@ def replay(
                         done = begin + nbytes / bandwidth
                     else:
                         asked = max(begin + buffer / bandwidth, t)
-                        slow = min(bandwidth, costs.get(key[0], (0, 0, np.inf))[2])
+                        slow = min(bandwidth, costs.get(key[0], (0.0, np.inf))[1])
                         done = _flow(nbytes - buffer, asked, bandwidth, slow, busy[key[0]])
                     free[key] = done
                     t_end = max(t, done + latency)
-                    recv_s, byte_s, _ = costs.get(r, (0.0, 0.0, np.inf))
-                    beside(r, byte_s * nbytes, done)
-                    t_end = run_cpu(r, recv_s, t_end)
+                    beside(r, costs.get(r, (0.0, np.inf))[0] * nbytes, done)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -271,26 +267,25 @@ def _flow(
     return t + left / rate
 
 
-def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float, float]]:
-    """rank -> (CPU s per message received, CPU s per byte, bytes/s a busy sender refills
-    its stream at) from ``extra``'s ``{server,aggregator,client}_recv_cpu_s``,
-    ``..._byte_cpu_s`` and ``..._busy_send_Bps`` (as the probe measures them; absent:
-    0, 0 and unlimited)."""
+def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float]]:
+    """rank -> (CPU s per byte, bytes/s a busy sender refills its stream at) from
+    ``extra``'s ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_send_Bps`` (as
+    the probe measures them; absent: 0 and unlimited). The probe's ``recv_cpu_s`` (CPU
+    per small round trip) is not charged: a message's fixed cost is in its latency."""
     out = {}
     rank = 0
     for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
         cols = []
-        for name in ("recv_cpu_s", "byte_cpu_s", "busy_send_Bps"):
+        for name in ("byte_cpu_s", "busy_send_Bps"):
             v = extra.get(f"{who}_{name}", [])
             cols.append([v] if np.isscalar(v) else list(v))
         n = max(len(c) for c in cols) if n is None else n
         for k in range(n):
-            msg = float(cols[0][k]) if k < len(cols[0]) else 0.0
-            byte = float(cols[1][k]) if k < len(cols[1]) else 0.0
-            rate = float(cols[2][k]) if k < len(cols[2]) else np.inf
+            byte = float(cols[0][k]) if k < len(cols[0]) else 0.0
+            rate = float(cols[1][k]) if k < len(cols[1]) else np.inf
             rate = rate if np.isfinite(rate) and rate > 0 else np.inf
-            if msg > 0 or byte > 0 or np.isfinite(rate):
-                out[rank + k] = (max(0.0, msg), max(0.0, byte), rate)
+            if byte > 0 or np.isfinite(rate):
+                out[rank + k] = (max(0.0, byte), rate)
         rank += n
     return out
 
