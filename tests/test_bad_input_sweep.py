@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -548,6 +549,8 @@ CASES = [
     C("train-lr-inf", "train {ds} -m cnn --lr inf -o {t}/r -q", "--lr", "finite"),
     C("train-weight-decay-nan", "train {ds} -m cnn --weight-decay nan -o {t}/r -q",
       "--weight-decay", "finite"),
+    C("train-weight-decay-negative", "train {ds} -m cnn --weight-decay -1 -o {t}/r -q",
+      "--weight-decay", ">= 0"),
     C("train-timeout-inf", "train {ds} -m cnn --timeout inf -o {t}/r -q", "--timeout", "finite"),
     C("train-seed-negative", "train {ds} -m cnn --seed -1 -o {t}/r -q", "--seed", "2**32"),
     C("train-seed-2-to-the-70", f"train {{ds}} -m cnn --seed {2**70} -o {{t}}/r -q", "--seed",
@@ -647,10 +650,13 @@ def test_bad_input_is_one_handled_line(case, world, tmp_path, capsys):
     argv, names = _run_case(case, world, tmp_path)
     capsys.readouterr()
     # Execute
+    start = time.monotonic()
     rc = main(argv)
-    # Assert
+    took = time.monotonic() - start
+    # Assert: refused, in one line, and without hanging (issue 31: none over 30 s)
     assert rc == 2, f"exit {rc} for {argv}"
     _check_line(capsys.readouterr().err, names, case.says)
+    assert took < 30, f"{took:.1f} s for {argv}"
 
 
 def _sys_refuses_writes() -> bool:
