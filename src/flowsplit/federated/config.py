@@ -35,7 +35,27 @@ def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
 
 
 @dataclass
-class SFLConfig:
+class SamplingChoice:
+    """Which clients take part in each round (Flower's client sampling): the same
+    options in ``sfl run``, ``sfl plan`` and ``sfl compare`` (every run of a study
+    samples alike; a plan's assignment covers every registered client)."""
+
+    CLI_GROUP: ClassVar[str] = "clients per round (sampling)"
+
+    clients_per_round: int | None = field(default=None, metadata=cli(metavar="K"))
+    """Sample K clients each round (seeded; Flower's sampling: see ``--select``); default: every client takes part in every round."""
+    fraction: float | None = field(default=None, metadata=cli(metavar="F"))
+    """Sample max(int(F x available), --min-fit-clients) clients each round (Flower's fraction_fit), instead of --clients-per-round."""
+    min_available_clients: int = field(default=1, metadata=cli(metavar="N"))
+    """A round with fewer clients available to sample (with rows, available in the trace, admitted by --select) ends the run."""
+    min_fit_clients: int = field(default=1, metadata=cli(metavar="N"))
+    """Sample at least this many clients per round (fewer available ends the run)."""
+    select: str = field(default="uniform", metadata=cli(metavar="SPEC"))
+    """Which clients may be sampled: ``uniform`` (all), ``list:I,J,...`` or ``list:FILE``, ``attr:NAME>=VALUE`` (NAME: speed, memory, samples, bandwidth, latency); unavailable clients of the trace never are."""
+
+
+@dataclass
+class SFLConfig(SamplingChoice):
     """Everything that decides what a split federated run computes."""
 
     CLI_GROUP: ClassVar[str] = "training"
@@ -103,16 +123,6 @@ class SFLConfig:
     """``never``: keep the first assignment; ``every-round``: re-plan it before every round on that round's network (``flowsplit.planner.replan``). The cuts stay: moving one mid-training moves layers and their optimiser state between tiers, which the runtime does not do."""
     trace: str | None = field(default=None, metadata=cli(metavar="SPEC"))
     """Per-round network changes, replacing the topology's own ``[[trace]]``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's)."""
-    clients_per_round: int | None = field(default=None, metadata=cli(metavar="K"))
-    """Sample K clients each round (seeded; Flower's sampling: see ``--select``); default: every client takes part in every round."""
-    fraction: float | None = field(default=None, metadata=cli(metavar="F"))
-    """Sample max(int(F x available), --min-fit-clients) clients each round (Flower's fraction_fit), instead of --clients-per-round."""
-    min_available_clients: int = field(default=1, metadata=cli(metavar="N"))
-    """A round with fewer clients available to sample (with rows, available in the trace, admitted by --select) ends the run."""
-    min_fit_clients: int = field(default=1, metadata=cli(metavar="N"))
-    """Sample at least this many clients per round (fewer available ends the run)."""
-    select: str = field(default="uniform", metadata=cli(metavar="SPEC"))
-    """Which clients may be sampled: ``uniform`` (all), ``list:I,J,...`` or ``list:FILE``, ``attr:NAME>=VALUE`` (NAME: speed, memory, samples, bandwidth, latency); unavailable clients of the trace never are."""
     exit_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
     """Fault injection, dist only: client index -> round (0-based) at whose start its process exits."""
     hang_clients: dict[int, int] = field(default_factory=dict, metadata=cli(enabled=False))
@@ -221,16 +231,9 @@ MODES = ("sim", "dist")
 """``sfl run --mode``: the roles simulated in one process, or one process per role."""
 
 GROUPS = {
-    **{
-        name: cli(group="clients per round (sampling)")
-        for name in ("clients_per_round", "fraction", "min_available_clients")
-        + ("min_fit_clients", "select")
-    },
-    **{
-        name: cli(group="faults and network")
-        for name in ("drop_prob", "straggler_prob", "straggler_slowdown", "timeout_s")
-        + ("min_clients", "accept_failures", "fail", "capacity", "replan", "trace", "assign")
-    },
+    name: cli(group="faults and network")
+    for name in ("drop_prob", "straggler_prob", "straggler_slowdown", "timeout_s")
+    + ("min_clients", "accept_failures", "fail", "capacity", "replan", "trace", "assign")
 }
 """The ``--help`` sections of :class:`SFLConfig`'s options beyond ``training``."""
 

@@ -115,8 +115,6 @@ STUDY_GROUPS = {
     "planner": ("family", "fixed_cuts", "sfl_cut", "weights", "reference", "objective")
     + ("acc_tolerance", "three_tier", "capacity"),
     "pilots": ("n_pilots", "pilot_steps", "pilot_train_limit"),
-    "clients per round (sampling)": ("clients_per_round", "fraction", "min_available_clients")
-    + ("min_fit_clients", "select"),
 }
 """The ``--help`` sections of the study's options beyond the model, topology and run."""
 

@@ -7,13 +7,13 @@ the dataclass without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
-from flowsplit.config_args import cli
 from flowsplit.config_file import instantiate
 from flowsplit.errors import ConfigError
+from flowsplit.federated.config import SamplingChoice
 from flowsplit.federated.sampling import check_sampling_options
 from flowsplit.federated.system.topology import parse_trace_spec
 
@@ -57,7 +57,7 @@ PLANNER_FIELDS += ("capacity", "three_tier", "acc_tolerance", "only_cuts")
 
 
 @dataclass
-class StudyConfig(TopologyChoice, ModelChoice):
+class StudyConfig(SamplingChoice, TopologyChoice, ModelChoice):
     """Everything that decides what is planned (saved next to every plan)."""
 
     CLI_GROUP: ClassVar[str] = "the planned run"
@@ -67,16 +67,6 @@ class StudyConfig(TopologyChoice, ModelChoice):
     """Seed of a generated topology (the same for every run seed)."""
     trace: str | None = None
     """Per-round network changes, as ``sfl run --trace``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's own). Plans are made on round 1's network (later changes are not foreseen: that is what re-planning is for); ``sfl compare`` runs every scheme on the changing network."""
-    clients_per_round: int | None = field(default=None, metadata=cli(metavar="K"))
-    """Sample K clients each round in every run (pilots and compared runs), as ``sfl run --clients-per-round``; the plan's assignment covers every registered client (default: every client takes part in every round)."""
-    fraction: float | None = field(default=None, metadata=cli(metavar="F"))
-    """Sample max(int(F x available), --min-fit-clients) clients each round, as ``sfl run --fraction``."""
-    min_available_clients: int = field(default=1, metadata=cli(metavar="N"))
-    """As ``sfl run --min-available-clients``."""
-    min_fit_clients: int = field(default=1, metadata=cli(metavar="N"))
-    """As ``sfl run --min-fit-clients``."""
-    select: str = field(default="uniform", metadata=cli(metavar="SPEC"))
-    """Which clients may be sampled, as ``sfl run --select``."""
     rounds: int = 5
     """Federated rounds of the planned run (the budget the surrogate predicts for)."""
     family: str = "hsfl"
