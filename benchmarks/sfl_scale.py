@@ -190,7 +190,6 @@ class TreeMemory:
 
         self.period_s = period_s
         self.peak_rss_kb = self.peak_pss_kb = self.most_processes = 0
-        self.hwm_kb: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -201,7 +200,6 @@ class TreeMemory:
                 base = Path("/proc") / str(pid)
                 try:
                     rss += _kb(base / "status", "VmRSS:")
-                    self.hwm_kb[pid] = _kb(base / "status", "VmHWM:")
                     pss += _kb(base / "smaps_rollup", "Pss:")
                     n += 1
                 except OSError:  # ended between the listing and the read
@@ -290,7 +288,6 @@ def run_dist_point(args: argparse.Namespace) -> dict:
         "client_workers": args.client_workers,
         "peak_rss_mb": round(memory.peak_rss_kb / 1024, 1),
         "peak_pss_mb": round(memory.peak_pss_kb / 1024, 1),
-        "sum_of_process_peaks_mb": round(sum(memory.hwm_kb.values()) / 1024, 1),
         "processes": memory.most_processes,
         "round_s": statistics.median(rounds),
         "round_s_all": [round(r, 3) for r in rounds],

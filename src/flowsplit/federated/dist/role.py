@@ -39,7 +39,7 @@ from flowsplit.federated.schemes import round_log
 from flowsplit.federated.setup import RunSetup, prepare_run
 from flowsplit.federated.system.profile import BlockProfile
 from flowsplit.federated.system.protocol import CLIENT, address_of
-from flowsplit.federated.system.topology import Topology, topology_from_toml
+from flowsplit.federated.system.topology import Topology
 from flowsplit.federated.transport import (
     GlooTransport,
     gloo_device,
@@ -137,7 +137,7 @@ def role_main(
         die_with_launcher(int(payload["launcher_pid"]))
     quiet = payload.get("quiet", False)
     config = SFLConfig.from_dict(payload["config"])
-    topology = topology_from_toml(payload["topology"])
+    topology: Topology = payload["topology"]
     workers = payload.get("client_workers") or None
     me = (pool_address if workers else address_of)(rank, topology.n_aggregators)
     _setup_logging(
