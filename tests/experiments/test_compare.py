@@ -259,3 +259,24 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     assert "No efficiency claim beyond 2 worker(s)" in summary
     assert "stays >= 50 %" not in summary
     assert "The fit for cnn is also to disturbed timings (unreliable)." in summary
+
+
+def test_the_study_writes_its_effective_config_which_reruns_it(study, fast_figures):
+    # Prepare: a study from a config object (the library's form).
+    from flowsplit.cli import build_parser
+    from flowsplit.experiments.dp.commands import compare_config
+    from flowsplit.experiments.dp.config import CompareConfig
+
+    ds, out = study
+    cfg = CompareConfig(dataset=str(ds), out=str(out), models=["cnn"], workers=[2], seeds=2,
+                        quick=True, margin=0.02)  # fmt: skip
+    # Execute
+    run_compare(cfg, progress=False, run_cell_fn=fake_runner(set(), []))
+    text = (out / "config.toml").read_text()
+    args = build_parser().parse_args(
+        ["compare", str(ds), "-o", str(out), "--config", str(out / "config.toml")]
+    )
+    # Assert: the file holds every field (dataset and out as comments) and reads back
+    # into the same config; the quick recipe's values are written out.
+    assert "epochs = 2" in text and "margin = 0.02" in text and "# dataset = " in text
+    assert compare_config(args) == cfg

@@ -594,3 +594,17 @@ def test_the_command_prints_the_reports_verdict(toy_sfl_study, monkeypatch, caps
     out = capsys.readouterr().out.strip().splitlines()
     verdict = json.loads((toy_sfl_study / "results.json").read_text())["summary"][0]
     assert out == [verdict, f"report: {report}"] and "No winner named" in verdict
+
+
+def test_the_study_writes_its_effective_config(toy_sfl_study):
+    import tomllib
+
+    from flowsplit.config_file import read_config_file
+    from flowsplit.experiments.sfl.compare import resolve_config
+    from flowsplit.experiments.sfl.config import SFLCompareConfig
+
+    out = toy_sfl_study
+    written = tomllib.loads((out / "config.toml").read_text())
+    assert written["seeds"] == [0, 1] and written["rounds"] == 2 and written["n_clients"] == 5
+    cfg = resolve_config(**read_config_file(SFLCompareConfig, out / "config.toml"))
+    assert cfg.seeds == (0, 1) and cfg.n_pilots == 3 and cfg.model == "toy"

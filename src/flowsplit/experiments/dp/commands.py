@@ -17,12 +17,7 @@ from flowsplit.config_args import (
     parse_seeds,
     with_groups,
 )
-from flowsplit.config_file import (
-    CONFIG_NAME,
-    add_config_file_option,
-    build_config,
-    write_config_toml,
-)
+from flowsplit.config_file import add_config_file_option, build_config
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.dp.config import QUICK, CompareConfig
 from flowsplit.train.commands import ROUNDS_WHY
@@ -130,13 +125,7 @@ def _compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.dp.compare import run_compare
 
     cfg = compare_config(args)
-    path = run_compare(cfg, progress=not args.quiet)
-    write_config_toml(
-        Path(cfg.out) / CONFIG_NAME,
-        cfg,
-        header="flowsplit compare: the effective config (compare DATASET -o OUT --config FILE)",
-        comment=ON_COMMAND_LINE,
-    )
+    path = run_compare(cfg, progress=not args.quiet)  # writes OUT/config.toml
     if args.log_to is not None:  # one subdirectory per run of the study
         from flowsplit.tracking import finished_runs, write_study
 

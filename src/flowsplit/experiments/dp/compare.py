@@ -31,6 +31,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from flowsplit.config_file import CONFIG_NAME, write_config_toml
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.dp.allreduce import run_allreduce_benchmark
@@ -367,6 +368,13 @@ def run_compare(
     atomic_write_json(
         out / "compare.json",
         {"config": asdict(cfg), "fingerprint": cfg.fingerprint(), "cores": available_cores()},
+    )
+    # The effective config, which `compare DATASET -o OUT --config OUT/config.toml` reruns.
+    write_config_toml(
+        out / CONFIG_NAME,
+        cfg,
+        header="flowsplit compare: the effective config (compare DATASET -o OUT --config FILE)",
+        comment=("dataset", "out"),
     )
     # Measured first, so a report rendered while cells still run has its scaling model.
     bench_path = out / "allreduce.json"

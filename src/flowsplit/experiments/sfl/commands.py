@@ -17,13 +17,7 @@ from flowsplit.config_args import (
     parse_seeds,
     show_list,
 )
-from flowsplit.config_file import (
-    CONFIG_NAME,
-    add_config_file_option,
-    merged,
-    read_config_file,
-    write_config_toml,
-)
+from flowsplit.config_file import add_config_file_option, merged, read_config_file
 from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     BASELINES,
@@ -83,13 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from flowsplit.experiments.sfl.compare import run_sfl_compare
 
     cfg = compare_config(args)
-    path = run_sfl_compare(args.dataset, args.out, cfg, quiet=args.quiet)
-    write_config_toml(
-        Path(args.out) / CONFIG_NAME,
-        cfg,
-        header="flowsplit sfl compare: the effective config (sfl compare DATASET -o OUT "
-        "--config FILE)",
-    )
+    path = run_sfl_compare(args.dataset, args.out, cfg, quiet=args.quiet)  # + config.toml
     from flowsplit.experiments.sfl.result import read_sfl_compare_result
 
     summary = read_sfl_compare_result(Path(path).parent / "results.json").summary

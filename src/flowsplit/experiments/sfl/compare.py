@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from flowsplit.config_file import CONFIG_NAME, write_config_toml
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.sfl.analysis import (
@@ -127,6 +128,13 @@ def run_sfl_compare(
         raise InputError(ds.root, f"its {split} split is empty: sfl compare scores every run on it")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # The effective config, which `sfl compare DATASET -o OUT --config FILE` runs again.
+    write_config_toml(
+        out / CONFIG_NAME,
+        cfg,
+        header="flowsplit sfl compare: the effective config (sfl compare DATASET -o OUT "
+        "--config FILE)",
+    )
     t0 = time.perf_counter()
     study = make_study(
         ds,
