@@ -24,17 +24,15 @@ from flowsplit.config_args import (
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
-    check_cores,
 )
 from flowsplit.config_file import (
-    CONFIG_NAME,
     add_config_file_option,
     build_config,
-    write_config_toml,
 )
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import GROUPS, SFLConfig, SFLRunConfig
 from flowsplit.federated.plan_file import read_plan
+from flowsplit.federated.run import RUN_ARGS
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -178,8 +176,6 @@ def _config_from_args(args: argparse.Namespace) -> SFLConfig:
     return run_config(args).run
 
 
-RUN_ARGS = "sfl-run.json"
-"""``OUT/sfl-run.json``: what a dist run was started with, for ``sfl run --resume OUT``."""
 _RUN_ARG_NAMES = ("dataset", "plan")
 
 
@@ -266,117 +262,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import torch
-
-    from flowsplit.federated.dist import launch_roles, run_under_torchrun
-    from flowsplit.federated.setup import prepare_run
-    from flowsplit.federated.system.presets import resolve_topology
-    from flowsplit.federated.system.topology import resolve_trace
-    from flowsplit.train.distributed import read_dist_env
+    from flowsplit.federated.run import RunPlace, run_sfl
 
     saved = _resume_args(args)
-    rc = saved if saved is not None else run_config(args)
-    config = rc.run
-    plan = read_plan(args.plan) if args.plan else None
-    if plan is not None and saved is None:  # the plan decides what its costs depend on
-        config, notes = plan.apply(config)
-        for note in notes:
-            print(f"flowsplit: note: {note}", file=sys.stderr)
-    if plan is not None:
-        rc = plan.choices(rc, run=config)
-    mode = rc.mode
-    out = Path(args.out)
-    env = read_dist_env()
-    torchrun = env if mode == "dist" and env.is_distributed else None
-    writes = torchrun is None or torchrun.rank == 0
-    # Other ranks of a torchrun launch may already have made OUT/logs: not a previous run.
-    previous = out.is_dir() and any(p.name != "logs" for p in out.iterdir())
-    resume = args.resume is not None
-    if resume and (mode != "dist" or torchrun is not None):
-        raise ConfigError("--resume continues a --mode dist run started by sfl run itself")
-    if writes and previous and not args.overwrite and not resume:
-        raise InputError(out, "exists and is not empty (use --overwrite to replace the run)")
-    is_run = any(
-        (out / name).is_file() for name in ("topology.toml", "sfl-checkpoint.pt", RUN_ARGS)
-    )
-    if writes and previous and args.overwrite and not is_run:
-        # --overwrite replaces an sfl run; a dataset, a train run or a user's folder is not one.
-        raise InputError(out, "is not an `sfl run` directory; --overwrite replaces only a run")
-    model_fn = _neural_model(rc)
-    if plan is not None:
-        topology = plan.topology
-    else:
-        topology = resolve_topology(
-            rc.topology, n_clients=rc.n_clients, n_aggregators=rc.n_aggregators, seed=config.seed
-        )
-    topology = resolve_trace(topology, config.trace, rounds=config.rounds)
-    if topology.n_aggregators > topology.n_clients:
-        raise ConfigError(
-            f"{topology.n_aggregators} aggregators for {topology.n_clients} clients: some "
-            "aggregator would serve no client; give --aggregators at most --clients"
-        )
-    if config.min_clients is not None and config.min_clients > topology.n_clients:
-        raise ConfigError(
-            f"--min-clients {config.min_clients} is more than the {topology.n_clients} clients"
-        )
-    from flowsplit.federated.sampling import sampling_configured
-    from flowsplit.train.distributed import available_cores
-
-    workers = _client_workers(rc, sampling_configured(config), torchrun, topology)
-    check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=args.force)
-    torch.set_num_threads(config.threads)
-    setup = prepare_run(
-        config,
+    place = RunPlace(
+        out=Path(args.out),
         dataset=args.dataset,
-        model_fn=model_fn,
-        topology=topology,
-        assignment=None if plan is None else plan.assignment,
+        plan=read_plan(args.plan) if args.plan else None,
+        resume=args.resume is not None,
+        overwrite=args.overwrite,
+        force=args.force,
+        quiet=args.quiet,
+        bind=args.bind,
+        probe=getattr(args, "probe", False),
     )
-    if writes and not args.quiet:
-        _log_start(rc, config, topology)
-    probe = "run" if getattr(args, "probe", False) else None
-    if probe and mode != "dist":
-        raise ConfigError("--probe measures the hosts of a --mode dist run; add --mode dist")
-    if mode == "sim":
-        result = _simulate(setup, out, quiet=args.quiet, policy=run_policy(config))
-    elif torchrun is not None:
-        result = run_under_torchrun(
-            setup,
-            dataset=args.dataset,
-            model_fn=model_fn,
-            out_dir=out,
-            quiet=args.quiet,
-            bind=args.bind,
-            policy=run_policy(config),
-            probe=probe,
-            client_workers=workers,
-        )
-        if result is None:
-            return 0
-    else:
-        if not resume:
-            write_run_args(out, args, dataclasses.replace(rc, run=config))
-        result = launch_roles(
-            setup,
-            dataset=args.dataset,
-            model_fn=model_fn,
-            out_dir=out,
-            quiet=args.quiet,
-            resume=resume,
-            policy=run_policy(config),
-            probe=probe,
-            client_workers=workers,
-        )
-    from flowsplit.federated.final import finish_run
-
-    # Per-class scores, predictions and the whole model, as a `train` run has them.
-    finish_run(out, setup, result.model_state, model_fn)
-    if writes:  # the effective config, which `sfl run --config OUT/config.toml` runs again
-        write_config_toml(
-            out / CONFIG_NAME,
-            dataclasses.replace(rc, run=config),
-            header=f"flowsplit sfl run: the effective config of {out}",
-        )
+    done = run_sfl(
+        saved if saved is not None else run_config(args),
+        place,
+        model_factory=_neural_model,
+        saved=saved is not None,
+        on_launch=lambda rc: write_run_args(place.out, args, rc),
+        policies=run_policy,
+    )
+    if done is None:  # a torchrun rank that writes nothing
+        return 0
+    result, out = done[1], place.out
     totals = result.totals()
     tracked = ""
     if getattr(args, "log_to", None) is not None:
@@ -392,37 +302,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client_workers(rc: SFLRunConfig, sampled: bool, torchrun: Any, topology: Any) -> int | None:
-    """``--client-workers`` as a worker count (None: a process per client); said once
-    here, not by every role process the launcher would start."""
-    from flowsplit.train.distributed import available_cores
-
-    given = rc.client_workers
-    if rc.mode != "dist":
-        if given is not None:
-            raise ConfigError("--client-workers hosts the clients of a --mode dist run")
-        return None
-    if given is None and not sampled:
-        return None
-    if torchrun is not None:  # the launch decides: every process but the upper tiers
-        workers = torchrun.world_size - 1 - topology.n_aggregators
-        if given not in (None, "auto") and str(given) != str(workers):
-            raise ConfigError(
-                f"--client-workers {given}: this torchrun launch has {workers} processes "
-                f"for clients (1 server + {topology.n_aggregators} aggregators + P)"
-            )
-        return max(1, workers)
-    if given is None or str(given).strip().lower() == "auto":
-        return available_cores()
-    try:
-        workers = int(str(given))
-    except ValueError:
-        workers = 0
-    if workers < 1:
-        raise ConfigError(f"--client-workers {given!r}: give a number of processes >= 1 or auto")
-    return workers
-
-
 def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
     """A run's delays, each saying whether it is predicted or measured, and on what."""
     bound = sum(r["delay_s"] for r in history)
@@ -435,32 +314,6 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
         meas = sum(r["measured_round_s"] for r in history)
         text += f", measured {meas:.1f} s (on {history[0]['timing']['measured']['on']})"
     return text
-
-
-def _log_start(rc: SFLRunConfig, config: SFLConfig, topology) -> None:
-    log.info(
-        "sfl run: %s, %s cut at %s, %d clients / %d aggregators (%s), %s partition, %s mode",
-        config.scheme,
-        rc.model,
-        config.cuts,
-        topology.n_clients,
-        topology.n_aggregators,
-        topology.name,
-        config.partition,
-        rc.mode,
-    )
-
-
-def _simulate(setup, out: Path, *, quiet: bool, policy=None):
-    """Train ``setup`` in this process with a progress bar and a tree per round; write OUT."""
-    from flowsplit.federated.results import write_run
-    from flowsplit.federated.schemes import round_log
-    from flowsplit.federated.sim import run_simulation
-
-    with round_log(setup.config.rounds, quiet=quiet) as on_round:
-        result = run_simulation(setup, on_round=on_round, policy=policy)
-    write_run(out, result)
-    return result
 
 
 # --- probe -----------------------------------------------------------------------------
