@@ -9,6 +9,7 @@ import tomllib
 import pytest
 
 from flowsplit.cli import build_parser, main
+from flowsplit.errors import FlowsplitError
 from tests.federated._toy import write_toy_dataset
 
 SMALL_CNN = ["--model", "cnn", "--model-option", "channels=[4,4]", "--model-option", "hidden=8"]
@@ -153,3 +154,26 @@ def test_sfl_run_writes_its_effective_config_which_runs_it_again(tmp_path, capsy
         [r.get(k) for k in same] for r in rows[1]
     ]
     assert rows[0][0]["train_loss"] > 0
+
+
+def test_the_python_api_takes_a_run_config(tmp_path):
+    # fs.sfl.run(dataset, out, SFLRunConfig(...)): the command's checks and files.
+    import flowsplit.sfl as fs_sfl
+    from flowsplit.config_file import instantiate, read_config_file
+    from flowsplit.federated.config import SFLConfig, SFLRunConfig
+
+    data = write_toy_dataset(tmp_path / "ds", n=80)
+    cfg = SFLRunConfig(
+        model_options={"channels": [4, 4], "hidden": 8},
+        n_clients=3,
+        n_aggregators=1,
+        run=SFLConfig(rounds=1, train_limit=40, scheme="sfl", cuts=(1, 1)),
+    )
+    result = fs_sfl.run(data, tmp_path / "r", cfg, seed=2)  # a keyword over the config
+    assert len(result.rounds) == 1
+    written = instantiate(
+        SFLRunConfig, read_config_file(SFLRunConfig, tmp_path / "r" / "config.toml")
+    )
+    assert written.run.seed == 2 and written.run.scheme == "sfl" and written.n_clients == 3
+    with pytest.raises(FlowsplitError, match="unrecognized arguments: --no-such-option"):
+        fs_sfl.run(data, tmp_path / "r2", cfg, no_such_option=1)

@@ -146,13 +146,30 @@ def load_model(run: PathLike):
     return load_trained_model(run)
 
 
-def compare(dataset: PathLike, out: PathLike, **options: Any) -> dict[str, Any]:
+def compare(dataset: Any, out: PathLike | None = None, **options: Any) -> dict[str, Any]:
     """Run ``flowsplit compare`` (models x workers x seeds) into ``out``; returns the
     study's ``report.json`` (its verdicts and tables) with ``results_csv``, the path of
     the one-row-per-run table. Options are the command's, as keywords
-    (``models=["cnn", "xgboost"]``, ``workers=[1, 2]``, ``seeds=[0, 1]``, ``quick=True``)."""
+    (``models=["cnn", "xgboost"]``, ``workers=[1, 2]``, ``seeds=[0, 1]``, ``quick=True``),
+    or give a :class:`~flowsplit.experiments.dp.config.CompareConfig` alone:
+    ``fs.compare(CompareConfig(dataset=..., out=..., models=["cnn"]))``."""
+    from flowsplit.experiments.dp.config import CompareConfig
+
+    if isinstance(dataset, CompareConfig):
+        with_config(["compare", dataset.dataset, "-o", dataset.out], dataset, **options)
+        return _study_report(Path(dataset.out))
     run_command(["compare", str(dataset), "-o", str(out), *as_flags(options)])
     return _study_report(Path(out))
+
+
+def with_config(argv: list[str], config: Any, *, quiet: bool = False, **options: Any) -> int:
+    """Run the command ``argv`` with ``config`` (a config object) as its ``--config`` file,
+    and ``options`` as flags over it: the command's own checks, files and output."""
+    from flowsplit.config_file import write_config_toml
+
+    with tempfile.TemporaryDirectory(prefix="flowsplit-config-") as tmp:
+        path = write_config_toml(Path(tmp) / "config.toml", config, comment=("dataset", "out"))
+        return run_command([*argv, "--config", str(path), *as_flags(options)], quiet=quiet)
 
 
 def _study_report(out: Path) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flowsplit.api import _study_report, as_flags, read_result, run_command
+from flowsplit.api import _study_report, as_flags, read_result, run_command, with_config
 from flowsplit.result import RunResult
 
 __all__ = ["compare", "plan", "run"]
@@ -27,6 +27,7 @@ __all__ = ["compare", "plan", "run"]
 def run(
     dataset: str | Path,
     out: str | Path,
+    config: Any = None,
     *,
     plan: str | Path | None = None,
     quiet: bool = True,
@@ -34,6 +35,8 @@ def run(
 ) -> RunResult:
     """Train with ``sfl``, ``hsfl`` or ``hsfl-ll`` (``scheme=``), simulated (``mode="sim"``)
     or one process per role (``mode="dist"``); or run a ``plan`` from :func:`plan`.
+    ``config`` (a :class:`~flowsplit.federated.config.SFLRunConfig`) gives every setting
+    at once; keyword options override it, as flags override ``--config``.
 
     Returns the run's :class:`RunResult` (kind ``sfl``): ``rounds`` (accuracy, delay and
     bytes per round), ``bytes_total``, ``delay_total_s``, and, as for a ``train`` run,
@@ -41,6 +44,9 @@ def run(
     """
     argv = ["sfl", "run", str(dataset), "-o", str(out)]
     argv += ["--plan", str(plan)] if plan is not None else []
+    if config is not None:
+        with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
+        return read_result(out)
     argv += as_flags({"quiet": quiet, **options})
     run_command(argv, quiet=quiet)
     return read_result(out)
@@ -55,8 +61,16 @@ def plan(dataset: str | Path, out: str | Path, *, quiet: bool = True, **options:
     return json.loads(Path(out).read_text(encoding="utf-8"))
 
 
-def compare(dataset: str | Path, out: str | Path, **options: Any) -> dict[str, Any]:
+def compare(
+    dataset: str | Path, out: str | Path, config: Any = None, **options: Any
+) -> dict[str, Any]:
     """Compare schemes and planners on the same data and seeds (``sfl compare``); returns
-    the study's report.json with ``results_csv``, the one-row-per-run table."""
-    run_command(["sfl", "compare", str(dataset), "-o", str(out), *as_flags(options)])
+    the study's report.json with ``results_csv``, the one-row-per-run table. ``config``
+    (an :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig`) gives every setting
+    at once; keyword options override it."""
+    argv = ["sfl", "compare", str(dataset), "-o", str(out)]
+    if config is not None:
+        with_config(argv, config, **options)
+    else:
+        run_command([*argv, *as_flags(options)])
     return _study_report(Path(out))
