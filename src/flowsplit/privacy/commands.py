@@ -7,19 +7,15 @@ Registered under the ``sfl`` group by :mod:`flowsplit.cli` through
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from flowsplit.config_args import HelpFormatter, add_config_arguments, add_renamed
 from flowsplit.config_file import build_config
-from flowsplit.errors import ConfigError, InputError
 from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
-from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PairRow, PrivacyResult
-from flowsplit.util import jsonable
+from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PrivacyResult
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -79,44 +75,22 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     # every `flowsplit` invocation, and only this command needs them.
     import torch
 
-    from flowsplit.privacy.pareto import choose, draw_pareto
-    from flowsplit.privacy.result import Pareto
-    from flowsplit.privacy.study import SUMMARY_MEASURES, reference_check
-
-    out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise InputError(out, "exists and is not a directory")
     from flowsplit.privacy.defences import parse_defences
+    from flowsplit.privacy.run import PARETO_NAME, privacy_study
+    from flowsplit.privacy.study import SUMMARY_MEASURES, reference_check
 
     config = build_config(PrivacyConfig, args, base={"defences": parse_defences(DEFAULT_DEFENCES)})
     picture = build_config(ParetoChoice, args)
     torch.set_num_threads(config.threads)
-    result = _read_study(out) if args.redraw else _new_study(args, config, out)
-    measure = picture.leakage_measure or result.default_measure()
-    rows, topology = _pair_rows(args.dataset, config, picture, result, measure)
-    chosen = choose(rows, picture.max_leakage)
-    unconstrained = choose(rows, None)
-    planned = _planned(Path(picture.plan), rows) if picture.plan is not None else None
-    result.pareto = Pareto(
-        measure=measure,
-        topology=topology.name,
-        max_leakage=picture.max_leakage,
-        pairs=rows,
-        chosen=chosen,
-        unconstrained=unconstrained,
-        plan=planned,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    result.to_json(out / PRIVACY_NAME)
-    draw_pareto(
-        result,
-        rows,
-        out / "pareto.png",
-        measure=measure,
-        max_leakage=picture.max_leakage,
-        chosen=chosen,
-        unconstrained=unconstrained,
-        planned=planned,
+    result = privacy_study(
+        args.dataset,
+        args.out,
+        config,
+        picture,
+        redraw=args.redraw,
+        overwrite=args.overwrite,
+        victim_run=args.victim_run,
+        progress=None if args.quiet else (lambda msg: log.info("%s", msg)),
     )
     print(format_summary(result, SUMMARY_MEASURES))
     # Also for a study redrawn from a privacy.json written before the check was recorded.
@@ -127,74 +101,10 @@ def cmd_privacy(args: argparse.Namespace) -> int:
             "at the cuts is a loose lower bound: raise --attack-epochs or --aux-limit",
             file=sys.stderr,
         )
-    _print_choices(picture, measure, result.pareto, topology.name)
-    print(f"wrote {out / PRIVACY_NAME} and {out / 'pareto.png'}")
+    pareto = result.pareto
+    _print_choices(picture, pareto.measure, pareto, pareto.topology)
+    print(f"wrote {args.out / PRIVACY_NAME} and {args.out / PARETO_NAME}")
     return 0
-
-
-def _read_study(out: Path) -> PrivacyResult:
-    """--redraw: the study already in ``out``."""
-    from flowsplit.privacy.result import read_privacy_result
-
-    if not (out / PRIVACY_NAME).is_file():
-        raise InputError(out / PRIVACY_NAME, "not found: --redraw needs a finished study in OUT")
-    return read_privacy_result(out / PRIVACY_NAME)
-
-
-def _new_study(args: argparse.Namespace, config: PrivacyConfig, out: Path) -> PrivacyResult:
-    """Train (or load --victim-run) and attack every cut, in an empty or replaced ``out``."""
-    from flowsplit.privacy.study import check_sfl_run, run_study
-
-    if out.is_dir() and any(out.iterdir()):
-        if not args.overwrite:
-            raise InputError(out, "exists and is not empty (use --overwrite to replace it)")
-        if not (out / PRIVACY_NAME).is_file():
-            # rmtree below: never of a folder that is not a study (a dataset, a home).
-            raise InputError(out, "is not an `sfl privacy` study; --overwrite replaces only one")
-        shutil.rmtree(out)
-    if args.victim_run is not None:
-        check_sfl_run(args.victim_run, read=True)  # before the note: a bad run is the only line
-        if config.defences:
-            log.info("note: defences are trained afresh; only the undefended cuts use --victim-run")
-    say = (lambda msg: None) if args.quiet else (lambda msg: log.info("%s", msg))
-    doc = run_study(args.dataset, config, weights=args.victim_run, progress=say)
-    return PrivacyResult.from_dict(jsonable(doc, strict=False))
-
-
-def _pair_rows(
-    dataset: str, config: PrivacyConfig, picture: ParetoChoice, result: PrivacyResult, measure: str
-):
-    """Every legal cut pair's delay on --topology and leakage of ``measure``, and the
-    topology. The delays need the model's block profile, built as the study built it."""
-    import torch
-
-    from flowsplit.data.store import load_dataset
-    from flowsplit.federated.system.presets import resolve_topology
-    from flowsplit.federated.system.profile import profile_model
-    from flowsplit.models.registry import build_model
-    from flowsplit.privacy.pareto import pair_table
-
-    ds = load_dataset(dataset)
-    torch.manual_seed(0)
-    model = build_model(
-        result.model,
-        view=result.view,
-        input_shape=ds.view_shape(result.view),
-        n_classes=ds.n_classes,
-        **result.model_options,
-    )
-    profile = profile_model(model)
-    topology = resolve_topology(
-        picture.topology,
-        n_clients=picture.n_clients,
-        n_aggregators=picture.n_aggregators,
-        seed=config.seed,
-    )
-    try:
-        rows = pair_table(result, profile, topology, measure=measure, batch_size=config.batch_size)
-    except ValueError as exc:
-        raise ConfigError(f"--leakage-measure {measure!r}: {exc}") from None
-    return rows, topology
 
 
 def _print_choices(picture: ParetoChoice, measure: str, pareto, topology: str) -> None:
@@ -215,20 +125,6 @@ def _print_choices(picture: ParetoChoice, measure: str, pareto, topology: str) -
             f"the plan of {picture.plan}: cuts {tuple(planned.cuts)}, leakage "
             f"{planned.leakage:.3f}, {planned.delay_s:.3f} s/round on {topology}"
         )
-
-
-def _planned(path: Path, rows: list[PairRow]) -> PairRow:
-    """The pair row of the cuts a ``sfl plan`` JSON chose."""
-    try:
-        cuts = [int(c) for c in json.loads(path.read_text(encoding="utf-8"))["cuts"]]
-    except FileNotFoundError:
-        raise InputError(path, "plan file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-        raise InputError(path, "is not a plan.json with 'cuts' [a, c]") from None
-    for row in rows:
-        if row.cuts == cuts:
-            return row
-    raise InputError(path, f"plans cuts {tuple(cuts)}, which this study did not measure")
 
 
 def format_summary(result: PrivacyResult, measures: Sequence[str]) -> str:
