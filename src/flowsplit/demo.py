@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowsplit.config_args import SEEDS_HELP, HelpFormatter, parse_seeds
@@ -95,8 +96,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_demo)
 
 
-def _check_args(args: argparse.Namespace) -> tuple[set[str], list[str]]:
-    """The stages to skip and the models to train; one-line errors before any work."""
+@dataclass
+class DemoPlan:
+    """What the demo runs (``flowsplit demo``'s options, checked)."""
+
+    out: Path
+    captures: Path = DEFAULT_CAPTURES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    models: tuple[str, ...] = MODELS
+    epochs: int = 3
+    sfl_model: str = "cnn"
+    sfl_view: str | None = SFL_VIEW
+    """None: the model's own view."""
+    sfl_rounds: int = SFL_ROUNDS
+    skip: frozenset[str] = frozenset()
+    fresh: bool = False
+    quiet: bool = False
+
+
+def _plan_from_args(args: argparse.Namespace) -> DemoPlan:
+    """The demo's plan from its options; one-line errors before any work."""
     from flowsplit.experiments.dp.config import ALL_MODELS
 
     if not args.captures.is_dir():
@@ -118,7 +137,122 @@ def _check_args(args: argparse.Namespace) -> tuple[set[str], list[str]]:
     neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
     if args.sfl_model not in neural:
         raise ConfigError(f"--sfl-model {args.sfl_model!r}: choose from {', '.join(neural)}")
-    return skip, models
+    return DemoPlan(
+        out=args.out,
+        captures=args.captures,
+        seeds=tuple(args.seeds),
+        models=tuple(models),
+        epochs=args.epochs,
+        sfl_model=args.sfl_model,
+        sfl_view=None if args.sfl_view == "default" else args.sfl_view,
+        sfl_rounds=args.sfl_rounds,
+        skip=frozenset(skip),
+        fresh=args.fresh,
+        quiet=args.quiet,
+    )
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """``flowsplit demo``: the four stages (see the module docstring); 0 when all finished."""
+    page, advice, total_s = demo(_plan_from_args(args))
+    for line in advice:
+        print(f"- {line}")
+    print(f"\ndemo finished in {total_s:.0f} s; open {page}")
+    return 0
+
+
+def demo(plan: DemoPlan) -> tuple[Path, list[str], float]:
+    """Run the demo's stages into ``plan.out``: the overview page, its advice and the
+    seconds it took."""
+    # Imported here, not at the top: the CLI imports this module to register the
+    # sub-command, and these pull in pandas, matplotlib and torch (seconds), which
+    # `flowsplit --help` does not need. No cycle is involved.
+    from flowsplit.experiments.advice import overview_content
+    from flowsplit.report.overview import write_overview
+
+    out = plan.out
+    if plan.fresh and out.exists():
+        _clear_demo_outputs(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    ds = _prepare(plan, timings)
+    dp_dir, sfl_dir = _studies(plan, timings)
+    _stage("4/4 the report", plan.quiet)
+    timings["total"] = time.perf_counter() - t0
+    content = overview_content(dp_dir, sfl_dir)
+    page = write_overview(
+        out,
+        manifest=ds.manifest,
+        dp_dir=dp_dir,
+        sfl_dir=sfl_dir,
+        timings=timings,
+        content=content,
+    )
+    return page, list(content.advice), timings["total"]
+
+
+def _prepare(plan: DemoPlan, timings: dict[str, float]):
+    """Stage 1: the lab capture prepared (once) into ``OUT/dataset``; the dataset."""
+    from flowsplit.data.commands import format_summary
+    from flowsplit.data.prepare import PrepareOptions, prepare_dataset
+    from flowsplit.data.store import load_dataset
+
+    _stage("1/4 prepare the lab capture", plan.quiet)
+    dataset_dir = plan.out / "dataset"
+    t = time.perf_counter()
+    if not (dataset_dir / "manifest.json").exists():
+        prepare_dataset([plan.captures], dataset_dir, PrepareOptions(), progress=not plan.quiet)
+    ds = load_dataset(dataset_dir)
+    print(format_summary(ds.manifest, dataset_dir, meta=ds.meta), flush=True)
+    timings["prepare"] = time.perf_counter() - t
+    return ds
+
+
+def _studies(plan: DemoPlan, timings: dict[str, float]) -> tuple[Path | None, Path | None]:
+    """Stages 2 and 3 (those not skipped): the two comparisons; their folders."""
+    dataset_dir, out = plan.out / "dataset", plan.out
+    dp_report = sfl_report = None
+    if "data-parallel" not in plan.skip:
+        from flowsplit.experiments.dp.compare import run_compare
+
+        dp_report = _timed_study(
+            "2/4 centralised vs data-parallel training (1 and 2 workers)",
+            "data-parallel",
+            timings,
+            plan.quiet,
+            lambda: run_compare(
+                dataset_dir,
+                out / "data-parallel",
+                models=list(plan.models),
+                workers=(1, 2),
+                seeds=list(plan.seeds),
+                epochs=plan.epochs,
+                quick=True,
+                progress=not plan.quiet,
+            ),
+        )
+    if "split-learning" not in plan.skip:
+        from flowsplit.experiments.sfl.compare import run_sfl_compare
+
+        sfl_report = _timed_study(
+            "3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware",
+            "split-learning",
+            timings,
+            plan.quiet,
+            lambda: run_sfl_compare(
+                dataset_dir,
+                out / "split-learning",
+                model=plan.sfl_model,
+                view=plan.sfl_view,
+                topology="heterogeneous",
+                rounds=plan.sfl_rounds,
+                seeds=tuple(plan.seeds),
+                quick=True,
+                quiet=plan.quiet,
+            ),
+        )
+    return dp_report and dp_report.parent, sfl_report and sfl_report.parent
 
 
 def _timed_study(title: str, name: str, timings: dict[str, float], quiet: bool, run) -> Path:
@@ -129,94 +263,6 @@ def _timed_study(title: str, name: str, timings: dict[str, float], quiet: bool, 
     timings[name] = time.perf_counter() - t
     print(f"report: {report}", flush=True)
     return report
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Run the four stages (see the module docstring); 0 when all finished."""
-    # Imported here, not at the top: the CLI imports this module to register the
-    # sub-command, and these pull in pandas, matplotlib and torch (seconds), which
-    # `flowsplit --help` does not need. No cycle is involved.
-    from flowsplit.data.commands import format_summary
-    from flowsplit.data.prepare import PrepareOptions, prepare_dataset
-    from flowsplit.data.store import load_dataset
-
-    skip, models = _check_args(args)
-    out: Path = args.out
-    if args.fresh and out.exists():
-        _clear_demo_outputs(out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    _stage("1/4 prepare the lab capture", args.quiet)
-    dataset_dir = out / "dataset"
-    t = time.perf_counter()
-    if not (dataset_dir / "manifest.json").exists():
-        prepare_dataset([args.captures], dataset_dir, PrepareOptions(), progress=not args.quiet)
-    ds = load_dataset(dataset_dir)
-    print(format_summary(ds.manifest, dataset_dir, meta=ds.meta), flush=True)
-    timings["prepare"] = time.perf_counter() - t
-
-    dp_report = sfl_report = None
-    if "data-parallel" not in skip:
-        from flowsplit.experiments.dp.compare import run_compare
-
-        dp_report = _timed_study(
-            "2/4 centralised vs data-parallel training (1 and 2 workers)",
-            "data-parallel",
-            timings,
-            args.quiet,
-            lambda: run_compare(
-                dataset_dir,
-                out / "data-parallel",
-                models=models,
-                workers=(1, 2),
-                seeds=list(args.seeds),
-                epochs=args.epochs,
-                quick=True,
-                progress=not args.quiet,
-            ),
-        )
-    if "split-learning" not in skip:
-        from flowsplit.experiments.sfl.compare import run_sfl_compare
-
-        sfl_report = _timed_study(
-            "3/4 split federated learning: SFL, HSFL, delay-only, accuracy-aware",
-            "split-learning",
-            timings,
-            args.quiet,
-            lambda: run_sfl_compare(
-                dataset_dir,
-                out / "split-learning",
-                model=args.sfl_model,
-                view=None if args.sfl_view == "default" else args.sfl_view,
-                topology="heterogeneous",
-                rounds=args.sfl_rounds,
-                seeds=tuple(args.seeds),
-                quick=True,
-                quiet=args.quiet,
-            ),
-        )
-
-    _stage("4/4 the report", args.quiet)
-    from flowsplit.experiments.advice import overview_content
-    from flowsplit.report.overview import write_overview
-
-    timings["total"] = time.perf_counter() - t0
-    dp_dir, sfl_dir = dp_report and dp_report.parent, sfl_report and sfl_report.parent
-    content = overview_content(dp_dir, sfl_dir)
-    page = write_overview(
-        out,
-        manifest=ds.manifest,
-        dp_dir=dp_dir,
-        sfl_dir=sfl_dir,
-        timings=timings,
-        content=content,
-    )
-    for line in content.advice:
-        print(f"- {line}")
-    print(f"\ndemo finished in {timings['total']:.0f} s; open {page}")
-    return 0
 
 
 DEMO_OUTPUTS = (
