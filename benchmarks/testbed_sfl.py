@@ -210,9 +210,9 @@ def measured_row(out: Path, topo: Topology, traces: bool, reanalyse: bool = Fals
 
 
 ABLATIONS = {
-    "none_of_the_transport_costs": ("byte_cpu_s", "busy_send_Bps"),
+    "none_of_the_transport_costs": ("byte_cpu_s", "busy_wake_s"),
     "without_byte_cpu": ("byte_cpu_s",),
-    "without_busy_send": ("busy_send_Bps",),
+    "without_busy_sender": ("busy_wake_s",),
 }
 
 

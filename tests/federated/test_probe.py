@@ -85,25 +85,25 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
     assert 0 <= topo.extra["stream_buffer_bytes"] < float("inf")
 
 
-def test_probed_topology_keeps_the_transport_cpu_and_busy_send_rates():
+def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
     # Rows of 11 columns (of 13): speed rows with (message CPU s, byte CPU s), link rows with the
-    # lower end's busy send rate (client 0 over two links, aggregator 1 over the backbone).
+    # lower end's busy-sender delay (client 0 over two links, aggregator 1 over the backbone).
     nominal = homogeneous(2, 2)
     nan = np.nan
     rows = np.array(
         [
             [0, 0, -1, 3e9, 0.1, 0.002, 0, nan, 2e-4, 1e-9, nan],
             [1, -1, 1, 3e9, 0.2, 0.002, 0, nan, 1e-4, 2e-9, nan],
-            [3, 0, 0, nan, 0.004, 1e6, 1e6, nan, nan, nan, 4e5],
-            [3, 0, 1, nan, 0.004, 1e6, 1e6, nan, nan, nan, 6e5],
-            [4, -1, 1, nan, 0.004, 1e7, 1e7, nan, nan, nan, 8e6],
+            [3, 0, 0, nan, 0.004, 1e6, 1e6, nan, nan, nan, 0.004],
+            [3, 0, 1, nan, 0.004, 1e6, 1e6, nan, nan, nan, 0.006],
+            [4, -1, 1, nan, 0.004, 1e7, 1e7, nan, nan, nan, 0.008],
         ]
     )
     topo, report = probed_topology(nominal, rows)
     assert topo.extra["client_recv_cpu_s"] == [2e-4, 0.0]  # client 1: not measured
     assert topo.extra["aggregator_byte_cpu_s"] == [0.0, 2e-9]
-    assert topo.extra["client_busy_send_Bps"] == [5e5, 0.0]  # median of its links
-    assert topo.extra["aggregator_busy_send_Bps"] == [0.0, 8e6]
+    assert topo.extra["client_busy_wake_s"] == [0.005, 0.0]  # median of its links
+    assert topo.extra["aggregator_busy_wake_s"] == [0.0, 0.008]
     assert report["clients"]["0"]["recv_cpu_s"] == 2e-4
     again = topology_from_toml(topology_to_toml(topo))
-    assert again.extra["client_busy_send_Bps"] == [5e5, 0.0]
+    assert again.extra["client_busy_wake_s"] == [0.005, 0.0]

@@ -192,21 +192,26 @@ def test_cpu_spent_beside_the_program_is_a_debt_its_next_work_pays():
     assert out[-1, T_END] == pytest.approx(0.020, rel=1e-6)
 
 
-def test_a_busy_sender_refills_its_stream_at_its_busy_rate():
-    # Prepare: no stream buffer; client 0 (rank 2) posts 1 MB, then computes 2 s (no
-    # quota in the trace's seconds); the aggregator asks at once. The client's busy
-    # send rate is 0.25 MB/s: while it computes, the stream moves at that rate.
+def test_a_computing_sender_starts_what_was_asked_for_later():
+    # Prepare: no stream buffer; client 0 (rank 2) posts 1 MB, then computes 2 s; the
+    # aggregator asks at 0.5 s (after its own work), while the client computes, and a
+    # second time after the client is done (a second message posted after the work).
     client, agg = Tracer(2, 1), Tracer(1, 1)
     client.send(1, 1_000_000, TRAIN, 0, 0)
     client.work(2.0, TRAIN, 0, 0)
+    client.send(1, 1_000_000, TRAIN, 0, 0)
+    agg.work(0.5, TRAIN, 0, 0)
+    agg.recv(2, 0, GRADIENTS, 0, 0)
+    agg.work(2.0, TRAIN, 0, 0)
     agg.recv(2, 0, GRADIENTS, 0, 0)
     trace = np.concatenate([agg.array(), client.array()])
     topo = _topology()
     topo.extra["stream_buffer_bytes"] = 0.0
     idle = replay(trace, topo)
-    topo.extra["client_busy_send_Bps"] = [250_000.0, 0.0]
+    topo.extra["client_busy_wake_s"] = [0.05, 0.0]
     busy = replay(trace, topo)
-    # Assert: at the link's 1 MB/s the message is in at 1.01 s; at 0.25 MB/s for the 2 s
-    # of work 0.5 MB has moved, the other 0.5 MB takes 0.5 s at the link's rate.
-    assert idle[0, T_END] == pytest.approx(1.01)
-    assert busy[0, T_END] == pytest.approx(2.0 + 0.5 + 0.01)
+    # Assert: asked at 0.5 s while the client computes: 50 ms later, then 1 s at 1 MB/s
+    # (+10 ms); asked at 3.51 s, the client idle: no delay.
+    assert idle[1, T_END] == pytest.approx(0.5 + 1.0 + 0.01)
+    assert busy[1, T_END] == pytest.approx(0.5 + 0.05 + 1.0 + 0.01)
+    assert busy[3, T_END] - busy[2, T_END] == pytest.approx(1.0 + 0.01)

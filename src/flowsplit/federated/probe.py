@@ -24,10 +24,11 @@ processes, where the run itself would run, and measures:
   received: a round trip is one receive, waited for, and one send, posted; a posted
   send costs almost nothing on the role's own thread) and on its bulk transfers (CPU s
   per byte: of the largest payload of each direction, the median over directions,
-  sends and receives pooled); and the
-  rate a sender refills its stream at while it computes under its CPU quota (the lower
-  end of each link sends a payload while spinning: ``busy_send_Bps``). The timeline
-  replay charges the bytes' CPU and the busy rate
+  sends and receives pooled); and the delay a computing sender adds to a message the
+  receiver asks for (``busy_wake_s``: the lower end of each link posts a payload, then
+  waits or spins; the upper end asks for it later and times the rest, busy less idle).
+  The
+  timeline replay charges the bytes' CPU and the busy sender's delay
   (:func:`flowsplit.federated.system.schedule.replay`); the CPU per round trip is
   reported (a message's fixed cost is already in the latency, half a round trip).
 
@@ -77,7 +78,7 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
 # (kind, i, j, speed, rtt, down, up, buffer, message cpu s, byte cpu s, busy send B/s).
 # Speed rows carry (share, burst) in the rtt and down columns; link rows the lower
-# end's busy send rate, and the steady-state rates down and up (two more columns).
+# end's busy-sender delay, and the steady-state rates down and up (two more columns).
 _DONE, _ECHO, _TAKE, _GIVE, _LATE, _BUSY = 0, 1, 2, 3, 4, 5
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
 _COLS = 13
@@ -274,7 +275,7 @@ def link_rates(transport: Any, peer: Address, op: int, rtt: float) -> tuple[floa
 
 def probe_link(transport: Any, peer: Address, *, buffer: bool = False) -> list[float]:
     """[round trip s, effective bandwidth to ``peer`` B/s, from it B/s, stream buffer
-    bytes or NaN unless ``buffer``, the rate ``peer`` sends at while it computes B/s,
+    bytes or NaN unless ``buffer``, what ``peer`` computing adds to a message asked for (s),
     steady-state bandwidth to ``peer``, from it], measured with the peer answering
     (:func:`answer_probe`); ends the peer's loop."""
     # The fastest of the round trips: the path and the transport's own cost, without the
@@ -284,20 +285,39 @@ def probe_link(transport: Any, peer: Address, *, buffer: bool = False) -> list[f
     (down, down_steady), (up, up_steady) = (
         link_rates(transport, peer, op, rtt) for op in (_TAKE, _GIVE)
     )
-    busy = probe_busy_sender(transport, peer, up, rtt)
+    busy = probe_busy_sender(transport, peer, up)
     held = probe_buffer(transport, peer, down) if buffer else float("nan")
     transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
     return [rtt, down, up, held, busy, down_steady, up_steady]
 
 
-def probe_busy_sender(transport: Any, peer: Address, bandwidth: float, rtt: float) -> float:
-    """Bytes/s ``peer`` sends at while it computes (it posts a payload of about
-    ``PROBE_TRANSFER_S`` at ``bandwidth``, then spins until well after): under a spent
-    CPU quota its transport refills the stream only when the quota lets it run."""
-    n = int(min(MAX_PROBE_BYTES, max(FIRST_PROBE_BYTES, bandwidth * PROBE_TRANSFER_S)))
-    spin = 2.0 * n / bandwidth + 0.05
-    took = _timed(transport, peer, _BUSY, n, int(spin * 1e6))
-    return n / max(took - rtt, 1e-6)
+BUSY_ASK_AFTER_S = 0.1
+"""How long after ``peer`` posted a payload the busy-sender probe asks for it."""
+
+
+def probe_busy_sender(transport: Any, peer: Address, bandwidth: float) -> float:
+    """Seconds a computing ``peer`` adds to a message it posted before the receiver asked
+    for it: ``peer`` posts a payload (several stream buffers), then either waits or
+    spins; this end asks for it ``BUSY_ASK_AFTER_S`` later and times the rest. The
+    median of the busy times less the median of the idle ones (2 each, alternating):
+    under a spent CPU quota the sender's transport starts what was asked for only when
+    the quota lets it run (up to a CFS period later), and refills its stream likewise."""
+    n = int(min(MAX_PROBE_BYTES, max(4 * FIRST_PROBE_BYTES, bandwidth * 0.05)))
+    spin = BUSY_ASK_AFTER_S + 2.0 * n / bandwidth + 0.05
+
+    def asked_late(op: int) -> float:
+        transport.send(Send(peer, _cmd(op, n, int(spin * 1e6)), CONTROL), telemetry=True)
+        time.sleep(BUSY_ASK_AFTER_S)
+        start = time.perf_counter()
+        if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
+            raise ConnectionError(f"lost {peer} while probing")
+        return time.perf_counter() - start
+
+    idle, busy = [], []
+    for _ in range(2):
+        idle.append(asked_late(_GIVE))
+        busy.append(asked_late(_BUSY))
+    return max(0.0, statistics.median(busy) - statistics.median(idle))
 
 
 def _spin(seconds: float) -> None:
@@ -483,7 +503,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
             if np.isfinite(down_steady) and np.isfinite(up_steady):
                 link["down_steady_Bps"], link["up_steady_Bps"] = down_steady, up_steady
             if np.isfinite(busy):
-                link["busy_up_Bps"] = busy
+                link["busy_wake_s"] = busy
                 who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
                 busy_sends[who][at].append(busy)
             if kind == _LINK_CA:
@@ -506,9 +526,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 extra_transport[f"{who}_{name}"] = [float(v) if np.isfinite(v) else 0.0 for v in vs]
     if any(b for vs in busy_sends.values() for b in vs):
         for who, vs in busy_sends.items():
-            extra_transport[f"{who}_busy_send_Bps"] = [
-                float(np.median(b)) if b else 0.0 for b in vs
-            ]
+            extra_transport[f"{who}_busy_wake_s"] = [float(np.median(b)) if b else 0.0 for b in vs]
     topo = replace(
         nominal,
         name="probed",

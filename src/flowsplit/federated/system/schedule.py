@@ -146,7 +146,7 @@ def replay(
     processing time of the sender per message posted (protocol overhead), 0 by default.
 
     The transport's own CPU, where the probe measured it (``topology.extra``'s
-    ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_send_Bps``; see
+    ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_wake_s``; see
     :func:`_transport_costs`); a message's fixed cost is in its latency (half the
     probe's fastest round trip, which both ends' processing of a message is part of):
 
@@ -154,9 +154,9 @@ def replay(
       program (gloo's own thread copies while the role waits or computes): it drains the
       node's CPU bucket when the bytes move (a send when posted, a receive when it
       arrives), so a role that waits pays it out of its rest and a busy one later;
-    - what of a message flows after the receiver asked for it moves at most at the
-      sender's ``busy_send_Bps`` while the sender computes: under a spent quota its
-      transport thread refills the socket only when the quota lets it run.
+    - what of a message flows after the receiver asked for it starts ``busy_wake_s``
+      later when the sender is computing at that moment: under a spent quota its
+      transport thread runs only when the quota lets it (up to a CFS period later).
     """
     n_aggs = topology.n_aggregators
     extra = getattr(topology, "extra", None) or {}
@@ -207,7 +207,7 @@ def replay(
                         inbox.setdefault((r, int(out[e, PEER])), deque()).append(
                             (t, out[e, NBYTES])
                         )
-                        beside(r, costs.get(r, (0.0, np.inf))[0] * out[e, NBYTES], t)
+                        beside(r, costs.get(r, (0.0, 0.0))[0] * out[e, NBYTES], t)
                 elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
                     t_end = t
                 else:  # RECV
@@ -224,11 +224,13 @@ def replay(
                         done = begin + nbytes / bandwidth
                     else:
                         asked = max(begin + buffer / bandwidth, t)
-                        slow = min(bandwidth, costs.get(key[0], (0.0, np.inf))[1])
-                        done = _flow(nbytes - buffer, asked, bandwidth, slow, busy[key[0]])
+                        wake = costs.get(key[0], (0.0, 0.0))[1]
+                        if wake > 0 and _inside(asked, busy[key[0]]):
+                            asked += wake
+                        done = asked + (nbytes - buffer) / bandwidth
                     free[key] = done
                     t_end = max(t, done + latency)
-                    beside(r, costs.get(r, (0.0, np.inf))[0] * nbytes, done)
+                    beside(r, costs.get(r, (0.0, 0.0))[0] * nbytes, done)
                 out[e, T_START], out[e, T_END] = t, t_end
                 clock[r] = t_end
                 k += 1
@@ -244,48 +246,34 @@ def replay(
     return out
 
 
-def _flow(
-    nbytes: float, t: float, rate: float, slow: float, busy: list[tuple[float, float]]
-) -> float:
-    """When ``nbytes`` starting to flow at ``t`` have moved: at ``rate``, but at ``slow``
-    during the sender's ``busy`` intervals (sorted; what is not known yet counts idle)."""
-    if slow >= rate or not busy:
-        return t + nbytes / rate
-    left = float(nbytes)
-    for b0, b1 in busy:
+def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
+    """Whether ``t`` falls in one of ``intervals`` (sorted; the latest are searched first)."""
+    for b0, b1 in reversed(intervals):
+        if b0 <= t < b1:
+            return True
         if b1 <= t:
-            continue
-        if b0 > t:  # idle until b0
-            if left <= (b0 - t) * rate:
-                return t + left / rate
-            left -= (b0 - t) * rate
-            t = b0
-        if left <= (b1 - t) * slow:
-            return t + left / slow
-        left -= (b1 - t) * slow
-        t = b1
-    return t + left / rate
+            return False
+    return False
 
 
 def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float]]:
-    """rank -> (CPU s per byte, bytes/s a busy sender refills its stream at) from
-    ``extra``'s ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_send_Bps`` (as
-    the probe measures them; absent: 0 and unlimited). The probe's ``recv_cpu_s`` (CPU
-    per small round trip) is not charged: a message's fixed cost is in its latency."""
+    """rank -> (CPU s per byte, s a computing sender adds to a message asked for) from
+    ``extra``'s ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_wake_s`` (as the
+    probe measures them; absent: 0). The probe's ``recv_cpu_s`` (CPU per small round
+    trip) is not charged: a message's fixed cost is in its latency."""
     out = {}
     rank = 0
     for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
         cols = []
-        for name in ("byte_cpu_s", "busy_send_Bps"):
+        for name in ("byte_cpu_s", "busy_wake_s"):
             v = extra.get(f"{who}_{name}", [])
             cols.append([v] if np.isscalar(v) else list(v))
         n = max(len(c) for c in cols) if n is None else n
         for k in range(n):
             byte = float(cols[0][k]) if k < len(cols[0]) else 0.0
-            rate = float(cols[1][k]) if k < len(cols[1]) else np.inf
-            rate = rate if np.isfinite(rate) and rate > 0 else np.inf
-            if byte > 0 or np.isfinite(rate):
-                out[rank + k] = (max(0.0, byte), rate)
+            wake = float(cols[1][k]) if k < len(cols[1]) else 0.0
+            if byte > 0 or wake > 0:
+                out[rank + k] = (max(0.0, byte), max(0.0, wake))
         rank += n
     return out
 
