@@ -62,60 +62,10 @@ def ablations_for(
 ) -> list[Ablation]:
     """The ablations that apply to a model reading ``view`` (see the module docstring)."""
     ks = [int(k) for k in ks]
-    out: list[Ablation] = []
     if view == "pkt_bytes":
-        layout = layout or "payload"
-        if layout == "ip":
-            out += [
-                _ip_field("ip_id", "IPv4 ID / IPv6 flow label: random offset per flow"),
-                _ip_field("ttl", "TTL / hop limit: random value per flow"),
-                _ip_field("seq_ack", "TCP sequence and acknowledgement: random offset per flow"),
-                _ip_field("window", "TCP window: random offset per packet"),
-                _ip_field("tcp_options", "TCP options replaced by no-ops"),
-                _ip_field("tcp_timestamps", "TCP timestamps: random offset per flow"),
-            ]
-        else:
-            out += [
-                Ablation(
-                    "window",
-                    "TCP window (the payload layout's only per-session field): random per packet",
-                    lambda x, rng: perturb.payload_window(x, rng),
-                ),
-                Ablation(
-                    "sizes_shuffled",
-                    "IP lengths permuted among each flow's packets",
-                    lambda x, rng: perturb.payload_sizes_shuffled(x, rng),
-                ),
-            ]
-        out += [
-            Ablation(
-                "headers_only",
-                "every packet's payload zeroed",
-                lambda x, rng: perturb.headers_only(x, layout),
-            ),
-            Ablation(
-                "payload_only",
-                "every packet's header fields zeroed",
-                lambda x, rng: perturb.payload_only(x, layout),
-            ),
-        ]
-        out += [
-            Ablation(
-                f"first_{k}_masked",
-                f"first {k} payload bytes of every packet zeroed",
-                lambda x, rng, k=k: perturb.mask_payload_prefix(x, "pkt_bytes", layout, k),
-            )
-            for k in ks
-        ]
-        out.append(
-            Ablation(
-                "packets_shuffled",
-                "each flow's packets in random order",
-                lambda x, rng: perturb.shuffle_packets(x, "pkt_bytes", rng),
-            )
-        )
-    elif view == "bytes":
-        out += [
+        return _pkt_bytes_ablations(layout or "payload", ks)
+    if view == "bytes":
+        return [
             Ablation(
                 f"first_{k}_masked",
                 f"first {k} payload bytes of the flow zeroed",
@@ -123,38 +73,99 @@ def ablations_for(
             )
             for k in ks
         ]
-    elif view == "seq":
-        out += [
+    if view == "seq":
+        return _seq_ablations(features)
+    if view == "stats":
+        return _stats_ablations([str(c) for c in (columns or [])])
+    raise ConfigError(f"no ablations for the view {view!r}")
+
+
+def _pkt_bytes_ablations(layout: str, ks: list[int]) -> list[Ablation]:
+    """Per-session fields (ip layout) or window and sizes (payload layout), then headers
+    only, payload only, the first K bytes of every packet masked, packets shuffled."""
+    if layout == "ip":
+        out = [
+            _ip_field("ip_id", "IPv4 ID / IPv6 flow label: random offset per flow"),
+            _ip_field("ttl", "TTL / hop limit: random value per flow"),
+            _ip_field("seq_ack", "TCP sequence and acknowledgement: random offset per flow"),
+            _ip_field("window", "TCP window: random offset per packet"),
+            _ip_field("tcp_options", "TCP options replaced by no-ops"),
+            _ip_field("tcp_timestamps", "TCP timestamps: random offset per flow"),
+        ]
+    else:
+        out = [
             Ablation(
-                "timing_shuffled",
-                "inter-arrival times permuted among each flow's packets",
-                lambda x, rng: perturb.seq_shuffled(x, "timing", rng, features),
+                "window",
+                "TCP window (the payload layout's only per-session field): random per packet",
+                lambda x, rng: perturb.payload_window(x, rng),
             ),
             Ablation(
                 "sizes_shuffled",
-                "packet and payload sizes permuted among each flow's packets",
-                lambda x, rng: perturb.seq_shuffled(x, "sizes", rng, features),
-            ),
-            Ablation(
-                "packets_shuffled",
-                "each flow's packets in random order",
-                lambda x, rng: perturb.shuffle_packets(x, "seq", rng, features),
+                "IP lengths permuted among each flow's packets",
+                lambda x, rng: perturb.payload_sizes_shuffled(x, rng),
             ),
         ]
-    elif view == "stats":
-        cols = [str(c) for c in (columns or [])]
-        for group in perturb.STATS_GROUPS:
-            if any(perturb.STATS_GROUPS[group](c) for c in cols):
-                out.append(
-                    Ablation(
-                        f"{group}_permuted",
-                        f"the {group.replace('_', ' ')} columns permuted across flows",
-                        lambda x, rng, g=group: perturb.stats_permuted(x, cols, g, rng),
-                    )
-                )
-    else:
-        raise ConfigError(f"no ablations for the view {view!r}")
+    out += [
+        Ablation(
+            "headers_only",
+            "every packet's payload zeroed",
+            lambda x, rng: perturb.headers_only(x, layout),
+        ),
+        Ablation(
+            "payload_only",
+            "every packet's header fields zeroed",
+            lambda x, rng: perturb.payload_only(x, layout),
+        ),
+    ]
+    out += [
+        Ablation(
+            f"first_{k}_masked",
+            f"first {k} payload bytes of every packet zeroed",
+            lambda x, rng, k=k: perturb.mask_payload_prefix(x, "pkt_bytes", layout, k),
+        )
+        for k in ks
+    ]
+    out.append(
+        Ablation(
+            "packets_shuffled",
+            "each flow's packets in random order",
+            lambda x, rng: perturb.shuffle_packets(x, "pkt_bytes", rng),
+        )
+    )
     return out
+
+
+def _seq_ablations(features: Sequence[str]) -> list[Ablation]:
+    return [
+        Ablation(
+            "timing_shuffled",
+            "inter-arrival times permuted among each flow's packets",
+            lambda x, rng: perturb.seq_shuffled(x, "timing", rng, features),
+        ),
+        Ablation(
+            "sizes_shuffled",
+            "packet and payload sizes permuted among each flow's packets",
+            lambda x, rng: perturb.seq_shuffled(x, "sizes", rng, features),
+        ),
+        Ablation(
+            "packets_shuffled",
+            "each flow's packets in random order",
+            lambda x, rng: perturb.shuffle_packets(x, "seq", rng, features),
+        ),
+    ]
+
+
+def _stats_ablations(cols: list[str]) -> list[Ablation]:
+    """One per group of stats columns the view has: the group permuted across flows."""
+    return [
+        Ablation(
+            f"{group}_permuted",
+            f"the {group.replace('_', ' ')} columns permuted across flows",
+            lambda x, rng, g=group: perturb.stats_permuted(x, cols, g, rng),
+        )
+        for group in perturb.STATS_GROUPS
+        if any(perturb.STATS_GROUPS[group](c) for c in cols)
+    ]
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
