@@ -342,7 +342,9 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
     )
     # The model, the topology (how many roles, which links exist: its values are
     # replaced by the measured ones) and the run's settings, as sfl run's.
-    add_config_arguments(p, SFLRunConfig, exclude=("mode",), overrides=GROUPS, unset=True)
+    add_config_arguments(
+        p, SFLRunConfig, exclude=("mode", "client_workers"), overrides=GROUPS, unset=True
+    )
     p.add_argument(
         "--bind", default=None, metavar="ADDR", help="under torchrun: address gloo binds to"
     )

@@ -16,7 +16,6 @@ ALL_MODELS = ("cnn", "lstm", "convlstm", "convgru", "xgboost")
 """The models a study trains by default (``--models`` may name any registered one)."""
 QUICK = {"epochs": 2, "rounds": 20}
 """``--quick``: the recipe of short runs (options given explicitly win)."""
-QUICK_EPOCHS, QUICK_ROUNDS = QUICK["epochs"], QUICK["rounds"]
 # Settings that change what a cell measures: a rerun into the same OUT must match them.
 FINGERPRINT_KEYS = ("dataset", "epochs", "rounds", "threads", "patience", "train_args")
 
