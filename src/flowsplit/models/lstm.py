@@ -105,41 +105,7 @@ def build_lstm(
             (0.838; 0.845 with embed 16).
     """
     input_shape = tuple(int(s) for s in input_shape)
-    if view == "seq":
-        if len(input_shape) != 2:
-            raise ConfigError(f"lstm over seq needs (T, F) samples, got shape {input_shape}")
-        steps, n_feat = input_shape
-        stem: nn.Module = PacketFeatures(n_feat, int(size_embed))
-        n_feat += int(size_embed)
-    elif view == "pkt_bytes":  # one step per packet: its first L bytes, embedded
-        if len(input_shape) not in (2, 3):
-            raise ConfigError(f"pkt_bytes samples must be (P, L) or (P, H, W), got {input_shape}")
-        steps, n_feat = input_shape[0], math.prod(input_shape[1:])
-        if embed:
-            stem = nn.Sequential(ByteEmbedding(embed, (steps, n_feat)), ChannelsLast(True))
-            n_feat *= embed
-        else:
-            stem = ByteInput((steps, n_feat))
-    elif view == "bytes":
-        n_bytes = math.prod(input_shape)
-        if step_bytes:
-            if n_bytes % int(step_bytes):
-                raise ConfigError(
-                    f"step_bytes={step_bytes} does not divide the {n_bytes} payload bytes"
-                )
-            steps, n_feat = n_bytes // int(step_bytes), int(step_bytes)
-        elif len(input_shape) == 2:
-            steps, n_feat = input_shape
-        else:
-            steps, n_feat = frame_shape(input_shape[0])
-        if embed:
-            # (B, d, T, C) -> (B, T, C*d): one embedded image row per step
-            stem = nn.Sequential(ByteEmbedding(embed, (steps, n_feat)), ChannelsLast(True))
-            n_feat *= embed
-        else:
-            stem = ByteInput((steps, n_feat))  # (B, T, F): one image row per step
-    else:
-        raise ConfigError(f"lstm reads the pkt_bytes, bytes or seq view, not {view!r}")
+    stem, steps, n_feat = _stem(view, input_shape, int(embed), int(size_embed), int(step_bytes))
     h, dirs = int(hidden_size), 2 if bidirectional else 1
     if input_dropout:  # on the features only: the presence mask is appended after the stem
         stem = nn.Sequential(stem, nn.Dropout(float(input_dropout)))
@@ -161,3 +127,40 @@ def build_lstm(
         ("head", nn.Linear(hidden, n_classes)),
     ]
     return BlockModel(blocks, view=view, input_shape=input_shape, n_classes=n_classes, name="lstm")
+
+
+def _stem(
+    view: str, input_shape: tuple[int, ...], embed: int, size_embed: int, step_bytes: int
+) -> tuple[nn.Module, int, int]:
+    """What turns a stored sample into LSTM steps: the stem, the steps and the features
+    per step (see :func:`build_lstm`'s arguments)."""
+    if view == "seq":
+        if len(input_shape) != 2:
+            raise ConfigError(f"lstm over seq needs (T, F) samples, got shape {input_shape}")
+        steps, n_feat = input_shape
+        return PacketFeatures(n_feat, size_embed), steps, n_feat + size_embed
+    if view == "pkt_bytes":  # one step per packet: its first L bytes, embedded
+        if len(input_shape) not in (2, 3):
+            raise ConfigError(f"pkt_bytes samples must be (P, L) or (P, H, W), got {input_shape}")
+        return _byte_steps(embed, input_shape[0], math.prod(input_shape[1:]))
+    if view == "bytes":  # one image row per step
+        n_bytes = math.prod(input_shape)
+        if step_bytes:
+            if n_bytes % step_bytes:
+                raise ConfigError(
+                    f"step_bytes={step_bytes} does not divide the {n_bytes} payload bytes"
+                )
+            return _byte_steps(embed, n_bytes // step_bytes, step_bytes)
+        if len(input_shape) == 2:
+            return _byte_steps(embed, *input_shape)
+        return _byte_steps(embed, *frame_shape(input_shape[0]))
+    raise ConfigError(f"lstm reads the pkt_bytes, bytes or seq view, not {view!r}")
+
+
+def _byte_steps(embed: int, steps: int, n_feat: int) -> tuple[nn.Module, int, int]:
+    """Bytes as steps: embedded, ``(B, d, T, C) -> (B, T, C*d)``, or / 255 without an
+    embedding (``(B, T, F)``)."""
+    if embed:
+        stem = nn.Sequential(ByteEmbedding(embed, (steps, n_feat)), ChannelsLast(True))
+        return stem, steps, n_feat * embed
+    return ByteInput((steps, n_feat)), steps, n_feat
