@@ -316,6 +316,32 @@ class Reassembler:
         fits = self._bytes + int((size + header).sum()) <= self.max_bytes
         if not fits or len(self) + n > self.max_datagrams or n < 2:
             return out, fragments_of(rest, mv)
+        order, key_start, ss, se, ok, pos, last = self._pieces(fr, sb, size)
+        # A key is joined here only if all its pieces are (else the reassembler takes it all),
+        # and nothing of it is pending.
+        kstart = np.flatnonzero(key_start[ss])  # each key's first piece
+        key_ok = np.minimum.reduceat(ok, kstart)
+        for k in np.flatnonzero(key_ok).tolist():
+            r = int(order[ss[kstart[k]]])
+            key = _key(mv, int(fr.ip_off[r]), bool(fr.is6[r]), int(fr.src[r]), int(fr.vlan[r]),
+                       int(fr.ident[r]), int(fr.proto[r]))  # fmt: skip
+            key_ok[k] = key not in self._pending
+        piece_ok = np.repeat(key_ok, np.diff(np.append(kstart, len(ss))))
+        if not piece_ok.any():
+            return out, fragments_of(rest, mv)
+        rows = self._join(fr, mv, order, ss, se, piece_ok, pos, last, out)
+        taken = np.zeros(n, dtype=bool)
+        taken[rows] = True
+        left = np.flatnonzero(~taken)  # found order: the rows were concatenated in it
+        return out, fr.take(left).fragments(mv) if len(left) else []
+
+    def _pieces(self, fr: FragmentRows, sb, size: np.ndarray):
+        """:meth:`join_whole`'s datagrams: the fragments by key (file, VLAN key, version,
+        addresses, id, protocol), cut after each last one, each piece by offset; which
+        pieces tile a datagram exactly within the timeout. Returns the sorted order, where
+        each key starts, the pieces' starts and ends, whether each is whole, and the
+        sorted fragments' record positions and each piece's last one."""
+        n = len(fr)
         # Key columns: file, VLAN key, version, the addresses as 64-bit words, id, protocol.
         a = [
             sb.word(fr.ip_off + np.where(fr.is6, 8 + 8 * k, P.IPV4_SRC_AT), ">u8") for k in range(4)
@@ -355,18 +381,11 @@ class Reassembler:
             ts = np.append(self._ts, 0.0)  # reduceat's bounds stay inside
             top = np.maximum.reduceat(ts, np.column_stack([lo + 1, hi + 1]).ravel())[::2]
             ok[ok] = top <= self._ts[lo] + self.timeout
-        # A key is joined here only if all its pieces are (else the reassembler takes it all),
-        # and nothing of it is pending.
-        kstart = np.flatnonzero(key_start[ss])  # each key's first piece
-        key_ok = np.minimum.reduceat(ok, kstart)
-        for k in np.flatnonzero(key_ok).tolist():
-            r = int(order[ss[kstart[k]]])
-            key = _key(mv, int(fr.ip_off[r]), bool(fr.is6[r]), int(fr.src[r]), int(fr.vlan[r]),
-                       int(fr.ident[r]), int(fr.proto[r]))  # fmt: skip
-            key_ok[k] = key not in self._pending
-        piece_ok = np.repeat(key_ok, np.diff(np.append(kstart, len(ss))))
-        if not piece_ok.any():
-            return out, fragments_of(rest, mv)
+        return order, key_start, ss, se, ok, pos, last
+
+    def _join(self, fr: FragmentRows, mv, order, ss, se, piece_ok, pos, last, out) -> np.ndarray:
+        """The whole pieces joined into packets, added to ``out`` per file (as :meth:`add`
+        completes them); returns the joined fragments' rows."""
         in_piece = np.repeat(piece_ok, se - ss)  # over the sorted fragments
         rows = order[in_piece]  # the joined fragments, piece by piece, by offset
         # Each piece completes at its last fragment in record order.
@@ -390,10 +409,7 @@ class Reassembler:
             packet = _rebuild(_header(mv, o, v6, da), payload, proto)
             out.setdefault(src, []).append((p, packet, vlan, src, ts, index))
         self.report.n_merged += int(sizes.sum()) - len(sizes)
-        taken = np.zeros(n, dtype=bool)
-        taken[rows] = True
-        left = np.flatnonzero(~taken)  # found order: the rows were concatenated in it
-        return out, fr.take(left).fragments(mv) if len(left) else []
+        return rows
 
     def _ts_list(self) -> list[float]:
         if self._tl is None:
