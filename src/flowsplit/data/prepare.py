@@ -30,16 +30,19 @@ from flowsplit.errors import ConfigError, FlowsplitError, InputError
 from flowsplit.outputs import named_os_error
 from flowsplit.reader import flows as flows_mod
 from flowsplit.reader.capfile import DIGESTS
-from flowsplit.reader.flows import ALL_VIEWS, FlowOptions, ReadReport, iter_flows_many, view_shapes
+from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows_many, view_shapes
 
 log = logging.getLogger("flowsplit.prepare")
 
 FLUSH_FLOWS = 4096  # flows buffered before they are appended to the store
 
 
-@dataclass
-class PrepareOptions:
-    """Everything `flowsplit prepare` can be told; recorded in the manifest.
+@dataclass(frozen=True)
+class PrepareOptions(FlowOptions):
+    """Everything `flowsplit prepare` can be told; recorded in the manifest: how packets
+    become flows and views (:class:`~flowsplit.reader.flows.FlowOptions`, whose fields
+    these are, declared once there), where labels come from, and how the flows are
+    split and balanced.
 
     Validated on construction (ConfigError), so the library API refuses what the
     command line refuses.
@@ -47,39 +50,6 @@ class PrepareOptions:
 
     labels: LabelSpec = field(default_factory=LabelSpec)
     """Where labels come from."""
-    views: tuple[str, ...] = ("seq", "bytes", "pkt_bytes", "stats")
-    """Views to compute (captures); IDX gives bytes+stats, flow CSVs give stats."""
-    idle_timeout: float = 120.0
-    """Seconds without a packet after which a flow ends."""
-    active_timeout: float = 1800.0
-    """Seconds after its first packet at which a flow is cut."""
-    seq_len: int = 32
-    """T: packets in the ``seq`` view."""
-    n_bytes: int = 784
-    """K: payload bytes in the ``bytes`` view."""
-    n_pkts: int = 16
-    """P: packets in the ``pkt_bytes`` view."""
-    pkt_len: int = 64
-    """B: bytes per packet in the ``pkt_bytes`` view."""
-    pkt_layout: str = "payload"
-    """pkt_bytes rows: payload (direction, IP length, protocol, TCP flags, header length
-    and window in 8 bytes, then the packet's first payload bytes) or ip (the first
-    bytes from the IP header on, addresses, ports and checksums masked)."""
-    mask_ip: bool = True
-    """Zero IP addresses in ``pkt_bytes`` (ip layout; payload rows leave them out)."""
-    mask_port: bool = True
-    """Zero ports in ``pkt_bytes`` (ip layout; payload rows leave them out) and leave them out of
-    ``stats``."""
-    mask_checksum: bool = True
-    """Zero IP/TCP/UDP checksums in ``pkt_bytes`` (ip layout; payload rows leave them out)."""
-    vlan_key: bool = True
-    """VLAN ids in the flow key (see :class:`~flowsplit.reader.flows.FlowOptions`)."""
-    tunnels: str = "inner"
-    """inner: classify the flows inside IP-in-IP, GRE, VXLAN, Geneve, GTP-U; outer: the tunnel's."""
-    reassemble: bool = True
-    """Reassemble IP fragments."""
-    fragment_timeout: float = 30.0
-    """Seconds a datagram's fragments wait for the rest."""
     split_by: str = "auto"
     """file, flow, time, or auto (file with >= 3 files, else time; flow for IDX)."""
     val_frac: float = 0.15
@@ -117,10 +87,7 @@ class PrepareOptions:
     def __post_init__(self) -> None:
         if isinstance(self.views, str) or not self.views:
             raise ConfigError("views must be a non-empty tuple of names, e.g. ('seq', 'stats')")
-        unknown = [v for v in self.views if v not in ALL_VIEWS]
-        if unknown:
-            raise ConfigError(f"unknown view(s) {unknown}; choose from {', '.join(ALL_VIEWS)}")
-        self.flow_options()  # FlowOptions checks lengths, timeouts and the tunnel mode
+        super().__post_init__()  # lengths, timeouts, views and the tunnel mode
         if self.split_by not in SPLIT_BY:
             raise ConfigError(
                 f"split_by must be one of {', '.join(SPLIT_BY)}, got {self.split_by!r}"
