@@ -333,75 +333,10 @@ def plan_split(
     )
     if obj.weights.loss > 0 and not np.all(np.isfinite(loss)):
         raise ConfigError("the loss weight is > 0 but some cut pairs have no predicted loss")
-    fits = np.array(
-        [not config.check_memory or memory_ok(pc, topology, config.batch_size) for pc in pcs]
-    )
-    if not fits.any():
-        raise ConfigError(
-            "no cut pair's client part fits every client's memory; give clients more "
-            "memory or use a smaller batch"
-        )
-    only = None if config.only_cuts is None else {tuple(c) for c in config.only_cuts}
-    tier_ok = np.array(
-        [(a < c or not config.three_tier) and (only is None or (a, c) in only) for a, c in cuts]
-    )
-    if not (fits & tier_ok).any():
-        raise ConfigError(
-            "no cut pair left to plan: --three-tier needs an aggregator part (a < c), and "
-            "only_cuts must name legal pairs whose client part fits"
-        )
-    guard = None
-    if config.mode == "guard":
-        eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance, separated)
-    else:
-        eligible = fits & tier_ok
+    eligible, status, guard = _eligible_pairs(cuts, pcs, topology, config, acc, separated)
     lb_delay, lb_bytes = lower_bounds(table)
     lb_obj = obj.value(np.nan_to_num(loss), lb_delay, lb_bytes)
-    prune = config.prune
-    if prune is None:
-        prune = table.n_clients * table.n_aggregators >= 100_000
-    status = np.where(fits, "candidate", "client memory too small").astype(object)
-    status[fits & ~tier_ok] = (
-        "two-tier (a == c), excluded by three_tier" if only is None else "not in only_cuts"
-    )
-    status[fits & tier_ok & ~eligible] = (
-        "excluded by the fallback rule"
-        if guard and guard["fallback"]
-        else "predicted accuracy outside the tolerance"
-    )
-    assign = np.full((table.n_pairs, table.n_clients), -1, dtype=np.int64)
-    value = np.full(table.n_pairs, np.inf)
-    delay = np.full(table.n_pairs, np.nan)
-    nbytes = np.full(table.n_pairs, np.nan)
-
-    def run_greedy(pairs: np.ndarray) -> None:
-        if len(pairs) == 0:
-            return
-        assign[pairs] = greedy_assign(table, pairs, cap, chunk=config.chunk)
-        for p in pairs:
-            delay[p], nbytes[p] = evaluate_assignment(table, p, assign[p])
-            value[p] = obj.value(np.nan_to_num(loss[p]), delay[p], nbytes[p])
-            status[p] = "greedy"
-
-    order = [int(p) for p in np.argsort(lb_obj, kind="stable") if eligible[p]]
-    if prune:
-        run_greedy(np.array(order[:1]))
-        rest = [p for p in order[1:] if lb_obj[p] < value.min()]
-        for p in order[1:]:
-            if p not in rest:
-                status[p] = "skipped: lower bound above the best plan"
-        run_greedy(np.array(rest, dtype=np.int64))
-    else:
-        run_greedy(np.array(order, dtype=np.int64))
-    for p in [int(p) for p in np.argsort(value, kind="stable")[: config.refine_top]]:
-        if not np.isfinite(value[p]):
-            continue
-        better = refine_assignment(table, p, assign[p], obj, config, cap)
-        d, b = evaluate_assignment(table, p, better)
-        v = obj.value(np.nan_to_num(loss[p]), d, b)
-        if v < value[p]:
-            assign[p], delay[p], nbytes[p], value[p] = better, d, b, v
-        status[p] = "greedy + local search"
+    assign, delay, nbytes, value = _search(table, cap, obj, config, loss, lb_obj, eligible, status)
     best = int(np.argmin(value))
     candidates = [
         {
@@ -440,6 +375,88 @@ def plan_split(
         info=info,
         predicted_accuracy=float(acc[best]),
     )
+
+
+def _eligible_pairs(cuts, pcs, topology: Topology, config: PlannerConfig, acc, separated: bool):
+    """Which cut pairs the search may take (their client part fits, the tiers and
+    ``only_cuts`` allow them, the accuracy guard keeps them), each pair's status in
+    words, and the guard's record (None outside guard mode)."""
+    fits = np.array(
+        [not config.check_memory or memory_ok(pc, topology, config.batch_size) for pc in pcs]
+    )
+    if not fits.any():
+        raise ConfigError(
+            "no cut pair's client part fits every client's memory; give clients more "
+            "memory or use a smaller batch"
+        )
+    only = None if config.only_cuts is None else {tuple(c) for c in config.only_cuts}
+    tier_ok = np.array(
+        [(a < c or not config.three_tier) and (only is None or (a, c) in only) for a, c in cuts]
+    )
+    if not (fits & tier_ok).any():
+        raise ConfigError(
+            "no cut pair left to plan: --three-tier needs an aggregator part (a < c), and "
+            "only_cuts must name legal pairs whose client part fits"
+        )
+    guard = None
+    if config.mode == "guard":
+        eligible, guard = accuracy_guard(cuts, acc, fits & tier_ok, config.acc_tolerance, separated)
+    else:
+        eligible = fits & tier_ok
+    status = np.where(fits, "candidate", "client memory too small").astype(object)
+    status[fits & ~tier_ok] = (
+        "two-tier (a == c), excluded by three_tier" if only is None else "not in only_cuts"
+    )
+    status[fits & tier_ok & ~eligible] = (
+        "excluded by the fallback rule"
+        if guard and guard["fallback"]
+        else "predicted accuracy outside the tolerance"
+    )
+    return eligible, status, guard
+
+
+def _search(table: CostTable, cap, obj, config: PlannerConfig, loss, lb_obj, eligible, status):
+    """The greedy assignment of every eligible pair in lower-bound order (with
+    ``prune``, skipping pairs whose bound is above the best plan so far), then local
+    search on the best ``refine_top``; per pair the assignment, delay, bytes and
+    objective (``status`` says what each pair went through)."""
+    prune = config.prune
+    if prune is None:
+        prune = table.n_clients * table.n_aggregators >= 100_000
+    assign = np.full((table.n_pairs, table.n_clients), -1, dtype=np.int64)
+    value = np.full(table.n_pairs, np.inf)
+    delay = np.full(table.n_pairs, np.nan)
+    nbytes = np.full(table.n_pairs, np.nan)
+
+    def run_greedy(pairs: np.ndarray) -> None:
+        if len(pairs) == 0:
+            return
+        assign[pairs] = greedy_assign(table, pairs, cap, chunk=config.chunk)
+        for p in pairs:
+            delay[p], nbytes[p] = evaluate_assignment(table, p, assign[p])
+            value[p] = obj.value(np.nan_to_num(loss[p]), delay[p], nbytes[p])
+            status[p] = "greedy"
+
+    order = [int(p) for p in np.argsort(lb_obj, kind="stable") if eligible[p]]
+    if prune:
+        run_greedy(np.array(order[:1]))
+        rest = [p for p in order[1:] if lb_obj[p] < value.min()]
+        for p in order[1:]:
+            if p not in rest:
+                status[p] = "skipped: lower bound above the best plan"
+        run_greedy(np.array(rest, dtype=np.int64))
+    else:
+        run_greedy(np.array(order, dtype=np.int64))
+    for p in [int(p) for p in np.argsort(value, kind="stable")[: config.refine_top]]:
+        if not np.isfinite(value[p]):
+            continue
+        better = refine_assignment(table, p, assign[p], obj, config, cap)
+        d, b = evaluate_assignment(table, p, better)
+        v = obj.value(np.nan_to_num(loss[p]), d, b)
+        if v < value[p]:
+            assign[p], delay[p], nbytes[p], value[p] = better, d, b, v
+        status[p] = "greedy + local search"
+    return assign, delay, nbytes, value
 
 
 def refine_assignment(
