@@ -33,8 +33,11 @@ polled every 0.25 s); ``peak_pss_mb`` the same for the proportional set sizes (`
 of ``smaps_rollup``: pages shared between the roles, torch's libraries above all, counted
 once in all), the memory the run really takes. ``round_s`` is the median over rounds of
 the server's time from planning a round to recording it (its log's timestamps: sampling,
-planning, training the sample, evaluating, the checkpoint); ``startup_s`` the time from
-the launch to the first round's planning (processes, data, gloo pairs).
+planning, training the sample, evaluating, the checkpoint); ``round_cpu_s`` the CPU
+seconds every process of the run spent in that time (``utime + stime`` of the tree,
+polled; the polls inside the round, so up to 0.5 s of it may be missed);
+``startup_s`` the time from the launch to the first round's planning (processes, data,
+gloo pairs).
 """
 
 from __future__ import annotations
@@ -190,6 +193,11 @@ class TreeMemory:
 
         self.period_s = period_s
         self.peak_rss_kb = self.peak_pss_kb = self.most_processes = 0
+        self.cpu: list[tuple[float, float]] = []
+        """(unix time, CPU seconds of every process of the tree so far) per poll: a
+        process that ended counts with its last polled CPU time."""
+        self._ticks: dict[int, int] = {}
+        self._tick = os.sysconf("SC_CLK_TCK")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -201,13 +209,22 @@ class TreeMemory:
                 try:
                     rss += _kb(base / "status", "VmRSS:")
                     pss += _kb(base / "smaps_rollup", "Pss:")
+                    stat = (base / "stat").read_text().rsplit(")", 1)[1].split()
+                    self._ticks[pid] = int(stat[11]) + int(stat[12])  # utime, stime
                     n += 1
-                except OSError:  # ended between the listing and the read
+                except (OSError, ValueError, IndexError):  # ended between listing and read
                     continue
+            self.cpu.append((time.time(), sum(self._ticks.values()) / self._tick))
             self.peak_rss_kb = max(self.peak_rss_kb, rss)
             self.peak_pss_kb = max(self.peak_pss_kb, pss)
             self.most_processes = max(self.most_processes, n)
             self._stop.wait(self.period_s)
+
+    def cpu_between(self, start: float, end: float) -> float | None:
+        """CPU seconds the tree spent from ``start`` to ``end`` (unix times; the polls
+        nearest inside them; None when no two polls fall between)."""
+        inside = [c for t, c in self.cpu if start <= t <= end]
+        return inside[-1] - inside[0] if len(inside) > 1 else None
 
     def __enter__(self) -> TreeMemory:
         self._thread.start()
@@ -280,6 +297,7 @@ def run_dist_point(args: argparse.Namespace) -> dict:
     planned = _log_times(log, r"server: round (\d+): planning")
     recorded = _log_times(log, r"round (\d+) recorded")
     rounds = [recorded[r] - planned[r] for r in sorted(recorded)]
+    rounds_cpu = [memory.cpu_between(planned[r], recorded[r]) for r in sorted(recorded)]
     return {
         "mode": "dist",
         "clients": args.point,
@@ -291,6 +309,8 @@ def run_dist_point(args: argparse.Namespace) -> dict:
         "processes": memory.most_processes,
         "round_s": statistics.median(rounds),
         "round_s_all": [round(r, 3) for r in rounds],
+        "round_cpu_s": statistics.median([c for c in rounds_cpu if c is not None] or [0.0]),
+        "round_cpu_s_all": [None if c is None else round(c, 2) for c in rounds_cpu],
         "execute_s_all": [round(r["wall_s"], 3) for r in result.history],
         "startup_s": round(planned[1] - launched, 2),
         "setup_s": round(setup_s, 3),

@@ -261,5 +261,7 @@ def run_under_torchrun(
     payload["policy"] = policy
     payload["probe"] = probe
     payload["client_workers"] = pool_size(client_workers, setup.topology.n_clients, setup.config)
+    if payload["client_workers"] and probe:
+        raise ConfigError("--probe measures a process per client; run it without --client-workers")
     role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 and probe != "only" else None
