@@ -182,9 +182,12 @@ def train(
     seed: int,
     augment: str = "none",
     init_from: Path | None = None,
-) -> Path:
+) -> Path | None:
     if (run / "metrics.json").exists():
         return run
+    if args.collect_only:
+        log(f"{run.name}: not trained (--collect-only), left out")
+        return None
     log(f"train {model} seed {seed} augment {augment} on {ds.name} -> {run.name}")
     argv = ["train", ds, "-m", model, "-o", run, "--seed", seed, "--threads", 1, "-q"]
     argv += ["--overwrite"] if run.exists() else []
@@ -240,6 +243,9 @@ def ndpi_pretrain_rows(ndpi8: Path):
 
 
 def evaluate(run: Path, ds: Path, split: str, out: Path, *extra) -> dict:
+    done = run / "metrics.json"
+    if out.exists() and out.stat().st_mtime > done.stat().st_mtime:
+        return json.loads(out.read_text())  # this run's evaluation, made before
     flowsplit("evaluate", run, ds, "--split", split, "-o", out, *extra)
     return json.loads(out.read_text())
 
@@ -377,6 +383,8 @@ def cross_source(args, work: Path, res: dict) -> None:
                 augment=augment,
                 init_from=pre if name.endswith("+pre") else None,
             )
+            if run is None:
+                continue
             own = json.loads((run / "metrics.json").read_text())
             own_eval = evaluate(run, ndpi8, "test", run / "eval-own.json")
             ev = evaluate(run, cross, "all", run / "eval-cross.json")
@@ -473,9 +481,11 @@ def temporal(args, work: Path, res: dict) -> None:
             run_t = train(
                 by_time, model, work / "runs" / f"ndpi8time-{model}-s{seed}", args, seed=seed
             )
+            if run_t is None:
+                continue
             run_f = work / "runs" / f"ndpi8-{model}-s{seed}"
-            if not (run_f / "metrics.json").exists():
-                train(by_file, model, run_f, args, seed=seed)
+            if train(by_file, model, run_f, args, seed=seed) is None:
+                continue
             mt = json.loads((run_t / "metrics.json").read_text())
             mf = json.loads((run_f / "metrics.json").read_text())
             row = {
@@ -516,6 +526,8 @@ def ustc(args, work: Path, res: dict) -> None:
                 ds, model, work / "runs" / f"ustc-{name}-s{seed}", args, seed=seed,
                 init_from=pre if name.endswith("+pre") else None,
             )  # fmt: skip
+            if run is None:
+                continue
             m = json.loads((run / "metrics.json").read_text())
             n_params = None
             if model != "xgboost":
@@ -564,6 +576,8 @@ def ip_layout(args, work: Path, res: dict) -> None:
     for seed in args.seeds:
         for model in args.ip_models:
             run = train(ds, model, work / "runs" / f"ndpi8ip-{model}-s{seed}", args, seed=seed)
+            if run is None:
+                continue
             m = json.loads((run / "metrics.json").read_text())
             png = args.plots / f"ablation-ndpi8ip-{model}-s{seed}.png" if args.plots else None
             extra = ["--ablate"] + (["--ablate-plot", png] if png else [])
@@ -617,6 +631,11 @@ def main(argv=None) -> int:
         "--ip-models", default="", help="models trained and ablated on the ip layout ('' skips)"
     )
     p.add_argument("--ablate", action="store_true", help="evaluate --ablate every run")
+    p.add_argument(
+        "--collect-only",
+        action="store_true",
+        help="train nothing: report the runs already in --work (others are left out)",
+    )
     p.add_argument("--plots", type=Path, help="folder for the ablation pictures")
     p.add_argument("--skip-cross", action="store_true", help="only the temporal and USTC parts")
     args = p.parse_args(argv)
