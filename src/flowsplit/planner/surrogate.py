@@ -314,6 +314,56 @@ def fit_shared_curves(curves, target, *, bounds=(0.0, 1.0)) -> tuple[list[float]
     }
 
 
+def _choose_method(
+    mae_curve: float | None, mae_last: float | None, tolerance: float
+) -> tuple[str, str]:
+    """``learning curve`` or ``last point``, and why (see :func:`predict_accuracy`)."""
+    if mae_curve is None:
+        method, reason = "last point", "no backtest possible (a pilot curve needs 4 points)"
+    elif not np.isfinite(mae_curve):
+        method, reason = "last point", "the backtest is not finite (a pilot diverged)"
+    elif mae_curve > tolerance:
+        method = "last point"
+        reason = (
+            f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
+            f"guard's tolerance of {100 * tolerance:g} pt: not extrapolated"
+        )
+    elif mae_last is not None and mae_last < mae_curve:
+        method = "last point"
+        reason = (
+            f"the last point backtests better ({100 * mae_last:.2f} pt) than the "
+            f"learning curve ({100 * mae_curve:.2f} pt)"
+        )
+    else:
+        method = "learning curve"
+        reason = (
+            f"the learning curve backtests to {100 * mae_curve:.2f} pt, within the "
+            f"guard's tolerance of {100 * tolerance:g} pt"
+        )
+    return method, reason
+
+
+def _fill_with_ridge(legal, x, piloted, spread: float, acc: dict, loss: dict, source: dict) -> dict:
+    """Predict the pairs without a pilot by ridge regressions on the cut features of
+    the piloted ones (into ``acc``, ``loss``, ``source``); the ridge's record."""
+    missing = [c for c in legal if c not in acc]
+    rows = [legal.index(c) for c in piloted]
+    ridge = LossSurrogate().fit(x[rows], [acc[c] for c in piloted])
+    ridge_loss = LossSurrogate().fit(x[rows], [loss[c] for c in piloted])
+    fitted = ridge.predict(x[rows])
+    kept = float(np.ptp(fitted) / spread) if spread > 0 else float("nan")
+    pred_acc = np.clip(ridge.predict(x), 0.0, 1.0)
+    pred_loss = ridge_loss.predict(x)
+    for c in missing:
+        k = legal.index(c)
+        acc[c], loss[c], source[c] = float(pred_acc[k]), float(pred_loss[k]), "ridge"
+    return {
+        **ridge.to_dict(),
+        "spread_kept": kept,
+        "flattened": bool(np.isfinite(kept) and kept < FLAT_SPREAD),
+    }
+
+
 def predict_accuracy(
     records, profile: BlockProfile, target_steps: float, *, tolerance: float = 0.01
 ) -> dict:
@@ -352,28 +402,7 @@ def predict_accuracy(
     )
     mae_curve = float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back else None
     mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back else None
-    if mae_curve is None:
-        method, reason = "last point", "no backtest possible (a pilot curve needs 4 points)"
-    elif not np.isfinite(mae_curve):
-        method, reason = "last point", "the backtest is not finite (a pilot diverged)"
-    elif mae_curve > tolerance:
-        method = "last point"
-        reason = (
-            f"the learning curve backtests to {100 * mae_curve:.2f} pt, beyond the "
-            f"guard's tolerance of {100 * tolerance:g} pt: not extrapolated"
-        )
-    elif mae_last is not None and mae_last < mae_curve:
-        method = "last point"
-        reason = (
-            f"the last point backtests better ({100 * mae_last:.2f} pt) than the "
-            f"learning curve ({100 * mae_curve:.2f} pt)"
-        )
-    else:
-        method = "learning curve"
-        reason = (
-            f"the learning curve backtests to {100 * mae_curve:.2f} pt, within the "
-            f"guard's tolerance of {100 * tolerance:g} pt"
-        )
+    method, reason = _choose_method(mae_curve, mae_last, tolerance)
     acc, loss, source, curves = {}, {}, {}, {}
     per = info.get("per_curve") or [{"method": "last point"}] * len(recs)
     for i, r in enumerate(recs):
@@ -413,23 +442,8 @@ def predict_accuracy(
         },
         "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
     }
-    missing = [c for c in legal if c not in acc]
-    if missing:
-        rows = [legal.index(c) for c in piloted]
-        ridge = LossSurrogate().fit(x[rows], [acc[c] for c in piloted])
-        ridge_loss = LossSurrogate().fit(x[rows], [loss[c] for c in piloted])
-        fitted = ridge.predict(x[rows])
-        kept = float(np.ptp(fitted) / spread) if spread > 0 else float("nan")
-        pred_acc = np.clip(ridge.predict(x), 0.0, 1.0)
-        pred_loss = ridge_loss.predict(x)
-        for c in missing:
-            k = legal.index(c)
-            acc[c], loss[c], source[c] = float(pred_acc[k]), float(pred_loss[k]), "ridge"
-        doc["ridge"] = {
-            **ridge.to_dict(),
-            "spread_kept": kept,
-            "flattened": bool(np.isfinite(kept) and kept < FLAT_SPREAD),
-        }
+    if any(c not in acc for c in legal):
+        doc["ridge"] = _fill_with_ridge(legal, x, piloted, spread, acc, loss, source)
     doc["accuracy"] = {c: float(acc[c]) for c in legal}
     doc["loss"] = {c: float(loss[c]) for c in legal}
     doc["source"] = {c: source[c] for c in legal}
