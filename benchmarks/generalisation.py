@@ -154,8 +154,13 @@ def prepare_foreign(captures: Path, out: Path) -> Path:
 def restrict(ds, keep_classes: list[str], out: Path, rows=None) -> Path:
     """The flows of ``ds`` (``rows``, default all) whose class is in ``keep_classes``,
     as one test split."""
-    from flowsplit.data.store import write_dataset
+    from flowsplit.data.store import load_dataset, write_dataset
 
+    if (out / "manifest.json").exists():  # made by an earlier pass: the same flows?
+        done = load_dataset(out)
+        if sorted(done.classes) == sorted(keep_classes) and rows is None:
+            return out
+        raise SystemExit(f"error: {out} holds another restriction; remove it")
     m = ds.meta
     mask = m["label_name"].isin(keep_classes).to_numpy()
     if rows is not None:
