@@ -86,9 +86,6 @@ class PairedComparison:
     if the true difference were 0 and the differences spread as ``sd_diff``
     (:func:`seeds_for_tost`); None when there is no spread to plan with."""
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class McNemarResult:
@@ -102,9 +99,6 @@ class McNemarResult:
     statistic: float
     p: float
     exact: bool
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def clip_interval(iv: Interval, bounds: tuple[float, float] | None) -> Interval:
