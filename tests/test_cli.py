@@ -249,6 +249,7 @@ def test_an_option_name_means_the_same_in_every_command():
         ("sfl", "plan"),
         ("sfl", "compare"),
         ("sfl", "probe"),  # probe builds the run's SFLConfig: the same --rounds
+        ("testbed", "compare"),  # the rounds of each sfl run it starts
     }
     assert set(options["--boost-rounds"]) == {("train",), ("compare",)}
     assert {("evaluate",), ("predict",), ("sfl", "plan")} <= set(shared["-o"])

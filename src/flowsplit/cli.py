@@ -101,6 +101,7 @@ flowsplit sfl compare runs/ds -o runs/sfl-study""",
     "flowsplit testbed": "flowsplit testbed show --nodes 3\nflowsplit testbed run --nodes 2 -- flowsplit --version",
     "flowsplit testbed run": "flowsplit testbed run --nodes 2 --mbit 100 -- flowsplit --version",
     "flowsplit testbed show": "flowsplit testbed show --nodes 3",
+    "flowsplit testbed compare": "flowsplit testbed compare topo.toml runs/ds -o gains.json --seeds 3",
     "flowsplit testbed clean": "flowsplit testbed clean\nflowsplit testbed clean --all",
     "flowsplit sfl profile": "flowsplit sfl profile --model cnn --dataset runs/ds",
     "flowsplit sfl plan": """\

@@ -45,8 +45,8 @@ def test_gains_lines_say_measured_with_the_interval_and_the_prediction():
     [
         (["/nonexistent.toml", "."], "no such topology file"),
         (["TOPO", "/nonexistent-data"], "no such prepared dataset"),
-        (["TOPO", ".", "--seeds", "0,x"], "give integers"),
-        (["TOPO", ".", "--seeds", "3"], "2 seeds or more"),
+        (["TOPO", ".", "--seeds", "0,x"], "give a count (5) or a list (0,1,2)"),
+        (["TOPO", ".", "--seeds", "1"], "2 seeds or more"),  # a count, as in every command
     ],
 )
 def test_bad_input_is_one_line_naming_the_value(tmp_path, argv, words):

@@ -20,7 +20,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from flowsplit.config_args import add_model_arguments, finite_float
+from flowsplit.config_args import (
+    SEEDS_HELP,
+    HelpFormatter,
+    add_model_arguments,
+    finite_float,
+    parse_seeds,
+)
 from flowsplit.errors import ConfigError
 
 RUN_DESCRIPTION = """\
@@ -70,7 +76,7 @@ def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="end every node after this many seconds (default: no limit)",
     )
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     return p
 
 
@@ -194,12 +200,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"testbed compare: {args.topology}: no such topology file")
     if not Path(args.dataset).is_dir():
         raise ConfigError(f"testbed compare: {args.dataset}: no such prepared dataset")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"testbed compare: --seeds {args.seeds!r}: give integers, e.g. 0,1,2"
-        ) from None
+    seeds = list(args.seeds)  # parsed as every command's --seeds
     if len(seeds) < 2:
         raise ConfigError("testbed compare: --seeds needs 2 seeds or more for an interval")
     require()
@@ -257,7 +258,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("topology", nargs="?", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
     _run_options(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the command every node runs (after --)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = tsub.add_parser("show", help="print the nodes, CPU shares and link rates of a spec")
@@ -274,22 +280,33 @@ def register(sub: argparse._SubParsersAction) -> None:
             "against HSFL and hsfl-greedy, paired by seed (mean and 95 %% t interval), "
             "beside the predicted gains. Needs root."
         ),
+        formatter_class=HelpFormatter,
     )
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
     p.add_argument("-o", "--out", required=True, help="write the comparison JSON here")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        default=(0, 1, 2),
+        metavar="N|S,S,...",
+        help=SEEDS_HELP + " (at least 2)",
+    )
     add_model_arguments(p)
-    p.add_argument("--rounds", type=int, default=2, help="rounds per run (default 2)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--train-limit", type=int, default=384, help="training rows (default 384)")
-    p.add_argument("--pilots", type=int, default=3, help="the planner's pilot cut pairs")
+    p.add_argument("--rounds", type=int, default=2, help="rounds per run")
+    p.add_argument("--batch-size", type=int, default=16, help="samples per client batch")
+    p.add_argument(
+        "--train-limit", type=int, default=384, metavar="N", help="training rows per run"
+    )
+    p.add_argument(
+        "--pilots", type=int, default=3, metavar="N", help="the planner's pilot cut pairs"
+    )
     p.add_argument("--pilot-steps", type=int, default=24, help="optimiser steps per pilot")
     p.add_argument("--truth", action="store_true", help="also run a plan from TOPOLOGY itself")
     p.add_argument("--cpu-budget", type=float, default=1.6, help="cores all nodes share")
     p.add_argument("--max-cpu", type=float, default=0.3, help="cores of the fastest node")
-    p.add_argument("--keep", help="keep plans, probes and runs in this directory")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--keep", metavar="DIR", help="keep plans, probes and runs in this directory")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compare)
 
     p = tsub.add_parser("clean", help="remove what testbeds whose owner died left behind")
