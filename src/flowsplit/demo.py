@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from flowsplit.config_args import SEEDS_HELP, HelpFormatter, parse_seeds
@@ -137,18 +137,15 @@ def _plan_from_args(args: argparse.Namespace) -> DemoPlan:
     neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
     if args.sfl_model not in neural:
         raise ConfigError(f"--sfl-model {args.sfl_model!r}: choose from {', '.join(neural)}")
+    given = {f.name: getattr(args, f.name) for f in fields(DemoPlan)}  # the options' names
     return DemoPlan(
-        out=args.out,
-        captures=args.captures,
-        seeds=tuple(args.seeds),
-        models=tuple(models),
-        epochs=args.epochs,
-        sfl_model=args.sfl_model,
-        sfl_view=None if args.sfl_view == "default" else args.sfl_view,
-        sfl_rounds=args.sfl_rounds,
-        skip=frozenset(skip),
-        fresh=args.fresh,
-        quiet=args.quiet,
+        **given
+        | {
+            "seeds": tuple(args.seeds),
+            "models": tuple(models),
+            "sfl_view": None if args.sfl_view == "default" else args.sfl_view,
+            "skip": frozenset(skip),
+        }
     )
 
 
