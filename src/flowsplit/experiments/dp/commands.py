@@ -41,6 +41,7 @@ COMPARE_OPTIONS = {
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
     "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
     "comm_hooks": cli(parse=csv_tuple, metavar="HOOK,HOOK,..."),
+    "same_cores_seeds": cli(metavar="K"),
     "epochs": cli(
         help=f"Maximum epochs of the neural models (default: train's; --quick: {QUICK['epochs']})."
     ),
@@ -75,7 +76,7 @@ COMPARE_OPTIONS = {
 """``flowsplit compare``'s view of :class:`~flowsplit.experiments.dp.compare.CompareConfig`."""
 
 COMPARE_GROUPS = {
-    "study": ("models", "workers", "seeds", "comm_hooks", "quick"),
+    "study": ("models", "workers", "seeds", "comm_hooks", "same_cores_seeds", "quick"),
     "training (every cell)": ("epochs", "rounds", "threads", "patience", "train_args"),
     "statistics": ("margin", "alpha"),
     "running the cells": ("cell_timeout_s", "fresh_process", "quiet_wait_s", "max_busy")

@@ -43,7 +43,12 @@ class CompareConfig:
     rounds: int | None = None
     """Maximum XGBoost rounds (None: the engine's default; quick: 20)."""
     threads: int = 1
-    """Threads per worker, the same in every cell, so N workers use N x threads cores."""
+    """Threads per worker, the same in every cell, so N workers use N x threads cores
+    (except the same-cores centralised cells)."""
+    same_cores_seeds: int | None = None
+    """Seeds of each model's same-cores centralised cell, one process with N x threads
+    threads (N: the largest worker count that fits the cores), against which N workers
+    are also timed: the first K seeds (default: every seed; 0: none)."""
     patience: int | None = None
     """Early-stopping patience passed to every run (None: the engine's default)."""
     margin: float = 0.01
@@ -90,6 +95,8 @@ class CompareConfig:
             raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
         if self.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        if self.same_cores_seeds is not None and self.same_cores_seeds < 0:
+            raise ConfigError(f"--same-cores-seeds must be >= 0, got {self.same_cores_seeds}")
         if not 0 < self.margin < 1:
             raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
         if not 0 < self.alpha < 0.5:
