@@ -22,12 +22,12 @@ from flowsplit.federated.assignment import AssignmentPolicy
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist.checkpoint import read_checkpoint
 from flowsplit.federated.dist.liveness import (
-    HeartbeatWatch,
     RunStopped,
     ServerSilent,
     end_roles,
     heartbeat_timeout,
     stop_on_signals,
+    watch_roles,
 )
 from flowsplit.federated.dist.role import FAILURE_FILE, role_main, spawned_role_main
 from flowsplit.federated.results import SFLResult, read_run
@@ -177,35 +177,8 @@ def launch_roles(
             with environ(cpp_quiet_env()):
                 for p in procs:
                     p.start()
-            beating = 1 + topo.n_aggregators + (workers or 0)
-            watch = HeartbeatWatch(store, procs, beating, heartbeat_timeout(setup.config))
-            end = None if deadline_s is None else time.monotonic() + deadline_s
-            while procs[0].is_alive() and (end is None or time.monotonic() < end):
-                procs[0].join(0.5)
-                silent = watch.silent()
-                if silent == 0:  # the server: nothing can go on without it
-                    raise ServerSilent(
-                        f"dist run failed: the server (rank 0) sent no heartbeat for "
-                        f"{watch.timeout_s:g} s (stopped or hung); every role process was ended"
-                    )
-                if silent is not None and silent > topo.n_aggregators:  # a pool worker
-                    log.warning(
-                        "client worker %d (rank %d) sent no heartbeat for %g s (stopped or "
-                        "hung): ending its process; the other workers host its clients",
-                        silent - 1 - topo.n_aggregators,
-                        silent,
-                        watch.timeout_s,
-                    )
-                    procs[silent].kill()
-                elif silent is not None:  # an aggregator: end it, the server moves its clients
-                    log.warning(
-                        "aggregator %d (rank %d) sent no heartbeat for %g s (stopped or hung): "
-                        "ending its process; its clients are reassigned",
-                        silent - 1,
-                        silent,
-                        watch.timeout_s,
-                    )
-                    procs[silent].kill()
+            timeout_s = heartbeat_timeout(setup.config)
+            watch_roles(store, procs, topo.n_aggregators, workers or 0, timeout_s, deadline_s)
             # The others finish within moments of the server; a hung one is ended below.
             grace = time.monotonic() + 3.0
             for p in procs[1:]:
@@ -222,17 +195,19 @@ def launch_roles(
         del store
     try:
         if procs[0].exitcode != 0:
-            reason = failure.read_text(encoding="utf-8").strip() if failure.is_file() else ""
-            raise FlowsplitError(
-                f"dist run failed: {reason}"
-                if reason
-                else f"dist run failed: the server process exited with code "
-                f"{procs[0].exitcode} (its log is above)"
-            )
+            raise FlowsplitError(_server_failure(failure, procs[0].exitcode))
         return None if probe == "only" else read_run(out_dir)
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _server_failure(failure: Path, exitcode: int | None) -> str:
+    """The launcher's line for a server that failed: its own reason, when it wrote one."""
+    reason = failure.read_text(encoding="utf-8").strip() if failure.is_file() else ""
+    if reason:
+        return f"dist run failed: {reason}"
+    return f"dist run failed: the server process exited with code {exitcode} (its log is above)"
 
 
 def run_under_torchrun(

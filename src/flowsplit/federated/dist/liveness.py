@@ -141,6 +141,45 @@ class HeartbeatWatch:
         return None
 
 
+def watch_roles(
+    store: dist.Store,
+    procs: list,
+    n_aggregators: int,
+    n_workers: int,
+    timeout_s: float,
+    deadline_s: float | None = None,
+) -> None:
+    """Wait for the server (``procs[0]``) to end, or ``deadline_s``, watching heartbeats:
+    a silent aggregator or pool worker is ended (the server reassigns the aggregator's
+    clients, or has the other workers host the worker's); a silent server raises
+    :class:`ServerSilent`."""
+    watch = HeartbeatWatch(store, procs, 1 + n_aggregators + n_workers, timeout_s)
+    end = None if deadline_s is None else time.monotonic() + deadline_s
+    while procs[0].is_alive() and (end is None or time.monotonic() < end):
+        procs[0].join(0.5)
+        silent = watch.silent()
+        if silent is None:
+            continue
+        if silent == 0:  # the server: nothing can go on without it
+            raise ServerSilent(
+                f"dist run failed: the server (rank 0) sent no heartbeat for "
+                f"{timeout_s:g} s (stopped or hung); every role process was ended"
+            )
+        if silent > n_aggregators:
+            who = f"client worker {silent - 1 - n_aggregators}"
+            then = "the other workers host its clients"
+        else:
+            who, then = f"aggregator {silent - 1}", "its clients are reassigned"
+        log.warning(
+            "%s (rank %d) sent no heartbeat for %g s (stopped or hung): ending its process; %s",
+            who,
+            silent,
+            timeout_s,
+            then,
+        )
+        procs[silent].kill()
+
+
 class ServerSilent(FlowsplitError):
     """The server stopped sending heartbeats; every role process was ended."""
 

@@ -153,22 +153,7 @@ def role_main(
     store = _connect_store(payload, rank, world_size, wait_timeout)
     ctx = setup.context(sampled=bool(workers))
     device = gloo_device(payload.get("bind"))
-    if workers:
-        peers = make_pool_groups(
-            store, me, topology.n_aggregators, workers, device=device, timeout_s=wait_timeout
-        )
-    else:
-        peers = make_pair_groups(
-            store,
-            me,
-            setup.assignment,
-            topology.n_aggregators,
-            device=device,
-            timeout_s=wait_timeout,
-        )
-    transport = GlooTransport(
-        me, peers, ctx.meter, drop_timeout=config.timeout_s, wait_timeout=wait_timeout
-    )
+    transport = _connect_peers(store, me, setup, ctx, device, wait_timeout, workers)
     log.debug("%s: connected", role_name(me))
     try:
         runtime = _make_runtime(
@@ -203,26 +188,47 @@ def role_main(
         if runtime.is_server:
             if payload.get("launcher_pid") and not pid_alive(int(payload["launcher_pid"])):
                 os._exit(1)  # the launcher is gone: the user stopped the run, write nothing
-            result = SFLResult(
-                backend="dist",
-                config=config.to_dict(),
-                history=history,
-                profile=setup.profile.to_dict(),
-                topology=setup.topology,
-                assignment=setup.assignment,
-                model_state=runtime.role.global_model().state_dict(),
-                **run_facts(setup),
-                info={
-                    "world_size": world_size,
-                    "telemetry_bytes": transport.telemetry_bytes,
-                    **assignment_facts(history, runtime.final_assignment()),
-                    **runtime.result_info(),
-                },
-            )
-            write_run(payload["out_dir"], result)
+            _write_result(payload["out_dir"], runtime, history, world_size)
     finally:
         transport.close()
     log.debug("%s: done", role_name(me))
+
+
+def _connect_peers(store, me, setup, ctx, device, wait_timeout, workers) -> GlooTransport:
+    """This process's gloo pairs (those of a process per client, or of a worker pool)
+    and the transport over them."""
+    n_aggs = setup.topology.n_aggregators
+    if workers:
+        peers = make_pool_groups(store, me, n_aggs, workers, device=device, timeout_s=wait_timeout)
+    else:
+        peers = make_pair_groups(
+            store, me, setup.assignment, n_aggs, device=device, timeout_s=wait_timeout
+        )
+    return GlooTransport(
+        me, peers, ctx.meter, drop_timeout=setup.config.timeout_s, wait_timeout=wait_timeout
+    )
+
+
+def _write_result(out_dir, runtime, history: list[dict[str, Any]], world_size: int) -> None:
+    """The server writes the run's result (``metrics.json``, the model, ...) to ``out_dir``."""
+    setup = runtime.setup
+    result = SFLResult(
+        backend="dist",
+        config=setup.config.to_dict(),
+        history=history,
+        profile=setup.profile.to_dict(),
+        topology=setup.topology,
+        assignment=setup.assignment,
+        model_state=runtime.role.global_model().state_dict(),
+        **run_facts(setup),
+        info={
+            "world_size": world_size,
+            "telemetry_bytes": runtime.transport.telemetry_bytes,
+            **assignment_facts(history, runtime.final_assignment()),
+            **runtime.result_info(),
+        },
+    )
+    write_run(out_dir, result)
 
 
 def _make_runtime(setup, me, transport, ctx, store, payload, device, wait_timeout, workers):
