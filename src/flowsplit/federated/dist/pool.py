@@ -25,11 +25,12 @@ one client's wait never holds up another's message.
 **Liveness.** Workers beat like aggregators (the launcher ends a silent one) and report
 ready to the server at the start of every round: a worker that does not (its process is
 gone) is out of the pool from that round on and its clients are hosted by the others
-(their kept random states go with it: they restart from their seeds). A worker that
-dies mid-round loses the clients it hosted that round, as a client process that dies
-does; a worker that exits or stops by fault injection (``exit_clients``,
-``hang_clients``) does so for every client it hosts. No worker left ends the run with
-one line.
+(their kept random states go with it: they restart from their seeds). The clients it
+hosted in the round it died are lost for that round (their aggregators see the
+connection close, or time out) and back from the next, hosted by the others: a client
+lives in no process between rounds. A worker that exits or stops by fault injection
+(``exit_clients``, ``hang_clients``) does so for every client it hosts. No worker left
+ends the run with one line.
 """
 
 from __future__ import annotations
@@ -201,17 +202,25 @@ class PooledRuntime(DistRuntime):
         return plan
 
     def _hear_workers(self, round_index: int) -> None:
-        """Receive every live worker's ready; a worker that sends none is out of the pool."""
-        for w in np.flatnonzero(self.workers_alive):
+        """Receive every live worker's ready; a worker that sends none is out of the pool,
+        and the clients it hosted that were lost with it are back (they live in no process
+        between rounds: the others host them from now on)."""
+        live = np.flatnonzero(self.workers_alive)
+        for w in live:
             got = self.transport.recv(Recv((WORKER, int(w)), CONTROL), telemetry=True)
             if got is None:
                 self.workers_alive[w] = False
+                back = sorted(i for i in self.part.lost if live[i % len(live)] == w)
+                self.part.lost.difference_update(back)
                 log.warning(
                     "client worker %d is gone at the start of round %d: the other %d host "
-                    "its clients",
+                    "its clients%s",
                     w,
                     round_index + 1,
                     int(self.workers_alive.sum()),
+                    f" (clients {', '.join(map(str, back))}, lost with it, are back)"
+                    if back
+                    else "",
                 )
 
     def _point_client_peers(self, ids: np.ndarray, assignment: np.ndarray) -> None:
