@@ -39,11 +39,14 @@ def make_dataset(root: Path, n: int = 90) -> Path:
 
 
 def fake_metrics(cell: Cell, *, n_train: int = 60, cores: int = 2) -> dict:
-    """metrics.json as an engine would write it, timings from a known scaling law."""
+    """metrics.json as an engine would write it, timings from a known scaling law: compute
+    2 ms a sample shared by the workers, over ``threads ** 0.7`` for a process of several
+    threads (the same-cores cell), times the core sharing, plus a ring all-reduce."""
     rng = np.random.default_rng(1000 * cell.seed + cell.workers)
     n = cell.workers
-    over = max(1.0, n / cores)
-    compute = 2e-3 * n_train / n * over
+    threads = cell.threads or 1
+    over = max(1.0, n * threads / cores)
+    compute = 2e-3 * n_train / n / threads**0.7 * over
     comm = ring_allreduce_time(400_000, n, HOST) * 1 if n > 1 else 0.0  # one step per epoch
     epoch = compute + comm
     y_true = [i % 3 for i in range(15)]
@@ -61,7 +64,7 @@ def fake_metrics(cell: Cell, *, n_train: int = 60, cores: int = 2) -> dict:
         "view": "bytes",
         "engine": "ddp" if n > 1 else "centralised",
         "workers": n,
-        "threads_per_worker": 1,
+        "threads_per_worker": threads,
         "device": "cpu",
         "backend": "gloo",
         "seed": cell.seed,

@@ -57,13 +57,14 @@ def test_compare_writes_report_and_resumes(study, fast_figures):
         progress=False,
         run_cell_fn=fake_runner({"lstm/w2/seed1"}, calls),
     )
-    # Assert: 2 models x 3 worker counts (1 added) x 3 seeds were tried
-    assert len(calls) == 18
+    # Assert: 2 models x (3 worker counts (1 added) + the same-cores centralised cell of
+    # 2 x 1 threads, 4 workers exceeding the 2 cores) x 3 seeds were tried
+    assert len(calls) == 24 and "cnn/w1-t2/seed0" in calls
     results = json.loads((out / "results.json").read_text())
     assert list(results["failures"]) == ["lstm/w2/seed1"]
-    assert len(results["cells"]) == 17
+    assert len(results["cells"]) == 23
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert len(rows) == 17 and rows[0]["model"] == "cnn"
+    assert len(rows) == 23 and rows[0]["model"] == "cnn"
     page = path.read_text()
     assert page.startswith("<!DOCTYPE html>")
     assert EVIL_CLASS not in page and "onerror=&quot;alert(1)&quot;" in page
@@ -202,9 +203,8 @@ def test_rerun_contended_keeps_the_less_disturbed_run(study, monkeypatch):
     monkeypatch.setattr(compare_mod, "render_report", lambda out: out / "report.html")
     shares = {"cnn/w1/seed0": [0.0], "cnn/w2/seed0": [0.6, 0.9, 0.05]}
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed(shares))
-    kw = dict(
-        models=["cnn"], workers=[2], seeds=1, quick=True, progress=False, run_cell_fn=fake_runner()
-    )
+    kw = dict(models=["cnn"], workers=[2], seeds=1, quick=True, progress=False,
+              run_cell_fn=fake_runner(), same_cores_seeds=0)  # fmt: skip
     run_compare(ds, out, **kw)
     run_dir = out / "runs" / "cnn" / "w2" / "seed0"
 
@@ -232,7 +232,7 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     # Prepare: every run shared the CPUs with other processes (60 % of the cores' time).
     ds, out = study
     monkeypatch.setattr(records_mod, "CONTENDED_SHARE", 0.15)
-    cells = [f"cnn/w{n}/seed{s}" for n in (1, 2) for s in range(5)]
+    cells = [f"cnn/w{n}/seed{s}" for n in ("1", "2", "1-t2") for s in range(5)]
     monkeypatch.setattr(compare_mod, "_timed_cell", _fake_timed({c: [0.6] for c in cells}))
     # Execute
     run_compare(
@@ -253,6 +253,7 @@ def test_contended_study_claims_no_speedup_and_says_rerun_quietly(study, fast_fi
     assert claims["accuracy_verdict"] == "equivalent"
     assert "cut cnn's epoch time" not in summary
     assert "2 workers: no speedup claimed for cnn (contended; measured" in summary
+    assert "same 2 threads: no speedup claimed (contended; measured" in summary
     assert "Rerun on a quiet machine" in summary
     assert "not claimed: contended" in (out / "report.md").read_text()
     # Two worker counts for a three-parameter model: no efficiency claim at all.

@@ -127,7 +127,12 @@ def test_hook_study_pairs_each_hook_with_plain_runs_of_the_same_seed(study):
             assert "--comm-hook" not in cmd
         else:
             assert cmd[cmd.index("--comm-hook") + 1] == cell.hook and cell.workers == 2
-    assert len(calls) == 3 * (4 + 2)
+    # per seed: cnn 1, 2 plain, 2 fp16, 2 powersgd; xgboost 1, 2; and each model's same-cores
+    # centralised cell (one process of 2 x 1 threads, XGBoost too), with --threads 2
+    assert len(calls) == 3 * (4 + 2 + 2)
+    same = [cmd for cell, cmd in calls if cell.threads is not None]
+    assert len(same) == 6 and all(cmd[cmd.index("--threads") + 1] == "2" for cmd in same)
+    assert all(cmd[cmd.index("--workers") + 1] == "1" for cmd in same)
     res = json.loads((out / "results.json").read_text())
     hooks = res["analysis"]["comm_hooks"]
     assert list(hooks) == ["cnn"] and list(hooks["cnn"]) == ["2"]

@@ -25,6 +25,8 @@ class JsonDocument:
 
     SCHEMA_VERSION: ClassVar[int] = 1
     """The version this flowsplit writes and reads (a file without one is version 1)."""
+    READS_VERSIONS: ClassVar[tuple[int, ...]] = ()
+    """Older versions still read: their files lack only fields that have defaults."""
     FILE_NAME: ClassVar[str]
     """The file's name in a study folder (``results.json``, ``privacy.json``)."""
     WHAT: ClassVar[str]
@@ -53,9 +55,10 @@ class JsonDocument:
         """Parse a document; :class:`ValueError` naming the first wrong field."""
         if isinstance(data, dict):
             version = data.get("schema_version", 1)
-            if version != cls.SCHEMA_VERSION:
+            if version != cls.SCHEMA_VERSION and version not in cls.READS_VERSIONS:
+                readable = ", ".join(map(str, sorted({*cls.READS_VERSIONS, cls.SCHEMA_VERSION})))
                 raise ValueError(
-                    f"schema version {version!r}, this flowsplit reads version {cls.SCHEMA_VERSION}"
+                    f"schema version {version!r}, this flowsplit reads version {readable}"
                 )
             data = cls.prepare(data)
         return typed_from_dict(cls, data, cls.ROOT)

@@ -42,7 +42,8 @@ from flowsplit.experiments.dp.hostload import (
     descendants_cpu_s,
     wait_for_quiet,
 )
-from flowsplit.experiments.dp.layout import PLAIN_HOOK, Cell, cell_dir, plan_cells
+from flowsplit.experiments.dp.layout import PLAIN_HOOK, Cell, cell_dir, study_cells
+from flowsplit.experiments.dp.layout import plan_cells as plan_cells  # re-exported (tests)
 from flowsplit.experiments.dp.records import CELL_INFO, CONTENDED_SHARE, read_record
 from flowsplit.experiments.dp.report import render_report, write_workloads
 from flowsplit.outputs import atomic_write_json
@@ -68,7 +69,7 @@ def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
         "--workers",
         str(cell.workers),
         "--threads",
-        str(cfg.threads),
+        str(cell.threads_of(cfg.threads)),
         "--seed",
         str(cell.seed),
         "-o",
@@ -93,7 +94,7 @@ def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
     log_path = _log_path(cfg, cell)
     env = {
         **os.environ,
-        **thread_env(cfg.threads),
+        **thread_env(cell.threads_of(cfg.threads)),
         "PYTHONUNBUFFERED": "1",
     }
     with open(log_path, "w", encoding="utf-8") as fh:
@@ -140,7 +141,7 @@ class PooledCells:
         ok, status = self.pools.run(
             cmd[4:],  # after `python -m flowsplit train`
             world=1 if cell.model == "xgboost" else cell.workers,
-            threads=cfg.threads,
+            threads=cell.threads_of(cfg.threads),
             log_path=log_path,
             timeout_s=cfg.cell_timeout_s,
         )
@@ -265,7 +266,7 @@ def run_cells(
     progress: bool = True,
 ) -> dict:
     """Run every unfinished cell; return counts of done, skipped and failed cells."""
-    cells = plan_cells(cfg.models, cfg.workers, cfg.seeds, cfg.comm_hooks)
+    cells = study_cells(asdict(cfg), available_cores())
     failures: dict[str, str] = {}
     n_skipped = 0
     limit = CONTENDED_SHARE if cfg.max_foreign is None else cfg.max_foreign

@@ -31,11 +31,10 @@ from flowsplit.experiments.dp.analysis import (
     NOT_ENOUGH_SEEDS,
     analyse,
     compare_hooks,
-    headline,
     headline_comparison,
 )
 from flowsplit.experiments.dp.html import render_html, render_markdown
-from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, plan_cells
+from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, study_cells
 from flowsplit.experiments.dp.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
@@ -49,8 +48,10 @@ from flowsplit.experiments.dp.result import (
     CentralComparison,
     CompareResult,
     HookGroup,
+    ModelAnalysis,
     ScalingFit,
 )
+from flowsplit.experiments.dp.samecores import add_same_cores, headline_text
 from flowsplit.experiments.dp.scaling import (
     FITTED_PARAMETERS,
     NETWORK_PRESETS,
@@ -66,13 +67,15 @@ from flowsplit.util import jsonable, typed_to_dict
 
 def write_workloads(out: Path, dataset) -> None:
     """Store each model's workload (parameter bytes, features ...) while the dataset is at hand."""
-    cfg = _read_study(out)["config"]
+    meta = _read_study(out)
+    cfg = meta["config"]
+    records = _records(out, cfg, int(meta.get("cores") or 0))
     result = {}
     for model in cfg["models"]:
         recs = [
             r
-            for r in _records(out, cfg, cores=0)
-            if r["model"] == model and r["comm_hook"] == PLAIN_HOOK
+            for r in records
+            if r["model"] == model and r["comm_hook"] == PLAIN_HOOK and not _same_cores(r, cfg)
         ]
         wl = workload_from_records(recs, dataset)
         if wl is not None:
@@ -110,12 +113,22 @@ def _read_study(out: Path) -> dict:
 
 def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
     recs = []
-    hooks = cfg.get("comm_hooks") or [PLAIN_HOOK]  # a study made before hooks: none
-    for cell in plan_cells(cfg["models"], cfg["workers"], cfg["seeds"], hooks):
+    for cell in study_cells(cfg, cores):
         rec = read_record(cell_dir(out, cell), cores=cores)
         if rec is not None:
             recs.append(rec)
     return recs
+
+
+def _same_cores(r: RunRecord, cfg: dict) -> bool:
+    """Whether a record is of a same-cores centralised cell (more threads than the study's)."""
+    return r["workers"] == 1 and r["threads_per_worker"] != int(cfg.get("threads", 1))
+
+
+def _record_name(r: RunRecord, cfg: dict) -> str:
+    """The name of the cell a record is of (``cnn/w1-t2/seed0`` for a same-cores one)."""
+    threads = r["threads_per_worker"] if _same_cores(r, cfg) else None
+    return cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"], threads)
 
 
 def _host_network(bench: dict | None) -> tuple[Network | None, float]:
@@ -146,7 +159,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
     }
     # The study's main comparison (and the scaling fit) is of the plain all-reduce; the
     # communication hooks are compared with it on their own.
-    plain = [r for r in records if r["comm_hook"] == PLAIN_HOOK]
+    plain = [r for r in records if r["comm_hook"] == PLAIN_HOOK and not _same_cores(r, cfg)]
     analysis = analyse(
         plain,
         workloads=workloads,
@@ -156,8 +169,9 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
         alpha=cfg["alpha"],
     )
     analysis.comm_hooks = compare_hooks(records, margin=cfg["margin"], alpha=cfg["alpha"])
+    add_same_cores(analysis, plain, [r for r in records if _same_cores(r, cfg)])
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
-    done = {cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"]) for r in records}
+    done = {_record_name(r, cfg) for r in records}
     failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
     env = next((r["env"] for r in records if r["env"]), {})
     doc = {
@@ -232,6 +246,19 @@ def _short_speed(v: CentralComparison) -> str:
     return f"{s.mean:.2f}x faster" if s.mean >= 1 else f"{1 / s.mean:.2f}x slower"
 
 
+def _short_same_cores(entry: ModelAnalysis, v: CentralComparison) -> str:
+    """`` (1.10x against 1 x 2 threads)``: the same-cores speedup at the headline's worker
+    count, when the study measured it."""
+    sc = entry.same_cores
+    if sc is None or sc.n_workers != v.n_workers:
+        return ""
+    against = f"against 1 x {sc.central_threads} threads"
+    if not sc.speedup_claimed:
+        return f" (none claimed {against}: {', '.join(sc.speedup_withheld)})"
+    s = sc.speedup.mean
+    return f" ({s:.2f}x faster {against})" if s >= 1 else f" ({1 / s:.2f}x slower {against})"
+
+
 def _short_accuracy(v: CentralComparison, margin: float) -> str:
     verdict, acc = v.claims.accuracy_verdict, v.accuracy
     if verdict == EQUIVALENT:
@@ -255,7 +282,10 @@ def verdict_line(result: CompareResult) -> str:
         if v is None:
             continue
         setups.add(v.n_workers)
-        parts.append(f"{model} {_short_speed(v)}, {_short_accuracy(v, result.margin)}")
+        parts.append(
+            f"{model} {_short_speed(v)}{_short_same_cores(entry, v)}, "
+            f"{_short_accuracy(v, result.margin)}"
+        )
         if pays(v):
             worth.append(model)
     if not parts:
@@ -277,7 +307,7 @@ def summary_lines(result: CompareResult) -> list[str]:
     lines = [verdict_line(result), *baseline_lines(analysis)]
     models = analysis.models
     for model, entry in models.items():
-        line = headline(model, entry, result.margin)
+        line = headline_text(model, entry, result.margin)
         if line:
             lines.append(line)
     lines += hook_lines(analysis.comm_hooks)
@@ -470,12 +500,12 @@ def check_runs_present(out: str | Path) -> None:
     finished run (``metrics.json``) or a failure recorded in ``status.json``. Otherwise
     the report would be rewritten from nothing (exit 0, an empty report)."""
     out = Path(out)
-    cfg = _read_study(out)["config"]
+    meta = _read_study(out)
+    cfg = meta["config"]
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
     failed = set(status.get("failures", {}))
-    hooks = cfg.get("comm_hooks") or [PLAIN_HOOK]
     try:
-        cells = plan_cells(cfg["models"], cfg["workers"], cfg["seeds"], hooks)
+        cells = study_cells(cfg, int(meta.get("cores") or 0))
     except (KeyError, TypeError, ValueError) as exc:  # a hand-edited compare.json
         raise InputError(
             out / "compare.json", f"its study settings are damaged ({type(exc).__name__}: {exc})"

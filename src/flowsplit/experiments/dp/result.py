@@ -8,8 +8,9 @@ other module looks a study field up by its name.
 
 Conventions as in :mod:`flowsplit.result`: NaN is written ``null`` and read back
 as NaN; worker counts are string keys (``"1"``, ``"2"``), as JSON objects have them.
-Version 1 is the format of every study written so far (which had no
-``schema_version``); fields added later have defaults so that older files still read.
+Version 1 is the format of the studies written before the same-cores comparison (which
+had no ``schema_version``); version 2 adds :class:`SameCoresComparison`. Fields added
+later have defaults, so that older files still read (:data:`COMPARE_READS_VERSIONS`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from flowsplit.experiments.dp.scaling import Network
 from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
 from flowsplit.report.document import JsonDocument
 
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2
+COMPARE_READS_VERSIONS = (1,)
+"""Older versions this flowsplit still reads (1: no same-cores comparison)."""
 RESULTS_NAME = "results.json"
 NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
@@ -88,6 +91,26 @@ class CentralComparison:
     mcnemar_significant: int
     foreign_cpu_share_median: float
     claims: Claims
+
+
+@dataclass
+class SameCoresComparison:
+    """N data-parallel workers of t threads each against one centralised process of N x t
+    threads, the same cores (what a user's ``flowsplit train`` on this machine uses),
+    paired by seed: ``speedup`` is the centralised epoch time over the workers'."""
+
+    n_workers: int
+    threads_per_worker: int
+    central_threads: int
+    central: GroupSummary
+    """The same-cores centralised runs (one process of ``central_threads`` threads)."""
+    seeds: list[int]
+    timing_contended: bool
+    speedup: Interval
+    oversubscribed: bool
+    speedup_claimed: bool
+    speedup_withheld: list[str]
+    """Why no speedup is claimed (the codes of :func:`analysis.judge`; empty: claimed)."""
 
 
 @dataclass
@@ -156,6 +179,8 @@ class ModelAnalysis:
     above_majority: bool = True
     """Centralised accuracy above the majority-class rate (studies before it: True)."""
     scaling: ScalingFit | None = None
+    same_cores: SameCoresComparison | None = None
+    """N workers against one process with the same N x t threads (schema 1: None)."""
 
 
 @dataclass
@@ -285,6 +310,7 @@ class CompareResult(JsonDocument):
     """What ``flowsplit compare`` found (``OUT/results.json``)."""
 
     SCHEMA_VERSION: ClassVar[int] = COMPARE_SCHEMA_VERSION
+    READS_VERSIONS: ClassVar[tuple[int, ...]] = COMPARE_READS_VERSIONS
     FILE_NAME: ClassVar[str] = RESULTS_NAME
     WHAT: ClassVar[str] = "a `flowsplit compare` result"
 
