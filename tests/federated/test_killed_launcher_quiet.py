@@ -54,10 +54,12 @@ def _wait(pred, timeout: float, step: float = 0.05) -> bool:
     return bool(pred())
 
 
-def _kill_launcher_when(args: list[str], ready, *, cwd: Path) -> tuple[str, list[int], int]:
+def _kill_launcher_when(
+    args: list[str], ready, *, cwd: Path, sig: signal.Signals = signal.SIGKILL
+) -> tuple[str, list[int], int, int | None]:
     """Start ``python -m flowsplit ARGS`` (tagged, a session of its own, stderr to a file),
-    SIGKILL it once ``ready()``; returns (its stderr, processes left 10 s after, how many
-    processes it had started)."""
+    send it ``sig`` once ``ready()``; returns (its stderr, processes left 10 s after it
+    ended, how many processes it had started, its exit code)."""
     tag = uuid.uuid4().hex
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
@@ -74,13 +76,13 @@ def _kill_launcher_when(args: list[str], ready, *, cwd: Path) -> tuple[str, list
                 err.seek(0)
                 pytest.fail(f"the run never got under way: {err.read().decode()[-2000:]}")
             started = len(_tagged(tag)) - 1
-            proc.kill()
-            proc.wait()
+            proc.send_signal(sig)
+            rc = proc.wait(60)
             _wait(lambda: not _tagged(tag), 10)
             left = _tagged(tag)
             time.sleep(1.0)  # anything still running gets the chance to write
             err.seek(0)
-            return err.read().decode(errors="replace"), left, started
+            return err.read().decode(errors="replace"), left, started, rc
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -104,7 +106,7 @@ def test_a_killed_dist_launcher_leaves_no_process_and_nothing_on_stderr(dataset,
         return log.is_file() and f"round {round_} starts" in log.read_text(errors="replace")
 
     # Execute: SIGKILL the launcher, which it cannot handle.
-    err, left, started = _kill_launcher_when(args, under_way, cwd=ROOT)
+    err, left, started, _ = _kill_launcher_when(args, under_way, cwd=ROOT)
     # Assert: the fork server and 4 roles had started; none is left, and they said nothing.
     assert started >= 5, started
     assert left == [], left
@@ -120,11 +122,32 @@ def test_a_killed_ddp_launcher_leaves_no_worker_and_nothing_on_stderr(dataset, t
     args = ["train", str(dataset), *SMALL_CNN, "-o", str(out), "--workers", "2"]
     args += ["--epochs", "500", "--batch-size", "16", "--threads", "1", "--timeout", "10", "-q"]
     # Execute
-    err, left, started = _kill_launcher_when(args, (out / "checkpoint.pt").is_file, cwd=ROOT)
+    err, left, started, _ = _kill_launcher_when(args, (out / "checkpoint.pt").is_file, cwd=ROOT)
     # Assert: both workers had started; neither is left, and neither said anything.
     assert started >= 2, started
     assert left == [], left
     assert err == "", err
+
+
+@pytest.mark.slow  # three processes
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_terminated_ddp_launcher_ends_its_workers_and_says_so_in_one_line(dataset, tmp_path):
+    # Prepare: train --workers 2, under way (its first checkpoint written).
+    out = tmp_path / "run"
+    args = ["train", str(dataset), *SMALL_CNN, "-o", str(out), "--workers", "2"]
+    args += ["--epochs", "500", "--batch-size", "16", "--threads", "1", "--timeout", "10", "-q"]
+    # Execute: SIGTERM (what kill, systemd or a scheduler sends); it died silently before.
+    err, left, _, rc = _kill_launcher_when(
+        args, (out / "checkpoint.pt").is_file, cwd=ROOT, sig=signal.SIGTERM
+    )
+    # Assert: one handled line saying what stopped it and how to continue; no worker left.
+    assert rc == 2, (rc, err)
+    assert err.splitlines() == [
+        "flowsplit: error: stopped by SIGTERM: every worker was ended (continue from the "
+        "last checkpoint with --resume RUN)"
+    ], err
+    assert left == [], left
+    assert (out / "checkpoint.pt").is_file() and not (out / "metrics.json").exists()
 
 
 class _Store:
