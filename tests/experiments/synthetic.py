@@ -26,24 +26,30 @@ Y_TRUE = [0, 1, 1, 0]
 CLASSES = ["web", "dns"]
 
 
-def record(model: str, seed: int, workers: int, acc: float, t: float, **kw) -> dict:
+def record_of(**changes) -> RunRecord:
+    """A record with nothing measured (:data:`BLANK`) but ``changes``."""
+    return RunRecord(**{**BLANK, **changes})
+
+
+def record(model: str, seed: int, workers: int, acc: float, t: float, **kw) -> RunRecord:
     """One finished run: accuracy ``acc`` (macro-F1 the same), epoch time ``t`` seconds."""
-    return {
-        **BLANK,
-        "model": model,
-        "seed": seed,
-        "workers": workers,
-        "accuracy": acc,
-        "macro_f1": acc,
-        "epoch_time_s": t,
-        "oversubscribed": False,
-        "y_true": list(Y_TRUE),
-        "y_pred": list(Y_TRUE),
-        "classes": CLASSES,
-        "contended": False,
-        "foreign_cpu_share": 0.0,
-        **kw,
-    }
+    return record_of(
+        **{
+            "model": model,
+            "seed": seed,
+            "workers": workers,
+            "accuracy": acc,
+            "macro_f1": acc,
+            "epoch_time_s": t,
+            "oversubscribed": False,
+            "y_true": list(Y_TRUE),
+            "y_pred": list(Y_TRUE),
+            "classes": CLASSES,
+            "contended": False,
+            "foreign_cpu_share": 0.0,
+            **kw,
+        }
+    )
 
 
 def paired_runs(

@@ -20,29 +20,31 @@ from flowsplit.experiments.dp.analysis import (
     majority_baseline,
     summarise_group,
 )
+from flowsplit.experiments.dp.records import RunRecord
 from flowsplit.experiments.dp.result import ModelAnalysis
 from flowsplit.experiments.stats import NOT_ENOUGH_SEEDS, NOT_SHOWN, seeds_for_tost
-from tests.experiments.synthetic import BLANK
+from tests.experiments.synthetic import record_of
 
 # Per-seed accuracy wobble, the same in both modes unless a test says otherwise.
 WOBBLE = (0.0, 0.002, -0.001, 0.001, -0.002)
 
 
-def _rec(seed, workers, acc, t, pred=None, **kw):
-    return {
-        **BLANK,
-        "model": "m",
-        "seed": seed,
-        "workers": workers,
-        "accuracy": acc,
-        "macro_f1": acc,
-        "epoch_time_s": t,
-        "oversubscribed": False,
-        "y_true": [0, 1, 1, 0],
-        "y_pred": pred or [0, 1, 1, 0],
-        "foreign_cpu_share": 0.0,
-        **kw,
-    }
+def _rec(seed, workers, acc, t, pred=None, **kw) -> RunRecord:
+    return record_of(
+        **{
+            "model": "m",
+            "seed": seed,
+            "workers": workers,
+            "accuracy": acc,
+            "macro_f1": acc,
+            "epoch_time_s": t,
+            "oversubscribed": False,
+            "y_true": [0, 1, 1, 0],
+            "y_pred": pred or [0, 1, 1, 0],
+            "foreign_cpu_share": 0.0,
+            **kw,
+        }
+    )
 
 
 def _pair(n_seeds=5, *, acc=0.9, t_central=10.0, t_parallel=5.2, dp_shift=None, **kw):
@@ -116,7 +118,7 @@ def test_contended_runs_give_no_speedup_claim():
 def test_oversubscribed_and_superlinear_speedups_are_not_claimed():
     # Prepare: 2 workers 2.5x faster than 1 (125 % efficiency), and an oversubscribed set.
     central, parallel = _pair(t_parallel=4.0)
-    over = [{**r, "oversubscribed": True} for r in _pair()[1]]
+    over = [replace(r, oversubscribed=True) for r in _pair()[1]]
     # Execute
     fast = _compare(central, parallel)
     shared = _compare(central, over)
@@ -128,7 +130,7 @@ def test_oversubscribed_and_superlinear_speedups_are_not_claimed():
 
 def test_one_undisturbed_pair_is_too_few_for_a_speedup_claim():
     central, parallel = _pair()
-    parallel = [{**r, "contended": r["seed"] > 0} for r in parallel]
+    parallel = [replace(r, contended=r.seed > 0) for r in parallel]
     v = _compare(central, parallel)
     assert v.speedup.n == 1 and v.claims.speedup_withheld == [FEW_TIMINGS]
 
@@ -166,7 +168,7 @@ def test_barely_above_majority_within_noise_is_not_above():
     # The lower end of the CI decides: 47.0 % +- 1 pt is not above 46.6 %.
     central, parallel = _pair(acc=0.47, dp_shift=[0.0] * 5)
     central = [
-        {**r, "accuracy": r["accuracy"] + d}
+        replace(r, accuracy=r.accuracy + d)
         for r, d in zip(central, (0.01, -0.01, 0.01, -0.01, 0.0), strict=True)
     ]
     v = _compare(central, parallel, majority_rate=0.466)
@@ -176,19 +178,19 @@ def test_barely_above_majority_within_noise_is_not_above():
 def test_majority_baseline_by_hand():
     # Prepare: test labels 0,0,0,1 -> always predicting class "a": accuracy 3/4;
     # F1(a) = 2 * 0.75 / 1.75, F1(b) = 0; macro over the two classes present.
-    recs = [{"y_true": [0, 0, 0, 1], "classes": ["a", "b", "c"]}]
+    recs = [record_of(y_true=[0, 0, 0, 1], classes=["a", "b", "c"])]
     # Execute
     maj = majority_baseline(recs)
     # Assert
     assert maj.class_name == "a" and maj.accuracy == 0.75
     assert maj.macro_f1 == pytest.approx((1.5 / 1.75) / 2)
     assert maj.per_class_f1 == {"a": pytest.approx(1.5 / 1.75), "b": 0.0}
-    assert majority_baseline([{"y_true": None}]) is None
+    assert majority_baseline([record_of()]) is None
 
 
 def test_analyse_carries_both_baselines():
     central, parallel = _pair()
-    xgb = [{**r, "model": "xgboost"} for r in central]
+    xgb = [replace(r, model="xgboost") for r in central]
     res = analyse([*central, *parallel, *xgb], workloads={}, host=None, cores=2)
     base = res.baselines
     assert base.majority.accuracy == 0.5
@@ -211,7 +213,7 @@ def test_contended_runs_count_for_accuracy_but_not_for_speedup():
     central = [_rec(s, 1, 0.9, 10.0) for s in (0, 1, 2)]
     parallel = [
         _rec(0, 2, 0.9, 5.0),
-        {**_rec(1, 2, 0.9, 20.0), "contended": True},
+        replace(_rec(1, 2, 0.9, 20.0), contended=True),
         _rec(2, 2, 0.9, 5.0),
     ]
     # Execute

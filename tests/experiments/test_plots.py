@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -19,12 +21,12 @@ def _prediction(n: int, speedup: float) -> Prediction:
 def _with_history(runs):
     """Give each run a per-epoch history: loss falling, validation F1 rising, 3 epochs."""
     return [
-        {
-            **r,
-            "loss_per_epoch": [1.0, 0.6, 0.4],
-            "val_macro_f1_per_epoch": [0.5, 0.7, 0.8],
-            "epoch_times_s": [r["epoch_time_s"] * k for k in (1.5, 1.0, 1.0)],
-        }
+        replace(
+            r,
+            loss_per_epoch=[1.0, 0.6, 0.4],
+            val_macro_f1_per_epoch=[0.5, 0.7, 0.8],
+            epoch_times_s=[r.epoch_time_s * k for k in (1.5, 1.0, 1.0)],
+        )
         for r in runs
     ]
 
@@ -82,7 +84,7 @@ def test_accuracy_axes_start_at_zero_with_both_baselines_drawn():
 
 def test_per_class_chart_has_a_bar_per_model_and_the_majority_class():
     recs = sum(paired_runs("cnn"), [])
-    recs = [{**r, "per_class_f1": {"web": 0.9, "dns": 0.8}} for r in recs]
+    recs = [replace(r, per_class_f1={"web": 0.9, "dns": 0.8}) for r in recs]
     res = study_results(recs)
     res.dataset = DatasetInfo(classes=["web", "dns"])
     res.per_class_f1 = {"cnn": {"1": {"web": 0.9, "dns": 0.8}}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -48,12 +49,9 @@ def test_workload_from_records():
     wl = workload_from_records([rec])
     assert (wl.kind, wl.param_bytes, wl.batch_size, wl.global_batch) == ("ddp", 400_000, 64, True)
     # XGBoost: one round per "epoch", one tree per class; no dataset -> 0 features.
-    xrec = {
-        **rec,
-        "model": "xgboost",
-        "engine": "xgboost-dask",
-        "config": {"model_options": {"max_depth": 4}},
-    }
+    xrec = replace(
+        rec, model="xgboost", engine="xgboost-dask", config={"model_options": {"max_depth": 4}}
+    )
     xw = workload_from_records([xrec])
     assert (xw.kind, xw.max_depth, xw.n_rounds, xw.trees_per_round) == ("xgboost", 4, 1, 3)
 
@@ -66,14 +64,8 @@ def test_xgboost_workload_counts_bins_and_histogram_bytes(tmp_path):
 
     ds = load_dataset(make_dataset(tmp_path / "ds"))
     base = record_from_metrics(fake_metrics(Cell("xgboost", 1, 0)), cores=2)
-    central = {**base, "engine": "centralised", "view": "stats", "comm_bytes": 0}
-    dist = {
-        **central,
-        "workers": 2,
-        "engine": "xgboost-dask",
-        "comm_bytes": 1_200_000,
-        "epochs_run": 4,
-    }
+    central = replace(base, engine="centralised", view="stats", comm_bytes=0)
+    dist = replace(central, workers=2, engine="xgboost-dask", comm_bytes=1_200_000, epochs_run=4)
     # Execute
     wl = workload_from_records([central, dist], ds)
     # Assert

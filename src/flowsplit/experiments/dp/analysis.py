@@ -1,10 +1,8 @@
 """From per-run records to the study's findings: statistics, speedups, scaling fits.
 
-Input: flat records, one per finished run (see :mod:`flowsplit.experiments.dp.records`),
-each with at least ``model``, ``workers``, ``seed``, ``accuracy``, ``macro_f1``,
-``epoch_time_s``, ``comm_share``, ``oversubscribed`` and, for McNemar, ``y_true`` and
-``y_pred``. Output: one JSON-ready dict (the content of ``results.json`` minus the
-cells). Pure: no files, no clocks. The headline's text functions at the end read the
+Input: one :class:`~flowsplit.experiments.dp.records.RunRecord` per finished run.
+Output: the study's typed findings (:class:`~flowsplit.experiments.dp.result.Analysis`,
+the content of ``results.json`` but for the cells). Pure: no files, no clocks. The headline's text functions at the end read the
 typed result (:mod:`flowsplit.experiments.dp.result`).
 """
 
@@ -18,6 +16,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
+from flowsplit.experiments.dp.records import RunRecord
 from flowsplit.experiments.dp.result import (
     Analysis,
     Baselines,
@@ -89,30 +88,30 @@ WITHHELD_WHY = {
 }
 
 
-def _by(records: Iterable[Mapping], *keys: str) -> dict:
+def _by(records: Iterable[RunRecord], *keys: str) -> dict:
     out: dict = defaultdict(list)
     for r in records:
-        out[tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]]].append(r)
+        out[tuple(getattr(r, k) for k in keys) if len(keys) > 1 else getattr(r, keys[0])].append(r)
     return out
 
 
-def _paired(ref: Sequence[Mapping], other: Sequence[Mapping], key: str):
+def _paired(ref: Sequence[RunRecord], other: Sequence[RunRecord], key: str):
     """Values of ``key`` for the seeds both groups finished, in seed order."""
-    a = {r["seed"]: r for r in ref}
-    b = {r["seed"]: r for r in other}
+    a = {r.seed: r for r in ref}
+    b = {r.seed: r for r in other}
     seeds = sorted(set(a) & set(b))
-    return seeds, [a[s][key] for s in seeds], [b[s][key] for s in seeds]
+    return seeds, [getattr(a[s], key) for s in seeds], [getattr(b[s], key) for s in seeds]
 
 
-def timing_runs(runs: Sequence[Mapping]) -> tuple[list[Mapping], bool]:
+def timing_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], bool]:
     """The runs whose timing counts, or all of them, flagged, if none does. A timing counts
     when the contention meter ran around it (``compare`` writes it beside the run) and found
     the run undisturbed: a run whose contention is unknown is not known to be clean."""
-    clean = [r for r in runs if not r["contended"] and _finite(r["foreign_cpu_share"])]
+    clean = [r for r in runs if not r.contended and _finite(r.foreign_cpu_share)]
     return (clean, False) if clean else (list(runs), bool(runs))
 
 
-def paired_times(ref: Sequence[Mapping], other: Sequence[Mapping]):
+def paired_times(ref: Sequence[RunRecord], other: Sequence[RunRecord]):
     """Epoch times of the seeds both groups timed cleanly (:func:`timing_runs`), in seed
     order, and whether they are flagged: when no seed has clean timings on both sides,
     those of every seed both finished, flagged. Returns ``(seeds, t_ref, t_other,
@@ -129,19 +128,19 @@ def paired_times(ref: Sequence[Mapping], other: Sequence[Mapping]):
 _BOUNDED = {"accuracy": SCORE_BOUNDS, "macro_f1": SCORE_BOUNDS, "comm_share": SCORE_BOUNDS}
 
 
-def _column_ci(runs: Sequence[Mapping], key: str) -> Interval:
+def _column_ci(runs: Sequence[RunRecord], key: str) -> Interval:
     """Mean and CI of one record column over ``runs`` (NaN, not measured, left out);
     scores and shares clipped to [0, 1]."""
-    return mean_ci([r[key] for r in runs], bounds=_BOUNDED.get(key))
+    return mean_ci([getattr(r, key) for r in runs], bounds=_BOUNDED.get(key))
 
 
-def _median_share(runs: Iterable[Mapping]) -> float:
+def _median_share(runs: Iterable[RunRecord]) -> float:
     """Median share of the CPUs other processes took, over the metered runs."""
-    shares = [r["foreign_cpu_share"] for r in runs if _finite(r["foreign_cpu_share"])]
+    shares = [r.foreign_cpu_share for r in runs if _finite(r.foreign_cpu_share)]
     return float(np.median(shares)) if shares else math.nan
 
 
-def summarise_group(runs: Sequence[Mapping]) -> GroupSummary:
+def summarise_group(runs: Sequence[RunRecord]) -> GroupSummary:
     """Means and CIs of one (model, workers) group over its seeds.
 
     Accuracy uses every run; times use the runs that were not contended. Intervals of
@@ -150,8 +149,8 @@ def summarise_group(runs: Sequence[Mapping]) -> GroupSummary:
     timed, timing_contended = timing_runs(runs)
     return GroupSummary(
         n_runs=len(runs),
-        seeds=sorted(r["seed"] for r in runs),
-        n_contended=sum(1 for r in runs if r["contended"]),
+        seeds=sorted(r.seed for r in runs),
+        n_contended=sum(1 for r in runs if r.contended),
         timing_contended=timing_contended,
         **{key: _column_ci(runs, key) for key in ("accuracy", "macro_f1", "peak_rss_mb")},
         cpu_obtained=_column_ci(runs, "cpu_obtained"),
@@ -160,14 +159,14 @@ def summarise_group(runs: Sequence[Mapping]) -> GroupSummary:
             for key in ("epoch_time_s", "wall_time_s", "samples_per_s", "comm_share", "comm_time_s")
         },
         foreign_cpu_share_median=_median_share(runs),
-        oversubscribed=any(r["oversubscribed"] for r in runs),
-        threads_per_worker=max(r["threads_per_worker"] for r in runs),
+        oversubscribed=any(r.oversubscribed for r in runs),
+        threads_per_worker=max(r.threads_per_worker for r in runs),
     )
 
 
 def compare_to_central(
-    central: Sequence[Mapping],
-    parallel: Sequence[Mapping],
+    central: Sequence[RunRecord],
+    parallel: Sequence[RunRecord],
     n_workers: int,
     *,
     margin: float,
@@ -193,7 +192,7 @@ def compare_to_central(
         timing_contended=contended,
         speedup=speed,
         efficiency=eff,
-        oversubscribed=any(r["oversubscribed"] for r in parallel),
+        oversubscribed=any(r.oversubscribed for r in parallel),
         mcnemar=mc,
         mcnemar_significant=sum(1 for m in mc if m.p < alpha),
         foreign_cpu_share_median=_median_share((*central, *parallel)),
@@ -203,18 +202,18 @@ def compare_to_central(
     return out
 
 
-def _mcnemar(central: Sequence[Mapping], parallel: Sequence[Mapping]) -> list[SeedMcNemar]:
+def _mcnemar(central: Sequence[RunRecord], parallel: Sequence[RunRecord]) -> list[SeedMcNemar]:
     """McNemar's test per seed whose two runs predicted the same test set."""
     mc = []
-    a_by_seed = {r["seed"]: r for r in central}
-    for r in sorted(parallel, key=lambda r: r["seed"]):
-        ref = a_by_seed.get(r["seed"])
-        if ref is None or not ref["y_pred"] or not r["y_pred"]:
+    a_by_seed = {r.seed: r for r in central}
+    for r in sorted(parallel, key=lambda r: r.seed):
+        ref = a_by_seed.get(r.seed)
+        if ref is None or not ref.y_pred or not r.y_pred:
             continue
-        if list(ref["y_true"]) != list(r["y_true"]):
+        if list(ref.y_true) != list(r.y_true):
             continue  # not the same test set: McNemar would be meaningless
-        res = mcnemar_test(ref["y_true"], ref["y_pred"], r["y_pred"])
-        mc.append(SeedMcNemar(**asdict(res), seed=r["seed"]))
+        res = mcnemar_test(ref.y_true, ref.y_pred, r.y_pred)
+        mc.append(SeedMcNemar(**asdict(res), seed=r.seed))
     return mc
 
 
@@ -236,8 +235,8 @@ def above_rate(values: Sequence[float], rate: float | None) -> bool:
 
 def judge(
     v: CentralComparison,
-    central: Sequence[Mapping],
-    parallel: Sequence[Mapping],
+    central: Sequence[RunRecord],
+    parallel: Sequence[RunRecord],
     majority_rate,
 ) -> Claims:
     """What may be claimed from one comparison (the rules every report applies):
@@ -256,14 +255,14 @@ def judge(
         if v.oversubscribed:
             withheld.append(OVERSUBSCRIBED)
         if v.timing_contended:
-            metered = any(_finite(r["foreign_cpu_share"]) for r in (*central, *parallel))
+            metered = any(_finite(r.foreign_cpu_share) for r in (*central, *parallel))
             withheld.append(CONTENDED if metered else NOT_METERED)
         elif speed.n < 2:
             withheld.append(FEW_TIMINGS)
         if eff.mean > 1:
             withheld.append(SUPERLINEAR)
-    above = above_rate([r["accuracy"] for r in central], majority_rate) and above_rate(
-        [r["accuracy"] for r in parallel], majority_rate
+    above = above_rate([r.accuracy for r in central], majority_rate) and above_rate(
+        [r.accuracy for r in parallel], majority_rate
     )
     accuracy = v.accuracy.verdict if above else BELOW_MAJORITY
     return Claims(
@@ -278,15 +277,15 @@ def judge(
     )
 
 
-def majority_baseline(records: Sequence[Mapping]) -> MajorityBaseline | None:
+def majority_baseline(records: Sequence[RunRecord]) -> MajorityBaseline | None:
     """The majority-class baseline on the test split: always predict the most frequent
     test class, the best any constant prediction can score there (so a model at or
     below it has learned nothing a constant would not). None without test labels."""
-    rec = next((r for r in records if r["y_true"]), None)
+    rec = next((r for r in records if r.y_true), None)
     if rec is None:
         return None
-    y = np.asarray(rec["y_true"], dtype=int)
-    classes = list(rec["classes"])
+    y = np.asarray(rec.y_true, dtype=int)
+    classes = list(rec.classes)
     counts = np.bincount(y, minlength=len(classes))
     k = int(counts.argmax())
     rate = float(counts[k] / len(y))
@@ -304,14 +303,14 @@ def majority_baseline(records: Sequence[Mapping]) -> MajorityBaseline | None:
     )
 
 
-def _comm_per_epoch(run: Mapping) -> float:
+def _comm_per_epoch(run: RunRecord) -> float:
     """Measured all-reduce seconds per epoch (the engines report the total over epochs)."""
-    epochs, comm = run["epochs_run"], run["comm_time_s"]
+    epochs, comm = run.epochs_run, run.comm_time_s
     return float(comm) / epochs if epochs else math.nan
 
 
 def fit_model_scaling(
-    runs: Sequence[Mapping],
+    runs: Sequence[RunRecord],
     workload: Workload,
     host: Network,
     *,
@@ -326,17 +325,17 @@ def fit_model_scaling(
     the sharing. The error is reported per worker count on the mean over seeds, both
     for the fit and leaving that worker count out of the fit (when two others remain).
     """
-    threads = max(r["threads_per_worker"] for r in runs)
-    fit_runs = [r for r in timing_runs(runs)[0] if not r["oversubscribed"]] or list(runs)
+    threads = max(r.threads_per_worker for r in runs)
+    fit_runs = [r for r in timing_runs(runs)[0] if not r.oversubscribed] or list(runs)
 
-    def fit(group_runs: Sequence[Mapping]):
+    def fit(group_runs: Sequence[RunRecord]):
         # Fit to the mean over seeds at each worker count, the numbers the errors are
         # reported on (a per-seed fit on relative residuals leans towards the fastest seeds).
         groups = sorted(_by(group_runs, "workers").items())
         return fit_scaling(
             workload,
             [n for n, _ in groups],
-            [float(np.mean([r["epoch_time_s"] for r in g])) for _, g in groups],
+            [float(np.mean([r.epoch_time_s for r in g])) for _, g in groups],
             host,
             comm_times_s=[float(np.nanmean([_comm_per_epoch(r) for r in g])) for _, g in groups],
             cores=cores,
@@ -348,16 +347,16 @@ def fit_model_scaling(
     points = []
     for n, group in sorted(_by(runs, "workers").items()):
         group = timing_runs(group)[0]
-        measured = float(np.mean([r["epoch_time_s"] for r in group]))
+        measured = float(np.mean([r.epoch_time_s for r in group]))
         err = relative_errors(model, [n], [measured])[0]
         pred = model.predict(n)
         # Leave this worker count out, fit to the others (oversubscribed ones included,
         # charged for core sharing), predict it: the check the fit cannot game.
-        others = [r for r in timed if r["workers"] != n]
+        others = [r for r in timed if r.workers != n]
         loo = math.nan
-        if len({r["workers"] for r in others}) >= 2:
+        if len({r.workers for r in others}) >= 2:
             loo = relative_errors(fit(others), [n], [measured])[0]
-        comm = [r["comm_share"] for r in group if _finite(r["comm_share"])]
+        comm = [r.comm_share for r in group if _finite(r.comm_share)]
         points.append(
             ScalingPoint(
                 n_workers=n,
@@ -366,7 +365,7 @@ def fit_model_scaling(
                 rel_error=err,
                 loo_error=loo,
                 in_fit=any(r in fit_runs for r in group),
-                oversubscribed=any(r["oversubscribed"] for r in group),
+                oversubscribed=any(r.oversubscribed for r in group),
                 measured_comm_share=float(np.mean(comm)) if comm else math.nan,
                 predicted_comm_share=pred["comm_share"],
             )
@@ -374,7 +373,7 @@ def fit_model_scaling(
     # This machine as measured: its cores, its sync overhead, the global batch it ran.
     base = model.predict(1)["epoch_time_s"]
     host_rows = []
-    for n in sorted({int(r["workers"]) for r in runs}):
+    for n in sorted({int(r.workers) for r in runs}):
         row = model.predict(n)
         host_rows.append(
             {
@@ -410,7 +409,7 @@ def fit_model_scaling(
 
 
 def analyse(
-    records: Sequence[Mapping],
+    records: Sequence[RunRecord],
     *,
     workloads: Mapping[str, Workload],
     host: Network | None,
@@ -437,7 +436,7 @@ def analyse(
                 for n, group in sorted(by_n.items())
                 if n != 1 and central
             },
-            above_majority=bool(central) and above_rate([r["accuracy"] for r in central], rate),
+            above_majority=bool(central) and above_rate([r.accuracy for r in central], rate),
         )
         if host is not None and model in workloads:
             try:
@@ -467,15 +466,15 @@ def analyse(
     )
 
 
-def _per_epoch(run: Mapping, key: str) -> float:
+def _per_epoch(run: RunRecord, key: str) -> float:
     """A run's total ``key`` (bytes, seconds over all epochs) per epoch run."""
-    epochs = run["epochs_run"]
-    value = run.get(key, math.nan)
+    epochs = run.epochs_run
+    value = getattr(run, key)
     return float(value) / epochs if epochs and _finite(value) else math.nan
 
 
 def compare_hooks(
-    records: Sequence[Mapping], *, margin: float, alpha: float
+    records: Sequence[RunRecord], *, margin: float, alpha: float
 ) -> dict[str, dict[str, dict[str, HookGroup]]]:
     """Each DDP communication hook against the plain all-reduce (``none``) of the same
     model, worker count and seed: per ``model -> workers -> hook``, epoch time,
@@ -485,7 +484,7 @@ def compare_hooks(
     Only model and worker counts with some hooked run appear; times come from the
     undisturbed runs when there are any (:func:`timing_runs`)."""
     out: dict = {}
-    multi = [r for r in records if r["workers"] > 1]
+    multi = [r for r in records if r.workers > 1]
     for (model, n), runs in sorted(_by(multi, "model", "workers").items()):
         by_hook = _by(runs, "comm_hook")
         if set(by_hook) <= {PLAIN_HOOK}:
@@ -500,22 +499,22 @@ def compare_hooks(
 
 
 def _hook_group(
-    group: Sequence[Mapping], plain: Sequence[Mapping], margin: float, alpha: float
+    group: Sequence[RunRecord], plain: Sequence[RunRecord], margin: float, alpha: float
 ) -> HookGroup:
     """One hook's runs of a (model, workers) group; against ``plain``'s when given."""
     timed, flagged = timing_runs(group)
     row = HookGroup(
         n_runs=len(group),
-        seeds=sorted(r["seed"] for r in group),
+        seeds=sorted(r.seed for r in group),
         timing_contended=flagged,
-        n_contended=sum(1 for r in group if r["contended"]),
-        epoch_time_s=mean_ci([r["epoch_time_s"] for r in timed]),
+        n_contended=sum(1 for r in group if r.contended),
+        epoch_time_s=mean_ci([r.epoch_time_s for r in timed]),
         comm_bytes_per_epoch=mean_ci([_per_epoch(r, "comm_bytes") for r in group]),
         comm_time_per_epoch_s=mean_ci([_per_epoch(r, "comm_time_s") for r in timed]),
         exposed_comm_per_epoch_s=mean_ci([_per_epoch(r, "exposed_comm_s") for r in timed]),
-        epochs_run=mean_ci([r["epochs_run"] for r in group]),
-        accuracy=mean_ci([r["accuracy"] for r in group], bounds=SCORE_BOUNDS),
-        macro_f1=mean_ci([r["macro_f1"] for r in group], bounds=SCORE_BOUNDS),
+        epochs_run=mean_ci([r.epochs_run for r in group]),
+        accuracy=mean_ci([r.accuracy for r in group], bounds=SCORE_BOUNDS),
+        macro_f1=mean_ci([r.macro_f1 for r in group], bounds=SCORE_BOUNDS),
     )
     if plain:
         scores = {}

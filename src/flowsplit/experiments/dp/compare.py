@@ -278,7 +278,7 @@ def run_cells(
         run = cell_dir(cfg.out, cell)
         previous = read_record(run, cores=0)
         if previous is not None and not (
-            cfg.rerun_contended and previous["foreign_cpu_share"] > limit
+            cfg.rerun_contended and previous.foreign_cpu_share > limit
         ):
             n_skipped += 1
             continue
@@ -288,7 +288,7 @@ def run_cells(
             aside = _set_aside(run, "contended") if done is not None else None
             if done is not None:
                 bar.write(
-                    f"{cell.name}: others used {100 * done['foreign_cpu_share']:.0f} % "
+                    f"{cell.name}: others used {100 * done.foreign_cpu_share:.0f} % "
                     "CPU while it was timed; running it again"
                 )
             _run_cell_once(cell, cfg, run_cell_fn, run, bar, failures)
@@ -297,7 +297,7 @@ def run_cells(
             current = read_record(run, cores=0)
             if current is not None:
                 failures.pop(cell.name, None)
-            if current is None or not current["foreign_cpu_share"] > limit:
+            if current is None or not current.foreign_cpu_share > limit:
                 break
     return {"n_cells": len(cells), "n_skipped": n_skipped, "failures": failures}
 
@@ -306,7 +306,7 @@ def _keep_least_contended(run: Path, aside: Path) -> None:
     """Of the run in ``run`` and the one set aside, leave the less disturbed in ``run``."""
     new = read_record(run, cores=0)
     old = read_record(aside, cores=0)
-    if new is not None and (old is None or new["foreign_cpu_share"] <= old["foreign_cpu_share"]):
+    if new is not None and (old is None or new.foreign_cpu_share <= old.foreign_cpu_share):
         return
     _set_aside(run, "contended" if new is not None else "failed")
     aside.rename(run)
@@ -324,7 +324,7 @@ def _run_cell_once(cell: Cell, cfg: CompareConfig, run_cell_fn, run: Path, bar, 
     atomic_write_json(run / CELL_INFO, info)
     share = info["contention"]["foreign_share"]
     bar.write(
-        f"{cell.name}: accuracy {rec['accuracy']:.3f}, epoch {rec['epoch_time_s']:.2f} s"
+        f"{cell.name}: accuracy {rec.accuracy:.3f}, epoch {rec.epoch_time_s:.2f} s"
         f" ({info['contention']['wall_s']:.0f} s; others used {100 * share:.0f} % CPU)"
     )
 

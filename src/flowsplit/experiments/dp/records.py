@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -70,7 +71,8 @@ CSV_COLUMNS = (
 )
 
 
-class RunRecord(TypedDict):
+@dataclass
+class RunRecord:
     """One finished training run, flattened (a row of ``results.csv`` plus the lists)."""
 
     model: str
@@ -121,6 +123,9 @@ class RunRecord(TypedDict):
     """CPU the run's processes got per thread they wanted (1.0 = never waited; NaN: unknown)."""
     contended: bool
 
+    def __getitem__(self, name: str) -> Any:  # transitional: the reports still index
+        return getattr(self, name)
+
 
 def typical_epoch_time(epoch_times: list[float]) -> float:
     """Mean epoch time, leaving out the first epoch when there are at least three.
@@ -154,49 +159,49 @@ def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRec
     epochs = list(r.epoch_times_s)
     train_time = float(sum(t for t in epochs if t is not None))
     comm = float(r.comm_time_s)
-    return {
-        "model": r.model,
-        "view": r.view,
-        "engine": r.engine,
-        "workers": r.workers,
-        "threads_per_worker": r.threads_per_worker,
-        "seed": r.seed,
-        "comm_hook": r.comm_hook or PLAIN_HOOK,
-        "oversubscribed": is_oversubscribed(r.workers, r.threads_per_worker, cores),
-        "epochs_run": int(r.epochs_run),
-        "epoch_time_s": typical_epoch_time(epochs),
-        "train_time_s": train_time,
-        "wall_time_s": float(r.wall_time_s),
-        "samples_per_s": float(r.samples_per_s),
-        "comm_time_s": comm,
-        "comm_share": comm / train_time if train_time > 0 else math.nan,
-        "comm_bytes": int(r.comm_bytes),
-        "exposed_comm_s": math.nan if r.exposed_comm_s is None else float(r.exposed_comm_s),
-        "data_time_s": float(r.data_time_s),
-        "peak_rss_mb": max(r.peak_rss_mb) if r.peak_rss_mb else math.nan,
-        "accuracy": float(r.accuracy),
-        "macro_f1": float(r.macro_f1),
-        "n_train": r.n_train,
-        "n_test": r.n_test,
-        "run_dir": run_dir,
+    return RunRecord(
+        model=r.model,
+        view=r.view,
+        engine=r.engine,
+        workers=r.workers,
+        threads_per_worker=r.threads_per_worker,
+        seed=r.seed,
+        comm_hook=r.comm_hook or PLAIN_HOOK,
+        oversubscribed=is_oversubscribed(r.workers, r.threads_per_worker, cores),
+        epochs_run=int(r.epochs_run),
+        epoch_time_s=typical_epoch_time(epochs),
+        train_time_s=train_time,
+        wall_time_s=float(r.wall_time_s),
+        samples_per_s=float(r.samples_per_s),
+        comm_time_s=comm,
+        comm_share=comm / train_time if train_time > 0 else math.nan,
+        comm_bytes=int(r.comm_bytes),
+        exposed_comm_s=math.nan if r.exposed_comm_s is None else float(r.exposed_comm_s),
+        data_time_s=float(r.data_time_s),
+        peak_rss_mb=max(r.peak_rss_mb) if r.peak_rss_mb else math.nan,
+        accuracy=float(r.accuracy),
+        macro_f1=float(r.macro_f1),
+        n_train=r.n_train,
+        n_test=r.n_test,
+        run_dir=run_dir,
         # Not in the CSV: kept for McNemar, confusion matrices and the scaling model.
-        "y_true": list(r.test_labels),
-        "y_pred": list(r.test_predictions),
-        "test_flow_ids": list(r.test_flow_ids),
-        "classes": list(r.classes),
-        "confusion_matrix": r.confusion_matrix,
-        "per_class_f1": r.per_class_f1,
-        "config": r.config,
-        "extra": r.extra,
-        "env": r.env,
-        "epoch_times_s": epochs,
-        "loss_per_epoch": list(r.loss_per_epoch),
-        "val_macro_f1_per_epoch": list(r.val_macro_f1_per_epoch),
+        y_true=list(r.test_labels),
+        y_pred=list(r.test_predictions),
+        test_flow_ids=list(r.test_flow_ids),
+        classes=list(r.classes),
+        confusion_matrix=r.confusion_matrix,
+        per_class_f1=r.per_class_f1,
+        config=r.config,
+        extra=r.extra,
+        env=r.env,
+        epoch_times_s=epochs,
+        loss_per_epoch=list(r.loss_per_epoch),
+        val_macro_f1_per_epoch=list(r.val_macro_f1_per_epoch),
         # Set by read_record from compare_cell.json; unknown here.
-        "foreign_cpu_share": math.nan,
-        "cpu_obtained": math.nan,
-        "contended": False,
-    }
+        foreign_cpu_share=math.nan,
+        cpu_obtained=math.nan,
+        contended=False,
+    )
 
 
 def read_record(run_dir: str | Path, *, cores: int) -> RunRecord | None:
@@ -219,13 +224,13 @@ def read_record(run_dir: str | Path, *, cores: int) -> RunRecord | None:
         c = info["contention"]
         share = float(c["foreign_share"])
         # CPU the run's processes got, per thread it wanted: 1.0 = never waited for a core.
-        wanted = c["wall_s"] * rec["workers"] * rec["threads_per_worker"]
+        wanted = c["wall_s"] * rec.workers * rec.threads_per_worker
         obtained = float(c["own_cpu_s"]) / wanted if wanted > 0 else math.nan
     except (OSError, ValueError, KeyError, TypeError):
         pass  # run not made by compare, or made before the meter existed: unknown
-    rec["foreign_cpu_share"] = share
-    rec["cpu_obtained"] = obtained
-    rec["contended"] = bool(share > CONTENDED_SHARE)
+    rec.foreign_cpu_share = share
+    rec.cpu_obtained = obtained
+    rec.contended = bool(share > CONTENDED_SHARE)
     return rec
 
 
@@ -239,36 +244,36 @@ def workload_from_records(records: list[RunRecord], dataset=None) -> Workload | 
     if not records:
         return None
     r = records[0]
-    cfg = r["config"]
-    if r["engine"] == "xgboost-dask" or r["model"] == "xgboost":
+    cfg = r.config
+    if r.engine == "xgboost-dask" or r.model == "xgboost":
         # The options the booster was built with: the model's defaults, then the run's.
         opts = {**model_options("xgboost"), **cfg["model_options"]}
         max_bin = int(opts["max_bin"])
-        n_features, n_bins = _features_and_bins(dataset, r["view"], max_bin)
+        n_features, n_bins = _features_and_bins(dataset, r.view, max_bin)
         # The engine counts the histograms its trees really built (bytes_are_estimate):
         # per round, from the data-parallel runs.
         per_round = [
-            rec["comm_bytes"] / rec["epochs_run"]
+            rec.comm_bytes / rec.epochs_run
             for rec in records
-            if rec["workers"] > 1 and rec["comm_bytes"] and rec["epochs_run"]
+            if rec.workers > 1 and rec.comm_bytes and rec.epochs_run
         ]
         return Workload(
-            r["model"],
-            n_samples=r["n_train"],
+            r.model,
+            n_samples=r.n_train,
             kind="xgboost",
             n_features=n_features,
             n_bins=n_bins,
             max_depth=int(opts["max_depth"]),
             n_rounds=1,
-            trees_per_round=max(1, len(r["classes"])),
+            trees_per_round=max(1, len(r.classes)),
             hist_bytes_per_round=float(np.median(per_round)) if per_round else 0.0,
         )
     n_params = _param_count(r, dataset)
     if n_params is None:
         return None
     return Workload(
-        r["model"],
-        n_samples=r["n_train"],
+        r.model,
+        n_samples=r.n_train,
         kind="ddp",
         param_bytes=4 * n_params,
         batch_size=int(cfg["batch_size"]),
@@ -292,19 +297,19 @@ def _features_and_bins(dataset, view: str, max_bin: int) -> tuple[int, int]:
 
 def _param_count(record: RunRecord, dataset) -> int | None:
     """Trainable parameters: from the engine if it says, else by building the model."""
-    n_params = record["extra"].get("n_params")  # extra: engine-specific, absent for XGBoost
+    n_params = record.extra.get("n_params")  # extra: engine-specific, absent for XGBoost
     if isinstance(n_params, int):
         return n_params
     if dataset is None:
         return None
     try:
-        view = record["view"]
+        view = record.view
         model = build_model(
-            record["model"],
+            record.model,
             view=view,
             input_shape=dataset.view_shape(view),
             n_classes=dataset.n_classes,
-            **record["config"]["model_options"],
+            **record.config["model_options"],
         )
         return sum(p.numel() for p in model.parameters() if p.requires_grad)
     except Exception:  # noqa: BLE001 - without a count the scaling model is skipped, not fatal
