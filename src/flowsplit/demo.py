@@ -224,6 +224,7 @@ def _studies(plan: DemoPlan, timings: dict[str, float]) -> tuple[Path | None, Pa
                 models=list(plan.models),
                 workers=(1, 2),
                 seeds=list(plan.seeds),
+                same_cores_seeds=1,  # one same-cores centralised cell per model
                 epochs=plan.epochs,
                 quick=True,
                 progress=not plan.quiet,

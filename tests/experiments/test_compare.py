@@ -118,6 +118,58 @@ def test_compare_statistics_and_scaling_from_fake_engine(study, fast_figures):
     assert len(cnn["vs_central"]["2"]["mcnemar"]) == 5
     assert any("2 workers cut cnn's epoch time" in s for s in res["summary"])
     assert any("oversubscribed" in s for s in res["summary"])
+    # The same-cores comparison: 2 workers x 1 thread against one process of 2 threads
+    # (4 workers exceed the 2 cores), whose compute the fake engine divides by 2 ** 0.7:
+    # 0.12 s / 1.62 = 0.074 s against 0.06 s + the all-reduce, about 1.2x.
+    same = cnn["same_cores"]
+    assert (same["n_workers"], same["threads_per_worker"], same["central_threads"]) == (2, 1, 2)
+    assert same["seeds"] == [0, 1, 2, 3, 4] and same["speedup_claimed"] is True
+    assert 1.1 < same["speedup"]["mean"] < 1.3 and same["speedup"]["low"] > 1
+    assert same["central"]["n_runs"] == 5 and same["central"]["threads_per_worker"] == 2
+    # ... kept out of the centralised group (5 runs of 1 thread) and the per-class table.
+    assert cnn["by_workers"]["1"]["n_runs"] == 5
+    assert cnn["by_workers"]["1"]["threads_per_worker"] == 1
+    assert {c["threads_per_worker"] for c in res["cells"] if c["workers"] == 1} == {1, 2}
+    line = next(s for s in res["summary"] if "cut cnn's epoch time" in s)
+    assert "[2 workers x 1 thread against 1 x 1 thread]" in line
+    assert "against one cnn process with the same 2 threads: 1.2" in line
+    assert "95 % CI" in line.split("same 2 threads")[1]
+    assert "x faster against 1 x 2 threads)" in res["summary"][0]
+    assert "same 2 threads" in (out / "report.html").read_text()
+    assert "same 2 threads" in (out / "report.md").read_text()
+
+
+def test_a_study_without_same_cores_cells_still_reads_and_renders(study, fast_figures):
+    # Prepare: a study as made before the same-cores cell (schema 1, no same_cores).
+    from flowsplit.errors import InputError
+    from flowsplit.experiments.advice import overview_content
+    from flowsplit.experiments.dp.html import render_html, render_markdown
+    from flowsplit.experiments.dp.result import read_compare_result
+
+    ds, out = study
+    calls: list[str] = []
+    run_compare(ds, out, models=["cnn"], workers=[2], seeds=2, quick=True, progress=False,
+                run_cell_fn=fake_runner(calls=calls), same_cores_seeds=0)  # fmt: skip
+    assert not any("-t" in c for c in calls)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["schema_version"] == 2 and doc["analysis"]["models"]["cnn"]["same_cores"] is None
+    del doc["schema_version"]
+    del doc["analysis"]["models"]["cnn"]["same_cores"]
+    (out / "results.json").write_text(json.dumps(doc))
+    # Execute
+    old = read_compare_result(out)
+    # Assert: it reads (no same-cores figure), renders, and feeds the overview.
+    assert old.analysis.models["cnn"].same_cores is None
+    assert "same 2 threads" not in " ".join(old.summary)
+    assert "2 workers x 1 thread(s) against 1 x 1 thread(s)" in old.summary[0]
+    assert "## Summary" in render_markdown(old)
+    assert render_html(old, []).startswith("<!DOCTYPE html>")
+    assert overview_content(out, None).advice
+    # A version from the future is one line naming the versions this one reads.
+    doc["schema_version"] = 3
+    (out / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="schema version 3, this flowsplit reads version 1, 2"):
+        read_compare_result(out)
 
 
 def test_report_rerenders_and_rejects_changed_settings(study, fast_figures):

@@ -61,6 +61,10 @@ METHODS = [
     "Speedup: time per epoch (XGBoost: per boosting round; the first epoch left out when "
     "three or more ran) centralised over data-parallel, geometric mean over seeds with a "
     "95 % CI on the log ratio; efficiency = speedup / N.",
+    "Same-cores speedup: N workers of t threads each against one centralised process of "
+    "N x t threads (the same cores; what `flowsplit train` on one machine would use), run for "
+    "each model on the first --same-cores-seeds seeds, N the largest worker count whose "
+    "threads fit the cores; the same geometric mean, CI and claim rules as the speedup.",
     "Scaling model: epoch time = fixed + compute per sample x samples / N (x core sharing "
     "on this machine) + all-reduce time, ring all-reduce 2(N-1) alpha + 2(N-1)/N bytes / "
     "beta per message; DDP reduces its gradient buckets every step, XGBoost the gradient/"

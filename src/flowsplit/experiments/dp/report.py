@@ -51,7 +51,7 @@ from flowsplit.experiments.dp.result import (
     ModelAnalysis,
     ScalingFit,
 )
-from flowsplit.experiments.dp.samecores import add_same_cores, headline_text
+from flowsplit.experiments.dp.samecores import add_same_cores, headline_text, short_same_cores
 from flowsplit.experiments.dp.scaling import (
     FITTED_PARAMETERS,
     NETWORK_PRESETS,
@@ -252,11 +252,7 @@ def _short_same_cores(entry: ModelAnalysis, v: CentralComparison) -> str:
     sc = entry.same_cores
     if sc is None or sc.n_workers != v.n_workers:
         return ""
-    against = f"against 1 x {sc.central_threads} threads"
-    if not sc.speedup_claimed:
-        return f" (none claimed {against}: {', '.join(sc.speedup_withheld)})"
-    s = sc.speedup.mean
-    return f" ({s:.2f}x faster {against})" if s >= 1 else f" ({1 / s:.2f}x slower {against})"
+    return f" ({short_same_cores(sc)})"
 
 
 def _short_accuracy(v: CentralComparison, margin: float) -> str:

@@ -94,6 +94,8 @@ def same_cores_text(model: str, sc: SameCoresComparison) -> str:
     or why no same-cores speedup is claimed."""
     head = f"against one {model} process with the same {sc.central_threads} threads"
     s = sc.speedup
+    if sc.speedup_withheld == [FEW_TIMINGS] and s.n == 1:
+        return f"{head}: {_faster(s.mean)} on one seed (no interval, so not claimed)"
     if not sc.speedup_claimed:
         measured = "" if math.isnan(s.mean) else f"; measured {s.mean:.2f}x"
         return f"{head}: no speedup claimed ({', '.join(sc.speedup_withheld)}{measured})"
@@ -104,6 +106,20 @@ def same_cores_text(model: str, sc: SameCoresComparison) -> str:
     if not math.isnan(lo):
         text += f" (95 % CI {lo:.2f}-{hi:.2f}x)"
     return f"{head}: {text}"
+
+
+def _faster(ratio: float) -> str:
+    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+
+
+def short_same_cores(sc: SameCoresComparison) -> str:
+    """``1.10x faster against 1 x 2 threads`` (``, one seed``), or why none is claimed."""
+    against = f"against 1 x {sc.central_threads} threads"
+    if sc.speedup_withheld == [FEW_TIMINGS] and sc.speedup.n == 1:
+        return f"{_faster(sc.speedup.mean)} {against}, one seed"
+    if not sc.speedup_claimed:
+        return f"none claimed {against}: {', '.join(sc.speedup_withheld)}"
+    return f"{_faster(sc.speedup.mean)} {against}"
 
 
 def threads_text(n_workers: int, threads: int) -> str:

@@ -9,7 +9,12 @@ import math
 
 from flowsplit.experiments.dp.analysis import FLOW_STATS_MODEL
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
-from flowsplit.experiments.dp.result import Analysis, CentralComparison, CompareResult
+from flowsplit.experiments.dp.result import (
+    Analysis,
+    CentralComparison,
+    CompareResult,
+    SameCoresComparison,
+)
 from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
 from flowsplit.experiments.stats import Interval
 from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
@@ -42,6 +47,16 @@ def speedup_cell(v: CentralComparison) -> str:
     """The measured speedup with its CI, and why it is not claimed when it is not."""
     text = _ci(v.speedup, 1, 2)
     withheld = v.claims.speedup_withheld
+    return f"{text}, not claimed: {', '.join(withheld)}" if withheld else text
+
+
+def same_cores_cell(sc: SameCoresComparison | None, n_workers: int) -> str:
+    """The same-cores speedup with its CI (``vs 1 x 2 threads``) on its worker count's row,
+    and why it is not claimed when it is not; '–' on the others."""
+    if sc is None or sc.n_workers != n_workers:
+        return "–"
+    text = f"{_ci(sc.speedup, 1, 2)} vs 1 x {sc.central_threads} threads"
+    withheld = sc.speedup_withheld
     return f"{text}, not claimed: {', '.join(withheld)}" if withheld else text
 
 
@@ -104,6 +119,7 @@ def summary_rows(analysis: Analysis) -> list[dict]:
                     "f1_p": _score_ci(g.macro_f1),
                     "f1_verdict": v.claims.macro_f1_verdict,
                     "speedup": speedup_cell(v),
+                    "same_cores": same_cores_cell(e.same_cores, v.n_workers),
                     "eff": v.efficiency.mean,
                     "comm": g.comm_share.mean,
                 }
@@ -123,6 +139,7 @@ SUMMARY_COLS = [
     Column("f1_p", "macro-F1 data-parallel %"),
     Column("f1_verdict", "macro-F1 verdict"),
     Column("speedup", "speedup (epoch)"),
+    Column("same_cores", "speedup vs 1 process, same cores"),
     Column("eff", "efficiency", fmt_pct(0), "right"),
     Column("comm", "comm share", fmt_pct(1), "right"),
 ]
