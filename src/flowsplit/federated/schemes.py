@@ -585,11 +585,7 @@ class Scheme:
         self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
     ) -> Coroutine:
         """End to end: forward, wait for the server's gradients, backward, pass them down."""
-        x.requires_grad_(True)
-        h = agg.module.part(x)  # (B, *cut-c shape)
-        yield Send(SERVER_ADDRESS, h.detach(), ACTIVATIONS, i)
-        yield Send(SERVER_ADDRESS, y, LABELS, i)
-        agg.opt.zero_grad(set_to_none=True)
+        h = yield from _aggregator_forward(agg, i, x, y, input_grad=True)
         grad = yield Recv(SERVER_ADDRESS, GRADIENTS)
         if grad is None:
             return
@@ -822,11 +818,7 @@ class HierarchicalSplitFedLocalLoss(Scheme):
         self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
     ) -> Coroutine:
         """Forward up, then backward from the aggregator's own head."""
-        x.requires_grad_(False)
-        h = agg.module.part(x)  # (B, *cut-c shape)
-        yield Send(SERVER_ADDRESS, h.detach(), ACTIVATIONS, i)
-        yield Send(SERVER_ADDRESS, y, LABELS, i)
-        agg.opt.zero_grad(set_to_none=True)
+        h = yield from _aggregator_forward(agg, i, x, y, input_grad=False)
         F.cross_entropy(agg.module.aux(h), y).backward()
         agg.opt.step()
         agg.charge_train(i, len(y))
@@ -837,6 +829,20 @@ class HierarchicalSplitFedLocalLoss(Scheme):
         """Train the server part; nothing goes back down."""
         x.requires_grad_(False)
         return _no_messages(server.train_on(i, x, y, module, opt))
+
+
+def _aggregator_forward(
+    agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor, *, input_grad: bool
+) -> Coroutine:
+    """The aggregator's part on client ``i``'s activations, sent up with the labels (the
+    optimiser's gradients cleared for the backward that follows); returns the output.
+    ``input_grad``: keep the gradient of ``x`` to pass down to the client."""
+    x.requires_grad_(input_grad)
+    h = agg.module.part(x)  # (B, *cut-c shape)
+    yield Send(SERVER_ADDRESS, h.detach(), ACTIVATIONS, i)
+    yield Send(SERVER_ADDRESS, y, LABELS, i)
+    agg.opt.zero_grad(set_to_none=True)
+    return h
 
 
 SCHEME_CLASSES: dict[str, type[Scheme]] = {
