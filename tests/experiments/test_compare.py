@@ -42,6 +42,21 @@ def test_plan_is_seed_major():
     assert [c.name for c in cells[:4]] == ["a/w1/seed0", "a/w2/seed0", "b/w1/seed0", "b/w2/seed0"]
 
 
+def test_same_cores_cell_is_planned_for_the_largest_worker_count_that_fits():
+    from flowsplit.experiments.dp.layout import same_cores_workers, study_cells
+
+    assert same_cores_workers([1, 2, 4], 1, cores=2) == 2  # 4 x 1 threads exceed 2 cores
+    assert same_cores_workers([1, 2, 4], 1, cores=8) == 4
+    assert same_cores_workers([1, 2, 4], 2, cores=2) == 4  # none fits: the largest
+    assert same_cores_workers([1], 1, cores=8) is None
+    cfg = {"models": ["cnn"], "workers": [1, 2, 4], "seeds": [0, 1], "threads": 2}
+    old = [c.name for c in study_cells(cfg, cores=8)]  # a study made before the cell
+    assert old == [f"cnn/w{n}/seed{s}" for s in (0, 1) for n in (1, 2, 4)]
+    new = [c.name for c in study_cells({**cfg, "same_cores_seeds": 1}, cores=8)]
+    assert new == [*old[:3], "cnn/w1-t8/seed0", *old[3:]]
+    assert len(study_cells({**cfg, "same_cores_seeds": None}, cores=8)) == 8
+
+
 def test_compare_writes_report_and_resumes(study, fast_figures):
     # Prepare
     ds, out = study
