@@ -111,8 +111,20 @@ def make_plans(
     from flowsplit.planner.commands import _plan_document
     from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
 
+    model_opts = {}
+    for o in opts["model_options"]:
+        k, _, v = o.partition("=")
+        try:
+            model_opts[k] = json.loads(v)
+        except json.JSONDecodeError:
+            model_opts[k] = v
+    # The model goes into the study's config too: a plan's run takes its model from it
+    # (``sfl run --plan`` runs the planned model, not the command line's).
     cfg = resolve_study_config(
         False,
+        model=opts["model"],
+        view=opts["view"],
+        model_options=model_opts,
         topology=str(topology_file),
         rounds=opts["rounds"],
         batch_size=opts["batch_size"],
@@ -122,13 +134,6 @@ def make_plans(
         n_pilots=opts["pilots"],
         pilot_steps=opts["pilot_steps"],
     )
-    model_opts = {}
-    for o in opts["model_options"]:
-        k, _, v = o.partition("=")
-        try:
-            model_opts[k] = json.loads(v)
-        except json.JSONDecodeError:
-            model_opts[k] = v
     fn = RegistryModel(opts["model"], opts["view"], model_opts)
     t0 = time.perf_counter()
     if study is None:
