@@ -13,12 +13,12 @@ processes, where the run itself would run, and measures:
   the upper end of each client-aggregator and aggregator-server pair measures the
   round-trip time of a one-value message (fastest of 8, after 2 warm-ups) and the
   bandwidth each way: a payload is grown until its timed transfer takes at least
-  ``PROBE_TRANSFER_S``; its bytes over its time less a round trip are the *effective*
-  rate, which the topology gets (a message pays TCP's start and the quota's stalls
-  too); then twice that payload is timed as well, and the extra bytes over the extra
-  time are the *steady-state* rate (what a transfer pays once cancels out), reported
-  beside it (``down_steady_Bps``, ``up_steady_Bps``) as the rate the link really has.
-  The latency the topology gets is half the round trip;
+  ``PROBE_TRANSFER_S``, then twice that payload is timed; the *effective* rate (the
+  faster of the two, bytes over time less a round trip: a stall only slows a transfer,
+  and a message pays TCP's start too) goes into the topology; the *steady-state* rate
+  (extra bytes over extra time: what a transfer pays once cancels) is reported beside
+  it (``down_steady_Bps``, ``up_steady_Bps``). The latency the topology gets is half
+  the round trip;
 - **the transport's CPU**: every role counts the CPU time its process spends (all its
   threads: gloo's included) on the probe's small round trips (CPU s per message
   received: a round trip is one receive, waited for, and one send, posted; a posted
@@ -27,8 +27,7 @@ processes, where the run itself would run, and measures:
   sends and receives pooled); and the delay a computing sender adds to a message the
   receiver asks for (``busy_wake_s``: the lower end of each link posts a payload, then
   waits or spins; the upper end asks for it later and times the rest, busy less idle).
-  The
-  timeline replay charges the bytes' CPU and the busy sender's delay
+  The timeline replay charges the bytes' CPU and the busy sender's delay
   (:func:`flowsplit.federated.system.schedule.replay`); the CPU per round trip is
   reported (a message's fixed cost is already in the latency, half a round trip).
 
