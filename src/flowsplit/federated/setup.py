@@ -93,14 +93,16 @@ class RunSetup:
 
     def context(self, *, meter_enabled: bool = True, sampled: bool = False) -> RunContext:
         """What every role knows of the run. ``sampled``: the caller runs the sampled
-        clients of each round (the simulation); other runners refuse a sampled config."""
+        clients of each round (the simulation, a dist run's worker pool); a process per
+        client refuses a sampled config."""
         if not sampled:
             from flowsplit.federated.sampling import sampling_configured
 
             if sampling_configured(self.config):
                 raise ConfigError(
                     "--clients-per-round, --fraction and --select sample clients in "
-                    "--mode sim only; --mode dist runs every client in every round"
+                    "--mode sim, or in --mode dist with a pool of client workers "
+                    "(--client-workers P)"
                 )
         return RunContext(
             scheme=self.scheme,
