@@ -61,7 +61,9 @@ from scipy.optimize import nnls
 from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
 from flowsplit.testbed import Testbed, TestbedSpec, burst_bytes, missing_requirement
 
-EPOCH_LINE = re.compile(r"epoch (\d+): loss")
+EPOCH_LINE = re.compile(r"epoch (\d+)(/\d+)?: loss")
+"""rank 0's epoch line in train.log: ``epoch N/M: loss`` (1-based since train numbers
+epochs from 1; older logs: ``epoch N: loss``, 0-based)."""
 BATCH = {"cnn": 64, "convgru": 32, "lstm": 64, "convlstm": 32}
 
 
@@ -117,7 +119,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
                     whole = chunk[: chunk.rfind("\n") + 1]
                     pos += len(whole.encode())
                     for m in EPOCH_LINE.finditer(whole):
-                        k = int(m.group(1))
+                        k = int(m.group(1)) - (1 if m.group(2) else 0)
                         assert k == seen, (k, seen)
                         if k + 1 < epochs:  # before anything else: the next epoch starts
                             if k == 0:
