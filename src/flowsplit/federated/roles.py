@@ -32,7 +32,7 @@ from torch import nn
 
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.optim import make_optimizer
-from flowsplit.federated.schemes import RoundPlan, Scheme
+from flowsplit.federated.schemes import RoundPlan, Scheme, receive_pair
 from flowsplit.federated.system.costs import CostMeter
 from flowsplit.federated.system.parts import AuxHead, Part, flatten_state, load_flat_state
 from flowsplit.federated.system.profile import PartCosts
@@ -184,13 +184,7 @@ class EdgeAggregator:
             for i in view:
                 if step >= plan.n_batches[i] or i in self.notified:
                     continue
-                x = y = None
-                if i not in self.lost:
-                    x = yield Recv((CLIENT, i), ACTIVATIONS, droppable=True)
-                    if x is not None:
-                        y = yield Recv((CLIENT, i), LABELS, droppable=True)
-                    if y is None:
-                        self.lost.add(i)
+                x, y = yield from receive_pair(self.lost, i, ACTIVATIONS, LABELS)
                 if i in self.lost:
                     yield Send(SERVER_ADDRESS, None, CONTROL, i)
                     self.notified.add(i)

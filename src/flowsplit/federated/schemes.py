@@ -600,14 +600,8 @@ class Scheme:
         """Average the clients' parts (FedAvg by sample count) and report them up."""
         states, counts = [], []
         for i in view:
-            if i in agg.lost:
-                continue
-            state = yield Recv((CLIENT, i), MODEL, droppable=True)
-            count = (
-                (yield Recv((CLIENT, i), CONTROL, droppable=True)) if state is not None else None
-            )
+            state, count = yield from receive_pair(agg.lost, i, MODEL, CONTROL)
             if count is None:
-                agg.lost.add(i)
                 continue
             states.append(state)
             counts.append(int(count.item()))
@@ -737,13 +731,7 @@ class SplitFed(Scheme):
         for i in view:
             if i in agg.notified:
                 continue
-            state = count = None
-            if i not in agg.lost:
-                state = yield Recv((CLIENT, i), MODEL, droppable=True)
-                if state is not None:
-                    count = yield Recv((CLIENT, i), CONTROL, droppable=True)
-                if count is None:
-                    agg.lost.add(i)
+            state, count = yield from receive_pair(agg.lost, i, MODEL, CONTROL)
             if i in agg.lost:
                 yield Send(SERVER_ADDRESS, None, CONTROL, i, UPLOAD)
                 agg.notified.add(i)
@@ -829,6 +817,20 @@ class HierarchicalSplitFedLocalLoss(Scheme):
         """Train the server part; nothing goes back down."""
         x.requires_grad_(False)
         return _no_messages(server.train_on(i, x, y, module, opt))
+
+
+def receive_pair(lost: set[int], i: int, first: str, second: str) -> Coroutine:
+    """Client ``i``'s next two messages (kinds ``first`` then ``second``), or None in
+    place of those that did not come: then ``i`` is added to ``lost`` (a client in
+    ``lost`` is not waited for)."""
+    a = b = None
+    if i not in lost:
+        a = yield Recv((CLIENT, i), first, droppable=True)
+        if a is not None:
+            b = yield Recv((CLIENT, i), second, droppable=True)
+        if b is None:
+            lost.add(i)
+    return a, b
 
 
 def _aggregator_forward(
