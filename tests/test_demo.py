@@ -44,6 +44,8 @@ def test_demo_asks_for_paired_runs_and_the_cheap_split_learning_setting(recorded
     dp = calls["dp"]
     assert dp["workers"] == (1, 2) and dp["seeds"] == [0, 1, 2] and dp["epochs"] == 3
     assert dp["models"] == ["cnn", "lstm", "xgboost"] and dp["quick"] is True
+    # one same-cores centralised cell per model (1 x 2 threads against 2 workers), seed 0
+    assert dp["same_cores_seeds"] == 1
     # ... and split learning on the CNN over the seq view, 8 rounds, the same seeds.
     sfl = calls["sfl"]
     assert (sfl["model"], sfl["view"], sfl["rounds"], sfl["seeds"]) == ("cnn", "seq", 8, (0, 1, 2))
