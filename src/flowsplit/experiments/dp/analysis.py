@@ -344,45 +344,22 @@ def fit_model_scaling(
 
     model = fit(fit_runs)
     timed = timing_runs(runs)[0]
-    points = []
-    for n, group in sorted(_by(runs, "workers").items()):
-        group = timing_runs(group)[0]
-        measured = float(np.mean([r.epoch_time_s for r in group]))
-        err = relative_errors(model, [n], [measured])[0]
-        pred = model.predict(n)
-        # Leave this worker count out, fit to the others (oversubscribed ones included,
-        # charged for core sharing), predict it: the check the fit cannot game.
-        others = [r for r in timed if r.workers != n]
-        loo = math.nan
-        if len({r.workers for r in others}) >= 2:
-            loo = relative_errors(fit(others), [n], [measured])[0]
-        comm = [r.comm_share for r in group if _finite(r.comm_share)]
-        points.append(
-            ScalingPoint(
-                n_workers=n,
-                measured_s=measured,
-                predicted_s=pred["epoch_time_s"],
-                rel_error=err,
-                loo_error=loo,
-                in_fit=any(r in fit_runs for r in group),
-                oversubscribed=any(r.oversubscribed for r in group),
-                measured_comm_share=float(np.mean(comm)) if comm else math.nan,
-                predicted_comm_share=pred["comm_share"],
-            )
-        )
+    points = [
+        _scaling_point(model, fit, n, timing_runs(group)[0], timed, fit_runs)
+        for n, group in sorted(_by(runs, "workers").items())
+    ]
     # This machine as measured: its cores, its sync overhead, the global batch it ran.
     base = model.predict(1)["epoch_time_s"]
-    host_rows = []
-    for n in sorted({int(r.workers) for r in runs}):
-        row = model.predict(n)
-        host_rows.append(
-            {
-                **row,
-                "speedup": base / row["epoch_time_s"],
-                "efficiency": base / row["epoch_time_s"] / n,
-                "network": host.name,
-            }
-        )
+    host_rows = [
+        {
+            **row,
+            "speedup": base / row["epoch_time_s"],
+            "efficiency": base / row["epoch_time_s"] / n,
+            "network": host.name,
+        }
+        for n in sorted({int(r.workers) for r in runs})
+        for row in [model.predict(n)]
+    ]
     # A cluster: every worker has its own cores; each keeps the centralised batch (global
     # batch = batch x N, the usual linear-scaling practice), since a fixed global batch
     # cannot be split over more workers than it has samples.
@@ -405,6 +382,31 @@ def fit_model_scaling(
         speedup_cap_fixed_batch=base / serial if serial > 0 else math.inf,
         cluster_batch="per worker" if cluster is not model else "global",
         predictions={key: [Prediction(**row) for row in rows] for key, rows in curves.items()},
+    )
+
+
+def _scaling_point(model, fit, n: int, group, timed, fit_runs) -> ScalingPoint:
+    """The scaling model against the mean epoch time of ``n`` workers (``group``, its
+    undisturbed runs), also fitted without ``n`` (``fit`` on the other ``timed`` runs,
+    oversubscribed ones included, charged for core sharing): the check the fit cannot
+    game."""
+    measured = float(np.mean([r.epoch_time_s for r in group]))
+    pred = model.predict(n)
+    others = [r for r in timed if r.workers != n]
+    loo = math.nan
+    if len({r.workers for r in others}) >= 2:
+        loo = relative_errors(fit(others), [n], [measured])[0]
+    comm = [r.comm_share for r in group if _finite(r.comm_share)]
+    return ScalingPoint(
+        n_workers=n,
+        measured_s=measured,
+        predicted_s=pred["epoch_time_s"],
+        rel_error=relative_errors(model, [n], [measured])[0],
+        loo_error=loo,
+        in_fit=any(r in fit_runs for r in group),
+        oversubscribed=any(r.oversubscribed for r in group),
+        measured_comm_share=float(np.mean(comm)) if comm else math.nan,
+        predicted_comm_share=pred["comm_share"],
     )
 
 
