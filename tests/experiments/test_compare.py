@@ -151,6 +151,13 @@ def test_compare_statistics_and_scaling_from_fake_engine(study, fast_figures):
     assert "95 % CI" in line.split("same 2 threads")[1]
     assert "x faster against 1 x 2 threads)" in res["summary"][0]
     assert "same 2 threads" in (out / "report.html").read_text()
+    # The verdict chart's point of the 2-thread process: 2 ** 0.7 = 1.62x the 1-thread one's.
+    from flowsplit.experiments.dp.plots import _same_cores_point
+    from flowsplit.experiments.dp.result import read_compare_result
+
+    (point,) = _same_cores_point("cnn", read_compare_result(out).analysis.models["cnn"])
+    assert point["label"] == "cnn, centralised 1 x 2 threads"
+    assert point["x"]["speedup"] == pytest.approx(2**0.7, rel=0.03)
     assert "same 2 threads" in (out / "report.md").read_text()
 
 

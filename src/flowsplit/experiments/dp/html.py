@@ -186,8 +186,9 @@ def _verdict_caption(results: CompareResult) -> str:
     text = (
         "Test accuracy (mean over seeds, 95 % CI clipped to 0-100 %) against the epoch-time "
         f"speedup over centralised (every worker {results.threads} thread(s)); centralised "
-        "runs sit at 1x. A speedup marked 'not claimed' was measured under disturbed timing "
-        "or oversubscribed cores (see the summary)."
+        "runs sit at 1x; a model's centralised process with its workers' threads (1 x N x t, "
+        "the same cores) is a point of its own. A speedup marked 'not claimed' was measured "
+        "under disturbed timing or oversubscribed cores (see the summary)."
     )
     if maj:
         text += f" Majority-class baseline: {100 * maj.accuracy:.1f} % accuracy."

@@ -292,6 +292,27 @@ def confusion_chart(matrix, classes: Sequence[str], title: str):
     return figures.heatmap(matrix, classes, classes, title=title)
 
 
+def _same_cores_point(model: str, entry: ModelAnalysis) -> list[dict]:
+    """The same-cores centralised process (1 x N*t threads) on the verdict chart: its
+    speedup over the 1 x t centralised runs (ratio of the mean epoch times), its accuracy."""
+    sc, central = entry.same_cores, entry.by_workers.get("1")
+    if sc is None or central is None:
+        return []
+    x = central.epoch_time_s.mean / sc.central.epoch_time_s.mean
+    acc = sc.central.accuracy
+    if not math.isfinite(x):
+        return []
+    return [
+        {
+            "label": f"{model}, centralised 1 x {sc.central_threads} threads",
+            "x": {"speedup": x},
+            "y": 100 * min(1.0, acc.mean),
+            "ylo": 100 * max(0.0, acc.low),
+            "yhi": 100 * min(1.0, acc.high),
+        }
+    ]
+
+
 def verdict_chart(results: CompareResult):
     """The page's one picture: test accuracy (mean, 95 % CI) against the epoch-time speedup
     over centralised, a point per model and worker count (centralised at 1x), hollow
@@ -321,6 +342,7 @@ def verdict_chart(results: CompareResult):
                     "yhi": 100 * min(1.0, acc.high),
                 }
             )
+        points += _same_cores_point(model, entry)
     hlines = []
     maj = a.baselines.majority
     lowest = min((p["ylo"] if math.isfinite(p["ylo"]) else p["y"] for p in points), default=0)
