@@ -247,12 +247,12 @@ def _short_speed(v: CentralComparison) -> str:
 
 
 def _short_same_cores(entry: ModelAnalysis, v: CentralComparison) -> str:
-    """`` (1.10x against 1 x 2 threads)``: the same-cores speedup at the headline's worker
-    count, when the study measured it."""
+    """``, against 1 x 2 threads 1.10x faster``: the same-cores speedup at the headline's
+    worker count, when the study measured it."""
     sc = entry.same_cores
     if sc is None or sc.n_workers != v.n_workers:
         return ""
-    return f" ({short_same_cores(sc)})"
+    return f", {short_same_cores(sc)}"
 
 
 def _short_accuracy(v: CentralComparison, margin: float) -> str:

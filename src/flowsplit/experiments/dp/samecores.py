@@ -113,13 +113,13 @@ def _faster(ratio: float) -> str:
 
 
 def short_same_cores(sc: SameCoresComparison) -> str:
-    """``1.10x faster against 1 x 2 threads`` (``, one seed``), or why none is claimed."""
+    """``against 1 x 2 threads 1.10x faster`` (``on one seed``), or why none is claimed."""
     against = f"against 1 x {sc.central_threads} threads"
     if sc.speedup_withheld == [FEW_TIMINGS] and sc.speedup.n == 1:
-        return f"{_faster(sc.speedup.mean)} {against}, one seed"
+        return f"{against} {_faster(sc.speedup.mean)} on one seed"
     if not sc.speedup_claimed:
-        return f"none claimed {against}: {', '.join(sc.speedup_withheld)}"
-    return f"{_faster(sc.speedup.mean)} {against}"
+        return f"{against} none claimed ({', '.join(sc.speedup_withheld)})"
+    return f"{against} {_faster(sc.speedup.mean)}"
 
 
 def threads_text(n_workers: int, threads: int) -> str:
