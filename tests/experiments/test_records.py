@@ -36,11 +36,11 @@ def test_record_from_metrics_flattens_the_engine_schema():
     # Execute
     rec = record_from_metrics(m, cores=2, run_dir="r")
     # Assert
-    assert rec["workers"] == 2 and not rec["oversubscribed"]
-    assert rec["train_time_s"] == pytest.approx(sum(m["epoch_times_s"]))
-    assert rec["comm_share"] == pytest.approx(m["comm_time_s"] / sum(m["epoch_times_s"]))
-    assert rec["peak_rss_mb"] == 300.0
-    assert rec["y_pred"] == m["test_predictions"]
+    assert rec.workers == 2 and not rec.oversubscribed
+    assert rec.train_time_s == pytest.approx(sum(m["epoch_times_s"]))
+    assert rec.comm_share == pytest.approx(m["comm_time_s"] / sum(m["epoch_times_s"]))
+    assert rec.peak_rss_mb == 300.0
+    assert rec.y_pred == m["test_predictions"]
 
 
 def test_workload_from_records():

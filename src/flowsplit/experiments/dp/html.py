@@ -91,9 +91,9 @@ def _net_names() -> dict[str, str]:
 
 def _confusions(records: Sequence[Mapping], model: str, n: int):
     mats = [
-        np.asarray(r["confusion_matrix"])
+        np.asarray(r.confusion_matrix)
         for r in records
-        if r["model"] == model and r["workers"] == n and r["confusion_matrix"]
+        if r.model == model and r.workers == n and r.confusion_matrix
     ]
     return (sum(mats), len(mats)) if mats else (None, 0)
 
@@ -247,7 +247,7 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
         curves = [
             html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
             for m in models
-            if any(r["model"] == m and r["loss_per_epoch"] for r in records)
+            if any(r.model == m and r.loss_per_epoch for r in records)
         ]
         if curves:
             parts.append(

@@ -187,21 +187,19 @@ def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, 
 def learning_curves_chart(model: str, records: Sequence[Mapping]):
     """Training loss and validation macro-F1 against epoch and against training time, one
     colour per worker count, one line per seed (the per-epoch history of each run)."""
-    runs = [r for r in records if r["model"] == model and r["loss_per_epoch"]]
+    runs = [r for r in records if r.model == model and r.loss_per_epoch]
     fig = figures.new_figure(11.0, 5.6)
     axes = fig.subplots(2, 2, sharey="row")
-    workers = sorted({int(r["workers"]) for r in runs})
+    workers = sorted({int(r.workers) for r in runs})
     colours = {n: f"C{i}" for i, n in enumerate(workers)}
-    for r in sorted(runs, key=lambda r: (r["workers"], r["seed"])):
-        n = int(r["workers"])
-        loss = np.array([np.nan if v is None else v for v in r["loss_per_epoch"]], dtype=float)
-        f1 = np.array(
-            [np.nan if v is None else v for v in r["val_macro_f1_per_epoch"]], dtype=float
-        )
-        times = np.array([0.0 if t is None else t for t in r["epoch_times_s"]])
+    for r in sorted(runs, key=lambda r: (r.workers, r.seed)):
+        n = int(r.workers)
+        loss = np.array([np.nan if v is None else v for v in r.loss_per_epoch], dtype=float)
+        f1 = np.array([np.nan if v is None else v for v in r.val_macro_f1_per_epoch], dtype=float)
+        times = np.array([0.0 if t is None else t for t in r.epoch_times_s])
         clock = np.cumsum(times)
-        first = r["seed"] == min(q["seed"] for q in runs if int(q["workers"]) == n)
-        label = _label(n, bool(r["oversubscribed"])) if first else None
+        first = r.seed == min(q.seed for q in runs if int(q.workers) == n)
+        label = _label(n, bool(r.oversubscribed)) if first else None
         style = {
             "color": colours[n],
             "alpha": 0.8,

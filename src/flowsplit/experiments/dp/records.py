@@ -123,9 +123,6 @@ class RunRecord:
     """CPU the run's processes got per thread they wanted (1.0 = never waited; NaN: unknown)."""
     contended: bool
 
-    def __getitem__(self, name: str) -> Any:  # transitional: the reports still index
-        return getattr(self, name)
-
 
 def typical_epoch_time(epoch_times: list[float]) -> float:
     """Mean epoch time, leaving out the first epoch when there are at least three.

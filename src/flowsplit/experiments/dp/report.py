@@ -75,7 +75,7 @@ def write_workloads(out: Path, dataset) -> None:
         recs = [
             r
             for r in records
-            if r["model"] == model and r["comm_hook"] == PLAIN_HOOK and not _same_cores(r, cfg)
+            if r.model == model and r.comm_hook == PLAIN_HOOK and not _same_cores(r, cfg)
         ]
         wl = workload_from_records(recs, dataset)
         if wl is not None:
@@ -122,13 +122,13 @@ def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
 
 def _same_cores(r: RunRecord, cfg: dict) -> bool:
     """Whether a record is of a same-cores centralised cell (more threads than the study's)."""
-    return r["workers"] == 1 and r["threads_per_worker"] != int(cfg.get("threads", 1))
+    return r.workers == 1 and r.threads_per_worker != int(cfg.get("threads", 1))
 
 
 def _record_name(r: RunRecord, cfg: dict) -> str:
     """The name of the cell a record is of (``cnn/w1-t2/seed0`` for a same-cores one)."""
-    threads = r["threads_per_worker"] if _same_cores(r, cfg) else None
-    return cell_name(r["model"], r["workers"], r["seed"], r["comm_hook"], threads)
+    threads = r.threads_per_worker if _same_cores(r, cfg) else None
+    return cell_name(r.model, r.workers, r.seed, r.comm_hook, threads)
 
 
 def _host_network(bench: dict | None) -> tuple[Network | None, float]:
@@ -159,7 +159,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
     }
     # The study's main comparison (and the scaling fit) is of the plain all-reduce; the
     # communication hooks are compared with it on their own.
-    plain = [r for r in records if r["comm_hook"] == PLAIN_HOOK and not _same_cores(r, cfg)]
+    plain = [r for r in records if r.comm_hook == PLAIN_HOOK and not _same_cores(r, cfg)]
     analysis = analyse(
         plain,
         workloads=workloads,
@@ -173,7 +173,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
     status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
     done = {_record_name(r, cfg) for r in records}
     failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
-    env = next((r["env"] for r in records if r["env"]), {})
+    env = next((r.env for r in records if r.env), {})
     doc = {
         "flowsplit_version": __version__,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -195,7 +195,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
         "analysis": analysis,
         "per_class_f1": per_class_f1(plain),
         "failures": failures,
-        "cells": [{k: r[k] for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
+        "cells": [{k: getattr(r, k) for k in (*CSV_COLUMNS, *JSON_EXTRA)} for r in records],
         "env": env,
     }
     result = CompareResult.from_dict(jsonable(doc, strict=False))  # infinities kept
@@ -207,8 +207,8 @@ def per_class_f1(records: list[RunRecord]) -> dict:
     """Mean test F1 of each class over seeds, per model and worker count."""
     acc: dict = {}
     for r in records:
-        slot = acc.setdefault(r["model"], {}).setdefault(str(r["workers"]), {})
-        for cls, f1 in r["per_class_f1"].items():
+        slot = acc.setdefault(r.model, {}).setdefault(str(r.workers), {})
+        for cls, f1 in r.per_class_f1.items():
             if f1 is not None:
                 slot.setdefault(cls, []).append(float(f1))
     return {
@@ -218,7 +218,7 @@ def per_class_f1(records: list[RunRecord]) -> dict:
 
 
 def _first(records: list[RunRecord], key: str) -> Any:
-    return records[0][key] if records else None
+    return getattr(records[0], key) if records else None
 
 
 SPEEDUP_WORTH_IT = 1.2

@@ -38,7 +38,7 @@ def compare_same_cores(
     threads), paired by seed; the speedup is the centralised epoch time over the workers'."""
     seeds, t_ref, t_par, contended = paired_times(central, parallel)
     speed = ratio_ci(t_ref, t_par)
-    over = any(r["oversubscribed"] for r in (*central, *parallel))
+    over = any(r.oversubscribed for r in (*central, *parallel))
     withheld = []
     if math.isnan(speed.mean):
         withheld.append(NO_TIMING)
@@ -46,16 +46,14 @@ def compare_same_cores(
         if over:
             withheld.append(OVERSUBSCRIBED)
         if contended:
-            metered = any(
-                math.isfinite(float(r["foreign_cpu_share"])) for r in (*central, *parallel)
-            )
+            metered = any(math.isfinite(float(r.foreign_cpu_share)) for r in (*central, *parallel))
             withheld.append(CONTENDED if metered else NOT_METERED)
         elif speed.n < 2:
             withheld.append(FEW_TIMINGS)
     return SameCoresComparison(
         n_workers=n_workers,
-        threads_per_worker=max(r["threads_per_worker"] for r in parallel),
-        central_threads=max(r["threads_per_worker"] for r in central),
+        threads_per_worker=max(r.threads_per_worker for r in parallel),
+        central_threads=max(r.threads_per_worker for r in central),
         central=summarise_group(central),
         seeds=seeds,
         timing_contended=contended,
@@ -73,20 +71,18 @@ def add_same_cores(
     runs (``same_cores``) and the study's plain runs (``runs``): the worker count compared
     is the one whose threads add up to the centralised process's."""
     for model, entry in analysis.models.items():
-        central = [r for r in same_cores if r["model"] == model]
+        central = [r for r in same_cores if r.model == model]
         if not central:
             continue
-        total = max(r["threads_per_worker"] for r in central)
-        central = [r for r in central if r["threads_per_worker"] == total]
+        total = max(r.threads_per_worker for r in central)
+        central = [r for r in central if r.threads_per_worker == total]
         parallel = [
             r
             for r in runs
-            if r["model"] == model
-            and r["workers"] > 1
-            and r["workers"] * r["threads_per_worker"] == total
+            if r.model == model and r.workers > 1 and r.workers * r.threads_per_worker == total
         ]
         if parallel:
-            entry.same_cores = compare_same_cores(central, parallel, parallel[0]["workers"])
+            entry.same_cores = compare_same_cores(central, parallel, parallel[0].workers)
 
 
 def same_cores_text(model: str, sc: SameCoresComparison) -> str:
