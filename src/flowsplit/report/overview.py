@@ -57,6 +57,56 @@ def _folded(table: str, rows: int) -> str:
     return H.details(f"show the table ({rows} rows)", table) if rows > LONG_TABLE else table
 
 
+DP_COLUMNS = [
+    Column("model", "model"),
+    Column("accuracy_ci", "accuracy, centralised"),
+    Column("macro_f1_ci", "macro-F1, centralised"),
+    Column("workers", "workers", lambda v: "" if v is None else str(v), "right"),
+    Column("speedup_ci", "speedup (epoch time)"),
+    Column("diff_ci", "accuracy difference, data-parallel - centralised"),
+    Column("verdict", "accuracy verdict"),
+]
+SFL_COLUMNS = [
+    Column("scheme", "scheme"),
+    Column("cuts", "cuts"),
+    Column("accuracy_ci", "final accuracy"),
+    Column("delay_ci", "total delay"),
+    Column("bytes_ci", "bytes"),
+    Column("n_seeds", "seeds", align="right"),
+]
+
+
+def _markdown(
+    content: OverviewContent,
+    data_line: str,
+    label: str,
+    dp_dir: Path | None,
+    sfl_dir: Path | None,
+    times: str,
+) -> str:
+    """The overview as Markdown (``report.md``)."""
+    dp, sfl = content.data_parallel, content.split_learning
+    return M.document(
+        M.heading("flowsplit: what to use on this capture", 1),
+        *([M.paragraph(label.lstrip(" ·"))] if label else []),
+        *([M.heading("Verdict"), M.paragraph(content.verdict)] if content.verdict else []),
+        M.heading("Advice"),
+        M.bullet_list(content.advice),
+        M.paragraph(content.rules),
+        M.heading("Data"),
+        M.paragraph(data_line),
+        M.heading("Centralised vs data-parallel"),
+        M.table(dp, DP_COLUMNS) if dp else "not run\n",
+        M.heading("Split federated learning"),
+        M.table(sfl, SFL_COLUMNS) if sfl else "not run\n",
+        M.heading("Details"),
+        M.bullet_list(
+            [f"{t}: {p}" for t, p in (("data-parallel", dp_dir), ("split learning", sfl_dir)) if p]
+        ),
+        M.paragraph(f"Run time: {times}."),
+    )
+
+
 def write_overview(
     out: Path,
     *,
@@ -74,23 +124,6 @@ def write_overview(
     out = Path(out)
     dp, sfl = content.data_parallel, content.split_learning
     advice, rules, quick = content.advice, content.rules, content.quick
-    dp_cols = [
-        Column("model", "model"),
-        Column("accuracy_ci", "accuracy, centralised"),
-        Column("macro_f1_ci", "macro-F1, centralised"),
-        Column("workers", "workers", lambda v: "" if v is None else str(v), "right"),
-        Column("speedup_ci", "speedup (epoch time)"),
-        Column("diff_ci", "accuracy difference, data-parallel - centralised"),
-        Column("verdict", "accuracy verdict"),
-    ]
-    sfl_cols = [
-        Column("scheme", "scheme"),
-        Column("cuts", "cuts"),
-        Column("accuracy_ci", "final accuracy"),
-        Column("delay_ci", "total delay"),
-        Column("bytes_ci", "bytes"),
-        Column("n_seeds", "seeds", align="right"),
-    ]
     data_line = (
         f"{manifest['n_flows']} flows, {len(manifest['classes'])} classes "
         f"({', '.join(manifest['classes'])}), split by {manifest.get('split_by')}: "
@@ -122,11 +155,11 @@ def write_overview(
         ),
         H.section(
             "Centralised vs data-parallel",
-            _folded(H.table(dp, dp_cols), len(dp)) if dp else H.paragraph("not run"),
+            _folded(H.table(dp, DP_COLUMNS), len(dp)) if dp else H.paragraph("not run"),
         ),
         H.section(
             "Split federated learning",
-            _folded(H.table(sfl, sfl_cols), len(sfl)) if sfl else H.paragraph("not run"),
+            _folded(H.table(sfl, SFL_COLUMNS), len(sfl)) if sfl else H.paragraph("not run"),
         ),
         H.section(
             "Data and run time",
@@ -138,25 +171,7 @@ def write_overview(
         ),
         subtitle=f"dataset {manifest.get('flowsplit_version', '')} · {data_line}{label}",
     )
-    md = M.document(
-        M.heading("flowsplit: what to use on this capture", 1),
-        *([M.paragraph(label.lstrip(" ·"))] if label else []),
-        *([M.heading("Verdict"), M.paragraph(content.verdict)] if content.verdict else []),
-        M.heading("Advice"),
-        M.bullet_list(advice),
-        M.paragraph(rules),
-        M.heading("Data"),
-        M.paragraph(data_line),
-        M.heading("Centralised vs data-parallel"),
-        M.table(dp, dp_cols) if dp else "not run\n",
-        M.heading("Split federated learning"),
-        M.table(sfl, sfl_cols) if sfl else "not run\n",
-        M.heading("Details"),
-        M.bullet_list(
-            [f"{t}: {p}" for t, p in (("data-parallel", dp_dir), ("split learning", sfl_dir)) if p]
-        ),
-        M.paragraph(f"Run time: {times}."),
-    )
+    md = _markdown(content, data_line, label, dp_dir, sfl_dir, times)
     atomic_write_text(out / "report.html", html)
     atomic_write_text(out / "report.md", md)
     atomic_write_json(
