@@ -181,3 +181,24 @@ def test_the_heartbeat_watch_counts_silence_afresh_after_the_launcher_stood_stil
         clock[0] += 0.5
         found = watch.silent()
     assert found == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_launcher_not_yet_reaped_counts_as_gone():
+    # A SIGKILLed launcher is a zombie until its parent reaps it; kill(pid, 0) still
+    # succeeds then, and a role whose store connection was reset took it for alive
+    # (and printed 'internal error: DistNetworkError' on the terminal).
+    from flowsplit.federated.dist.liveness import pid_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not pid_alive(child.pid)
+        assert child.returncode is None  # not reaped: a zombie, told apart from a live one
+    finally:
+        child.kill()
+        child.wait()

@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch.distributed as dist
 from tqdm import tqdm
@@ -26,13 +27,20 @@ log = logging.getLogger("flowsplit.federated")
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. A zombie does not: a launcher that was SIGKILLed
+    stays one until its own parent reaps it, and ``kill(pid, 0)`` still succeeds then
+    (a role took the store's "Connection reset by peer" for news in that moment)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: what kill said
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def die_with_launcher(launcher_pid: int) -> None:
