@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -19,36 +18,10 @@ from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.dist import launch_roles
 from flowsplit.federated.dist.pool import decode_round, encode_round, hosts_for
 from flowsplit.federated.sim import run_simulation
+from tests.federated._procs import TAG, tagged, wait_for
 from tests.federated._toy import ToyFactory, toy_setup
 
 ROOT = Path(__file__).resolve().parents[2]
-TAG = "FLOWSPLIT_TEST_TAG"
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live (not zombie) processes whose environment carries ``tag``."""
-    needle = f"{TAG}={tag}".encode()
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if needle not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-            if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _wait(pred, timeout: float, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def _same_rounds(a, b) -> None:
@@ -179,7 +152,7 @@ def test_a_killed_pool_worker_loses_its_round_and_the_others_host_its_clients(da
     for i in rehosted:  # worker 0's clients ran on worker 1
         assert f"(client {i}): round 3 done" in worker_logs
     # No role process outlives the launcher.
-    assert _wait(lambda: not _tagged(tag), 10.0), _tagged(tag)
+    assert wait_for(lambda: not tagged(tag), 10.0), tagged(tag)
 
 
 @pytest.mark.slow

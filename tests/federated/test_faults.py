@@ -25,36 +25,10 @@ from flowsplit.experiments.dp.compare import run_compare
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles, read_checkpoint
 from flowsplit.federated.schemes import ParticipationError, check_participation
+from tests.federated._procs import TAG, tagged, wait_for
 from tests.federated._toy import ToyFactory, toy_setup
 
 ROOT = Path(__file__).resolve().parents[2]
-TAG = "FLOWSPLIT_TEST_TAG"
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live (not zombie) processes whose environment carries ``tag``."""
-    needle = f"{TAG}={tag}".encode()
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if needle not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-            if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _wait(pred, timeout: float, step: float = 0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 _LAUNCHER = textwrap.dedent(
@@ -93,7 +67,7 @@ def _start_launcher(
         start_new_session=True,
     )
     server_log = out / "logs" / "server.log"
-    started = _wait(
+    started = wait_for(
         lambda: server_log.is_file() and f"round {until} starts" in server_log.read_text(), 120
     )
     if not started:
@@ -106,7 +80,7 @@ def _cleanup(proc: subprocess.Popen, tag: str) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
-    for pid in _tagged(tag):
+    for pid in tagged(tag):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -129,7 +103,7 @@ def test_a_stopped_launcher_ends_every_role_and_writes_nothing_after(dataset, tm
         assert proc.returncode == 2, err
         assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
         assert took < 15, took
-        assert _wait(lambda: not _tagged(tag), 5), _tagged(tag)
+        assert wait_for(lambda: not tagged(tag), 5), tagged(tag)
         time.sleep(1.0)
         assert not (out / "metrics.json").exists() and not (out / "model.pt").exists()
     finally:
@@ -142,13 +116,13 @@ def test_a_killed_launcher_takes_every_role_process_with_it(dataset, tmp_path):
     out = tmp_path / "run"
     proc, tag = _start_launcher(dataset, out)
     try:
-        roles = [p for p in _tagged(tag) if p != proc.pid]
+        roles = [p for p in tagged(tag) if p != proc.pid]
         assert len(roles) >= 4  # fork server + server, aggregator, 2 clients
         # Execute: SIGKILL, which the launcher cannot handle.
         proc.kill()
         proc.wait()
         # Assert: the fork server and every role are gone within seconds, and write nothing.
-        assert _wait(lambda: not _tagged(tag), 10), _tagged(tag)
+        assert wait_for(lambda: not tagged(tag), 10), tagged(tag)
         time.sleep(1.0)
         assert not (out / "metrics.json").exists()
     finally:
@@ -225,7 +199,7 @@ def test_compare_refuses_to_write_a_study_into_a_training_run(dataset, tmp_path)
 
 def _holder(path: Path, tag: str) -> int | None:
     """The tagged process that has ``path`` open (each role holds its own log)."""
-    for pid in _tagged(tag):
+    for pid in tagged(tag):
         try:
             fds = list(Path(f"/proc/{pid}/fd").iterdir())
         except OSError:
@@ -273,7 +247,7 @@ def test_sfl_run_resume_out_continues_a_killed_run_with_its_own_options(dataset,
     )
     try:
         log = out / "logs" / "server.log"
-        assert _wait(lambda: log.is_file() and "round 2 starts" in log.read_text(), 120)
+        assert wait_for(lambda: log.is_file() and "round 2 starts" in log.read_text(), 120)
         os.kill(_holder(log.resolve(), tag), signal.SIGKILL)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 2 and "server process exited with code -9" in err, err

@@ -22,36 +22,10 @@ from pathlib import Path
 import pytest
 
 from flowsplit.federated.dist.liveness import HEARTBEAT_KEY, HeartbeatWatch
+from tests.federated._procs import TAG, tagged, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-TAG = "FLOWSPLIT_TEST_TAG"
 SMALL_CNN = ["--model", "cnn", "--model-option", "channels=[4,4]", "--model-option", "hidden=8"]
-
-
-def _tagged(tag: str) -> list[int]:
-    """Live (not zombie) processes whose environment carries ``tag``."""
-    needle = f"{TAG}={tag}".encode()
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if needle not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-            if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _wait(pred, timeout: float, step: float = 0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
 
 
 def _kill_launcher_when(
@@ -72,14 +46,14 @@ def _kill_launcher_when(
         )
         try:
             # Importing torch in three or more interpreters: slow on a loaded machine.
-            if not _wait(lambda: ready() or proc.poll() is not None, 180, 0.1) or not ready():
+            if not wait_for(lambda: ready() or proc.poll() is not None, 180, 0.1) or not ready():
                 err.seek(0)
                 pytest.fail(f"the run never got under way: {err.read().decode()[-2000:]}")
-            started = len(_tagged(tag)) - 1
+            started = len(tagged(tag)) - 1
             proc.send_signal(sig)
             rc = proc.wait(60)
-            _wait(lambda: not _tagged(tag), 10)
-            left = _tagged(tag)
+            wait_for(lambda: not tagged(tag), 10)
+            left = tagged(tag)
             time.sleep(1.0)  # anything still running gets the chance to write
             err.seek(0)
             return err.read().decode(errors="replace"), left, started, rc
@@ -87,7 +61,7 @@ def _kill_launcher_when(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            for pid in _tagged(tag):
+            for pid in tagged(tag):
                 os.kill(pid, signal.SIGKILL)
 
 
