@@ -137,13 +137,25 @@ def assignment_facts(history: list[dict[str, Any]], final: np.ndarray) -> dict[s
     }
 
 
-def run_facts(setup: Any) -> dict[str, Any]:
-    """The dataset facts an :class:`SFLResult` states, from a run's ``RunSetup``."""
-    return {
-        "view": setup.view,
-        "classes": list(setup.dataset.classes),
-        "n_test": len(setup.dataset.split_indices(setup.config.eval_split)),
-    }
+def result_of_run(
+    setup: Any, backend: str, history: list[dict[str, Any]], model: Any, info: dict[str, Any]
+) -> SFLResult:
+    """The :class:`SFLResult` of a finished run of ``setup`` (both runners: ``sim`` and
+    ``dist``): its config, profile, topology and first assignment, the dataset facts,
+    the final global ``model``'s weights, and the runner's own ``info``."""
+    return SFLResult(
+        backend=backend,
+        config=setup.config.to_dict(),
+        history=history,
+        profile=setup.profile.to_dict(),
+        topology=setup.topology,
+        assignment=setup.assignment,
+        model_state=model.state_dict(),
+        view=setup.view,
+        classes=list(setup.dataset.classes),
+        n_test=len(setup.dataset.split_indices(setup.config.eval_split)),
+        info=info,
+    )
 
 
 def write_run(out_dir: str | Path, result: SFLResult) -> Path:

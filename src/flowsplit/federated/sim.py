@@ -22,7 +22,7 @@ import torch
 from flowsplit.federated.assignment import AssignmentPolicy
 from flowsplit.federated.metrics import evaluate_model
 from flowsplit.federated.participation import CLIENT_STATE, Participation
-from flowsplit.federated.results import SFLResult, assignment_facts, run_facts
+from flowsplit.federated.results import SFLResult, assignment_facts, result_of_run
 from flowsplit.federated.roles import Client, Coroutine, EdgeAggregator
 from flowsplit.federated.schemes import RoundOutcome, RoundPlan
 from flowsplit.federated.server import CloudServer
@@ -330,17 +330,8 @@ def run_simulation(
             on_round(record)
 
     history = setup.scheme.run(runtime, setup.config, on_round=record_round)
-    return SFLResult(
-        backend="sim",
-        config=setup.config.to_dict(),
-        history=history,
-        profile=setup.profile.to_dict(),
-        topology=setup.topology,
-        assignment=setup.assignment,
-        model_state=runtime.server.global_model().state_dict(),
-        **run_facts(setup),
-        info={
-            **assignment_facts(history, runtime.assignment),
-            "sampling": runtime.sampling_facts(),
-        },
-    )
+    info = {
+        **assignment_facts(history, runtime.assignment),
+        "sampling": runtime.sampling_facts(),
+    }
+    return result_of_run(setup, "sim", history, runtime.server.global_model(), info)

@@ -29,9 +29,8 @@ from flowsplit.federated.dist.pool import (
 )
 from flowsplit.federated.dist.runtime import DistRuntime
 from flowsplit.federated.results import (
-    SFLResult,
     assignment_facts,
-    run_facts,
+    result_of_run,
     save_tensors,
     write_run,
 )
@@ -212,22 +211,13 @@ def _connect_peers(store, me, setup, ctx, device, wait_timeout, workers) -> Gloo
 def _write_result(out_dir, runtime, history: list[dict[str, Any]], world_size: int) -> None:
     """The server writes the run's result (``metrics.json``, the model, ...) to ``out_dir``."""
     setup = runtime.setup
-    result = SFLResult(
-        backend="dist",
-        config=setup.config.to_dict(),
-        history=history,
-        profile=setup.profile.to_dict(),
-        topology=setup.topology,
-        assignment=setup.assignment,
-        model_state=runtime.role.global_model().state_dict(),
-        **run_facts(setup),
-        info={
-            "world_size": world_size,
-            "telemetry_bytes": runtime.transport.telemetry_bytes,
-            **assignment_facts(history, runtime.final_assignment()),
-            **runtime.result_info(),
-        },
-    )
+    info = {
+        "world_size": world_size,
+        "telemetry_bytes": runtime.transport.telemetry_bytes,
+        **assignment_facts(history, runtime.final_assignment()),
+        **runtime.result_info(),
+    }
+    result = result_of_run(setup, "dist", history, runtime.role.global_model(), info)
     write_run(out_dir, result)
 
 
