@@ -85,12 +85,28 @@ def _resampled(demo: Path, out: Path, n_train: int, seed: int = 0) -> Path:
     return write_dataset(out, meta=meta, classes=list(ds.classes), views={"bytes": view})
 
 
+def _config(args: argparse.Namespace, **extra):
+    """The run every point makes (sim and dist alike), from the benchmark's options."""
+    from flowsplit.federated.config import SFLConfig, parse_cuts
+
+    return SFLConfig(
+        scheme=args.scheme,
+        cuts=parse_cuts(args.cuts),
+        rounds=args.rounds,
+        batch_size=args.batch_size,
+        clients_per_round=args.per_round,
+        replan="every-round" if args.replan else "never",
+        seed=args.seed,
+        threads=args.threads,
+        **extra,
+    )
+
+
 def run_point(args: argparse.Namespace) -> dict:
     """One point, in this process (the parent starts one process per point)."""
     import numpy as np
     import torch
 
-    from flowsplit.federated.config import SFLConfig, parse_cuts
     from flowsplit.federated.setup import RegistryModel, prepare_run
     from flowsplit.federated.sim import run_simulation
     from flowsplit.federated.system.presets import resolve_topology
@@ -100,16 +116,7 @@ def run_point(args: argparse.Namespace) -> dict:
         return run_dist_point(args)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    cfg = SFLConfig(
-        scheme=args.scheme,
-        cuts=parse_cuts(args.cuts),
-        rounds=args.rounds,
-        batch_size=args.batch_size,
-        clients_per_round=args.per_round,
-        replan="every-round" if args.replan else "never",
-        seed=args.seed,
-        threads=args.threads,
-    )
+    cfg = _config(args)
     topo = resolve_topology(args.topology, n_clients=args.point, n_aggregators=args.aggregators)
     setup = prepare_run(cfg, dataset=args.dataset, model_fn=RegistryModel("cnn"), topology=topo)
     setup_s = time.perf_counter() - t0
@@ -255,7 +262,6 @@ def run_dist_point(args: argparse.Namespace) -> dict:
     import numpy as np
     import torch
 
-    from flowsplit.federated.config import SFLConfig, parse_cuts
     from flowsplit.federated.dist import launch_roles
     from flowsplit.federated.setup import RegistryModel, prepare_run
     from flowsplit.federated.system.presets import resolve_topology
@@ -263,17 +269,7 @@ def run_dist_point(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    cfg = SFLConfig(
-        scheme=args.scheme,
-        cuts=parse_cuts(args.cuts),
-        rounds=args.rounds,
-        batch_size=args.batch_size,
-        clients_per_round=args.per_round,
-        replan="every-round" if args.replan else "never",
-        seed=args.seed,
-        threads=args.threads,
-        timeout_s=args.timeout,
-    )
+    cfg = _config(args, timeout_s=args.timeout)
     topo = resolve_topology(
         args.topology, n_clients=args.point, n_aggregators=args.dist_aggregators
     )
