@@ -162,7 +162,7 @@ def test_a_launcher_not_yet_reaped_counts_as_gone():
     # A SIGKILLed launcher is a zombie until its parent reaps it; kill(pid, 0) still
     # succeeds then, and a role whose store connection was reset took it for alive
     # (and printed 'internal error: DistNetworkError' on the terminal).
-    from flowsplit.federated.dist.liveness import pid_alive
+    from flowsplit.util import pid_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowsplit.errors import FlowsplitError
+from flowsplit.util import pid_alive
 
 PREFIX = "fstb-"
 NETNS_DIR = Path("/run/netns")
@@ -87,14 +88,8 @@ def process_start_time(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[19])
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+alive = pid_alive
+"""Whether a process runs (a zombie does not): :func:`flowsplit.util.pid_alive`."""
 
 
 @dataclass(frozen=True)

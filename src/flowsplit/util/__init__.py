@@ -14,6 +14,7 @@ from flowsplit.util.system import (
     exit_without_finalising,
     free_port,
     peak_rss_mb,
+    pid_alive,
 )
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "free_port",
     "jsonable",
     "peak_rss_mb",
+    "pid_alive",
     "read_json_document",
     "typed_from_dict",
     "typed_to_dict",

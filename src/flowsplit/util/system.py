@@ -114,3 +114,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:  # crowded: let the kernel pick
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs. A zombie does not: a launcher that was SIGKILLed
+    stays one until its own parent reaps it, and ``kill(pid, 0)`` still succeeds then
+    (a dist role took the store's "Connection reset by peer" for news in that moment)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: what kill said
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")

@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch.distributed as dist
 from tqdm import tqdm
@@ -21,26 +20,9 @@ from tqdm import tqdm
 from flowsplit.errors import FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.train.launch import heartbeat_limit
-from flowsplit.util import die_with_parent
+from flowsplit.util import die_with_parent, pid_alive
 
 log = logging.getLogger("flowsplit.federated")
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs. A zombie does not: a launcher that was SIGKILLed
-    stays one until its own parent reaps it, and ``kill(pid, 0)`` still succeeds then
-    (a role took the store's "Connection reset by peer" for news in that moment)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        pass
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: what kill said
-    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def die_with_launcher(launcher_pid: int) -> None:
