@@ -7,9 +7,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from flowsplit.util import pid_alive
 
 SCRIPT = """
 import os, sys, time
@@ -22,14 +23,6 @@ def work(path):
 if __name__ == "__main__":
     launch_local(work, (sys.argv[1],), n_workers=2, threads_per_worker=1)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in state  # a zombie has exited
 
 
 @pytest.mark.slow  # three processes
@@ -47,19 +40,19 @@ def test_workers_die_when_the_launcher_is_killed(tmp_path):
         while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         pids = [int(p.name) for p in marks.iterdir()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(pid_alive(p) for p in pids)
         # Execute: what subprocess.run(timeout=...) does to a cell.
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
         # Assert: both workers are gone within seconds.
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not any(_alive(p) for p in pids)
+        assert not any(pid_alive(p) for p in pids)
     finally:
         launcher.kill()
         for p in marks.iterdir():
-            if _alive(int(p.name)):
+            if pid_alive(int(p.name)):
                 os.kill(int(p.name), signal.SIGKILL)
 
 
@@ -148,7 +141,7 @@ def test_a_stopped_worker_is_named_by_its_missing_heartbeat_and_every_worker_end
     ]
     assert took < 100
     pids = [int(p.name) for p in marks.iterdir()]
-    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+    assert len(pids) == 2 and not any(pid_alive(p) for p in pids)
 
 
 @pytest.mark.parametrize(
