@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -62,3 +63,63 @@ def test_bad_input_is_one_line_naming_the_value(tmp_path, argv, words):
     assert got.returncode == 2
     assert words in got.stderr and "Traceback" not in got.stderr
     assert len(got.stderr.strip().splitlines()) == 1
+
+
+def test_compare_on_testbed_runs_every_plan_and_pairs_the_truth_run(tmp_path, monkeypatch):
+    """The orchestration without root: probe, plans, runs and the truth run replaced by
+    fakes that record what they were given; the document pairs them by seed."""
+    from flowsplit.federated.system.presets import homogeneous
+    from flowsplit.federated.system.topology import write_topology
+    from flowsplit.testbed import bed, compare
+
+    topo = tmp_path / "t.toml"
+    write_topology(homogeneous(4, 2), topo)
+
+    class FakeBed:
+        def __init__(self, spec):
+            self.spec = spec
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    delays = {"hsfl": 10.0, "hsfl-greedy": 8.0, "acc-aware": 6.0, "delay": 5.0}
+    ports = []
+
+    def fake_plans(topo_file, seeds, opts, work, study=None, tag=""):
+        methods = ("acc-aware",) if tag else compare.METHODS
+        plans = {
+            (m, s): {"file": work / f"{m}{s}{tag}", "cuts": [1, 2 if tag else 3], "assignment": [0]}
+            for m in methods
+            for s in seeds
+        }
+        return {"plans": plans, "planning_s": 0.0, "study": "S"}
+
+    def fake_run(tb, plan_file, out, opts, port):
+        ports.append(port)
+        method, seed = re.fullmatch(r"(.+?)(\d)(-truth)?", plan_file.name).group(1, 2)
+        seed = int(seed)
+        extra = 1.0 if plan_file.name.endswith("-truth") else 0.0
+        return {"measured_delay_s": delays[method] + seed + extra, "bytes": 100}
+
+    monkeypatch.setattr(bed, "Testbed", FakeBed)
+    monkeypatch.setattr(compare, "probe", lambda *a: {"probed": True})
+    monkeypatch.setattr(compare, "make_plans", fake_plans)
+    monkeypatch.setattr(compare, "run_plan", fake_run)
+    doc = compare.compare_on_testbed(
+        topo, "DS", tmp_path / "w", seeds=[0, 1], truth=True, port=100, log=lambda *_: None
+    )
+    # Every (method, seed) ran once, then the truth plan: each on its own port.
+    assert len(doc["runs"]) == 8 and len(ports) == 9 and len(set(ports)) == 9
+    assert {(r["method"], r["seed"]) for r in doc["runs"]} == {
+        (m, s) for m in compare.METHODS for s in (0, 1)
+    }
+    # delay vs HSFL: 5/10 - 1 and 6/11 - 1 (the seed adds a second to both).
+    got = doc["measured_vs_hsfl"]["delay"]["delay"]
+    assert got["mean"] == pytest.approx(((5 / 10 - 1) + (6 / 11 - 1)) / 2)
+    pvt = doc["probe_vs_truth"]
+    assert pvt["probe_plan"] == {"cuts": [1, 3], "measured_delay_s": 6.0}
+    assert pvt["truth_plan"] == {"cuts": [1, 2], "measured_delay_s": 7.0}
+    assert pvt["same_plan"] is False and pvt["rel_difference"] == pytest.approx(6 / 7 - 1)

@@ -251,8 +251,6 @@ def compare_on_testbed(
     topo = read_topology(topology_file)
     spec = TestbedSpec.from_topology(topo, cpu_budget=cpu_budget, max_cpu=max_cpu)
     log(f"testbed: {len(spec.nodes)} nodes, {sum(n.cpu or 0 for n in spec.nodes):.2f} cores")
-    results: dict = {}
-    truth_run: dict = {}
     with Testbed(spec) as tb:
         probed_file = work / "probe" / "probed.toml"
         probed_file.parent.mkdir(parents=True, exist_ok=True)
@@ -260,27 +258,47 @@ def compare_on_testbed(
         log(f"probed: {probed_file}")
         planned = make_plans(probed_file, seeds, opts, work)
         log(f"planned in {planned['planning_s']:.0f} s")
-        for (m, seed), info in planned["plans"].items():
-            port += 1
-            row = run_plan(tb, info["file"], work / f"run-{m}-{seed}", opts, port)
-            results[(m, seed)] = {**info, **row}
-            got = row.get("measured_delay_s")
-            log(f"{m:12s} seed {seed} cuts {info['cuts']}: " + (
-                f"measured {got:.2f} s" if got is not None else row.get("error", "")))  # fmt: skip
-        if truth:
-            from_truth = make_plans(
-                Path(topology_file), seeds[:1], opts, work, study=planned["study"], tag="-truth"
-            )
-            port += 1
-            info = from_truth["plans"][("acc-aware", seeds[0])]
-            row = run_plan(tb, info["file"], work / "run-truth", opts, port)
-            truth_run = {**info, **row}
-            log(f"truth plan cuts {info['cuts']}: {row}")
+        results = _run_plans(tb, planned, opts, work, port, log)
+        truth_run = (
+            _run_truth_plan(tb, Path(topology_file), planned, seeds[0], opts, work, port, log)
+            if truth
+            else {}
+        )
+    doc = _document(topology_file, opts, seeds, probe_doc, results)
+    if truth_run:
+        doc["probe_vs_truth"] = _probe_vs_truth(results.get(("acc-aware", seeds[0]), {}), truth_run)
+    return doc
+
+
+def _run_plans(tb, planned: dict, opts: dict, work: Path, port: int, log) -> dict:
+    """Every plan of ``planned`` run for real on ``tb``: (method, seed) -> plan and run."""
+    results = {}
+    for (m, seed), info in planned["plans"].items():
+        port += 1
+        row = run_plan(tb, info["file"], work / f"run-{m}-{seed}", opts, port)
+        results[(m, seed)] = {**info, **row}
+        got = row.get("measured_delay_s")
+        log(f"{m:12s} seed {seed} cuts {info['cuts']}: " + (
+            f"measured {got:.2f} s" if got is not None else row.get("error", "")))  # fmt: skip
+    return results
+
+
+def _run_truth_plan(tb, topology_file: Path, planned: dict, seed: int, opts, work, port, log):
+    """The accuracy-aware plan made from the true topology (same pilots), run on ``tb``."""
+    from_truth = make_plans(topology_file, [seed], opts, work, study=planned["study"], tag="-truth")
+    info = from_truth["plans"][("acc-aware", seed)]
+    row = run_plan(tb, info["file"], work / "run-truth", opts, port + len(planned["plans"]) + 1)
+    log(f"truth plan cuts {info['cuts']}: {row}")
+    return {**info, **row}
+
+
+def _document(topology_file, opts: dict, seeds: list[int], probe_doc: dict, results: dict) -> dict:
+    """The comparison's document: runs, and measured and predicted gains paired by seed."""
     rows = [
         {"method": m, "seed": s, **{k: v for k, v in r.items() if k not in ("file", "assignment")}}
         for (m, s), r in results.items()
     ]
-    doc: dict[str, Any] = {
+    return {
         "topology": str(topology_file),
         "settings": {k: v for k, v in opts.items() if k != "dataset"} | {"seeds": seeds},
         "probe": probe_doc,
@@ -303,20 +321,21 @@ def compare_on_testbed(
             "delay_replay": paired(results, "hsfl-greedy", "predicted_replay_s", seeds),
         },
     }
-    if truth_run:
-        probe_run = results.get(("acc-aware", seeds[0]), {})
-        doc["probe_vs_truth"] = {
-            "probe_plan": {k: probe_run.get(k) for k in ("cuts", "measured_delay_s")},
-            "truth_plan": {k: truth_run.get(k) for k in ("cuts", "measured_delay_s")},
-            "same_plan": probe_run.get("cuts") == truth_run.get("cuts")
-            and probe_run.get("assignment") == truth_run.get("assignment"),
-            "rel_difference": (
-                probe_run["measured_delay_s"] / truth_run["measured_delay_s"] - 1
-                if probe_run.get("measured_delay_s") and truth_run.get("measured_delay_s")
-                else None
-            ),
-        }
-    return doc
+
+
+def _probe_vs_truth(probe_run: dict, truth_run: dict) -> dict:
+    """The probe's accuracy-aware plan against the truth's: cuts, measured delay, difference."""
+    return {
+        "probe_plan": {k: probe_run.get(k) for k in ("cuts", "measured_delay_s")},
+        "truth_plan": {k: truth_run.get(k) for k in ("cuts", "measured_delay_s")},
+        "same_plan": probe_run.get("cuts") == truth_run.get("cuts")
+        and probe_run.get("assignment") == truth_run.get("assignment"),
+        "rel_difference": (
+            probe_run["measured_delay_s"] / truth_run["measured_delay_s"] - 1
+            if probe_run.get("measured_delay_s") and truth_run.get("measured_delay_s")
+            else None
+        ),
+    }
 
 
 def gains_lines(doc: dict) -> list[str]:
