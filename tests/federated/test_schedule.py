@@ -215,3 +215,50 @@ def test_a_computing_sender_starts_what_was_asked_for_later():
     assert idle[1, T_END] == pytest.approx(0.5 + 1.0 + 0.01)
     assert busy[1, T_END] == pytest.approx(0.5 + 0.05 + 1.0 + 0.01)
     assert busy[3, T_END] - busy[2, T_END] == pytest.approx(1.0 + 0.01)
+
+
+def _late_reader_trace():
+    # The aggregator (rank 1) posts a 1 MB model at 0 s; client 0 (rank 2) asks for it
+    # after 2 s of work and has it at 2.61 s (measured): 400 kB had moved before it asked.
+    agg, client = Tracer(1, 1), Tracer(2, 1)
+    agg.send(2, 1_000_000, DOWNLOAD, 0.0, 0.0)
+    client.work(2.0, DOWNLOAD, 0.0, 2.0)
+    client.recv(1, 0, MODEL, 2.0, 2.61)
+    return np.concatenate([agg.array(), client.array()])
+
+
+def test_the_stream_buffer_calibrated_on_a_measured_round_reproduces_it():
+    from flowsplit.federated.system.schedule import MAX_CALIBRATED_BUFFER, calibrate_buffer
+
+    trace, topo = _late_reader_trace(), _topology()
+    # 2.61 s = 2 s + (1 MB - B) / 1 MB/s + 10 ms: B = 400 kB.
+    assert calibrate_buffer(trace, topo, 2.61) == pytest.approx(400_000, rel=1e-4)
+    # Slower than even no buffering explains: 0; faster than any buffering: the cap.
+    assert calibrate_buffer(trace, topo, 3.5) == 0.0
+    assert calibrate_buffer(trace, topo, 1.9) == MAX_CALIBRATED_BUFFER
+    # The topology given is left as it was.
+    assert "stream_buffer_bytes" not in topo.extra
+
+
+def test_a_measured_round_calibrates_and_the_next_is_predicted_with_it():
+    from types import SimpleNamespace
+
+    from flowsplit.federated.schemes import _calibrated_buffer, round_timing
+
+    outcome = SimpleNamespace(traces=_late_reader_trace(), predict_on=None, measured_on="testbed")
+    topo = _topology()
+    topo.extra["stream_buffer_bytes"] = 0.0  # the probe's (wrong) figure
+    first = round_timing(outcome, topo)
+    # The probe's prediction is kept as it is; the round calibrates the buffer.
+    assert first["predicted_round_s"] == pytest.approx(3.01)
+    assert first["measured_round_s"] == pytest.approx(2.61)
+    assert "calibrated_round_s" not in first
+    buffer = first["timing"]["calibration"]["stream_buffer_bytes"]
+    assert buffer == pytest.approx(400_000, rel=1e-4)
+    history = [{"round": 1, "timing": first["timing"]}]
+    second = round_timing(outcome, topo, _calibrated_buffer(history))
+    assert second["predicted_round_s"] == pytest.approx(3.01)
+    assert second["calibrated_round_s"] == pytest.approx(2.61, rel=1e-4)
+    assert second["timing"]["calibrated"]["source"] == "predicted"
+    assert "calibration" not in second["timing"]
+    assert _calibrated_buffer([{"round": 1}]) is None

@@ -89,7 +89,13 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.system.schedule import replay, rescale_compute, timeline
+from flowsplit.federated.system.schedule import (
+    BUFFER_KEY,
+    calibrate_buffer,
+    replay,
+    rescale_compute,
+    timeline,
+)
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -304,10 +310,28 @@ class Runtime(Protocol):
     def evaluate(self) -> dict[str, float]: ...
 
 
-def round_timing(outcome: RoundOutcome, topology: Any) -> dict[str, Any]:
+def _calibrated_buffer(history: list[dict[str, Any]]) -> float | None:
+    """The stream buffer calibrated on the first measured round of ``history``, if any."""
+    for record in history:
+        calibration = record.get("timing", {}).get("calibration")
+        if calibration is not None:
+            return float(calibration["stream_buffer_bytes"])
+    return None
+
+
+def round_timing(
+    outcome: RoundOutcome, topology: Any, calibrated_buffer: float | None = None
+) -> dict[str, Any]:
     """A round's timeline, predicted (the replay of its events on ``topology``) and, when
     its times were measured, measured: ``predicted_round_s``, ``measured_round_s`` and
-    ``timing`` (phases, compute and waits per tier, exposed transfers; each labelled)."""
+    ``timing`` (phases, compute and waits per tier, exposed transfers; each labelled).
+
+    A measured round also calibrates the replay's one uncertain term, the streams'
+    buffering (:func:`~flowsplit.federated.system.schedule.calibrate_buffer`): the first
+    measured round gets ``timing.calibration`` (the buffer under which its replay takes
+    its measured time), and every later one, given that buffer as ``calibrated_buffer``,
+    a second prediction, ``calibrated_round_s`` and ``timing.calibrated``; the first
+    (``predicted_round_s``) stays the probe's alone."""
     n_aggs = topology.n_aggregators
     trace = outcome.traces
     if outcome.predict_on is not None:
@@ -329,6 +353,20 @@ def round_timing(outcome: RoundOutcome, topology: Any) -> dict[str, Any]:
         measured = timeline(outcome.traces, n_aggs)
         out["measured_round_s"] = measured["round_s"]
         out["timing"]["measured"] = {"source": "measured", "on": outcome.measured_on, **measured}
+        if calibrated_buffer is None:
+            buffer = calibrate_buffer(trace, topology, measured["round_s"])
+            out["timing"]["calibration"] = {BUFFER_KEY: buffer}
+        else:
+            extra = {**(getattr(topology, "extra", None) or {}), BUFFER_KEY: calibrated_buffer}
+            calibrated = timeline(replay(trace, replace(topology, extra=extra)), n_aggs)
+            out["calibrated_round_s"] = calibrated["round_s"]
+            out["timing"]["calibrated"] = {
+                "source": "predicted",
+                "model": "schedule, stream buffer calibrated on the first measured round "
+                f"({calibrated_buffer / 1e3:.0f} kB)",
+                "on": f"topology {topology.name}",
+                **calibrated,
+            }
     return out
 
 
@@ -429,7 +467,9 @@ class Scheme:
             outcome = runtime.execute_round(plan)
             if not runtime.is_server:
                 continue
-            record = self.summarise(plan, outcome, runtime.evaluate(), runtime, clock)
+            record = self.summarise(
+                plan, outcome, runtime.evaluate(), runtime, clock, _calibrated_buffer(history)
+            )
             clock = record["clock_s"]
             history.append(record)
             if on_round is not None:
@@ -448,8 +488,10 @@ class Scheme:
         scores: dict[str, float],
         runtime: Any,
         clock: float,
+        calibrated_buffer: float | None = None,
     ) -> dict[str, Any]:
-        """One round's record: scores, delay, faults and bytes."""
+        """One round's record: scores, delay, faults and bytes (and, for a traced round,
+        its timeline: :func:`round_timing`, with ``calibrated_buffer``)."""
         delay = self.round_delay(outcome.ledger, plan.assignment)
         led = outcome.ledger
         record: dict[str, Any] = {
@@ -480,7 +522,9 @@ class Scheme:
         if outcome.received_bytes is not None:
             record["bytes_received_total"] = outcome.received_bytes
         if outcome.traces is not None and len(outcome.traces):
-            record.update(round_timing(outcome, plan.topology))
+            record.update(round_timing(outcome, plan.topology, calibrated_buffer))
+            if "calibration" in record["timing"]:
+                record["timing"]["calibration"]["round"] = record["round"]
         return record
 
     # --- the messages, as the cost model counts them --------------------------------

@@ -354,6 +354,49 @@ def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.nda
     return out
 
 
+BUFFER_KEY = "stream_buffer_bytes"
+MAX_CALIBRATED_BUFFER = float(16 << 20)
+"""The largest stream buffer a calibration returns (bytes): a round predicted too slow
+even with this much buffering is not a buffering matter."""
+
+
+def calibrate_buffer(
+    trace: np.ndarray, topology: Any, measured_round_s: float, *, iterations: int = 24
+) -> float:
+    """The stream buffer (bytes) under which :func:`replay` of ``trace`` (work already
+    charged at ``topology``'s speeds) on ``topology`` takes ``measured_round_s``.
+
+    The probe measures the buffer as the small difference of two large figures (a
+    payload less bandwidth x time), so its estimate varies from 0 to 150 kB between
+    probes of one link; it is also the one term of the replay that TCP's autotuning
+    changes while a run goes on. A run measured round by round can instead calibrate
+    it on one measured round and predict the next ones with it (the round it was
+    calibrated on is then no test of the model). More buffering never slows a round,
+    so the buffer is found by bisection on a log scale: 0 when the round is predicted
+    no slower than measured without any buffering, :data:`MAX_CALIBRATED_BUFFER` when
+    it is predicted slower than measured even with that much."""
+    from dataclasses import replace
+
+    n_aggs = topology.n_aggregators
+
+    def round_s(buffer: float) -> float:
+        extra = {**(getattr(topology, "extra", None) or {}), BUFFER_KEY: buffer}
+        return timeline(replay(trace, replace(topology, extra=extra)), n_aggs)["round_s"]
+
+    if round_s(0.0) <= measured_round_s:
+        return 0.0
+    if round_s(MAX_CALIBRATED_BUFFER) >= measured_round_s:
+        return MAX_CALIBRATED_BUFFER
+    lo, hi = 0.0, float(np.log2(MAX_CALIBRATED_BUFFER))  # log2 bytes; 0: 1 byte
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if round_s(2.0**mid) > measured_round_s:
+            lo = mid
+        else:
+            hi = mid
+    return float(2.0**hi)
+
+
 def _speeds_by_rank(topology: Any) -> np.ndarray:
     return np.concatenate(
         [[float(topology.server_speed)], topology.aggregator_speed, topology.client_speed]
