@@ -4,11 +4,13 @@ The planner needs every node's compute speed and every link's bandwidth and late
 a deployment has hosts, not a topology file. The probe runs in the dist runner's role
 processes, where the run itself would run, and measures:
 
-- **compute**: each role times ``PROBE_STEPS`` training steps (forward, backward and
-  optimiser step, as the role does per batch) of its own part on a batch of the run's
-  size, after one warm-up step; its speed is the part's training FLOPs per batch (the
-  profile's, as the cost model charges them) / the median step time. A role with no
-  compute (an ``sfl`` relay) keeps the topology's speed;
+- **compute**: each role times training steps (forward, backward and optimiser step,
+  as the role does per batch) of its own part on a batch of the run's size, back to
+  back for ``PROBE_SUSTAIN_S`` after one warm-up step and a rest; its speed is the
+  part's training FLOPs per batch (the profile's, as the cost model charges them)
+  times the steps / their time converted to full speed with the CPU quota the spin
+  found (:func:`full_speed_seconds`). A role with no compute (an ``sfl`` relay) keeps
+  the topology's speed;
 - **links**: over the same transport (gloo pairs, header and payload as every message),
   the upper end of each client-aggregator and aggregator-server pair measures the
   round-trip time of a one-value message (fastest of 8, after 2 warm-ups) and the
@@ -68,6 +70,12 @@ from flowsplit.federated.system.topology import Topology
 log = logging.getLogger("flowsplit.federated")
 
 PROBE_STEPS = 5
+PROBE_SUSTAIN_S = 0.5
+"""The compute probe times training steps back to back for at least this long: under a
+CPU quota a single step from rest is mostly the quota's burst, whose length varies
+with where in the CFS period the step starts (0.5-5 ms measured at 0.1 core), so one
+step's time converted to full speed varied twofold between identical nodes; over half
+a second the burst is a small part and the quota's share, measured apart, the rest."""
 PROBE_TRANSFER_S = 0.2
 """A bandwidth sample is kept once its transfer takes at least this long."""
 MAX_PROBE_BYTES = 64 << 20
@@ -120,18 +128,25 @@ def _inputs(setup: Any, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
 
 
 def time_train_step(
-    module: Any, x: torch.Tensor, y: torch.Tensor, tier: int, ctx: Any, *, pause: float = 0.0
-) -> float:
-    """Median seconds of a training step of ``module`` (tier 0 client, 1 aggregator,
+    module: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    tier: int,
+    ctx: Any,
+    *,
+    pause: float = 0.0,
+    sustain_s: float = 0.0,
+) -> tuple[float, int]:
+    """(seconds, steps): training steps of ``module`` (tier 0 client, 1 aggregator,
     2 server) on ``(x, y)``: forward, backward (its own loss under local losses or at
-    the server, else a gradient from above) and optimiser step; ``pause`` s before each."""
+    the server, else a gradient from above) and optimiser step, after one warm-up step
+    and a ``pause`` (a rested CPU quota). With ``sustain_s``: steps back to back until
+    that long has passed, their total time and count; else ``PROBE_STEPS`` steps each
+    after its own ``pause``, the median step's time and 1."""
     module = copy.deepcopy(module)
     opt = ctx.make_optimizer(module)
-    times = []
-    for k in range(PROBE_STEPS + 1):
-        if pause:
-            time.sleep(pause)
-        start = time.perf_counter()
+
+    def step() -> None:
         inp = x.clone().requires_grad_(tier > 0)
         out = module.part(inp)
         opt.zero_grad(set_to_none=True)
@@ -142,9 +157,22 @@ def time_train_step(
         else:
             out.backward(torch.ones_like(out) * 1e-3)
         opt.step()
-        if k:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    step()  # warm-up
+    if sustain_s > 0:
+        time.sleep(pause)
+        start, steps = time.perf_counter(), 0
+        while steps < PROBE_STEPS or time.perf_counter() - start < sustain_s:
+            step()
+            steps += 1
+        return time.perf_counter() - start, steps
+    times = []
+    for _ in range(PROBE_STEPS):
+        time.sleep(pause)
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), 1
 
 
 def probe_cpu(seconds: float = 0.3) -> tuple[float, float]:
@@ -180,13 +208,16 @@ def full_speed_seconds(wall: float, share: float, burst: float) -> float:
 
 def probe_compute(runtime: Any) -> tuple[float, float, float]:
     """(this role's full speed in FLOP/s on its own part, NaN when it computes nothing;
-    its CPU share; its burst s). A step is timed from a rested quota (after a pause) and
-    converted to full-speed seconds with the quota the spin found."""
+    its CPU share; its burst s: the medians of three spins). Steps are timed back to
+    back from a rested quota (after a pause) for ``PROBE_SUSTAIN_S`` and converted to
+    full-speed seconds with the quota the spins found."""
     setup, ctx = runtime.setup, runtime.ctx
     kind, _ = runtime.me
     tier = {CLIENT: 0, AGGREGATOR: 1}.get(kind, 2)
     flops = float(ctx.costs.train_flops[tier])
-    share, burst = probe_cpu()
+    spins = [probe_cpu(0.2) for _ in range(3)]  # the median of three: a slice may be odd
+    share = statistics.median(sp[0] for sp in spins)
+    burst = statistics.median(sp[1] for sp in spins)
     if flops <= 0:
         return float("nan"), share, burst
     batch = int(setup.config.batch_size)
@@ -194,8 +225,10 @@ def probe_compute(runtime: Any) -> tuple[float, float, float]:
     x = _inputs(setup, batch, gen)[tier]
     y = torch.randint(0, setup.dataset.n_classes, (batch,), generator=gen)
     module = runtime.role.server_module if tier == 2 else runtime.role.module
-    wall = time_train_step(module, x, y, tier, ctx, pause=0.1 if burst else 0.0)
-    return flops * batch / full_speed_seconds(wall, share, burst), share, burst
+    wall, steps = time_train_step(
+        module, x, y, tier, ctx, pause=0.1 if burst else 0.0, sustain_s=PROBE_SUSTAIN_S
+    )
+    return flops * batch * steps / full_speed_seconds(wall, share, burst), share, burst
 
 
 # --- links ---------------------------------------------------------------------------
