@@ -20,8 +20,8 @@ from flowsplit.federated import schemes
 _round_timing = schemes.round_timing
 
 
-def _dumping_round_timing(outcome, topology):
-    out = _round_timing(outcome, topology)
+def _dumping_round_timing(outcome, topology, *args, **kwargs):
+    out = _round_timing(outcome, topology, *args, **kwargs)
     where = os.environ.get("FLOWSPLIT_TRACE_DUMP")
     if where and outcome.traces is not None and len(outcome.traces):
         d = Path(where)
