@@ -262,3 +262,22 @@ def test_a_measured_round_calibrates_and_the_next_is_predicted_with_it():
     assert second["timing"]["calibrated"]["source"] == "predicted"
     assert "calibration" not in second["timing"]
     assert _calibrated_buffer([{"round": 1}]) is None
+
+
+def test_the_run_line_says_which_rounds_the_calibrated_prediction_covers():
+    from flowsplit.federated.commands import delay_summary
+
+    timing = {"predicted": {"on": "topology probed"}, "measured": {"on": "testbed"}}
+    history = [
+        {"round": 1, "delay_s": 1.0, "predicted_round_s": 3.0, "measured_round_s": 2.0,
+         "timing": {**timing, "calibration": {"stream_buffer_bytes": 1e5}}},
+        {"round": 2, "delay_s": 1.0, "predicted_round_s": 3.0, "measured_round_s": 2.5,
+         "calibrated_round_s": 2.4, "timing": timing},
+    ]  # fmt: skip
+    line = delay_summary(history, "probed")
+    assert line == (
+        "predicted 2.0 s (cost-model bound, topology probed), predicted 6.0 s (schedule, "
+        "topology probed), measured 4.5 s (on testbed); rounds 2-2: predicted 2.4 s "
+        "(schedule, stream buffer calibrated on round 1), measured 2.5 s"
+    )
+    assert "calibrated" not in delay_summary(history[:1], "probed")

@@ -313,6 +313,15 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
     if history and "measured_round_s" in history[0]:
         meas = sum(r["measured_round_s"] for r in history)
         text += f", measured {meas:.1f} s (on {history[0]['timing']['measured']['on']})"
+    later = [r for r in history if "calibrated_round_s" in r]
+    on = [r["round"] for r in history if "calibration" in r.get("timing", {})]
+    if later and on:
+        cal = sum(r["calibrated_round_s"] for r in later)
+        meas = sum(r["measured_round_s"] for r in later)
+        text += (
+            f"; rounds {later[0]['round']}-{later[-1]['round']}: predicted {cal:.1f} s "
+            f"(schedule, stream buffer calibrated on round {on[0]}), measured {meas:.1f} s"
+        )
     return text
 
 
