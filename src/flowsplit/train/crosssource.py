@@ -4,12 +4,20 @@ A model scored on a dataset other than the one it trained on is scored on anothe
 source (other networks, hosts, times): ``evaluate`` then puts the score beside the
 run's own test score and says the drop, and whether the two datasets share capture
 files (then the "other" source is not wholly other: the figure is optimistic).
+
+The scoring of the cross-source figures (``flowsplit compare --cross-source``,
+``benchmarks/generalisation.py``) lives here too: the classes both sources share with
+enough flows (:func:`shared_classes`), the scores over them
+(:func:`cross_source_scores`) and the open-set AUROC of the model's confidence on the
+other source's classes it never saw (:func:`open_set_scores`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import FlowsplitError
@@ -67,3 +75,112 @@ def format_comparison(cmp: dict[str, Any], scores: dict[str, Any]) -> str:
             "the drop across sources is larger than this"
         )
     return line
+
+
+# --- scoring on another source, restricted to the classes both have enough flows of ----
+# (`flowsplit compare --cross-source`, benchmarks/generalisation.py)
+
+MIN_CROSS_FLOWS = 20
+"""Flows of a shared class the other source needs before the class is scored: on fewer,
+one flow's call would pass as a finding."""
+
+OPEN_SET_THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+"""``predict --min-confidence`` values of the open-set curve."""
+
+
+def shared_classes(
+    train_classes: list[str], other_counts: dict[str, int], min_flows: int = MIN_CROSS_FLOWS
+) -> tuple[list[str], dict[str, int]]:
+    """The training classes with at least ``min_flows`` flows on the other source (in
+    training order), and the others with their flow counts there: a class scored on a
+    handful of flows would pass a single flow off as a finding."""
+    keep = [c for c in train_classes if other_counts.get(c, 0) >= min_flows]
+    return keep, {c: int(other_counts.get(c, 0)) for c in train_classes if c not in keep}
+
+
+def mean_f1(per_class_f1: dict[str, float | None], classes: list[str]) -> float:
+    """Mean F1 over ``classes`` (a class without an F1, never predicted nor present: 0)."""
+    vals = [per_class_f1.get(c) for c in classes]
+    return float(np.mean([0.0 if v is None else v for v in vals])) if vals else float("nan")
+
+
+def auroc(pos: np.ndarray, neg: np.ndarray) -> float | None:
+    """P(score of a positive > score of a negative), ties halved (Mann-Whitney U over
+    average ranks); None when either side is empty."""
+    pos, neg = np.asarray(pos, dtype=np.float64), np.asarray(neg, dtype=np.float64)
+    if not len(pos) or not len(neg):
+        return None
+    values = np.concatenate([pos, neg])
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    average_rank = ends - (counts - 1) / 2  # 1-based rank, ties averaged
+    r_pos = average_rank[inverse[: len(pos)]].sum()
+    return float((r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def open_set_scores(
+    proba: np.ndarray, y_model: np.ndarray, thresholds=OPEN_SET_THRESHOLDS
+) -> dict[str, Any]:
+    """Known flows (``y_model >= 0``: a class the model was trained on) against unknown
+    ones (``-1``) by the model's top probability: its AUROC, and per ``predict
+    --min-confidence`` threshold the coverage, the accuracy of what is accepted (an
+    unknown flow given a class is wrong), the known flows kept and the unknown rejected."""
+    proba, y = np.asarray(proba), np.asarray(y_model)
+    known = y >= 0
+    conf, pred = proba.max(1), proba.argmax(1)
+    correct = known & (pred == y)
+    curve = []
+    for t in thresholds:
+        acc = conf >= t
+        curve.append(
+            {
+                "min_confidence": float(t),
+                "coverage": float(acc.mean()) if len(acc) else None,
+                "accuracy_accepted": float(correct[acc].mean()) if acc.any() else None,
+                "known_coverage": float(acc[known].mean()) if known.any() else None,
+                "unknown_rejected": float((~acc[~known]).mean()) if (~known).any() else None,
+            }
+        )
+    return {
+        "n_known": int(known.sum()),
+        "n_unknown": int((~known).sum()),
+        "auroc_confidence": auroc(conf[known], conf[~known]),
+        "curve": curve,
+    }
+
+
+def cross_source_scores(
+    proba: np.ndarray,
+    y_dataset: np.ndarray,
+    model_classes: list[str],
+    dataset_classes: list[str],
+    min_flows: int = MIN_CROSS_FLOWS,
+) -> dict[str, Any]:
+    """A model's scores on another source's flows, over the classes both share with at
+    least ``min_flows`` flows there (a flow of one of them called any other class is an
+    error). ``proba``: the model's probabilities of every flow of the other dataset;
+    ``y_dataset``: their labels in its classes. Returns ``flows_per_class`` (model class
+    -> flows there), ``scored`` and ``too_few`` (shared classes under ``min_flows``),
+    ``macro_f1`` (mean F1 over ``scored``), ``accuracy``, ``per_class_f1``, ``n_scored``
+    and ``open_set`` (:func:`open_set_scores`: the other classes as unknown)."""
+    from flowsplit.train.evaluation import ClassMapping
+    from flowsplit.train.metrics import classification_summary
+
+    mapping = ClassMapping(list(model_classes), list(dataset_classes))
+    y_model = mapping.to_model_labels(y_dataset)
+    counts = {c: int((y_model == i).sum()) for i, c in enumerate(model_classes)}
+    scored, _ = shared_classes(list(model_classes), counts, min_flows)
+    too_few = {c: counts[c] for c in mapping.shared if c not in scored}
+    rows = np.isin(y_model, [model_classes.index(c) for c in scored])
+    pred = np.asarray(proba).argmax(1)
+    summary = classification_summary(y_model[rows], pred[rows], list(model_classes))
+    return {
+        "flows_per_class": counts,
+        "scored": scored,
+        "too_few": too_few,
+        "macro_f1": mean_f1(summary["per_class_f1"], scored),
+        "accuracy": float((pred[rows] == y_model[rows]).mean()) if rows.any() else float("nan"),
+        "per_class_f1": {c: summary["per_class_f1"][c] for c in scored},
+        "n_scored": int(rows.sum()),
+        "open_set": open_set_scores(proba, y_model),
+    }

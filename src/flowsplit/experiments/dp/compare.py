@@ -37,6 +37,7 @@ from flowsplit.errors import ConfigError, InputError
 from flowsplit.experiments.dp.allreduce import run_allreduce_benchmark
 from flowsplit.experiments.dp.cellpool import CellPools, output_to, thread_env
 from flowsplit.experiments.dp.config import FINGERPRINT_KEYS, CompareConfig
+from flowsplit.experiments.dp.crosssource import check_other_dataset
 from flowsplit.experiments.dp.hostload import (
     ContentionMeter,
     descendants_cpu_s,
@@ -359,6 +360,7 @@ def run_compare(
     else:
         cfg = CompareConfig(dataset=config, out=out_dir, **options)
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
+    check_other_dataset(cfg, dataset)  # --cross-source, before any run
     out = Path(cfg.out)
     foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]
     if foreign and not (out / "compare.json").is_file():

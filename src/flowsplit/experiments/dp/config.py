@@ -75,9 +75,15 @@ class CompareConfig:
     """Run every cell as a ``flowsplit train`` process of its own (each pays an interpreter
     and torch's import, about 10 s a process on 2 cores) instead of in long-lived
     processes, one set per worker count."""
+    cross_source: str | None = None
+    """Another prepared dataset (another source: other networks, hosts, times) on which
+    every run is also scored, over the classes both share with 20 flows or more there;
+    the report gives each model's drop and the open-set AUROC of its confidence on the
+    other classes."""
 
     def __post_init__(self) -> None:
         self.dataset, self.out = str(self.dataset), str(self.out)
+        self.cross_source = None if self.cross_source is None else str(self.cross_source)
         if isinstance(self.seeds, int):  # a count: seeds 0 .. n-1
             self.seeds = list(range(self.seeds))
         self.workers = sorted({1, *(int(w) for w in self.workers)})

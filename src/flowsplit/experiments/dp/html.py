@@ -8,6 +8,7 @@ import numpy as np
 
 from flowsplit.experiments.dp import plots as plots
 from flowsplit.experiments.dp.analysis import ERROR_LIMIT
+from flowsplit.experiments.dp.crosssource import section_html, section_markdown
 from flowsplit.experiments.dp.result import Analysis, Cell, CompareResult, ModelAnalysis
 from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
 from flowsplit.experiments.dp.tables import (
@@ -264,6 +265,7 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
     parts.append(_communication_section(results))
     parts += _scaling_section(a)
     parts += _per_class_section(results, records)
+    parts += section_html(results)  # --cross-source
     parts.append(
         html.section(
             "Method", html.details("show the method", html.bullet_list(METHODS)), anchor="method"
@@ -398,6 +400,7 @@ def render_markdown(results: CompareResult) -> str:
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
         blocks += [markdown.heading("Test F1 per class"), markdown.table(pc_rows, pc_cols)]
+    blocks += section_markdown(results)  # --cross-source
     if fit_rows:
         blocks += [
             markdown.heading("Scaling model"),

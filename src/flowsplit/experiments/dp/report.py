@@ -33,6 +33,8 @@ from flowsplit.experiments.dp.analysis import (
     compare_hooks,
     headline_comparison,
 )
+from flowsplit.experiments.dp.crosssource import cross_source_section
+from flowsplit.experiments.dp.crosssource import summary_lines as cross_source_lines
 from flowsplit.experiments.dp.html import render_html, render_markdown
 from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, study_cells
 from flowsplit.experiments.dp.records import (
@@ -199,7 +201,8 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
         "env": env,
     }
     result = CompareResult.from_dict(jsonable(doc, strict=False))  # infinities kept
-    result.summary = summary_lines(result)
+    result.cross_source = cross_source_section(cfg.get("cross_source"), cfg["dataset"], plain)
+    result.summary = summary_lines(result) + cross_source_lines(result.cross_source)
     return result, plain
 
 

@@ -306,6 +306,65 @@ class Cell:
 
 
 @dataclass
+class CrossSourceClass:
+    """A class of the study's dataset on the other source (``compare --cross-source``)."""
+
+    name: str
+    train_flows: int | None
+    """Flows of the study dataset's train split (None: the dataset is no longer readable)."""
+    other_flows: int
+    scored: bool
+    """Whether the other source has enough flows of it (``min_flows``) to score it."""
+
+
+@dataclass
+class CrossSourceModel:
+    """One model and worker count on the other source, means over its seeds."""
+
+    model: str
+    workers: int
+    seeds: list[int]
+    own_macro_f1: float
+    """The runs' own test macro-F1 (every class)."""
+    own_macro_f1_scored: float
+    """Their own test F1, mean over the scored classes only: what the drop compares."""
+    cross_macro_f1: float
+    """Mean F1 over the scored classes on the other source."""
+    macro_f1_drop: float
+    own_accuracy: float
+    cross_accuracy: float
+    """Over the other source's flows of the scored classes."""
+    accuracy_drop: float
+    open_set_auroc: float = math.nan
+    """AUROC of the model's top probability, the other source's flows of the classes it
+    was trained on against those of classes it never saw (NaN: none of one kind)."""
+    n_cross: int = 0
+
+
+@dataclass
+class CrossSource:
+    """Every model of the study scored on another dataset (``compare --cross-source``)."""
+
+    dataset: str
+    min_flows: int
+    classes: list[CrossSourceClass] = field(default_factory=list)
+    models: list[CrossSourceModel] = field(default_factory=list)
+    unknown_classes: dict[str, int] = field(default_factory=dict)
+    """The other source's classes outside the training set: flows of each."""
+    errors: dict[str, str] = field(default_factory=dict)
+    """Runs not scored: cell name -> why."""
+    note: str = ""
+
+    @property
+    def scored(self) -> list[str]:
+        return [c.name for c in self.classes if c.scored]
+
+    @property
+    def n_unknown(self) -> int:
+        return sum(self.unknown_classes.values())
+
+
+@dataclass
 class CompareResult(JsonDocument):
     """What ``flowsplit compare`` found (``OUT/results.json``)."""
 
@@ -333,6 +392,8 @@ class CompareResult(JsonDocument):
     cells: list[Cell] = field(default_factory=list)
     """One row per finished run (the columns of ``results.csv`` plus the lists)."""
     env: dict[str, Any] = field(default_factory=dict)
+    cross_source: CrossSource | None = field(default=None, metadata={"omit_default": True})
+    """The runs on another dataset (``--cross-source``; None: not asked)."""
     schema_version: int = COMPARE_SCHEMA_VERSION
 
     # --- the study's settings the reports use -----------------------------------------
