@@ -11,6 +11,7 @@ there, and the workers build trees together (histograms are all-reduced).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ class NotFittedError(ValueError, AttributeError):
     """The estimator was used before ``fit`` (same bases as scikit-learn's)."""
 
 
+@dataclass(eq=False, kw_only=True)
 class XGBoostClassifier:
     """Multi-class gradient-boosted trees (``tree_method="hist"``).
 
@@ -42,42 +44,23 @@ class XGBoostClassifier:
         random_state: seed of XGBoost and of the partitioning across Dask workers.
     """
 
-    def __init__(
-        self,
-        *,
-        n_estimators: int = 300,
-        max_depth: int = 6,
-        learning_rate: float = 0.1,
-        max_bin: int = 256,
-        min_child_weight: float = 1.0,
-        subsample: float = 1.0,
-        colsample_bytree: float = 1.0,
-        reg_lambda: float = 1.0,
-        early_stopping_rounds: int | None = 20,
-        n_classes: int | None = None,
-        n_jobs: int | None = None,
-        random_state: int = 0,
-    ):
-        self.n_estimators = n_estimators
-        self.max_depth = max_depth
-        self.learning_rate = learning_rate
-        self.max_bin = max_bin
-        self.min_child_weight = min_child_weight
-        self.subsample = subsample
-        self.colsample_bytree = colsample_bytree
-        self.reg_lambda = reg_lambda
-        self.early_stopping_rounds = early_stopping_rounds
-        self.n_classes = n_classes
-        self.n_jobs = n_jobs
-        self.random_state = random_state
+    n_estimators: int = 300
+    max_depth: int = 6
+    learning_rate: float = 0.1
+    max_bin: int = 256
+    min_child_weight: float = 1.0
+    subsample: float = 1.0
+    colsample_bytree: float = 1.0
+    reg_lambda: float = 1.0
+    early_stopping_rounds: int | None = 20
+    n_classes: int | None = None
+    n_jobs: int | None = None
+    random_state: int = 0
 
-    # --- scikit-learn parameter protocol -------------------------------------------
+    # --- scikit-learn parameter protocol (the generated ``__init__`` only stores) ------
     @classmethod
     def _param_names(cls) -> list[str]:
-        import inspect
-
-        sig = inspect.signature(cls.__init__)
-        return [p for p in sig.parameters if p != "self"]
+        return [f.name for f in fields(cls)]
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor arguments, as scikit-learn's ``get_params``."""
@@ -94,10 +77,6 @@ class XGBoostClassifier:
                 )
             setattr(self, name, value)
         return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"XGBoostClassifier({args})"
 
     # --- fitting ---------------------------------------------------------------------
     def xgb_params(self, n_classes: int) -> dict[str, Any]:
