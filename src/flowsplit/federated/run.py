@@ -65,7 +65,7 @@ def run_sfl(
     import torch
 
     from flowsplit.federated.dist import launch_roles, run_under_torchrun
-    from flowsplit.federated.final import finish_run
+    from flowsplit.federated.results import finish_run
     from flowsplit.federated.sampling import sampling_configured
     from flowsplit.federated.setup import prepare_run
     from flowsplit.train.distributed import available_cores, read_dist_env

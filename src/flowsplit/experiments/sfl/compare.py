@@ -63,9 +63,8 @@ from flowsplit.experiments.sfl.result import (
     SFLCompareResult,
     SFLRun,
 )
-from flowsplit.federated.final import finish_run
 from flowsplit.federated.metrics import evaluate_model
-from flowsplit.federated.results import write_run
+from flowsplit.federated.results import finish_run, write_run
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.topology import write_topology
 from flowsplit.outputs import atomic_write_json
