@@ -107,3 +107,26 @@ def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
     assert report["clients"]["0"]["recv_cpu_s"] == 2e-4
     again = topology_from_toml(topology_to_toml(topo))
     assert again.extra["client_busy_wake_s"] == [0.005, 0.0]
+
+
+def test_the_compute_probe_times_steps_back_to_back_for_as_long_as_asked():
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from flowsplit.federated.probe import PROBE_STEPS, full_speed_seconds, time_train_step
+
+    # A server part (tier 2: its own loss) of one linear layer, plain SGD.
+    module = SimpleNamespace(part=torch.nn.Linear(8, 3), aux=None)
+    module.parameters = module.part.parameters
+    ctx = SimpleNamespace(make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
+    start = time.perf_counter()
+    wall, steps = time_train_step(module, x, y, 2, ctx, sustain_s=0.05)
+    # Back to back: at least PROBE_STEPS steps and at least 0.05 s, in one stretch.
+    assert steps >= PROBE_STEPS and 0.05 <= wall <= time.perf_counter() - start
+    one, n = time_train_step(module, x, y, 2, ctx)
+    assert n == 1 and 0 < one < wall
+    # Under a quota (share 0.1, burst 2 ms) half a second of wall is 2 ms + 49.8 ms of CPU.
+    assert full_speed_seconds(0.5, 0.1, 0.002) == pytest.approx(0.002 + 0.498 * 0.1)
