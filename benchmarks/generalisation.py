@@ -76,9 +76,9 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from flowsplit.cli import main as cli_main  # noqa: E402
+from flowsplit.train.crosssource import mean_f1, open_set_scores  # noqa: E402
 
 NEURAL = ("cnn", "lstm", "convlstm", "convgru", "transformer")
-THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
 def flowsplit(*argv) -> None:
@@ -255,33 +255,9 @@ def evaluate(run: Path, ds: Path, split: str, out: Path, *extra) -> dict:
     return json.loads(out.read_text())
 
 
-def mean_f1(summary: dict, classes: list[str]) -> float:
-    vals = [summary["per_class_f1"].get(c) for c in classes]
-    vals = [0.0 if v is None else v for v in vals]
-    return float(np.mean(vals)) if vals else float("nan")
-
-
-def auroc(pos: np.ndarray, neg: np.ndarray) -> float | None:
-    """P(score of a positive > score of a negative), ties halved (Mann-Whitney)."""
-    if not len(pos) or not len(neg):
-        return None
-    allv = np.concatenate([pos, neg])
-    order = np.argsort(allv, kind="mergesort")
-    ranks = np.empty(len(allv))
-    sorted_v = allv[order]
-    i = 0
-    while i < len(allv):  # average ranks of ties
-        j = i
-        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    r_pos = ranks[: len(pos)].sum()
-    return float((r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
-
-
 def open_set(run: Path, foreign: Path) -> dict:
-    """Known (shared) against unknown (never trained) foreign classes, by confidence."""
+    """Known (shared) against unknown (never trained) foreign classes, by confidence
+    (:func:`flowsplit.train.crosssource.open_set_scores`)."""
     from flowsplit.data.store import load_dataset
     from flowsplit.train.evaluation import ClassMapping, model_input
     from flowsplit.train.runs import load_trained_model, predict_proba
@@ -292,33 +268,16 @@ def open_set(run: Path, foreign: Path) -> dict:
     mapping = ClassMapping(list(info["classes"]), ds.classes)
     rows = np.arange(ds.n_flows)
     x = model_input(ds, info["view"], rows, doc["dataset"].get("view_columns"))
-    proba = predict_proba(model, x)
-    y = mapping.to_model_labels(ds.labels)
-    known = y >= 0
-    conf, pred = proba.max(1), proba.argmax(1)
-    correct = known & (pred == y)
-    curve = []
-    for t in THRESHOLDS:
-        acc = conf >= t
-        curve.append(
-            {
-                "min_confidence": t,
-                "coverage": float(acc.mean()),
-                # every accepted flow: right only when known and correctly named
-                "accuracy_accepted": float(correct[acc].mean()) if acc.any() else None,
-                "known_coverage": float(acc[known].mean()) if known.any() else None,
-                "unknown_rejected": float((~acc[~known]).mean()) if (~known).any() else None,
-            }
-        )
+    scores = open_set_scores(predict_proba(model, x), mapping.to_model_labels(ds.labels))
     unseen = {
         c: int((ds.labels == i).sum()) for i, c in enumerate(ds.classes) if c in mapping.unseen
     }
     return {
-        "n_known": int(known.sum()),
-        "n_unknown": int((~known).sum()),
+        "n_known": scores["n_known"],
+        "n_unknown": scores["n_unknown"],
         "unknown_classes": dict(sorted(unseen.items(), key=lambda kv: -kv[1])),
-        "auroc_confidence": auroc(conf[known], conf[~known]),
-        "curve": curve,
+        "auroc_confidence": scores["auroc_confidence"],
+        "curve": scores["curve"],
     }
 
 
@@ -399,8 +358,8 @@ def cross_source(args, work: Path, res: dict) -> None:
                 "augment": augment,
                 "own_macro_f1": own["macro_f1"],
                 "own_accuracy": own["accuracy"],
-                "own_macro_f1_overlap": mean_f1(own_eval, overlap),
-                "cross_macro_f1": mean_f1(ev, overlap),
+                "own_macro_f1_overlap": mean_f1(own_eval["per_class_f1"], overlap),
+                "cross_macro_f1": mean_f1(ev["per_class_f1"], overlap),
                 "cross_macro_f1_all_model_classes": ev["macro_f1"],
                 "cross_accuracy": ev["accuracy"],
                 "cross_per_class_f1": {c: ev["per_class_f1"].get(c) for c in overlap},
