@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flowsplit.config_args import fields_of
 from flowsplit.data import sources as src_mod
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
@@ -579,7 +580,7 @@ def _finish(writer: DatasetWriter, files, kind, opts: PrepareOptions, skipped: C
         "recovered": info.get("recovered", {}),
         "views": info.get("view_info", {}),
         "split_by": split_by,
-        "seed": opts.seed,
+        **fields_of(opts, ("seed",)),
         "small_classes": _small_classes(labels[idx], splits, classes, opts.small_split_flows),
         **({"labeller": info["labeller"]} if "labeller" in info else {}),
         "prepare_time_s": round(time.perf_counter() - t0, 3),

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import fields_of
 from flowsplit.errors import ConfigError, FlowsplitError
 
 
@@ -218,12 +219,8 @@ class ClientSampler:
         return np.sort(rng.choice(candidates, want, replace=False)), n_avail
 
     def describe(self) -> dict[str, Any]:
-        cfg = self.config
         return {
-            "clients_per_round": cfg.clients_per_round,
-            "fraction": cfg.fraction,
-            "min_available_clients": cfg.min_available_clients,
-            "min_fit_clients": cfg.min_fit_clients,
-            "select": str(self.selection),
+            **fields_of(self.config, SAMPLING_FIELDS),
+            "select": str(self.selection),  # (normalised)
             "clients_without_rows": int((~self.has_rows).sum()),
         }

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import fields_of
 from flowsplit.errors import ConfigError
 from flowsplit.federated.schemes import Scheme, get_scheme
 from flowsplit.federated.system.profile import BlockProfile, client_memory_bytes
@@ -356,8 +357,7 @@ def plan_split(
     info = {
         "n_clients": table.n_clients,
         "n_aggregators": table.n_aggregators,
-        "mode": config.mode,
-        "three_tier": config.three_tier,
+        **fields_of(config, ("mode", "three_tier")),
     }
     if guard is not None:
         info["guard"] = guard
@@ -522,12 +522,11 @@ def plan_fixed(
     )
     if rule == "greedy":
         cap = check_capacity(table, None if capacity is None else np.array(capacity))
-        config = PlannerConfig(
-            weights=Weights(0.0, 1.0, 0.0), seed=seed, mode="weighted", capacity=capacity
-        )
-        delay_only = Objective(config.weights, 1.0, 1.0, "none", "delay alone (s)")
+        delay_only = Objective(Weights(0.0, 1.0, 0.0), 1.0, 1.0, "none", "delay alone (s)")
         assign = greedy_assign(table, np.array([0]), cap)[0]
-        assign = refine_assignment(table, 0, assign, delay_only, config, cap)
+        # The local search's settings (its restarts seeded by ``seed``; the capacity is cap).
+        search = PlannerConfig(seed=seed)
+        assign = refine_assignment(table, 0, assign, delay_only, search, cap)
     else:
         assign = assign_clients(topology, rule, seed)
     delay, nbytes = evaluate_assignment(table, 0, assign)

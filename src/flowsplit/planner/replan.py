@@ -163,7 +163,7 @@ def replan_assignment(
     t0 = time.perf_counter()
     if table.n_pairs != 1:
         raise ConfigError(f"re-planning takes the run's one cut pair, got {table.n_pairs}")
-    config = config or PlannerConfig(weights=objective.weights, mode="weighted")
+    config = config or PlannerConfig()  # the local search's settings; the weights: objective
     cap = check_capacity(table, capacity)
     previous = np.asarray(previous, dtype=np.int64)
     if previous.shape != (table.n_clients,):

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flowsplit.config_args import fields_of
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.results import read_model_state
@@ -499,7 +500,7 @@ def run_study(
     prior = prior_measures(data, target_aux, target_eval)
     result: dict[str, Any] = {
         "dataset": str(getattr(dataset, "root", dataset)),
-        "model": config.model,
+        **fields_of(config, ("model",)),
         "view": data.view,
         "block_names": model.block_names,
         "n_blocks": model.n_blocks,

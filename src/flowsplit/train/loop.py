@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from flowsplit.config_args import fields_of
 from flowsplit.data.augment import augmenter_for
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import FlowsplitError
@@ -423,7 +424,9 @@ def _test_and_save(
     model.load_state_dict(state.best["state"])
     x_test, y_test = np.asarray(ds.view(data.view)[data.test_idx]), ds.labels[data.test_idx]
     y_pred = predict_labels(model, x_test, batch_size=cfg.eval_batch_size, device=device)
-    save_weights(model, Path(cfg.out) / WEIGHTS_NAME, {"model": cfg.model, "view": data.view})
+    save_weights(
+        model, Path(cfg.out) / WEIGHTS_NAME, {**fields_of(cfg, ("model",)), "view": data.view}
+    )
     summary = classification_summary(y_test, y_pred, ds.classes)
     train_time = sum(hist["epoch_time"])
     return RunResult(
@@ -476,8 +479,7 @@ def _extra(
         "load_time_s": data.load_time_s,
         "layout": _layout_record(layout),
         "comm_calls_last_epoch": meter.n_calls,
-        "comm_hook": cfg.comm_hook,
-        "bucket_mb": cfg.bucket_mb,
+        **fields_of(cfg, ("comm_hook", "bucket_mb")),
         "exposed_comm_per_epoch_s": state.hist.get("exposed_comm", []),
         "uneven_shards": "weighted",
         "resumed": bool(resumed),
