@@ -62,20 +62,20 @@ def talking_pairs(assignment: np.ndarray, n_aggregators: int) -> list[tuple[Addr
 def make_pair_groups(
     store: dist.Store,
     me: Address,
-    assignment: np.ndarray,
+    pairs: list[tuple[Address, Address]],
     n_aggregators: int,
     *,
     device,
     timeout_s: float,
 ) -> dict[Address, tuple[dist.ProcessGroupGloo, int]]:
-    """Create the two-member gloo groups this process belongs to.
+    """Create the two-member gloo groups of ``pairs`` this process belongs to.
 
-    All processes walk the same global list of pairs, each creating only its own:
-    with that shared order the pairwise rendezvous cannot deadlock. Returns
-    ``{peer: (group, peer's rank in the group)}``.
+    All processes walk the same global list of pairs (:func:`talking_pairs`, or a worker
+    pool's), each creating only its own: with that shared order the pairwise rendezvous
+    cannot deadlock. Returns ``{peer: (group, peer's rank in the group)}``.
     """
     groups = {}
-    for a, b in talking_pairs(assignment, n_aggregators):
+    for a, b in pairs:
         if me in (a, b):
             groups[b if me == a else a] = pair_group(
                 store, me, a, b, n_aggregators, device=device, timeout_s=timeout_s

@@ -64,10 +64,11 @@ from flowsplit.federated.system.protocol import (
     Address,
     Recv,
     Send,
+    address_of,
     rank_of,
 )
 from flowsplit.federated.system.schedule import Tracer
-from flowsplit.federated.transport import GlooTransport, pair_group, role_name
+from flowsplit.federated.transport import GlooTransport, role_name
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -80,11 +81,7 @@ hosts]`` (each ``K`` long), little-endian."""
 
 def pool_address(rank: int, n_aggregators: int) -> Address:
     """The role at ``rank`` in a run with a worker pool."""
-    if rank == 0:
-        return SERVER_ADDRESS
-    if rank <= n_aggregators:
-        return (AGGREGATOR, rank - 1)
-    return (WORKER, rank - 1 - n_aggregators)
+    return address_of(rank, n_aggregators, WORKER)
 
 
 def pool_pairs(n_aggregators: int, n_workers: int) -> list[tuple[Address, Address]]:
@@ -96,26 +93,6 @@ def pool_pairs(n_aggregators: int, n_workers: int) -> list[tuple[Address, Addres
         ((AGGREGATOR, j), (WORKER, w)) for j in range(n_aggregators) for w in range(n_workers)
     ]
     return pairs
-
-
-def make_pool_groups(
-    store: dist.Store,
-    me: Address,
-    n_aggregators: int,
-    n_workers: int,
-    *,
-    device,
-    timeout_s: float,
-) -> dict[Address, tuple[Any, int]]:
-    """This process's gloo groups of :func:`pool_pairs` (every process walks the same
-    list, so the pairwise rendezvous cannot deadlock): ``{peer: (group, peer's rank)}``."""
-    groups = {}
-    for a, b in pool_pairs(n_aggregators, n_workers):
-        if me in (a, b):
-            groups[b if me == a else a] = pair_group(
-                store, me, a, b, n_aggregators, device=device, timeout_s=timeout_s
-            )
-    return groups
 
 
 def hosts_for(ids: np.ndarray, workers_alive: np.ndarray) -> np.ndarray:

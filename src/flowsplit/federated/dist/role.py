@@ -24,8 +24,8 @@ from flowsplit.federated.dist.pool import (
     WORKER,
     PooledRuntime,
     PoolWorker,
-    make_pool_groups,
     pool_address,
+    pool_pairs,
 )
 from flowsplit.federated.dist.runtime import DistRuntime
 from flowsplit.federated.results import (
@@ -44,6 +44,7 @@ from flowsplit.federated.transport import (
     gloo_device,
     make_pair_groups,
     role_name,
+    talking_pairs,
 )
 
 log = logging.getLogger("flowsplit.federated")
@@ -198,11 +199,10 @@ def _connect_peers(store, me, setup, ctx, device, wait_timeout, workers) -> Gloo
     and the transport over them."""
     n_aggs = setup.topology.n_aggregators
     if workers:
-        peers = make_pool_groups(store, me, n_aggs, workers, device=device, timeout_s=wait_timeout)
+        pairs = pool_pairs(n_aggs, workers)
     else:
-        peers = make_pair_groups(
-            store, me, setup.assignment, n_aggs, device=device, timeout_s=wait_timeout
-        )
+        pairs = talking_pairs(setup.assignment, n_aggs)
+    peers = make_pair_groups(store, me, pairs, n_aggs, device=device, timeout_s=wait_timeout)
     return GlooTransport(
         me, peers, ctx.meter, drop_timeout=setup.config.timeout_s, wait_timeout=wait_timeout
     )

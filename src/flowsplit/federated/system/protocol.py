@@ -168,10 +168,11 @@ def rank_of(address: Address, n_aggregators: int) -> int:
     return 1 + n_aggregators + index
 
 
-def address_of(rank: int, n_aggregators: int) -> Address:
-    """Inverse of :func:`rank_of`."""
+def address_of(rank: int, n_aggregators: int, last: str = CLIENT) -> Address:
+    """Inverse of :func:`rank_of`; ``last``: the kind of the ranks after the aggregators
+    (clients, or a pool's workers)."""
     if rank == 0:
         return SERVER_ADDRESS
     if rank <= n_aggregators:
         return (AGGREGATOR, rank - 1)
-    return (CLIENT, rank - 1 - n_aggregators)
+    return (last, rank - 1 - n_aggregators)
