@@ -72,11 +72,13 @@ COMPARE_OPTIONS = {
     "quiet_wait_s": cli(flag="--quiet-wait", metavar="S"),
     "max_busy": cli(metavar="F"),
     "max_foreign": cli(metavar="F"),
+    "cross_source": cli(metavar="OTHER_DATASET"),
 }
 """``flowsplit compare``'s view of :class:`~flowsplit.experiments.dp.compare.CompareConfig`."""
 
 COMPARE_GROUPS = {
-    "study": ("models", "workers", "seeds", "comm_hooks", "same_cores_seeds", "quick"),
+    "study": ("models", "workers", "seeds", "comm_hooks", "same_cores_seeds", "quick")
+    + ("cross_source",),
     "training (every cell)": ("epochs", "rounds", "threads", "patience", "train_args"),
     "statistics": ("margin", "alpha"),
     "running the cells": ("cell_timeout_s", "fresh_process", "quiet_wait_s", "max_busy")
