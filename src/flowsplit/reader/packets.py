@@ -486,6 +486,13 @@ def _given_rows(given) -> list[tuple]:
     return [(g.pos, g.packet, g.vlan, g.src, g.ts, g.index) for g in given]
 
 
+_KERNEL_ADDR = ("sa_hi", "sa_lo", "da_hi", "da_lo")
+"""The rows of ``_kernel.decode_common``'s ``addr``, as :class:`Packets` names them."""
+_KERNEL_FIELDS = ("sport", "dport", "flags", "window", "syn_seq", "ip_len", "pay_len")
+_KERNEL_FIELDS += ("ip_off", "ip_cap", "l4_rel", "pay_off", "pay_cap", "vlan")
+"""The rows of ``_kernel.decode_common``'s ``fields``, as :class:`Packets` names them."""
+
+
 def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
     """The records of the common case decoded by the compiled kernel, and the rest.
 
@@ -498,8 +505,8 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
         return None, None
     rows = np.empty(n, dtype=np.int64)
     ver, proto = np.empty(n, dtype=np.uint8), np.empty(n, dtype=np.uint8)
-    addr = np.empty((4, n), dtype=np.uint64)
-    f = np.empty((13, n), dtype=np.int64)
+    addr = np.empty((len(_KERNEL_ADDR), n), dtype=np.uint64)
+    f = np.empty((len(_KERNEL_FIELDS), n), dtype=np.int64)
     k = _kernel.decode_common(
         sb.array,
         np.ascontiguousarray(recs.data_off, dtype=np.int64),
@@ -516,30 +523,16 @@ def _decode_common(sb: StagingBuffer, recs: Records, vlan_key: bool):
     rows, f, addr = rows[:k], f[:, :k], addr[:, :k]
     rest = np.ones(n, dtype=bool)
     rest[rows] = False
+    columns = dict(zip(_KERNEL_ADDR, addr, strict=True)) | dict(zip(_KERNEL_FIELDS, f, strict=True))
+    columns["flags"] = columns["flags"].astype(np.uint8)
     packets = Packets(
         src=recs.src[rows],
         index=recs.index[rows],
         ts=recs.ts[rows],
         ver=ver[:k],
         proto=proto[:k],
-        sa_hi=addr[0],
-        sa_lo=addr[1],
-        da_hi=addr[2],
-        da_lo=addr[3],
-        sport=f[0],
-        dport=f[1],
-        flags=f[2].astype(np.uint8),
-        window=f[3],
-        syn_seq=f[4],
-        ip_len=f[5],
-        pay_len=f[6],
-        ip_off=f[7],
-        ip_cap=f[8],
-        l4_rel=f[9],
-        pay_off=f[10],
-        pay_cap=f[11],
-        vlan=f[12],
         pos=rows,
+        **columns,
     )
     return packets, np.flatnonzero(rest)
 

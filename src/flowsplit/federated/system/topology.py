@@ -382,6 +382,11 @@ def _fmt(value: Any) -> str:
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
+def _toml_table(header: str, values: dict[str, Any]) -> list[str]:
+    """A blank line, the table's ``header`` and a ``key = value`` line per item."""
+    return ["", header, *(f"{k} = {_fmt(v)}" for k, v in values.items())]
+
+
 def topology_to_toml(topology: Topology) -> str:
     """The topology as a TOML document (one table per aggregator and per client)."""
     lines = [
@@ -392,39 +397,32 @@ def topology_to_toml(topology: Topology) -> str:
     ]
     if topology.seed is not None:
         lines.append(f"seed = {int(topology.seed)}")
-    lines += ["", "[server]", f"speed_flops = {_fmt(float(topology.server_speed))}"]
+    lines += _toml_table("[server]", {"speed_flops": float(topology.server_speed)})
     if topology.extra:
-        lines += ["", "[extra]"]
-        lines += [f"{k} = {_fmt(v)}" for k, v in topology.extra.items()]
+        lines += _toml_table("[extra]", topology.extra)
     for j in range(topology.n_aggregators):
-        lines += [
-            "",
-            "[[aggregators]]",
-            f"speed_flops = {_fmt(float(topology.aggregator_speed[j]))}",
-            f"latency_s = {_fmt(float(topology.as_latency[j]))}",
-            f"bandwidth_Bps = {_fmt(float(topology.as_bandwidth[j]))}",
-        ]
+        aggregator = {
+            "speed_flops": float(topology.aggregator_speed[j]),
+            "latency_s": float(topology.as_latency[j]),
+            "bandwidth_Bps": float(topology.as_bandwidth[j]),
+        }
+        lines += _toml_table("[[aggregators]]", aggregator)
     for i in range(topology.n_clients):
-        lines += [
-            "",
-            "[[clients]]",
-            f"speed_flops = {_fmt(float(topology.client_speed[i]))}",
-            f"memory_bytes = {_fmt(int(topology.client_memory[i]))}",
-            f"n_samples = {_fmt(int(topology.client_samples[i]))}",
-            f"latency_s = {_fmt([float(x) for x in topology.ca_latency[i]])}",
-            f"bandwidth_Bps = {_fmt([float(x) for x in topology.ca_bandwidth[i]])}",
-        ]
+        client = {
+            "speed_flops": float(topology.client_speed[i]),
+            "memory_bytes": int(topology.client_memory[i]),
+            "n_samples": int(topology.client_samples[i]),
+            "latency_s": [float(x) for x in topology.ca_latency[i]],
+            "bandwidth_Bps": [float(x) for x in topology.ca_bandwidth[i]],
+        }
+        lines += _toml_table("[[clients]]", client)
     lines += trace_to_toml_lines(topology.trace)
     return "\n".join(lines) + "\n"
 
 
 def trace_to_toml_lines(trace: tuple[TraceEvent, ...] | list[TraceEvent]) -> list[str]:
     """The ``[[trace]]`` tables of ``trace`` (SI units), one per event."""
-    lines: list[str] = []
-    for event in trace:
-        lines += ["", "[[trace]]"]
-        lines += [f"{k} = {_fmt(v)}" for k, v in event.to_dict().items()]
-    return lines
+    return [line for event in trace for line in _toml_table("[[trace]]", event.to_dict())]
 
 
 def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
