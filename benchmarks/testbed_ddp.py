@@ -3,38 +3,44 @@ against the scaling model fitted on 1-2 nodes only.
 
     python benchmarks/testbed_ddp.py --out bench-results/testbed_ddp.json \\
         [--nodes 1,2,4,8] [--mbit 1000,100,10] [--models cnn,convgru] [--cpu 0.15] \\
-        [--steps 6] [--repeats 3] [--settle 1]
+        [--period-us 10000] [--steps 6] [--repeats 3] [--passes 1] [--settle 1]
     python benchmarks/testbed_ddp.py --reanalyse OLD.json --out NEW.json   # no training
 
 Needs root (:mod:`flowsplit.testbed`: namespaces, tc, cgroups); says so and exits 2
 without. For every model and node count N, one testbed of N nodes (each a network
 namespace whose outgoing traffic a token bucket shapes, each under a cgroup CPU quota
-of ``--cpu`` cores at a 10 ms CFS period: the same quota for every N, so one node
+of ``--cpu`` cores per CFS period of ``--period-us``: the same quota for every N, so one node
 stands for one machine of fixed speed) runs one training job with one worker per node
 (``python -m flowsplit.train`` with torchrun's environment, gloo over the nodes'
 interfaces), ``--steps`` optimiser steps of a fixed global batch per epoch. Workers
 start without a quota (importing torch at 0.2 core would take minutes); an unshaped
 warm-up epoch follows, then the quota is set and the link rate changes between epochs
-(rank 0's ``train.log`` is followed): per rate, ``--settle`` unmeasured epochs (traffic
-queued at the previous rate) and ``--repeats`` measured ones. One node has no link: its
-epochs are ``--repeats`` epochs at its quota.
+(rank 0's ``train.log`` is followed): the rates in turn, ``--passes`` times over, each
+visit ``--settle`` unmeasured epochs (traffic queued at the previous rate) and
+``--repeats`` measured ones. One node has no link: ``--settle``
+epochs, then ``--repeats * --passes`` measured ones, at its quota.
 
-**Prediction** (:mod:`flowsplit.experiments.dp.scaling`, its cluster form): epoch time
-``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N, tbf_network(rate))``:
-``c`` compute per sample and ``h`` per-step overhead (the scaling model's two compute
-parameters; ``h`` also holds each step's synchronisation wait), the ring all-reduce of
-the step's measured gradient payload on a tbf link (framing and ACKs from the shaping
-command; the bucket's burst free each step). ``c`` and ``h`` are fitted (non-negative
-least squares on relative residuals) on the 1- and 2-node points only; the 4- and
-8-node points are held out (``held_out``) and predicted. A refit on all points is
-reported beside it (``*_refit``), and two variants (``*_with_sync``: the all-reduce
-time measured beyond the wire at 2 nodes charged per step apart, the model's
-measuring-machine form; ``*_measured_compute``: the compute term taken from one-node
-jobs at each per-worker batch ``B/N``, which the benchmark also runs). Per point,
-medians over the repeats; ``rel_error = |predicted - measured| / measured``.
+**Prediction** (:mod:`flowsplit.experiments.dp.scaling`'s form, the headline
+``predicted_epoch_s``): ``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N,
+tbf_network(rate)) + S * s`` (``s`` for N > 1 only): ``c`` compute per sample and ``h``
+per-step overhead, fitted (non-negative least squares on relative residuals) on the
+one-node jobs at batches B, B/2, B/4, B/8 (the "ladder": one node, so part of "fitted
+on 1-2 nodes"); ``s`` the exposed all-reduce time per step beyond the wire that the
+2-node workers measured (``exposed_comm_s``, median over the rates); the ring
+all-reduce of the step's measured gradient payload on a tbf link (framing and ACKs from
+the shaping command; the bucket's burst free each step). The 4- and 8-node points are
+held out (``held_out``) and predicted. Variants, every one reported
+(``max_heldout_rel_error_variants``, per point ``*_<variant>``): ``cluster`` (c, h
+fitted on the 1- and 2-node epoch times less the wire: the headline until 2026-12-05),
+``refit`` (that form on every point: not a check), ``with_sync``,
+``measured_compute``, ``ladder_hops`` (s as a per-hop latency ``2 (N-1) alpha``),
+``ladder_nosync``, ``ladder_points`` (the ladder's measured epoch at B/N itself for
+compute). Per point, medians over the repeats; ``rel_error = |predicted - measured| /
+measured``.
 
-The machine is shared (2 cores, other jobs): the cgroups get 10x the default CPU
-shares so each node gets its quota under load; the load average is recorded.
+The machine is shared (2 cores, other jobs): the cgroups get the kernel's largest CPU
+weight so each node gets its quota under load; the load average (per job too) and the
+hypervisor's steal time per job are recorded.
 """
 
 from __future__ import annotations
@@ -68,25 +74,39 @@ BATCH = {"cnn": 64, "convgru": 32, "lstm": 64, "convlstm": 32}
 
 
 def schedule(
-    mbits: list[float], repeats: int, n_nodes: int, settle: int = 1
+    mbits: list[float], repeats: int, n_nodes: int, settle: int = 1, passes: int = 1
 ) -> list[tuple[float | None, bool]]:
     """(link rate, measured?) of each epoch after the warm-up epoch (None: unshaped).
 
-    Each rate holds for ``settle`` unmeasured epochs, then ``repeats`` measured ones:
-    the first epoch after a change carries traffic queued at the old rate (the other
-    ranks start an epoch while rank 0 validates) and is not that rate's.
+    The rates are visited in turn, ``passes`` times over (interleaved: a drift of the
+    machine's speed during a job falls on every rate alike, not on the last one). Each
+    visit holds its rate for ``settle`` unmeasured epochs, then ``repeats`` measured
+    ones: the first epoch after a change carries traffic queued at the old rate (the
+    other ranks start an epoch while rank 0 validates) and is not that rate's. One
+    node has no link: ``settle`` epochs (the quota is set as the first one starts),
+    then ``repeats * passes`` measured ones.
     """
     if n_nodes == 1:
-        return [(None, True)] * repeats
+        return [(None, False)] * settle + [(None, True)] * (repeats * passes)
     out: list[tuple[float | None, bool]] = []
-    for m in mbits:
-        out += [(m, False)] * settle + [(m, True)] * repeats
+    for _ in range(passes):
+        for m in mbits:
+            out += [(m, False)] * settle + [(m, True)] * repeats
     return out
+
+
+def steal_s() -> float:
+    """Seconds of CPU time the hypervisor took from this machine's CPUs (``/proc/stat``)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return math.nan
 
 
 def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None) -> list[dict]:
     """One training job on ``n_nodes`` emulated nodes; one row per measured epoch."""
-    plan = schedule(args.mbits, args.repeats, n_nodes, args.settle)
+    plan = schedule(args.mbits, args.repeats, n_nodes, args.settle, args.passes)
     links = [m for m, _ in plan]
     epochs = 1 + len(links)
     batch = batch or BATCH.get(model, 64)
@@ -98,6 +118,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
     argv += ["--force"]  # train counts WORLD_SIZE threads against the node's one pinned CPU
     spec = TestbedSpec.cluster(n_nodes, None, args.cpu, cpu_period_us=args.period_us)
     marks: list[dict] = []
+    steal0 = steal_s()
     with Testbed(spec) as tb:
         tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
@@ -138,6 +159,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
         }
         raise RuntimeError(f"{model} on {n_nodes} nodes failed (exit codes {codes}): {why}")
     hist = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)["history"]
+    job = {"job_load_1min": os.getloadavg()[0], "job_steal_s": steal_s() - steal0}
     rows = []
     for k in range(1, epochs):
         if not plan[k - 1][1]:
@@ -156,6 +178,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
                 "throttled_s": (marks[k]["throttled_time"] - marks[k - 1]["throttled_time"]) / 1e9
                 if k < len(marks) and "throttled_time" in marks[k]
                 else None,
+                **job,
             }
         )
     shutil.rmtree(run, ignore_errors=True)
@@ -191,6 +214,8 @@ def medians(rows: list[dict]) -> list[dict]:
                 if any(r["throttled_s"] is not None for r in mine)
                 else None,
                 "repeats": len(mine),
+                "job_load_1min": mine[0].get("job_load_1min"),
+                "job_steal_s": mine[0].get("job_steal_s"),
                 "epoch_s_per_repeat": [r["epoch_s"] for r in mine],
             }
         )
@@ -276,12 +301,83 @@ def predict_measured_compute(points: list[dict], profile: dict, train: list[dict
         p["one_node_epoch_s_at_batch_share"] = compute
 
 
+def fit_ladder(ladder: list[dict]) -> tuple[float, float]:
+    """``c`` (s per sample) and ``h`` (s per step) from one-node jobs at several batches
+    ``b`` (``epoch = steps * (c * b + h)``; non-negative least squares on relative
+    residuals): the scaling model's two compute parameters, from one node."""
+    design = [[p["steps"] * p["batch_size"], p["steps"]] for p in ladder]
+    t = np.array([p["measured_epoch_s"] for p in ladder])
+    (c, h), _ = nnls(np.array(design) / t[:, None], np.ones_like(t))
+    return float(c), float(h)
+
+
+def fit_exposed_sync(train: list[dict], per_hop: bool = False) -> float:
+    """Measured exposed all-reduce seconds beyond the wire time, per step (``per_hop``:
+    per step and ring hop, ``2 (N - 1)`` hops): median over the multi-node ``train``
+    points, never negative. The workers' own meter (``exposed_comm_s``: from the last
+    bucket's launch to its completion), not epoch-time differences."""
+    excess = [
+        max(0.0, p["exposed_comm_s"] - p["predicted_comm_s"])
+        / p["steps"]
+        / (2 * (p["nodes"] - 1) if per_hop else 1)
+        for p in train
+        if p["nodes"] > 1
+    ]
+    return statistics.median(excess) if excess else 0.0
+
+
+def predict_ladder(
+    points: list[dict], ladder: list[dict], train: list[dict], key: str, sync: str = "step"
+) -> None:
+    """The scaling model ``steps * (c * B / N + h) + wire + steps * s`` with ``c`` and ``h``
+    fitted on the one-node ``ladder`` (batches B, B/2, ...) and ``s`` from the 2-node
+    ``train`` points' measured exposed all-reduce time beyond the wire. ``sync``:
+    "step" (``s`` per step, whatever N), "hops" (``alpha`` per ring hop: a latency term
+    ``2 (N - 1) alpha`` per step), "none" (no sync term), "points" (the compute term
+    is the ladder's measured epoch at the per-worker batch itself, not the fitted line;
+    ``s`` per step)."""
+    c, h = fit_ladder(ladder)
+    per_hop = sync == "hops"
+    s = 0.0 if sync == "none" else fit_exposed_sync(train, per_hop)
+    measured = {q["batch_size"]: q["measured_epoch_s"] for q in ladder}
+    for p in points:
+        n, steps = p["nodes"], p["steps"]
+        b = p["batch_size"] / n
+        if sync == "points":
+            if round(b) not in measured:
+                continue
+            compute = measured[round(b)]
+        else:
+            compute = steps * (c * b + h)
+        hops = 2 * (n - 1) if per_hop else 1
+        pred = compute + p["predicted_comm_s"] + (steps * s * hops if n > 1 else 0.0)
+        p[f"predicted_epoch_s{key}"] = pred
+        p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
+        p[f"compute_per_sample_s{key}"], p[f"per_step_s{key}"] = c, h
+        p[f"sync_{'per_hop' if per_hop else 'per_step'}_s{key}"] = s
+
+
+VARIANTS = {
+    "_cluster": "c, h fitted on the 1- and 2-node epoch times less the wire time",
+    "_refit": "the _cluster form fitted on every point (not a check)",
+    "_with_sync": "_cluster with the 2-node exposed time beyond the wire charged per step",
+    "_measured_compute": "one-node epoch at B/N plus the 2-node epoch excess per step",
+    "_ladder": "c, h fitted on one node at batches B..B/8; s per step from 2 nodes",
+    "_ladder_hops": "_ladder with s as a ring-hop latency: 2 (N-1) alpha per step",
+    "_ladder_nosync": "_ladder without s",
+    "_ladder_points": "_ladder with the one-node epoch at B/N itself for compute",
+}
+HEADLINE = "_ladder"
+"""The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc)."""
+
+
 def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     profiles = [r for r in rows if r.get("profile")]
     rows = [r for r in rows if not r.get("profile")]
     points = medians(rows)
+    ladders = medians(profiles)
     one_node = {}
-    for q in medians(profiles) + [p for p in points if p["nodes"] == 1]:
+    for q in ladders + [p for p in points if p["nodes"] == 1]:
         one_node.setdefault(q["model"], {})[q["batch_size"]] = q["measured_epoch_s"]
     for model in sorted({p["model"] for p in points}):
         mine = [p for p in points if p["model"] == model]
@@ -291,40 +387,59 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
             p["predicted_comm_s"] = predicted_comm(p, payload)
             p["held_out"] = p["nodes"] not in fit_nodes
         train = [p for p in mine if not p["held_out"]]
-        # The scaling model's cluster form: the headline.
-        predict(mine, train, "")
+        ladder = [q for q in ladders if q["model"] == model] + [p for p in mine if p["nodes"] == 1]
+        predict(mine, train, "_cluster")
         predict(mine, mine, "_refit")
-        # Variants: synchronisation measured at 2 nodes charged per step apart (the
-        # model's measuring-machine form), and the compute term measured on one node.
         predict(mine, train, "_with_sync", with_sync=True)
-        # A variant: the compute term measured on one node at each per-worker batch.
         prof = one_node.get(model, {})
         if all(p["batch_size"] // p["nodes"] in prof for p in mine):
             predict_measured_compute(mine, prof, train, "_measured_compute")
-    held = [p["rel_error"] for p in points if p["held_out"] and "rel_error" in p]
-    return {
-        "points": points,
-        "max_heldout_rel_error": max(held) if held else None,
-        "max_fit_rel_error": max(
-            (p["rel_error"] for p in points if not p["held_out"]), default=None
-        ),
-        "max_rel_error_refit": max(p["rel_error_refit"] for p in points),
-        "max_heldout_rel_error_measured_compute": max(
+        if len(ladder) >= 2:
+            for key, sync in [("_ladder", "step"), ("_ladder_hops", "hops"),
+                              ("_ladder_nosync", "none"), ("_ladder_points", "points")]:  # fmt: skip
+                predict_ladder(mine, ladder, train, key, sync)
+        for p in mine:
+            if f"predicted_epoch_s{HEADLINE}" in p:
+                p["predicted_epoch_s"] = p[f"predicted_epoch_s{HEADLINE}"]
+                p["rel_error"] = p[f"rel_error{HEADLINE}"]
+            # Diagnostic: a DDP worker's time outside the exposed all-reduce, against the
+            # one-node epoch at its per-worker batch.
+            if p["nodes"] > 1 and p["batch_size"] // p["nodes"] in prof:
+                p["compute_s_beside_one_node"] = [
+                    p["measured_epoch_s"] - p["exposed_comm_s"],
+                    prof[p["batch_size"] // p["nodes"]],
+                ]
+
+    def worst(key: str, held: bool = True, model: str | None = None) -> float | None:
+        return max(
             (
-                p["rel_error_measured_compute"]
+                p[f"rel_error{key}"]
                 for p in points
-                if p.get("held_out") and "rel_error_measured_compute" in p
+                if (p["held_out"] or not held)
+                and f"rel_error{key}" in p
+                and model in (None, p["model"])
             ),
             default=None,
-        ),  # fmt: skip
-        "max_heldout_rel_error_with_sync": max(
-            (p["rel_error_with_sync"] for p in points if p["held_out"]), default=None
+        )
+
+    models = sorted({p["model"] for p in points})
+    return {
+        "points": points,
+        "headline_form": HEADLINE.lstrip("_"),
+        "max_heldout_rel_error": worst(""),
+        "max_fit_rel_error": max(
+            (p["rel_error"] for p in points if not p["held_out"] and "rel_error" in p),
+            default=None,
         ),
-        "max_heldout_rel_error_by_model": {
-            m: max(
-                (p["rel_error"] for p in points if p["model"] == m and p["held_out"]), default=None
-            )
-            for m in sorted({p["model"] for p in points})
+        "max_rel_error_refit": worst("_refit", held=False),
+        "max_heldout_rel_error_by_model": {m: worst("", model=m) for m in models},
+        "max_heldout_rel_error_variants": {
+            v.lstrip("_"): {
+                "form": why,
+                "all": worst(v, held=v != "_refit"),
+                **{m: worst(v, held=v != "_refit", model=m) for m in models},
+            }
+            for v, why in VARIANTS.items()
         },
         "one_node_epoch_s_by_batch": one_node,
     }
@@ -341,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=6, help="optimiser steps per epoch")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--settle", type=int, default=1, help="unmeasured epochs after a change")
+    p.add_argument("--passes", type=int, default=1, help="visits of every rate, interleaved")
     p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per training job")
     p.add_argument("--reanalyse", type=Path, metavar="JSON", help="refit a saved run's epochs")
@@ -392,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps_per_epoch": args.steps,
             "repeats": args.repeats,
             "settle_epochs": args.settle,
+            "passes": args.passes,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",

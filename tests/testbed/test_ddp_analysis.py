@@ -1,0 +1,100 @@
+"""benchmarks/testbed_ddp.py's pure parts: the epoch schedule and the scaling fits (no
+testbed, no training: epochs made from known parameters)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("testbed_ddp")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_schedule_interleaves_rates_with_a_settle_epoch_after_each_change(bench):
+    plan = bench.schedule([1000.0, 10.0], repeats=2, n_nodes=4, settle=1, passes=2)
+    assert [m for m, _ in plan] == [1000.0] * 3 + [10.0] * 3 + [1000.0] * 3 + [10.0] * 3
+    # The first epoch of every visit is not measured; each rate gets repeats * passes.
+    assert [k for k, (_, measured) in enumerate(plan) if not measured] == [0, 3, 6, 9]
+    assert sum(1 for m, ok in plan if ok and m == 10.0) == 4
+    # One node: no link; one settle epoch (the quota is set as it starts), then all measured.
+    assert (
+        bench.schedule([1000.0, 10.0], 2, 1, settle=1, passes=2)
+        == [(None, False)] + [(None, True)] * 4
+    )
+
+
+C, H, S, PAYLOAD, BATCH, STEPS = 0.02, 0.05, 0.09, 372_000, 32, 10
+
+
+def synthetic_rows(bench, sync_s: float = S) -> list[dict]:
+    """Epochs of the model ``steps (c b + h) + wire + steps s``: one node at B..B/8 (the
+    ladder), 2-8 nodes at two rates; the wire time from the benchmark's own ring model."""
+    rows = []
+
+    def row(nodes, mbit, batch, profile=False):
+        point = {"model": "m", "nodes": nodes, "mbit": mbit, "steps": STEPS, "batch_size": batch}
+        wire = bench.predicted_comm(point, PAYLOAD)
+        sync = STEPS * sync_s if nodes > 1 else 0.0
+        epoch = STEPS * (C * batch / nodes + H) + wire + sync
+        for jitter in (0.99, 1.0, 1.01):  # the median is the middle one
+            rows.append(
+                {
+                    "model": "m",
+                    "nodes": nodes,
+                    "mbit": mbit,
+                    "batch_size": batch,
+                    "epoch_s": epoch * jitter,
+                    "exposed_comm_s": (wire + sync) * jitter,
+                    "payload_bytes": PAYLOAD * STEPS if nodes > 1 else 0,
+                    "steps": STEPS,
+                    "wire_bytes": None,
+                    "throttled_s": None,
+                    "profile": profile,
+                }
+            )
+
+    row(1, None, BATCH)
+    for n in (2, 4, 8):
+        row(1, None, BATCH // n, profile=True)
+        for mbit in (1000.0, 10.0):
+            row(n, mbit, BATCH)
+    return rows
+
+
+def test_ladder_form_recovers_held_out_points_of_its_own_model(bench):
+    doc = bench.analyse(synthetic_rows(bench))
+    held = [p for p in doc["points"] if p["held_out"]]
+    assert {p["nodes"] for p in held} == {4, 8} and len(held) == 4
+    assert doc["headline_form"] == "ladder"
+    assert doc["max_heldout_rel_error"] < 1e-6
+    p = held[0]
+    assert p["compute_per_sample_s_ladder"] == pytest.approx(C, rel=1e-6)
+    assert p["per_step_s_ladder"] == pytest.approx(H, rel=1e-6)
+    assert p["sync_per_step_s_ladder"] == pytest.approx(S, rel=1e-6)
+
+
+def test_variants_without_the_sync_term_or_with_it_per_hop_miss(bench):
+    doc = bench.analyse(synthetic_rows(bench))
+    worst = doc["max_heldout_rel_error_variants"]
+    # Without s the 8-node 1000-Mbit/s epoch lacks its sync share; charged per ring hop
+    # (2 (N-1) of them) s grows with N where the data's does not.
+    assert worst["ladder_nosync"]["all"] > 0.2
+    assert worst["ladder_hops"]["all"] > 0.5
+    assert worst["ladder_points"]["all"] < 1e-6
+
+
+def test_no_sync_in_the_data_gives_a_zero_sync_term(bench):
+    doc = bench.analyse(synthetic_rows(bench, sync_s=0.0))
+    assert doc["max_heldout_rel_error"] < 1e-6
+    assert all(p["sync_per_step_s_ladder"] == 0.0 for p in doc["points"])
