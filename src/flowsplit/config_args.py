@@ -609,5 +609,16 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def command_parser(
+    sub: argparse._SubParsersAction, name: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of the sub-command ``name``, as every flowsplit command has it:
+    ``summary`` in its group's list of commands, ``description`` atop its ``--help``,
+    defaults shown by :class:`HelpFormatter`."""
+    return sub.add_parser(
+        name, help=summary, description=description, formatter_class=HelpFormatter
+    )
+
+
 class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """:class:`HelpFormatter` with the description kept as written (examples, lists)."""

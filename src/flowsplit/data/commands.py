@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from flowsplit.config_args import (
-    HelpFormatter,
     add_config_arguments,
     cli,
     cli_fields,
+    command_parser,
     config_values,
     csv_tuple,
 )
@@ -92,15 +92,13 @@ SHARED_FIELDS = ("labels", "label_column")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `prepare` and `inspect` to the CLI."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "prepare",
-        help="turn captures, flow CSVs or IDX files into a labelled, split dataset",
-        description=(
-            "Read pcap/pcapng captures (or CICFlowMeter/NFStream flow CSVs, or IDX byte "
-            "sessions), assemble bidirectional flows, compute the views models need, label, "
-            "deduplicate and split them by capture file, and write a dataset directory."
-        ),
-        formatter_class=HelpFormatter,
+        "turn captures, flow CSVs or IDX files into a labelled, split dataset",
+        "Read pcap/pcapng captures (or CICFlowMeter/NFStream flow CSVs, or IDX byte "
+        "sessions), assemble bidirectional flows, compute the views models need, label, "
+        "deduplicate and split them by capture file, and write a dataset directory.",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture/CSV/IDX files or folders")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="dataset directory to write")

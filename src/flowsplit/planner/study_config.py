@@ -1,21 +1,34 @@
 """What a planning study is told (:class:`StudyConfig`), apart from its heavy machinery.
 
-:mod:`flowsplit.planner.study` runs a study; this module only holds its configuration
-and the quick/full defaults, so the command line can build ``sfl plan``'s options from
-the dataclass without importing torch.
+:mod:`flowsplit.planner.study` runs a study; this module only holds its configuration,
+the quick/full defaults and its command-line view (:func:`add_study_arguments` and
+:func:`study_options`: ``sfl plan``'s and ``sfl compare``'s options, one per field,
+and the leakage budget, :class:`LeakageBudget`), so the command line builds them from
+the dataclasses without importing torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import argparse
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
-from flowsplit.config_file import instantiate
+from flowsplit.config_args import (
+    add_config_arguments,
+    cli,
+    config_from_args,
+    given_values,
+    show_list,
+    with_groups,
+)
+from flowsplit.config_file import instantiate, merged, read_config_file
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SamplingChoice
 from flowsplit.federated.sampling import check_sampling_options
 from flowsplit.federated.system.topology import parse_trace_spec
+from flowsplit.planner.leakage import budget_pairs
 
 QUICK = {
     "rounds": 4,
@@ -155,3 +168,156 @@ def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any])
     cfg = instantiate(cls, merged)  # (a tuple field's lists, as from a TOML file: tuples)
     cfg.validate()
     return cfg
+
+
+# --- the command line: sfl plan's and sfl compare's options ----------------------------
+
+
+def _pair(text: str) -> tuple[int, int]:
+    from flowsplit.federated.config import parse_cuts
+
+    return parse_cuts(text, "--fixed-cuts")
+
+
+def _capacity(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--capacity {text!r}: give one integer per aggregator") from None
+
+
+def _weights(text: str) -> tuple[float, float, float]:
+    from flowsplit.planner.objective import Weights
+
+    w = Weights.parse(text)
+    return (w.loss, w.delay, w.bytes)
+
+
+def _tolerance(text: str) -> float:
+    """``--acc-tolerance`` in percentage points -> StudyConfig.acc_tolerance, a fraction."""
+    try:
+        points = float(text)
+    except ValueError:
+        raise ConfigError(f"--acc-tolerance {text!r}: give percentage points in [0, 100]") from None
+    if not (0.0 <= points <= 100.0):
+        raise ConfigError(f"--acc-tolerance {points:g}: give percentage points in [0, 100]")
+    return points / 100.0
+
+
+def _quick(name: str, default: str) -> dict:
+    """``show=`` of a field that ``--quick`` changes: its default and quick mode's."""
+    return cli(show=lambda v: f"{default if v is None else v}; --quick: {QUICK[name]}")
+
+
+def quick_help(recipe: dict) -> str:
+    """``--quick``'s help, from the recipe itself."""
+    shown = {k: v for k, v in recipe.items() if v is not None}
+    text = ", ".join(f"{k} {len(v) if k == 'seeds' else v}" for k, v in shown.items())
+    return f"Small defaults ({text}); options given win."
+
+
+STUDY_OPTIONS = {
+    "n_clients": _quick("n_clients", "the preset's"),
+    "n_aggregators": _quick("n_aggregators", "the preset's"),
+    "trace": cli(metavar="SPEC"),  # as sfl run's
+    "rounds": _quick("rounds", ""),
+    "family": cli(choices=("hsfl", "hsfl-ll")),
+    "fixed_cuts": cli(parse=_pair, show=show_list, metavar="A,C"),
+    "weights": cli(parse=_weights, show=lambda v: ",".join(f"{w:g}" for w in v), metavar="L,D,B"),
+    "reference": cli(choices=("hsfl", "median")),
+    "n_pilots": cli(
+        flag="--pilots",
+        metavar="N",
+        help="Pilot cut pairs.",
+        show=lambda _: f"every legal pair, at most {MAX_PILOTS}",
+    ),
+    "pilot_steps": cli(
+        help="Optimiser steps per pilot, client batches summed over clients.",
+        show=lambda _: f"{PILOT_FRACTION:g} of the run's",
+    ),
+    "train_limit": {
+        "flowsplit.cli": {**_quick("train_limit", "every row")["flowsplit.cli"], "metavar": "N"}
+    },
+    "capacity": cli(parse=_capacity, show=lambda _: "no limit", metavar="K[,K...]"),
+    "objective": cli(choices=("guard", "weighted")),
+    "acc_tolerance": cli(
+        parse=_tolerance,
+        show=lambda v: f"{100 * v:g}",
+        help="Accuracy guard: plans within this many percentage points of the best "
+        "predicted accuracy.",
+    ),
+    "quick": cli(help=quick_help(QUICK)),
+    "only_cuts": cli(enabled=False),  # from the leakage budget (LeakageBudget)
+}
+"""``sfl plan``'s and ``sfl compare``'s view of :class:`StudyConfig`."""
+
+STUDY_GROUPS = {
+    "planner": ("family", "fixed_cuts", "sfl_cut", "weights", "reference", "objective")
+    + ("acc_tolerance", "three_tier", "capacity"),
+    "pilots": ("n_pilots", "pilot_steps", "pilot_train_limit"),
+}
+"""The ``--help`` sections of the study's options beyond the model, topology and run."""
+
+
+@dataclass
+class LeakageBudget:
+    """Which cut pairs the planner may choose: those whose leakage, measured by ``sfl
+    privacy``, is at most a bound (``StudyConfig.only_cuts``, from a file)."""
+
+    CLI_GROUP: ClassVar[str] = "leakage budget (from `sfl privacy`)"
+
+    max_leakage: float | None = field(
+        default=None,
+        metadata=cli(help="plan only cut pairs whose measured leakage is at most this"),
+    )
+    leakage_file: Path | None = field(
+        default=None,
+        metadata=cli(
+            parse=Path,
+            metavar="PRIVACY.json",
+            help="privacy.json of `flowsplit sfl privacy` (for --max-leakage)",
+        ),
+    )
+    leakage_measure: str = field(
+        default="bytes_recovered",
+        metadata=cli(
+            help="measure of --max-leakage (bytes_recovered, ascii_recovered, dcor, "
+            "label_probe_acc, grad_label_acc, seq_recovered)"
+        ),
+    )
+
+    def only_cuts(self, model: str) -> tuple[tuple[int, int], ...] | None:
+        """The cut pairs the budget allows ``model`` (None: no budget)."""
+        return budget_pairs(self.leakage_file, self.leakage_measure, self.max_leakage, model=model)
+
+
+def add_study_arguments(
+    p: argparse.ArgumentParser, config: type = StudyConfig, **overrides: dict
+) -> None:
+    """The options ``sfl plan`` and ``sfl compare`` share: DATASET, one per field of
+    ``config`` (a :class:`StudyConfig`; ``overrides`` refine them), unset when not given
+    so that ``--quick`` picks the defaults, the :class:`LeakageBudget` and ``--quiet``."""
+    p.add_argument(
+        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+    )
+    options = with_groups({**STUDY_OPTIONS, **overrides}, STUDY_GROUPS)
+    add_config_arguments(p, config, overrides=options, unset=True)
+    add_config_arguments(p, LeakageBudget)
+    p.add_argument("--quiet", action="store_true", help="no per-run log")
+
+
+def study_options(args: argparse.Namespace, config: type = StudyConfig) -> dict:
+    """The ``config`` fields given on the command line, over a ``--config`` file's (when
+    the command has one), with ``only_cuts`` from the leakage budget; a field not given
+    is left out (``None``: the mode's default)."""
+    given = given_values(config, args)
+    path = getattr(args, "config_file", None)
+    if path is not None:
+        given = merged(read_config_file(config, path), given)
+    budget = config_from_args(LeakageBudget, args)
+    only_cuts = budget.only_cuts(given.get("model") or config.model)
+    if only_cuts is not None:
+        given["only_cuts"] = only_cuts
+    return given

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowsplit.config_args import HelpFormatter, add_config_arguments, add_renamed
+from flowsplit.config_args import add_config_arguments, add_renamed, command_parser
 from flowsplit.config_file import build_config
 from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
 from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PrivacyResult
@@ -22,18 +22,16 @@ log = logging.getLogger("flowsplit.privacy")
 
 def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``flowsplit sfl privacy`` to the ``sfl`` command group."""
-    p = sfl_subparsers.add_parser(
+    p = command_parser(
+        sfl_subparsers,
         "privacy",
-        help="measure what crosses each cut reveals (inversion, probes), with defences",
-        description=(
-            "For every legal cut, an honest-but-curious attacker at the next tier, with "
-            "auxiliary rows of the same dataset, inverts the activations back to the input "
-            "and probes them for the label; label leakage from the gradients sent down is "
-            "measured too. Each defence (nopeek, noise, quant) is trained and attacked the "
-            "same way. Writes OUT/privacy.json (the planner's --leakage-file) and "
-            "OUT/pareto.png (delay, accuracy and leakage per cut pair)."
-        ),
-        formatter_class=HelpFormatter,
+        "measure what crosses each cut reveals (inversion, probes), with defences",
+        "For every legal cut, an honest-but-curious attacker at the next tier, with "
+        "auxiliary rows of the same dataset, inverts the activations back to the input "
+        "and probes them for the label; label leakage from the gradients sent down is "
+        "measured too. Each defence (nopeek, noise, quant) is trained and attacked the "
+        "same way. Writes OUT/privacy.json (the planner's --leakage-file) and "
+        "OUT/pareto.png (delay, accuracy and leakage per cut pair).",
     )
     p.add_argument(
         "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from flowsplit.config_args import (
     SEEDS_HELP,
-    HelpFormatter,
     add_model_arguments,
+    command_parser,
     finite_float,
     parse_seeds,
 )
@@ -270,17 +270,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_spec_arguments(p)
     p.set_defaults(func=cmd_show)
 
-    p = tsub.add_parser(
+    p = command_parser(
+        tsub,
         "compare",
-        help="the planner's gains measured: probe, plan, run every plan (paired CIs)",
-        description=(
-            "On a testbed of TOPOLOGY: probe every node (sfl probe), plan on the probe "
-            "(acc-aware, delay; HSFL and hsfl-greedy as baselines) for every seed, run "
-            "every plan (sfl run --mode dist), and compare measured delay and bytes "
-            "against HSFL and hsfl-greedy, paired by seed (mean and 95 %% t interval), "
-            "beside the predicted gains. Needs root."
-        ),
-        formatter_class=HelpFormatter,
+        "the planner's gains measured: probe, plan, run every plan (paired CIs)",
+        "On a testbed of TOPOLOGY: probe every node (sfl probe), plan on the probe "
+        "(acc-aware, delay; HSFL and hsfl-greedy as baselines) for every seed, run "
+        "every plan (sfl run --mode dist), and compare measured delay and bytes "
+        "against HSFL and hsfl-greedy, paired by seed (mean and 95 %% t interval), "
+        "beside the predicted gains. Needs root.",
     )
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from flowsplit.config_args import (
     SEEDS_HELP,
-    HelpFormatter,
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
     cli,
+    command_parser,
     csv_tuple,
     int_tuple,
     parse_seeds,
@@ -91,16 +91,14 @@ ON_COMMAND_LINE = ("dataset", "out")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``compare`` and ``report`` to the CLI."""
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "compare",
-        help="train models centralised and data-parallel over seeds, and report",
-        description=(
-            "Run the matrix model x workers x seed on one prepared dataset (each run is a "
-            "`flowsplit train` in its own directory; finished runs are skipped on a rerun), "
-            "measure all-reduce on this machine, and write OUT/report.html, report.md, "
-            "results.csv and results.json with statistics, speedups and a scaling model."
-        ),
-        formatter_class=HelpFormatter,
+        "train models centralised and data-parallel over seeds, and report",
+        "Run the matrix model x workers x seed on one prepared dataset (each run is a "
+        "`flowsplit train` in its own directory; finished runs are skipped on a rerun), "
+        "measure all-reduce on this machine, and write OUT/report.html, report.md, "
+        "results.csv and results.json with statistics, speedups and a scaling model.",
     )
     # One option per CompareConfig field (its docstring is the help); DATASET and -o are
     # required, the others not given stay None so that a --config file's values stand.

@@ -1,6 +1,7 @@
 """``flowsplit sfl compare`` (added to the ``sfl`` group by :mod:`flowsplit.cli`).
 
-It shares its options with ``sfl plan`` (:func:`flowsplit.planner.commands.add_common`).
+Its options are those of its config, :class:`SFLCompareConfig`: the study's, as ``sfl
+plan`` has them (:func:`flowsplit.planner.study_config.add_study_arguments`), and its own.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from pathlib import Path
 
 from flowsplit.config_args import (
     SEEDS_HELP,
-    HelpFormatter,
     add_log_to_argument,
     cli,
+    command_parser,
     csv_tuple,
     parse_seeds,
     show_list,
 )
-from flowsplit.config_file import add_config_file_option, merged, read_config_file
+from flowsplit.config_file import add_config_file_option
 from flowsplit.experiments.sfl.config import (
     ALL_SCHEMES,
     BASELINES,
@@ -25,7 +26,7 @@ from flowsplit.experiments.sfl.config import (
     REPLAN_CHOICES,
     SFLCompareConfig,
 )
-from flowsplit.planner.commands import add_common, options, quick_help
+from flowsplit.planner.study_config import add_study_arguments, quick_help, study_options
 
 SFL_COMPARE_OPTIONS = {
     "schemes": cli(
@@ -53,21 +54,19 @@ SFL_COMPARE_OPTIONS = {
 
 def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``flowsplit sfl compare``: train every scheme on the same seeds and write the report."""
-    p = sfl_subparsers.add_parser(
+    p = command_parser(
+        sfl_subparsers,
         "compare",
-        help="compare sfl, hsfl, the delay-only and the accuracy-aware planner",
-        description=(
-            "Train each scheme on the same data, topology and seeds (in-process simulation) "
-            "and write OUT/report.html, report.md and results.json: accuracy and macro-F1 per "
-            "round, delay per round and to a target accuracy, bytes per tier and message "
-            "type, and differences against HSFL with paired confidence intervals."
-        ),
-        formatter_class=HelpFormatter,
+        "compare sfl, hsfl, the delay-only and the accuracy-aware planner",
+        "Train each scheme on the same data, topology and seeds (in-process simulation) "
+        "and write OUT/report.html, report.md and results.json: accuracy and macro-F1 per "
+        "round, delay per round and to a target accuracy, bytes per tier and message "
+        "type, and differences against HSFL with paired confidence intervals.",
     )
     p.add_argument("-o", "--out", required=True, type=Path, metavar="OUT", help="output directory")
     add_config_file_option(p)
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
-    add_common(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
+    add_study_arguments(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
     add_log_to_argument(p)
     p.set_defaults(func=cmd_compare)
     return p
@@ -97,9 +96,7 @@ def compare_config(args: argparse.Namespace) -> SFLCompareConfig:
     ``--config FILE``, then the options given."""
     from flowsplit.experiments.sfl.compare import resolve_config
 
-    given = options(args, SFLCompareConfig)
-    if args.config_file is not None:
-        given = merged(read_config_file(SFLCompareConfig, args.config_file), given)
+    given = study_options(args, SFLCompareConfig)
     return resolve_config(bool(given.pop("quick", False)), **given)
 
 
