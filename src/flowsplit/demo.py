@@ -25,10 +25,17 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowsplit.config_args import SEEDS_HELP, HelpFormatter, parse_seeds
+from flowsplit.config_args import (
+    SEEDS_HELP,
+    add_config_arguments,
+    cli,
+    command_parser,
+    config_from_args,
+    parse_seeds,
+)
 from flowsplit.errors import ConfigError, InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +45,7 @@ SFL_VIEW = "seq"
 """The split-learning stage's view: packet sizes, directions and gaps (32 x 10 per flow)."""
 SFL_ROUNDS = 8
 """Rounds of the split-learning runs: over ``seq`` the schemes reach 90-94 % in 8 (about
-80 % in sfl compare's quick 4), for about a minute of CPU on the lab capture."""
+80 % in sfl compare's quick recipe's rounds), for about a minute of CPU on the lab capture."""
 SFL_VIEWS = ("default", "seq", "bytes", "pkt_bytes")
 """``--sfl-view`` choices: the model's own, or a tensor view (``data.store.TENSOR_VIEWS``;
 not imported here: it pulls in pandas, which ``flowsplit --help`` does not need)."""
@@ -46,112 +53,114 @@ SKIPPABLE = ("data-parallel", "split-learning")
 """Stages ``--skip`` can leave out."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the demo sub-command to the CLI."""
-    p = sub.add_parser(
-        "demo",
-        help="run the main job on the embedded lab capture",
-        description=(
-            "Prepare the embedded lab capture, compare centralised and data-parallel "
-            "training (CNN, LSTM, XGBoost by default), compare split federated learning schemes, "
-            "and write one report that says what to use."
-        ),
-        formatter_class=HelpFormatter,
-    )
-    p.add_argument("-o", "--out", default="runs/demo", type=Path, help="output directory")
-    p.add_argument("--captures", default=DEFAULT_CAPTURES, type=Path, help="lab capture folder")
-    p.add_argument(
-        "--seeds",
-        type=parse_seeds,
-        default=(0, 1, 2),
-        metavar="N|S,S,...",
-        help=f"{SEEDS_HELP}, for every cell of each comparison (an accuracy-equivalence "
-        "verdict needs 5; with fewer the advice says 'not enough seeds')",
-    )
-    p.add_argument(
-        "--models",
-        default=",".join(MODELS),
-        help="models of the data-parallel study (all five: cnn,lstm,convlstm,convgru,xgboost)",
-    )
-    p.add_argument("--epochs", type=int, default=3, help="epochs per neural run")
-    p.add_argument("--sfl-model", default="cnn", help="model cut for split learning")
-    p.add_argument(
-        "--sfl-view",
-        default=SFL_VIEW,
-        choices=SFL_VIEWS,
-        help="dataset view of the split-learning model ('default': the model's own; "
-        "over the CNN's bytes view the stage takes several times longer)",
-    )
-    p.add_argument(
-        "--sfl-rounds",
-        type=int,
-        default=SFL_ROUNDS,
-        help="federated rounds of every split-learning run",
-    )
-    p.add_argument(
-        "--skip", default="", help="comma-separated stages to skip: data-parallel, split-learning"
-    )
-    p.add_argument("--fresh", action="store_true", help="delete OUT first instead of resuming")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=run_demo)
+def _model_list(text: str) -> tuple[str, ...]:
+    """``--models``: the comma list of model names (checked by :class:`DemoPlan`)."""
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+def _stages(text: str) -> frozenset[str]:
+    """``--skip``: the comma list of stages (checked by :class:`DemoPlan`)."""
+    return frozenset(s.strip() for s in text.split(",") if s.strip())
 
 
 @dataclass
 class DemoPlan:
-    """What the demo runs (``flowsplit demo``'s options, checked)."""
+    """What the demo runs: ``flowsplit demo``'s options (one per field), checked."""
 
-    out: Path
-    captures: Path = DEFAULT_CAPTURES
-    seeds: tuple[int, ...] = (0, 1, 2)
-    models: tuple[str, ...] = MODELS
-    epochs: int = 3
-    sfl_model: str = "cnn"
-    sfl_view: str | None = SFL_VIEW
-    """None: the model's own view."""
-    sfl_rounds: int = SFL_ROUNDS
-    skip: frozenset[str] = frozenset()
-    fresh: bool = False
-    quiet: bool = False
-
-
-def _plan_from_args(args: argparse.Namespace) -> DemoPlan:
-    """The demo's plan from its options; one-line errors before any work."""
-    from flowsplit.experiments.dp.config import ALL_MODELS
-
-    if not args.captures.is_dir():
-        raise InputError(
-            args.captures, "lab capture folder not found (run from a flowsplit checkout)"
-        )
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    unknown = sorted(skip - set(SKIPPABLE))
-    if unknown:  # before any work: a typo would otherwise run the stage it meant to skip
-        raise ConfigError(f"--skip {','.join(unknown)}: choose from {', '.join(SKIPPABLE)}")
-    if args.epochs < 1:  # --seeds is checked by parse_seeds
-        raise ConfigError(f"--epochs must be >= 1, got {args.epochs}")
-    if args.sfl_rounds < 1:
-        raise ConfigError(f"--sfl-rounds must be >= 1, got {args.sfl_rounds}")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in models if m not in ALL_MODELS]
-    if unknown or not models:
-        raise ConfigError(f"--models {args.models!r}: choose from {', '.join(ALL_MODELS)}")
-    neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
-    if args.sfl_model not in neural:
-        raise ConfigError(f"--sfl-model {args.sfl_model!r}: choose from {', '.join(neural)}")
-    given = {f.name: getattr(args, f.name) for f in fields(DemoPlan)}  # the options' names
-    return DemoPlan(
-        **given
-        | {
-            "seeds": tuple(args.seeds),
-            "models": tuple(models),
-            "sfl_view": None if args.sfl_view == "default" else args.sfl_view,
-            "skip": frozenset(skip),
-        }
+    out: Path = field(
+        default=Path("runs/demo"),
+        metadata=cli(flag="-o", aliases=("--out",), parse=Path, help="output directory"),
     )
+    captures: Path = field(
+        default=DEFAULT_CAPTURES, metadata=cli(parse=Path, help="lab capture folder")
+    )
+    seeds: tuple[int, ...] = field(
+        default=(0, 1, 2),
+        metadata=cli(
+            parse=parse_seeds,
+            metavar="N|S,S,...",
+            help=f"{SEEDS_HELP}, for every cell of each comparison (an accuracy-equivalence "
+            "verdict needs 5; with fewer the advice says 'not enough seeds')",
+        ),
+    )
+    models: tuple[str, ...] = field(
+        default=MODELS,
+        metadata=cli(
+            parse=_model_list,
+            help="models of the data-parallel study (all five: cnn,lstm,convlstm,convgru,xgboost)",
+        ),
+    )
+    epochs: int = field(default=3, metadata=cli(help="epochs per neural run"))
+    sfl_model: str = field(default="cnn", metadata=cli(help="model cut for split learning"))
+    sfl_view: str | None = field(
+        default=SFL_VIEW,
+        metadata=cli(
+            choices=SFL_VIEWS,
+            help="dataset view of the split-learning model ('default': the model's own; "
+            "over the CNN's bytes view the stage takes several times longer)",
+        ),
+    )
+    """None (``default`` on the command line): the model's own view."""
+    sfl_rounds: int = field(
+        default=SFL_ROUNDS, metadata=cli(help="federated rounds of every split-learning run")
+    )
+    skip: frozenset[str] = field(
+        default=frozenset(),
+        metadata=cli(
+            parse=_stages,
+            show=lambda _: "none",
+            help="comma-separated stages to skip: data-parallel, split-learning",
+        ),
+    )
+    fresh: bool = field(default=False, metadata=cli(help="delete OUT first instead of resuming"))
+    quiet: bool = field(default=False, metadata=cli(help="no progress bars"))
+
+    def __post_init__(self) -> None:
+        """One-line errors before any work."""
+        from flowsplit.experiments.dp.config import ALL_MODELS
+
+        if self.sfl_view == "default":
+            self.sfl_view = None
+        self.seeds, self.models = tuple(self.seeds), tuple(self.models)
+        self.skip = frozenset(self.skip)
+        if not Path(self.captures).is_dir():
+            raise InputError(
+                self.captures, "lab capture folder not found (run from a flowsplit checkout)"
+            )
+        unknown = sorted(self.skip - set(SKIPPABLE))
+        if unknown:  # before any work: a typo would otherwise run the stage it meant to skip
+            raise ConfigError(f"--skip {','.join(unknown)}: choose from {', '.join(SKIPPABLE)}")
+        if self.epochs < 1:  # --seeds is checked by parse_seeds
+            raise ConfigError(f"--epochs must be >= 1, got {self.epochs}")
+        if self.sfl_rounds < 1:
+            raise ConfigError(f"--sfl-rounds must be >= 1, got {self.sfl_rounds}")
+        unknown = [m for m in self.models if m not in ALL_MODELS]
+        if unknown or not self.models:
+            raise ConfigError(
+                f"--models {','.join(self.models)!r}: choose from {', '.join(ALL_MODELS)}"
+            )
+        neural = [m for m in ALL_MODELS if m != "xgboost"]  # split learning cuts a network
+        if self.sfl_model not in neural:
+            raise ConfigError(f"--sfl-model {self.sfl_model!r}: choose from {', '.join(neural)}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the demo sub-command to the CLI: one option per :class:`DemoPlan` field."""
+    p = command_parser(
+        sub,
+        "demo",
+        "run the main job on the embedded lab capture",
+        "Prepare the embedded lab capture, compare centralised and data-parallel "
+        "training (CNN, LSTM, XGBoost by default), compare split federated learning schemes, "
+        "and write one report that says what to use.",
+    )
+    add_config_arguments(p, DemoPlan)
+    p.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:
     """``flowsplit demo``: the four stages (see the module docstring); 0 when all finished."""
-    page, advice, total_s = demo(_plan_from_args(args))
+    page, advice, total_s = demo(config_from_args(DemoPlan, args))
     for line in advice:
         print(f"- {line}")
     print(f"\ndemo finished in {total_s:.0f} s; open {page}")

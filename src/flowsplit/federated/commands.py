@@ -20,10 +20,10 @@ from typing import Any
 from flowsplit.choices import ModelChoice, parse_model_option
 from flowsplit.config_args import (
     FORCE_HELP,
-    HelpFormatter,
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
+    command_parser,
 )
 from flowsplit.config_file import (
     add_config_file_option,
@@ -107,16 +107,14 @@ def _neural_model(choice: ModelChoice):
 
 @add_sfl_command("run")
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "run",
-        help="train with sfl, hsfl or hsfl-ll (simulated or as real processes)",
-        description=(
-            "Train a model split across clients, edge aggregators and a server; write "
-            "OUT/metrics.json (per round: accuracy, macro-F1, loss, simulated delay, bytes "
-            "by hop/direction/message type; totals), topology.toml, config.json, "
-            "profile.json and model.pt."
-        ),
-        formatter_class=HelpFormatter,
+        "train with sfl, hsfl or hsfl-ll (simulated or as real processes)",
+        "Train a model split across clients, edge aggregators and a server; write "
+        "OUT/metrics.json (per round: accuracy, macro-F1, loss, simulated delay, bytes "
+        "by hop/direction/message type; totals), topology.toml, config.json, "
+        "profile.json and model.pt.",
     )
     p.add_argument(
         "dataset",
@@ -330,18 +328,16 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
 
 @add_sfl_command("probe")
 def _add_probe(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "probe",
-        help="measure the hosts' compute speeds and links; write a topology to plan from",
-        description=(
-            "Start the dist runner's roles (here, or under torchrun / the testbed, one per "
-            "host) and measure what the planner needs: each role's compute speed (timed "
-            "training steps of its part at the given cuts and batch size) and each "
-            "client-aggregator and aggregator-server link's round trip and bandwidth (timed "
-            "transfers over the runner's own transport). Writes the measured topology "
-            "(`sfl plan --topology OUT`) and OUT's .json twin with every measurement."
-        ),
-        formatter_class=HelpFormatter,
+        "measure the hosts' compute speeds and links; write a topology to plan from",
+        "Start the dist runner's roles (here, or under torchrun / the testbed, one per "
+        "host) and measure what the planner needs: each role's compute speed (timed "
+        "training steps of its part at the given cuts and batch size) and each "
+        "client-aggregator and aggregator-server link's round trip and bandwidth (timed "
+        "transfers over the runner's own transport). Writes the measured topology "
+        "(`sfl plan --topology OUT`) and OUT's .json twin with every measurement.",
     )
     p.add_argument(
         "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
@@ -371,7 +367,7 @@ def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> 
     ``args.out`` (the measured topology) and its ``.json`` twin."""
     import shutil
     import tempfile
-    from pathlib import Path
+    from functools import partial
 
     import torch
 
@@ -394,14 +390,19 @@ def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> 
     torch.set_num_threads(config.threads)
     setup = prepare_run(config, dataset=args.dataset, model_fn=model_fn, topology=topology)
     env = read_dist_env()
+    # Here every role, or under torchrun this process's role (rank 0 writes OUT).
+    roles = partial(run_under_torchrun, bind=args.bind) if env.is_distributed else launch_roles
     with tempfile.TemporaryDirectory(prefix="flowsplit-probe-") as tmp:
-        kw = {"dataset": args.dataset, "model_fn": model_fn, "quiet": args.quiet}
-        if env.is_distributed:
-            run_under_torchrun(setup, out_dir=tmp, bind=args.bind, probe="only", **kw)
-            if env.rank != 0:
-                return 0
-        else:
-            launch_roles(setup, out_dir=tmp, probe="only", **kw)
+        roles(
+            setup,
+            dataset=args.dataset,
+            model_fn=model_fn,
+            out_dir=tmp,
+            quiet=args.quiet,
+            probe="only",
+        )
+        if env.rank != 0:
+            return 0
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(tmp) / PROBE_TOML, out)
         shutil.copyfile(Path(tmp) / PROBE_JSON, out.with_suffix(".json"))
@@ -414,14 +415,12 @@ def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> 
 
 @add_sfl_command("profile")
 def _add_profile(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = command_parser(
+        sub,
         "profile",
-        help="print a model's block profile and its legal cuts",
-        description=(
-            "FLOPs, parameters and activation bytes of every block of a model built for a "
-            "dataset, and the costs of every legal cut (a, c)."
-        ),
-        formatter_class=HelpFormatter,
+        "print a model's block profile and its legal cuts",
+        "FLOPs, parameters and activation bytes of every block of a model built for a "
+        "dataset, and the costs of every legal cut (a, c).",
     )
     add_config_arguments(p, ModelChoice)
     p.add_argument("--dataset", required=True, metavar="DATASET", help="dataset directory")

@@ -14,16 +14,35 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import dataclass
+
+from flowsplit.config_args import add_config_arguments, config_from_args, fields_of
+
+
+@dataclass
+class Calibration:
+    """What a calibration times (its options; the JSON line repeats :data:`ECHOED`)."""
+
+    model: str
+    """Model to profile and time."""
+    dataset: str
+    """Dataset directory (the model's input shape and classes)."""
+    view: str | None = None
+    """Dataset view (default: the model's)."""
+    batch_size: int = 64
+    """Rows per timed step."""
+    steps: int = 5
+    """Timed forward+backward passes (after one warm-up pass)."""
+
+
+ECHOED = ("model", "batch_size", "steps")
+"""The options the JSON line states beside the measurement."""
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--view", default=None)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=5)
-    args = p.parse_args(argv)
+    add_config_arguments(p, Calibration)
+    cal = config_from_args(Calibration, p.parse_args(argv))
 
     import torch
 
@@ -32,15 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     from flowsplit.federated.system.profile import profile_model
 
     torch.set_num_threads(1)
-    model_fn = RegistryModel(args.model, args.view)
-    ds = load_dataset(args.dataset)
+    model_fn = RegistryModel(cal.model, cal.view)
+    ds = load_dataset(cal.dataset)
     model = model_fn(input_shape=ds.view_shape(model_fn.resolved_view()), n_classes=ds.n_classes)
     profile = profile_model(model)
-    flops = float((profile.fwd_flops * (1.0 + profile.bwd_ratio)).sum()) * args.batch_size
+    flops = float((profile.fwd_flops * (1.0 + profile.bwd_ratio)).sum()) * cal.batch_size
     model.train()
-    x = torch.randint(0, 256, (args.batch_size, *model.input_shape)).float()
+    x = torch.randint(0, 256, (cal.batch_size, *model.input_shape)).float()
     times = []
-    for k in range(args.steps + 1):
+    for k in range(cal.steps + 1):
         start = time.perf_counter()
         out = model(x)
         out.float().sum().backward()
@@ -50,12 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         json.dumps(
             {
-                "model": args.model,
-                "batch_size": args.batch_size,
+                **fields_of(cal, ECHOED),
                 "flops_per_step": flops,
                 "step_s": step,
                 "flops_per_s": flops / step,
-                "steps": args.steps,
             }
         )
     )

@@ -39,9 +39,9 @@ class CompareConfig:
     cell: none (the plain float32 all-reduce, always run: the others are paired with it by
     seed), fp16, bf16, powersgd. Centralised and XGBoost cells have no hook."""
     epochs: int | None = None
-    """Maximum epochs of the neural models (None: the engine's default; quick: 2)."""
+    """Maximum epochs of the neural models (None: the engine's default; ``--quick``: :data:`QUICK`'s)."""
     rounds: int | None = None
-    """Maximum XGBoost rounds (None: the engine's default; quick: 20)."""
+    """Maximum XGBoost rounds (None: the engine's default; ``--quick``: :data:`QUICK`'s)."""
     threads: int = 1
     """Threads per worker, the same in every cell, so N workers use N x threads cores
     (except the same-cores centralised cells)."""
