@@ -28,11 +28,11 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from flowsplit.errors import InputError
 from flowsplit.outputs import atomic_write_text
-from flowsplit.util import jsonable
+from flowsplit.util import jsonable, read_json_document, typed_from_dict
 
 RESULT_SCHEMA_VERSION = 2
 """Version 2: ``kind`` and the SFL fields (``rounds``, ``totals``, ...) added;
@@ -42,9 +42,97 @@ METRICS_NAME = "metrics.json"
 KINDS = ("train", "sfl")
 
 
+class JsonDocument:
+    """Mixin of a dataclass that is a JSON document: a run's :class:`RunResult` and the
+    studies' results (:class:`~flowsplit.experiments.dp.result.CompareResult`,
+    :class:`~flowsplit.experiments.sfl.result.SFLCompareResult`,
+    :class:`~flowsplit.privacy.result.PrivacyResult`).
+
+    :meth:`to_json` writes strict JSON atomically, :meth:`read` reads a file (or a study
+    folder) back, checked field by field (:func:`flowsplit.util.typed_from_dict`), and
+    raises one :class:`~flowsplit.errors.InputError` line naming the file when it is not
+    one. A document says what it is in its class line
+    (``class PrivacyResult(JsonDocument, schema=1, file_name="privacy.json", what=...)``)
+    or in the class variables below.
+    """
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    """The version this flowsplit writes and reads (a file without one is version 1)."""
+    READS_VERSIONS: ClassVar[tuple[int, ...]] = ()
+    """Older versions still read: their files lack only fields that have defaults."""
+    FILE_NAME: ClassVar[str]
+    """The file's name in a study folder (``results.json``, ``privacy.json``)."""
+    WHAT: ClassVar[str]
+    """What a good file is, for the error line (``a `flowsplit compare` result``)."""
+    ROOT: ClassVar[str] = "results"
+    """How error messages name the document's top level."""
+    INDENT: ClassVar[int] = 2
+    """Indentation of the JSON text."""
+
+    def __init_subclass__(
+        cls,
+        *,
+        schema: int | None = None,
+        file_name: str | None = None,
+        what: str | None = None,
+        root: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        given = {"SCHEMA_VERSION": schema, "FILE_NAME": file_name, "WHAT": what, "ROOT": root}
+        for name, value in given.items():
+            if value is not None:
+                setattr(cls, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(self)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        """The document as strict JSON text; also written (atomically) to ``path``."""
+        text = json.dumps(self.to_dict(), indent=self.INDENT) + "\n"
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Check what makes ``data`` this kind of document (:class:`ValueError` if it is
+        not) and return it as the fields read it; subclasses override."""
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """Parse a document; :class:`ValueError` naming the first wrong field."""
+        if isinstance(data, dict):
+            version = data.get("schema_version", 1)
+            if version != cls.SCHEMA_VERSION and version not in cls.READS_VERSIONS:
+                readable = ", ".join(map(str, sorted({*cls.READS_VERSIONS, cls.SCHEMA_VERSION})))
+                raise ValueError(
+                    f"schema version {version!r}, this flowsplit reads version {readable}"
+                )
+            data = cls.prepare(data)
+        return typed_from_dict(cls, data, cls.ROOT)
+
+    @classmethod
+    def read(cls, path: str | Path) -> Self:
+        """The document of a study folder, or of the file ``path``.
+
+        Raises :class:`~flowsplit.errors.InputError` (one line, naming the file) when
+        the file is missing, not JSON, of another schema version or not this document.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = path / cls.FILE_NAME
+        try:
+            return cls.from_dict(read_json_document(path, cls.WHAT))
+        except (ValueError, TypeError) as exc:
+            raise InputError(path, f"not {cls.WHAT}: {exc}") from None
+
+
 @dataclass
-class RoundRecord:
-    """One round of a split federated run, as the server measured it."""
+class RoundScores:
+    """What every record of a split-learning round holds: the global model's scores after
+    it and its simulated delay (:class:`RoundRecord`; the study's own rows build on it)."""
 
     round: int
     """1-based round number."""
@@ -58,6 +146,12 @@ class RoundRecord:
     """Simulated delay of the round (the slowest path through the topology)."""
     clock_s: float
     """Simulated time at the end of the round (sum of the delays so far)."""
+
+
+@dataclass
+class RoundRecord(RoundScores):
+    """One round of a split federated run, as the server measured it."""
+
     wall_s: float
     """Wall time the round took in this run."""
     bytes_total: int
@@ -85,8 +179,14 @@ class RoundRecord:
 
 
 @dataclass
-class RunResult:
+class RunResult(JsonDocument):
     """What one run measured (rank 0, or the SFL server, writes it; one per run directory)."""
+
+    SCHEMA_VERSION: ClassVar[int] = RESULT_SCHEMA_VERSION
+    FILE_NAME: ClassVar[str] = METRICS_NAME
+    WHAT: ClassVar[str] = "a flowsplit run result"
+    ROOT: ClassVar[str] = "metrics"
+    INDENT: ClassVar[int] = 1
 
     # --- every run --------------------------------------------------------------------
     model: str
@@ -215,13 +315,6 @@ class RunResult:
             data["rounds"] = [r.to_dict() for r in self.rounds]
         return jsonable(data)
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The result as JSON text; also written (atomically) to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=1) + "\n"
-        if path is not None:
-            atomic_write_text(path, text)
-        return text
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         """Parse a result; raises :class:`ValueError` saying what is missing or wrong."""
@@ -252,6 +345,11 @@ class RunResult:
         if unknown:  # written by a newer flowsplit: keep, do not fail
             result.extra = {**result.extra, "unknown_fields": unknown}
         return result
+
+    @classmethod
+    def read(cls, path: str | Path) -> RunResult:
+        """:func:`read_result` (its one-line errors say when a run has not finished)."""
+        return read_result(path)
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> RunResult:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from flowsplit.report.document import JsonDocument
+from flowsplit.result import JsonDocument
 
 PRIVACY_SCHEMA_VERSION = 1
 PRIVACY_NAME = "privacy.json"
@@ -94,13 +94,14 @@ class Rows:
 
 
 @dataclass
-class PrivacyResult(JsonDocument):
+class PrivacyResult(
+    JsonDocument,
+    schema=PRIVACY_SCHEMA_VERSION,
+    file_name=PRIVACY_NAME,
+    what="a privacy.json written by `flowsplit sfl privacy`",
+    root="privacy",
+):
     """What ``flowsplit sfl privacy`` measured (``OUT/privacy.json``)."""
-
-    SCHEMA_VERSION: ClassVar[int] = PRIVACY_SCHEMA_VERSION
-    FILE_NAME: ClassVar[str] = PRIVACY_NAME
-    WHAT: ClassVar[str] = "a privacy.json written by `flowsplit sfl privacy`"
-    ROOT: ClassVar[str] = "privacy"
 
     model: str
     view: str
