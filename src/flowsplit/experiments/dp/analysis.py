@@ -28,7 +28,6 @@ from flowsplit.experiments.dp.result import (
     HookVsPlain,
     MajorityBaseline,
     ModelAnalysis,
-    Prediction,
     ScalingFit,
     ScalingPoint,
     SeedMcNemar,
@@ -349,17 +348,8 @@ def fit_model_scaling(
         for n, group in sorted(_by(runs, "workers").items())
     ]
     # This machine as measured: its cores, its sync overhead, the global batch it ran.
-    base = model.predict(1)["epoch_time_s"]
-    host_rows = [
-        {
-            **row,
-            "speedup": base / row["epoch_time_s"],
-            "efficiency": base / row["epoch_time_s"] / n,
-            "network": host.name,
-        }
-        for n in sorted({int(r.workers) for r in runs})
-        for row in [model.predict(n)]
-    ]
+    base = model.estimate(1).epoch_time_s
+    host_rows = model.scaling_curve(sorted({int(r.workers) for r in runs}))
     # A cluster: every worker has its own cores; each keeps the centralised batch (global
     # batch = batch x N, the usual linear-scaling practice), since a fixed global batch
     # cannot be split over more workers than it has samples.
@@ -367,7 +357,9 @@ def fit_model_scaling(
     if workload.kind == "ddp" and workload.global_batch:
         cluster = replace(model, workload=replace(workload, global_batch=False))
     curves = {"host": host_rows}
-    curves.update({key: cluster.curve(predict_workers, net) for key, net in networks.items()})
+    curves.update(
+        {key: cluster.scaling_curve(predict_workers, net) for key, net in networks.items()}
+    )
     steps = steps_per_epoch(workload, 1)
     serial = model.per_step_s * steps + model.fixed_s
     return ScalingFit(
@@ -381,7 +373,7 @@ def fit_model_scaling(
         ),
         speedup_cap_fixed_batch=base / serial if serial > 0 else math.inf,
         cluster_batch="per worker" if cluster is not model else "global",
-        predictions={key: [Prediction(**row) for row in rows] for key, rows in curves.items()},
+        predictions=curves,
     )
 
 
@@ -391,7 +383,7 @@ def _scaling_point(model, fit, n: int, group, timed, fit_runs) -> ScalingPoint:
     oversubscribed ones included, charged for core sharing): the check the fit cannot
     game."""
     measured = float(np.mean([r.epoch_time_s for r in group]))
-    pred = model.predict(n)
+    pred = model.estimate(n)
     others = [r for r in timed if r.workers != n]
     loo = math.nan
     if len({r.workers for r in others}) >= 2:
@@ -400,13 +392,13 @@ def _scaling_point(model, fit, n: int, group, timed, fit_runs) -> ScalingPoint:
     return ScalingPoint(
         n_workers=n,
         measured_s=measured,
-        predicted_s=pred["epoch_time_s"],
+        predicted_s=pred.epoch_time_s,
         rel_error=relative_errors(model, [n], [measured])[0],
         loo_error=loo,
         in_fit=any(r in fit_runs for r in group),
         oversubscribed=any(r.oversubscribed for r in group),
         measured_comm_share=float(np.mean(comm)) if comm else math.nan,
-        predicted_comm_share=pred["comm_share"],
+        predicted_comm_share=pred.comm_share,
     )
 
 
@@ -448,7 +440,7 @@ def analyse(
             except ValueError as exc:
                 entry.scaling = ScalingFit(error=str(exc))
         models[model] = entry
-    flow = models[FLOW_STATS_MODEL].by_workers.get("1") if FLOW_STATS_MODEL in models else None
+    flow = models[FLOW_STATS_MODEL].central if FLOW_STATS_MODEL in models else None
     return Analysis(
         margin=margin,
         alpha=alpha,

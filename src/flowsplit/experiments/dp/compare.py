@@ -16,7 +16,6 @@ Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -45,8 +44,16 @@ from flowsplit.experiments.dp.hostload import (
 )
 from flowsplit.experiments.dp.layout import PLAIN_HOOK, Cell, cell_dir, study_cells
 from flowsplit.experiments.dp.layout import plan_cells as plan_cells  # re-exported (tests)
-from flowsplit.experiments.dp.records import CELL_INFO, CONTENDED_SHARE, read_record
+from flowsplit.experiments.dp.records import CONTENDED_SHARE, read_record
 from flowsplit.experiments.dp.report import render_report, write_workloads
+from flowsplit.experiments.dp.result import (
+    ALLREDUCE_NAME,
+    CELL_INFO_NAME,
+    STATUS_NAME,
+    STUDY_NAME,
+    cell_info,
+    changed_settings,
+)
 from flowsplit.outputs import atomic_write_json
 from flowsplit.terminal import on_terminal
 from flowsplit.train.launch import environ
@@ -212,18 +219,12 @@ def _log_tail(path: Path, n: int = 5) -> str:
 
 
 def _check_fingerprint(cfg: CompareConfig) -> None:
-    path = Path(cfg.out) / "compare.json"
-    if not path.is_file():
-        return
-    old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
-    new = cfg.fingerprint()
-    changed = [k for k in FINGERPRINT_KEYS if k in old and old[k] != new[k]]
-    if "dataset" in changed and old["dataset"] == str(Path(cfg.dataset).resolve()):
-        changed.remove("dataset")  # a study written before datasets were named by digest
+    resolved = str(Path(cfg.dataset).resolve())
+    changed = changed_settings(cfg.out, cfg.fingerprint(), FINGERPRINT_KEYS, resolved)
     if changed:
         raise ConfigError(
             f"{cfg.out} holds a study made with different {', '.join(changed)} "
-            f"(was {', '.join(f'{k}={old[k]!r}' for k in changed)}); "
+            f"(was {', '.join(f'{k}={v!r}' for k, v in changed.items())}); "
             "use a new -o directory so the finished runs stay comparable"
         )
 
@@ -267,7 +268,7 @@ def run_cells(
     progress: bool = True,
 ) -> dict:
     """Run every unfinished cell; return counts of done, skipped and failed cells."""
-    cells = study_cells(asdict(cfg), available_cores())
+    cells = study_cells(cfg, available_cores())
     failures: dict[str, str] = {}
     n_skipped = 0
     limit = CONTENDED_SHARE if cfg.max_foreign is None else cfg.max_foreign
@@ -322,11 +323,11 @@ def _run_cell_once(cell: Cell, cfg: CompareConfig, run_cell_fn, run: Path, bar, 
         failures[cell.name] = message or "no metrics.json written"
         bar.write(f"{cell.name}: FAILED ({(message or '?').splitlines()[0]})")
         return
-    atomic_write_json(run / CELL_INFO, info)
-    share = info["contention"]["foreign_share"]
+    atomic_write_json(run / CELL_INFO_NAME, info)
+    c = cell_info(info).contention
     bar.write(
         f"{cell.name}: accuracy {rec.accuracy:.3f}, epoch {rec.epoch_time_s:.2f} s"
-        f" ({info['contention']['wall_s']:.0f} s; others used {100 * share:.0f} % CPU)"
+        f" ({c.wall_s:.0f} s; others used {100 * c.foreign_share:.0f} % CPU)"
     )
 
 
@@ -363,13 +364,13 @@ def run_compare(
     check_other_dataset(cfg, dataset)  # --cross-source, before any run
     out = Path(cfg.out)
     foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]
-    if foreign and not (out / "compare.json").is_file():
+    if foreign and not (out / STUDY_NAME).is_file():
         # A training or sfl run, or a dataset: a study would be mixed into it.
         raise InputError(out, f"holds {foreign[0]}, not a compare study; choose a new -o")
     out.mkdir(parents=True, exist_ok=True)
     _check_fingerprint(cfg)
     atomic_write_json(
-        out / "compare.json",
+        out / STUDY_NAME,
         {"config": asdict(cfg), "fingerprint": cfg.fingerprint(), "cores": available_cores()},
     )
     # The effective config, which `compare DATASET -o OUT --config OUT/config.toml` reruns.
@@ -380,7 +381,7 @@ def run_compare(
         comment=("dataset", "out"),
     )
     # Measured first, so a report rendered while cells still run has its scaling model.
-    bench_path = out / "allreduce.json"
+    bench_path = out / ALLREDUCE_NAME
     if not bench_path.is_file() and max(cfg.workers) > 1:
         if progress:
             print("measuring all-reduce on gloo (2 processes) ...", file=sys.stderr)
@@ -395,7 +396,7 @@ def run_compare(
     finally:
         if isinstance(runner, PooledCells):
             runner.close()
-    atomic_write_json(out / "status.json", status)
+    atomic_write_json(out / STATUS_NAME, status)
 
     write_workloads(out, dataset)
     return render_report(out)

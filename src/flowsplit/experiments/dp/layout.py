@@ -107,25 +107,32 @@ def plan_cells(
     return cells
 
 
-def study_same_cores(cfg: Mapping, cores: int) -> tuple[int, list[int]] | None:
-    """The same-cores cells a study's settings (``compare.json``'s ``config``) plan:
-    (threads, seeds), or None. A study made before these cells (no ``same_cores_seeds``
-    among its settings) plans none."""
-    if "same_cores_seeds" not in cfg:
-        return None
-    threads = int(cfg.get("threads", 1))
-    n = same_cores_workers(cfg["workers"], threads, cores)
-    seeds = same_cores_seeds(cfg["seeds"], cfg["same_cores_seeds"])
+def study_same_cores(settings, cores: int) -> tuple[int, list[int]] | None:
+    """The same-cores cells a study's settings plan: (threads, seeds), or None (a study
+    made before these cells has ``same_cores_seeds`` 0: none)."""
+    n = same_cores_workers(settings.workers, settings.threads, cores)
+    seeds = same_cores_seeds(settings.seeds, settings.same_cores_seeds)
     if n is None or not seeds:
         return None
-    return n * threads, seeds
+    return n * settings.threads, seeds
 
 
-def study_cells(cfg: Mapping, cores: int) -> list[Cell]:
-    """Every cell a study's settings (``compare.json``'s ``config``) plan on ``cores``."""
-    hooks = cfg.get("comm_hooks") or [PLAIN_HOOK]  # a study made before hooks: none
+def study_cells(settings, cores: int) -> list[Cell]:
+    """Every cell a study's settings plan on ``cores``: its
+    :class:`~flowsplit.experiments.dp.config.CompareConfig`, or ``compare.json``'s
+    :class:`~flowsplit.experiments.dp.result.StudySettings` (given as a dict: typed here)."""
+    if isinstance(settings, Mapping):
+        # Imported here: the config (which the command line loads) imports this module.
+        from flowsplit.experiments.dp.result import study_settings
+
+        settings = study_settings(settings)
+    hooks = settings.comm_hooks or [PLAIN_HOOK]  # a study made before hooks: none
     return plan_cells(
-        cfg["models"], cfg["workers"], cfg["seeds"], hooks, study_same_cores(cfg, cores)
+        settings.models,
+        settings.workers,
+        settings.seeds,
+        hooks,
+        study_same_cores(settings, cores),
     )
 
 

@@ -239,9 +239,10 @@ def per_class_chart(results: CompareResult):
     classes = list(results.dataset.classes or [])
     series = {}
     maj = results.analysis.baselines.majority
-    for model, by_n in results.per_class_f1.items():
-        if "1" in by_n:
-            series[f"{model} (centralised)"] = [100 * by_n["1"].get(c, math.nan) for c in classes]
+    for model in results.per_class_f1:
+        central = results.central_per_class_f1(model)
+        if central is not None:
+            series[f"{model} (centralised)"] = [100 * central.get(c, math.nan) for c in classes]
     if maj:
         series[f"majority class ({maj.class_name})"] = [
             100 * maj.per_class_f1.get(c, math.nan) for c in classes
@@ -293,7 +294,7 @@ def confusion_chart(matrix, classes: Sequence[str], title: str):
 def _same_cores_point(model: str, entry: ModelAnalysis) -> list[dict]:
     """The same-cores centralised process (1 x N*t threads) on the verdict chart: its
     speedup over the 1 x t centralised runs (ratio of the mean epoch times), its accuracy."""
-    sc, central = entry.same_cores, entry.by_workers.get("1")
+    sc, central = entry.same_cores, entry.central
     if sc is None or central is None:
         return []
     x = central.epoch_time_s.mean / sc.central.epoch_time_s.mean

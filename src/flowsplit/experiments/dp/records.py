@@ -10,7 +10,6 @@ every key is always present (a value the engine did not measure is NaN, never a 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,11 +20,11 @@ import numpy as np
 
 from flowsplit.errors import InputError
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
+from flowsplit.experiments.dp.result import read_cell_info
 from flowsplit.experiments.dp.scaling import Workload
 from flowsplit.models.registry import build_model, model_options
 from flowsplit.result import METRICS_NAME, RunResult, read_result
 
-CELL_INFO = "compare_cell.json"  # written beside metrics.json by `flowsplit compare`
 CONTENDED_SHARE = 0.15
 """A run during which other processes used more than this share of the CPUs is
 "contended": its accuracy counts, its timing is kept out of speedups and the fit."""
@@ -215,19 +214,11 @@ def read_record(run_dir: str | Path, *, cores: int) -> RunRecord | None:
         rec = record_from_result(result, cores=cores, run_dir=str(run_dir))
     except ValueError as exc:
         raise InputError(Path(run_dir) / METRICS_NAME, str(exc)) from None
-    share = obtained = math.nan
-    try:
-        info = json.loads((Path(run_dir) / CELL_INFO).read_text(encoding="utf-8"))
-        c = info["contention"]
-        share = float(c["foreign_share"])
-        # CPU the run's processes got, per thread it wanted: 1.0 = never waited for a core.
-        wanted = c["wall_s"] * rec.workers * rec.threads_per_worker
-        obtained = float(c["own_cpu_s"]) / wanted if wanted > 0 else math.nan
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # run not made by compare, or made before the meter existed: unknown
-    rec.foreign_cpu_share = share
-    rec.cpu_obtained = obtained
-    rec.contended = bool(share > CONTENDED_SHARE)
+    info = read_cell_info(run_dir)  # None: not made by compare, or before the meter
+    c = info.contention if info is not None else None
+    rec.foreign_cpu_share = c.foreign_share if c else math.nan
+    rec.cpu_obtained = c.cpu_obtained(rec.workers, rec.threads_per_worker) if c else math.nan
+    rec.contended = bool(rec.foreign_cpu_share > CONTENDED_SHARE)
     return rec
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import platform
 from datetime import UTC, datetime
@@ -46,19 +45,25 @@ from flowsplit.experiments.dp.records import (
     workload_from_records,
 )
 from flowsplit.experiments.dp.result import (
+    WORKLOADS_NAME,
+    AllreduceBenchmark,
     Analysis,
     CentralComparison,
     CompareResult,
     HookGroup,
     ModelAnalysis,
     ScalingFit,
+    StudyFile,
+    read_allreduce,
+    read_status,
+    read_study,
+    read_workloads,
 )
 from flowsplit.experiments.dp.samecores import add_same_cores, headline_text, short_same_cores
 from flowsplit.experiments.dp.scaling import (
     FITTED_PARAMETERS,
     NETWORK_PRESETS,
     Network,
-    Workload,
     fit_allreduce,
 )
 from flowsplit.experiments.intervals import same_on_every_seed
@@ -69,79 +74,55 @@ from flowsplit.util import jsonable, typed_to_dict
 
 def write_workloads(out: Path, dataset) -> None:
     """Store each model's workload (parameter bytes, features ...) while the dataset is at hand."""
-    meta = _read_study(out)
-    cfg = meta["config"]
-    records = _records(out, cfg, int(meta.get("cores") or 0))
+    study = read_study(out)
+    records = _records(out, study)
     result = {}
-    for model in cfg["models"]:
+    for model in study.settings.models:
         recs = [
             r
             for r in records
-            if r.model == model and r.comm_hook == PLAIN_HOOK and not _same_cores(r, cfg)
+            if r.model == model and r.comm_hook == PLAIN_HOOK and not _same_cores(r, study)
         ]
         wl = workload_from_records(recs, dataset)
         if wl is not None:
             result[model] = wl.as_dict()
-    atomic_write_json(out / "workloads.json", result)
+    atomic_write_json(out / WORKLOADS_NAME, result)
 
 
 def _refresh_workloads(out: Path) -> None:
     """Recount the workloads from the runs when the dataset is still where it was."""
-    cfg = _read_study(out)["config"]
     try:
-        dataset = load_dataset(cfg["dataset"])
+        dataset = load_dataset(read_study(out).settings.dataset)
     except InputError:
         return  # dataset moved or deleted: keep the workloads stored with the study
     write_workloads(out, dataset)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path.parent, f"no {path.name}: not a `flowsplit compare` study") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
-
-
-def _read_study(out: Path) -> dict:
-    """``OUT/compare.json``, checked to hold a study's settings (``config``)."""
-    meta = _read_json(out / "compare.json")
-    cfg = meta.get("config") if isinstance(meta, dict) else None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("models"), list):
-        raise InputError(out / "compare.json", "holds no study settings ('config' with 'models')")
-    return meta
-
-
-def _records(out: Path, cfg: dict, cores: int) -> list[RunRecord]:
+def _records(out: Path, study: StudyFile) -> list[RunRecord]:
     recs = []
-    for cell in study_cells(cfg, cores):
-        rec = read_record(cell_dir(out, cell), cores=cores)
+    for cell in study_cells(study.settings, study.cores):
+        rec = read_record(cell_dir(out, cell), cores=study.cores)
         if rec is not None:
             recs.append(rec)
     return recs
 
 
-def _same_cores(r: RunRecord, cfg: dict) -> bool:
+def _same_cores(r: RunRecord, study: StudyFile) -> bool:
     """Whether a record is of a same-cores centralised cell (more threads than the study's)."""
-    return r.workers == 1 and r.threads_per_worker != int(cfg.get("threads", 1))
+    return r.workers == 1 and r.threads_per_worker != study.settings.threads
 
 
-def _record_name(r: RunRecord, cfg: dict) -> str:
+def _record_name(r: RunRecord, study: StudyFile) -> str:
     """The name of the cell a record is of (``cnn/w1-t2/seed0`` for a same-cores one)."""
-    threads = r.threads_per_worker if _same_cores(r, cfg) else None
+    threads = r.threads_per_worker if _same_cores(r, study) else None
     return cell_name(r.model, r.workers, r.seed, r.comm_hook, threads)
 
 
-def _host_network(bench: dict | None) -> tuple[Network | None, float]:
-    if not bench or len(bench.get("rows", [])) < 2:
+def _host_network(bench: AllreduceBenchmark | None) -> tuple[Network | None, float]:
+    if bench is None or len(bench.rows) < 2:
         return None, math.nan
-    rows = bench["rows"]
     return fit_allreduce(
-        [r["bytes"] for r in rows],
-        [r["time_s"] for r in rows],
-        n_workers=int(bench["n_workers"]),
-        name="this machine (gloo)",
+        bench.sizes, bench.times_s, n_workers=bench.n_workers, name="this machine (gloo)"
     )
 
 
@@ -149,41 +130,31 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
     """Analyse a study directory: the result ``results.json`` holds, and the plain
     all-reduce runs' records (the report draws their learning curves and confusions)."""
     out = Path(out)
-    meta = _read_study(out)
-    cfg, cores = meta["config"], int(meta.get("cores") or 0)
-    records = _records(out, cfg, cores)
-    bench_path = out / "allreduce.json"
-    bench = _read_json(bench_path) if bench_path.is_file() else None
+    study = read_study(out)
+    settings, cores = study.settings, study.cores
+    records = _records(out, study)
+    bench = read_allreduce(out)
     host, bench_err = _host_network(bench)
-    wl_path = out / "workloads.json"
-    workloads = {
-        m: Workload(**d) for m, d in (_read_json(wl_path) if wl_path.is_file() else {}).items()
-    }
     # The study's main comparison (and the scaling fit) is of the plain all-reduce; the
     # communication hooks are compared with it on their own.
-    plain = [r for r in records if r.comm_hook == PLAIN_HOOK and not _same_cores(r, cfg)]
+    plain = [r for r in records if r.comm_hook == PLAIN_HOOK and not _same_cores(r, study)]
+    margin, alpha = settings.margin, settings.alpha
     analysis = analyse(
-        plain,
-        workloads=workloads,
-        host=host,
-        cores=cores,
-        margin=cfg["margin"],
-        alpha=cfg["alpha"],
+        plain, workloads=read_workloads(out), host=host, cores=cores, margin=margin, alpha=alpha
     )
-    analysis.comm_hooks = compare_hooks(records, margin=cfg["margin"], alpha=cfg["alpha"])
-    add_same_cores(analysis, plain, [r for r in records if _same_cores(r, cfg)])
-    status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
-    done = {_record_name(r, cfg) for r in records}
-    failures = {k: v for k, v in status.get("failures", {}).items() if k not in done}
+    analysis.comm_hooks = compare_hooks(records, margin=margin, alpha=alpha)
+    add_same_cores(analysis, plain, [r for r in records if _same_cores(r, study)])
+    done = {_record_name(r, study) for r in records}
+    failures = {k: v for k, v in read_status(out).failures.items() if k not in done}
     env = next((r.env for r in records if r.env), {})
     doc = {
         "flowsplit_version": __version__,
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
-        "config": cfg,
+        "config": study.config,
         "cores": cores,
         "host": platform.node(),
         "dataset": {
-            "path": cfg["dataset"],
+            "path": settings.dataset,
             "n_train": _first(records, "n_train"),
             "n_test": _first(records, "n_test"),
             "classes": _first(records, "classes"),
@@ -201,7 +172,7 @@ def build_results(out: str | Path) -> tuple[CompareResult, list[RunRecord]]:
         "env": env,
     }
     result = CompareResult.from_dict(jsonable(doc, strict=False))  # infinities kept
-    result.cross_source = cross_source_section(cfg.get("cross_source"), cfg["dataset"], plain)
+    result.cross_source = cross_source_section(settings.cross_source, settings.dataset, plain)
     result.summary = summary_lines(result) + cross_source_lines(result.cross_source)
     return result, plain
 
@@ -499,16 +470,9 @@ def check_runs_present(out: str | Path) -> None:
     finished run (``metrics.json``) or a failure recorded in ``status.json``. Otherwise
     the report would be rewritten from nothing (exit 0, an empty report)."""
     out = Path(out)
-    meta = _read_study(out)
-    cfg = meta["config"]
-    status = _read_json(out / "status.json") if (out / "status.json").is_file() else {}
-    failed = set(status.get("failures", {}))
-    try:
-        cells = study_cells(cfg, int(meta.get("cores") or 0))
-    except (KeyError, TypeError, ValueError) as exc:  # a hand-edited compare.json
-        raise InputError(
-            out / "compare.json", f"its study settings are damaged ({type(exc).__name__}: {exc})"
-        ) from None
+    study = read_study(out)
+    failed = set(read_status(out).failures)
+    cells = study_cells(study.settings, study.cores)
     missing = [
         c
         for c in cells

@@ -4,7 +4,11 @@
 :class:`CompareResult`, :meth:`CompareResult.to_json` writes it and
 :func:`read_compare_result` reads it back (one-line :class:`~flowsplit.errors.InputError`
 on a file that is not one). Reports, advice and the overview take the object; no
-other module looks a study field up by its name.
+other module looks a study field up by its name. So do the study's other files, each
+with its reader here: ``compare.json`` (the settings, :func:`read_study`),
+``status.json`` (:func:`read_status`), ``allreduce.json`` (:func:`read_allreduce`),
+``workloads.json`` (:func:`read_workloads`) and each cell's ``compare_cell.json``
+(:func:`read_cell_info`).
 
 Conventions as in :mod:`flowsplit.result`: NaN is written ``null`` and read back
 as NaN; worker counts are string keys (``"1"``, ``"2"``), as JSON objects have them.
@@ -15,19 +19,25 @@ later have defaults, so that older files still read (:data:`COMPARE_READS_VERSIO
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from flowsplit.experiments.dp.scaling import Network
+from flowsplit.errors import InputError
+from flowsplit.experiments.dp.scaling import Network, Prediction, Workload
 from flowsplit.experiments.stats import Interval, McNemarResult, PairedComparison
 from flowsplit.report.document import JsonDocument
+from flowsplit.util import typed_from_dict
 
 COMPARE_SCHEMA_VERSION = 2
 COMPARE_READS_VERSIONS = (1,)
 """Older versions this flowsplit still reads (1: no same-cores comparison)."""
 RESULTS_NAME = "results.json"
+CENTRAL = "1"
+"""The worker-count key of the centralised runs."""
 NO_INTERVAL = Interval(math.nan, math.nan, math.nan, 0)
 
 
@@ -130,21 +140,6 @@ class ScalingPoint:
 
 
 @dataclass
-class Prediction:
-    """Predicted epoch time on one network and worker count (``ScalingModel.curve``)."""
-
-    n_workers: int
-    epoch_time_s: float
-    compute_s: float
-    comm_s: float
-    comm_share: float
-    comm_bytes: float
-    speedup: float
-    efficiency: float
-    network: str
-
-
-@dataclass
 class ScalingFit:
     """The scaling model fitted to one model's runs (``error``: why there is none)."""
 
@@ -181,6 +176,11 @@ class ModelAnalysis:
     scaling: ScalingFit | None = None
     same_cores: SameCoresComparison | None = None
     """N workers against one process with the same N x t threads (schema 1: None)."""
+
+    @property
+    def central(self) -> GroupSummary | None:
+        """The centralised runs (one worker), if the study has them."""
+        return self.by_workers.get(CENTRAL)
 
 
 @dataclass
@@ -446,6 +446,10 @@ class CompareResult(JsonDocument):
     def dataset_path(self) -> str:
         return str(self.config.get("dataset", self.dataset.path))
 
+    def central_per_class_f1(self, model: str) -> dict[str, float] | None:
+        """``model``'s centralised mean test F1 per class (None: no centralised run)."""
+        return self.per_class_f1.get(model, {}).get(CENTRAL)
+
     @classmethod
     def prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
         if "analysis" not in data:
@@ -457,3 +461,177 @@ def read_compare_result(path: str | Path) -> CompareResult:
     """The result of a ``flowsplit compare`` study (its folder or its ``results.json``);
     one-line :class:`~flowsplit.errors.InputError` when it is not one."""
     return CompareResult.read(path)
+
+
+# --- the study's other files ---------------------------------------------------------
+STUDY_NAME = "compare.json"
+STATUS_NAME = "status.json"
+ALLREDUCE_NAME = "allreduce.json"
+WORKLOADS_NAME = "workloads.json"
+CELL_INFO_NAME = "compare_cell.json"
+"""Written beside a cell's ``metrics.json`` by ``flowsplit compare``."""
+
+
+@dataclass
+class StudySettings:
+    """What a study plans and how it judges: ``compare.json``'s ``config`` (the
+    :class:`~flowsplit.experiments.dp.config.CompareConfig` it ran with, which has the
+    same attributes), the fields the cell plan and the report read."""
+
+    models: list[str]
+    workers: list[int]
+    seeds: list[int]
+    dataset: str = ""
+    threads: int = 1
+    comm_hooks: list[str] | None = None
+    """None or empty: a study made before the hooks (the plain all-reduce only)."""
+    same_cores_seeds: int | None = 0
+    """Seeds of each model's same-cores centralised cell (None: every seed); a study made
+    before those cells has none (0)."""
+    margin: float = 0.01
+    alpha: float = 0.05
+    cross_source: str | None = None
+    """The other dataset every run is also scored on (None: none)."""
+
+
+def study_settings(config: Mapping[str, Any]) -> StudySettings:
+    """A study's settings typed; :class:`ValueError` naming the first damaged one."""
+    return typed_from_dict(StudySettings, dict(config), "config")
+
+
+@dataclass
+class StudyFile:
+    """``OUT/compare.json``: the settings ``flowsplit compare`` ran the study with and
+    the cores it planned it for."""
+
+    config: dict[str, Any]
+    """The settings as written (``results.json`` keeps them so)."""
+    settings: StudySettings
+    cores: int
+    """Cores of the machine that planned the study (0: unknown)."""
+
+
+def read_study(out: str | Path) -> StudyFile:
+    """``OUT/compare.json``; one-line :class:`~flowsplit.errors.InputError` when it is
+    missing, not JSON, or holds no study settings or damaged ones."""
+    path = Path(out) / STUDY_NAME
+    meta = _read_side_file(path)
+    cfg = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("models"), list):
+        raise InputError(path, "holds no study settings ('config' with 'models')")
+    try:
+        return StudyFile(cfg, study_settings(cfg), int(meta.get("cores") or 0))
+    except (TypeError, ValueError) as exc:  # a hand-edited compare.json
+        raise InputError(path, f"its study settings are damaged ({exc})") from None
+
+
+def changed_settings(
+    out: str | Path, fingerprint: Mapping[str, Any], keys: Sequence[str], dataset: str
+) -> dict[str, Any]:
+    """The settings among ``keys`` whose value in the fingerprint ``OUT/compare.json``
+    stored differs from ``fingerprint``: name -> the stored value (none without a
+    stored study). A study written before datasets were named by digest stored the
+    dataset's path: equal to ``dataset`` (the resolved path), that is no change."""
+    path = Path(out) / STUDY_NAME
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
+    changed = {k: old[k] for k in keys if k in old and old[k] != fingerprint[k]}
+    if "dataset" in changed and changed["dataset"] == dataset:
+        del changed["dataset"]
+    return changed
+
+
+@dataclass
+class StudyStatus:
+    """``OUT/status.json``: what the last ``flowsplit compare`` left of the cells."""
+
+    n_cells: int = 0
+    n_skipped: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    """Cells that failed: name -> error."""
+
+
+def read_status(out: str | Path) -> StudyStatus:
+    """``OUT/status.json`` (none yet: nothing failed)."""
+    return _read_typed(Path(out) / STATUS_NAME, StudyStatus, "a study's status")
+
+
+def read_allreduce(out: str | Path) -> AllreduceBenchmark | None:
+    """``OUT/allreduce.json`` (None: not measured)."""
+    path = Path(out) / ALLREDUCE_NAME
+    if not path.is_file():
+        return None
+    return _read_typed(path, AllreduceBenchmark, "an all-reduce benchmark")
+
+
+def read_workloads(out: str | Path) -> dict[str, Workload]:
+    """``OUT/workloads.json``: each model's workload (none stored: empty)."""
+    path = Path(out) / WORKLOADS_NAME
+    if not path.is_file():
+        return {}
+    try:
+        return {m: Workload(**d) for m, d in _read_side_file(path).items()}
+    except (AttributeError, TypeError) as exc:
+        raise InputError(path, f"not the study's workloads ({exc})") from None
+
+
+@dataclass
+class CellContention:
+    """CPU use around one cell's run (:class:`~flowsplit.experiments.dp.hostload.Contention`)."""
+
+    foreign_share: float
+    """Share of the cores' time other processes took."""
+    wall_s: float = math.nan
+    own_cpu_s: float = math.nan
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+
+    def cpu_obtained(self, processes: int, threads: int) -> float:
+        """CPU the run's ``processes`` of ``threads`` threads got, per thread they wanted:
+        1.0 = never waited for a core (NaN: not measured)."""
+        wanted = self.wall_s * processes * threads
+        return self.own_cpu_s / wanted if wanted > 0 else math.nan
+
+
+@dataclass
+class CellInfo:
+    """``compare_cell.json`` beside a cell's ``metrics.json``: how busy the machine was
+    while ``flowsplit compare`` ran the cell."""
+
+    contention: CellContention
+    cell: str = ""
+    detail: dict[str, Any] = field(default_factory=dict, metadata={"rest": True})
+    """When it finished, the load and quiet wait before it."""
+
+
+def cell_info(data: Any) -> CellInfo:
+    """A cell's info typed; :class:`ValueError` naming the first wrong field."""
+    return typed_from_dict(CellInfo, data, CELL_INFO_NAME)
+
+
+def read_cell_info(run_dir: str | Path) -> CellInfo | None:
+    """A cell's ``compare_cell.json``; None when there is none or it is unreadable (a run
+    not made by ``flowsplit compare``, or made before the meter existed)."""
+    try:
+        text = (Path(run_dir) / CELL_INFO_NAME).read_text(encoding="utf-8")
+        return cell_info(json.loads(text))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _read_side_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(path.parent, f"no {path.name}: not a `flowsplit compare` study") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not valid JSON ({exc})") from None
+
+
+def _read_typed(path: Path, cls: type, what: str) -> Any:
+    if not path.is_file():
+        return cls()
+    try:
+        return typed_from_dict(cls, _read_side_file(path), path.name)
+    except (TypeError, ValueError) as exc:
+        raise InputError(path, f"not {what}: {exc}") from None

@@ -178,6 +178,26 @@ class Workload:
         return asdict(self)
 
 
+@dataclass
+class Prediction:
+    """Predicted epoch time on one network and worker count (:meth:`ScalingModel.estimate`;
+    the speedup and efficiency against one worker: :meth:`ScalingModel.scaling_curve`)."""
+
+    n_workers: int
+    epoch_time_s: float
+    compute_s: float
+    comm_s: float
+    comm_share: float
+    comm_bytes: float
+    speedup: float = math.nan
+    efficiency: float = math.nan
+    network: str = ""
+
+
+ESTIMATED = ("n_workers", "epoch_time_s", "compute_s", "comm_s", "comm_share", "comm_bytes")
+"""The fields of a :class:`Prediction` that :meth:`ScalingModel.predict` returns."""
+
+
 def steps_per_epoch(workload: Workload, n_workers: int) -> int:
     """Optimiser steps each worker takes in one epoch (XGBoost: rounds per "epoch")."""
     if workload.kind == "xgboost":
@@ -262,9 +282,10 @@ class ScalingModel:
             return 1.0
         return max(1.0, n_workers * self.threads_per_worker / self.cores)
 
-    def predict(self, n_workers: int, network: Network | None = None) -> dict:
+    def estimate(self, n_workers: int, network: Network | None = None) -> Prediction:
         """Epoch time and its parts on the measuring machine, or, given ``network``, on a
-        cluster of that network where every worker has its own cores."""
+        cluster of that network where every worker has its own cores (no speedup: see
+        :meth:`scaling_curve`)."""
         on_host = network is None
         net = self.network if on_host else network
         over = self.oversubscription(n_workers) if on_host else 1.0
@@ -277,26 +298,36 @@ class ScalingModel:
         if on_host and n_workers > 1:
             comm += steps * self.sync_per_step_s
         total = self.fixed_s + compute + comm
-        return {
-            "n_workers": int(n_workers),
-            "epoch_time_s": total,
-            "compute_s": compute,
-            "comm_s": comm,
-            "comm_share": comm / total if total > 0 else math.nan,
-            "comm_bytes": comm_bytes_per_epoch(self.workload, n_workers),
-        }
+        return Prediction(
+            n_workers=int(n_workers),
+            epoch_time_s=total,
+            compute_s=compute,
+            comm_s=comm,
+            comm_share=comm / total if total > 0 else math.nan,
+            comm_bytes=comm_bytes_per_epoch(self.workload, n_workers),
+            network=net.name,
+        )
 
-    def curve(self, workers, network: Network) -> list[dict]:
-        """Predicted epoch time, speedup and efficiency against one worker on ``network``."""
-        base = self.predict(1, network)["epoch_time_s"]
+    def predict(self, n_workers: int, network: Network | None = None) -> dict:
+        """:meth:`estimate` as a dict: epoch time and its parts."""
+        p = self.estimate(n_workers, network)
+        return {name: getattr(p, name) for name in ESTIMATED}
+
+    def scaling_curve(self, workers, network: Network | None = None) -> list[Prediction]:
+        """Predicted epoch time, speedup and efficiency against one worker on ``network``
+        (None: the measuring machine)."""
+        base = self.estimate(1, network).epoch_time_s
         rows = []
         for n in workers:
-            row = self.predict(n, network)
-            row["speedup"] = base / row["epoch_time_s"]
-            row["efficiency"] = row["speedup"] / n
-            row["network"] = network.name
-            rows.append(row)
+            p = self.estimate(n, network)
+            p.speedup = base / p.epoch_time_s
+            p.efficiency = p.speedup / n
+            rows.append(p)
         return rows
+
+    def curve(self, workers, network: Network) -> list[dict]:
+        """:meth:`scaling_curve` on ``network``, as dicts."""
+        return [asdict(p) for p in self.scaling_curve(workers, network)]
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -353,7 +384,7 @@ def fit_scaling(
     proto = ScalingModel(workload, 0.0, 0.0, network, sync, 0.0, cores, threads_per_worker)
     over = np.array([proto.oversubscription(int(n)) for n in ns])
     steps = np.array([steps_per_epoch(workload, int(n)) for n in ns], dtype=float)
-    comm = np.array([proto.predict(int(n))["comm_s"] for n in ns])
+    comm = np.array([proto.estimate(int(n)).comm_s for n in ns])
     cols = [workload.n_samples / ns * over]
     if fit_per_step:
         cols.append(steps * over)
@@ -369,6 +400,6 @@ def fit_scaling(
 def relative_errors(model: ScalingModel, n_workers, epoch_times_s) -> list[float]:
     """``(predicted - measured) / measured`` at each measured point, on the host network."""
     return [
-        (model.predict(int(n))["epoch_time_s"] - float(t)) / float(t)
+        (model.estimate(int(n)).epoch_time_s - float(t)) / float(t)
         for n, t in zip(n_workers, epoch_times_s, strict=True)
     ]

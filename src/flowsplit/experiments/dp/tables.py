@@ -90,7 +90,7 @@ def summary_rows(analysis: Analysis) -> list[dict]:
     """One row per model and data-parallel worker count, after the baseline rows."""
     rows = baseline_rows(analysis)
     for model, e in analysis.models.items():
-        central = e.by_workers.get("1")
+        central = e.central
         acc_c = _score_ci(central.accuracy if central else None)
         f1_c = _score_ci(central.macro_f1 if central else None)
         if not e.vs_central:  # centralised only: still a row, for its scores

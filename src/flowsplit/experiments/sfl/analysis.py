@@ -392,11 +392,10 @@ def _pts_text(iv: Interval) -> str:
 
 def _break_even(results: SFLCompareResult, cost: PilotCost) -> str | None:
     """How many rounds of acc-aware's savings over HSFL pay for the pilots."""
-    schemes = results.schemes
-    if "acc-aware" not in schemes:
+    acc, ref = results.scheme("acc-aware"), results.scheme(REFERENCE)
+    if acc is None:
         return None
     rounds = results.settings.rounds
-    acc, ref = schemes["acc-aware"], schemes["hsfl"]
     d_save = ref.delay_per_round_s.mean - acc.delay_per_round_s.mean
     b_save = (ref.bytes_total.mean - acc.bytes_total.mean) / rounds
 

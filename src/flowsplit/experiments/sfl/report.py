@@ -563,14 +563,14 @@ def render_html(results: SFLCompareResult) -> str:
 def baseline_rows(results: SFLCompareResult) -> list[dict]:
     rows = []
     for name, v in results.baselines.items():
-        vs = v.scheme_minus_baseline
+        vs = v.scheme_minus("acc-aware")
         rows.append(
             {
                 "baseline": name,
                 "acc": _score(v.final_accuracy),
                 "f1": _score(v.final_macro_f1),
                 "mb": _ci(v.bytes_total, 1e-6, 1),
-                "acc_aware": _diff(vs["acc-aware"]) if "acc-aware" in vs else "–",
+                "acc_aware": "–" if vs is None else _diff(vs),
             }
         )
     return rows

@@ -210,6 +210,10 @@ class BaselineSummary:
     per_seed: list[BaselineRun]
     scheme_minus_baseline: dict[str, Interval]
 
+    def scheme_minus(self, scheme: str) -> Interval | None:
+        """``scheme``'s accuracy minus the baseline's, paired by seed (None: not run)."""
+        return self.scheme_minus_baseline.get(scheme)
+
 
 @dataclass
 class CutRow:
@@ -461,6 +465,10 @@ class SFLCompareResult(JsonDocument):
     @property
     def quick(self) -> bool:
         return self.settings.quick
+
+    def scheme(self, name: str) -> SchemeSummary | None:
+        """The summary of scheme ``name`` (None: the study did not run it)."""
+        return self.schemes.get(name)
 
     def first_plans(self) -> dict[str, PlanSummary]:
         """The plans of the first seed (scheme -> plan)."""
