@@ -83,18 +83,14 @@ def pareto_front(rows: list[PairRow]) -> list[PairRow]:
     return sorted(front, key=lambda r: r.delay_s)
 
 
-def draw_pareto(
-    result: PrivacyResult,
-    rows: list[PairRow],
-    path: str | Path,
-    *,
-    measure: str,
-    max_leakage: float | None,
-    chosen: PairRow | None,
-    unconstrained: PairRow | None,
-    planned: PairRow | None = None,
-) -> Path:
-    """Two panels: delay vs leakage of every pair; accuracy vs leakage per cut and defence."""
+def draw_pareto(result: PrivacyResult, path: str | Path) -> Path:
+    """Two panels: delay vs leakage of every pair of ``result.pareto`` (its budget and
+    chosen pairs marked); accuracy vs leakage per cut and defence."""
+    pareto = result.pareto
+    if pareto is None:
+        raise ValueError("the study has no cut-pair table to draw (result.pareto)")
+    rows, measure, max_leakage = pareto.pairs, pareto.measure, pareto.max_leakage
+    chosen, unconstrained, planned = pareto.chosen, pareto.unconstrained, pareto.plan
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     d = np.array([r.delay_s for r in rows])
     lk = np.array([r.leakage for r in rows])

@@ -49,7 +49,7 @@ def privacy_study(
         result = _new_study(dataset, config, out, overwrite, victim_run, progress)
     measure = picture.leakage_measure or result.default_measure()
     rows, topology = _pair_rows(dataset, config, picture, result, measure)
-    pareto = result.pareto = Pareto(
+    result.pareto = Pareto(
         measure=measure,
         topology=topology.name,
         max_leakage=picture.max_leakage,
@@ -60,16 +60,7 @@ def privacy_study(
     )
     out.mkdir(parents=True, exist_ok=True)
     result.to_json(out / PRIVACY_NAME)
-    draw_pareto(
-        result,
-        rows,
-        out / PARETO_NAME,
-        measure=measure,
-        max_leakage=picture.max_leakage,
-        chosen=pareto.chosen,
-        unconstrained=pareto.unconstrained,
-        planned=pareto.plan,
-    )
+    draw_pareto(result, out / PARETO_NAME)
     return result
 
 

@@ -498,6 +498,8 @@ def run_study(
     identity = nn.Identity()
     target_aux, target_eval = _targets(data)
     prior = prior_measures(data, target_aux, target_eval)
+    undefended: dict[str, Any] = {}  # the document's "cuts" and "defences", as they fill
+    defended_cuts: dict[str, Any] = {}
     result: dict[str, Any] = {
         "dataset": str(getattr(dataset, "root", dataset)),
         **fields_of(config, ("model",)),
@@ -513,8 +515,8 @@ def run_study(
         "accuracy": evaluate(model, data.x_eval, data.y_eval, model.n_blocks, identity),
         "prior": prior,
         "config": config.to_dict(),
-        "cuts": {},
-        "defences": {},
+        "cuts": undefended,
+        "defences": defended_cuts,
     }
     if config.reference:
         ref = measure_reference(model, data, config)
@@ -523,12 +525,12 @@ def run_study(
             result["reference"] = ref
             say(f"reference (after the input stem): {_summary(ref)}")
     for k in cuts:
-        result["cuts"][str(k)] = measure_cut(model, data, k, config, prior=prior)
-        say(f"cut {k} ({model.block_names[k - 1]}): {_summary(result['cuts'][str(k)])}")
+        rec = undefended[str(k)] = measure_cut(model, data, k, config, prior=prior)
+        say(f"cut {k} ({model.block_names[k - 1]}): {_summary(rec)}")
         keep(result)
     for defence in config.defences:
-        entry: dict[str, Any] = {"params": defence.params(), "cuts": {}}
-        result["defences"][defence.kind] = entry
+        by_cut: dict[str, Any] = {}
+        defended_cuts[defence.kind] = {"params": defence.params(), "cuts": by_cut}
         for k in cuts:
             t0 = time.perf_counter()
             defended = train_model(
@@ -536,7 +538,7 @@ def run_study(
             )
             rec = measure_cut(defended, data, k, config, defence=defence, prior=prior)
             rec["train_s"] = time.perf_counter() - t0 - rec["attack_s"]
-            entry["cuts"][str(k)] = rec
+            by_cut[str(k)] = rec
             say(f"{defence.kind} {defence.params()} cut {k}: {_summary(rec)}")
             keep(result)
     result["total_s"] = time.perf_counter() - t_start
