@@ -24,11 +24,17 @@ Every figure in the advice and the tables carries its 95 % interval.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from flowsplit.experiments.dp.report import SPEEDUP_WORTH_IT as DP_SPEEDUP_WORTH_IT
-from flowsplit.experiments.dp.result import CompareResult, read_compare_result
+from flowsplit.experiments.dp.result import (
+    CentralComparison,
+    CompareResult,
+    read_compare_result,
+)
 from flowsplit.experiments.intervals import (
     change_ci,
     interval_parts,
@@ -63,6 +69,128 @@ SFL_BASELINE_SCHEMES = ("majority", "centralised", "fedavg")
 """Reference rows of ``sfl compare`` that are not split-learning schemes to pick from."""
 
 
+class TableRow(Mapping[str, Any]):
+    """A row of an overview table, with typed fields: the advice reads its attributes;
+    the tables (:class:`~flowsplit.report.tables.Column` keys) and ``report.json`` read it
+    as a mapping of the fields that apply to it (:meth:`shown`), in declaration order."""
+
+    def shown(self) -> dict[str, Any]:
+        """The row's columns by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.shown()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shown())
+
+    def __len__(self) -> int:
+        return len(self.shown())
+
+
+@dataclass(eq=False)
+class DPBaselineRow(TableRow):
+    """A reference row of the data-parallel table: the majority class (with its scores)
+    or the flow-statistics baseline that was not run (a verdict only)."""
+
+    model: str
+    baseline: bool = True
+    accuracy: float | None = None
+    macro_f1: float | None = None
+    accuracy_ci: str | None = None
+    macro_f1_ci: str | None = None
+    verdict: str = "baseline"
+
+    def shown(self) -> dict[str, Any]:
+        return {k: v for k, v in super().shown().items() if v is not None}
+
+
+@dataclass
+class DPChoice:
+    """A model's comparison with centralised training at the worker count the overview
+    reports (:func:`_dp_choice`)."""
+
+    workers: int
+    speedup: Interval
+    efficiency: float
+    speedup_claimed: bool
+    speedup_withheld: list[str]
+    """Why the speedup is not claimed (empty when it is)."""
+    speedup_ci: str
+    foreign_share: float
+    verdict: str
+    """The accuracy verdict."""
+    equivalent: bool
+    n_seeds: int
+    tost_p: float
+    alpha: float
+    diff: Interval | None
+    diff_ci: str
+
+    @property
+    def pays(self) -> bool:
+        """The advice's rule for data parallelism that pays: claimed, >= the threshold
+        with its 95 % CI above 1x, accuracy shown equivalent."""
+        mean, low, _ = interval_parts(self.speedup)
+        return bool(
+            self.speedup_claimed and self.equivalent and mean >= SPEEDUP_WORTH_IT and low > 1
+        )
+
+
+@dataclass(eq=False)
+class DPModelRow(TableRow):
+    """A model of the data-parallel table: centralised scores, and the comparison at the
+    chosen worker count (None: the study ran it centralised only)."""
+
+    model: str
+    name: str
+    baseline: bool
+    accuracy: float
+    macro_f1: float
+    accuracy_ci: str
+    macro_f1_ci: str
+    macro_f1_iv: Interval | None
+    above_majority: bool
+    margin_pts: float
+    chosen: DPChoice | None = None
+
+    def shown(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chosen"}
+        if self.chosen is not None:
+            out.update((f.name, getattr(self.chosen, f.name)) for f in fields(self.chosen))
+        return out
+
+
+DPRow = DPBaselineRow | DPModelRow
+
+
+@dataclass(eq=False)
+class SFLRow(TableRow):
+    """A scheme (or a baseline that splits nothing) of the split-learning table."""
+
+    scheme: str
+    baseline: bool
+    cuts: str
+    accuracy: float
+    accuracy_ci: str
+    delay_s: float
+    delay_ci: str
+    bytes: float
+    bytes_ci: str
+    n_seeds: int
+
+
+@dataclass
+class Versus:
+    """A scheme against a reference, paired by seed (:func:`sfl_versus`)."""
+
+    ref: str
+    n_seeds: int
+    accuracy_diff: Interval | None
+    delay_ratio: Interval | None
+    bytes_ratio: Interval | None
+
+
 def _study(path: Path | None, reader):
     """The study of ``path`` read by ``reader``, None when there is none (yet)."""
     if path is None or not (path / "results.json").is_file():
@@ -83,100 +211,118 @@ def _dp_choice(vs: dict[str, Any]) -> str | None:
     return max(fair or vs, key=int)
 
 
-def data_parallel_rows(res: CompareResult) -> list[dict[str, Any]]:
+FLOW_STATS_MODEL = "xgboost"
+"""The flow-statistics baseline among the study's models."""
+FLOW_STATS_ROW = "xgboost (flow-statistics baseline)"
+
+
+def data_parallel_rows(res: CompareResult) -> list[DPRow]:
     """The baselines, then per model: centralised scores, and speedup and verdict at the
     largest worker count that is not oversubscribed (the largest measured otherwise).
     Every figure has its interval beside it; the speedup shows only where it is claimed."""
     analysis = res.analysis
-    margin_pts = 100 * res.margin
-    rows: list[dict[str, Any]] = []
+    rows: list[DPRow] = []
     maj = analysis.baselines.majority
     if maj:
         rows.append(
-            {
-                "model": f"majority class (always {maj.class_name!r})",
-                "baseline": True,
-                "accuracy": maj.accuracy,
-                "macro_f1": maj.macro_f1,
-                "accuracy_ci": f"{100 * maj.accuracy:.1f} %",
-                "macro_f1_ci": f"{100 * maj.macro_f1:.1f} %",
-                "verdict": "baseline",
-            }
-        )
-    models = analysis.models
-    if "xgboost" not in models:
-        rows.append(
-            {
-                "model": "xgboost (flow-statistics baseline)",
-                "baseline": True,
-                "verdict": "not run (add xgboost to --models)",
-            }
-        )
-    for model, a in models.items():
-        central = a.by_workers.get("1")
-        acc_c, f1_c = (central.accuracy, central.macro_f1) if central else (None, None)
-        row: dict[str, Any] = {
-            "model": "xgboost (flow-statistics baseline)" if model == "xgboost" else model,
-            "name": model,
-            "baseline": model == "xgboost",
-            "accuracy": interval_parts(acc_c)[0],
-            "macro_f1": interval_parts(f1_c)[0],
-            "accuracy_ci": pct_ci(acc_c),
-            "macro_f1_ci": pct_ci(f1_c),
-            "macro_f1_iv": f1_c,
-            "above_majority": a.above_majority,
-            "margin_pts": margin_pts,
-        }
-        n = _dp_choice(a.vs_central)
-        if n is not None:
-            v = a.vs_central[n]
-            acc, claims = v.accuracy, v.claims
-            claimed = claims.speedup_claimed
-            withheld = list(claims.speedup_withheld or ["no claims recorded"])
-            diff = acc.diff_tost or acc.diff
-            row.update(
-                workers=int(n),
-                speedup=v.speedup,
-                efficiency=v.efficiency.mean,
-                speedup_claimed=claimed,
-                speedup_withheld=[] if claimed else withheld,
-                speedup_ci=times_ci(v.speedup)
-                if claimed
-                else "not claimed: " + ", ".join(withheld),
-                foreign_share=v.foreign_cpu_share_median,
-                verdict=claims.accuracy_verdict,
-                equivalent=claims.equivalent,
-                n_seeds=acc.n,
-                tost_p=acc.tost_p,
-                alpha=acc.alpha,
-                diff=diff,
-                diff_ci=pts_ci(diff, f"{100 * (1 - 2 * acc.alpha):.0f} % CI"),
+            DPBaselineRow(
+                model=f"majority class (always {maj.class_name!r})",
+                accuracy=maj.accuracy,
+                macro_f1=maj.macro_f1,
+                accuracy_ci=f"{100 * maj.accuracy:.1f} %",
+                macro_f1_ci=f"{100 * maj.macro_f1:.1f} %",
             )
-        rows.append(row)
+        )
+    if FLOW_STATS_MODEL not in analysis.models:
+        rows.append(DPBaselineRow(FLOW_STATS_ROW, verdict="not run (add xgboost to --models)"))
+    for model, a in analysis.models.items():
+        central = a.central
+        acc_c, f1_c = (central.accuracy, central.macro_f1) if central else (None, None)
+        n = _dp_choice(a.vs_central)
+        rows.append(
+            DPModelRow(
+                model=FLOW_STATS_ROW if model == FLOW_STATS_MODEL else model,
+                name=model,
+                baseline=model == FLOW_STATS_MODEL,
+                accuracy=interval_parts(acc_c)[0],
+                macro_f1=interval_parts(f1_c)[0],
+                accuracy_ci=pct_ci(acc_c),
+                macro_f1_ci=pct_ci(f1_c),
+                macro_f1_iv=f1_c,
+                above_majority=a.above_majority,
+                margin_pts=100 * res.margin,
+                chosen=None if n is None else _choice(int(n), a.vs_central[n]),
+            )
+        )
     return rows
 
 
-def _names(rows: list[dict[str, Any]]) -> str:
-    return ", ".join(r.get("name", r["model"]) for r in rows)
+def _choice(workers: int, v: CentralComparison) -> DPChoice:
+    """The comparison at ``workers`` as the table and the advice show it."""
+    acc, claims = v.accuracy, v.claims
+    claimed = claims.speedup_claimed
+    withheld = list(claims.speedup_withheld or ["no claims recorded"])
+    diff = acc.diff_tost or acc.diff
+    return DPChoice(
+        workers=workers,
+        speedup=v.speedup,
+        efficiency=v.efficiency.mean,
+        speedup_claimed=claimed,
+        speedup_withheld=[] if claimed else withheld,
+        speedup_ci=times_ci(v.speedup) if claimed else "not claimed: " + ", ".join(withheld),
+        foreign_share=v.foreign_cpu_share_median,
+        verdict=claims.accuracy_verdict,
+        equivalent=claims.equivalent,
+        n_seeds=acc.n,
+        tost_p=acc.tost_p,
+        alpha=acc.alpha,
+        diff=diff,
+        diff_ci=pts_ci(diff, f"{100 * (1 - 2 * acc.alpha):.0f} % CI"),
+    )
 
 
-def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
+def _names(rows: list[DPModelRow]) -> str:
+    return ", ".join(r.name for r in rows)
+
+
+@dataclass
+class _DPPick:
+    """The data-parallel table read by the advice's rules."""
+
+    models: list[DPModelRow]
+    """The models with a centralised macro-F1."""
+    learned: list[DPModelRow]
+    """Those above the majority class."""
+    best: DPModelRow | None
+    """The best macro-F1 among ``learned``."""
+    majority: DPBaselineRow | None
+
+
+def _dp_pick(dp: list[DPRow]) -> _DPPick:
+    models = [r for r in dp if isinstance(r, DPModelRow) and not math.isnan(r.macro_f1)]
+    learned = [r for r in models if r.above_majority]
+    majority = next(
+        (r for r in dp if isinstance(r, DPBaselineRow) and r.accuracy is not None), None
+    )
+    best = max(learned, key=lambda r: r.macro_f1) if learned else None
+    return _DPPick(models, learned, best, majority)
+
+
+def advise_data_parallel(dp: list[DPRow]) -> list[str]:
     """Advice on the data-parallel study (rules in the module docstring)."""
-    out = []
-    models = [r for r in dp if "name" in r and not math.isnan(r.get("macro_f1", math.nan))]
+    out: list[str] = []
+    pick = _dp_pick(dp)
+    models, best, maj = pick.models, pick.best, pick.majority
     if not models:
         return out
-    maj = next((r for r in dp if r.get("baseline") and "name" not in r and "accuracy" in r), None)
-    learned = [r for r in models if r.get("above_majority", True)]
-    flow = next((r for r in models if r["name"] == "xgboost"), None)
-    if learned:
-        best = max(learned, key=lambda r: r["macro_f1"])
+    flow = next((r for r in models if r.name == FLOW_STATS_MODEL), None)
+    if best is not None:
         text = (
-            f"Use {best['name']}: the best centralised macro-F1 on this data, "
-            f"{best['macro_f1_ci']}; accuracy {best['accuracy_ci']}"
+            f"Use {best.name}: the best centralised macro-F1 on this data, "
+            f"{best.macro_f1_ci}; accuracy {best.accuracy_ci}"
         )
         ties = [
-            r for r in learned if r is not best and _overlaps(r["macro_f1_iv"], best["macro_f1_iv"])
+            r for r in pick.learned if r is not best and _overlaps(r.macro_f1_iv, best.macro_f1_iv)
         ]
         if ties:
             text += (
@@ -184,42 +330,44 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
                 "macro-F1 overlap"
             )
         if flow is not None and flow is not best:
-            text += f"; the flow-statistics baseline XGBoost reaches a macro-F1 of {flow['macro_f1_ci']}"
+            text += (
+                f"; the flow-statistics baseline XGBoost reaches a macro-F1 of {flow.macro_f1_ci}"
+            )
         if maj is not None:
-            text += f"; always predicting the majority class scores {maj['accuracy_ci']} accuracy"
+            text += f"; always predicting the majority class scores {maj.accuracy_ci} accuracy"
         out.append(text + ".")
     else:
         out.append(
             "No model is above the majority-class rate"
-            + (f" ({maj['accuracy_ci']})" if maj else "")
+            + (f" ({maj.accuracy_ci})" if maj else "")
             + ": none has learned from this data; train longer or check the labels."
         )
-    below = [r for r in models if not r.get("above_majority", True)]
+    below = [r for r in models if not r.above_majority]
     if below:
         out.append(
             f"{_names(below)}: accuracy "
-            + "; ".join(f"{r['accuracy_ci']} ({r.get('name')})" for r in below)
+            + "; ".join(f"{r.accuracy_ci} ({r.name})" for r in below)
             + " is not above the majority class"
-            + (f" ({maj['accuracy_ci']})" if maj else "")
+            + (f" ({maj.accuracy_ci})" if maj else "")
             + ": not learned, so no verdict on data parallelism for "
             + ("it." if len(below) == 1 else "them.")
         )
-    compared = [r for r in models if "workers" in r]
-    worth = [r for r in compared if _worth(r)]
-    for r in worth:
+    compared = [(r, r.chosen) for r in models if r.chosen is not None]
+    worth = [(r, c) for r, c in compared if c.pays]
+    for r, c in worth:
         out.append(
-            f"Data parallelism pays for {r['name']}: {r['workers']} workers cut its epoch time "
-            f"{r['speedup_ci']} with accuracy equivalent within +-{r['margin_pts']:g} pt "
-            f"(TOST p {_p(r['tost_p'])}; difference {r['diff_ci']})."
+            f"Data parallelism pays for {r.name}: {c.workers} workers cut its epoch time "
+            f"{c.speedup_ci} with accuracy equivalent within +-{r.margin_pts:g} pt "
+            f"(TOST p {_p(c.tost_p)}; difference {c.diff_ci})."
         )
     out += _withheld_advice(compared)
-    few = [r for r in compared if r["verdict"] == "not enough seeds"]
+    few = [(r, c) for r, c in compared if c.verdict == "not enough seeds"]
     if few:
-        n = min(r["n_seeds"] for r in few)
+        n = min(c.n_seeds for _, c in few)
         out.append(
-            f"Accuracy equivalence is not judged for {_names(few)}: {n} paired seed(s), at "
-            f"least {MIN_SEEDS} needed (TOST over fewer seeds rests on a spread estimated from "
-            f"a handful of runs); rerun with --seeds {MIN_SEEDS}."
+            f"Accuracy equivalence is not judged for {_names([r for r, _ in few])}: {n} paired "
+            f"seed(s), at least {MIN_SEEDS} needed (TOST over fewer seeds rests on a spread "
+            f"estimated from a handful of runs); rerun with --seeds {MIN_SEEDS}."
         )
     if compared and not worth:
         out.append(
@@ -230,7 +378,7 @@ def advise_data_parallel(dp: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _overlaps(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+def _overlaps(a: Interval | None, b: Interval | None) -> bool:
     """Whether two intervals overlap (an interval without bounds overlaps everything)."""
     ma, la, ha = interval_parts(a)
     mb, lb, hb = interval_parts(b)
@@ -243,63 +391,68 @@ def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else ("< 0.001" if p < 0.001 else f"= {p:.3f}")
 
 
-def _withheld_advice(compared: list[dict[str, Any]]) -> list[str]:
+Compared = list[tuple[DPModelRow, DPChoice]]
+
+
+def _withheld(compared: Compared, why: str) -> Compared:
+    """The compared models whose speedup is withheld for the reason ``why``."""
+    return [(r, c) for r, c in compared if why in c.speedup_withheld]
+
+
+def _withheld_advice(compared: Compared) -> list[str]:
     """One line per reason a measured speedup is not claimed, with what to do about it."""
     out = []
-    by = {
-        why: [r for r in compared if why in r["speedup_withheld"]]
-        for why in (
-            "contended",
-            "efficiency above 100 %",
-            "oversubscribed",
-            "too few undisturbed seeds",
-        )
-    }
-    if by["contended"]:
+    contended = _withheld(compared, "contended")
+    if contended:
         # "Contended" (analysis.compare_to_central): no seed whose centralised and
         # data-parallel runs were both undisturbed; some runs may have been.
         shares = [
-            f"{100 * r['foreign_share']:.0f} % for {r['name']}"
-            for r in by["contended"]
-            if not math.isnan(r["foreign_share"])
+            f"{100 * c.foreign_share:.0f} % for {r.name}"
+            for r, c in contended
+            if not math.isnan(c.foreign_share)
         ]
         used = f"; other processes used a median {', '.join(shares)} of the CPUs" if shares else ""
         out.append(
-            f"No speedup is claimed for {_names(by['contended'])}: no seed has both its "
-            "centralised and its data-parallel run undisturbed by other processes"
+            f"No speedup is claimed for {_names([r for r, _ in contended])}: no seed has both "
+            "its centralised and its data-parallel run undisturbed by other processes"
             + (used + " while the runs were timed" if used else "")
             + ". Rerun on a quiet machine (`flowsplit compare ... --rerun-contended "
             "--quiet-wait 60`): under other load an epoch time measures the CPU a run was given, "
             "not how training scales, and the centralised and data-parallel runs lose different "
             "shares of it."
         )
-    for r in by["efficiency above 100 %"]:
-        m = interval_parts(r["speedup"])[0]
+    for r, c in _withheld(compared, "efficiency above 100 %"):
+        m = interval_parts(c.speedup)[0]
         out.append(
-            f"{r['name']}: {r['workers']} workers measured {m:.2f}x ({100 * r['efficiency']:.0f} % "
-            f"efficiency): more than {r['workers']}-fold from {r['workers']} workers is a "
+            f"{r.name}: {c.workers} workers measured {m:.2f}x ({100 * c.efficiency:.0f} % "
+            f"efficiency): more than {c.workers}-fold from {c.workers} workers is a "
             "measurement problem (usually the centralised runs were slowed by other load), not a "
             "gain; not claimed."
         )
-    if by["oversubscribed"]:
-        out.append(
-            f"No speedup is claimed for {_names(by['oversubscribed'])}: the workers' threads "
-            "outnumber the cores, so the timing measures core sharing; use fewer workers or "
-            "threads, or more cores."
-        )
-    unmetered = [r for r in compared if "contention not measured" in r["speedup_withheld"]]
-    if unmetered:
-        out.append(
-            f"No speedup is claimed for {_names(unmetered)}: no contention measurement exists "
-            "for their runs (made outside `flowsplit compare`, or left by an interrupted one); "
-            "rerun them with `flowsplit compare` on a quiet machine."
-        )
-    if by["too few undisturbed seeds"]:
-        out.append(
-            f"No speedup is claimed for {_names(by['too few undisturbed seeds'])}: fewer than two "
-            "seeds have undisturbed timings on both sides; rerun on a quiet machine."
-        )
+    for why, text in WITHHELD_LINES:
+        rows = _withheld(compared, why)
+        if rows:
+            out.append(f"No speedup is claimed for {_names([r for r, _ in rows])}: {text}")
     return out
+
+
+WITHHELD_LINES = (
+    (
+        "oversubscribed",
+        "the workers' threads outnumber the cores, so the timing measures core sharing; use "
+        "fewer workers or threads, or more cores.",
+    ),
+    (
+        "contention not measured",
+        "no contention measurement exists for their runs (made outside `flowsplit compare`, "
+        "or left by an interrupted one); rerun them with `flowsplit compare` on a quiet machine.",
+    ),
+    (
+        "too few undisturbed seeds",
+        "fewer than two seeds have undisturbed timings on both sides; rerun on a quiet machine.",
+    ),
+)
+"""The withheld speedups whose advice is one sentence: the reason, what to do."""
 
 
 def _paired(a: list[float], b: list[float], seeds_a, seeds_b) -> tuple[list[float], list[float]]:
@@ -310,7 +463,7 @@ def _paired(a: list[float], b: list[float], seeds_a, seeds_b) -> tuple[list[floa
     return [_num(sa[s]) for s in seeds], [_num(sb[s]) for s in seeds]
 
 
-def sfl_versus(res: SFLCompareResult, scheme: str, ref: str) -> dict[str, Any]:
+def sfl_versus(res: SFLCompareResult, scheme: str, ref: str) -> Versus:
     """``scheme`` against ``ref``, paired by seed: accuracy difference and delay and bytes
     ratios, each with its 95 % interval (the statistics of the data-parallel study)."""
     a, b = res.schemes[ref], res.schemes[scheme]
@@ -319,15 +472,17 @@ def sfl_versus(res: SFLCompareResult, scheme: str, ref: str) -> dict[str, Any]:
         return _paired(pick(a), pick(b), a.seeds, b.seeds)
 
     ra, rb = paired(lambda s: s.per_seed.final_accuracy)
-    out: dict[str, Any] = {"ref": ref, "n_seeds": len(ra)}
-    out["accuracy_diff"] = (
-        mean_ci([y - x for x, y in zip(ra, rb, strict=True)], bounds=DIFF_BOUNDS) if ra else None
-    )
     da, db = paired(lambda s: s.per_seed.delay_total_s)
-    out["delay_ratio"] = ratio_ci(db, da) if da else None
     ba, bb = paired(lambda s: s.per_seed.bytes_total)
-    out["bytes_ratio"] = ratio_ci(bb, ba) if ba else None
-    return out
+    return Versus(
+        ref=ref,
+        n_seeds=len(ra),
+        accuracy_diff=mean_ci([y - x for x, y in zip(ra, rb, strict=True)], bounds=DIFF_BOUNDS)
+        if ra
+        else None,
+        delay_ratio=ratio_ci(db, da) if da else None,
+        bytes_ratio=ratio_ci(bb, ba) if ba else None,
+    )
 
 
 def _cuts_text(s: SchemeSummary) -> str:
@@ -338,40 +493,39 @@ def _cuts_text(s: SchemeSummary) -> str:
     return text
 
 
-def sfl_rows(res: SFLCompareResult) -> list[dict[str, Any]]:
+def sfl_rows(res: SFLCompareResult) -> list[SFLRow]:
     """Per scheme: final accuracy, total delay and bytes, each with its 95 % interval."""
-    rows = []
-    for scheme, s in res.schemes.items():
-        rows.append(
-            {
-                "scheme": scheme,
-                "baseline": scheme in SFL_BASELINE_SCHEMES,
-                "cuts": _cuts_text(s),
-                "accuracy": s.final_accuracy.mean,
-                "accuracy_ci": pct_ci(s.final_accuracy),
-                "delay_s": s.delay_total_s.mean,
-                "delay_ci": _num_ci(s.delay_total_s, "s"),
-                "bytes": s.bytes_total.mean,
-                "bytes_ci": _num_ci(s.bytes_total, "MB", 1e-6),
-                "n_seeds": len(s.seeds),
-            }
+    rows = [
+        SFLRow(
+            scheme=scheme,
+            baseline=scheme in SFL_BASELINE_SCHEMES,
+            cuts=_cuts_text(s),
+            accuracy=s.final_accuracy.mean,
+            accuracy_ci=pct_ci(s.final_accuracy),
+            delay_s=s.delay_total_s.mean,
+            delay_ci=_num_ci(s.delay_total_s, "s"),
+            bytes=s.bytes_total.mean,
+            bytes_ci=_num_ci(s.bytes_total, "MB", 1e-6),
+            n_seeds=len(s.seeds),
         )
+        for scheme, s in res.schemes.items()
+    ]
     # References that split nothing (``sfl compare`` trains them on the same rows and seeds).
-    for name, b in res.baselines.items():
-        rows.append(
-            {
-                "scheme": name,
-                "baseline": True,
-                "cuts": "– (baseline, no split)",
-                "accuracy": b.final_accuracy.mean,
-                "accuracy_ci": pct_ci(b.final_accuracy),
-                "delay_s": math.nan,
-                "delay_ci": "–",
-                "bytes": b.bytes_total.mean,
-                "bytes_ci": _num_ci(b.bytes_total, "MB", 1e-6),
-                "n_seeds": len(b.per_seed),
-            }
+    rows += [
+        SFLRow(
+            scheme=name,
+            baseline=True,
+            cuts="– (baseline, no split)",
+            accuracy=b.final_accuracy.mean,
+            accuracy_ci=pct_ci(b.final_accuracy),
+            delay_s=math.nan,
+            delay_ci="–",
+            bytes=b.bytes_total.mean,
+            bytes_ci=_num_ci(b.bytes_total, "MB", 1e-6),
+            n_seeds=len(b.per_seed),
         )
+        for name, b in res.baselines.items()
+    ]
     return rows
 
 
@@ -388,58 +542,84 @@ def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
     return text if math.isnan(lo) else text + f" (95 % CI {scale * lo:.1f}-{scale * hi:.1f})"
 
 
-def advise_sfl(res: SFLCompareResult | None, rows: list[dict[str, Any]]) -> list[str]:
-    """The lowest-delay scheme within 1 pt of the best final accuracy, against the fair
-    baselines the study ran, every change with its interval."""
+@dataclass
+class _SFLPick:
+    """The split-learning scheme the advice names: the lowest delay within
+    :data:`ACCURACY_TIE_PTS` of the best final accuracy, and the fewest seeds a candidate
+    ran."""
+
+    row: SFLRow
+    n_seeds: int
+
+
+def _sfl_pick(rows: list[SFLRow]) -> _SFLPick | None:
     cands = [
         r
         for r in rows
-        if not r["baseline"] and not math.isnan(r["accuracy"]) and not math.isnan(r["delay_s"])
+        if not r.baseline and not math.isnan(r.accuracy) and not math.isnan(r.delay_s)
     ]
     if not cands:
+        return None
+    top = max(r.accuracy for r in cands)
+    close = [r for r in cands if 100 * (top - r.accuracy) <= ACCURACY_TIE_PTS]
+    return _SFLPick(min(close, key=lambda r: r.delay_s), min(r.n_seeds for r in cands))
+
+
+def advise_sfl(res: SFLCompareResult | None, rows: list[SFLRow]) -> list[str]:
+    """The lowest-delay scheme within 1 pt of the best final accuracy, against the fair
+    baselines the study ran, every change with its interval."""
+    chosen = _sfl_pick(rows)
+    if chosen is None:
         return []
-    top = max(r["accuracy"] for r in cands)
-    close = [r for r in cands if 100 * (top - r["accuracy"]) <= ACCURACY_TIE_PTS]
-    pick = min(close, key=lambda r: r["delay_s"])
+    pick, n_seeds = chosen.row, chosen.n_seeds
     # The data-parallel study's seed rule: no recommendation from fewer seeds.
-    n_seeds = min(r["n_seeds"] for r in cands)
     if n_seeds >= MIN_SEEDS:
-        text = f"For split learning use {pick['scheme']} (cuts {pick['cuts']}): "
+        text = f"For split learning use {pick.scheme} (cuts {pick.cuts}): "
     else:
         text = (
-            f"For split learning, {pick['scheme']} (cuts {pick['cuts']}) is the fastest within "
+            f"For split learning, {pick.scheme} (cuts {pick.cuts}) is the fastest within "
             f"{ACCURACY_TIE_PTS:g} pt of the best accuracy, but {n_seeds} seed(s) make no "
             f"verdict (at least {MIN_SEEDS}; rerun with --seeds {MIN_SEEDS}): "
         )
-    text += f"final accuracy {pick['accuracy_ci']}, {pick['delay_ci']} of simulated delay"
+    text += f"final accuracy {pick.accuracy_ci}, {pick.delay_ci} of simulated delay"
     ran = _sfl_setting(res) if res is not None else ""
     if ran:
         text += f" ({ran})"
-    maj = next((r for r in rows if r["scheme"] == "majority"), None)
-    if maj is not None and not math.isnan(maj["accuracy"]) and pick["accuracy"] <= maj["accuracy"]:
-        text += f"; but it is not above the majority class ({maj['accuracy_ci']}): not learned"
+    maj = next((r for r in rows if r.scheme == "majority"), None)
+    if maj is not None and not math.isnan(maj.accuracy) and pick.accuracy <= maj.accuracy:
+        text += f"; but it is not above the majority class ({maj.accuracy_ci}): not learned"
     lines = [text + "."]
     if res is None:
         return lines
+    lines += _sfl_against(res, pick.scheme)
+    if n_seeds < 2:
+        lines.append("One seed per scheme: no intervals; run more seeds before relying on it.")
+    return lines
+
+
+def _sfl_against(res: SFLCompareResult, scheme: str) -> list[str]:
+    """``scheme`` against the fair baselines, the baselines that split nothing, and where
+    the planner's gain comes from: a line each, every change with its interval."""
+    lines = []
     for ref in FAIR_SFL_BASELINES:
-        if ref == pick["scheme"] or ref not in res.schemes:
+        if ref == scheme or ref not in res.schemes:
             continue
-        v = sfl_versus(res, pick["scheme"], ref)
-        if not v["n_seeds"]:
+        v = sfl_versus(res, scheme, ref)
+        if not v.n_seeds:
             continue
         lines.append(
-            f"{pick['scheme']} against {ref} over {v['n_seeds']} paired seed(s): accuracy "
-            f"{pts_ci(v['accuracy_diff'])}, delay {change_ci(v['delay_ratio'])}, bytes "
-            f"{change_ci(v['bytes_ratio'])}."
+            f"{scheme} against {ref} over {v.n_seeds} paired seed(s): accuracy "
+            f"{pts_ci(v.accuracy_diff)}, delay {change_ci(v.delay_ratio)}, bytes "
+            f"{change_ci(v.bytes_ratio)}."
         )
     refs = []
     for name, base in res.baselines.items():
-        diff = base.scheme_minus_baseline.get(pick["scheme"])
+        diff = base.scheme_minus_baseline.get(scheme)
         if diff:
             refs.append(f"{name} {pts_ci(diff)}")
     if refs:
         lines.append(
-            f"{pick['scheme']}'s final accuracy against the baselines that split nothing, "
+            f"{scheme}'s final accuracy against the baselines that split nothing, "
             "paired by seed: " + "; ".join(refs) + "."
         )
     parts = [
@@ -449,8 +629,6 @@ def advise_sfl(res: SFLCompareResult | None, rows: list[dict[str, Any]]) -> list
     ]
     if parts:
         lines.append("Where the planner's gain over HSFL comes from: " + "; ".join(parts) + ".")
-    if n_seeds < 2:
-        lines.append("One seed per scheme: no intervals; run more seeds before relying on it.")
     return lines
 
 
@@ -465,8 +643,8 @@ def _sfl_setting(res: SFLCompareResult) -> str:
 
 
 def advise(
-    dp: list[dict[str, Any]],
-    sfl: list[dict[str, Any]],
+    dp: list[DPRow],
+    sfl: list[SFLRow],
     sfl_results: SFLCompareResult | None = None,
 ) -> list[str]:
     """Plain-language advice from the two tables (rules in the module docstring)."""
@@ -504,8 +682,8 @@ def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> OverviewConte
     return OverviewContent(
         advice=advise(dp, sfl, sfl_res),
         rules=rules_text(margin),
-        data_parallel=jsonable(dp),
-        split_learning=jsonable(sfl),
+        data_parallel=[jsonable(dict(r)) for r in dp],
+        split_learning=[jsonable(dict(r)) for r in sfl],
         quick=quick,
         verdict=overview_verdict(dp, sfl),
         picture=picture,
@@ -513,37 +691,26 @@ def overview_content(dp_dir: Path | None, sfl_dir: Path | None) -> OverviewConte
     )
 
 
-def overview_verdict(dp: list[dict[str, Any]], sfl: list[dict[str, Any]]) -> str:
+def overview_verdict(dp: list[DPRow], sfl: list[SFLRow]) -> str:
     """The overview's one-line answer, by the advice's rules: the model to use, whether
     to train it data-parallel, and the split-learning scheme (named, not recommended,
     under the seed rule)."""
     parts = []
-    models = [r for r in dp if "name" in r and not math.isnan(r.get("macro_f1", math.nan))]
-    learned = [r for r in models if r.get("above_majority", True)]
-    if learned:
-        best = max(learned, key=lambda r: r["macro_f1"])
-        text = f"Use {best['name']} (macro-F1 {100 * best['macro_f1']:.1f} %)"
-        pays = [r for r in models if "workers" in r and _worth(r)]
-        if any(r is best for r in pays):
-            text += f", data-parallel on {best['workers']} workers (it pays)"
-        elif any("workers" in r for r in models):
+    pick = _dp_pick(dp)
+    best = pick.best
+    if best is not None:
+        text = f"Use {best.name} (macro-F1 {100 * best.macro_f1:.1f} %)"
+        if best.chosen is not None and best.chosen.pays:
+            text += f", data-parallel on {best.chosen.workers} workers (it pays)"
+        elif any(r.chosen is not None for r in pick.models):
             text += ", trained centralised: data parallelism is not shown to pay here"
         parts.append(text)
-    elif models:
+    elif pick.models:
         parts.append("No model is above the majority class: none has learned from this data")
-    cands = [
-        r
-        for r in sfl
-        if not r["baseline"] and not math.isnan(r["accuracy"]) and not math.isnan(r["delay_s"])
-    ]
-    if cands:
-        top = max(r["accuracy"] for r in cands)
-        pick = min(
-            (r for r in cands if 100 * (top - r["accuracy"]) <= ACCURACY_TIE_PTS),
-            key=lambda r: r["delay_s"],
-        )
-        n = min(r["n_seeds"] for r in cands)
-        what = f"{pick['scheme']} ({pick['accuracy_ci'].split(' (')[0]} accuracy, lowest delay)"
+    chosen = _sfl_pick(sfl)
+    if chosen is not None:
+        row, n = chosen.row, chosen.n_seeds
+        what = f"{row.scheme} ({row.accuracy_ci.split(' (')[0]} accuracy, lowest delay)"
         if n >= MIN_SEEDS:
             parts.append(f"for split learning use {what}")
         else:
@@ -555,16 +722,6 @@ def overview_verdict(dp: list[dict[str, Any]], sfl: list[dict[str, Any]]) -> str
         return ""
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
-
-
-def _worth(r: dict[str, Any]) -> bool:
-    """The advice's rule for data parallelism that pays (one row of the table)."""
-    return bool(
-        r["speedup_claimed"]
-        and r["equivalent"]
-        and interval_parts(r["speedup"])[0] >= SPEEDUP_WORTH_IT
-        and interval_parts(r["speedup"])[1] > 1
-    )
 
 
 def overview_picture(
