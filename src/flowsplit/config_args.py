@@ -610,13 +610,19 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def command_parser(
-    sub: argparse._SubParsersAction, name: str, summary: str, description: str
+    sub: argparse._SubParsersAction, name: str, builder: Callable[..., Any]
 ) -> argparse.ArgumentParser:
-    """The parser of the sub-command ``name``, as every flowsplit command has it:
-    ``summary`` in its group's list of commands, ``description`` atop its ``--help``,
-    defaults shown by :class:`HelpFormatter`."""
+    """The parser of the sub-command ``name``, as every flowsplit command has it, its
+    texts written once, in the docstring of the function that builds it (``builder``):
+    the first line is its summary in its group's list of commands, the rest the
+    description atop its ``--help`` (refilled, as argparse does); defaults are shown by
+    :class:`HelpFormatter`."""
+    summary, _, description = inspect.cleandoc(builder.__doc__ or "").partition("\n")
     return sub.add_parser(
-        name, help=summary, description=description, formatter_class=HelpFormatter
+        name,
+        help=summary.strip(),
+        description=" ".join(description.split()) or None,
+        formatter_class=HelpFormatter,
     )
 
 

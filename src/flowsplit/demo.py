@@ -145,15 +145,13 @@ class DemoPlan:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the demo sub-command to the CLI: one option per :class:`DemoPlan` field."""
-    p = command_parser(
-        sub,
-        "demo",
-        "run the main job on the embedded lab capture",
-        "Prepare the embedded lab capture, compare centralised and data-parallel "
-        "training (CNN, LSTM, XGBoost by default), compare split federated learning schemes, "
-        "and write one report that says what to use.",
-    )
+    """run the main job on the embedded lab capture
+
+    Prepare the embedded lab capture, compare centralised and data-parallel training (CNN,
+    LSTM, XGBoost by default), compare split federated learning schemes, and write one
+    report that says what to use.
+    """
+    p = command_parser(sub, "demo", register)
     add_config_arguments(p, DemoPlan)
     p.set_defaults(func=run_demo)
 

@@ -92,14 +92,23 @@ SHARED_FIELDS = ("labels", "label_column")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `prepare` and `inspect` to the CLI."""
-    p = command_parser(
-        sub,
-        "prepare",
-        "turn captures, flow CSVs or IDX files into a labelled, split dataset",
-        "Read pcap/pcapng captures (or CICFlowMeter/NFStream flow CSVs, or IDX byte "
-        "sessions), assemble bidirectional flows, compute the views models need, label, "
-        "deduplicate and split them by capture file, and write a dataset directory.",
+    _add_prepare(sub)
+    p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
+    p.add_argument(
+        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
     )
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=run_inspect)
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    """turn captures, flow CSVs or IDX files into a labelled, split dataset
+
+    Read pcap/pcapng captures (or CICFlowMeter/NFStream flow CSVs, or IDX byte sessions),
+    assemble bidirectional flows, compute the views models need, label, deduplicate and
+    split them by capture file, and write a dataset directory.
+    """
+    p = command_parser(sub, "prepare", _add_prepare)
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture/CSV/IDX files or folders")
     p.add_argument("-o", "--out", required=True, metavar="DIR", help="dataset directory to write")
     # One option per field of LabelSpec and PrepareOptions (their docstrings are the help).
@@ -120,13 +129,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at -o")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.set_defaults(func=run_prepare)
-
-    p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
-    p.add_argument(
-        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
-    )
-    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    p.set_defaults(func=run_inspect)
 
 
 def options_from_args(args: argparse.Namespace) -> PrepareOptions:

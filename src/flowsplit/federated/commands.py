@@ -107,15 +107,14 @@ def _neural_model(choice: ModelChoice):
 
 @add_sfl_command("run")
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = command_parser(
-        sub,
-        "run",
-        "train with sfl, hsfl or hsfl-ll (simulated or as real processes)",
-        "Train a model split across clients, edge aggregators and a server; write "
-        "OUT/metrics.json (per round: accuracy, macro-F1, loss, simulated delay, bytes "
-        "by hop/direction/message type; totals), topology.toml, config.json, "
-        "profile.json and model.pt.",
-    )
+    """train with sfl, hsfl or hsfl-ll (simulated or as real processes)
+
+    Train a model split across clients, edge aggregators and a server; write
+    OUT/metrics.json (per round: accuracy, macro-F1, loss, simulated delay, bytes by
+    hop/direction/message type; totals), topology.toml, config.json, profile.json and
+    model.pt.
+    """
+    p = command_parser(sub, "run", _add_run)
     p.add_argument(
         "dataset",
         nargs="?",
@@ -328,17 +327,16 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
 
 @add_sfl_command("probe")
 def _add_probe(sub: argparse._SubParsersAction) -> None:
-    p = command_parser(
-        sub,
-        "probe",
-        "measure the hosts' compute speeds and links; write a topology to plan from",
-        "Start the dist runner's roles (here, or under torchrun / the testbed, one per "
-        "host) and measure what the planner needs: each role's compute speed (timed "
-        "training steps of its part at the given cuts and batch size) and each "
-        "client-aggregator and aggregator-server link's round trip and bandwidth (timed "
-        "transfers over the runner's own transport). Writes the measured topology "
-        "(`sfl plan --topology OUT`) and OUT's .json twin with every measurement.",
-    )
+    """measure the hosts' compute speeds and links; write a topology to plan from
+
+    Start the dist runner's roles (here, or under torchrun / the testbed, one per host) and
+    measure what the planner needs: each role's compute speed (timed training steps of its
+    part at the given cuts and batch size) and each client-aggregator and aggregator-server
+    link's round trip and bandwidth (timed transfers over the runner's own transport).
+    Writes the measured topology (`sfl plan --topology OUT`) and OUT's .json twin with every
+    measurement.
+    """
+    p = command_parser(sub, "probe", _add_probe)
     p.add_argument(
         "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
     )
@@ -415,13 +413,12 @@ def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> 
 
 @add_sfl_command("profile")
 def _add_profile(sub: argparse._SubParsersAction) -> None:
-    p = command_parser(
-        sub,
-        "profile",
-        "print a model's block profile and its legal cuts",
-        "FLOPs, parameters and activation bytes of every block of a model built for a "
-        "dataset, and the costs of every legal cut (a, c).",
-    )
+    """print a model's block profile and its legal cuts
+
+    FLOPs, parameters and activation bytes of every block of a model built for a dataset,
+    and the costs of every legal cut (a, c).
+    """
+    p = command_parser(sub, "profile", _add_profile)
     add_config_arguments(p, ModelChoice)
     p.add_argument("--dataset", required=True, metavar="DATASET", help="dataset directory")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")

@@ -21,16 +21,13 @@ log = logging.getLogger("flowsplit.planner")
 
 
 def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``flowsplit sfl plan``: choose cuts and an assignment, write plan.json."""
-    p = command_parser(
-        sfl_subparsers,
-        "plan",
-        "choose cut points and a client -> aggregator assignment (accuracy-aware)",
-        "Run short pilots at a few cut pairs, fit the loss surrogate, and choose the cuts "
-        "and assignment minimising w_loss * loss + w_delay * delay / delay_ref + "
-        "w_bytes * bytes / bytes_ref; write the plan (with the baselines' predicted "
-        "costs) as JSON.",
-    )
+    """choose cut points and a client -> aggregator assignment (accuracy-aware)
+
+    Run short pilots at a few cut pairs, fit the loss surrogate, and choose the cuts and
+    assignment minimising w_loss * loss + w_delay * delay / delay_ref + w_bytes * bytes /
+    bytes_ref; write the plan (with the baselines' predicted costs) as JSON.
+    """
+    p = command_parser(sfl_subparsers, "plan", add_plan_parser)
     add_study_arguments(p)
     p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON file to write")
     p.add_argument("--seed", type=parse_seed, default=0, help="partition and pilot seed")

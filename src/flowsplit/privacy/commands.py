@@ -21,18 +21,16 @@ log = logging.getLogger("flowsplit.privacy")
 
 
 def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``flowsplit sfl privacy`` to the ``sfl`` command group."""
-    p = command_parser(
-        sfl_subparsers,
-        "privacy",
-        "measure what crosses each cut reveals (inversion, probes), with defences",
-        "For every legal cut, an honest-but-curious attacker at the next tier, with "
-        "auxiliary rows of the same dataset, inverts the activations back to the input "
-        "and probes them for the label; label leakage from the gradients sent down is "
-        "measured too. Each defence (nopeek, noise, quant) is trained and attacked the "
-        "same way. Writes OUT/privacy.json (the planner's --leakage-file) and "
-        "OUT/pareto.png (delay, accuracy and leakage per cut pair).",
-    )
+    """measure what crosses each cut reveals (inversion, probes), with defences
+
+    For every legal cut, an honest-but-curious attacker at the next tier, with auxiliary
+    rows of the same dataset, inverts the activations back to the input and probes them for
+    the label; label leakage from the gradients sent down is measured too. Each defence
+    (nopeek, noise, quant) is trained and attacked the same way. Writes OUT/privacy.json
+    (the planner's --leakage-file) and OUT/pareto.png (delay, accuracy and leakage per cut
+    pair).
+    """
+    p = command_parser(sfl_subparsers, "privacy", add_privacy_parser)
     p.add_argument(
         "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
     )

@@ -270,16 +270,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_spec_arguments(p)
     p.set_defaults(func=cmd_show)
 
-    p = command_parser(
-        tsub,
-        "compare",
-        "the planner's gains measured: probe, plan, run every plan (paired CIs)",
-        "On a testbed of TOPOLOGY: probe every node (sfl probe), plan on the probe "
-        "(acc-aware, delay; HSFL and hsfl-greedy as baselines) for every seed, run "
-        "every plan (sfl run --mode dist), and compare measured delay and bytes "
-        "against HSFL and hsfl-greedy, paired by seed (mean and 95 %% t interval), "
-        "beside the predicted gains. Needs root.",
-    )
+    _add_compare(tsub)
+
+    p = tsub.add_parser("clean", help="remove what testbeds whose owner died left behind")
+    p.add_argument("--all", action="store_true", help="also live testbeds' (all of them)")
+    p.set_defaults(func=cmd_clean)
+
+
+def _add_compare(tsub: argparse._SubParsersAction) -> None:
+    """the planner's gains measured: probe, plan, run every plan (paired CIs)
+
+    On a testbed of TOPOLOGY: probe every node (sfl probe), plan on the probe (acc-aware,
+    delay; HSFL and hsfl-greedy as baselines) for every seed, run every plan (sfl run --mode
+    dist), and compare measured delay and bytes against HSFL and hsfl-greedy, paired by seed
+    (mean and 95 %% t interval), beside the predicted gains. Needs root.
+    """
+    p = command_parser(tsub, "compare", _add_compare)
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
     p.add_argument("-o", "--out", required=True, help="write the comparison JSON here")
@@ -306,7 +312,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", metavar="DIR", help="keep plans, probes and runs in this directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compare)
-
-    p = tsub.add_parser("clean", help="remove what testbeds whose owner died left behind")
-    p.add_argument("--all", action="store_true", help="also live testbeds' (all of them)")
-    p.set_defaults(func=cmd_clean)

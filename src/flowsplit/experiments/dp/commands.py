@@ -91,15 +91,25 @@ ON_COMMAND_LINE = ("dataset", "out")
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``compare`` and ``report`` to the CLI."""
-    p = command_parser(
-        sub,
-        "compare",
-        "train models centralised and data-parallel over seeds, and report",
-        "Run the matrix model x workers x seed on one prepared dataset (each run is a "
-        "`flowsplit train` in its own directory; finished runs are skipped on a rerun), "
-        "measure all-reduce on this machine, and write OUT/report.html, report.md, "
-        "results.csv and results.json with statistics, speedups and a scaling model.",
+    _add_compare(sub)
+    r = sub.add_parser(
+        "report",
+        help="re-render the report of a `flowsplit compare` study",
+        description="Recompute statistics from the stored runs of OUT and rewrite its report.",
     )
+    r.add_argument("out", type=Path, metavar="OUT", help="study directory of `flowsplit compare`")
+    r.set_defaults(func=_report)
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    """train models centralised and data-parallel over seeds, and report
+
+    Run the matrix model x workers x seed on one prepared dataset (each run is a `flowsplit
+    train` in its own directory; finished runs are skipped on a rerun), measure all-reduce
+    on this machine, and write OUT/report.html, report.md, results.csv and results.json with
+    statistics, speedups and a scaling model.
+    """
+    p = command_parser(sub, "compare", _add_compare)
     # One option per CompareConfig field (its docstring is the help); DATASET and -o are
     # required, the others not given stay None so that a --config file's values stand.
     options = with_groups(COMPARE_OPTIONS, COMPARE_GROUPS)
@@ -110,14 +120,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arguments(p, CompareConfig, exclude=ON_COMMAND_LINE, overrides=options, unset=True)
     add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
     p.set_defaults(func=_compare)
-
-    r = sub.add_parser(
-        "report",
-        help="re-render the report of a `flowsplit compare` study",
-        description="Recompute statistics from the stored runs of OUT and rewrite its report.",
-    )
-    r.add_argument("out", type=Path, metavar="OUT", help="study directory of `flowsplit compare`")
-    r.set_defaults(func=_report)
 
 
 # The runner and the report are imported when a command runs, not at registration:

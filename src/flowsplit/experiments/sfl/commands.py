@@ -53,16 +53,14 @@ SFL_COMPARE_OPTIONS = {
 
 
 def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``flowsplit sfl compare``: train every scheme on the same seeds and write the report."""
-    p = command_parser(
-        sfl_subparsers,
-        "compare",
-        "compare sfl, hsfl, the delay-only and the accuracy-aware planner",
-        "Train each scheme on the same data, topology and seeds (in-process simulation) "
-        "and write OUT/report.html, report.md and results.json: accuracy and macro-F1 per "
-        "round, delay per round and to a target accuracy, bytes per tier and message "
-        "type, and differences against HSFL with paired confidence intervals.",
-    )
+    """compare sfl, hsfl, the delay-only and the accuracy-aware planner
+
+    Train each scheme on the same data, topology and seeds (in-process simulation) and write
+    OUT/report.html, report.md and results.json: accuracy and macro-F1 per round, delay per
+    round and to a target accuracy, bytes per tier and message type, and differences against
+    HSFL with paired confidence intervals.
+    """
+    p = command_parser(sfl_subparsers, "compare", add_compare_parser)
     p.add_argument("-o", "--out", required=True, type=Path, metavar="OUT", help="output directory")
     add_config_file_option(p)
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
