@@ -130,45 +130,37 @@ class XGBoostClassifier:
                 raise ValueError(f"sample_weight must be {y.shape} non-negative weights")
         params = self.xgb_params(n_classes)
         stop = self.early_stopping_rounds if eval_set is not None else None
+        # The boosting settings both trainers take (one process, or the Dask workers).
+        boosting = {
+            "num_boost_round": self.n_estimators,
+            "early_stopping_rounds": stop,
+            "verbose_eval": False,
+            "callbacks": list(callbacks),
+        }
         if client is None:
-            dtrain = xgb.DMatrix(X, label=y, weight=sample_weight, nthread=self.n_jobs or 0)
-            evals = [(dtrain, "train")]
-            if eval_set is not None:
-                evals.append((xgb.DMatrix(X_val, label=y_val, nthread=self.n_jobs or 0), "val"))
+
+            def matrix(X, y, weight=None):
+                return xgb.DMatrix(X, label=y, weight=weight, nthread=self.n_jobs or 0)
+
+        else:
+            workers = list(client.scheduler_info()["workers"])
+
+            def matrix(X, y, weight=None):
+                return _dask_matrix(client, workers, X, y, self.random_state, weight)
+
+        dtrain = matrix(X, y, sample_weight)
+        evals = [(dtrain, "train")]
+        if eval_set is not None:
+            evals.append((matrix(X_val, y_val), "val"))
+        if client is None:
             history: dict = {}
-            booster = xgb.train(
-                params,
-                dtrain,
-                num_boost_round=self.n_estimators,
-                evals=evals,
-                evals_result=history,
-                early_stopping_rounds=stop,
-                verbose_eval=False,
-                callbacks=list(callbacks),
-            )
+            booster = xgb.train(params, dtrain, evals=evals, evals_result=history, **boosting)
             self.n_workers_ = 1
         else:
             from xgboost import dask as dxgb
 
-            workers = list(client.scheduler_info()["workers"])
-            dtrain = _dask_matrix(client, workers, X, y, self.random_state, sample_weight)
-            evals = [(dtrain, "train")]
-            if eval_set is not None:
-                evals.append(
-                    (_dask_matrix(client, workers, X_val, y_val, self.random_state), "val")
-                )
             params.pop("nthread", None)  # each Dask worker uses its own thread count
-            out = dxgb.train(
-                client,
-                params,
-                dtrain,
-                num_boost_round=self.n_estimators,
-                evals=evals,
-                early_stopping_rounds=stop,
-                verbose_eval=False,
-                callbacks=list(callbacks),
-                coll_cfg=coll_cfg,
-            )
+            out = dxgb.train(client, params, dtrain, evals=evals, coll_cfg=coll_cfg, **boosting)
             booster, history = out["booster"], out["history"]
             self.n_workers_ = len(workers)
         self.booster_ = booster
