@@ -22,17 +22,7 @@ from collections import deque
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.planner.costs import (
-    AGG,
-    BB,
-    CHAIN_A,
-    CHAIN_B,
-    COUNT,
-    DOWN,
-    FEATURES,
-    UP,
-    CostTable,
-)
+from flowsplit.planner.costs import AGG, BB, CHAIN_A, CHAIN_B, COUNT, DOWN, FEATURES, UP, CostTable
 
 
 def check_capacity(table: CostTable, capacity: np.ndarray | None) -> np.ndarray | None:
