@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from flowsplit.experiments.stats import Interval
 from flowsplit.report.document import JsonDocument
+from flowsplit.result import RoundScores
 from flowsplit.util import jsonable, typed_from_dict
 
 SFL_COMPARE_SCHEMA_VERSION = 1
@@ -27,15 +28,10 @@ RESULTS_NAME = "results.json"
 
 
 @dataclass
-class RoundRow:
-    """One round of a run, as the study keeps it."""
+class RoundRow(RoundScores):
+    """One round of a run, as the study keeps it: the scores and delay every round
+    record holds, and its bytes."""
 
-    round: int
-    accuracy: float
-    macro_f1: float
-    loss: float
-    delay_s: float
-    clock_s: float
     bytes_total: float
 
     @classmethod
