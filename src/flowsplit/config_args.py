@@ -180,7 +180,7 @@ def _default(f: dataclasses.Field) -> Any:
     return None
 
 
-def _value_type(hint: Any) -> Any:
+def value_type(hint: Any) -> Any:
     """``int | None`` -> ``int``; other types unchanged."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -257,7 +257,7 @@ def add_config_arguments(
     added = []
     for f in cli_fields(cls, only, exclude, overrides):
         spec = _spec(f, overrides)
-        kind = _value_type(hints[f.name])
+        kind = value_type(hints[f.name])
         if dataclasses.is_dataclass(kind):  # a nested config: its fields, by their names
             added += add_config_arguments(
                 parser, kind, exclude=exclude, overrides=overrides, unset=unset
@@ -337,7 +337,7 @@ def _values(cls: type, args: argparse.Namespace, *, given_only: bool = False) ->
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in cli_fields(cls):
-        kind = _value_type(hints[f.name])
+        kind = value_type(hints[f.name])
         if dataclasses.is_dataclass(kind):
             inner = _values(kind, args, given_only=given_only)
             values[f.name] = inner if given_only else kind(**inner)
@@ -453,14 +453,23 @@ def field_type_problem(cls: type, data: Mapping[str, Any]) -> str | None:
             if optional:
                 continue
             return f"{name} is null"
-        kind = _value_type(hint)
-        origin = typing.get_origin(kind) or kind
-        if not isinstance(origin, type):
-            continue
-        widen = {float: (int, float), tuple: (list, tuple), list: (list, tuple)}
-        allowed = widen.get(origin, (origin,))
-        if (isinstance(value, bool) and origin is not bool) or not isinstance(value, allowed):
-            return f"{name} is {value!r}, not {getattr(origin, '__name__', origin)}"
+        problem = type_problem(hint, value)
+        if problem:
+            return f"{name} is {value!r}, {problem}"
+    return None
+
+
+def type_problem(hint: Any, value: Any) -> str | None:
+    """Why ``value`` (read from a JSON or TOML file) cannot be a field of type ``hint``
+    (``"not int"``: a bool is no number, an int is a float, a list a tuple), else None."""
+    kind = value_type(hint)
+    origin = typing.get_origin(kind) or kind
+    if not isinstance(origin, type):
+        return None
+    widen = {float: (int, float), tuple: (list, tuple), list: (list, tuple)}
+    allowed = widen.get(origin, (origin,))
+    if (isinstance(value, bool) and origin is not bool) or not isinstance(value, allowed):
+        return f"not {getattr(origin, '__name__', origin)}"
     return None
 
 

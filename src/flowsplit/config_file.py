@@ -19,13 +19,12 @@ import argparse
 import dataclasses
 import math
 import tomllib
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import given_values
+from flowsplit.config_args import given_values, type_problem, value_type
 from flowsplit.errors import ConfigError, InputError
 
 CONFIG_NAME = "config.toml"
@@ -76,7 +75,7 @@ def _checked(cls: type, data: Mapping[str, Any], path: Path, prefix: str, cmdlin
             )
         if name in cmdline:
             raise ConfigError(f"{path}: key {name!r} is given on the command line, not in the file")
-        kind = _bare(hints[key])
+        kind = value_type(hints[key])
         if dataclasses.is_dataclass(kind):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: key {name!r} is a table ([{name}]), not {value!r}")
@@ -89,32 +88,13 @@ def _checked(cls: type, data: Mapping[str, Any], path: Path, prefix: str, cmdlin
     return out
 
 
-def _bare(hint: Any) -> Any:
-    """``X | None`` -> ``X``."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return hint
-
-
 def _type_problem(hint: Any, value: Any) -> str | None:
-    """Why ``value`` (read from TOML) cannot be a field of type ``hint``, else None."""
-    kind = _bare(hint)
-    origin = typing.get_origin(kind) or kind
-    if not isinstance(origin, type):
-        return None
-    if origin is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
-            return "not a finite number"
-    elif origin in (tuple, list):
-        ok = isinstance(value, list)
-    elif origin is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, origin)
-    return None if ok else f"not {getattr(origin, '__name__', origin)}"
+    """Why ``value`` (read from TOML) cannot be a field of type ``hint``, else None: as
+    a JSON file's (:func:`~flowsplit.config_args.type_problem`), and a float is finite."""
+    problem = type_problem(hint, value)
+    if problem is None and value_type(hint) is float and not math.isfinite(value):
+        return "not a finite number"
+    return problem
 
 
 def merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,7 +115,7 @@ def instantiate(cls: type, values: Mapping[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
     kw: dict[str, Any] = {}
     for key, value in values.items():
-        kind = _bare(hints[key])
+        kind = value_type(hints[key])
         origin = typing.get_origin(kind) or kind
         if dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = instantiate(kind, value)
