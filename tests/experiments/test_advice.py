@@ -20,6 +20,7 @@ from flowsplit.experiments.dp.result import CompareResult
 from flowsplit.experiments.sfl.result import SFLCompareResult
 from flowsplit.experiments.stats import Interval
 from flowsplit.report.overview import write_overview
+from flowsplit.util import jsonable
 from tests.experiments.synthetic import paired_runs, study_results
 
 NAN = math.nan
@@ -430,3 +431,23 @@ def test_delay_and_bytes_intervals_are_clipped_at_zero():
     text = advice_mod._num_ci(wide, "s")
     # Assert: no negative delay is shown
     assert text == "1.3 s (95 % CI 0.0-4.0)"
+
+
+def test_rows_show_the_columns_that_apply_to_them_in_the_tables_and_report_json():
+    # Prepare: cnn run centralised only, then with its data-parallel runs
+    c, p = paired_runs("cnn")
+    alone = data_parallel_rows(study_results([*c]))
+    both = data_parallel_rows(study_results([*c, *p]))
+    # Execute: the rows as the tables and report.json read them (by column key)
+    shown = [list(r) for r in alone]
+    cnn = both[2]
+    # Assert: the majority class has scores but no model name; XGBoost not run says only
+    # so; a model run centralised only has no data-parallel columns
+    assert shown[0] == [
+        "model", "baseline", "accuracy", "macro_f1", "accuracy_ci", "macro_f1_ci", "verdict"
+    ]  # fmt: skip
+    assert shown[1] == ["model", "baseline", "verdict"]
+    assert "workers" not in alone[2] and alone[2].get("speedup_ci") is None
+    assert cnn["workers"] == cnn.chosen.workers == 2 and cnn.get("diff_ci") == cnn.chosen.diff_ci
+    assert list(cnn)[-3:] == ["alpha", "diff", "diff_ci"]
+    assert jsonable(dict(cnn))["speedup"]["mean"] == cnn.chosen.speedup.mean
