@@ -12,12 +12,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from flowsplit.config_args import (
@@ -28,6 +25,7 @@ from flowsplit.config_args import (
     parse_seeds,
 )
 from flowsplit.errors import ConfigError
+from flowsplit.util.system import Stopped, stop_signals
 
 RUN_DESCRIPTION = """\
 Build an emulated network on this machine and run COMMAND once in every node, as
@@ -101,25 +99,6 @@ class _OptionParser(argparse.ArgumentParser):
         raise ConfigError(f"testbed run: {message} (see flowsplit testbed run --help)")
 
 
-class _Stopped(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the ``with`` block (so the testbed is removed), as Ctrl-C does."""
-
-    def handler(signum, _frame):
-        raise _Stopped(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from flowsplit.testbed.bed import Testbed
     from flowsplit.testbed.system import require
@@ -142,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     stopped = None
     try:
-        with _stop_on_signals(), Testbed(spec) as tb:
+        with stop_signals(), Testbed(spec) as tb:
             if not args.quiet:
                 nodes = ", ".join(
                     f"{n.name} {n.address}" + (f" {n.spec.cpu:.2g} cpu" if n.spec.cpu else "")
@@ -151,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"testbed {tb.tag}: {nodes}", file=sys.stderr)
             procs = tb.launch(command, master_port=args.port, log_dir=args.logs)
             codes = tb.wait(procs, args.time_limit)
-    except (_Stopped, KeyboardInterrupt) as exc:
+    except (Stopped, KeyboardInterrupt) as exc:
         stopped = str(exc) or "SIGINT"
     if stopped:
         print(f"testbed: stopped by {stopped}; everything it made was removed", file=sys.stderr)
@@ -208,7 +187,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="flowsplit-compare-") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
         try:
-            with _stop_on_signals():
+            with stop_signals():
                 doc = compare_on_testbed(
                     Path(args.topology),
                     args.dataset,
@@ -227,7 +206,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     max_cpu=args.max_cpu,
                     log=say,
                 )
-        except (_Stopped, KeyboardInterrupt) as exc:
+        except (Stopped, KeyboardInterrupt) as exc:
             print(
                 f"testbed compare: stopped by {exc or 'SIGINT'}; testbed removed", file=sys.stderr
             )

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from flowsplit.errors import ConfigError, FlowsplitError, InputError
 from flowsplit.util import die_with_parent, exit_without_finalising, free_port
+from flowsplit.util.system import Stopped, stop_signals
 
 
 @contextmanager
@@ -124,32 +125,6 @@ def _child(local_rank: int, fn: Callable[..., Any], args: tuple, slots: Any = No
     exit_without_finalising(0)
 
 
-class _Stopped(Exception):
-    """SIGTERM or SIGHUP reached the launcher (its text: the signal's name)."""
-
-
-@contextmanager
-def _stop_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into :class:`_Stopped` while the workers run, so the
-    launcher ends them and says so in one line (it died without a word before)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        if not fired:  # a second signal must not cut the clean-up short
-            fired.append(signum)
-            raise _Stopped(signal.Signals(signum).name)
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
 class _JobControl:
     """Forward the terminal's Ctrl-Z (SIGTSTP) and fg/bg (SIGCONT) to the workers.
 
@@ -244,7 +219,7 @@ def launch_local(
             _child, args=(fn, args, slots), nprocs=n_workers, start_method="spawn", join=False
         )
         try:
-            with _JobControl(ctx.processes) as job, _stop_signals():
+            with _JobControl(ctx.processes) as job, stop_signals():
                 last = time.monotonic()
                 while not ctx.join(timeout=HEARTBEAT_PERIOD_S):
                     now = time.monotonic()
@@ -253,7 +228,7 @@ def launch_local(
                     last = now
                     if slots is not None:
                         _check_heartbeats(ctx.processes, slots, heartbeat_s, job.resumed)
-        except (KeyboardInterrupt, _Stopped) as exc:
+        except (KeyboardInterrupt, Stopped) as exc:
             # Workers in their own sessions do not see the terminal's Ctrl-C: stop them.
             for proc in ctx.processes:
                 if proc.is_alive():

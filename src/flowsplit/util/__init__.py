@@ -1,7 +1,7 @@
 """Small helpers every layer may use (the ground floor: imports nothing of flowsplit).
 
 - :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`peak_rss_mb`,
-  :func:`die_with_parent`, :func:`free_port`;
+  :func:`die_with_parent`, :func:`free_port`, :func:`stop_signals`;
 - :mod:`flowsplit.util.jsondoc`: :func:`jsonable` (strict JSON out) and the typed
   documents' reading (:func:`typed_from_dict`, :func:`typed_to_dict`,
   :func:`read_json_document`).
@@ -15,6 +15,7 @@ from flowsplit.util.system import (
     free_port,
     peak_rss_mb,
     pid_alive,
+    stop_signals,
 )
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "jsonable",
     "peak_rss_mb",
     "pid_alive",
+    "stop_signals",
     "read_json_document",
     "typed_from_dict",
     "typed_to_dict",

@@ -7,6 +7,8 @@ import os
 import resource
 import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -131,3 +133,32 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: what kill said
     return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP reached this process inside :func:`stop_signals` (its text:
+    the signal's name)."""
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into :class:`Stopped` inside the ``with`` block, as
+    Ctrl-C is a KeyboardInterrupt, so that what the block started is ended and said in
+    one line; a second signal does not cut that clean-up short. Off the main thread
+    (where no handler can be set) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Stopped(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
