@@ -363,31 +363,6 @@ MAX_SEEDS = 10_000
 """The most seeds a ``--seeds N`` count may ask for (a study of each)."""
 
 
-def add_model_arguments(p: argparse.ArgumentParser, *, required: bool = False) -> None:
-    """``--model``, ``--view`` and ``--model-option``: the neural model a split-learning,
-    probing or privacy command builds (``cnn`` unless ``required``), for a command whose
-    options are written by hand; a command with a config takes them from
-    :class:`flowsplit.choices.ModelChoice` instead. ``--model-option`` is the same option
-    as there (``args.model_options``: the parsed pairs); ``args.model_option`` keeps the
-    items as text for a command that hands them on to another."""
-    p.add_argument(
-        "--model",
-        required=required,
-        default=None if required else "cnn",
-        help="neural model (cnn, lstm, convlstm, convgru, transformer)",
-    )
-    p.add_argument("--view", default=None, help="dataset view (default: the model's)")
-    p.add_argument(
-        "--model-option",
-        action=_ModelOption,
-        type=parse_model_option,
-        dest="model_options",
-        metavar="KEY=VALUE",
-        help="model size, e.g. channels=[16,32] (repeatable)",
-    )
-    p.set_defaults(model_option=[])
-
-
 def parse_model_option(text: str) -> tuple[str, Any]:
     """``channels=[16,32]`` -> ``("channels", [16, 32])``: the value as JSON when it
     parses (numbers, lists, booleans), else as text."""
@@ -400,22 +375,6 @@ def parse_model_option(text: str) -> tuple[str, Any]:
         return key.strip(), json.loads(value)
     except json.JSONDecodeError:
         return key.strip(), value
-
-
-class _ModelOption(argparse._AppendAction):
-    """``--model-option``: the pair appended to ``model_options``, the item as text to
-    ``model_option``."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        import json
-
-        super().__call__(parser, namespace, values, option_string)
-        key, value = values
-        text = value if isinstance(value, str) else json.dumps(value)
-        namespace.model_option = [
-            *(getattr(namespace, "model_option", None) or []),
-            f"{key}={text}",
-        ]
 
 
 def add_log_to_argument(p: argparse.ArgumentParser) -> None:

@@ -15,12 +15,17 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from flowsplit.choices import ModelChoice
 from flowsplit.config_args import (
     SEEDS_HELP,
-    add_model_arguments,
+    add_config_arguments,
+    cli,
     command_parser,
+    config_from_args,
     finite_float,
     parse_seeds,
 )
@@ -43,6 +48,38 @@ Latency is not emulated (no netem on these kernels): the paths have tens of
 microseconds. Everything made (namespaces, interfaces, qdiscs, cgroups, processes) is
 removed when COMMAND ends, fails, or the testbed is stopped (Ctrl-C, SIGTERM). Needs root.
 """
+
+
+@dataclass
+class CompareOptions(ModelChoice):
+    """What ``testbed compare`` plans and runs (its options; ``compare_on_testbed``'s
+    keywords of the same names)."""
+
+    CLI_GROUP: ClassVar[str | None] = None
+
+    seeds: tuple[int, ...] = field(
+        default=(0, 1, 2),
+        metadata=cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + " (at least 2)"),
+    )
+    rounds: int = field(default=2, metadata=cli(help="rounds per run"))
+    batch_size: int = field(default=16, metadata=cli(help="samples per client batch"))
+    train_limit: int = field(default=384, metadata=cli(metavar="N", help="training rows per run"))
+    pilots: int = field(default=3, metadata=cli(metavar="N", help="the planner's pilot cut pairs"))
+    pilot_steps: int = field(default=24, metadata=cli(help="optimiser steps per pilot"))
+    truth: bool = field(default=False, metadata=cli(help="also run a plan from TOPOLOGY itself"))
+    cpu_budget: float = field(default=1.6, metadata=cli(parse=float, help="cores all nodes share"))
+    max_cpu: float = field(default=0.3, metadata=cli(parse=float, help="cores of the fastest node"))
+
+    def keywords(self) -> dict:
+        """``compare_on_testbed``'s keywords: the fields, the seeds a list and the model
+        options as the ``--model-option`` texts each ``sfl run`` is given."""
+        kw = asdict(self)
+        kw["seeds"] = list(self.seeds)
+        kw["model_options"] = [
+            f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+            for k, v in self.model_options.items()
+        ]
+        return kw
 
 
 def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
@@ -179,8 +216,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"testbed compare: {args.topology}: no such topology file")
     if not Path(args.dataset).is_dir():
         raise ConfigError(f"testbed compare: {args.dataset}: no such prepared dataset")
-    seeds = list(args.seeds)  # parsed as every command's --seeds
-    if len(seeds) < 2:
+    options = config_from_args(CompareOptions, args)
+    if len(options.seeds) < 2:  # (parsed as every command's --seeds)
         raise ConfigError("testbed compare: --seeds needs 2 seeds or more for an interval")
     require()
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
@@ -189,22 +226,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             with stop_signals():
                 doc = compare_on_testbed(
-                    Path(args.topology),
-                    args.dataset,
-                    work,
-                    seeds=seeds,
-                    model=args.model,
-                    model_options=args.model_option,
-                    view=args.view,
-                    rounds=args.rounds,
-                    batch_size=args.batch_size,
-                    train_limit=args.train_limit,
-                    pilots=args.pilots,
-                    pilot_steps=args.pilot_steps,
-                    truth=args.truth,
-                    cpu_budget=args.cpu_budget,
-                    max_cpu=args.max_cpu,
-                    log=say,
+                    Path(args.topology), args.dataset, work, **options.keywords(), log=say
                 )
         except (Stopped, KeyboardInterrupt) as exc:
             print(
@@ -268,26 +290,7 @@ def _add_compare(tsub: argparse._SubParsersAction) -> None:
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
     p.add_argument("-o", "--out", required=True, help="write the comparison JSON here")
-    p.add_argument(
-        "--seeds",
-        type=parse_seeds,
-        default=(0, 1, 2),
-        metavar="N|S,S,...",
-        help=SEEDS_HELP + " (at least 2)",
-    )
-    add_model_arguments(p)
-    p.add_argument("--rounds", type=int, default=2, help="rounds per run")
-    p.add_argument("--batch-size", type=int, default=16, help="samples per client batch")
-    p.add_argument(
-        "--train-limit", type=int, default=384, metavar="N", help="training rows per run"
-    )
-    p.add_argument(
-        "--pilots", type=int, default=3, metavar="N", help="the planner's pilot cut pairs"
-    )
-    p.add_argument("--pilot-steps", type=int, default=24, help="optimiser steps per pilot")
-    p.add_argument("--truth", action="store_true", help="also run a plan from TOPOLOGY itself")
-    p.add_argument("--cpu-budget", type=float, default=1.6, help="cores all nodes share")
-    p.add_argument("--max-cpu", type=float, default=0.3, help="cores of the fastest node")
+    add_config_arguments(p, CompareOptions)
     p.add_argument("--keep", metavar="DIR", help="keep plans, probes and runs in this directory")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compare)
