@@ -37,10 +37,10 @@ from flowsplit.experiments.dp.result import (
 )
 from flowsplit.experiments.intervals import (
     change_ci,
+    in_words,
     interval_parts,
     pct_ci,
     pts_ci,
-    same_on_every_seed,
     times_ci,
 )
 from flowsplit.experiments.sfl.result import (
@@ -531,15 +531,12 @@ def sfl_rows(res: SFLCompareResult) -> list[SFLRow]:
 
 def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
     """A delay or a byte count with its 95 % interval, clipped at 0 (neither is negative)."""
-    m, lo, hi = interval_parts(d)
-    lo = max(0.0, lo) if not math.isnan(lo) else lo
-    if math.isnan(m):
-        return "–"
-    text = f"{scale * m:.1f} {unit}"
-    same = same_on_every_seed(d)
-    if same:
-        return f"{text} ({same})"
-    return text if math.isnan(lo) else text + f" (95 % CI {scale * lo:.1f}-{scale * hi:.1f})"
+    return in_words(
+        d,
+        lambda m: f"{scale * m:.1f} {unit}",
+        lambda lo, hi: f"95 % CI {scale * max(0.0, lo):.1f}-{scale * hi:.1f}",
+        same_seeds=True,
+    )
 
 
 @dataclass
