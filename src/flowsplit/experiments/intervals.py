@@ -19,7 +19,7 @@ def interval_parts(d: Interval | None) -> tuple[float, float, float]:
 def pct_ci(d: Interval | None) -> str:
     """``95.0 % (95 % CI 94.1-95.9)`` from a score interval (fractions), the interval
     clipped to 0-100 % (a t-interval over a few seeds can overshoot it)."""
-    return _in_words(
+    return in_words(
         d,
         lambda m: f"{100 * m:.1f} %",
         lambda lo, hi: f"95 % CI {100 * max(0.0, lo):.1f}-{100 * min(1.0, hi):.1f}",
@@ -41,12 +41,12 @@ def same_on_every_seed(d: Interval | None) -> str:
 
 def times_ci(d: Interval | None) -> str:
     """``1.70x (95 % CI 1.60-1.80)``."""
-    return _in_words(d, lambda m: f"{m:.2f}x", lambda lo, hi: f"95 % CI {lo:.2f}-{hi:.2f}")
+    return in_words(d, lambda m: f"{m:.2f}x", lambda lo, hi: f"95 % CI {lo:.2f}-{hi:.2f}")
 
 
 def pts_ci(d: Interval | None, label: str = "95 % CI") -> str:
     """``+0.10 pt (90 % CI -0.20 to +0.40)`` from a difference interval (fractions)."""
-    return _in_words(
+    return in_words(
         d,
         lambda m: f"{100 * m:+.2f} pt",
         lambda lo, hi: f"{label} {100 * lo:+.2f} to {100 * hi:+.2f}",
@@ -55,7 +55,7 @@ def pts_ci(d: Interval | None, label: str = "95 % CI") -> str:
 
 def change_ci(d: Interval | None) -> str:
     """``-30 % (95 % CI -35 to -25 %)`` from a ratio interval."""
-    return _in_words(
+    return in_words(
         d,
         lambda m: f"{100 * (m - 1):+.0f} %",
         lambda lo, hi: f"95 % CI {100 * (lo - 1):+.0f} to {100 * (hi - 1):+.0f} %",
@@ -63,20 +63,22 @@ def change_ci(d: Interval | None) -> str:
     )
 
 
-def _in_words(
+def in_words(
     d: Interval | None,
     mean: Callable[[float], str],
     ci: Callable[[float, float], str],
     *,
     same_seeds: bool = False,
+    shown: Callable[[float], bool] = lambda v: not math.isnan(v),
 ) -> str:
     """``MEAN (CI)`` of an interval, an en dash without a mean, ``MEAN`` alone without
-    bounds; ``same_seeds``: "the same on all N seeds" for a zero-width one over seeds."""
+    bounds (a value is there when ``shown``: by default, not NaN); ``same_seeds``: "the
+    same on all N seeds" for a zero-width one over seeds."""
     m, lo, hi = interval_parts(d)
-    if math.isnan(m):
+    if not shown(m):
         return "–"
     text = mean(m)
     same = same_on_every_seed(d) if same_seeds else ""
     if same:
         return f"{text} ({same})"
-    return text if math.isnan(lo) else f"{text} ({ci(lo, hi)})"
+    return f"{text} ({ci(lo, hi)})" if shown(lo) else text

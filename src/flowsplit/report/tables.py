@@ -10,13 +10,30 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Column:
-    """One table column: the row key it reads, its header and how to format a value."""
+    """One table column: the row key it reads, its header and how to format a value;
+    ``of``, where given, is how the value comes from the item a row shows
+    (:func:`rows_of`), so that a table's column is defined in one place."""
 
     key: str
     header: str
     fmt: Callable[[Any], str] | None = None
     align: str = "left"
     """``left`` for text, ``right`` for numbers."""
+    of: Callable[..., Any] | None = None
+
+
+def rows_of(items: Iterable[Any], columns: Sequence[Column]) -> list[dict[str, Any]]:
+    """One row per item: each column's value of it (the columns that say how, ``of``)."""
+    return [{c.key: c.of(item) for c in columns if c.of is not None} for item in items]
+
+
+def named_rows(items: Mapping[str, Any], columns: Sequence[Column]) -> list[dict[str, Any]]:
+    """One row per named item: each column's value of the name and the item (``of``
+    takes both)."""
+    return [
+        {c.key: c.of(name, item) for c in columns if c.of is not None}
+        for name, item in items.items()
+    ]
 
 
 def fmt_float(digits: int = 3) -> Callable[[Any], str]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from flowsplit.experiments.intervals import in_words
 from flowsplit.experiments.sfl.analysis import (
     prediction_check_text,
     same_plan_note,
@@ -16,7 +18,7 @@ from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_
 from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
 from flowsplit.outputs import atomic_write_text
 from flowsplit.report import figures, html, markdown
-from flowsplit.report.tables import Column, fmt_ci, fmt_float
+from flowsplit.report.tables import Column, fmt_ci, fmt_float, named_rows, rows_of
 
 TITLE = "SFL, HSFL and the accuracy-aware planner"
 
@@ -90,22 +92,21 @@ def _score(iv: Interval, digits: int = 2) -> str:
 def _diff(iv: Interval, scale: float = 100.0, digits: int = 2, bounds=DIFF_BOUNDS) -> str:
     """A signed difference with its interval: ``+0.14 (-0.25 to +0.54)``; a difference
     of scores (the default) clipped to +-100 pts."""
-    iv = clip_interval(iv, bounds)
-    if not math.isfinite(iv.mean):
-        return "–"
-    mean = f"{scale * iv.mean:+.{digits}f}"
-    if not math.isfinite(iv.low):
-        return mean
-    return f"{mean} ({scale * iv.low:+.{digits}f} to {scale * iv.high:+.{digits}f})"
+    return in_words(
+        clip_interval(iv, bounds),
+        lambda m: f"{scale * m:+.{digits}f}",
+        lambda lo, hi: f"{scale * lo:+.{digits}f} to {scale * hi:+.{digits}f}",
+        shown=math.isfinite,
+    )
 
 
 def _ratio(iv: Interval) -> str:
-    if not math.isfinite(iv.mean):
-        return "–"
-    mean = f"{100 * (iv.mean - 1):+.1f} %"
-    if not math.isfinite(iv.low):
-        return mean
-    return f"{mean} ({100 * (iv.low - 1):+.1f} to {100 * (iv.high - 1):+.1f})"
+    return in_words(
+        iv,
+        lambda m: f"{100 * (m - 1):+.1f} %",
+        lambda lo, hi: f"{100 * (lo - 1):+.1f} to {100 * (hi - 1):+.1f}",
+        shown=math.isfinite,
+    )
 
 
 def results_rows(results: SFLCompareResult) -> list[dict]:
@@ -144,20 +145,7 @@ RESULT_COLS = [
 
 
 def versus_rows(results: SFLCompareResult) -> list[dict]:
-    rows = []
-    for s, v in results.vs_hsfl.items():
-        rows.append(
-            {
-                "scheme": s,
-                "acc": _diff(v.accuracy_diff),
-                "f1": _diff(v.macro_f1_diff),
-                "delay": _ratio(v.delay_ratio),
-                "target": _ratio(v.delay_to_target_ratio)
-                + f" [{v.delay_to_target_ratio.n} of {v.n_seeds} pairs]",
-                "bytes": _ratio(v.bytes_ratio),
-                "p": v.accuracy_test.t_p,
-            }
-        )
+    rows = named_rows(results.vs_hsfl, VERSUS_COLS)
     p = results.paper
     rows.append(
         {
@@ -174,13 +162,24 @@ def versus_rows(results: SFLCompareResult) -> list[dict]:
 
 
 VERSUS_COLS = [
-    Column("scheme", "scheme"),
-    Column("acc", "accuracy diff, pts (95 % CI)", align="right"),
-    Column("f1", "macro-F1 diff, pts", align="right"),
-    Column("delay", "total delay change", align="right"),
-    Column("target", "delay-to-target change [pairs where both reached it]", align="right"),
-    Column("bytes", "bytes change", align="right"),
-    Column("p", "paired t p (accuracy)", fmt_float(3), "right"),
+    Column("scheme", "scheme", of=lambda s, v: s),
+    Column(
+        "acc", "accuracy diff, pts (95 % CI)", align="right", of=lambda s, v: _diff(v.accuracy_diff)
+    ),
+    Column("f1", "macro-F1 diff, pts", align="right", of=lambda s, v: _diff(v.macro_f1_diff)),
+    Column("delay", "total delay change", align="right", of=lambda s, v: _ratio(v.delay_ratio)),
+    Column(
+        "target",
+        "delay-to-target change [pairs where both reached it]",
+        align="right",
+        of=lambda s, v: (
+            _ratio(v.delay_to_target_ratio) + f" [{v.delay_to_target_ratio.n} of {v.n_seeds} pairs]"
+        ),
+    ),
+    Column("bytes", "bytes change", align="right", of=lambda s, v: _ratio(v.bytes_ratio)),
+    Column(
+        "p", "paired t p (accuracy)", fmt_float(3), "right", of=lambda s, v: v.accuracy_test.t_p
+    ),
 ]
 
 
@@ -202,38 +201,37 @@ def bytes_cols(results: SFLCompareResult) -> list[Column]:
     ]
 
 
-def plan_rows(results: SFLCompareResult) -> list[dict]:
-    rows = []
-    for s, p in results.first_plans().items():
-        rows.append(
-            {
-                "scheme": s,
-                "cuts": str(tuple(p.cuts)),
-                "tiers": p.tiers,
-                "acc": p.predicted_accuracy,
-                "clients": " / ".join(map(str, p.clients_per_aggregator)),
-                "loss": p.predicted_loss,
-                "delay": p.delay_s,
-                "mb": (p.bytes or 0) / 1e6,
-                "objective": p.objective,
-                "ms": 1e3 * p.planning_s,
-            }
-        )
-    return rows
-
-
 PLAN_COLS = [
-    Column("scheme", "scheme"),
-    Column("cuts", "cuts"),
-    Column("tiers", "tiers"),
-    Column("clients", "clients per aggregator"),
-    Column("acc", "predicted accuracy", fmt_float(4), "right"),
-    Column("loss", "predicted loss", fmt_float(3), "right"),
-    Column("delay", "predicted delay / round, s", fmt_float(3), "right"),
-    Column("mb", "predicted MB / round", fmt_float(2), "right"),
-    Column("objective", "objective (acc-aware weights)", fmt_float(3), "right"),
-    Column("ms", "planning, ms", fmt_float(1), "right"),
+    Column("scheme", "scheme", of=lambda s, p: s),
+    Column("cuts", "cuts", of=lambda s, p: str(tuple(p.cuts))),
+    Column("tiers", "tiers", of=lambda s, p: p.tiers),
+    Column(
+        "clients",
+        "clients per aggregator",
+        of=lambda s, p: " / ".join(map(str, p.clients_per_aggregator)),
+    ),
+    Column(
+        "acc", "predicted accuracy", fmt_float(4), "right", of=lambda s, p: p.predicted_accuracy
+    ),
+    Column("loss", "predicted loss", fmt_float(3), "right", of=lambda s, p: p.predicted_loss),
+    Column("delay", "predicted delay / round, s", fmt_float(3), "right", of=lambda s, p: p.delay_s),
+    Column(
+        "mb", "predicted MB / round", fmt_float(2), "right", of=lambda s, p: (p.bytes or 0) / 1e6
+    ),
+    Column(
+        "objective",
+        "objective (acc-aware weights)",
+        fmt_float(3),
+        "right",
+        of=lambda s, p: p.objective,
+    ),
+    Column("ms", "planning, ms", fmt_float(1), "right", of=lambda s, p: 1e3 * p.planning_s),
 ]
+
+
+def plan_rows(results: SFLCompareResult) -> list[dict]:
+    return named_rows(results.first_plans(), PLAN_COLS)
+
 
 SURROGATE_COLS = [
     Column("cuts", "cuts (a, c)"),
@@ -372,29 +370,26 @@ def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
     def pct(c):
         return [100 * a for a in c.accuracy]
 
-    acc = _curves(
-        schemes,
-        lambda c: c.round,
-        pct,
-        xlabel="round",
-        ylabel="test accuracy, %",
-        title="Accuracy per round (mean over seeds)",
-    )
-    clock = _curves(
-        schemes,
-        lambda c: c.clock_s,
-        pct,
-        xlabel="predicted (simulated) time, s",
-        ylabel="test accuracy, %",
-        title="Accuracy against simulated training time",
-    )
-    delay = _curves(
-        schemes,
-        lambda c: c.round,
-        lambda c: c.delay_s,
-        xlabel="round",
-        ylabel="predicted round delay, s",
-        title="Predicted (simulated) delay per round",
+    rounds, clock_s, delay_s = attrgetter("round"), attrgetter("clock_s"), attrgetter("delay_s")
+    acc, clock, delay = (
+        _curves(schemes, x, y, xlabel=xlabel, ylabel=ylabel, title=title)
+        for x, y, xlabel, ylabel, title in (
+            (rounds, pct, "round", "test accuracy, %", "Accuracy per round (mean over seeds)"),
+            (
+                clock_s,
+                pct,
+                "predicted (simulated) time, s",
+                "test accuracy, %",
+                "Accuracy against simulated training time",
+            ),
+            (
+                rounds,
+                delay_s,
+                "round",
+                "predicted round delay, s",
+                "Predicted (simulated) delay per round",
+            ),
+        )
     )
     hops = list(next(iter(schemes.values())).bytes_by_hop)
     by_hop = figures.bar_chart(
@@ -424,32 +419,37 @@ def _surrogate_parts(results: SFLCompareResult) -> tuple[list[dict], str]:
     return rows, text
 
 
-def replan_rows(results: SFLCompareResult) -> list[dict]:
-    return [
-        {
-            "scheme": r.scheme,
-            "n": r.n_seeds,
-            "static": _ci(r.static_delay_total_s, 1, 2),
-            "replanned": _ci(r.replanned_delay_total_s, 1, 2),
-            "diff": _diff(r.delay_diff_s, 1.0, 2, None),
-            "ratio": _ratio(r.delay_ratio),
-            "acc": _diff(r.accuracy_diff),
-            "moves": r.moves_per_run,
-        }
-        for r in results.replanning
-    ]
-
-
 REPLAN_COLS = [
-    Column("scheme", "scheme (first plan)"),
-    Column("n", "seeds", align="right"),
-    Column("static", "static: total delay, s", align="right"),
-    Column("replanned", "re-planned: total delay, s", align="right"),
-    Column("diff", "re-planned minus static, s (95 % CI)", align="right"),
-    Column("ratio", "change (95 % CI)", align="right"),
-    Column("acc", "accuracy diff, pts (95 % CI)", align="right"),
-    Column("moves", "client moves per run", fmt_float(1), "right"),
+    Column("scheme", "scheme (first plan)", of=lambda r: r.scheme),
+    Column("n", "seeds", align="right", of=lambda r: r.n_seeds),
+    Column(
+        "static",
+        "static: total delay, s",
+        align="right",
+        of=lambda r: _ci(r.static_delay_total_s, 1, 2),
+    ),
+    Column(
+        "replanned",
+        "re-planned: total delay, s",
+        align="right",
+        of=lambda r: _ci(r.replanned_delay_total_s, 1, 2),
+    ),
+    Column(
+        "diff",
+        "re-planned minus static, s (95 % CI)",
+        align="right",
+        of=lambda r: _diff(r.delay_diff_s, 1.0, 2, None),
+    ),
+    Column("ratio", "change (95 % CI)", align="right", of=lambda r: _ratio(r.delay_ratio)),
+    Column(
+        "acc", "accuracy diff, pts (95 % CI)", align="right", of=lambda r: _diff(r.accuracy_diff)
+    ),
+    Column("moves", "client moves per run", fmt_float(1), "right", of=lambda r: r.moves_per_run),
 ]
+
+
+def replan_rows(results: SFLCompareResult) -> list[dict]:
+    return rows_of(results.replanning, REPLAN_COLS)
 
 
 def _replan_text(results: SFLCompareResult) -> str:
@@ -560,51 +560,40 @@ def render_html(results: SFLCompareResult) -> str:
     )
 
 
-def baseline_rows(results: SFLCompareResult) -> list[dict]:
-    rows = []
-    for name, v in results.baselines.items():
-        vs = v.scheme_minus("acc-aware")
-        rows.append(
-            {
-                "baseline": name,
-                "acc": _score(v.final_accuracy),
-                "f1": _score(v.final_macro_f1),
-                "mb": _ci(v.bytes_total, 1e-6, 1),
-                "acc_aware": "–" if vs is None else _diff(vs),
-            }
-        )
-    return rows
+def _minus_acc_aware(v) -> str:
+    vs = v.scheme_minus("acc-aware")
+    return "–" if vs is None else _diff(vs)
 
 
 BASELINE_COLS = [
-    Column("baseline", "baseline (splits nothing)"),
-    Column("acc", "accuracy, %", align="right"),
-    Column("f1", "macro-F1, %", align="right"),
-    Column("mb", "MB total", align="right"),
-    Column("acc_aware", "acc-aware minus it, pts", align="right"),
+    Column("baseline", "baseline (splits nothing)", of=lambda name, v: name),
+    Column("acc", "accuracy, %", align="right", of=lambda name, v: _score(v.final_accuracy)),
+    Column("f1", "macro-F1, %", align="right", of=lambda name, v: _score(v.final_macro_f1)),
+    Column("mb", "MB total", align="right", of=lambda name, v: _ci(v.bytes_total, 1e-6, 1)),
+    Column(
+        "acc_aware",
+        "acc-aware minus it, pts",
+        align="right",
+        of=lambda name, v: _minus_acc_aware(v),
+    ),
+]
+
+
+def baseline_rows(results: SFLCompareResult) -> list[dict]:
+    return named_rows(results.baselines, BASELINE_COLS)
+
+
+ABLATION_COLS = [
+    Column("part", "part of the gain", of=lambda r: r.part),
+    Column("n", "seeds", align="right", of=lambda r: r.n_seeds),
+    Column("acc", "accuracy, pts (95 % CI)", align="right", of=lambda r: _diff(r.accuracy_diff)),
+    Column("delay", "total delay (95 % CI)", align="right", of=lambda r: _ratio(r.delay_ratio)),
+    Column("bytes", "bytes (95 % CI)", align="right", of=lambda r: _ratio(r.bytes_ratio)),
 ]
 
 
 def ablation_rows(results: SFLCompareResult) -> list[dict]:
-    return [
-        {
-            "part": r.part,
-            "n": r.n_seeds,
-            "acc": _diff(r.accuracy_diff),
-            "delay": _ratio(r.delay_ratio),
-            "bytes": _ratio(r.bytes_ratio),
-        }
-        for r in results.ablation
-    ]
-
-
-ABLATION_COLS = [
-    Column("part", "part of the gain"),
-    Column("n", "seeds", align="right"),
-    Column("acc", "accuracy, pts (95 % CI)", align="right"),
-    Column("delay", "total delay (95 % CI)", align="right"),
-    Column("bytes", "bytes (95 % CI)", align="right"),
-]
+    return rows_of(results.ablation, ABLATION_COLS)
 
 
 def render_markdown(results: SFLCompareResult) -> str:
