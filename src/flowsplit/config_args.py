@@ -578,19 +578,24 @@ class HelpFormatter(argparse.HelpFormatter):
 
 
 def command_parser(
-    sub: argparse._SubParsersAction, name: str, builder: Callable[..., Any]
+    sub: argparse._SubParsersAction,
+    name: str,
+    builder: Callable[..., Any],
+    *,
+    layout: str | None = None,
 ) -> argparse.ArgumentParser:
     """The parser of the sub-command ``name``, as every flowsplit command has it, its
     texts written once, in the docstring of the function that builds it (``builder``):
     the first line is its summary in its group's list of commands, the rest the
     description atop its ``--help`` (refilled, as argparse does); defaults are shown by
-    :class:`HelpFormatter`."""
+    :class:`HelpFormatter`. ``layout``: a description printed as written (examples,
+    lists) instead of the docstring's."""
     summary, _, description = inspect.cleandoc(builder.__doc__ or "").partition("\n")
     return sub.add_parser(
         name,
         help=summary.strip(),
-        description=" ".join(description.split()) or None,
-        formatter_class=HelpFormatter,
+        description=layout if layout is not None else " ".join(description.split()) or None,
+        formatter_class=HelpFormatter if layout is None else RawDescriptionHelpFormatter,
     )
 
 

@@ -14,12 +14,12 @@ from flowsplit.choices import as_options
 from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
-    RawDescriptionHelpFormatter,
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
     check_cores,
     cli_fields,
+    command_parser,
     config_values,
     with_groups,
 )
@@ -455,16 +455,7 @@ def write_output(path: str | Path, text: str) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this area's sub-commands to the CLI."""
     fmt = HelpFormatter
-    p = sub.add_parser(
-        "train",
-        help="train a model centralised or data-parallel",
-        description=TRAIN_DESCRIPTION,
-        formatter_class=RawDescriptionHelpFormatter,
-    )
-    add_train_arguments(p)
-    add_log_to_argument(p)
-    p.set_defaults(func=cmd_train)
-
+    _add_train(sub)
     p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)
     p.add_argument("run", metavar="RUN", help="run directory of `train` or `sfl run`")
     p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
@@ -510,6 +501,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"label flows whose top class probability is below P (0..1) {UNKNOWN!r}",
     )
     p.set_defaults(func=cmd_predict)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    """train a model centralised or data-parallel"""
+    p = command_parser(sub, "train", _add_train, layout=TRAIN_DESCRIPTION)
+    add_train_arguments(p)
+    add_log_to_argument(p)
+    p.set_defaults(func=cmd_train)
 
 
 def _probability(text: str) -> float:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from flowsplit.choices import add_model_option_argument, as_options
-from flowsplit.config_args import RawDescriptionHelpFormatter, finite_float, parse_seed
+from flowsplit.config_args import command_parser, finite_float, parse_seed
 from flowsplit.errors import ConfigError, InputError
 
 VIEWS = ("pkt_bytes", "bytes")
@@ -260,12 +260,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``pretrain`` to the CLI."""
-    p = sub.add_parser(
-        "pretrain",
-        help="pre-train the transformer by masked byte modelling on unlabelled captures",
-        description=DESCRIPTION,
-        formatter_class=RawDescriptionHelpFormatter,
-    )
+    """pre-train the transformer by masked byte modelling on unlabelled captures"""
+    p = command_parser(sub, "pretrain", register, layout=DESCRIPTION)
     add_pretrain_arguments(p)
     p.set_defaults(func=cmd_pretrain)
