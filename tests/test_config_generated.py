@@ -1,0 +1,123 @@
+"""Options generated from configs and command texts written once (issue 28 item 2)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from flowsplit.errors import ConfigError, FlowsplitError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parsers() -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    from flowsplit.cli import build_parser
+
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+
+    def walk(parser, prefix):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    found[(*prefix, name)] = sub
+                    walk(sub, (*prefix, name))
+
+    walk(build_parser(), ())
+    return found
+
+
+def test_a_commands_summary_and_description_are_its_builders_docstring():
+    from flowsplit.experiments.sfl.commands import add_compare_parser
+    from flowsplit.train.commands import TRAIN_DESCRIPTION
+
+    parsers = _parsers()
+    summary, _, rest = inspect.cleandoc(add_compare_parser.__doc__).partition("\n")
+    assert parsers[("sfl", "compare")].description == " ".join(rest.split())
+    sfl = next(
+        a for a in _parsers()[("sfl",)]._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    assert {c.dest: c.help for c in sfl._choices_actions}["compare"] == summary
+    # A description with a layout of its own (examples) is kept as written.
+    assert parsers[("train",)].description == TRAIN_DESCRIPTION
+
+
+def test_testbed_compare_options_are_compare_on_testbeds_keywords():
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import config_from_args
+    from flowsplit.testbed.commands import CompareOptions
+    from flowsplit.testbed.compare import compare_on_testbed
+
+    args = build_parser().parse_args(
+        ["testbed", "compare", "T", "D", "-o", "x.json", "--seeds", "0,3",
+         "--model-option", "channels=[4,8]", "--model-option", "kind=small", "--truth"]
+    )  # fmt: skip
+    kw = config_from_args(CompareOptions, args).keywords()
+    assert set(kw) <= set(inspect.signature(compare_on_testbed).parameters)
+    assert kw["seeds"] == [0, 3] and kw["truth"] is True and kw["model"] == "cnn"
+    # Each sfl run it starts is given the options as --model-option texts again.
+    assert kw["model_options"] == ["channels=[4, 8]", "kind=small"]
+
+
+def test_demo_options_are_the_fields_of_its_plan_and_checked_there(tmp_path):
+    from flowsplit.cli import build_parser
+    from flowsplit.config_args import config_from_args
+    from flowsplit.demo import DemoPlan
+
+    dests = {a.dest for a in _parsers()[("demo",)]._actions}
+    assert {f.name for f in fields(DemoPlan)} <= dests
+    args = build_parser().parse_args(["demo", "-o", str(tmp_path), "--sfl-view", "default"])
+    plan = config_from_args(DemoPlan, args)
+    assert plan.sfl_view is None and plan.out == tmp_path and plan.seeds == (0, 1, 2)
+    with pytest.raises(ConfigError, match="--skip everything"):
+        DemoPlan(out=tmp_path, skip=frozenset({"everything"}))
+    with pytest.raises(FlowsplitError, match="lab capture folder not found"):
+        DemoPlan(out=tmp_path, captures=tmp_path / "none")
+
+
+def test_the_leakage_budget_options_come_from_their_dataclass():
+    from flowsplit.cli import build_parser
+    from flowsplit.planner.study_config import LeakageBudget, StudyConfig, study_options
+
+    names = {f.name for f in fields(LeakageBudget)}
+    for command in (("sfl", "plan"), ("sfl", "compare")):
+        assert names <= {a.dest for a in _parsers()[command]._actions}, command
+    args = build_parser().parse_args(["sfl", "plan", "DS", "-o", "p.json", "--rounds", "3"])
+    # Only what was given (the mode's defaults fill the rest), and no budget: no only_cuts.
+    assert study_options(args, StudyConfig) == {"rounds": 3}
+
+
+def _counter():
+    spec = importlib.util.spec_from_file_location(
+        "count_config_copies", ROOT / "scripts" / "count_config_copies.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
+    counter = _counter()
+    src = tmp_path / "m.py"
+    src.write_text(
+        "class Topology:\n"
+        "    def with_trace(self, trace):\n"
+        "        return replace(self, trace=tuple(trace))\n"
+        "class RunConfig:\n"
+        "    def with_seed(self, seed):\n"
+        "        return replace(self, seed=seed)\n"
+        "def run(models, cfg):\n"
+        "    return RunConfig(models=list(models), epochs=cfg.epochs)\n"
+    )
+    found = counter.copies(src, {"RunConfig"})
+    # Assert: the runtime object's setter is not a copy; a config's setter and a config
+    # rebuilt from parameters and another config are.
+    assert sorted(what for _, _, what in found) == [
+        "RunConfig(epochs=cfg.epochs)",
+        "RunConfig(models=models)",
+        "replace(seed=seed)",
+    ]
