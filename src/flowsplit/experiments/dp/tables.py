@@ -6,6 +6,7 @@ Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.dp.htm
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from flowsplit.experiments.dp.analysis import FLOW_STATS_MODEL
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
@@ -13,11 +14,16 @@ from flowsplit.experiments.dp.result import (
     Analysis,
     CentralComparison,
     CompareResult,
+    GroupSummary,
+    HookGroup,
+    ModelAnalysis,
     SameCoresComparison,
+    ScalingFit,
+    ScalingPoint,
 )
 from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
-from flowsplit.experiments.stats import Interval
-from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct
+from flowsplit.experiments.stats import Interval, PairedComparison
+from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct, rows_of
 
 EFFICIENCY_AT = (8, 64, 1024)
 
@@ -86,178 +92,228 @@ def baseline_rows(analysis: Analysis) -> list[dict]:
     return rows
 
 
-def summary_rows(analysis: Analysis) -> list[dict]:
-    """One row per model and data-parallel worker count, after the baseline rows."""
-    rows = baseline_rows(analysis)
-    for model, e in analysis.models.items():
-        central = e.central
-        acc_c = _score_ci(central.accuracy if central else None)
-        f1_c = _score_ci(central.macro_f1 if central else None)
-        if not e.vs_central:  # centralised only: still a row, for its scores
-            rows.append(
-                {
-                    "model": model_label(model),
-                    "workers": "1",
-                    "acc_c": acc_c,
-                    "f1_c": f1_c,
-                    "verdict": "centralised only",
-                }
-            )
-        for n, v in e.vs_central.items():
-            g = e.by_workers[n]
-            acc = v.accuracy
-            rows.append(
-                {
-                    "model": model_label(model),
-                    "workers": f"{n}" + (" (oversubscribed)" if v.oversubscribed else ""),
-                    "acc_c": acc_c,
-                    "acc_p": _score_ci(g.accuracy),
-                    "diff": _ci(acc.diff_tost or acc.diff, 100, 2),
-                    "tost": acc.tost_p,
-                    "verdict": v.claims.accuracy_verdict,
-                    "f1_c": f1_c,
-                    "f1_p": _score_ci(g.macro_f1),
-                    "f1_verdict": v.claims.macro_f1_verdict,
-                    "speedup": speedup_cell(v),
-                    "same_cores": same_cores_cell(e.same_cores, v.n_workers),
-                    "eff": v.efficiency.mean,
-                    "comm": g.comm_share.mean,
-                }
-            )
-    return rows
+class _Versus(NamedTuple):
+    """A model's centralised runs against its runs on ``n`` workers (``v`` None: the model
+    has no data-parallel runs, its row shows the centralised scores)."""
+
+    model: str
+    entry: ModelAnalysis
+    n: str = "1"
+    v: CentralComparison | None = None
+
+    @property
+    def group(self) -> GroupSummary:
+        return self.entry.by_workers[self.n]
+
+
+def _central_score(x: _Versus, metric: str) -> str:
+    central = x.entry.central
+    return _score_ci(getattr(central, metric) if central else None)
+
+
+def _workers_cell(x: _Versus) -> str:
+    return x.n + (" (oversubscribed)" if x.v and x.v.oversubscribed else "")
+
+
+def _of_versus(get):
+    """A summary column's value: ``get(x)`` on a data-parallel row, None on the others."""
+    return lambda x: get(x) if x.v else None
 
 
 SUMMARY_COLS = [
-    Column("model", "model"),
-    Column("workers", "workers"),
-    Column("acc_c", "accuracy centralised %"),
-    Column("acc_p", "accuracy data-parallel %"),
-    Column("diff", "difference, pt (1-2α CI, as TOST)"),
-    Column("tost", "TOST p", fmt_p, "right"),
-    Column("verdict", "accuracy verdict"),
-    Column("f1_c", "macro-F1 centralised %"),
-    Column("f1_p", "macro-F1 data-parallel %"),
-    Column("f1_verdict", "macro-F1 verdict"),
-    Column("speedup", "speedup (epoch)"),
-    Column("same_cores", "speedup vs 1 process, same cores"),
-    Column("eff", "efficiency", fmt_pct(0), "right"),
-    Column("comm", "comm share", fmt_pct(1), "right"),
+    Column("model", "model", of=lambda x: model_label(x.model)),
+    Column("workers", "workers", of=_workers_cell),
+    Column("acc_c", "accuracy centralised %", of=lambda x: _central_score(x, "accuracy")),
+    Column(
+        "acc_p", "accuracy data-parallel %", of=_of_versus(lambda x: _score_ci(x.group.accuracy))
+    ),
+    Column(
+        "diff",
+        "difference, pt (1-2α CI, as TOST)",
+        of=_of_versus(lambda x: _ci(x.v.accuracy.diff_tost or x.v.accuracy.diff, 100, 2)),
+    ),
+    Column("tost", "TOST p", fmt_p, "right", of=_of_versus(lambda x: x.v.accuracy.tost_p)),
+    Column(
+        "verdict",
+        "accuracy verdict",
+        of=lambda x: x.v.claims.accuracy_verdict if x.v else "centralised only",
+    ),
+    Column("f1_c", "macro-F1 centralised %", of=lambda x: _central_score(x, "macro_f1")),
+    Column(
+        "f1_p", "macro-F1 data-parallel %", of=_of_versus(lambda x: _score_ci(x.group.macro_f1))
+    ),
+    Column("f1_verdict", "macro-F1 verdict", of=_of_versus(lambda x: x.v.claims.macro_f1_verdict)),
+    Column("speedup", "speedup (epoch)", of=_of_versus(lambda x: speedup_cell(x.v))),
+    Column(
+        "same_cores",
+        "speedup vs 1 process, same cores",
+        of=_of_versus(lambda x: same_cores_cell(x.entry.same_cores, x.v.n_workers)),
+    ),
+    Column("eff", "efficiency", fmt_pct(0), "right", of=_of_versus(lambda x: x.v.efficiency.mean)),
+    Column(
+        "comm", "comm share", fmt_pct(1), "right", of=_of_versus(lambda x: x.group.comm_share.mean)
+    ),
+]
+
+
+def summary_rows(analysis: Analysis) -> list[dict]:
+    """One row per model and data-parallel worker count (a model without any: its
+    centralised row), after the baseline rows."""
+    items = []
+    for model, e in analysis.models.items():
+        if not e.vs_central:  # centralised only: still a row, for its scores
+            items.append(_Versus(model, e))
+        items += [_Versus(model, e, n, v) for n, v in e.vs_central.items()]
+    return baseline_rows(analysis) + rows_of(items, SUMMARY_COLS)
+
+
+class _Test(NamedTuple):
+    """One metric's paired tests of a model on ``n`` workers against centralised."""
+
+    model: str
+    n: str
+    v: CentralComparison
+    metric: str
+    c: PairedComparison
+    verdict: str
+    alpha: float
+
+
+def _mcnemar_cell(t: _Test) -> str:
+    mc = t.v.mcnemar
+    if t.metric != "accuracy" or not mc:
+        return "–"
+    return (
+        f"{t.v.mcnemar_significant} of {len(mc)} seeds p < {t.alpha:g} (p: "
+        + ", ".join(fmt_p(m.p) for m in mc)
+        + ")"
+    )
+
+
+STATS_COLS = [
+    Column("model", "model", of=lambda t: model_label(t.model)),
+    Column("workers", "workers", of=lambda t: t.n),
+    Column("metric", "metric", of=lambda t: t.metric),
+    Column("n", "seeds", align="right", of=lambda t: t.c.n),
+    Column("diff", "mean diff, pt (95 % CI)", of=lambda t: _ci(t.c.diff, 100, 2)),
+    Column("t_p", "paired t p", fmt_p, "right", of=lambda t: t.c.t_p),
+    Column("w_p", "Wilcoxon p", fmt_p, "right", of=lambda t: t.c.wilcoxon_p),
+    Column("diff_tost", "1-2α CI, pt (TOST)", of=lambda t: _ci(t.c.diff_tost, 100, 2)),
+    Column("tost", "TOST p", fmt_p, "right", of=lambda t: t.c.tost_p),
+    Column("sd", "sd of paired diffs, pt", fmt_float(2), "right", of=lambda t: 100 * t.c.sd_diff),
+    Column(
+        "need",
+        "seeds TOST needs (80 % power, true diff 0)",
+        align="right",
+        of=lambda t: t.c.seeds_for_power,
+    ),
+    Column("verdict", "verdict", of=lambda t: t.verdict),
+    Column("mcnemar", "McNemar", of=_mcnemar_cell),
+    Column("note", "note", of=lambda t: t.c.note),
 ]
 
 
 def stats_rows(analysis: Analysis) -> list[dict]:
-    rows = []
-    for model, e in analysis.models.items():
-        for n, v in e.vs_central.items():
-            mc = v.mcnemar
-            for metric, c, verdict in (
-                ("accuracy", v.accuracy, v.claims.accuracy_verdict),
-                ("macro_f1", v.macro_f1, v.claims.macro_f1_verdict),
-            ):
-                rows.append(
-                    {
-                        "model": model_label(model),
-                        "workers": n,
-                        "metric": metric,
-                        "n": c.n,
-                        "diff": _ci(c.diff, 100, 2),
-                        "t_p": c.t_p,
-                        "w_p": c.wilcoxon_p,
-                        "diff_tost": _ci(c.diff_tost, 100, 2),
-                        "tost": c.tost_p,
-                        "sd": 100 * c.sd_diff,
-                        "need": c.seeds_for_power,
-                        "verdict": verdict,
-                        "mcnemar": (
-                            f"{v.mcnemar_significant} of {len(mc)} seeds p < "
-                            f"{analysis.alpha:g} (p: " + ", ".join(fmt_p(m.p) for m in mc) + ")"
-                            if metric == "accuracy" and mc
-                            else "–"
-                        ),
-                        "note": c.note,
-                    }
-                )
-    return rows
+    tests = [
+        _Test(model, n, v, metric, c, verdict, analysis.alpha)
+        for model, e in analysis.models.items()
+        for n, v in e.vs_central.items()
+        for metric, c, verdict in (
+            ("accuracy", v.accuracy, v.claims.accuracy_verdict),
+            ("macro_f1", v.macro_f1, v.claims.macro_f1_verdict),
+        )
+    ]
+    return rows_of(tests, STATS_COLS)
 
 
-STATS_COLS = [
-    Column("model", "model"),
-    Column("workers", "workers"),
-    Column("metric", "metric"),
-    Column("n", "seeds", align="right"),
-    Column("diff", "mean diff, pt (95 % CI)"),
-    Column("t_p", "paired t p", fmt_p, "right"),
-    Column("w_p", "Wilcoxon p", fmt_p, "right"),
-    Column("diff_tost", "1-2α CI, pt (TOST)"),
-    Column("tost", "TOST p", fmt_p, "right"),
-    Column("sd", "sd of paired diffs, pt", fmt_float(2), "right"),
-    Column("need", "seeds TOST needs (80 % power, true diff 0)", align="right"),
-    Column("verdict", "verdict"),
-    Column("mcnemar", "McNemar"),
-    Column("note", "note"),
+class _Group(NamedTuple):
+    model: str
+    n: str
+    g: GroupSummary
+
+
+TIMING_COLS = [
+    Column("model", "model", of=lambda x: model_label(x.model)),
+    Column("workers", "workers", of=lambda x: x.n),
+    Column("runs", "runs", align="right", of=lambda x: x.g.n_runs),
+    Column("epoch", "time per epoch, s (95 % CI)", of=lambda x: _ci(x.g.epoch_time_s, 1, 3)),
+    Column("sps", "samples/s", fmt_float(0), "right", of=lambda x: x.g.samples_per_s.mean),
+    Column("comm", "comm share", fmt_pct(1), "right", of=lambda x: x.g.comm_share.mean),
+    Column(
+        "rss", "peak RSS per worker, MB", fmt_float(0), "right", of=lambda x: x.g.peak_rss_mb.mean
+    ),
+    Column("over", "oversubscribed", of=lambda x: "yes" if x.g.oversubscribed else "no"),
+    Column("cont", "contended runs", of=lambda x: f"{x.g.n_contended} of {x.g.n_runs}"),
+    Column(
+        "cpu", "CPU obtained per thread", fmt_pct(0), "right", of=lambda x: x.g.cpu_obtained.mean
+    ),
 ]
 
 
 def timing_rows(analysis: Analysis) -> list[dict]:
-    rows = []
-    for model, e in analysis.models.items():
-        for n, g in e.by_workers.items():
-            rows.append(
-                {
-                    "model": model_label(model),
-                    "workers": n,
-                    "runs": g.n_runs,
-                    "epoch": _ci(g.epoch_time_s, 1, 3),
-                    "sps": g.samples_per_s.mean,
-                    "comm": g.comm_share.mean,
-                    "rss": g.peak_rss_mb.mean,
-                    "over": "yes" if g.oversubscribed else "no",
-                    "cont": f"{g.n_contended} of {g.n_runs}",
-                    "cpu": g.cpu_obtained.mean,
-                }
-            )
-    return rows
+    groups = [
+        _Group(model, n, g) for model, e in analysis.models.items() for n, g in e.by_workers.items()
+    ]
+    return rows_of(groups, TIMING_COLS)
 
 
-TIMING_COLS = [
-    Column("model", "model"),
-    Column("workers", "workers"),
-    Column("runs", "runs", align="right"),
-    Column("epoch", "time per epoch, s (95 % CI)"),
-    Column("sps", "samples/s", fmt_float(0), "right"),
-    Column("comm", "comm share", fmt_pct(1), "right"),
-    Column("rss", "peak RSS per worker, MB", fmt_float(0), "right"),
-    Column("over", "oversubscribed"),
-    Column("cont", "contended runs"),
-    Column("cpu", "CPU obtained per thread", fmt_pct(0), "right"),
+class _Point(NamedTuple):
+    model: str
+    fit: ScalingFit
+    p: ScalingPoint
+
+
+def _role(x: _Point) -> str:
+    return ("fit" if x.p.in_fit else "held out") + (
+        ", oversubscribed" if x.p.oversubscribed else ""
+    )
+
+
+def _ms(name: str):
+    """A fitted parameter of the scaling model, in milliseconds."""
+    return lambda x: 1e3 * x.fit.param(name)
+
+
+FIT_COLS = [
+    Column("model", "model", of=lambda x: x.model),
+    Column("workers", "workers", align="right", of=lambda x: x.p.n_workers),
+    Column("measured", "measured epoch, s", fmt_float(3), "right", of=lambda x: x.p.measured_s),
+    Column("predicted", "model epoch, s", fmt_float(3), "right", of=lambda x: x.p.predicted_s),
+    Column("error", "error", fmt_pct(1), "right", of=lambda x: x.p.rel_error),
+    Column("role", "point", of=_role),
+    Column(
+        "loo",
+        "error, this count left out of the fit",
+        fmt_pct(1),
+        "right",
+        of=lambda x: x.p.loo_error,
+    ),
+    Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right", of=_ms("compute_per_sample_s")),
+    Column("h_ms", "h: per step, ms", fmt_float(2), "right", of=_ms("per_step_s")),
+    Column("s_ms", "s: sync per step, ms", fmt_float(2), "right", of=_ms("sync_per_step_s")),
+    Column(
+        "cap",
+        "speedup cap, fixed batch",
+        fmt_float(1),
+        "right",
+        of=lambda x: x.fit.speedup_cap_fixed_batch,
+    ),
+    Column(
+        "comm_m", "comm share measured", fmt_pct(1), "right", of=lambda x: x.p.measured_comm_share
+    ),
+    Column(
+        "comm_p", "comm share model", fmt_pct(1), "right", of=lambda x: x.p.predicted_comm_share
+    ),
 ]
 
 
 def scaling_rows(analysis: Analysis) -> tuple[list[dict], list[dict]]:
-    fit_rows, pred_rows = [], []
+    points, pred_rows = [], []
     for model, e in analysis.models.items():
         s = e.scaling
         if s is None or s.error is not None:
             continue
-        for p in s.points:
-            fit_rows.append(
-                {
-                    "model": model,
-                    "workers": p.n_workers,
-                    "measured": p.measured_s,
-                    "predicted": p.predicted_s,
-                    "error": p.rel_error,
-                    "loo": p.loo_error,
-                    "role": ("fit" if p.in_fit else "held out")
-                    + (", oversubscribed" if p.oversubscribed else ""),
-                    "c_ms": 1e3 * s.param("compute_per_sample_s"),
-                    "h_ms": 1e3 * s.param("per_step_s"),
-                    "s_ms": 1e3 * s.param("sync_per_step_s"),
-                    "cap": s.speedup_cap_fixed_batch,
-                    "comm_m": p.measured_comm_share,
-                    "comm_p": p.predicted_comm_share,
-                }
-            )
+        points += [_Point(model, s, p) for p in s.points]
         for key, rows in s.predictions.items():
             if key == "host":
                 continue
@@ -267,24 +323,9 @@ def scaling_rows(analysis: Analysis) -> tuple[list[dict], list[dict]]:
                 row[f"eff{n}"] = by_n[n].efficiency if n in by_n else math.nan
             row["comm1024"] = by_n[1024].comm_share if 1024 in by_n else math.nan
             pred_rows.append(row)
-    return fit_rows, pred_rows
+    return rows_of(points, FIT_COLS), pred_rows
 
 
-FIT_COLS = [
-    Column("model", "model"),
-    Column("workers", "workers", align="right"),
-    Column("measured", "measured epoch, s", fmt_float(3), "right"),
-    Column("predicted", "model epoch, s", fmt_float(3), "right"),
-    Column("error", "error", fmt_pct(1), "right"),
-    Column("role", "point"),
-    Column("loo", "error, this count left out of the fit", fmt_pct(1), "right"),
-    Column("c_ms", "c: compute, ms/sample", fmt_float(3), "right"),
-    Column("h_ms", "h: per step, ms", fmt_float(2), "right"),
-    Column("s_ms", "s: sync per step, ms", fmt_float(2), "right"),
-    Column("cap", "speedup cap, fixed batch", fmt_float(1), "right"),
-    Column("comm_m", "comm share measured", fmt_pct(1), "right"),
-    Column("comm_p", "comm share model", fmt_pct(1), "right"),
-]
 PRED_COLS = [
     Column("model", "model"),
     Column("network", "network"),
@@ -321,51 +362,83 @@ def _mb(d: Interval | None) -> float:
     return d.mean / 1e6 if d else math.nan
 
 
+class _Hook(NamedTuple):
+    model: str
+    n: str
+    hook: str
+    g: HookGroup
+
+
+def _vs_plain(metric: str, text):
+    """A hook's paired difference from the plain all-reduce (None: it is the plain one)."""
+    return lambda x: text(getattr(x.g.vs_plain, metric)) if x.g.vs_plain else None
+
+
+HOOK_COLS = [
+    Column("model", "model", of=lambda x: x.model),
+    Column("workers", "workers", of=lambda x: x.n),
+    Column(
+        "hook", "comm hook", of=lambda x: x.hook + (" (reference)" if x.hook == PLAIN_HOOK else "")
+    ),
+    Column("seeds", "seeds", of=lambda x: ", ".join(map(str, x.g.seeds))),
+    Column(
+        "epoch",
+        "time per epoch, s (95 % CI)",
+        of=lambda x: _ci(x.g.epoch_time_s, 1, 3) + (" (contended)" if x.g.timing_contended else ""),
+    ),
+    Column(
+        "ratio",
+        "epoch time / plain",
+        fmt_float(2),
+        "right",
+        of=lambda x: x.g.vs_plain.epoch_time_ratio.mean if x.g.vs_plain else math.nan,
+    ),
+    Column(
+        "mb",
+        "all-reduce MB per epoch (rank 0)",
+        fmt_float(2),
+        "right",
+        of=lambda x: _mb(x.g.comm_bytes_per_epoch),
+    ),
+    Column(
+        "comm",
+        "all-reduce s per epoch",
+        fmt_float(3),
+        "right",
+        of=lambda x: x.g.comm_time_per_epoch_s.mean,
+    ),
+    Column(
+        "exposed",
+        "exposed comm s per epoch",
+        fmt_float(3),
+        "right",
+        of=lambda x: x.g.exposed_comm_per_epoch_s.mean,
+    ),
+    Column("acc", "accuracy %", of=lambda x: _score_ci(x.g.accuracy)),
+    Column(
+        "d_acc",
+        "accuracy - plain, pt (1-2α CI)",
+        of=_vs_plain("accuracy", lambda c: _ci(c.diff_tost or c.diff, 100, 2)),
+    ),
+    Column("v_acc", "accuracy vs plain", of=_vs_plain("accuracy", lambda c: c.verdict)),
+    Column("f1", "macro-F1 %", of=lambda x: _score_ci(x.g.macro_f1)),
+    Column(
+        "d_f1",
+        "macro-F1 - plain, pt (1-2α CI)",
+        of=_vs_plain("macro_f1", lambda c: _ci(c.diff_tost or c.diff, 100, 2)),
+    ),
+    Column("v_f1", "macro-F1 vs plain", of=_vs_plain("macro_f1", lambda c: c.verdict)),
+]
+
+
 def hook_rows(analysis: Analysis) -> list[dict]:
     """One row per model, worker count and communication hook: time, bytes, exposed
     communication and scores, and a hook's paired differences from the plain all-reduce
     of the same seeds (``analysis.comm_hooks``, empty for a study without hooks)."""
-    rows = []
-    for model, by_n in analysis.comm_hooks.items():
-        for n, by_hook in by_n.items():
-            for hook, g in by_hook.items():
-                vs = g.vs_plain
-                row = {
-                    "model": model,
-                    "workers": n,
-                    "hook": hook + (" (reference)" if hook == PLAIN_HOOK else ""),
-                    "seeds": ", ".join(map(str, g.seeds)),
-                    "epoch": _ci(g.epoch_time_s, 1, 3)
-                    + (" (contended)" if g.timing_contended else ""),
-                    "ratio": vs.epoch_time_ratio.mean if vs else math.nan,
-                    "mb": _mb(g.comm_bytes_per_epoch),
-                    "comm": g.comm_time_per_epoch_s.mean,
-                    "exposed": g.exposed_comm_per_epoch_s.mean,
-                    "acc": _score_ci(g.accuracy),
-                    "f1": _score_ci(g.macro_f1),
-                }
-                if vs:
-                    for c, short in ((vs.accuracy, "acc"), (vs.macro_f1, "f1")):
-                        row[f"d_{short}"] = _ci(c.diff_tost or c.diff, 100, 2)
-                        row[f"v_{short}"] = c.verdict
-                rows.append(row)
-    return rows
-
-
-HOOK_COLS = [
-    Column("model", "model"),
-    Column("workers", "workers"),
-    Column("hook", "comm hook"),
-    Column("seeds", "seeds"),
-    Column("epoch", "time per epoch, s (95 % CI)"),
-    Column("ratio", "epoch time / plain", fmt_float(2), "right"),
-    Column("mb", "all-reduce MB per epoch (rank 0)", fmt_float(2), "right"),
-    Column("comm", "all-reduce s per epoch", fmt_float(3), "right"),
-    Column("exposed", "exposed comm s per epoch", fmt_float(3), "right"),
-    Column("acc", "accuracy %"),
-    Column("d_acc", "accuracy - plain, pt (1-2α CI)"),
-    Column("v_acc", "accuracy vs plain"),
-    Column("f1", "macro-F1 %"),
-    Column("d_f1", "macro-F1 - plain, pt (1-2α CI)"),
-    Column("v_f1", "macro-F1 vs plain"),
-]
+    hooks = [
+        _Hook(model, n, hook, g)
+        for model, by_n in analysis.comm_hooks.items()
+        for n, by_hook in by_n.items()
+        for hook, g in by_hook.items()
+    ]
+    return rows_of(hooks, HOOK_COLS)
