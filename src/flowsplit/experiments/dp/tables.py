@@ -374,6 +374,24 @@ def _vs_plain(metric: str, text):
     return lambda x: text(getattr(x.g.vs_plain, metric)) if x.g.vs_plain else None
 
 
+def _hook_score_cols(metric: str, short: str, label: str) -> list[Column]:
+    """A score of a hook's runs, its paired difference from the plain all-reduce's and
+    the verdict on it."""
+    return [
+        Column(short, f"{label} %", of=lambda x: _score_ci(getattr(x.g, metric))),
+        Column(
+            f"d_{short}",
+            f"{label} - plain, pt (1-2α CI)",
+            of=_vs_plain(metric, lambda c: _ci(c.diff_tost or c.diff, 100, 2)),
+        ),
+        Column(f"v_{short}", f"{label} vs plain", of=_vs_plain(metric, lambda c: c.verdict)),
+    ]
+
+
+def _group_mean(name: str):
+    return lambda x: getattr(x.g, name).mean
+
+
 HOOK_COLS = [
     Column("model", "model", of=lambda x: x.model),
     Column("workers", "workers", of=lambda x: x.n),
@@ -405,29 +423,17 @@ HOOK_COLS = [
         "all-reduce s per epoch",
         fmt_float(3),
         "right",
-        of=lambda x: x.g.comm_time_per_epoch_s.mean,
+        of=_group_mean("comm_time_per_epoch_s"),
     ),
     Column(
         "exposed",
         "exposed comm s per epoch",
         fmt_float(3),
         "right",
-        of=lambda x: x.g.exposed_comm_per_epoch_s.mean,
+        of=_group_mean("exposed_comm_per_epoch_s"),
     ),
-    Column("acc", "accuracy %", of=lambda x: _score_ci(x.g.accuracy)),
-    Column(
-        "d_acc",
-        "accuracy - plain, pt (1-2α CI)",
-        of=_vs_plain("accuracy", lambda c: _ci(c.diff_tost or c.diff, 100, 2)),
-    ),
-    Column("v_acc", "accuracy vs plain", of=_vs_plain("accuracy", lambda c: c.verdict)),
-    Column("f1", "macro-F1 %", of=lambda x: _score_ci(x.g.macro_f1)),
-    Column(
-        "d_f1",
-        "macro-F1 - plain, pt (1-2α CI)",
-        of=_vs_plain("macro_f1", lambda c: _ci(c.diff_tost or c.diff, 100, 2)),
-    ),
-    Column("v_f1", "macro-F1 vs plain", of=_vs_plain("macro_f1", lambda c: c.verdict)),
+    *_hook_score_cols("accuracy", "acc", "accuracy"),
+    *_hook_score_cols("macro_f1", "f1", "macro-F1"),
 ]
 
 
