@@ -19,11 +19,11 @@ from typing import Any
 
 from flowsplit.choices import ModelChoice, parse_model_option
 from flowsplit.config_args import (
-    FORCE_HELP,
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
     command_parser,
+    config_from_args,
 )
 from flowsplit.config_file import (
     add_config_file_option,
@@ -32,7 +32,7 @@ from flowsplit.config_file import (
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import GROUPS, SFLConfig, SFLRunConfig
 from flowsplit.federated.plan_file import read_plan
-from flowsplit.federated.run import RUN_ARGS
+from flowsplit.federated.run import RUN_ARGS, RunPlace
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -123,8 +123,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--out", metavar="OUT", help="run directory to write (required)")
     add_config_file_option(p)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument(
         "--resume",
         nargs="?",
@@ -140,10 +138,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     # None, so that a --config file's values stand unless an option overrides them.
     add_config_arguments(p, SFLRunConfig, overrides=GROUPS, unset=True)
     add_renamed(p, "--backend", "--mode", "--backend is train's process-group backend")
-    roles = next(g for g in p._action_groups if g.title == SFLRunConfig.CLI_GROUP)
-    roles.add_argument(
-        "--bind", default=None, metavar="ADDR", help="dist under torchrun: address gloo binds to"
-    )
+    # Where it runs and what it may do there (--overwrite, --force, --quiet, --bind,
+    # --probe): RunPlace's flags.
+    add_config_arguments(p, RunPlace)
     p.add_argument(
         "--plan",
         default=None,
@@ -153,14 +150,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "partition, training rows, seed and rounds replace those options "
         "(--rounds, when given, replaces the plan's rounds)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar or round log")
     add_log_to_argument(p)
-    roles.add_argument(
-        "--probe",
-        action="store_true",
-        help="dist: measure every role's speed and its assigned links first (as `sfl "
-        "probe`; OUT/probe.json, OUT/probe.toml) and predict each round's timeline on them",
-    )
     p.set_defaults(func=cmd_run)
 
 
@@ -259,19 +249,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from flowsplit.federated.run import RunPlace, run_sfl
+    from flowsplit.federated.run import run_sfl
 
     saved = _resume_args(args)
-    place = RunPlace(
+    place = config_from_args(
+        RunPlace,
+        args,
         out=Path(args.out),
         dataset=args.dataset,
         plan=read_plan(args.plan) if args.plan else None,
         resume=args.resume is not None,
-        overwrite=args.overwrite,
-        force=args.force,
-        quiet=args.quiet,
-        bind=args.bind,
-        probe=getattr(args, "probe", False),
     )
     done = run_sfl(
         saved if saved is not None else run_config(args),

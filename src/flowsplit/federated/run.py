@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import check_cores
+from flowsplit.config_args import FORCE_HELP, check_cores, cli
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig, SFLRunConfig
 from flowsplit.federated.plan_file import PlanFile
@@ -27,21 +27,40 @@ RUN_FILES = ("topology.toml", "sfl-checkpoint.pt", RUN_ARGS)
 """Files only an ``sfl run`` directory holds (``--overwrite`` replaces nothing else)."""
 
 
+ROLES = SFLRunConfig.CLI_GROUP
+"""The ``--help`` section of the options of how the roles run."""
+
+
 @dataclass
 class RunPlace:
-    """Where ``sfl run`` runs and what it may do there, beside its config."""
+    """Where ``sfl run`` runs and what it may do there, beside its config (the flags are
+    ``sfl run``'s options; the command reads ``out``, ``dataset``, ``plan`` and
+    ``resume`` itself)."""
 
-    out: Path
-    dataset: str | None
-    plan: PlanFile | None = None
+    out: Path = field(metadata=cli(enabled=False))
+    dataset: str | None = field(metadata=cli(enabled=False))
+    plan: PlanFile | None = field(default=None, metadata=cli(enabled=False))
     """A plan from ``sfl plan``: its choices replace the config's."""
-    resume: bool = False
+    resume: bool = field(default=False, metadata=cli(enabled=False))
     """Continue the dist run in ``out`` from its checkpoint (the config is the saved one)."""
-    overwrite: bool = False
-    force: bool = False
-    quiet: bool = False
-    bind: str | None = None
-    probe: bool = False
+    overwrite: bool = field(default=False, metadata=cli(help="replace an existing run directory"))
+    force: bool = field(default=False, metadata=cli(help=FORCE_HELP))
+    quiet: bool = field(default=False, metadata=cli(help="no progress bar or round log"))
+    bind: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="ADDR", group=ROLES, help="dist under torchrun: address gloo binds to"
+        ),
+    )
+    probe: bool = field(
+        default=False,
+        metadata=cli(
+            group=ROLES,
+            help="dist: measure every role's speed and its assigned links first (as `sfl "
+            "probe`; OUT/probe.json, OUT/probe.toml) and predict each round's timeline on "
+            "them",
+        ),
+    )
 
 
 def run_sfl(
