@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import fields_of
 from flowsplit.errors import InputError
 from flowsplit.experiments.dp.layout import PLAIN_HOOK
 from flowsplit.experiments.dp.result import read_cell_info
@@ -38,14 +39,12 @@ JSON_EXTRA = (
     "confusion_matrix",
 )
 
+IDENTITY = ("model", "view", "engine", "workers", "threads_per_worker", "seed")
+"""What identifies a run: the cell it is of, and how it ran."""
+
 # Columns of results.csv, in order: the run's identity, then time, then quality.
 CSV_COLUMNS = (
-    "model",
-    "view",
-    "engine",
-    "workers",
-    "threads_per_worker",
-    "seed",
+    *IDENTITY,
     "comm_hook",
     "oversubscribed",
     "epochs_run",
@@ -142,6 +141,23 @@ def is_oversubscribed(workers: int, threads_per_worker: int, cores: int) -> bool
     return cores > 0 and workers * max(1, threads_per_worker) > cores
 
 
+AS_RUN = (
+    *IDENTITY,
+    "n_train",
+    "n_test",
+    "confusion_matrix",
+    "per_class_f1",
+    "config",
+    "extra",
+    "env",
+)
+"""The fields a record takes from its run's :class:`RunResult` as they are."""
+FLOATS = ("wall_time_s", "samples_per_s", "data_time_s", "accuracy", "macro_f1")
+"""... as floats."""
+LISTS = ("test_flow_ids", "classes", "loss_per_epoch", "val_macro_f1_per_epoch")
+"""... as lists."""
+
+
 def record_from_metrics(metrics: Mapping[str, Any], *, cores: int, run_dir: str = "") -> RunRecord:
     """Flatten one ``metrics.json`` dict (checked against the schema) into a record."""
     return record_from_result(RunResult.from_dict(dict(metrics)), cores=cores, run_dir=run_dir)
@@ -156,43 +172,24 @@ def record_from_result(r: RunResult, *, cores: int, run_dir: str = "") -> RunRec
     train_time = float(sum(t for t in epochs if t is not None))
     comm = float(r.comm_time_s)
     return RunRecord(
-        model=r.model,
-        view=r.view,
-        engine=r.engine,
-        workers=r.workers,
-        threads_per_worker=r.threads_per_worker,
-        seed=r.seed,
+        **fields_of(r, AS_RUN),
+        **{name: float(getattr(r, name)) for name in FLOATS},
+        **{name: list(getattr(r, name)) for name in LISTS},
         comm_hook=r.comm_hook or PLAIN_HOOK,
         oversubscribed=is_oversubscribed(r.workers, r.threads_per_worker, cores),
         epochs_run=int(r.epochs_run),
         epoch_time_s=typical_epoch_time(epochs),
         train_time_s=train_time,
-        wall_time_s=float(r.wall_time_s),
-        samples_per_s=float(r.samples_per_s),
         comm_time_s=comm,
         comm_share=comm / train_time if train_time > 0 else math.nan,
         comm_bytes=int(r.comm_bytes),
         exposed_comm_s=math.nan if r.exposed_comm_s is None else float(r.exposed_comm_s),
-        data_time_s=float(r.data_time_s),
         peak_rss_mb=max(r.peak_rss_mb) if r.peak_rss_mb else math.nan,
-        accuracy=float(r.accuracy),
-        macro_f1=float(r.macro_f1),
-        n_train=r.n_train,
-        n_test=r.n_test,
         run_dir=run_dir,
         # Not in the CSV: kept for McNemar, confusion matrices and the scaling model.
         y_true=list(r.test_labels),
         y_pred=list(r.test_predictions),
-        test_flow_ids=list(r.test_flow_ids),
-        classes=list(r.classes),
-        confusion_matrix=r.confusion_matrix,
-        per_class_f1=r.per_class_f1,
-        config=r.config,
-        extra=r.extra,
-        env=r.env,
         epoch_times_s=epochs,
-        loss_per_epoch=list(r.loss_per_epoch),
-        val_macro_f1_per_epoch=list(r.val_macro_f1_per_epoch),
         # Set by read_record from compare_cell.json; unknown here.
         foreign_cpu_share=math.nan,
         cpu_obtained=math.nan,
