@@ -106,7 +106,7 @@ class DPBaselineRow(TableRow):
 
 
 @dataclass
-class DPChoice:
+class DPPick:
     """A model's comparison with centralised training at the worker count the overview
     reports (:func:`_dp_choice`)."""
 
@@ -152,7 +152,7 @@ class DPModelRow(TableRow):
     macro_f1_iv: Interval | None
     above_majority: bool
     margin_pts: float
-    chosen: DPChoice | None = None
+    chosen: DPPick | None = None
 
     def shown(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "chosen"}
@@ -257,13 +257,13 @@ def data_parallel_rows(res: CompareResult) -> list[DPRow]:
     return rows
 
 
-def _choice(workers: int, v: CentralComparison) -> DPChoice:
+def _choice(workers: int, v: CentralComparison) -> DPPick:
     """The comparison at ``workers`` as the table and the advice show it."""
     acc, claims = v.accuracy, v.claims
     claimed = claims.speedup_claimed
     withheld = list(claims.speedup_withheld or ["no claims recorded"])
     diff = acc.diff_tost or acc.diff
-    return DPChoice(
+    return DPPick(
         workers=workers,
         speedup=v.speedup,
         efficiency=v.efficiency.mean,
@@ -391,7 +391,7 @@ def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else ("< 0.001" if p < 0.001 else f"= {p:.3f}")
 
 
-Compared = list[tuple[DPModelRow, DPChoice]]
+Compared = list[tuple[DPModelRow, DPPick]]
 
 
 def _withheld(compared: Compared, why: str) -> Compared:
