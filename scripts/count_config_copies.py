@@ -8,7 +8,8 @@ and count
    from another object (``PrivacyConfig(epochs=args.epochs)``, ``replace(cfg,
    seed=study.cfg.seed)``; also through one call: ``tuple(args.cuts)``) or is the
    enclosing function's parameter of the same name rebuilt into a config
-   (``CompareConfig(models=list(models))``); only classes defined in flowsplit count;
+   (``CompareConfig(models=list(models))``); only classes defined in flowsplit count
+   (the suffixes are kept for configs: a result row named ``...Choice`` was renamed);
 2. **into a dict**: entries of a dict literal that copy a field of a config object (a
    name ``cfg``, ``config``, ``args``, ``opts``, ``options`` or ending in
    ``_cfg``/``_config``) under its own name: ``{"rounds": cfg.rounds}`` (config kwargs
