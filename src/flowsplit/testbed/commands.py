@@ -87,18 +87,51 @@ def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
     _add_spec_options(p)
 
 
+@dataclass
+class SpecChoice:
+    """Which nodes a testbed has: a TOPOLOGY's, or a cluster of identical ones (the
+    options of ``testbed run`` and ``testbed show``)."""
+
+    nodes: int | None = field(
+        default=None, metadata=cli(help="a cluster of N identical nodes instead")
+    )
+    mbit: float | None = field(
+        default=None, metadata=cli(parse=float, help="cluster: each node's link rate, Mbit/s")
+    )
+    cpu: float | None = field(
+        default=None, metadata=cli(parse=float, help="cluster: each node's CPU quota, cores")
+    )
+    cpu_budget: float | None = field(
+        default=None,
+        metadata=cli(
+            parse=float,
+            help="topology: cores all nodes may use together (default: this machine's)",
+        ),
+    )
+    cpu_period_us: int = field(
+        default=10_000, metadata=cli(help="cgroup CFS period (default 10000)")
+    )
+
+    def spec(self, topology: str | None):
+        """The :class:`~flowsplit.testbed.spec.TestbedSpec` of these options and
+        ``topology`` (one of the two)."""
+        from flowsplit.testbed.spec import TestbedSpec
+
+        if (topology is None) == (self.nodes is None):
+            raise ConfigError("give a TOPOLOGY file or --nodes N (one of them)")
+        if self.nodes is not None:
+            return TestbedSpec.cluster(
+                self.nodes, self.mbit, self.cpu, cpu_period_us=self.cpu_period_us
+            )
+        if self.mbit is not None or self.cpu is not None:
+            raise ConfigError("--mbit and --cpu describe a --nodes cluster; a topology has its own")
+        return TestbedSpec.from_topology(
+            topology, cpu_budget=self.cpu_budget, cpu_period_us=self.cpu_period_us
+        )
+
+
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, help="a cluster of N identical nodes instead")
-    p.add_argument("--mbit", type=float, help="cluster: each node's link rate, Mbit/s")
-    p.add_argument("--cpu", type=float, help="cluster: each node's CPU quota, cores")
-    p.add_argument(
-        "--cpu-budget",
-        type=float,
-        help="topology: cores all nodes may use together (default: this machine's)",
-    )
-    p.add_argument(
-        "--cpu-period-us", type=int, default=10_000, help="cgroup CFS period (default 10000)"
-    )
+    add_config_arguments(p, SpecChoice)
 
 
 def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -116,19 +149,8 @@ def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def spec_from_args(args: argparse.Namespace):
-    from flowsplit.testbed.spec import TestbedSpec
-
-    if (args.topology is None) == (args.nodes is None):
-        raise ConfigError("give a TOPOLOGY file or --nodes N (one of them)")
-    if args.nodes is not None:
-        return TestbedSpec.cluster(
-            args.nodes, args.mbit, args.cpu, cpu_period_us=args.cpu_period_us
-        )
-    if args.mbit is not None or args.cpu is not None:
-        raise ConfigError("--mbit and --cpu describe a --nodes cluster; a topology has its own")
-    return TestbedSpec.from_topology(
-        args.topology, cpu_budget=args.cpu_budget, cpu_period_us=args.cpu_period_us
-    )
+    """The testbed of ``testbed run``'s or ``testbed show``'s options."""
+    return config_from_args(SpecChoice, args).spec(args.topology)
 
 
 class _OptionParser(argparse.ArgumentParser):
