@@ -251,13 +251,13 @@ def data_parallel_rows(res: CompareResult) -> list[DPRow]:
                 macro_f1_iv=f1_c,
                 above_majority=a.above_majority,
                 margin_pts=100 * res.margin,
-                chosen=None if n is None else _choice(int(n), a.vs_central[n]),
+                chosen=None if n is None else _pick_at(int(n), a.vs_central[n]),
             )
         )
     return rows
 
 
-def _choice(workers: int, v: CentralComparison) -> DPPick:
+def _pick_at(workers: int, v: CentralComparison) -> DPPick:
     """The comparison at ``workers`` as the table and the advice show it."""
     acc, claims = v.accuracy, v.claims
     claimed = claims.speedup_claimed
@@ -286,7 +286,7 @@ def _names(rows: list[DPModelRow]) -> str:
 
 
 @dataclass
-class _DPPick:
+class _DPBest:
     """The data-parallel table read by the advice's rules."""
 
     models: list[DPModelRow]
@@ -298,21 +298,21 @@ class _DPPick:
     majority: DPBaselineRow | None
 
 
-def _dp_pick(dp: list[DPRow]) -> _DPPick:
+def _dp_best(dp: list[DPRow]) -> _DPBest:
     models = [r for r in dp if isinstance(r, DPModelRow) and not math.isnan(r.macro_f1)]
     learned = [r for r in models if r.above_majority]
     majority = next(
         (r for r in dp if isinstance(r, DPBaselineRow) and r.accuracy is not None), None
     )
     best = max(learned, key=lambda r: r.macro_f1) if learned else None
-    return _DPPick(models, learned, best, majority)
+    return _DPBest(models, learned, best, majority)
 
 
 def advise_data_parallel(dp: list[DPRow]) -> list[str]:
     """Advice on the data-parallel study (rules in the module docstring)."""
     out: list[str] = []
-    pick = _dp_pick(dp)
-    models, best, maj = pick.models, pick.best, pick.majority
+    table = _dp_best(dp)
+    models, best, maj = table.models, table.best, table.majority
     if not models:
         return out
     flow = next((r for r in models if r.name == FLOW_STATS_MODEL), None)
@@ -322,7 +322,7 @@ def advise_data_parallel(dp: list[DPRow]) -> list[str]:
             f"{best.macro_f1_ci}; accuracy {best.accuracy_ci}"
         )
         ties = [
-            r for r in pick.learned if r is not best and _overlaps(r.macro_f1_iv, best.macro_f1_iv)
+            r for r in table.learned if r is not best and _overlaps(r.macro_f1_iv, best.macro_f1_iv)
         ]
         if ties:
             text += (
@@ -693,16 +693,16 @@ def overview_verdict(dp: list[DPRow], sfl: list[SFLRow]) -> str:
     to train it data-parallel, and the split-learning scheme (named, not recommended,
     under the seed rule)."""
     parts = []
-    pick = _dp_pick(dp)
-    best = pick.best
+    table = _dp_best(dp)
+    best = table.best
     if best is not None:
         text = f"Use {best.name} (macro-F1 {100 * best.macro_f1:.1f} %)"
         if best.chosen is not None and best.chosen.pays:
             text += f", data-parallel on {best.chosen.workers} workers (it pays)"
-        elif any(r.chosen is not None for r in pick.models):
+        elif any(r.chosen is not None for r in table.models):
             text += ", trained centralised: data parallelism is not shown to pay here"
         parts.append(text)
-    elif pick.models:
+    elif table.models:
         parts.append("No model is above the majority class: none has learned from this data")
     chosen = _sfl_pick(sfl)
     if chosen is not None:
