@@ -121,3 +121,28 @@ def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
         "RunConfig(models=models)",
         "replace(seed=seed)",
     ]
+
+
+def test_a_nested_configs_keys_may_stand_at_the_top_of_a_config_file(tmp_path):
+    # Prepare: sfl run's options are flattened on the command line (--rounds sets
+    # SFLRunConfig.run.rounds); its file may write them as flat keys too.
+    from flowsplit.config_file import instantiate, read_config_file
+    from flowsplit.federated.config import SFLRunConfig
+
+    flat = tmp_path / "flat.toml"
+    flat.write_text('model = "lstm"\nrounds = 3\nscheme = "sfl"\ncuts = [2, 2]\n')
+    table = tmp_path / "table.toml"
+    table.write_text('model = "lstm"\n[run]\nrounds = 3\nscheme = "sfl"\ncuts = [2, 2]\n')
+    # Execute / Assert: the same config either way ...
+    rc = instantiate(SFLRunConfig, read_config_file(SFLRunConfig, flat))
+    assert rc == instantiate(SFLRunConfig, read_config_file(SFLRunConfig, table))
+    assert rc.model == "lstm" and rc.run.rounds == 3 and rc.run.cuts == (2, 2)
+    # ... a key given both ways is refused, naming it, and an unknown one still is.
+    both = tmp_path / "both.toml"
+    both.write_text("rounds = 3\n[run]\nrounds = 4\n")
+    with pytest.raises(ConfigError, match="'rounds' is given twice"):
+        read_config_file(SFLRunConfig, both)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("roundz = 3\n")
+    with pytest.raises(ConfigError, match="unknown key 'roundz'"):
+        read_config_file(SFLRunConfig, bad)

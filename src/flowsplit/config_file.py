@@ -1,7 +1,8 @@
 """``--config FILE.toml``: a command's configuration read from a file, and written back.
 
 The file's keys are the config dataclass's field names, a nested config a table of its
-own (``[run]`` for ``SFLRunConfig.run``); values are the fields' values (``margin =
+own (``[run]`` for ``SFLRunConfig.run``) or, as its options are flattened on the command
+line, its keys at the top (``rounds = 3``); values are the fields' values (``margin =
 0.01`` is the fraction the field holds). Options given on the command line override the
 file, the file overrides the defaults::
 
@@ -62,11 +63,53 @@ def read_config_file(
     return _checked(cls, data, path, "", frozenset(on_command_line))
 
 
+def _nested_owner(cls: type) -> dict[str, str]:
+    """``{field: nested config field}`` of the fields of ``cls``'s nested configs (its
+    options on the command line, flattened: ``rounds`` -> ``run``); a name that is also
+    ``cls``'s own, or in two nested configs, is left out (it has no one place)."""
+    hints = typing.get_type_hints(cls)
+    own = {f.name for f in dataclasses.fields(cls)}
+    owner: dict[str, str] = {}
+    seen: set[str] = set()
+    for f in dataclasses.fields(cls):
+        kind = value_type(hints[f.name])
+        if dataclasses.is_dataclass(kind):
+            for inner in dataclasses.fields(kind):
+                if inner.name in seen:
+                    owner.pop(inner.name, None)
+                elif inner.name not in own:
+                    owner[inner.name] = f.name
+                seen.add(inner.name)
+    return owner
+
+
+def _hoisted(cls: type, data: Mapping[str, Any], path: Path, prefix: str) -> dict[str, Any]:
+    """``data`` with the keys of a nested config written at the top (as their options
+    are flattened on the command line: ``rounds = 3`` for ``[run] rounds = 3``) moved
+    into its table; a key given both ways is one line naming it."""
+    owner = _nested_owner(cls)
+    out: dict[str, Any] = {k: v for k, v in data.items() if k not in owner}
+    for key, value in data.items():
+        table = owner.get(key)
+        if table is None:
+            continue
+        inner = out.setdefault(table, {})
+        if not isinstance(inner, dict):
+            return dict(data)  # a bad [table]: reported as such by _checked
+        if key in inner:
+            raise ConfigError(
+                f"{path}: key {prefix + key!r} is given twice (as {key!r} and in "
+                f"[{prefix + table}]); give it once"
+            )
+        out[table] = {**inner, key: value}
+    return out
+
+
 def _checked(cls: type, data: Mapping[str, Any], path: Path, prefix: str, cmdline) -> dict:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
-    for key, value in data.items():
+    for key, value in _hoisted(cls, data, path, prefix).items():
         name = prefix + key
         if key not in fields:
             known = ", ".join(fields)
