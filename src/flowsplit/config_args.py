@@ -590,13 +590,24 @@ def command_parser(
     description atop its ``--help`` (refilled, as argparse does); defaults are shown by
     :class:`HelpFormatter`. ``layout``: a description printed as written (examples,
     lists) instead of the docstring's."""
-    summary, _, description = inspect.cleandoc(builder.__doc__ or "").partition("\n")
+    doc = builder.__doc__ or _source_docstring(builder)  # (python -OO strips __doc__)
+    summary, _, description = inspect.cleandoc(doc).partition("\n")
     return sub.add_parser(
         name,
         help=summary.strip(),
         description=layout if layout is not None else " ".join(description.split()) or None,
         formatter_class=HelpFormatter if layout is None else RawDescriptionHelpFormatter,
     )
+
+
+def _source_docstring(fn: Callable[..., Any]) -> str:
+    """``fn``'s docstring read from its source ("" without one)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        return ""
+    node = tree.body[0] if tree.body else None
+    return ast.get_docstring(node) or "" if isinstance(node, ast.FunctionDef) else ""
 
 
 class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):

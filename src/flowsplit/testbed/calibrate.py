@@ -40,7 +40,7 @@ ECHOED = ("model", "batch_size", "steps")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     add_config_arguments(p, Calibration)
     cal = config_from_args(Calibration, p.parse_args(argv))
 

@@ -268,7 +268,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     top = sub.add_parser(
         "testbed",
         help="emulated cluster or edge network on this machine (root)",
-        description=__doc__.splitlines()[0],
+        description=(__doc__ or "").partition("\n")[0],
     )
     tsub = top.add_subparsers(dest="testbed_command", metavar="COMMAND")
     top.set_defaults(func=lambda _args: top.print_help() or 2)
