@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from flowsplit.experiments import advice as advice_mod
 from flowsplit.experiments.advice import (
     advise,
@@ -451,3 +453,23 @@ def test_rows_show_the_columns_that_apply_to_them_in_the_tables_and_report_json(
     assert cnn["workers"] == cnn.chosen.workers == 2 and cnn.get("diff_ci") == cnn.chosen.diff_ci
     assert list(cnn)[-3:] == ["alpha", "diff", "diff_ci"]
     assert jsonable(dict(cnn))["speedup"]["mean"] == cnn.chosen.speedup.mean
+
+
+def test_overview_reads_the_manifest_typed(tmp_path):
+    # A manifest without split_by or version still renders; one without its classes is
+    # refused by name before a file is written.
+    content = overview_content(None, None)
+    base = {"n_flows": 4, "classes": ["dns", "web"], "splits": {"train": 2, "test": 2}}
+    write_overview(
+        tmp_path / "ok", manifest=base, dp_dir=None, sfl_dir=None, timings={}, content=content
+    )
+    assert (
+        "4 flows, 2 classes (dns, web), split by None: train 2, test 2"
+        in (tmp_path / "ok" / "report.md").read_text()
+    )
+    bad = {k: v for k, v in base.items() if k != "classes"}
+    with pytest.raises(ValueError, match="manifest lacks classes"):
+        write_overview(
+            tmp_path / "bad", manifest=bad, dp_dir=None, sfl_dir=None, timings={}, content=content
+        )
+    assert not (tmp_path / "bad").exists()

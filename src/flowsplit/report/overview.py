@@ -16,6 +16,7 @@ from flowsplit.outputs import atomic_write_json, atomic_write_text
 from flowsplit.report import html as H
 from flowsplit.report import markdown as M
 from flowsplit.report.tables import Column
+from flowsplit.util import typed_from_dict
 
 
 @dataclass
@@ -40,6 +41,19 @@ class OverviewContent:
     study's accuracy against speedup); None: no picture."""
     picture_caption: str = ""
     """What the picture shows, in words."""
+
+
+@dataclass
+class DatasetFacts:
+    """What the overview says of the dataset, read (typed) from its manifest."""
+
+    n_flows: int
+    classes: list[str]
+    splits: dict[str, int]
+    """Flows per split (``train``, ``val``, ``test``)."""
+    split_by: str | None = None
+    flowsplit_version: str = ""
+    """The flowsplit that prepared the dataset."""
 
 
 def _link_list(links: list[str]) -> str:
@@ -124,10 +138,11 @@ def write_overview(
     out = Path(out)
     dp, sfl = content.data_parallel, content.split_learning
     advice, rules, quick = content.advice, content.rules, content.quick
+    data = typed_from_dict(DatasetFacts, manifest, "manifest")
     data_line = (
-        f"{manifest['n_flows']} flows, {len(manifest['classes'])} classes "
-        f"({', '.join(manifest['classes'])}), split by {manifest.get('split_by')}: "
-        + ", ".join(f"{k} {v}" for k, v in manifest["splits"].items())
+        f"{data.n_flows} flows, {len(data.classes)} classes "
+        f"({', '.join(data.classes)}), split by {data.split_by}: "
+        + ", ".join(f"{k} {v}" for k, v in data.splits.items())
     )
     label = (
         f" · quick settings ({', '.join(quick)}): short runs, not a converged study"
@@ -169,7 +184,7 @@ def write_overview(
                 H.paragraph(f"Run time: {times}."),
             ),
         ),
-        subtitle=f"dataset {manifest.get('flowsplit_version', '')} · {data_line}{label}",
+        subtitle=f"dataset {data.flowsplit_version} · {data_line}{label}",
     )
     md = _markdown(content, data_line, label, dp_dir, sfl_dir, times)
     atomic_write_text(out / "report.html", html)
@@ -182,11 +197,7 @@ def write_overview(
             "data_parallel": dp,
             "split_learning": sfl,
             "timings_s": timings,
-            "dataset": {
-                "n_flows": manifest["n_flows"],
-                "classes": manifest["classes"],
-                "splits": manifest["splits"],
-            },
+            "dataset": {"n_flows": data.n_flows, "classes": data.classes, "splits": data.splits},
         },
     )
     return out / "report.html"
