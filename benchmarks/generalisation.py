@@ -1,15 +1,18 @@
 """Cross-source, temporal and open-set results, the shortcut ablation (issue 32).
 
     python benchmarks/generalisation.py --out bench-results/generalisation.json \\
-        --foreign-archives DIR [--work DIR] [--models cnn,lstm,...] [--epochs N] \\
-        [--steps-per-epoch S] [--seeds 0] [--augment default] [--ablate --plots DIR] \\
+        --foreign-archives DIR [--foreign-extra DIR] [--work DIR] [--models cnn,lstm,...] \\
+        [--epochs N] [--steps-per-epoch S] [--seeds 0] [--augment default] \\
+        [--ablate --plots DIR] \\
         [--ustc-models cnn,transformer] [--temporal-models cnn,xgboost]
 
 1. **Cross-source.** Every model trains on the nDPI 8-protocol set (the README's
    ``NDPI8_OPTIONS``: nDPI's own labels, split by capture file) and is scored on
    *foreign* captures: the test captures of tcpdump, Wireshark, libpcap, dpkt and nDPI
    4.2 (those of nDPI 4.2 whose file name is also in the shared nDPI corpus left out:
-   older copies of the same traffic), labelled independently by nDPI through NFStream
+   older copies of the same traffic; gzip-compressed ones decompressed), and those of
+   every ``--foreign-extra`` folder (``scripts/generated_captures.py``'s MDNS, STUN and
+   QUIC traffic made on this machine), labelled independently by nDPI through NFStream
    (``prepare --label-by ndpi``), restricted to the classes both sets share with at
    least ``--min-flows`` flows in the foreign set. ``own_macro_f1`` is the run's own
    test macro-F1 (8 classes); ``own_macro_f1_overlap`` its mean F1 over the shared
@@ -50,7 +53,10 @@ client (no deb-src entry is needed in the system's sources):
 
 ``--foreign-archives DIR`` then reads the ``*.orig.tar.*`` files there (checked against
 the SHA-256 digests ``scripts/foreign_captures.py`` pins); ``--foreign DIR`` takes an
-already assembled folder of captures instead. Labelling needs NFStream
+already assembled folder of captures instead. ``--foreign-extra DIR`` (repeatable) adds
+the captures of DIR, e.g. ``sudo python3 scripts/generated_captures.py --out DIR
+--python VENV/bin/python`` (see its docstring); the JSON gives the flows per class
+of every origin (``flows_per_class_by_origin``: the part of a file name before ``__``). Labelling needs NFStream
 (``pip install 'flowsplit[dpi]'``).
 
 Everything runs in this process with one thread (the machine may be shared: timings
@@ -108,14 +114,19 @@ def prepare_ndpi(out: Path, split_by: str = "file") -> Path:
     return out
 
 
+def foreign_module():
+    """``scripts/foreign_captures.py`` as a module."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import foreign_captures
+
+    return foreign_captures
+
+
 def foreign_captures(archives: Path, work: Path) -> Path:
     """The foreign captures (as ``scripts/foreign_captures.py`` assembles them) minus
     nDPI 4.2's older copies of the shared corpus's files, as links in ``work/xsrc``."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import foreign_captures as F
-
     found = {}
-    for project, path, digest in F.SOURCES:
+    for project, path, digest in foreign_module().SOURCES:
         name = Path(path).name
         p = archives / name
         if not p.exists():
@@ -125,7 +136,7 @@ def foreign_captures(archives: Path, work: Path) -> Path:
         if file_digest(p, "sha256") != digest:
             raise SystemExit(f"error: {p}: SHA-256 differs from the pinned one")
         found[project] = p
-    paths = F.unseen_captures(found, work, SHARED)
+    paths = foreign_module().unseen_captures(found, work, SHARED)
     shared_names = {p.name for p in (SHARED / "ndpi" / "pcap").iterdir()}
     xsrc = work / "xsrc"
     xsrc.mkdir(parents=True, exist_ok=True)
@@ -136,6 +147,38 @@ def foreign_captures(archives: Path, work: Path) -> Path:
         if not link.exists():
             link.symlink_to(p)
     return xsrc
+
+
+def with_extra(captures: Path, extra: list[Path], out: Path) -> Path:
+    """``captures`` and the capture files of every ``extra`` folder, as links in ``out``
+    (the extra files named ``FOLDER__NAME`` unless their name has a ``__`` already)."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = [p for p in Path(captures).iterdir() if p.is_file()]
+    for d in extra:
+        if not d.is_dir():
+            raise SystemExit(f"error: --foreign-extra {d}: not a folder")
+        files += [p for p in sorted(d.iterdir()) if p.suffix in (".pcap", ".pcapng", ".cap")]
+    for p in files:
+        name = p.name if "__" in p.name else f"{p.parent.name}__{p.name}"
+        link = out / name
+        if not link.exists():
+            link.symlink_to(p.resolve())
+    return out
+
+
+def origin(source: str) -> str:
+    """The project a foreign capture came from: its name's part before ``__``."""
+    name = Path(str(source)).name
+    return name.split("__", 1)[0] if "__" in name else "other"
+
+
+def flows_per_class_by_origin(ds, classes: list[str]) -> dict[str, dict[str, int]]:
+    """Flows of each of ``classes`` per origin of the capture (tcpdump, wireshark, ...)."""
+    m = ds.meta[ds.meta["label_name"].isin(classes)]
+    out: dict[str, dict[str, int]] = {}
+    for (src, cls), n in m.groupby([m["source"].map(origin), "label_name"]).size().items():
+        out.setdefault(cls, {})[src] = int(n)
+    return out
 
 
 def prepare_foreign(captures: Path, out: Path) -> Path:
@@ -248,9 +291,9 @@ def ndpi_pretrain_rows(ndpi8: Path):
 
 
 def evaluate(run: Path, ds: Path, split: str, out: Path, *extra) -> dict:
-    done = run / "metrics.json"
-    if out.exists() and out.stat().st_mtime > done.stat().st_mtime:
-        return json.loads(out.read_text())  # this run's evaluation, made before
+    made = max((run / "metrics.json").stat().st_mtime, (ds / "manifest.json").stat().st_mtime)
+    if out.exists() and out.stat().st_mtime > made:
+        return json.loads(out.read_text())  # this run's evaluation of this dataset, made before
     flowsplit("evaluate", run, ds, "--split", split, "-o", out, *extra)
     return json.loads(out.read_text())
 
@@ -306,11 +349,12 @@ def cross_source(args, work: Path, res: dict) -> None:
 
     ndpi8 = prepare_ndpi(work / "ndpi8")
     captures = args.foreign or foreign_captures(args.foreign_archives, work / "foreign-src")
+    if args.foreign_extra:
+        captures = with_extra(captures, args.foreign_extra, work / "foreign-all")
     foreign = prepare_foreign(captures, work / "foreign")
     base, fds = load_dataset(ndpi8), load_dataset(foreign)
     counts = flows_per_class(fds)
-    overlap = [c for c in base.classes if counts.get(c, 0) >= args.min_flows]
-    too_few = {c: counts.get(c, 0) for c in base.classes if c not in overlap}
+    overlap, too_few = foreign_module().shared_classes(base.classes, counts, args.min_flows)
     cross = restrict(fds, overlap, work / "foreign-overlap")
     key = "ndpi8->foreign"
     entry = res["sources"][key] = {
@@ -321,10 +365,13 @@ def cross_source(args, work: Path, res: dict) -> None:
             "files_per_class": files_per_class(base),
         },
         "test": {
-            "dataset": "foreign captures (tcpdump, Wireshark, libpcap, dpkt, nDPI 4.2), nDPI labels",
+            "dataset": "foreign captures (tcpdump, Wireshark, libpcap, dpkt, nDPI 4.2)"
+            + (" and " + ", ".join(map(str, args.foreign_extra)) if args.foreign_extra else "")
+            + ", nDPI labels",
             "captures": len(list(Path(captures).iterdir())),
             "flows": fds.n_flows,
             "flows_per_class": counts,
+            "flows_per_class_by_origin": flows_per_class_by_origin(fds, base.classes),
             "files_per_class": files_per_class(fds),
         },
         "class_overlap": overlap,
@@ -571,6 +618,13 @@ def main(argv=None) -> int:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--foreign", type=Path, help="folder of foreign captures, already assembled")
     g.add_argument("--foreign-archives", type=Path, help="folder of the Debian *.orig.tar.* files")
+    p.add_argument(
+        "--foreign-extra",
+        type=Path,
+        action="append",
+        default=[],
+        help="folder of more foreign captures (scripts/generated_captures.py's), repeatable",
+    )
     p.add_argument("--models", default="cnn,lstm,convlstm,convgru,transformer,xgboost")
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--steps-per-epoch", type=int)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import gzip
 import hashlib
 import io
 import json
@@ -43,6 +44,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from flowsplit.data.store import file_digest  # noqa: E402
+
+# The classes a cross-source score may use: one copy, shared with `compare --cross-source`.
+from flowsplit.train.crosssource import shared_classes  # noqa: E402,F401
 
 ARCHIVE = "http://deb.debian.org/debian/pool/main/"
 # (project, path in the archive, SHA-256 of the file)
@@ -96,7 +100,8 @@ def fetch(work: Path) -> dict[str, Path]:
 
 
 def unseen_captures(archives: dict[str, Path], work: Path, shared: Path) -> list[Path]:
-    """The archives' captures not in ``shared`` (by content), as ``work/captures/P__NAME``."""
+    """The archives' captures not in ``shared`` (by content), as ``work/captures/P__NAME``;
+    gzip-compressed ones (``NAME.gz``) decompressed, as ``P__NAME``."""
     known = (
         {file_digest(p, "sha256") for p in shared.rglob("*") if p.is_file()}
         if shared.is_dir()
@@ -116,7 +121,14 @@ def unseen_captures(archives: dict[str, Path], work: Path, shared: Path) -> list
                 if digest in known or digest in seen:
                     continue
                 seen.add(digest)
-                name = f"{project}__{Path(m.name).name}"
+                base = Path(m.name).name
+                if base.endswith(".gz"):  # NFStream cannot read them (no label): decompressed
+                    data, base = gzip.decompress(data), base[: -len(".gz")]
+                    digest = hashlib.sha256(data).hexdigest()
+                    if digest in known or digest in seen:
+                        continue
+                    seen.add(digest)
+                name = f"{project}__{base}"
                 while (out_dir / name).exists():
                     name = f"{project}__{len(out)}_{Path(m.name).name}"
                 (out_dir / name).write_bytes(data)

@@ -36,3 +36,37 @@ def test_flow_lines_of_ndpi_reader_output():
     assert F.reader_flow(app) == (flow_key(6, "161.117.13.29", 80, "192.168.2.126", 45380), 80)
     assert F.reader_flow("Guessed flow protos:\t0") is None
     assert F.reader_flow("\tBitTorrent\t86\t41489\t1") is None
+
+
+def test_shared_classes_need_min_flows():
+    keep, too_few = F.shared_classes(
+        ["DNS", "TLS", "MDNS", "QUIC"], {"DNS": 85, "MDNS": 20, "QUIC": 19, "BGP": 99}, 20
+    )
+    assert keep == ["DNS", "MDNS"]  # training order; a class not in training never counts
+    assert too_few == {"TLS": 0, "QUIC": 19}
+
+
+def test_unseen_captures_decompress_gzip_and_skip_known(tmp_path):
+    import gzip
+    import io
+    import tarfile
+
+    plain, packed, known = b"\xd4\xc3\xb2\xa1one", b"\xd4\xc3\xb2\xa1two", b"\xd4\xc3\xb2\xa1old"
+    archive = tmp_path / "p.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in [
+            ("p/a.pcap", plain),
+            ("p/b.pcapng.gz", gzip.compress(packed)),
+            ("p/c.pcap.gz", gzip.compress(plain)),  # the same capture as a.pcap
+            ("p/d.pcap", known),
+            ("p/notes.txt", b"x"),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "old.pcap").write_bytes(known)
+    got = F.unseen_captures({"p": archive}, tmp_path / "work", shared)
+    assert [p.name for p in got] == ["p__a.pcap", "p__b.pcapng"]
+    assert got[1].read_bytes() == packed
