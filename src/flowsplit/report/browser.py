@@ -19,9 +19,12 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
+
+from flowsplit.util import typed_from_dict
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 CHROMIUM_FLAGS = (
@@ -205,6 +208,18 @@ def _console_errors(events: list[dict]) -> list[str]:
     return errors
 
 
+@dataclass
+class PageProbe:
+    """What :data:`PROBE` returns: the :class:`BrowserCheck` fields read from the page."""
+
+    title: str
+    images: list[dict[str, Any]]
+    height: int
+    verdict: str | None
+    verdict_top: float | None
+    first_image_top: float | None
+
+
 PROBE = """(() => {
   const top = e => e ? e.getBoundingClientRect().top + window.scrollY : null;
   const v = document.querySelector('.verdict');
@@ -273,11 +288,9 @@ def check_page(
             cdp.call("Page.navigate", {"url": url})
             result = BrowserCheck(loaded=cdp.wait_for("Page.loadEventFired", deadline))
             value = cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True})
-            info = json.loads(value["result"]["value"])
-            result.title, result.images = info["title"], info["images"]
-            result.height = int(info["height"])
-            result.verdict, result.verdict_top = info["verdict"], info["verdict_top"]
-            result.first_image_top = info["first_image_top"]
+            probe = typed_from_dict(PageProbe, json.loads(value["result"]["value"]), "probe")
+            for f in fields(probe):  # the probe's fields are the check's
+                setattr(result, f.name, getattr(probe, f.name))
             failed = [
                 f"request failed: {e['params'].get('errorText', '')}"
                 for e in cdp.events
