@@ -496,37 +496,49 @@ def _cuts_text(s: SchemeSummary) -> str:
 def sfl_rows(res: SFLCompareResult) -> list[SFLRow]:
     """Per scheme: final accuracy, total delay and bytes, each with its 95 % interval."""
     rows = [
-        SFLRow(
-            scheme=scheme,
+        _sfl_row(
+            scheme,
+            _cuts_text(s),
+            s.final_accuracy,
+            s.bytes_total,
+            len(s.seeds),
+            delay=s.delay_total_s,
             baseline=scheme in SFL_BASELINE_SCHEMES,
-            cuts=_cuts_text(s),
-            accuracy=s.final_accuracy.mean,
-            accuracy_ci=pct_ci(s.final_accuracy),
-            delay_s=s.delay_total_s.mean,
-            delay_ci=_num_ci(s.delay_total_s, "s"),
-            bytes=s.bytes_total.mean,
-            bytes_ci=_num_ci(s.bytes_total, "MB", 1e-6),
-            n_seeds=len(s.seeds),
         )
         for scheme, s in res.schemes.items()
     ]
-    # References that split nothing (``sfl compare`` trains them on the same rows and seeds).
+    # References that split nothing (``sfl compare`` trains them on the same rows and
+    # seeds): no delay.
     rows += [
-        SFLRow(
-            scheme=name,
-            baseline=True,
-            cuts="– (baseline, no split)",
-            accuracy=b.final_accuracy.mean,
-            accuracy_ci=pct_ci(b.final_accuracy),
-            delay_s=math.nan,
-            delay_ci="–",
-            bytes=b.bytes_total.mean,
-            bytes_ci=_num_ci(b.bytes_total, "MB", 1e-6),
-            n_seeds=len(b.per_seed),
-        )
+        _sfl_row(name, "– (baseline, no split)", b.final_accuracy, b.bytes_total, len(b.per_seed))
         for name, b in res.baselines.items()
     ]
     return rows
+
+
+def _sfl_row(
+    scheme: str,
+    cuts: str,
+    accuracy: Interval,
+    nbytes: Interval,
+    n_seeds: int,
+    *,
+    delay: Interval | None = None,
+    baseline: bool = True,
+) -> SFLRow:
+    """A row of the split-learning table, every figure beside its interval in words."""
+    return SFLRow(
+        scheme=scheme,
+        baseline=baseline,
+        cuts=cuts,
+        accuracy=accuracy.mean,
+        accuracy_ci=pct_ci(accuracy),
+        delay_s=interval_parts(delay)[0],
+        delay_ci=_num_ci(delay, "s"),
+        bytes=nbytes.mean,
+        bytes_ci=_num_ci(nbytes, "MB", 1e-6),
+        n_seeds=n_seeds,
+    )
 
 
 def _num_ci(d: Interval | None, unit: str, scale: float = 1.0) -> str:
