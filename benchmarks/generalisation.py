@@ -82,7 +82,7 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from flowsplit.cli import main as cli_main  # noqa: E402
-from flowsplit.train.crosssource import mean_f1, open_set_scores  # noqa: E402
+from flowsplit.train.crosssource import mean_f1, open_set_scores, shared_classes  # noqa: E402
 
 NEURAL = ("cnn", "lstm", "convlstm", "convgru", "transformer")
 
@@ -354,7 +354,7 @@ def cross_source(args, work: Path, res: dict) -> None:
     foreign = prepare_foreign(captures, work / "foreign")
     base, fds = load_dataset(ndpi8), load_dataset(foreign)
     counts = flows_per_class(fds)
-    overlap, too_few = foreign_module().shared_classes(base.classes, counts, args.min_flows)
+    overlap, too_few = shared_classes(base.classes, counts, args.min_flows)
     cross = restrict(fds, overlap, work / "foreign-overlap")
     key = "ndpi8->foreign"
     entry = res["sources"][key] = {

@@ -45,9 +45,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from flowsplit.data.store import file_digest  # noqa: E402
 
-# The classes a cross-source score may use: one copy, shared with `compare --cross-source`.
-from flowsplit.train.crosssource import shared_classes  # noqa: E402,F401
-
 ARCHIVE = "http://deb.debian.org/debian/pool/main/"
 # (project, path in the archive, SHA-256 of the file)
 SOURCES = [
