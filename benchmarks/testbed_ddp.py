@@ -35,7 +35,8 @@ fitted on the 1- and 2-node epoch times less the wire: the headline until 2026-1
 ``refit`` (that form on every point: not a check), ``with_sync``,
 ``measured_compute``, ``ladder_hops`` (s as a per-hop latency ``2 (N-1) alpha``),
 ``ladder_nosync``, ``ladder_points`` (the ladder's measured epoch at B/N itself for
-compute). Per point, medians over the repeats; ``rel_error = |predicted - measured| /
+compute), ``ladder_straggler`` (s grown with N as the expected maximum of N normal
+step times). Per point, medians over the repeats; ``rel_error = |predicted - measured| /
 measured``.
 
 The machine is shared (2 cores, other jobs): the cgroups get the kernel's largest CPU
@@ -326,6 +327,16 @@ def fit_exposed_sync(train: list[dict], per_hop: bool = False) -> float:
     return statistics.median(excess) if excess else 0.0
 
 
+def expected_max_normal(n: int) -> float:
+    """E[max of ``n`` independent standard normals] (0 for one)."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-8.0, 8.0, 4001)
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = np.cumsum(pdf) * (x[1] - x[0])
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+
+
 def predict_ladder(
     points: list[dict], ladder: list[dict], train: list[dict], key: str, sync: str = "step"
 ) -> None:
@@ -339,6 +350,10 @@ def predict_ladder(
     c, h = fit_ladder(ladder)
     per_hop = sync == "hops"
     s = 0.0 if sync == "none" else fit_exposed_sync(train, per_hop)
+    # "straggler": s is the wait for the slowest of N workers, growing as the expected
+    # maximum of N normal step times (scaled from the 2-node measurement).
+    grow = (lambda n: expected_max_normal(n) / expected_max_normal(2)) if sync == "straggler" else (
+        lambda n: 1.0)  # fmt: skip
     measured = {q["batch_size"]: q["measured_epoch_s"] for q in ladder}
     for p in points:
         n, steps = p["nodes"], p["steps"]
@@ -349,7 +364,7 @@ def predict_ladder(
             compute = measured[round(b)]
         else:
             compute = steps * (c * b + h)
-        hops = 2 * (n - 1) if per_hop else 1
+        hops = 2 * (n - 1) if per_hop else grow(n)
         pred = compute + p["predicted_comm_s"] + (steps * s * hops if n > 1 else 0.0)
         p[f"predicted_epoch_s{key}"] = pred
         p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
@@ -366,6 +381,7 @@ VARIANTS = {
     "_ladder_hops": "_ladder with s as a ring-hop latency: 2 (N-1) alpha per step",
     "_ladder_nosync": "_ladder without s",
     "_ladder_points": "_ladder with the one-node epoch at B/N itself for compute",
+    "_ladder_straggler": "_ladder with s grown as the expected max of N normals",
 }
 HEADLINE = "_ladder"
 """The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc)."""
@@ -396,7 +412,8 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
             predict_measured_compute(mine, prof, train, "_measured_compute")
         if len(ladder) >= 2:
             for key, sync in [("_ladder", "step"), ("_ladder_hops", "hops"),
-                              ("_ladder_nosync", "none"), ("_ladder_points", "points")]:  # fmt: skip
+                              ("_ladder_nosync", "none"), ("_ladder_points", "points"),
+                              ("_ladder_straggler", "straggler")]:  # fmt: skip
                 predict_ladder(mine, ladder, train, key, sync)
         for p in mine:
             if f"predicted_epoch_s{HEADLINE}" in p:

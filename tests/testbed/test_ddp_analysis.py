@@ -98,3 +98,9 @@ def test_no_sync_in_the_data_gives_a_zero_sync_term(bench):
     doc = bench.analyse(synthetic_rows(bench, sync_s=0.0))
     assert doc["max_heldout_rel_error"] < 1e-6
     assert all(p["sync_per_step_s_ladder"] == 0.0 for p in doc["points"])
+
+
+def test_expected_max_of_normals(bench):
+    assert bench.expected_max_normal(1) == 0.0
+    assert bench.expected_max_normal(2) == pytest.approx(1 / 3.141592653589793**0.5, rel=1e-4)
+    assert bench.expected_max_normal(8) == pytest.approx(1.4236, rel=1e-3)
