@@ -64,6 +64,7 @@ import torch
 from _common import ROOT, environment, write_json
 from ddp_overhead import write_synthetic_dataset
 from scipy.optimize import nnls
+from scipy.special import ndtr
 
 from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
 from flowsplit.testbed import Testbed, TestbedSpec, burst_bytes, missing_requirement
@@ -333,7 +334,7 @@ def expected_max_normal(n: int) -> float:
         return 0.0
     x = np.linspace(-8.0, 8.0, 4001)
     pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-    cdf = np.cumsum(pdf) * (x[1] - x[0])
+    cdf = ndtr(x)
     return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
 
 
