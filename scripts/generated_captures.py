@@ -38,6 +38,10 @@ bridge, so every host's packets once), with its own addresses (``10.{60+r}.0.0/2
   browse and resolve the others' services, then unregister (goodbye packets); ``dig``
   legacy-unicast queries (an ephemeral port to 224.0.0.251:5353, answered by unicast).
 
+The seed fixes every drawn parameter (``DIR/generated.json`` lists them per run), not
+the bytes: keys, connection IDs, ephemeral ports and timing differ on every run, so the
+captures are made again, not pinned by digest.
+
 A weaker "other source" than a real network: one machine, one kernel, no loss, no
 middleboxes, sub-millisecond delays, few implementations (aioquic for every QUIC flow).
 The labels are not given here: ``flowsplit prepare --label-by ndpi`` labels these
