@@ -97,6 +97,22 @@ def schedule(
     return out
 
 
+def hold_cpus_awake() -> int | None:
+    """Keep the CPUs out of their idle halt while the returned descriptor is open (a PM
+    QoS request of 0 µs on ``/dev/cpu_dma_latency``; released when it closes, at exit
+    too). Why: on this VM (cpuidle ``haltpoll``, ``guest_halt_poll_ns=0``) an idle CPU
+    halts at once and the hypervisor must wake it; a quota'd node alone on its CPU (one
+    or two nodes) idles in every throttled gap and pays that wake-up at each period and
+    each message, nodes sharing a CPU (four or eight) mostly do not, nor does any node
+    while other jobs keep the CPUs busy. None: not available (not root, no device)."""
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+    except OSError:
+        return None
+    os.write(fd, (0).to_bytes(4, sys.byteorder))
+    return fd
+
+
 def steal_s() -> float:
     """Seconds of CPU time the hypervisor took from this machine's CPUs (``/proc/stat``)."""
     try:
@@ -475,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--settle", type=int, default=1, help="unmeasured epochs after a change")
     p.add_argument("--passes", type=int, default=1, help="visits of every rate, interleaved")
+    p.add_argument(
+        "--awake", action="store_true", help="keep the CPUs out of idle halt (hold_cpus_awake)"
+    )
     p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per training job")
     p.add_argument("--reanalyse", type=Path, metavar="JSON", help="refit a saved run's epochs")
@@ -496,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     models = args.models.split(",")
     if args.cpu * max(nodes) > (os.cpu_count() or 1):
         p.error(f"{max(nodes)} nodes x {args.cpu} cores oversubscribe the machine")
+    awake = hold_cpus_awake() if args.awake else None
+    if args.awake and awake is None:
+        print("testbed_ddp.py: --awake: cannot open /dev/cpu_dma_latency", file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="testbed-ddp-"))
     load_before, t0 = os.getloadavg(), time.perf_counter()
     try:
@@ -527,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "settle_epochs": args.settle,
             "passes": args.passes,
+            "cpus_held_awake": awake is not None,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",
@@ -544,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if awake is not None:
+            os.close(awake)
     return 0
 
 
