@@ -528,14 +528,10 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
             if ok:
                 server_speed = speed
         else:
-            link = {"rtt_s": rtt, "down_Bps": down, "up_Bps": up}
-            if np.isfinite(held):
-                link["stream_buffer_bytes"] = held
+            link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
+            if "stream_buffer_bytes" in link:
                 buffers.append(held)
-            if np.isfinite(down_steady) and np.isfinite(up_steady):
-                link["down_steady_Bps"], link["up_steady_Bps"] = down_steady, up_steady
-            if np.isfinite(busy):
-                link["busy_wake_s"] = busy
+            if "busy_wake_s" in link:
                 who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
                 busy_sends[who][at].append(busy)
             if kind == _LINK_CA:
@@ -544,21 +540,8 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
             else:
                 as_lat[j], as_bw[j] = rtt / 2, (down + up) / 2
                 report["links"].append({"backbone": j, **link})
-    measured_ca = {(r["client"], r["aggregator"]) for r in report["links"] if "client" in r}
-    report["unmeasured_client_links"] = [
-        [i, j]
-        for i in range(nominal.n_clients)
-        for j in range(nominal.n_aggregators)
-        if nominal.ca_bandwidth[i, j] > 0 and (i, j) not in measured_ca
-    ]
-    extra_transport: dict[str, list[float]] = {}
-    if any(np.isfinite(v) for d in transport.values() for vs in d.values() for v in vs):
-        for name, per_who in transport.items():
-            for who, vs in per_who.items():
-                extra_transport[f"{who}_{name}"] = [float(v) if np.isfinite(v) else 0.0 for v in vs]
-    if any(b for vs in busy_sends.values() for b in vs):
-        for who, vs in busy_sends.items():
-            extra_transport[f"{who}_busy_wake_s"] = [float(np.median(b)) if b else 0.0 for b in vs]
+    report["unmeasured_client_links"] = _unmeasured_links(nominal, report["links"])
+    extra_transport = _transport_extra(transport, busy_sends)
     topo = replace(
         nominal,
         name="probed",
@@ -584,6 +567,43 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         },
     )
     return topo, report
+
+
+def _link_report(rtt, down, up, held, busy, down_steady, up_steady) -> dict[str, float]:
+    """One link's measurements as ``probe.json`` lists them (what was measured only)."""
+    link = {"rtt_s": rtt, "down_Bps": down, "up_Bps": up}
+    if np.isfinite(held):
+        link["stream_buffer_bytes"] = held
+    if np.isfinite(down_steady) and np.isfinite(up_steady):
+        link["down_steady_Bps"], link["up_steady_Bps"] = down_steady, up_steady
+    if np.isfinite(busy):
+        link["busy_wake_s"] = busy
+    return link
+
+
+def _unmeasured_links(nominal: Topology, links: list[dict]) -> list[list[int]]:
+    """The linked (client, aggregator) pairs of ``nominal`` that ``links`` do not hold."""
+    measured = {(r["client"], r["aggregator"]) for r in links if "client" in r}
+    return [
+        [i, j]
+        for i in range(nominal.n_clients)
+        for j in range(nominal.n_aggregators)
+        if nominal.ca_bandwidth[i, j] > 0 and (i, j) not in measured
+    ]
+
+
+def _transport_extra(transport: dict, busy_sends: dict) -> dict[str, list[float]]:
+    """The topology's ``extra`` entries of the transport's CPU (per byte, per message
+    received) and of the busy senders' delay (median per sender), where measured."""
+    out: dict[str, list[float]] = {}
+    if any(np.isfinite(v) for d in transport.values() for vs in d.values() for v in vs):
+        for name, per_who in transport.items():
+            for who, vs in per_who.items():
+                out[f"{who}_{name}"] = [float(v) if np.isfinite(v) else 0.0 for v in vs]
+    if any(b for vs in busy_sends.values() for b in vs):
+        for who, vs in busy_sends.items():
+            out[f"{who}_busy_wake_s"] = [float(np.median(b)) if b else 0.0 for b in vs]
+    return out
 
 
 def all_pairs(topology: Topology) -> list[tuple[int, int]]:

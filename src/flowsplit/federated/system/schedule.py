@@ -158,92 +158,115 @@ def replay(
       later when the sender is computing at that moment: under a spent quota its
       transport thread runs only when the quota lets it (up to a CFS period later).
     """
-    n_aggs = topology.n_aggregators
-    extra = getattr(topology, "extra", None) or {}
-    buffer = float(extra.get("stream_buffer_bytes", np.inf))
-    cpu = _cpu_quotas(extra, n_aggs)
-    costs = _transport_costs(extra, n_aggs)
-    tokens: dict[int, tuple[float, float]] = {}  # rank -> (tokens, at time)
-    out = np.array(trace, dtype=np.float64, copy=True)
-    ranks = sorted({int(r) for r in out[:, RANK]}) if len(out) else []
-    rows = {r: np.flatnonzero(out[:, RANK] == r) for r in ranks}
-    pos = dict.fromkeys(ranks, 0)
-    clock = dict.fromkeys(ranks, float(start))
-    busy: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}  # work intervals
-    free: dict[tuple[int, int], float] = {}
-    inbox: dict[tuple[int, int], deque[tuple[float, float]]] = {}
-    links: dict[tuple[int, int], tuple[float, float]] = {}
-    pending = set(ranks)
+    return _Replay(trace, topology, per_message_s, start).run()
 
-    def run_cpu(r: int, seconds: float, t: float) -> float:
+
+class _Replay:
+    """The state of one :func:`replay`: each role's clock and place in its events, each
+    stream's posted messages and when its link is next free, each quota'd node's CPU
+    bucket and its roles' work intervals."""
+
+    def __init__(self, trace: np.ndarray, topology: Any, per_message_s: float, start: float):
+        self.topology = topology
+        self.n_aggs = topology.n_aggregators
+        extra = getattr(topology, "extra", None) or {}
+        self.buffer = float(extra.get("stream_buffer_bytes", np.inf))
+        self.cpu = _cpu_quotas(extra, self.n_aggs)
+        self.costs = _transport_costs(extra, self.n_aggs)
+        self.per_message_s = per_message_s
+        self.tokens: dict[int, tuple[float, float]] = {}  # rank -> (tokens, at time)
+        self.out = out = np.array(trace, dtype=np.float64, copy=True)
+        ranks = sorted({int(r) for r in out[:, RANK]}) if len(out) else []
+        self.ranks = ranks
+        self.rows = {r: np.flatnonzero(out[:, RANK] == r) for r in ranks}
+        self.clock = dict.fromkeys(ranks, float(start))
+        self.busy: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}
+        self.free: dict[tuple[int, int], float] = {}
+        self.inbox: dict[tuple[int, int], deque[tuple[float, float]]] = {}
+        self.links: dict[tuple[int, int], tuple[float, float]] = {}
+
+    def run(self) -> np.ndarray:
+        out, rows = self.out, self.rows
+        pos = dict.fromkeys(self.ranks, 0)
+        pending = set(self.ranks)
+        while pending:
+            progressed = False
+            for r in sorted(pending):
+                idx, k = rows[r], pos[r]
+                while k < len(idx):
+                    e = idx[k]
+                    t = self.clock[r]
+                    t_end = self.event(r, e, t)
+                    if t_end is None:
+                        break  # blocked until the peer has posted it
+                    out[e, T_START], out[e, T_END] = t, t_end
+                    self.clock[r] = t_end
+                    k += 1
+                    progressed = True
+                pos[r] = k
+                if k == len(idx):
+                    pending.discard(r)
+            if pending and not progressed:
+                # A receive whose message was never sent (a trace cut short by a fault):
+                # let the first blocked role go on without it.
+                r = min(pending)
+                out[rows[r][pos[r]], NBYTES] = -1.0
+        return out
+
+    def event(self, r: int, e: int, t: float) -> float | None:
+        """When role ``r``'s event ``e``, starting at ``t``, ends (None: not yet posted)."""
+        out = self.out
+        kind = int(out[e, KIND])
+        if kind == WORK:
+            t_end = self.run_cpu(r, out[e, SECONDS], t)
+            if t_end > t:
+                self.busy[r].append((t, t_end))
+            return t_end
+        if kind == SEND:
+            if out[e, NBYTES] >= 0:  # else not posted (a lost peer)
+                key = (r, int(out[e, PEER]))
+                self.inbox.setdefault(key, deque()).append((t, out[e, NBYTES]))
+                self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * out[e, NBYTES], t)
+            return t + self.per_message_s
+        if out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
+            return t
+        return self.receive(r, (int(out[e, PEER]), r), t)
+
+    def receive(self, r: int, key: tuple[int, int], t: float) -> float | None:
+        """When role ``r``'s receive on stream ``key``, asked for at ``t``, ends."""
+        box = self.inbox.get(key)
+        if not box:
+            return None
+        posted, nbytes = box.popleft()
+        if key not in self.links:
+            self.links[key] = _link(self.topology, self.n_aggs, *key)
+        latency, bandwidth = self.links[key]
+        begin = max(posted, self.free.get(key, -np.inf))
+        if nbytes <= self.buffer:
+            done = begin + nbytes / bandwidth
+        else:
+            asked = max(begin + self.buffer / bandwidth, t)
+            wake = self.costs.get(key[0], (0.0, 0.0))[1]
+            if wake > 0 and _inside(asked, self.busy[key[0]]):
+                asked += wake
+            done = asked + (nbytes - self.buffer) / bandwidth
+        self.free[key] = done
+        self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * nbytes, done)
+        return max(t, done + latency)
+
+    def run_cpu(self, r: int, seconds: float, t: float) -> float:
         """When ``seconds`` of CPU (full speed) started by role ``r`` at ``t`` end."""
         if seconds <= 0:
             return t
-        if r in cpu:
-            return _throttled(seconds, t, r, cpu[r], tokens)
+        if r in self.cpu:
+            return _throttled(seconds, t, r, self.cpu[r], self.tokens)
         return t + seconds
 
-    def beside(r: int, seconds: float, t: float) -> None:
+    def beside(self, r: int, seconds: float, t: float) -> None:
         """``seconds`` of CPU spent at ``t`` by role ``r``'s other threads: out of its
         bucket (which may go into debt), not on its clock."""
-        if seconds > 0 and r in cpu:
-            _drain(seconds, t, r, cpu[r], tokens)
-
-    while pending:
-        progressed = False
-        for r in sorted(pending):
-            idx, k = rows[r], pos[r]
-            while k < len(idx):
-                e = idx[k]
-                kind = int(out[e, KIND])
-                t = clock[r]
-                if kind == WORK:
-                    t_end = run_cpu(r, out[e, SECONDS], t)
-                    if t_end > t:
-                        busy[r].append((t, t_end))
-                elif kind == SEND:
-                    t_end = t + per_message_s
-                    if out[e, NBYTES] >= 0:  # else not posted (a lost peer)
-                        inbox.setdefault((r, int(out[e, PEER])), deque()).append(
-                            (t, out[e, NBYTES])
-                        )
-                        beside(r, costs.get(r, (0.0, 0.0))[0] * out[e, NBYTES], t)
-                elif out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
-                    t_end = t
-                else:  # RECV
-                    key = (int(out[e, PEER]), r)
-                    box = inbox.get(key)
-                    if not box:
-                        break  # blocked until the peer has posted it
-                    posted, nbytes = box.popleft()
-                    if key not in links:
-                        links[key] = _link(topology, n_aggs, *key)
-                    latency, bandwidth = links[key]
-                    begin = max(posted, free.get(key, -np.inf))
-                    if nbytes <= buffer:
-                        done = begin + nbytes / bandwidth
-                    else:
-                        asked = max(begin + buffer / bandwidth, t)
-                        wake = costs.get(key[0], (0.0, 0.0))[1]
-                        if wake > 0 and _inside(asked, busy[key[0]]):
-                            asked += wake
-                        done = asked + (nbytes - buffer) / bandwidth
-                    free[key] = done
-                    t_end = max(t, done + latency)
-                    beside(r, costs.get(r, (0.0, 0.0))[0] * nbytes, done)
-                out[e, T_START], out[e, T_END] = t, t_end
-                clock[r] = t_end
-                k += 1
-                progressed = True
-            pos[r] = k
-            if k == len(idx):
-                pending.discard(r)
-        if pending and not progressed:
-            # A receive whose message was never sent (a trace cut short by a fault):
-            # let the first blocked role go on without it.
-            r = min(pending)
-            out[rows[r][pos[r]], NBYTES] = -1.0
-    return out
+        if seconds > 0 and r in self.cpu:
+            _drain(seconds, t, r, self.cpu[r], self.tokens)
 
 
 def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
