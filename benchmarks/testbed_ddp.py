@@ -67,7 +67,7 @@ from scipy.optimize import nnls
 from scipy.special import ndtr
 
 from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
-from flowsplit.testbed import Testbed, TestbedSpec, burst_bytes, missing_requirement
+from flowsplit.testbed import Testbed, TestbedSpec, bed, burst_bytes, missing_requirement
 
 EPOCH_LINE = re.compile(r"epoch (\d+)(/\d+)?: loss")
 """rank 0's epoch line in train.log: ``epoch N/M: loss`` (1-based since train numbers
@@ -137,6 +137,9 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
     spec = TestbedSpec.cluster(n_nodes, None, args.cpu, cpu_period_us=args.period_us)
     marks: list[dict] = []
     steal0 = steal_s()
+    if args.share_cpu:  # a diagnostic: every node of the job pinned to the first CPU
+        first = min(os.sched_getaffinity(0))
+        bed.pin_nodes = lambda sp: {n.name: (first,) for n in sp.nodes if n.cpu is not None}
     with Testbed(spec) as tb:
         tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
@@ -492,6 +495,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=int, default=1, help="unmeasured epochs after a change")
     p.add_argument("--passes", type=int, default=1, help="visits of every rate, interleaved")
     p.add_argument(
+        "--share-cpu",
+        action="store_true",
+        help="diagnostic: pin every node to one CPU (as 2 of 4 or 4 of 8 nodes share one)",
+    )
+    p.add_argument(
         "--awake", action="store_true", help="keep the CPUs out of idle halt (hold_cpus_awake)"
     )
     p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
@@ -551,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             "settle_epochs": args.settle,
             "passes": args.passes,
             "cpus_held_awake": awake is not None,
+            "share_cpu": args.share_cpu,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",
