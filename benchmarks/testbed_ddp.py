@@ -2,8 +2,8 @@
 against the scaling model fitted on 1-2 nodes only.
 
     python benchmarks/testbed_ddp.py --out bench-results/testbed_ddp.json \\
-        [--nodes 1,2,4,8] [--mbit 1000,100,10] [--models cnn,convgru] [--cpu 0.15] \\
-        [--period-us 10000] [--steps 6] [--repeats 3] [--passes 1] [--settle 1]
+        [--nodes 1,2,4,8] [--mbit 1000,100,10] [--models cnn,convgru] [--cpu 0.2] \\
+        [--period-us 5000] [--steps 10] [--repeats 2] [--passes 2] [--settle 1] [--awake]
     python benchmarks/testbed_ddp.py --reanalyse OLD.json --out NEW.json   # no training
 
 Needs root (:mod:`flowsplit.testbed`: namespaces, tc, cgroups); says so and exits 2
@@ -488,12 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", default="1,2,4,8")
     p.add_argument("--mbit", default="1000,100,10", help="rates, in the order run")
     p.add_argument("--models", default="cnn,convgru")
-    p.add_argument("--cpu", type=float, default=0.15, help="CPU quota of every node, cores")
-    p.add_argument("--period-us", type=int, default=10_000, help="CFS period, µs")
-    p.add_argument("--steps", type=int, default=6, help="optimiser steps per epoch")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--cpu", type=float, default=0.2, help="CPU quota of every node, cores")
+    p.add_argument("--period-us", type=int, default=5_000, help="CFS period, µs")
+    p.add_argument("--steps", type=int, default=10, help="optimiser steps per epoch")
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--settle", type=int, default=1, help="unmeasured epochs after a change")
-    p.add_argument("--passes", type=int, default=1, help="visits of every rate, interleaved")
+    p.add_argument("--passes", type=int, default=2, help="visits of every rate, interleaved")
     p.add_argument(
         "--share-cpu",
         action="store_true",
