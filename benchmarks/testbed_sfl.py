@@ -220,7 +220,7 @@ def measured_row(out: Path, topo: Topology, traces: bool, reanalyse: bool = Fals
 
 def calibrated_figures(calibrated: float, measured: float, first_round: dict) -> dict:
     """The prediction with the stream buffer calibrated on the first (measured) round."""
-    buffer = first_round["timing"]["calibration"]["stream_buffer_bytes"]
+    buffer = first_round["timing"]["calibration"][schedule.BUFFER_KEY]
     return {
         "calibrated_round_s": calibrated,
         "calibrated_rel_error": abs(calibrated - measured) / measured,
@@ -244,10 +244,10 @@ def calibrated_from_traces(traces: Path) -> dict:
         if buffer is None:
             buffer = schedule.calibrate_buffer(trace, topo, measured)
             continue
-        topo = replace(topo, extra={**topo.extra, schedule.BUFFER_KEY: buffer})
+        topo = schedule.with_buffer(topo, buffer)
         pred.append(schedule.timeline(schedule.replay(trace, topo), n)["round_s"])
         meas.append(measured)
-    first = {"timing": {"calibration": {"stream_buffer_bytes": buffer}}}
+    first = {"timing": {"calibration": {schedule.BUFFER_KEY: buffer}}}
     return calibrated_figures(float(np.mean(pred)), float(np.mean(meas)), first)
 
 

@@ -65,6 +65,7 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
 )
+from flowsplit.federated.system.schedule import BUFFER_KEY
 from flowsplit.federated.system.topology import Topology
 
 log = logging.getLogger("flowsplit.federated")
@@ -556,7 +557,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         trace=(),
         extra={
             **nominal.extra,
-            **({"stream_buffer_bytes": float(np.median(buffers))} if buffers else {}),
+            **({BUFFER_KEY: float(np.median(buffers))} if buffers else {}),
             **(
                 {f"{who}_cpu_share": share[who] for who in share}
                 | {f"{who}_cpu_burst_s": burst[who] for who in burst}

@@ -95,6 +95,7 @@ from flowsplit.federated.system.schedule import (
     replay,
     rescale_compute,
     timeline,
+    with_buffer,
 )
 
 log = logging.getLogger("flowsplit.federated")
@@ -315,7 +316,7 @@ def _calibrated_buffer(history: list[dict[str, Any]]) -> float | None:
     for record in history:
         calibration = record.get("timing", {}).get("calibration")
         if calibration is not None:
-            return float(calibration["stream_buffer_bytes"])
+            return float(calibration[BUFFER_KEY])
     return None
 
 
@@ -357,8 +358,7 @@ def round_timing(
             buffer = calibrate_buffer(trace, topology, measured["round_s"])
             out["timing"]["calibration"] = {BUFFER_KEY: buffer}
         else:
-            extra = {**(getattr(topology, "extra", None) or {}), BUFFER_KEY: calibrated_buffer}
-            calibrated = timeline(replay(trace, replace(topology, extra=extra)), n_aggs)
+            calibrated = timeline(replay(trace, with_buffer(topology, calibrated_buffer)), n_aggs)
             out["calibrated_round_s"] = calibrated["round_s"]
             out["timing"]["calibrated"] = {
                 "source": "predicted",

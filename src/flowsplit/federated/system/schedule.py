@@ -37,6 +37,7 @@ transfer times carry the hosts' clock offsets.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -170,7 +171,7 @@ class _Replay:
         self.topology = topology
         self.n_aggs = topology.n_aggregators
         extra = getattr(topology, "extra", None) or {}
-        self.buffer = float(extra.get("stream_buffer_bytes", np.inf))
+        self.buffer = float(extra.get(BUFFER_KEY, np.inf))
         self.cpu = _cpu_quotas(extra, self.n_aggs)
         self.costs = _transport_costs(extra, self.n_aggs)
         self.per_message_s = per_message_s
@@ -378,9 +379,16 @@ def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.nda
 
 
 BUFFER_KEY = "stream_buffer_bytes"
+"""``topology.extra``'s key of the streams' buffering (bytes), which :func:`replay` reads."""
 MAX_CALIBRATED_BUFFER = float(16 << 20)
 """The largest stream buffer a calibration returns (bytes): a round predicted too slow
 even with this much buffering is not a buffering matter."""
+
+
+def with_buffer(topology: Any, buffer: float) -> Any:
+    """``topology`` (a copy) whose streams buffer ``buffer`` bytes."""
+    extra = {**(getattr(topology, "extra", None) or {}), BUFFER_KEY: float(buffer)}
+    return replace(topology, extra=extra)
 
 
 def calibrate_buffer(
@@ -398,13 +406,10 @@ def calibrate_buffer(
     so the buffer is found by bisection on a log scale: 0 when the round is predicted
     no slower than measured without any buffering, :data:`MAX_CALIBRATED_BUFFER` when
     it is predicted slower than measured even with that much."""
-    from dataclasses import replace
-
     n_aggs = topology.n_aggregators
 
     def round_s(buffer: float) -> float:
-        extra = {**(getattr(topology, "extra", None) or {}), BUFFER_KEY: buffer}
-        return timeline(replay(trace, replace(topology, extra=extra)), n_aggs)["round_s"]
+        return timeline(replay(trace, with_buffer(topology, buffer)), n_aggs)["round_s"]
 
     if round_s(0.0) <= measured_round_s:
         return 0.0
