@@ -31,20 +31,38 @@ def test_probed_topology_replaces_what_was_measured_and_keeps_the_rest():
     # Execute
     topo, report = probed_topology(nominal, rows)
     # Assert: measured values in, half the round trip as latency, the mean bandwidth of
-    # both directions, the median stream buffer; the rest as given, and listed.
+    # both directions, each measured link's burst (the median for links not measured:
+    # they carry nothing); the rest as given, and listed.
     assert topo.client_speed.tolist() == [1e10, 3e9, 1e10]
     assert topo.server_speed == 5e10
     assert topo.ca_latency[0, 1] == pytest.approx(0.002)
     assert topo.ca_bandwidth[0, 1] == pytest.approx(2e6)
     assert topo.ca_bandwidth[0, 0] == nominal.ca_bandwidth[0, 0]
     assert topo.as_latency[0] == pytest.approx(0.005) and topo.as_bandwidth[1] == 125e6
-    assert topo.extra["stream_buffer_bytes"] == pytest.approx(3e5)
+    assert topo.extra["ca_burst_bytes"][0][1] == pytest.approx(2e5)
+    assert topo.extra["ca_burst_bytes"][2][0] == pytest.approx(3e5)
+    assert topo.extra["as_burst_bytes"] == pytest.approx([4e5, 3e5])
+    assert "stream_buffer_bytes" not in topo.extra
     assert [0, 1] not in report["unmeasured_client_links"]
     assert len(report["unmeasured_client_links"]) == 5
-    # The TOML round-trips, buffer included (sfl plan --topology reads it).
+    # The TOML round-trips, bursts included (sfl plan --topology reads it).
     again = topology_from_toml(topology_to_toml(topo))
-    assert again.extra["stream_buffer_bytes"] == pytest.approx(3e5)
+    assert again.extra["ca_burst_bytes"] == topo.extra["ca_burst_bytes"]
     np.testing.assert_allclose(again.ca_bandwidth, topo.ca_bandwidth)
+
+
+def test_an_older_probe_that_timed_one_links_buffer_gives_every_stream_that_buffer():
+    # Rows of a probe from before per-link bursts: only the first link has the figure.
+    nominal = homogeneous(3, 2)
+    rows = np.array(
+        [
+            [3, 0, 1, np.nan, 0.004, 1e6, 3e6, 2e5],
+            [3, 1, 1, np.nan, 0.004, 1e6, 3e6, np.nan],
+        ]
+    )
+    topo, _ = probed_topology(nominal, rows)
+    assert topo.extra["stream_buffer_bytes"] == pytest.approx(2e5)
+    assert "ca_burst_bytes" not in topo.extra
 
 
 def test_rescale_compute_recharges_each_role_at_its_new_speed():
@@ -80,9 +98,11 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
     # Loopback moves far more than 10 MB/s and answers within 100 ms.
     assert np.all(topo.ca_bandwidth > 1e7) and np.all(topo.as_bandwidth > 1e7)
     assert np.all((topo.ca_latency > 0) & (topo.ca_latency < 0.1))
-    # The buffer is a timing difference (payload - bandwidth x the rest's time): on a
-    # loaded machine the rest's time is inflated and the estimate floors at 0.
-    assert 0 <= topo.extra["stream_buffer_bytes"] < float("inf")
+    # Every link's burst was measured (loopback has no shaper: whatever the timing
+    # noise gives, between 0 and the sample's payload).
+    bursts = np.asarray(topo.extra["ca_burst_bytes"])
+    assert bursts.shape == (3, 2) and np.all((bursts >= 0) & np.isfinite(bursts))
+    assert len(topo.extra["as_burst_bytes"]) == 2
 
 
 def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():

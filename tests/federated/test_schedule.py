@@ -135,6 +135,61 @@ def test_a_stream_without_buffering_waits_for_its_receiver():
     assert part[-1, T_END] == pytest.approx(2.0 + 0.6 + 0.01)
 
 
+def _measured(topo, ca_burst, as_burst=0.0):
+    """``topo`` with the probe's per-link bursts (the rendezvous replay)."""
+    topo.extra["ca_burst_bytes"] = np.full(topo.ca_bandwidth.shape, ca_burst).tolist()
+    topo.extra["as_burst_bytes"] = [as_burst] * topo.n_aggregators
+    return topo
+
+
+def test_on_measured_links_a_message_moves_only_once_asked_for_after_the_handshakes():
+    # Prepare: as above, the aggregator posts 1 MB at 0 s, the client asks after 2 s;
+    # measured links (10 ms, 1 MB/s, no burst) replay gloo's rendezvous.
+    agg, client = Tracer(1, 1), Tracer(2, 1)
+    agg.send(2, 1_000_000, DOWNLOAD, 0, 0)
+    client.work(2.0, DOWNLOAD, 0, 0)
+    client.recv(1, 0, MODEL, 0, 0)
+    trace = np.concatenate([agg.array(), client.array()])
+    # Execute
+    late = replay(trace, _measured(_topology(), 0.0))
+    bucket = replay(trace, _measured(_topology(), 300_000.0))
+    # Assert: asked late, the message pays LATE_TRIPS handshake latencies (10 ms each),
+    # then 1 s on the wire and its own 10 ms; a rested link's bucket of 300 kB goes at
+    # once, the rest at 1 MB/s. A stream buffer the probe once gave is not used.
+    from flowsplit.federated.system.schedule import LATE_TRIPS
+
+    assert late[-1, T_END] == pytest.approx(2.0 + LATE_TRIPS * 0.01 + 1.0 + 0.01)
+    assert bucket[-1, T_END] == pytest.approx(2.0 + LATE_TRIPS * 0.01 + 0.7 + 0.01)
+
+
+def test_on_measured_links_back_to_back_messages_drain_the_bucket_and_a_rest_refills_it():
+    # Prepare: the client (rank 2) is waiting; the aggregator sends 200 kB twice at
+    # 0 s, then, after 1 s of work, once more. Bucket 200 kB at 1 MB/s (refills in 0.2 s).
+    agg, client = Tracer(1, 1), Tracer(2, 1)
+    agg.send(2, 200_000, DOWNLOAD, 0, 0)
+    agg.send(2, 200_000, DOWNLOAD, 0, 0)
+    agg.work(1.0, DOWNLOAD, 0, 0)
+    agg.send(2, 200_000, DOWNLOAD, 0, 0)
+    for _ in range(3):
+        client.recv(1, 0, MODEL, 0, 0)
+    trace = np.concatenate([agg.array(), client.array()])
+    # Execute
+    out = replay(trace, _measured(_topology(), 200_000.0))
+    # Assert: the first goes at once (2 handshakes + 10 ms); the client asks for the
+    # second as the first arrives, 10 ms after the link went idle (late: 3 handshakes),
+    # so 40 ms of refill (40 kB) go at once and the other 160 kB take 0.16 s; the third,
+    # asked for before it was posted (early), after the rest goes at once again.
+    from flowsplit.federated.system.schedule import EARLY_TRIPS, LATE_TRIPS
+
+    hs = EARLY_TRIPS * 0.01
+    first = hs + 0.01
+    idle = 0.01 + LATE_TRIPS * 0.01
+    second = first + LATE_TRIPS * 0.01 + (200_000 - idle * 1e6) / 1e6 + 0.01
+    assert out[-3, T_END] == pytest.approx(first)
+    assert out[-2, T_END] == pytest.approx(second)
+    assert out[-1, T_END] == pytest.approx(1.0 + hs + 0.01)
+
+
 def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
     # A client (rank 2) with a 10 % share and a 4 ms burst does 2 ms, then 10 ms of
     # full-speed work back to back: the first fits the burst; the second gets the rest

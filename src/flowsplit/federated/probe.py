@@ -20,7 +20,10 @@ processes, where the run itself would run, and measures:
   and a message pays TCP's start too) goes into the topology; the *steady-state* rate
   (extra bytes over extra time: what a transfer pays once cancels) is reported beside
   it (``down_steady_Bps``, ``up_steady_Bps``). The latency the topology gets is half
-  the round trip;
+  the round trip. Each link's *burst* (what a rested link sends at once: a shaper's
+  token bucket) is timed too (:func:`probe_burst`); the topology gets it per link, and
+  the timeline replay then follows gloo's rendezvous on each link (see
+  :func:`flowsplit.federated.system.schedule.replay`);
 - **the transport's CPU**: every role counts the CPU time its process spends (all its
   threads: gloo's included) on the probe's small round trips (CPU s per message
   received: a round trip is one receive, waited for, and one send, posted; a posted
@@ -65,7 +68,7 @@ from flowsplit.federated.system.protocol import (
     Recv,
     Send,
 )
-from flowsplit.federated.system.schedule import BUFFER_KEY
+from flowsplit.federated.system.schedule import BUFFER_KEY, BURST_KEYS
 from flowsplit.federated.system.topology import Topology
 
 log = logging.getLogger("flowsplit.federated")
@@ -79,15 +82,21 @@ step's time converted to full speed varied twofold between identical nodes; over
 a second the burst is a small part and the quota's share, measured apart, the rest."""
 PROBE_TRANSFER_S = 0.2
 """A bandwidth sample is kept once its transfer takes at least this long."""
+BURST_IDLE_S = 0.1
+"""How long a link rests before each burst sample (a shaper's bucket refills meanwhile)."""
+BURST_PROBE_S = 0.1
+"""A burst sample's larger payloads: this much of the link's traffic, and twice it."""
+BURST_REPEATS = 2
+"""Burst samples per link (their median is kept)."""
 MAX_PROBE_BYTES = 64 << 20
 FIRST_PROBE_BYTES = 32 << 10
 PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
-# (kind, i, j, speed, rtt, down, up, buffer, message cpu s, byte cpu s, busy send B/s).
+# (kind, i, j, speed, rtt, down, up, burst B, message cpu s, byte cpu s, busy send B/s).
 # Speed rows carry (share, burst) in the rtt and down columns; link rows the lower
 # end's busy-sender delay, and the steady-state rates down and up (two more columns).
-_DONE, _ECHO, _TAKE, _GIVE, _LATE, _BUSY = 0, 1, 2, 3, 4, 5
+_DONE, _ECHO, _TAKE, _GIVE, _BUSY = 0, 1, 2, 3, 5  # (4: retired)
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
 _COLS = 13
 
@@ -266,19 +275,26 @@ def _timed(
     return took
 
 
-def probe_buffer(transport: Any, peer: Address, bandwidth: float) -> float:
-    """Bytes of a message that reach ``peer`` before it asks for them (the stream's
-    socket buffering): a payload of about a second is posted, the peer waits until all
-    it can take has arrived, then times the rest: buffer = payload - bandwidth x rest."""
-    n = int(min(MAX_PROBE_BYTES, max(1 << 20, bandwidth * 0.6)))
-    delay = 1.3 * n / bandwidth + 0.05
-    transport.send(Send(peer, _cmd(_LATE, n, int(delay * 1e6)), CONTROL), telemetry=True)
-    transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
-    got = transport.recv(Recv(peer, CONTROL), telemetry=True)
-    if got is None:
-        raise ConnectionError(f"lost {peer} while probing")
-    rest = float(got.item())
-    return float(min(n, max(0.0, n - bandwidth * rest)))
+def probe_burst(transport: Any, peer: Address, bandwidth: float) -> float:
+    """Bytes a rested link to ``peer`` sends at once (a shaper's token bucket; about 0
+    on a link without one). Each sample: after a rest of :data:`BURST_IDLE_S` each, a
+    one-byte payload, ``n`` and ``2 n`` bytes are timed (``n``: :data:`BURST_PROBE_S` of
+    traffic); the rate is ``n / (t(2n) - t(n))`` (burst and handshakes cancel) and the
+    burst ``n - rate x (t(n) - t(1))`` (the handshakes cancel). Median of
+    :data:`BURST_REPEATS` samples; a bucket of more than ``n`` bytes reads as ``n``."""
+    n = int(min(MAX_PROBE_BYTES, max(4 * FIRST_PROBE_BYTES, bandwidth * BURST_PROBE_S)))
+    samples = []
+    for _ in range(BURST_REPEATS):
+        took = []
+        for size in (1, n, 2 * n):
+            time.sleep(BURST_IDLE_S)
+            took.append(_timed(transport, peer, _TAKE, size, book=False))
+        tiny, one, two = took
+        rate = n / (two - one) if two > one else bandwidth
+        if not 0.5 * bandwidth <= rate <= 2.0 * bandwidth:  # a stall: not a rate
+            rate = bandwidth
+        samples.append(min(float(n), max(0.0, n - rate * max(0.0, one - tiny))))
+    return float(statistics.median(samples))
 
 
 def link_rates(transport: Any, peer: Address, op: int, rtt: float) -> tuple[float, float]:
@@ -306,9 +322,9 @@ def link_rates(transport: Any, peer: Address, op: int, rtt: float) -> tuple[floa
     return effective, n / extra
 
 
-def probe_link(transport: Any, peer: Address, *, buffer: bool = False) -> list[float]:
-    """[round trip s, effective bandwidth to ``peer`` B/s, from it B/s, stream buffer
-    bytes or NaN unless ``buffer``, what ``peer`` computing adds to a message asked for (s),
+def probe_link(transport: Any, peer: Address) -> list[float]:
+    """[round trip s, effective bandwidth to ``peer`` B/s, from it B/s, burst bytes
+    (:func:`probe_burst`), what ``peer`` computing adds to a message asked for (s),
     steady-state bandwidth to ``peer``, from it], measured with the peer answering
     (:func:`answer_probe`); ends the peer's loop."""
     # The fastest of the round trips: the path and the transport's own cost, without the
@@ -319,7 +335,7 @@ def probe_link(transport: Any, peer: Address, *, buffer: bool = False) -> list[f
         link_rates(transport, peer, op, rtt) for op in (_TAKE, _GIVE)
     )
     busy = probe_busy_sender(transport, peer, up)
-    held = probe_buffer(transport, peer, down) if buffer else float("nan")
+    held = probe_burst(transport, peer, down)
     transport.send(Send(peer, _cmd(_DONE), CONTROL), telemetry=True)
     return [rtt, down, up, held, busy, down_steady, up_steady]
 
@@ -381,14 +397,6 @@ def answer_probe(transport: Any, peer: Address) -> None:
         if op == _GIVE:  # not waited for: a wait with a deadline costs CPU (a quota's)
             transport.send(Send(peer, torch.zeros(n, dtype=torch.uint8), CONTROL), telemetry=True)
             continue
-        if op == _LATE:
-            time.sleep(delay_us / 1e6)
-            start = time.perf_counter()
-            if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
-                raise ConnectionError(f"lost {peer} while probing")
-            took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            transport.send(Send(peer, took, CONTROL), telemetry=True)
-            continue
         if op == _TAKE:
             if transport.recv(Recv(peer, CONTROL), telemetry=True) is None:
                 raise ConnectionError(f"lost {peer} while probing")
@@ -437,11 +445,11 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     if kind == AGGREGATOR:
         answer_probe(transport, SERVER_ADDRESS)
         links = []
-        for k, i in enumerate(sorted(i for i, j in pairs if j == index)):
+        for i in sorted(i for i, j in pairs if j == index):
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
-            rtt, down, up, held, busy, *steady = probe_link(transport, peer, buffer=k == 0)
+            rtt, down, up, held, busy, *steady = probe_link(transport, peer)
             links.append(
                 [_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady]
             )
@@ -456,7 +464,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         return None
     links = []
     for j in range(n_aggs):
-        rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j), buffer=j == 0)
+        rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j))
         links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady])
     rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan, *_own_cpu()])
     rows.extend(links)
@@ -489,6 +497,9 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     as_lat, as_bw = nominal.as_latency.copy(), nominal.as_bandwidth.copy()
     report: dict[str, Any] = {"clients": {}, "aggregators": {}, "server": {}, "links": []}
     buffers = []
+    ca_burst = np.full(nominal.ca_bandwidth.shape, np.nan)
+    as_burst = np.full(nominal.n_aggregators, np.nan)
+    n_links = 0
     share = {"client": [1.0] * nominal.n_clients, "aggregator": [1.0] * nominal.n_aggregators}
     burst = {"client": [0.0] * nominal.n_clients, "aggregator": [0.0] * nominal.n_aggregators}
     share["server"], burst["server"] = [1.0], [0.0]
@@ -530,8 +541,13 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 server_speed = speed
         else:
             link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
-            if "stream_buffer_bytes" in link:
+            n_links += 1
+            if "burst_bytes" in link:
                 buffers.append(held)
+                if kind == _LINK_CA:
+                    ca_burst[i, j] = held
+                else:
+                    as_burst[j] = held
             if "busy_wake_s" in link:
                 who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
                 busy_sends[who][at].append(busy)
@@ -557,7 +573,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         trace=(),
         extra={
             **nominal.extra,
-            **({BUFFER_KEY: float(np.median(buffers))} if buffers else {}),
+            **_burst_extra(buffers, n_links, ca_burst, as_burst),
             **(
                 {f"{who}_cpu_share": share[who] for who in share}
                 | {f"{who}_cpu_burst_s": burst[who] for who in burst}
@@ -574,12 +590,28 @@ def _link_report(rtt, down, up, held, busy, down_steady, up_steady) -> dict[str,
     """One link's measurements as ``probe.json`` lists them (what was measured only)."""
     link = {"rtt_s": rtt, "down_Bps": down, "up_Bps": up}
     if np.isfinite(held):
-        link["stream_buffer_bytes"] = held
+        link["burst_bytes"] = held
     if np.isfinite(down_steady) and np.isfinite(up_steady):
         link["down_steady_Bps"], link["up_steady_Bps"] = down_steady, up_steady
     if np.isfinite(busy):
         link["busy_wake_s"] = busy
     return link
+
+
+def _burst_extra(buffers: list, n_links: int, ca: np.ndarray, backbone: np.ndarray) -> dict:
+    """``extra``'s entries for the links' bursts: every measured link's (links not
+    measured get the median: they carry no traffic of the run), which selects the
+    replay of gloo's rendezvous (:data:`~flowsplit.federated.system.schedule.BURST_KEYS`);
+    from an older probe that timed one link's buffering only, that figure's median as
+    every stream's buffer (the buffered replay)."""
+    if not buffers:
+        return {}
+    median = float(np.median(buffers))
+    if len(buffers) < n_links:
+        return {BUFFER_KEY: median}
+    ca = np.where(np.isfinite(ca), ca, median)
+    backbone = np.where(np.isfinite(backbone), backbone, median)
+    return dict(zip(BURST_KEYS, (ca.tolist(), backbone.tolist()), strict=True))
 
 
 def _unmeasured_links(nominal: Topology, links: list[dict]) -> list[list[int]]:

@@ -146,6 +146,19 @@ def replay(
     before the receiver asks for it, the rest after. ``per_message_s``: fixed
     processing time of the sender per message posted (protocol overhead), 0 by default.
 
+    **Measured links** (``topology.extra`` holds :data:`BURST_KEYS`, as the probe writes
+    them) replay gloo's protocol instead: a message moves only once its receiver has
+    asked for it (gloo's sends wait for the receiver's ready-notice; nothing runs
+    ahead), and each of its two parts (header, payload) is asked for separately, so a
+    message pays :data:`EARLY_TRIPS` latencies beyond its arrival when its receiver was
+    already waiting and :data:`LATE_TRIPS` when it asked later (the handshake latency:
+    the link's, at most the median of the topology's, so one slow probe of a round
+    trip does not slow every message of its link). Each link direction's shaper lets a
+    rested link send a burst at once (a token bucket of the link's measured
+    ``burst_bytes``, refilled at the link's rate while the link is idle): a transfer of
+    ``n`` bytes takes ``max(0, n - tokens) / bandwidth``. A ``stream_buffer_bytes`` set
+    as well (a calibration's, :func:`with_buffer`) is then every link's bucket.
+
     The transport's own CPU, where the probe measured it (``topology.extra``'s
     ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_wake_s``; see
     :func:`_transport_costs`); a message's fixed cost is in its latency (half the
@@ -172,6 +185,8 @@ class _Replay:
         self.n_aggs = topology.n_aggregators
         extra = getattr(topology, "extra", None) or {}
         self.buffer = float(extra.get(BUFFER_KEY, np.inf))
+        self.bursts = _link_bursts(topology, extra)
+        self.handshake = _handshake_latency(topology) if self.bursts is not None else 0.0
         self.cpu = _cpu_quotas(extra, self.n_aggs)
         self.costs = _transport_costs(extra, self.n_aggs)
         self.per_message_s = per_message_s
@@ -242,6 +257,8 @@ class _Replay:
         if key not in self.links:
             self.links[key] = _link(self.topology, self.n_aggs, *key)
         latency, bandwidth = self.links[key]
+        if self.bursts is not None:
+            return self.receive_rendezvous(r, key, t, posted, nbytes)
         begin = max(posted, self.free.get(key, -np.inf))
         if nbytes <= self.buffer:
             done = begin + nbytes / bandwidth
@@ -251,6 +268,25 @@ class _Replay:
             if wake > 0 and _inside(asked, self.busy[key[0]]):
                 asked += wake
             done = asked + (nbytes - self.buffer) / bandwidth
+        self.free[key] = done
+        self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * nbytes, done)
+        return max(t, done + latency)
+
+    def receive_rendezvous(
+        self, r: int, key: tuple[int, int], t: float, posted: float, nbytes: float
+    ) -> float:
+        """:meth:`receive` on measured links: gloo's rendezvous and the link's bucket."""
+        latency, bandwidth = self.links[key]
+        before = self.free.get(key, -np.inf)
+        begin = max(posted, before)
+        trips = LATE_TRIPS if t > begin else EARLY_TRIPS
+        start = max(begin, t) + trips * min(latency, self.handshake)
+        wake = self.costs.get(key[0], (0.0, 0.0))[1]
+        if wake > 0 and _inside(start, self.busy[key[0]]):
+            start += wake
+        bucket = self.buffer if np.isfinite(self.buffer) else self.bursts(key)
+        tokens = min(bucket, max(0.0, start - before) * bandwidth)
+        done = start + max(0.0, nbytes - tokens) / bandwidth
         self.free[key] = done
         self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * nbytes, done)
         return max(t, done + latency)
@@ -268,6 +304,49 @@ class _Replay:
         bucket (which may go into debt), not on its clock."""
         if seconds > 0 and r in self.cpu:
             _drain(seconds, t, r, self.cpu[r], self.tokens)
+
+
+EARLY_TRIPS = 2
+"""Latencies a message pays on measured links beyond its own arrival when its receiver
+was already waiting: its payload is asked for when the header has arrived, and that
+ready-notice travels to the sender before the payload moves."""
+LATE_TRIPS = 3
+"""The same when its receiver asks after it was posted: the header's ready-notice too."""
+BURST_KEYS = ("ca_burst_bytes", "as_burst_bytes")
+"""``topology.extra``'s keys of the measured links' bursts (bytes): (clients x
+aggregators) and (aggregators,), as :func:`flowsplit.federated.probe.probed_topology`
+writes them; their presence selects the rendezvous replay (see :func:`replay`)."""
+
+
+def _link_bursts(topology: Any, extra: dict) -> Any:
+    """``key -> bucket bytes`` of each stream (a directed pair of ranks) from ``extra``'s
+    :data:`BURST_KEYS`; None when the topology holds none (the buffered replay)."""
+    if not all(k in extra for k in BURST_KEYS):
+        return None
+    ca = np.asarray(extra[BURST_KEYS[0]], dtype=np.float64).reshape(
+        topology.n_clients, topology.n_aggregators
+    )
+    backbone = np.asarray(extra[BURST_KEYS[1]], dtype=np.float64).reshape(-1)
+    n_aggs = topology.n_aggregators
+
+    def burst(key: tuple[int, int]) -> float:
+        a, b = (address_of(k, n_aggs) for k in key)
+        if {a[0], b[0]} == {CLIENT, AGGREGATOR}:
+            i, j = (a[1], b[1]) if a[0] == CLIENT else (b[1], a[1])
+            v = ca[i, j]
+        else:
+            v = backbone[a[1] if a[0] == AGGREGATOR else b[1]]
+        return float(v) if np.isfinite(v) and v > 0 else 0.0
+
+    return burst
+
+
+def _handshake_latency(topology: Any) -> float:
+    """The latency of a rendezvous notice: the median of the topology's link latencies
+    (each link's own where lower; see :func:`replay`)."""
+    lat = [*np.asarray(topology.as_latency).ravel(), *np.asarray(topology.ca_latency).ravel()]
+    lat = [float(v) for v in lat if np.isfinite(v) and v > 0]
+    return float(np.median(lat)) if lat else 0.0
 
 
 def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
