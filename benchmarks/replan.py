@@ -53,7 +53,7 @@ from flowsplit.federated.sim import run_simulation  # noqa: E402
 from flowsplit.federated.system.presets import resolve_topology  # noqa: E402
 from flowsplit.federated.system.topology import random_trace, resolve_trace  # noqa: E402
 from flowsplit.planner.costs import evaluate_assignment  # noqa: E402
-from flowsplit.planner.plan import plan_fixed  # noqa: E402
+from flowsplit.planner.plan import PlannerConfig, plan_fixed  # noqa: E402
 from flowsplit.planner.replan import ReplanPolicy, round_table  # noqa: E402
 
 CAPTURES = _common.ROOT / "demo" / "captures"
@@ -149,8 +149,7 @@ def bench(args, mode: dict) -> dict:
             args.scheme,
             cuts,
             rule="greedy",
-            seed=seed,
-            batch_size=args.batch_size,
+            config=PlannerConfig(seed=seed, batch_size=args.batch_size),
         )
         static = run_once(config, dataset, topology, first.assignment, AssignmentPolicy())
         replanned = run_once(config, dataset, topology, first.assignment, ReplanPolicy())

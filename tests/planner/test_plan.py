@@ -180,8 +180,12 @@ def test_references_are_deterministic_and_stated():
 def test_greedy_baseline_is_no_slower_than_the_random_assignment():
     for seed in range(3):
         topo = random_topology(20, 4, seed=seed)
-        rand = plan_fixed(small_profile(), topo, "hsfl", (1, 2), rule="random", seed=seed)
-        greedy = plan_fixed(small_profile(), topo, "hsfl", (1, 2), rule="greedy", seed=seed)
+        rand = plan_fixed(
+            small_profile(), topo, "hsfl", (1, 2), rule="random", config=PlannerConfig(seed=seed)
+        )
+        greedy = plan_fixed(
+            small_profile(), topo, "hsfl", (1, 2), rule="greedy", config=PlannerConfig(seed=seed)
+        )
         assert greedy.cuts == (1, 2)
         assert greedy.delay_s <= rand.delay_s * (1 + 1e-12)
 

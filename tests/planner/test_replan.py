@@ -21,7 +21,7 @@ from flowsplit.federated.system.presets import resolve_topology
 from flowsplit.federated.system.topology import TraceEvent, random_trace, read_topology
 from flowsplit.planner.costs import evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments
-from flowsplit.planner.plan import plan_fixed
+from flowsplit.planner.plan import PlannerConfig, plan_fixed
 from flowsplit.planner.replan import ReplanPolicy, replan_assignment, round_table
 from tests.federated._toy import ToyFactory, write_toy_dataset
 from tests.planner.helpers import queue_table, random_topology, small_profile
@@ -178,7 +178,14 @@ def test_static_and_replanned_runs_are_charged_on_each_rounds_network(tmp_path):
     base = resolve_topology("heterogeneous", n_clients=6, n_aggregators=2, seed=1)
     config = SFLConfig(cuts=(1, 2), rounds=3, batch_size=16, seed=2)
     setup = prepare_run(config, dataset=data, model_fn=ToyFactory("mlp"), topology=base)
-    first = plan_fixed(setup.profile, setup.topology, "hsfl", (1, 2), rule="greedy", batch_size=16)
+    first = plan_fixed(
+        setup.profile,
+        setup.topology,
+        "hsfl",
+        (1, 2),
+        rule="greedy",
+        config=PlannerConfig(batch_size=16),
+    )
     j0 = int(first.assignment[0])
     trace = (
         TraceEvent(round=2, client=0, aggregator=j0, bandwidth_scale=0.01, latency_scale=100),

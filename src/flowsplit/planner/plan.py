@@ -503,32 +503,37 @@ def plan_fixed(
     cuts: tuple[int, int],
     *,
     rule: str = "random",
-    seed: int = 0,
-    batch_size: int = 32,
-    local_epochs: int = 1,
+    config: PlannerConfig | None = None,
     predicted_loss: float = float("nan"),
     predicted_accuracy: float = float("nan"),
     objective: Objective | None = None,
-    capacity: tuple[int, ...] | None = None,
 ) -> Plan:
     """A baseline plan: fixed ``cuts`` and a rule assignment (``random``,
     ``round-robin``, ``nearest``, or ``greedy``: the planner's delay-aware greedy and
-    local search for these cuts, for delay alone)."""
+    local search for these cuts, for delay alone).
+
+    ``config`` (default :class:`PlannerConfig`) gives the batch size and local epochs
+    (the round's messages), the seed (of ``random`` and of the local search's restarts),
+    the local search's settings and the capacity (``greedy``)."""
     t0 = time.perf_counter()
+    config = config or PlannerConfig()
     scheme_def = get_scheme(scheme)
     pc = scheme_def.part_costs(profile, *cuts)
     table = build_cost_table(
-        [pc], topology, scheme_def, batch_size=batch_size, local_epochs=local_epochs
+        [pc],
+        topology,
+        scheme_def,
+        batch_size=config.batch_size,
+        local_epochs=config.local_epochs,
     )
     if rule == "greedy":
+        capacity = config.capacity
         cap = check_capacity(table, None if capacity is None else np.array(capacity))
         delay_only = Objective(Weights(0.0, 1.0, 0.0), 1.0, 1.0, "none", "delay alone (s)")
         assign = greedy_assign(table, np.array([0]), cap)[0]
-        # The local search's settings (its restarts seeded by ``seed``; the capacity is cap).
-        search = PlannerConfig(seed=seed)
-        assign = refine_assignment(table, 0, assign, delay_only, search, cap)
+        assign = refine_assignment(table, 0, assign, delay_only, config, cap)
     else:
-        assign = assign_clients(topology, rule, seed)
+        assign = assign_clients(topology, rule, config.seed)
     delay, nbytes = evaluate_assignment(table, 0, assign)
     value = objective.value(predicted_loss, delay, nbytes) if objective else float("nan")
     return Plan(

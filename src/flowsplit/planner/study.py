@@ -285,18 +285,16 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
         )
     objective = acc.objective_def if acc is not None else None
     fixed = tuple(cfg.fixed_cuts)
+    baseline = planner_config(cfg, seed)  # the seed, batch, epochs and capacity of the baselines
     kw = {
-        "seed": seed,
-        **fields_of(cfg, ("batch_size", "local_epochs")),
+        "config": baseline,
         "objective": objective,
         "predicted_loss": study.predicted_loss.get(fixed, math.nan),
         "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan),
     }
     out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, fixed, **kw)
     if "hsfl-greedy" in plans:
-        out["hsfl-greedy"] = plan_fixed(
-            study.profile, topo, cfg.family, fixed, rule="greedy", capacity=cfg.capacity, **kw
-        )
+        out["hsfl-greedy"] = plan_fixed(study.profile, topo, cfg.family, fixed, rule="greedy", **kw)
     if objective is not None:
         # Every plan scored by the same (accuracy-aware) objective, to compare them.
         for p in out.values():
@@ -305,15 +303,7 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             )
     if "sfl" in plans:
         c = int(cfg.sfl_cut)
-        out["sfl"] = plan_fixed(
-            study.profile,
-            topo,
-            "sfl",
-            (c, c),
-            seed=seed,
-            batch_size=cfg.batch_size,
-            local_epochs=cfg.local_epochs,
-        )
+        out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), config=baseline)
     note = trace_note(setup.topology)
     if note is not None:
         for p in out.values():
