@@ -67,7 +67,7 @@ from scipy.optimize import nnls
 from scipy.special import ndtr
 
 from flowsplit.experiments.dp.scaling import Workload, comm_time, tbf_network
-from flowsplit.testbed import Testbed, TestbedSpec, bed, burst_bytes, missing_requirement
+from flowsplit.testbed import NodeSpec, Testbed, TestbedSpec, bed, burst_bytes, missing_requirement
 
 EPOCH_LINE = re.compile(r"epoch (\d+)(/\d+)?: loss")
 """rank 0's epoch line in train.log: ``epoch N/M: loss`` (1-based since train numbers
@@ -134,7 +134,9 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
     argv += ["--batch-size", str(batch), "--steps-per-epoch", str(args.steps)]
     argv += ["--patience", "0", "--seed", "0", "--overwrite", "--quiet"]
     argv += ["--force"]  # train counts WORLD_SIZE threads against the node's one pinned CPU
-    spec = TestbedSpec.cluster(n_nodes, None, args.cpu, cpu_period_us=args.period_us)
+    spec = TestbedSpec.cluster(
+        n_nodes, NodeSpec("node", cpu=args.cpu), cpu_period_us=args.period_us
+    )
     marks: list[dict] = []
     steal0 = steal_s()
     if args.share_cpu:  # a diagnostic: every node of the job pinned to the first CPU

@@ -70,7 +70,7 @@ def test_links_run_at_their_rates_per_destination():
 
 
 def test_cluster_node_gets_its_cpu_quota_and_nothing_is_left(tmp_path: Path):
-    spec = TestbedSpec.cluster(2, 100, 0.2)
+    spec = TestbedSpec.cluster(2, NodeSpec("node", cpu=0.2, mbit=100))
     home = Path("/proc/self/cgroup").read_text()
     with Testbed(spec) as tb:
         tag = tb.tag
@@ -93,7 +93,10 @@ def test_cluster_node_gets_its_cpu_quota_and_nothing_is_left(tmp_path: Path):
 
 
 def test_an_exception_inside_removes_everything():
-    with pytest.raises(RuntimeError, match="boom"), Testbed(TestbedSpec.cluster(2, 10)) as tb:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        Testbed(TestbedSpec.cluster(2, NodeSpec("node", mbit=10))) as tb,
+    ):
         tb.spawn("node0", ["sleep", "30"])
         raise RuntimeError("boom")
     assert not leftovers_of(__import__("os").getpid())
@@ -115,7 +118,7 @@ def test_launch_runs_one_process_per_node_that_reach_each_other(tmp_path: Path):
         "            import time; time.sleep(0.05)\n"
         "    c.sendall(('rank ' + os.environ['RANK'] + ' {node}').encode())\n"
     )
-    with Testbed(TestbedSpec.cluster(2, 50, 0.5)) as tb:
+    with Testbed(TestbedSpec.cluster(2, NodeSpec("node", cpu=0.5, mbit=50))) as tb:
         # Execute
         procs = tb.launch(["python", "-c", script], master_port=29555, log_dir=tmp_path)
         codes = tb.wait(procs, timeout_s=20)

@@ -117,8 +117,8 @@ def test_clean_removes_a_dead_owners_testbed_only(tmp_path: Path):
     # A testbed whose owner (and reaper) died: built by a child we SIGKILL together with
     # its reaper (by their pids), as if the machine had lost both.
     code = (
-        "import sys, time; from flowsplit.testbed import Testbed, TestbedSpec\n"
-        "tb = Testbed(TestbedSpec.cluster(2, 10)).build()\n"
+        "import sys, time; from flowsplit.testbed import NodeSpec, Testbed, TestbedSpec\n"
+        'tb = Testbed(TestbedSpec.cluster(2, NodeSpec("node", mbit=10))).build()\n'
         "print(tb.tag, tb._reaper.pid, flush=True); time.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -18,7 +18,7 @@ from flowsplit.testbed.spec import MIN_CPU
 
 
 def test_cluster_nodes_share_one_rate_and_quota():
-    spec = TestbedSpec.cluster(4, 100, 0.25)
+    spec = TestbedSpec.cluster(4, NodeSpec("node", cpu=0.25, mbit=100))
     assert [n.name for n in spec.nodes] == ["node0", "node1", "node2", "node3"]
     assert all(n.mbit == 100 and n.cpu == 0.25 and not n.rates for n in spec.nodes)
     # 0.25 core of a 10 ms period is 2.5 ms of CPU per period.
@@ -59,7 +59,7 @@ def test_speed_ratio_below_the_minimum_share_is_clamped_and_said():
 def test_quotas_may_not_oversubscribe_the_machine():
     cores = os.cpu_count() or 1
     with pytest.raises(ConfigError, match="add up to"):
-        TestbedSpec.cluster(cores * 2 + 2, 10, 0.5)
+        TestbedSpec.cluster(cores * 2 + 2, NodeSpec("node", cpu=0.5, mbit=10))
 
 
 @pytest.mark.parametrize(

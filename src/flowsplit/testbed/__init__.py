@@ -13,9 +13,9 @@ have, tens of µs), loss, jitter, memory limits, and other machines' caches.
 
 Python API (stable; other modules build on it)::
 
-    from flowsplit.testbed import Testbed, TestbedSpec
+    from flowsplit.testbed import NodeSpec, Testbed, TestbedSpec
 
-    spec = TestbedSpec.cluster(4, mbit=100, cpu_per_node=0.25)   # node0..node3
+    spec = TestbedSpec.cluster(4, NodeSpec("node", cpu=0.25, mbit=100))   # node0..node3
     spec = TestbedSpec.from_topology("topo.toml")  # or a Topology: server,
     #   aggregator0.., client0.. (the dist runner's rank order), per-link rates,
     #   CPU shares in the ratio of the compute speeds (spec.info: FLOP/s per core)

@@ -115,14 +115,13 @@ class SpecChoice:
     def spec(self, topology: str | None):
         """The :class:`~flowsplit.testbed.spec.TestbedSpec` of these options and
         ``topology`` (one of the two)."""
-        from flowsplit.testbed.spec import TestbedSpec
+        from flowsplit.testbed.spec import NodeSpec, TestbedSpec
 
         if (topology is None) == (self.nodes is None):
             raise ConfigError("give a TOPOLOGY file or --nodes N (one of them)")
         if self.nodes is not None:
-            return TestbedSpec.cluster(
-                self.nodes, self.mbit, self.cpu, cpu_period_us=self.cpu_period_us
-            )
+            node = NodeSpec("node", cpu=self.cpu, mbit=self.mbit)  # each node of --nodes N
+            return TestbedSpec.cluster(self.nodes, node, cpu_period_us=self.cpu_period_us)
         if self.mbit is not None or self.cpu is not None:
             raise ConfigError("--mbit and --cpu describe a --nodes cluster; a topology has its own")
         return TestbedSpec.from_topology(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,20 +108,23 @@ class TestbedSpec:
     def cluster(
         cls,
         n_nodes: int,
-        mbit: float | None,
-        cpu_per_node: float | None = None,
+        node: NodeSpec | None = None,
         *,
         cpu_period_us: int = 10_000,
     ) -> TestbedSpec:
-        """``n_nodes`` identical nodes ``node0..``; each sends at ``mbit`` (None: unshaped)."""
+        """``n_nodes`` nodes like ``node`` (its CPU share and rate; default
+        ``NodeSpec("node")``: unlimited, unshaped), named after it: ``node0..``.
+
+        ``TestbedSpec.cluster(4, NodeSpec("node", cpu=0.25, mbit=100))``."""
         if n_nodes < 1:
             raise ConfigError(f"a cluster needs at least 1 node, got {n_nodes}")
-        nodes = [NodeSpec(f"node{k}", cpu=cpu_per_node, mbit=mbit) for k in range(n_nodes)]
+        node = node or NodeSpec("node")
+        nodes = [replace(node, name=f"{node.name}{k}") for k in range(n_nodes)]
         return cls(
             tuple(nodes),
             name=f"cluster-{n_nodes}",
             cpu_period_us=cpu_period_us,
-            info={"kind": "cluster", "mbit": mbit, "cpu_per_node": cpu_per_node},
+            info={"kind": "cluster", "mbit": node.mbit, "cpu_per_node": node.cpu},
         )
 
     @classmethod
