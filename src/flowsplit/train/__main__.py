@@ -14,7 +14,6 @@ and it has not finished.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -41,14 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     add_train_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        cfg, resume = config_from_args(args)
         env = read_dist_env()
+        cfg, resume = config_from_args(args, env)  # workers: the job's world size
         if get_spec(cfg.model).kind != "torch":
             raise ConfigError(
                 "torchrun runs the neural models; train XGBoost with flowsplit train --workers N "
                 "or --dask-scheduler"
             )
-        cfg = dataclasses.replace(cfg, workers=env.world_size)
         if env.rank == 0:
             if env.restart_count > 0 and (Path(cfg.out) / CONFIG_NAME).is_file():
                 check_restart(cfg)  # this job wrote RUN before it failed: resume it

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from flowsplit.errors import ConfigError, InputError
 from flowsplit.outputs import atomic_write_text, output_file
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig
 from flowsplit.train.evaluation import SPLIT_CHOICES
+
+if TYPE_CHECKING:
+    from flowsplit.train.distributed import DistEnv
 
 ROUNDS_WHY = "--rounds are federated rounds in the sfl commands"
 """Why ``train --rounds`` (XGBoost's boosting rounds) was renamed."""
@@ -93,9 +97,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_renamed(p, "--rounds", "--boost-rounds", ROUNDS_WHY)
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
-    """``(TrainConfig, resume)`` from parsed arguments (a resumed run reads RUN/config.json)."""
+def config_from_args(
+    args: argparse.Namespace, env: DistEnv | None = None
+) -> tuple[TrainConfig, bool]:
+    """``(TrainConfig, resume)`` from parsed arguments (a resumed run reads RUN/config.json).
+
+    ``env``: the launcher's :class:`~flowsplit.train.distributed.DistEnv` (``python -m
+    flowsplit.train`` under torchrun), whose job size is the run's ``workers`` in place
+    of ``--workers`` (the launcher, not the option, decides it)."""
     given = config_values(args, [f.name for f in cli_fields(TrainConfig)], given_only=True)
+    if env is not None:
+        given["workers"] = env.world_size  # a resumable option: a resumed run takes it too
     if "model_options" in given:  # --model-option KEY=VALUE pairs
         given["model_options"] = as_options(given["model_options"])
     if args.resume:
