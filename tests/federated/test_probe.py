@@ -150,3 +150,17 @@ def test_the_compute_probe_times_steps_back_to_back_for_as_long_as_asked():
     assert n == 1 and 0 < one < wall
     # Under a quota (share 0.1, burst 2 ms) half a second of wall is 2 ms + 49.8 ms of CPU.
     assert full_speed_seconds(0.5, 0.1, 0.002) == pytest.approx(0.002 + 0.498 * 0.1)
+
+
+def test_fit_burst_finds_the_bucket_of_a_shaped_link_and_none_on_a_plain_one():
+    from flowsplit.federated.probe import fit_burst
+
+    # Payloads of 10-160 ms at 5 MB/s through a 50 kB bucket: each takes
+    # (n - 50 kB) / rate after the one-byte payload's time; waits of up to 2 ms added.
+    sizes = np.array([5e6 * f for f in (0.01, 0.02, 0.04, 0.08, 0.16)])
+    shaped = np.maximum(sizes - 50e3, 0) / 5e6
+    waits = np.random.default_rng(0).uniform(0, 0.002, sizes.size)
+    assert fit_burst(sizes, shaped) == pytest.approx(50e3, abs=4e3)
+    assert fit_burst(sizes, shaped + waits) == pytest.approx(50e3, abs=15e3)
+    assert fit_burst(sizes, sizes / 5e6) == 0.0  # no bucket
+    assert fit_burst(sizes, np.zeros(5)) == 0.0  # too fast to tell: no burst that matters

@@ -82,12 +82,15 @@ step's time converted to full speed varied twofold between identical nodes; over
 a second the burst is a small part and the quota's share, measured apart, the rest."""
 PROBE_TRANSFER_S = 0.2
 """A bandwidth sample is kept once its transfer takes at least this long."""
-BURST_IDLE_S = 0.1
-"""How long a link rests before each burst sample (a shaper's bucket refills meanwhile)."""
-BURST_PROBE_S = 0.1
-"""A burst sample's larger payloads: this much of the link's traffic, and twice it."""
+BURST_IDLE_S = 0.05
+"""How long a link rests before each burst sample (a shaper's bucket of up to this much
+of the link's traffic refills meanwhile)."""
+MAX_BURST_PROBE_BYTES = 4 << 20
+"""The burst probe's largest payload (a fast link's burst is then read as at most this)."""
+BURST_SIZES_S = (0.01, 0.02, 0.04, 0.08, 0.16)
+"""The burst probe's payloads, in seconds of the link's traffic (at least 16 kB)."""
 BURST_REPEATS = 2
-"""Burst samples per link (their median is kept)."""
+"""Timings of each burst probe payload (the fastest is kept)."""
 MAX_PROBE_BYTES = 64 << 20
 FIRST_PROBE_BYTES = 32 << 10
 PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
@@ -277,24 +280,40 @@ def _timed(
 
 def probe_burst(transport: Any, peer: Address, bandwidth: float) -> float:
     """Bytes a rested link to ``peer`` sends at once (a shaper's token bucket; about 0
-    on a link without one). Each sample: after a rest of :data:`BURST_IDLE_S` each, a
-    one-byte payload, ``n`` and ``2 n`` bytes are timed (``n``: :data:`BURST_PROBE_S` of
-    traffic); the rate is ``n / (t(2n) - t(n))`` (burst and handshakes cancel) and the
-    burst ``n - rate x (t(n) - t(1))`` (the handshakes cancel). Median of
-    :data:`BURST_REPEATS` samples; a bucket of more than ``n`` bytes reads as ``n``."""
-    n = int(min(MAX_PROBE_BYTES, max(4 * FIRST_PROBE_BYTES, bandwidth * BURST_PROBE_S)))
-    samples = []
+    on a link without one). Payloads of :data:`BURST_SIZES_S` of the link's traffic and
+    one of a byte are each timed after a rest of :data:`BURST_IDLE_S` (the fastest of
+    :data:`BURST_REPEATS`: waits only slow a transfer); their times less the one-byte
+    payload's (the handshakes cancel) are fitted with ``max(0, n - burst) / rate``
+    (:func:`fit_burst`). A bucket larger than the largest payload reads as that."""
+    sizes = [int(max(FIRST_PROBE_BYTES // 2, bandwidth * f)) for f in BURST_SIZES_S]
+    sizes = [min(MAX_BURST_PROBE_BYTES, n) for n in sizes]
+    best = {n: float("inf") for n in (1, *sizes)}
     for _ in range(BURST_REPEATS):
-        took = []
-        for size in (1, n, 2 * n):
+        for n in best:
             time.sleep(BURST_IDLE_S)
-            took.append(_timed(transport, peer, _TAKE, size, book=False))
-        tiny, one, two = took
-        rate = n / (two - one) if two > one else bandwidth
-        if not 0.5 * bandwidth <= rate <= 2.0 * bandwidth:  # a stall: not a rate
-            rate = bandwidth
-        samples.append(min(float(n), max(0.0, n - rate * max(0.0, one - tiny))))
-    return float(statistics.median(samples))
+            best[n] = min(best[n], _timed(transport, peer, _TAKE, n, book=False))
+    tiny = best.pop(1)
+    return fit_burst(np.array(list(best)), np.array(list(best.values())) - tiny)
+
+
+def fit_burst(sizes: np.ndarray, seconds: np.ndarray) -> float:
+    """The burst ``b`` (bytes) of the hinge ``seconds = max(0, sizes - b) / rate`` that
+    fits best (least squares; ``rate`` fitted for each ``b`` tried: every size and the
+    points between). 0 when fewer than two sizes took measurable time (a link too fast
+    for the burst to matter)."""
+    sizes, seconds = np.asarray(sizes, float), np.maximum(np.asarray(seconds, float), 0.0)
+    if int(np.sum(seconds > 0)) < 2:
+        return 0.0
+    best, best_err = float("nan"), float("inf")
+    for b in np.linspace(0.0, float(sizes.max()), 257):
+        x = np.maximum(sizes - b, 0.0)
+        if int(np.sum(x > 0)) < 2:
+            break
+        slope = float(x @ seconds / (x @ x))  # seconds per byte: 1 / rate
+        err = float(np.sum((x * slope - seconds) ** 2))
+        if slope > 0 and err < best_err:
+            best, best_err = float(b), err
+    return best
 
 
 def link_rates(transport: Any, peer: Address, op: int, rtt: float) -> tuple[float, float]:
