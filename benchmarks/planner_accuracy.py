@@ -158,8 +158,8 @@ def train(study, seed: int, plan, val) -> dict:
         "val_accuracy": float(v["accuracy"]),
         "delay_s": float(totals["delay_total_s"]),
         "bytes": float(totals["bytes_total"]),
-        "predicted_delay_s": plan.delay_s * cfg.rounds,
-        "predicted_bytes": plan.bytes * cfg.rounds,
+        "predicted_delay_s": plan.delay_s * cfg.run.rounds,
+        "predicted_bytes": plan.bytes * cfg.run.rounds,
         "wall_s": time.perf_counter() - t0,
     }
 
@@ -243,13 +243,13 @@ def bench_dataset(name: str, path: Path, args, mode: dict) -> dict:
         topo = study.prepare(base_config(cfg, seed)).topology
         for c in legal:
             one = PlannerConfig(
-                weights=Weights(0.0, *cfg.weights[1:]),
-                family=cfg.family,
+                weights=Weights(0.0, *cfg.planner.weights[1:]),
+                family=cfg.planner.family,
                 seed=seed,
-                batch_size=cfg.batch_size,
+                batch_size=cfg.run.batch_size,
                 mode="weighted",
                 only_cuts=(c,),
-                fixed_cuts=tuple(cfg.fixed_cuts),
+                fixed_cuts=tuple(cfg.planner.fixed_cuts),
             )
             per_cut[c].append(train(study, seed, plan_split(study.profile, topo, None, one), val))
         for scheme in ("hsfl", "hsfl-greedy"):

@@ -70,8 +70,8 @@ def test_sfl_compare_file_over_the_quick_recipe_under_the_flags(tmp_path):
     )
     cfg = compare_config(args)
     assert cfg.seeds == (0, 1)  # flag
-    assert cfg.rounds == 3 and cfg.only_cuts == ((1, 2), (2, 3))  # file
-    assert cfg.train_limit == 600 and cfg.n_clients == 8 and cfg.quick  # the quick recipe
+    assert cfg.run.rounds == 3 and cfg.planner.only_cuts == ((1, 2), (2, 3))  # file (flat keys)
+    assert cfg.run.train_limit == 600 and cfg.n_clients == 8 and cfg.quick  # the quick recipe
     assert "hsfl" in cfg.schemes
 
 

@@ -87,8 +87,9 @@ def test_the_leakage_budget_options_come_from_their_dataclass():
     for command in (("sfl", "plan"), ("sfl", "compare")):
         assert names <= {a.dest for a in _parsers()[command]._actions}, command
     args = build_parser().parse_args(["sfl", "plan", "DS", "-o", "p.json", "--rounds", "3"])
-    # Only what was given (the mode's defaults fill the rest), and no budget: no only_cuts.
-    assert study_options(args, StudyConfig) == {"rounds": 3}
+    # Only what was given (the mode's defaults fill the rest), in its nested config
+    # (rounds: the runs'), and no budget: no only_cuts.
+    assert study_options(args, StudyConfig) == {"run": {"rounds": 3}}
 
 
 def _counter():

@@ -83,7 +83,19 @@ def _nested_owner(cls: type) -> dict[str, str]:
     return owner
 
 
-def _hoisted(cls: type, data: Mapping[str, Any], path: Path, prefix: str) -> dict[str, Any]:
+def nest_keys(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword options of ``cls`` (a nested config's fields at the top, as its options
+    are flattened on the command line, or its table) as ``cls``'s nested dicts: an
+    unknown name, or one given both ways, is one line naming it."""
+    out = _hoisted(cls, data, "options", "")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(unknown)}")
+    return out
+
+
+def _hoisted(cls: type, data: Mapping[str, Any], path: Path | str, prefix: str) -> dict[str, Any]:
     """``data`` with the keys of a nested config written at the top (as their options
     are flattened on the command line: ``rounds = 3`` for ``[run] rounds = 3``) moved
     into its table; a key given both ways is one line naming it."""

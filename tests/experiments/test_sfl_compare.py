@@ -49,7 +49,7 @@ def test_delay_to_target_is_the_clock_of_the_first_round_reaching_it():
 def test_config_adds_the_reference_and_quick_defaults_yield_to_explicit_values():
     cfg = resolve_config(True, schemes=("acc-aware",), rounds=7)
     assert cfg.schemes == ("hsfl", "acc-aware")
-    assert cfg.rounds == 7 and cfg.seeds == (0, 1) and cfg.train_limit == 600
+    assert cfg.run.rounds == 7 and cfg.seeds == (0, 1) and cfg.run.train_limit == 600
     with pytest.raises(ConfigError, match="unknown"):
         resolve_config(schemes=("magic",))
     assert parse_seeds("3") == (0, 1, 2) and parse_seeds("4,9") == (4, 9)
@@ -605,6 +605,7 @@ def test_the_study_writes_its_effective_config(toy_sfl_study):
 
     out = toy_sfl_study
     written = tomllib.loads((out / "config.toml").read_text())
-    assert written["seeds"] == [0, 1] and written["rounds"] == 2 and written["n_clients"] == 5
+    assert written["seeds"] == [0, 1] and written["run"]["rounds"] == 2  # [run]: the runs'
+    assert written["n_clients"] == 5 and written["planner"]["family"] == "hsfl"
     cfg = resolve_config(**read_config_file(SFLCompareConfig, out / "config.toml"))
     assert cfg.seeds == (0, 1) and cfg.n_pilots == 3 and cfg.model == "toy"

@@ -262,15 +262,16 @@ def test_sampler_draws_from_a_large_federation_quickly():
 def test_plan_and_compare_take_the_sampling_options():
     # Prepare / Execute: a study configured to sample, and one with a bad fraction.
     from flowsplit.planner.study import base_config
-    from flowsplit.planner.study_config import StudyConfig
+    from flowsplit.planner.study_config import StudyConfig, StudyRunConfig
 
-    cfg = StudyConfig(clients_per_round=4, min_fit_clients=2, select="list:0,1,2,3,4")
+    sampled = StudyRunConfig(clients_per_round=4, min_fit_clients=2, select="list:0,1,2,3,4")
+    cfg = StudyConfig(run=sampled)
     run = base_config(cfg, seed=3)
     # Assert: every run of the study (pilots, compared schemes) samples alike.
     assert (run.clients_per_round, run.min_fit_clients, run.select) == (4, 2, "list:0,1,2,3,4")
     assert base_config(StudyConfig(), seed=3).clients_per_round is None
     with pytest.raises(ConfigError, match="--fraction must be in"):
-        StudyConfig(fraction=2.0)
+        StudyConfig(run=StudyRunConfig(fraction=2.0))
 
 
 def test_the_cost_model_predicts_each_sampled_round(dataset):

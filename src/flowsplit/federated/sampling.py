@@ -140,7 +140,7 @@ def parse_selection(text: str) -> Selection:
 
 def check_sampling_options(config: Any) -> None:
     """Raise :class:`ConfigError` for the first bad sampling option of ``config`` (an
-    ``SFLConfig`` or the planner's ``StudyConfig``)."""
+    ``SFLConfig`` or a study's ``StudyRunConfig``)."""
     k, f = config.clients_per_round, config.fraction
     if k is not None and f is not None:
         raise ConfigError("give --clients-per-round or --fraction, not both")

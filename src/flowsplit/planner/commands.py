@@ -48,7 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_writable(args.out)  # before the pilots: a refused -o is found in a second
     given = study_options(args)
     cfg = resolve_study_config(bool(given.pop("quick", False)), **given)
-    if args.no_pilots and cfg.objective == "weighted" and cfg.weights[0] > 0:
+    if args.no_pilots and cfg.planner.objective == "weighted" and cfg.planner.weights[0] > 0:
         raise ConfigError(
             "--no-pilots with --objective weighted needs a loss weight of 0, e.g. --weights 0,1,1"
         )
@@ -77,9 +77,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-PLAN_RUN_FIELDS = ("batch_size", "local_epochs", "partition", "train_limit", "model", "view")
-PLAN_RUN_FIELDS += ("model_options", "rounds")
-"""The study's fields a plan.json's ``run`` hands to ``sfl run --plan`` as they are."""
+PLAN_RUN_FIELDS = ("batch_size", "local_epochs", "partition", "train_limit", "rounds")
+"""The study's run settings (``StudyConfig.run``) a plan.json's ``run`` hands to ``sfl
+run --plan`` as they are, with the model choice (:data:`PLAN_MODEL_FIELDS`)."""
+PLAN_MODEL_FIELDS = ("model", "view", "model_options")
 
 
 def _plan_document(study, cfg, plans: dict, seed: int, total_s: float) -> dict:
@@ -103,7 +104,12 @@ def _plan_document(study, cfg, plans: dict, seed: int, total_s: float) -> dict:
             "spec": cfg.topology,
         },
         # What `flowsplit sfl run DATASET --plan PLAN` takes to run exactly this plan.
-        "run": {"scheme": chosen.scheme, "seed": seed, **fields_of(cfg, PLAN_RUN_FIELDS)},
+        "run": {
+            "scheme": chosen.scheme,
+            "seed": seed,
+            **fields_of(cfg.run, PLAN_RUN_FIELDS),
+            **fields_of(cfg, PLAN_MODEL_FIELDS),
+        },
         "topology_toml": topology_to_toml(study.topology),
         "config": cfg.to_dict(),
         "total_s": total_s,

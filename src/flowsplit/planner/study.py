@@ -11,15 +11,13 @@ for one seed's partition.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
-from flowsplit.config_args import fields_of
 from flowsplit.errors import ConfigError
 from flowsplit.federated.config import SFLConfig
-from flowsplit.federated.sampling import SAMPLING_FIELDS
 from flowsplit.federated.setup import RegistryModel, prepare_run
 from flowsplit.federated.system.parts import check_cuts
 from flowsplit.federated.system.presets import resolve_topology
@@ -37,10 +35,8 @@ from flowsplit.planner.study_config import (  # re-exported: the study's configu
     FULL,
     MAX_PILOTS,
     PILOT_FRACTION,
-    PLANNER_FIELDS,
     PLANS,
     QUICK,
-    RUN_FIELDS,
     StudyConfig,
     resolve,
 )
@@ -96,7 +92,7 @@ def make_study(
 
     from flowsplit.data.store import Dataset, load_dataset
 
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(cfg.run.threads)
     ds = dataset_dir if isinstance(dataset_dir, Dataset) else load_dataset(dataset_dir)
     fn = (
         model_fn
@@ -126,9 +122,9 @@ def check_options_early(study: Study) -> None:
             f"{a} aggregators for {n} clients: some aggregator would serve no client; "
             "give --aggregators at most --clients"
         )
-    check_cuts(n_blocks, *cfg.fixed_cuts)
-    check_cuts(n_blocks, cfg.sfl_cut, cfg.sfl_cut)
-    capacity = cfg.capacity
+    check_cuts(n_blocks, *cfg.planner.fixed_cuts)
+    check_cuts(n_blocks, cfg.planner.sfl_cut, cfg.planner.sfl_cut)
+    capacity = cfg.planner.capacity
     if capacity is not None and (len(capacity) != a or min(capacity) < 0 or sum(capacity) < n):
         raise ConfigError(
             f"--capacity {','.join(map(str, capacity))}: give {a} non-negative integers "
@@ -152,7 +148,7 @@ def _topology(cfg: StudyConfig):
         n_aggregators=cfg.n_aggregators,
         seed=cfg.topology_seed,
     )
-    return resolve_trace(base, cfg.trace, rounds=cfg.rounds)
+    return resolve_trace(base, cfg.trace, rounds=cfg.run.rounds)
 
 
 def trace_note(topology) -> dict | None:
@@ -177,26 +173,35 @@ def trace_note(topology) -> dict | None:
 
 def base_config(cfg: StudyConfig, seed: int, **kw) -> SFLConfig:
     """The SFLConfig every run of a study shares (scheme and cuts set per run): the
-    study's :data:`RUN_FIELDS` and sampling fields (every run samples alike), the
+    study's ``run`` section (sampling included: every run samples alike), the
     baseline's scheme and cuts, ``seed``, random assignment, scored on test."""
-    values = {
-        **fields_of(cfg, (*RUN_FIELDS, *SAMPLING_FIELDS)),
-        "scheme": cfg.family,
-        "cuts": tuple(cfg.fixed_cuts),
+    per_run = {
+        "scheme": cfg.planner.family,
+        "cuts": tuple(cfg.planner.fixed_cuts),
         "seed": seed,
         "assign": "random",
         "eval_split": "test",
     }
-    return SFLConfig(**{**values, **kw})
+    return cfg.run.sfl_config(**{**per_run, **kw})
+
+
+PLANNER_OWN = ("weights",)
+"""The study's fields named as a :class:`PlannerConfig` field that it does not hand over
+as they are: the study's weights are a tuple, a plan's :class:`Weights` come per plan."""
 
 
 def planner_config(
     cfg: StudyConfig, seed: int, *, exclude: tuple[str, ...] = (), **kw
 ) -> PlannerConfig:
-    """The PlannerConfig of a study's plans for ``seed``: its :data:`PLANNER_FIELDS`
-    (but ``exclude``), and ``kw`` (weights, mode)."""
-    names = tuple(n for n in PLANNER_FIELDS if n not in exclude)
-    return PlannerConfig(**{**fields_of(cfg, names), "seed": seed, **kw})
+    """The PlannerConfig of a study's plans for ``seed``: the fields of the study's
+    ``run`` and ``planner`` sections that a :class:`PlannerConfig` has under the same
+    names (the runs' batch size and local epochs; the family, baseline cuts, references,
+    capacity, accuracy tolerance and cut restrictions), but ``exclude``; and ``kw``
+    (weights, mode)."""
+    names = {f.name for f in fields(PlannerConfig)} - {*PLANNER_OWN, *exclude}
+    sections = (asdict(cfg.run), asdict(cfg.planner))
+    values = {k: v for section in sections for k, v in section.items() if k in names}
+    return PlannerConfig(**{**values, "seed": seed, **kw})
 
 
 def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
@@ -212,9 +217,9 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
     n_pilots = cfg.n_pilots or min(len(legal), MAX_PILOTS)
     cuts = choose_pilot_cuts(study.profile.n_blocks, n_pilots)
     base = base_config(cfg, seed)
-    limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.train_limit
+    limit = cfg.pilot_train_limit if cfg.pilot_train_limit is not None else cfg.run.train_limit
     probe = study.prepare(base)
-    run_steps = cfg.rounds * steps_per_round(probe)
+    run_steps = cfg.run.rounds * steps_per_round(probe)
     steps = cfg.pilot_steps or max(1, int(math.ceil(PILOT_FRACTION * run_steps)))
     records = run_pilots(
         cuts,
@@ -226,7 +231,7 @@ def fit_surrogate(study: Study, quiet: bool, *, seed: int = 0) -> None:
         train_limit=limit,
         quiet=quiet,
     )
-    doc = predict_accuracy(records, study.profile, run_steps, tolerance=cfg.acc_tolerance)
+    doc = predict_accuracy(records, study.profile, run_steps, tolerance=cfg.planner.acc_tolerance)
     study.predicted_accuracy = dict(doc.pop("accuracy"))
     study.predicted_loss = dict(doc.pop("loss"))
     source = doc.pop("source")
@@ -269,7 +274,9 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             study.profile,
             topo,
             study.predicted_loss or None,
-            planner_config(cfg, seed, weights=Weights(*cfg.weights), mode=cfg.objective),
+            planner_config(
+                cfg, seed, weights=Weights(*cfg.planner.weights), mode=cfg.planner.objective
+            ),
             predicted_accuracy=accuracy,
             separated=separated,
         )
@@ -284,7 +291,7 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
             predicted_accuracy=accuracy,
         )
     objective = acc.objective_def if acc is not None else None
-    fixed = tuple(cfg.fixed_cuts)
+    fixed = tuple(cfg.planner.fixed_cuts)
     baseline = planner_config(cfg, seed)  # the seed, batch, epochs and capacity of the baselines
     kw = {
         "config": baseline,
@@ -292,9 +299,11 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
         "predicted_loss": study.predicted_loss.get(fixed, math.nan),
         "predicted_accuracy": study.predicted_accuracy.get(fixed, math.nan),
     }
-    out["hsfl"] = plan_fixed(study.profile, topo, cfg.family, fixed, **kw)
+    out["hsfl"] = plan_fixed(study.profile, topo, cfg.planner.family, fixed, **kw)
     if "hsfl-greedy" in plans:
-        out["hsfl-greedy"] = plan_fixed(study.profile, topo, cfg.family, fixed, rule="greedy", **kw)
+        out["hsfl-greedy"] = plan_fixed(
+            study.profile, topo, cfg.planner.family, fixed, rule="greedy", **kw
+        )
     if objective is not None:
         # Every plan scored by the same (accuracy-aware) objective, to compare them.
         for p in out.values():
@@ -302,7 +311,7 @@ def plan_seed(study: Study, seed: int, plans: tuple[str, ...] = PLANS) -> dict:
                 objective.value(np.nan_to_num(p.predicted_loss), p.delay_s, p.bytes)
             )
     if "sfl" in plans:
-        c = int(cfg.sfl_cut)
+        c = int(cfg.planner.sfl_cut)
         out["sfl"] = plan_fixed(study.profile, topo, "sfl", (c, c), config=baseline)
     note = trace_note(setup.topology)
     if note is not None:

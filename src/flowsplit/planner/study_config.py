@@ -1,5 +1,11 @@
 """What a planning study is told (:class:`StudyConfig`), apart from its heavy machinery.
 
+A study config nests what its runs take (:class:`StudyRunConfig`, fields of the runs'
+``SFLConfig``) and how its plans are made (:class:`StudyPlannerConfig`, fields of the
+planner's ``PlannerConfig``) beside the model and topology choices and the pilots; the
+command line flattens the sections (``--rounds``, ``--family``), a ``--config`` file and
+keyword options may give their fields flat or as tables (``[run]``, ``[planner]``).
+
 :mod:`flowsplit.planner.study` runs a study; this module only holds its configuration,
 the quick/full defaults and its command-line view (:func:`add_study_arguments` and
 :func:`study_options`: ``sfl plan``'s and ``sfl compare``'s options, one per field,
@@ -23,9 +29,9 @@ from flowsplit.config_args import (
     show_list,
     with_groups,
 )
-from flowsplit.config_file import instantiate, merged, read_config_file
+from flowsplit.config_file import instantiate, merged, nest_keys, read_config_file
 from flowsplit.errors import ConfigError
-from flowsplit.federated.config import SamplingChoice
+from flowsplit.federated.config import SamplingChoice, SFLConfig
 from flowsplit.federated.sampling import check_sampling_options
 from flowsplit.federated.system.topology import parse_trace_spec
 from flowsplit.planner.leakage import budget_pairs
@@ -58,47 +64,18 @@ PILOT_FRACTION = 0.25
 :data:`~flowsplit.planner.pilots.MIN_CURVE_POINTS` rounds)."""
 
 
-RUN_FIELDS = ("rounds", "batch_size", "lr", "local_epochs", "partition", "train_limit")
-RUN_FIELDS += ("threads",)
-"""The :class:`StudyConfig` fields every run of a study takes as they are (its
-:class:`~flowsplit.federated.config.SFLConfig`'s fields of the same names), with the
-sampling fields (:data:`~flowsplit.federated.sampling.SAMPLING_FIELDS`)."""
-PLANNER_FIELDS = ("family", "fixed_cuts", "batch_size", "local_epochs", "reference")
-PLANNER_FIELDS += ("capacity", "three_tier", "acc_tolerance", "only_cuts")
-"""The :class:`StudyConfig` fields every plan takes as they are (its
-:class:`~flowsplit.planner.plan.PlannerConfig`'s fields of the same names)."""
-
-
 @dataclass
-class StudyConfig(SamplingChoice, TopologyChoice, ModelChoice):
-    """Everything that decides what is planned (saved next to every plan)."""
+class StudyRunConfig(SamplingChoice):
+    """What every run of a study takes as it is: fields of the run's
+    :class:`~flowsplit.federated.config.SFLConfig` of the same names, the sampling
+    options among them (every run samples alike); ``[run]`` in a ``--config`` file, its
+    options flat on the command line. Each run adds its scheme, cuts and seed
+    (:meth:`sfl_config`)."""
 
     CLI_GROUP: ClassVar[str] = "the planned run"
 
-    topology: str = topology_field("heterogeneous")
-    topology_seed: int = 0
-    """Seed of a generated topology (the same for every run seed)."""
-    trace: str | None = None
-    """Per-round network changes, as ``sfl run --trace``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's own). Plans are made on round 1's network (later changes are not foreseen: that is what re-planning is for); ``sfl compare`` runs every scheme on the changing network."""
     rounds: int = 5
     """Federated rounds of the planned run (the budget the surrogate predicts for)."""
-    family: str = "hsfl"
-    """Scheme of the three-tier runs: ``hsfl`` or ``hsfl-ll``."""
-    fixed_cuts: tuple[int, int] = (1, 2)
-    """HSFL baseline cuts."""
-    sfl_cut: int = 1
-    """SFL baseline cut."""
-    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
-    """Objective weights loss, delay, bytes of the accuracy-aware planner."""
-    reference: str = "hsfl"
-    """Objective references: ``hsfl`` or ``median``."""
-    n_pilots: int | None = None
-    """Pilot cut pairs (``None``: every legal pair, at most :data:`MAX_PILOTS`)."""
-    pilot_steps: int | None = None
-    """Optimiser steps per pilot, client batches summed over clients (``None``:
-    :data:`PILOT_FRACTION` of the run's)."""
-    pilot_train_limit: int | None = None
-    """Training rows per pilot (default: as the runs)."""
     batch_size: int = 32
     """Client batch size."""
     lr: float = 1e-3
@@ -109,10 +86,39 @@ class StudyConfig(SamplingChoice, TopologyChoice, ModelChoice):
     """``iid``, ``dirichlet:ALPHA`` or ``site``."""
     train_limit: int | None = None
     """Training rows per run (a seeded subset), for quick runs."""
-    capacity: tuple[int, ...] | None = None
-    """Most clients per aggregator (the planners honour it)."""
     threads: int = 1
     """torch threads."""
+
+    def validate(self) -> None:
+        if self.rounds < 1:
+            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
+        check_sampling_options(self)
+
+    def sfl_config(self, **per_run: Any) -> SFLConfig:
+        """A run's :class:`SFLConfig`: these fields and ``per_run`` (scheme, cuts, seed, ...)."""
+        return SFLConfig(**{**asdict(self), **per_run})
+
+
+@dataclass
+class StudyPlannerConfig:
+    """How a study's plans are made: fields of the planner's
+    :class:`~flowsplit.planner.plan.PlannerConfig` of the same names (its batch size and
+    local epochs are the runs', :class:`StudyRunConfig`), the objective and the
+    baselines' cuts; ``[planner]`` in a ``--config`` file, its options flat on the
+    command line."""
+
+    CLI_GROUP: ClassVar[str] = "planner"
+
+    family: str = "hsfl"
+    """Scheme of the three-tier runs: ``hsfl`` or ``hsfl-ll``."""
+    fixed_cuts: tuple[int, int] = (1, 2)
+    """HSFL baseline cuts."""
+    sfl_cut: int = 1
+    """SFL baseline cut."""
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    """Objective weights loss, delay, bytes of the accuracy-aware planner."""
+    reference: str = "hsfl"
+    """Objective references: ``hsfl`` or ``median``."""
     objective: str = "guard"
     """``guard`` (accuracy first, see :func:`flowsplit.planner.plan.accuracy_guard`) or
     ``weighted`` (the weighted sum with the predicted loss)."""
@@ -120,52 +126,80 @@ class StudyConfig(SamplingChoice, TopologyChoice, ModelChoice):
     """Accuracy guard: plans within this of the best predicted accuracy (1 point)."""
     three_tier: bool = False
     """Plan only cut pairs with an aggregator part (a < c)."""
+    capacity: tuple[int, ...] | None = None
+    """Most clients per aggregator (the planners honour it)."""
     only_cuts: tuple[tuple[int, int], ...] | None = None
     """Cut pairs the planners may choose (a leakage budget, see ``planner/leakage.py``)."""
-    quick: bool = False
-    """Quick-mode defaults (see :data:`QUICK`)."""
 
     def __post_init__(self) -> None:
-        ModelChoice.__post_init__(self)
         self.fixed_cuts = (int(self.fixed_cuts[0]), int(self.fixed_cuts[1]))
-        self.validate()
 
     def validate(self) -> None:
-        """Check the values (on construction); errors name the option to change."""
         if self.family not in ("hsfl", "hsfl-ll"):
             raise ConfigError(f"--family {self.family!r}: choose hsfl or hsfl-ll")
-        if self.rounds < 1 or (self.n_pilots or 1) < 1 or (self.pilot_steps or 1) < 1:
-            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
         if self.objective not in ("guard", "weighted"):
             raise ConfigError(f"--objective {self.objective!r}: choose guard or weighted")
-        parse_trace_spec(self.trace)  # the file itself is read with the topology
-        check_sampling_options(self)
         if not (0.0 <= self.acc_tolerance <= 1.0):
             raise ConfigError(
                 f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1]"
             )
 
+
+@dataclass
+class StudyConfig(TopologyChoice, ModelChoice):
+    """Everything that decides what is planned (saved next to every plan): the model and
+    topology choices, the runs' settings (``run``), the planner's (``planner``) and the
+    pilots'."""
+
+    CLI_GROUP: ClassVar[str] = "the planned run"
+
+    topology: str = topology_field("heterogeneous")
+    topology_seed: int = 0
+    """Seed of a generated topology (the same for every run seed)."""
+    trace: str | None = None
+    """Per-round network changes, as ``sfl run --trace``: ``random:SEED``, a TOML file of ``[[trace]]`` tables, or ``none`` (default: the topology's own). Plans are made on round 1's network (later changes are not foreseen: that is what re-planning is for); ``sfl compare`` runs every scheme on the changing network."""
+    run: StudyRunConfig = field(default_factory=StudyRunConfig)
+    """The settings every run takes (``[run]``)."""
+    planner: StudyPlannerConfig = field(default_factory=StudyPlannerConfig)
+    """How the plans are made (``[planner]``)."""
+    n_pilots: int | None = None
+    """Pilot cut pairs (``None``: every legal pair, at most :data:`MAX_PILOTS`)."""
+    pilot_steps: int | None = None
+    """Optimiser steps per pilot, client batches summed over clients (``None``:
+    :data:`PILOT_FRACTION` of the run's)."""
+    pilot_train_limit: int | None = None
+    """Training rows per pilot (default: as the runs)."""
+    quick: bool = False
+    """Quick-mode defaults (see :data:`QUICK`)."""
+
+    def __post_init__(self) -> None:
+        ModelChoice.__post_init__(self)
+        if isinstance(self.run, dict):
+            self.run = StudyRunConfig(**self.run)
+        if isinstance(self.planner, dict):
+            self.planner = StudyPlannerConfig(**self.planner)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the values (on construction); errors name the option to change."""
+        if (self.n_pilots or 1) < 1 or (self.pilot_steps or 1) < 1:
+            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
+        self.run.validate()
+        self.planner.validate()
+        parse_trace_spec(self.trace)  # the file itself is read with the topology
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-TUPLE_FIELDS = ("schemes", "seeds", "fixed_cuts", "weights", "capacity", "only_cuts")
-
-
 def resolve(cls, defaults: dict[str, Any], quick: bool, options: dict[str, Any]):
     """An instance of the config class ``cls`` from ``defaults`` and keyword
-    ``options`` (``None`` takes the default), validated."""
-    known = set(cls.__dataclass_fields__)
-    unknown = set(options) - known
-    if unknown:
-        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    merged = dict(defaults)
-    merged.update({k: v for k, v in options.items() if v is not None})
-    merged["quick"] = quick
-    for key in TUPLE_FIELDS:  # (lists from a TOML file or Python: tuples)
-        if merged.get(key) is not None:
-            merged[key] = tuple(merged[key])
-    cfg = instantiate(cls, merged)  # (a tuple field's lists, as from a TOML file: tuples)
+    ``options`` (``None`` takes the default), validated. Both may name a nested
+    config's fields at the top, as its options do (``rounds=3`` for ``run.rounds``), or
+    give its table (``run={"rounds": 3}``)."""
+    given = {k: v for k, v in options.items() if v is not None}
+    values = merged(nest_keys(cls, defaults), nest_keys(cls, given), {"quick": quick})
+    cfg = instantiate(cls, values)  # (a tuple field's lists, as from a TOML file: tuples)
     cfg.validate()
     return cfg
 

@@ -125,7 +125,7 @@ def summarise(
             seed: {s: PlanSummary.from_plan(p) for s, p in by_scheme.items()}
             for seed, by_scheme in plans.items()
         },
-        trace=_trace_summary(topo, cfg.rounds),
+        trace=_trace_summary(topo, cfg.run.rounds),
         replanning=replanning(runs, names),
         runs=runs,
         wall_s=wall_s,
@@ -135,7 +135,7 @@ def summarise(
             torch=torch.__version__,
             numpy=np.__version__,
             cores=available_cores(),
-            threads=cfg.threads,
+            threads=cfg.run.threads,
         ),
     )
 

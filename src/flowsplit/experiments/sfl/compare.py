@@ -154,7 +154,7 @@ def run_sfl_compare(
             if scheme in REPLANNED and cfg.replan == "every-round":
                 # The same first plan, its assignment re-planned before every round.
                 twin = replanned_name(scheme)
-                policy = ReplanPolicy(place_clients, capacity=cfg.capacity)
+                policy = ReplanPolicy(place_clients, capacity=cfg.planner.capacity)
                 runs.append(_run_one(study, twin, seed, seed_plans[scheme], out, quiet, policy))
         if "best-fixed" in cfg.schemes:
             per_cut += [
@@ -184,7 +184,7 @@ def _run_one(
     """One simulated run of ``plan`` (``policy``: the per-round assignment policy, e.g.
     re-planning; default: keep the plan's assignment)."""
     cfg = study.config
-    engine_scheme = "sfl" if scheme == "sfl" else cfg.family  # also the cut- runs
+    engine_scheme = "sfl" if scheme == "sfl" else cfg.planner.family  # also the cut- runs
     sfl_cfg = base_config(cfg, seed, scheme=engine_scheme, cuts=tuple(plan.cuts))
     setup = study.prepare(sfl_cfg, assignment=plan.assignment)
     t0 = time.perf_counter()
@@ -249,7 +249,7 @@ def cut_plans(study: Study, seed: int) -> dict:
             cfg,
             seed,
             exclude=("three_tier", "acc_tolerance"),
-            weights=Weights(0.0, *cfg.weights[1:]),
+            weights=Weights(0.0, *cfg.planner.weights[1:]),
             mode="weighted",
             only_cuts=(pair,),
         )

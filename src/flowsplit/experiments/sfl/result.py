@@ -381,6 +381,23 @@ class PlanSummary:
         )
 
 
+CONFIG_SECTIONS = ("run", "planner")
+"""The nested configs of :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig`
+(``StudyConfig.run`` and ``.planner``, since 5 December 2026); earlier studies wrote
+their fields at the top of ``config``."""
+
+
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A study's ``config`` with the fields of its sections (:data:`CONFIG_SECTIONS`)
+    at the top, as every study before the sections wrote them: both shapes read alike."""
+    flat = {k: v for k, v in config.items() if k not in CONFIG_SECTIONS}
+    for name in CONFIG_SECTIONS:
+        section = config.get(name)
+        if isinstance(section, dict):
+            flat.update(section)
+    return flat
+
+
 @dataclass
 class StudySettings:
     """The settings of the study the report states (from ``config``; the whole
@@ -452,10 +469,12 @@ class SFLCompareResult(JsonDocument):
     # --- the study's settings the reports use -----------------------------------------
     @property
     def settings(self) -> StudySettings:
-        """The settings the reports state, typed (older studies: defaults)."""
+        """The settings the reports state, typed (older studies: defaults), from the
+        config's sections or, as studies wrote it before it had sections, its top."""
         known = {f.name for f in fields(StudySettings)}
+        flat = flat_config(self.config)
         return typed_from_dict(
-            StudySettings, {k: v for k, v in self.config.items() if k in known}, "config"
+            StudySettings, {k: v for k, v in flat.items() if k in known}, "config"
         )
 
     @property
