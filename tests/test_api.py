@@ -83,6 +83,18 @@ def test_a_newcomers_script(tmp_path):
         no_pilots=True,
     )
     assert len(plan["cuts"]) == 2 and len(plan["assignment"]) == 4
+    # The same plan from a config object (the options the command reads from it).
+    from flowsplit.planner.study_config import StudyConfig, StudyRunConfig
+
+    study = StudyConfig(
+        model="cnn", n_clients=4, n_aggregators=2, run=StudyRunConfig(rounds=1, train_limit=200)
+    )
+    again = fs.sfl.plan(ds.root, tmp_path / "plan2.json", study, no_pilots=True)
+    assert (again["cuts"], again["assignment"], again["run"]) == (
+        plan["cuts"],
+        plan["assignment"],
+        plan["run"],
+    )
     sfl = fs.sfl.run(ds.root, tmp_path / "hsfl", plan=tmp_path / "plan.json")
     assert sfl.kind == "sfl" and len(sfl.rounds) == plan["run"]["rounds"] == 1
     assert sfl.cuts == plan["cuts"] and sfl.bytes_total > 0
@@ -96,6 +108,19 @@ def test_a_newcomers_script(tmp_path):
     assert fs.read_result(tmp_path / "hsfl").accuracy == sfl.accuracy
     model, config = fs.load_model(tmp_path / "cnn")
     assert config["model"]["classes"] == ds.classes
+
+
+def test_prepare_takes_a_config_object(tmp_path):
+    from flowsplit.data.prepare import PrepareOptions
+
+    # Execute: the same dataset from an options object and from keywords.
+    ds = fs.prepare(CAPTURES, tmp_path / "a", PrepareOptions(views=("stats",), top_classes=4))
+    same = fs.prepare(CAPTURES, tmp_path / "b", views=("stats",), top_classes=4)
+    # Assert
+    assert ds.classes == same.classes and len(ds.classes) == 4
+    assert (ds.xy("stats", "train")[1] == same.xy("stats", "train")[1]).all()
+    with pytest.raises(TypeError, match="in the config"):
+        fs.prepare(CAPTURES, tmp_path / "c", PrepareOptions(), top_classes=4)
 
 
 def test_bad_input_is_one_flowsplit_error(tmp_path):

@@ -38,6 +38,7 @@ PathLike = str | Path
 def prepare(
     inputs: PathLike | Sequence[PathLike],
     out: PathLike,
+    config: PrepareOptions | None = None,
     *,
     label_by: str = "auto",
     labels: PathLike | None = None,
@@ -50,6 +51,9 @@ def prepare(
     Args:
         inputs: capture files or folders (``folder/CLASS/*.pcap`` labels by folder).
         out: the dataset directory to write.
+        config: every setting at once, a :class:`PrepareOptions` (its ``labels``, a
+            :class:`LabelSpec`, says how to label); then give no ``label_by``,
+            ``labels`` or ``options``.
         label_by: ``auto``, ``folder``, ``file-csv``, ``flow-csv``, ``port`` or ``ndpi``
             (as ``prepare --label-by``).
         labels: the CSV of ``file-csv`` / ``flow-csv`` labels.
@@ -64,6 +68,11 @@ def prepare(
     from flowsplit.data.prepare import prepare_dataset
 
     files = [inputs] if isinstance(inputs, str | Path) else list(inputs)
+    if config is not None:
+        if options or label_by != "auto" or labels is not None:
+            raise TypeError("prepare(inputs, out, config): give the options in the config")
+        prepare_dataset(files, out, config, progress=progress, overwrite=overwrite)
+        return load_dataset(out)
     label_keys = {"file_column", "key_column", "key_format", "port_map", "ndpi_field"}
     label_keys |= {"ndpi_min_confidence", "ndpi_keep_guessed"}
     spec = LabelSpec(

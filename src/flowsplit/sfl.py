@@ -52,12 +52,24 @@ def run(
     return read_result(out)
 
 
-def plan(dataset: str | Path, out: str | Path, *, quiet: bool = True, **options: Any) -> dict:
+def plan(
+    dataset: str | Path,
+    out: str | Path,
+    config: Any = None,
+    *,
+    quiet: bool = True,
+    **options: Any,
+) -> dict:
     """Choose cuts and the client -> aggregator assignment for a topology (``sfl plan``);
     writes ``out`` (a plan.json that :func:`run` takes) and returns it as a dict:
-    ``cuts``, ``assignment``, ``predicted`` (delay and bytes per round), ``run``, ..."""
-    argv = ["sfl", "plan", str(dataset), "-o", str(out), *as_flags({"quiet": quiet, **options})]
-    run_command(argv, quiet=quiet)
+    ``cuts``, ``assignment``, ``predicted`` (delay and bytes per round), ``run``, ...
+    ``config`` (a :class:`~flowsplit.planner.study_config.StudyConfig`) gives every
+    setting at once; keyword options override it (and give ``seed``, ``no_pilots``)."""
+    argv = ["sfl", "plan", str(dataset), "-o", str(out)]
+    if config is not None:
+        with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
+    else:
+        run_command([*argv, *as_flags({"quiet": quiet, **options})], quiet=quiet)
     return json.loads(Path(out).read_text(encoding="utf-8"))
 
 
