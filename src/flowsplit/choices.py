@@ -15,7 +15,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from flowsplit.config_args import cli, parse_model_option
+from flowsplit.config_args import SEEDS_HELP, cli, parse_model_option, parse_seeds
 
 MODEL_HELP = (
     "Neural model: cnn, lstm, convlstm, convgru, transformer, or package.module:factory "
@@ -32,6 +32,22 @@ MODEL_OPTION = cli(
     show=lambda _: "the model's",
 )
 """``--model-option KEY=VALUE`` (repeatable) of a ``model_options`` field, in every command."""
+
+
+SEEDS_METAVAR = "N|S,S,..."
+
+
+def seeds_option(help: str = SEEDS_HELP + ".", **refine: Any) -> dict:
+    """``--seeds N|S,S,...`` of every command that runs several seeds: a count or a list
+    (:func:`~flowsplit.config_args.parse_seeds`); ``help`` starts with
+    :data:`~flowsplit.config_args.SEEDS_HELP`, ``refine`` adds to :func:`cli` (``show``)."""
+    return cli(parse=parse_seeds, metavar=SEEDS_METAVAR, help=help, **refine)
+
+
+def seeds_field(default: tuple[int, ...], more: str = ".") -> Any:
+    """A config's ``seeds`` field (:func:`seeds_option`) with its own default and the
+    end of its help (``more``, after :data:`~flowsplit.config_args.SEEDS_HELP`)."""
+    return field(default=default, metadata=seeds_option(SEEDS_HELP + more))
 
 
 def add_model_option_argument(p: argparse.ArgumentParser, help: str | None = None) -> None:

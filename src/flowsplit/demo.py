@@ -28,13 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowsplit.choices import seeds_field
 from flowsplit.config_args import (
-    SEEDS_HELP,
     add_config_arguments,
     cli,
     command_parser,
     config_from_args,
-    parse_seeds,
 )
 from flowsplit.errors import ConfigError, InputError
 
@@ -74,14 +73,10 @@ class DemoPlan:
     captures: Path = field(
         default=DEFAULT_CAPTURES, metadata=cli(parse=Path, help="lab capture folder")
     )
-    seeds: tuple[int, ...] = field(
-        default=(0, 1, 2),
-        metadata=cli(
-            parse=parse_seeds,
-            metavar="N|S,S,...",
-            help=f"{SEEDS_HELP}, for every cell of each comparison (an accuracy-equivalence "
-            "verdict needs 5; with fewer the advice says 'not enough seeds')",
-        ),
+    seeds: tuple[int, ...] = seeds_field(
+        (0, 1, 2),
+        ", for every cell of each comparison (an accuracy-equivalence verdict needs 5; "
+        "with fewer the advice says 'not enough seeds')",
     )
     models: tuple[str, ...] = field(
         default=MODELS,

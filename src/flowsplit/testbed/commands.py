@@ -19,15 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from flowsplit.choices import ModelChoice
+from flowsplit.choices import ModelChoice, seeds_field
 from flowsplit.config_args import (
-    SEEDS_HELP,
     add_config_arguments,
     cli,
     command_parser,
     config_from_args,
     finite_float,
-    parse_seeds,
 )
 from flowsplit.errors import ConfigError
 from flowsplit.util.system import Stopped, stop_signals
@@ -57,10 +55,7 @@ class CompareOptions(ModelChoice):
 
     CLI_GROUP: ClassVar[str | None] = None
 
-    seeds: tuple[int, ...] = field(
-        default=(0, 1, 2),
-        metadata=cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + " (at least 2)"),
-    )
+    seeds: tuple[int, ...] = seeds_field((0, 1, 2), " (at least 2)")
     rounds: int = field(default=2, metadata=cli(help="rounds per run"))
     batch_size: int = field(default=16, metadata=cli(help="samples per client batch"))
     train_limit: int = field(default=384, metadata=cli(metavar="N", help="training rows per run"))

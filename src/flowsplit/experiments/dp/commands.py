@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from flowsplit.choices import seeds_option
 from flowsplit.config_args import (
-    SEEDS_HELP,
     add_config_arguments,
     add_log_to_argument,
     add_renamed,
@@ -14,7 +14,6 @@ from flowsplit.config_args import (
     command_parser,
     csv_tuple,
     int_tuple,
-    parse_seeds,
     with_groups,
 )
 from flowsplit.config_file import add_config_file_option, build_config
@@ -39,7 +38,7 @@ COMPARE_OPTIONS = {
     "out": cli(flag="--out", aliases=("-o",), metavar="OUT"),
     "models": cli(parse=csv_tuple, help="Models, comma-separated."),
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
-    "seeds": cli(parse=parse_seeds, metavar="N|S,S,...", help=SEEDS_HELP + "."),
+    "seeds": seeds_option(),
     "comm_hooks": cli(parse=csv_tuple, metavar="HOOK,HOOK,..."),
     "same_cores_seeds": cli(metavar="K"),
     "epochs": cli(

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from flowsplit.choices import seeds_option
 from flowsplit.config_args import (
-    SEEDS_HELP,
     add_log_to_argument,
     cli,
     command_parser,
     csv_tuple,
-    parse_seeds,
     show_list,
 )
 from flowsplit.config_file import add_config_file_option
@@ -35,11 +34,8 @@ SFL_COMPARE_OPTIONS = {
         help=f"Schemes, comma-separated, of {', '.join(ALL_SCHEMES)} (best-fixed: every "
         "legal cut trained, the best on validation kept: costly); hsfl always runs.",
     ),
-    "seeds": cli(
-        parse=parse_seeds,
-        metavar="N|S,S,...",
-        help=SEEDS_HELP + ".",
-        show=lambda v: f"{len(v)} ({show_list(v)}); --quick: {len(QUICK['seeds'])}",
+    "seeds": seeds_option(
+        show=lambda v: f"{len(v)} ({show_list(v)}); --quick: {len(QUICK['seeds'])}"
     ),
     "replan": cli(choices=REPLAN_CHOICES),
     "quick": cli(help=quick_help(QUICK)),
