@@ -88,6 +88,10 @@ balance" (and --strict), but for ``labels`` and ``label_column``."""
 # --label-column names the label column of both a label CSV (LabelSpec, default
 # "label") and a flow CSV (PrepareOptions, default "Label"): one option, two defaults.
 SHARED_FIELDS = ("labels", "label_column")
+LABEL_COLUMN = {
+    "label_column": cli(help="label column", show=lambda _: "label; Label for flow CSVs")
+}
+"""``--label-column``: LabelSpec's field, whose value PrepareOptions takes too."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -114,9 +118,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     # One option per field of LabelSpec and PrepareOptions (their docstrings are the help).
     g = p.add_argument_group("labels")
     add_config_arguments(g, LabelSpec, exclude=("label_column",), overrides=LABEL_OPTIONS)
-    g.add_argument(
-        "--label-column", default=None, help="label column (default: label; Label for flow CSVs)"
-    )
+    # Not given: each config's own default (options_from_args).
+    add_config_arguments(g, LabelSpec, only=("label_column",), overrides=LABEL_COLUMN, unset=True)
     g = p.add_argument_group("flows and views")
     add_config_arguments(g, PrepareOptions, only=FLOW_FIELDS, overrides=PREPARE_OPTIONS)
     g = p.add_argument_group("splits and balance")
@@ -135,13 +138,13 @@ def options_from_args(args: argparse.Namespace) -> PrepareOptions:
     """Build validated PrepareOptions from parsed CLI arguments."""
     spec = LabelSpec(
         **config_values(args, [f.name for f in cli_fields(LabelSpec, exclude=["label_column"])]),
-        label_column=args.label_column or "label",
+        label_column=args.label_column or LabelSpec.label_column,  # (its default)
     )
     names = [f.name for f in cli_fields(PrepareOptions, exclude=SHARED_FIELDS)]
     return PrepareOptions(
         **config_values(args, names),
         labels=spec,
-        label_column=args.label_column or "Label",
+        label_column=args.label_column or PrepareOptions.label_column,  # (its default)
     )
 
 
