@@ -147,3 +147,16 @@ def test_a_nested_configs_keys_may_stand_at_the_top_of_a_config_file(tmp_path):
     bad.write_text("roundz = 3\n")
     with pytest.raises(ConfigError, match="unknown key 'roundz'"):
         read_config_file(SFLRunConfig, bad)
+
+
+def test_no_config_field_is_copied_by_hand_in_src():
+    # Execute: the counter over src/flowsplit (issue 28's goal: 0).
+    counter = _counter()
+    classes = counter._classes()
+    found = [
+        (path.name, line, what)
+        for path in sorted(counter.ROOT.rglob("*.py"))
+        for line, _, what in counter.copies(path, classes)
+    ]
+    # Assert: a config handed on whole (or nested), never field by field.
+    assert found == []
