@@ -184,3 +184,65 @@ def cross_source_scores(
         "n_scored": int(rows.sum()),
         "open_set": open_set_scores(proba, y_model),
     }
+
+
+# --- flows whose label the model cannot see, and test rows the training rows hold ------
+
+MDNS_PORT = 5353
+
+
+def legacy_unicast_mdns(meta) -> np.ndarray:
+    """The flows labelled MDNS of which exactly one end is port 5353 (``meta``: a
+    dataset's meta frame with ``label_name``, ``port_a``, ``port_b``): legacy-unicast
+    mDNS (RFC 6762 section 6.7), a one-shot query from an ephemeral port to port 5353
+    and the unicast answer back to it. With the ports masked such a flow is a DNS
+    message like any other: its label rests on the port alone (label-ambiguous), and a
+    training set of 5353-to-5353 mDNS cannot teach it."""
+    if not {"label_name", "port_a", "port_b"} <= set(meta.columns):
+        return np.zeros(len(meta), dtype=bool)
+    a = meta["port_a"].to_numpy() == MDNS_PORT
+    b = meta["port_b"].to_numpy() == MDNS_PORT
+    return (meta["label_name"].astype(str).to_numpy() == "MDNS") & (a != b)
+
+
+def nearest_rows(
+    train: np.ndarray, test: np.ndarray, chunk: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
+    """For every row of ``test`` (n, d bytes) the index of the ``train`` row with the
+    fewest differing bytes (Hamming distance), and that distance."""
+    train, test = np.asarray(train), np.asarray(test)
+    idx = np.empty(len(test), dtype=np.int64)
+    dist = np.empty(len(test), dtype=np.int64)
+    for a in range(0, len(test), chunk):
+        d = (test[a : a + chunk, None, :] != train[None, :, :]).sum(2)
+        j = d.argmin(1)
+        idx[a : a + chunk], dist[a : a + chunk] = j, d[np.arange(len(j)), j]
+    return idx, dist
+
+
+def prefix_copies(
+    train: np.ndarray,
+    test: np.ndarray,
+    y_train: np.ndarray,
+    y_test: np.ndarray,
+    lengths=(16, 32, 64, 128, 256, None),
+) -> dict[str, dict[str, int]]:
+    """Per prefix length K (None: the whole row): the test rows whose first K bytes are
+    those of some training row, of which some such training row has the test row's
+    class, and of which every such training row has another class."""
+    out = {}
+    for k in lengths:
+        seen: dict[bytes, set] = {}
+        for row, y in zip(np.asarray(train)[:, :k], y_train, strict=True):
+            seen.setdefault(row.tobytes(), set()).add(y)
+        hit = same = 0
+        for row, y in zip(np.asarray(test)[:, :k], y_test, strict=True):
+            s = seen.get(row.tobytes())
+            hit += s is not None
+            same += s is not None and y in s
+        out[str(k or np.asarray(test).shape[1])] = {
+            "test_rows_with_a_copy": hit,
+            "a_copy_of_the_same_class": same,
+            "copies_of_other_classes_only": hit - same,
+        }
+    return out
