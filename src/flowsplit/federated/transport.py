@@ -226,6 +226,17 @@ class GlooTransport:
         self._count(peer, header.nbytes + payload.nbytes, op.kind, telemetry)
         return payload
 
+    # --- telemetry: the runtime's own CONTROL messages, not the run's ------------------
+    def send_telemetry(self, peer: Address, tensor: torch.Tensor) -> None:
+        """Send ``tensor`` to ``peer`` as a CONTROL message of the runtime's own (counted
+        in ``telemetry_bytes``, not charged to the run's costs)."""
+        self.send(Send(peer, tensor, CONTROL), telemetry=True)
+
+    def recv_telemetry(self, peer: Address, *, droppable: bool = False) -> torch.Tensor | None:
+        """The next telemetry message from ``peer`` (see :meth:`send_telemetry`); None as
+        for :meth:`recv` (``droppable``: wait only the drop timeout)."""
+        return self.recv(Recv(peer, CONTROL, droppable=droppable), telemetry=True)
+
     def _wait_recv(self, tensor: torch.Tensor, peer: Address, timeout: float) -> bool:
         pg, rank, tag = self.channel(peer)
         start = time.monotonic()

@@ -59,11 +59,8 @@ from flowsplit.federated.system.costs import CostMeter, Ledger
 from flowsplit.federated.system.protocol import (
     AGGREGATOR,
     CLIENT,
-    CONTROL,
     SERVER_ADDRESS,
     Address,
-    Recv,
-    Send,
     address_of,
     rank_of,
 )
@@ -184,7 +181,7 @@ class PooledRuntime(DistRuntime):
         between rounds: the others host them from now on)."""
         live = np.flatnonzero(self.workers_alive)
         for w in live:
-            got = self.transport.recv(Recv((WORKER, int(w)), CONTROL), telemetry=True)
+            got = self.transport.recv_telemetry((WORKER, int(w)))
             if got is None:
                 self.workers_alive[w] = False
                 back = sorted(i for i in self.part.lost if live[i % len(live)] == w)
@@ -287,7 +284,7 @@ class PoolWorker:
 
     def plan_round(self, plan: RoundPlan) -> RoundPlan:
         """Report ready to the server, then read the round's clients from the store."""
-        self.transport.send(Send(SERVER_ADDRESS, torch.zeros(1), CONTROL), telemetry=True)
+        self.transport.send_telemetry(SERVER_ADDRESS, torch.zeros(1))
         key = POOL_KEY.format(round=plan.round)
         ids, assignment, skipped, self.hosts = decode_round(self.store.get(key), key)
         self.ids = ids
@@ -388,8 +385,8 @@ class PoolWorker:
         tracer = Tracer(rank_of(me, n_aggs), n_aggs)
         drive(client.run_round(plan), transport, tracer, turn)
         own = np.concatenate([meter.ledger.to_vector(), transport.received.ravel()])
-        transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
-        transport.send(Send(agg, torch.from_numpy(tracer.array()), CONTROL), telemetry=True)
+        transport.send_telemetry(agg, torch.from_numpy(own))
+        transport.send_telemetry(agg, torch.from_numpy(tracer.array()))
         transport.flush()
         with self.turns:
             if torch.equal(state[0], seeded):

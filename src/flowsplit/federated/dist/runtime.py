@@ -36,10 +36,8 @@ from flowsplit.federated.system.costs import Ledger
 from flowsplit.federated.system.protocol import (
     AGGREGATOR,
     CLIENT,
-    CONTROL,
     SERVER_ADDRESS,
     Address,
-    Recv,
     Send,
     message_nbytes,
     rank_of,
@@ -203,10 +201,10 @@ class DistRuntime:
         ready = torch.zeros(1)
         if kind == CLIENT:
             agg = (AGGREGATOR, int(self.assignment[index]))
-            self.transport.send(Send(agg, ready, CONTROL), telemetry=True)
+            self.transport.send_telemetry(agg, ready)
         elif kind == AGGREGATOR:
             for i in np.flatnonzero(self.assignment == index):
-                got = self.transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
+                got = self.transport.recv_telemetry((CLIENT, int(i)))
                 if got is None:
                     self.role.lost.add(int(i))
 
@@ -293,10 +291,10 @@ class DistRuntime:
         kind, _ = self.me
         ready = torch.zeros(1)
         if kind == AGGREGATOR:
-            self.transport.send(Send(SERVER_ADDRESS, ready, CONTROL), telemetry=True)
+            self.transport.send_telemetry(SERVER_ADDRESS, ready)
         elif self.is_server:
             for j in np.flatnonzero(self.alive_aggregators()):
-                got = self.transport.recv(Recv((AGGREGATOR, int(j)), CONTROL), telemetry=True)
+                got = self.transport.recv_telemetry((AGGREGATOR, int(j)))
                 if got is None:  # gone: its clients are lost this round, moved the next
                     self.role.lost.update(int(i) for i in np.flatnonzero(self.assignment == j))
 
@@ -404,7 +402,7 @@ class DistRuntime:
         if kind == CLIENT:
             if plan.takes_part(index):
                 agg = (AGGREGATOR, int(plan.assignment[index]))
-                self.transport.send(Send(agg, torch.from_numpy(own), CONTROL), telemetry=True)
+                self.transport.send_telemetry(agg, torch.from_numpy(own))
             return [own]
         parts = [own]
         if kind == AGGREGATOR:
@@ -412,19 +410,15 @@ class DistRuntime:
                 i = int(i)
                 if plan.assignment[i] != index or i in self.role.lost or not plan.takes_part(i):
                     continue
-                got = self.transport.recv(
-                    Recv((CLIENT, i), CONTROL, droppable=True), telemetry=True
-                )
+                got = self.transport.recv_telemetry((CLIENT, i), droppable=True)
                 if got is None:
                     self.role.lost.add(i)
                 else:
                     parts.append(got.numpy())
-            self.transport.send(
-                Send(SERVER_ADDRESS, torch.from_numpy(combine(parts)), CONTROL), telemetry=True
-            )
+            self.transport.send_telemetry(SERVER_ADDRESS, torch.from_numpy(combine(parts)))
             return parts
         for j in range(self.setup.topology.n_aggregators):
-            got = self.transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
+            got = self.transport.recv_telemetry((AGGREGATOR, j))
             if got is not None:
                 parts.append(got.numpy())
         return parts
