@@ -22,7 +22,7 @@ from collections import deque
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.planner.costs import AGG, BB, CHAIN_A, CHAIN_B, COUNT, DOWN, FEATURES, UP, CostTable
+from flowsplit.planner.costs import AGG, BB, COUNT, DOWN, FEATURES, UP, CostTable, chain_term
 
 
 def check_capacity(table: CostTable, capacity: np.ndarray | None) -> np.ndarray | None:
@@ -71,13 +71,7 @@ def client_work(table: CostTable, pairs: np.ndarray) -> np.ndarray:
     coef = table.coef[:, pairs].reshape(table.n_clients, -1, best.shape[1])
     f = np.matmul(coef, best[:, :, None]).reshape(table.n_clients, len(pairs), -1)
     f = f.transpose(1, 0, 2)  # (P, N, F)
-    return (
-        np.maximum(f[..., CHAIN_A], f[..., CHAIN_B])
-        + f[..., AGG]
-        + f[..., BB]
-        + f[..., DOWN]
-        + f[..., UP]
-    )
+    return chain_term(f, axis=-1) + f[..., AGG] + f[..., BB] + f[..., DOWN] + f[..., UP]
 
 
 def chunk_size(n_aggregators: int) -> int:
@@ -131,7 +125,7 @@ def greedy_assign(
         nb = len(i)
         f = np.matmul(coef[i], table.basis(i))  # (B, P*F, A)
         f = f.reshape(nb, n_p, len(FEATURES), n_a).transpose(2, 1, 0, 3)  # (F, P, B, A)
-        chain = np.maximum(f[CHAIN_A], f[CHAIN_B])
+        chain = chain_term(f, axis=0)
         cnt = count + f[COUNT]
         act = cnt > 0
         finish = (
@@ -171,7 +165,7 @@ def greedy_assign(
         kk = np.broadcast_to(np.arange(nb)[None, :], picks.shape)
         fk = f[:, pp, kk, picks]  # (F, P, B)
         cur = state[:, pp, 0, picks]  # (6, P, B)
-        cur[0] = np.maximum(cur[0], np.maximum(fk[CHAIN_A], fk[CHAIN_B]))
+        cur[0] = np.maximum(cur[0], chain_term(fk, axis=0))
         cur[1] += fk[AGG]
         cur[2] += fk[BB]
         cur[3] = np.maximum(cur[3], fk[DOWN])
@@ -234,7 +228,7 @@ def _state_of(table: CostTable, pair: int, assign: np.ndarray) -> np.ndarray:
         return state
     j = assign[done]
     f = table.assigned_features(pair, np.where(done, assign, 0))[done]
-    np.maximum.at(state[0], j, np.maximum(f[:, CHAIN_A], f[:, CHAIN_B]))
+    np.maximum.at(state[0], j, chain_term(f))
     np.add.at(state[1], j, f[:, AGG])
     np.add.at(state[2], j, f[:, BB])
     np.maximum.at(state[3], j, f[:, DOWN])

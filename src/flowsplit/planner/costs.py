@@ -67,6 +67,12 @@ FEATURES = ("chain_a", "chain_b", "agg", "bb", "down", "up", "count")
 CHAIN_A, CHAIN_B, AGG, BB, DOWN, UP, COUNT = range(len(FEATURES))
 
 
+def chain_term(f: np.ndarray, axis: int = 1) -> np.ndarray:
+    """The chain feature of features ``f`` (feature axis ``axis``): the longer of the
+    two chains, ``CHAIN_A`` and ``CHAIN_B``."""
+    return np.maximum(np.take(f, CHAIN_A, axis=axis), np.take(f, CHAIN_B, axis=axis))
+
+
 @dataclass(frozen=True)
 class CostTable:
     """Per-client and per-aggregator cost terms of ``P`` cut pairs on one topology."""
@@ -293,7 +299,7 @@ def aggregator_state(table: CostTable, pair: int, assignment: np.ndarray) -> Agg
         return np.bincount(j, weights=values, minlength=n_aggs)
 
     return AggregatorState(
-        chain=gmax(np.maximum(f[:, CHAIN_A], f[:, CHAIN_B])),
+        chain=gmax(chain_term(f)),
         agg=gsum(f[:, AGG]),
         bb=gsum(f[:, BB]),
         down=gmax(f[:, DOWN]),

@@ -31,12 +31,11 @@ from flowsplit.planner.assign import greedy_assign
 from flowsplit.planner.costs import (
     AGG,
     BB,
-    CHAIN_A,
-    CHAIN_B,
     COUNT,
     DOWN,
     UP,
     CostTable,
+    chain_term,
     evaluate_assignment,
 )
 from flowsplit.planner.search import assignment_objective
@@ -99,7 +98,7 @@ def solve_exact(
     t0 = time.perf_counter()
     n, n_aggs = table.n_clients, table.n_aggregators
     f = table.features(pair, np.arange(n))  # (N, F, A)
-    chain = np.maximum(f[:, CHAIN_A], f[:, CHAIN_B])
+    chain = chain_term(f)
     one = f[:, COUNT, 0] > 0
     start = greedy_assign(table, np.array([pair]), capacity)[0]
     ub = max(evaluate_assignment(table, pair, start)[0], 1e-12)

@@ -25,6 +25,7 @@ from flowsplit.planner.costs import (
     DOWN,
     UP,
     CostTable,
+    chain_term,
     delay_from_terms,
     evaluate_assignment,
 )
@@ -44,7 +45,7 @@ class _Stats:
 
 
 def _stats(f: np.ndarray, assign: np.ndarray, n_aggs: int) -> _Stats:
-    vals = np.stack([np.maximum(f[:, CHAIN_A], f[:, CHAIN_B]), f[:, DOWN], f[:, UP]])
+    vals = np.stack([chain_term(f), f[:, DOWN], f[:, UP]])
     top = np.zeros((3, n_aggs))
     second = np.zeros((3, n_aggs))
     holder = np.full((3, n_aggs), -1)
@@ -90,7 +91,7 @@ def _refresh(st: _Stats, f: np.ndarray, assign: np.ndarray, aggs) -> None:
         st.bb[j] = fm[:, BB].sum()
         st.count[j] = fm[:, COUNT].sum()
         st.n_assigned[j] = len(members)
-        vals = np.stack([np.maximum(fm[:, CHAIN_A], fm[:, CHAIN_B]), fm[:, DOWN], fm[:, UP]])
+        vals = np.stack([chain_term(fm), fm[:, DOWN], fm[:, UP]])
         _fill_maxima(st, j, np.arange(len(members)), vals)
         if len(members):
             st.holder[:, j] = members[st.holder[:, j]]
@@ -243,7 +244,7 @@ def _best_move(table, ev, st, assign, cands, tops, n_active, cap):
     chain_g, agg_g, bb_g, down_g, up_g, cnt_g = _removed(st, cands, g, f_own)
     dg, tg, ug = ev.phases(chain_g, agg_g, bb_g, down_g, up_g, cnt_g, g)
     j = np.arange(table.n_aggregators)[None, :]
-    chain_new = np.maximum(fa[:, CHAIN_A], fa[:, CHAIN_B])
+    chain_new = chain_term(fa)
     dh, th, uh = ev.phases(
         np.maximum(st.top[0][None], chain_new),
         st.agg[None] + fa[:, AGG],
@@ -292,7 +293,7 @@ def _best_swap(table, ev, st, assign, cands, tops, n_active, max_evals):
     def add(removed, fx):
         chain, agg, bb, down, up, cnt = (x[..., None] if x.ndim == 1 else x for x in removed)
         return (
-            np.maximum(chain, np.maximum(fx[..., CHAIN_A], fx[..., CHAIN_B])),
+            np.maximum(chain, chain_term(fx, axis=-1)),
             agg + fx[..., AGG],
             bb + fx[..., BB],
             np.maximum(down, fx[..., DOWN]),
