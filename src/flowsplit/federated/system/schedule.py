@@ -292,18 +292,43 @@ class _Replay:
         return max(t, done + latency)
 
     def run_cpu(self, r: int, seconds: float, t: float) -> float:
-        """When ``seconds`` of CPU (full speed) started by role ``r`` at ``t`` end."""
+        """When ``seconds`` of CPU (full speed) started by role ``r`` at ``t`` end.
+
+        On a node whose CPU is a quota it runs at full speed for up to its burst when
+        rested, then at its share. The burst is a bucket (``burst * (1 - share)`` CPU
+        seconds) drained by running and refilled at the share's rate (the continuous form
+        of CFS bandwidth control, with the burst the probe saw)."""
         if seconds <= 0:
             return t
-        if r in self.cpu:
-            return _throttled(seconds, t, r, self.cpu[r], self.tokens)
-        return t + seconds
+        if r not in self.cpu:
+            return t + seconds
+        share = self.cpu[r][0]
+        level, _ = self._bucket(r, t)
+        # (A level below 0 is a debt of CPU spent beside the program: paid at the share.)
+        fast = level / (1.0 - share)  # seconds at full speed before the bucket is empty
+        if seconds <= fast:
+            self.tokens[r] = (level - seconds * (1.0 - share), t + seconds)
+            return t + seconds
+        end = t + fast + (seconds - fast) / share
+        self.tokens[r] = (0.0, end)
+        return end
 
     def beside(self, r: int, seconds: float, t: float) -> None:
         """``seconds`` of CPU spent at ``t`` by role ``r``'s other threads: out of its
-        bucket (which may go into debt), not on its clock."""
+        bucket (which may go into debt, see :meth:`run_cpu`), not on its clock."""
         if seconds > 0 and r in self.cpu:
-            _drain(seconds, t, r, self.cpu[r], self.tokens)
+            level, now = self._bucket(r, t)
+            self.tokens[r] = (level - seconds, now)
+
+    def _bucket(self, r: int, t: float) -> tuple[float, float]:
+        """Role ``r``'s CPU bucket at ``t``: its level, refilled at the share's rate since
+        it was last used (at most full), and that time (``t``, or the later time it was
+        last used up to)."""
+        share, burst = self.cpu[r]
+        capacity = burst * (1.0 - share)
+        level, since = self.tokens.get(r, (capacity, t))
+        now = max(t, since)
+        return min(capacity, level + share * (now - since)), now
 
 
 EARLY_TRIPS = 2
@@ -400,49 +425,6 @@ def _cpu_quotas(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float
                 out[rank + k] = (sh, bu)
         rank += n
     return out
-
-
-def _throttled(
-    seconds: float,
-    t: float,
-    rank: int,
-    quota: tuple[float, float],
-    tokens: dict[int, tuple[float, float]],
-) -> float:
-    """When work of ``seconds`` (at the node's full speed) started at ``t`` ends on a node
-    whose CPU is a quota: it runs at full speed for up to its burst when rested, then at
-    its share. The burst is a bucket (``burst * (1 - share)`` CPU seconds) drained by
-    running and refilled at the share's rate (the continuous form of CFS bandwidth
-    control, with the burst the probe saw)."""
-    share, burst = quota
-    capacity = burst * (1.0 - share)
-    level, since = tokens.get(rank, (capacity, t))
-    level = min(capacity, level + share * max(0.0, t - since))
-    # (A level below 0 is a debt of CPU spent beside the program: paid at the share.)
-    fast = level / (1.0 - share)  # seconds at full speed before the bucket is empty
-    if seconds <= fast:
-        tokens[rank] = (level - seconds * (1.0 - share), t + seconds)
-        return t + seconds
-    end = t + fast + (seconds - fast) / share
-    tokens[rank] = (0.0, end)
-    return end
-
-
-def _drain(
-    seconds: float,
-    t: float,
-    rank: int,
-    quota: tuple[float, float],
-    tokens: dict[int, tuple[float, float]],
-) -> None:
-    """Take ``seconds`` of CPU spent at ``t`` beside the node's program out of its
-    bucket (see :func:`_throttled`); the level may fall below 0 (a debt)."""
-    share, burst = quota
-    capacity = burst * (1.0 - share)
-    level, since = tokens.get(rank, (capacity, t))
-    now = max(t, since)
-    level = min(capacity, level + share * (now - since))
-    tokens[rank] = (level - seconds, now)
 
 
 def rescale_compute(trace: np.ndarray, charged_on: Any, topology: Any) -> np.ndarray:
