@@ -48,9 +48,13 @@ def make_payload(
     out_dir: str | Path,
     quiet: bool = False,
     bind: str | None = None,
+    policy: AssignmentPolicy | None = None,
+    probe: str | None = None,
+    client_workers: int | None = None,
 ) -> dict[str, Any]:
     """What every process needs to rebuild ``setup`` (plain data, the topology and a
-    picklable factory)."""
+    picklable factory) and run its role (``policy``, ``probe``: as for
+    :func:`launch_roles`; ``client_workers``: the pool's size, :func:`pool_size`'s)."""
     return {
         "config": setup.config.to_dict(),
         "dataset": str(dataset),
@@ -64,12 +68,18 @@ def make_payload(
         "out_dir": str(out_dir),
         "quiet": quiet,
         "bind": bind,
+        "policy": policy,
+        "probe": probe,
+        "client_workers": client_workers,
     }
 
 
-def pool_size(client_workers: int | None, n_clients: int, config: SFLConfig) -> int | None:
+def pool_size(
+    client_workers: int | None, n_clients: int, config: SFLConfig, probe: str | None = None
+) -> int | None:
     """The pool's worker count for ``client_workers`` (None: no pool, a process per
-    client); never more workers than clients. A run that samples clients needs a pool."""
+    client); never more workers than clients. A run that samples clients needs a pool;
+    one that probes (``probe``) may not have one."""
     if client_workers is None and sampling_configured(config):
         raise ConfigError(
             "--clients-per-round, --fraction and --select sample clients in --mode dist "
@@ -79,6 +89,8 @@ def pool_size(client_workers: int | None, n_clients: int, config: SFLConfig) -> 
         return None
     if int(client_workers) < 1:
         raise ConfigError(f"--client-workers must be >= 1, got {client_workers}")
+    if probe:
+        raise ConfigError("--probe measures a process per client; run it without --client-workers")
     return min(int(client_workers), n_clients)
 
 
@@ -133,24 +145,25 @@ def launch_roles(
     random streams restart).
     """
     topo: Topology = setup.topology
-    workers = pool_size(client_workers, topo.n_clients, setup.config)
-    if workers and probe:
-        raise ConfigError("--probe measures a process per client; run it without --client-workers")
+    workers = pool_size(client_workers, topo.n_clients, setup.config, probe)
     world = 1 + topo.n_aggregators + (workers or topo.n_clients)
     tmp = None
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
         out_dir = tmp.name
     store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
-    payload = make_payload(setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet)
-    payload.update(
-        store=("127.0.0.1", port),
+    payload = make_payload(
+        setup,
+        dataset=dataset,
+        model_fn=model_fn,
+        out_dir=out_dir,
+        quiet=quiet,
         bind="127.0.0.1",
-        launcher_pid=os.getpid(),
         policy=policy,
         probe=probe,
         client_workers=workers,
     )
+    payload.update(store=("127.0.0.1", port), launcher_pid=os.getpid())
     if resume:
         if tmp is not None:
             raise ConfigError("resume needs the run directory to continue")
@@ -231,12 +244,15 @@ def run_under_torchrun(
     if not env.is_distributed:
         raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
     payload = make_payload(
-        setup, dataset=dataset, model_fn=model_fn, out_dir=out_dir, quiet=quiet, bind=bind
+        setup,
+        dataset=dataset,
+        model_fn=model_fn,
+        out_dir=out_dir,
+        quiet=quiet,
+        bind=bind,
+        policy=policy,
+        probe=probe,
+        client_workers=pool_size(client_workers, setup.topology.n_clients, setup.config, probe),
     )
-    payload["policy"] = policy
-    payload["probe"] = probe
-    payload["client_workers"] = pool_size(client_workers, setup.topology.n_clients, setup.config)
-    if payload["client_workers"] and probe:
-        raise ConfigError("--probe measures a process per client; run it without --client-workers")
     role_main(env.rank, env.world_size, payload, setup)
     return read_run(out_dir) if env.rank == 0 and probe != "only" else None
