@@ -40,12 +40,11 @@ from flowsplit.planner.assign import check_capacity, client_work, greedy_assign
 from flowsplit.planner.costs import (
     AGG,
     BB,
-    CHAIN_A,
-    CHAIN_B,
     DOWN,
     UP,
     CostTable,
     build_cost_table,
+    chain_term,
     evaluate_assignment,
 )
 from flowsplit.planner.objective import REFERENCES, Objective, Weights
@@ -281,7 +280,7 @@ def lower_bounds(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
     coef = table.coef.reshape(table.n_clients, -1, best.shape[1])
     f = np.matmul(coef, best[:, :, None]).reshape(table.n_clients, table.n_pairs, -1)
     part = table.coef[:, 0, -1, -1] > 0  # count feature: takes part
-    chain = np.maximum(f[:, :, CHAIN_A], f[:, :, CHAIN_B]).max(axis=0, initial=0.0)
+    chain = chain_term(f, axis=2).max(axis=0, initial=0.0)
     # Queues: sum_j speed_j * load_j = total work, so the busiest load >= work / total speed.
     agg_work = table.coef[:, :, AGG, 2].sum(axis=0)
     bb_work = table.coef[:, :, BB, 4].sum(axis=0)
