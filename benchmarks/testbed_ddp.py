@@ -129,7 +129,11 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
     epochs = 1 + len(links)
     batch = batch or BATCH.get(model, 64)
     run = work / f"{model}-{n_nodes}-{batch}"
-    argv = ["python", "-m", "flowsplit.train", str(args.dataset), "--model", model]
+    # The workers' step timelines (every rank): _ddp_traced.py is flowsplit.train with
+    # each step's bucket launches and completions written at exit.
+    trace_dir = work / f"trace-{model}-{n_nodes}-{batch}"
+    argv = ["python", str(ROOT / "benchmarks" / "_ddp_traced.py"), str(args.dataset)]
+    argv += ["--model", model]
     argv += ["-o", str(run), "--threads", "1", "--epochs", str(epochs)]
     argv += ["--batch-size", str(batch), "--steps-per-epoch", str(args.steps)]
     argv += ["--patience", "0", "--seed", "0", "--overwrite", "--quiet"]
@@ -146,7 +150,8 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
         tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
         procs = tb.launch(argv, log_dir=work / f"logs-{model}-{n_nodes}-{batch}", env={
-            "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+            "PYTHONPATH": str(ROOT / "src"), "FLOWSPLIT_DDP_TRACE": str(trace_dir)})  # fmt: skip
+        names = list(tb.nodes)
         seen, pos, deadline = 0, 0, time.monotonic() + args.timeout
         try:
             while True:
@@ -169,7 +174,8 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
                             if k == 0:
                                 tb.set_cpu()
                             tb.set_rate(links[k])
-                        marks.append({"tx": tb.tx_bytes("node0"), **tb.cpu_stat("node0")})
+                        marks.append({"tx": tb.tx_bytes(names[0]), **tb.cpu_stat(names[0]),
+                                      "nodes": [tb.cpu_stat(x) for x in names]})  # fmt: skip
                         seen += 1
                 time.sleep(0.01)
         finally:
@@ -183,6 +189,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
         raise RuntimeError(f"{model} on {n_nodes} nodes failed (exit codes {codes}): {why}")
     hist = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)["history"]
     job = {"job_load_1min": os.getloadavg()[0], "job_steal_s": steal_s() - steal0}
+    traces = read_traces(trace_dir, n_nodes)
     rows = []
     for k in range(1, epochs):
         if not plan[k - 1][1]:
@@ -201,11 +208,99 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
                 "throttled_s": (marks[k]["throttled_time"] - marks[k - 1]["throttled_time"]) / 1e9
                 if k < len(marks) and "throttled_time" in marks[k]
                 else None,
+                "throttled_s_by_node": [
+                    (b.get("throttled_time", 0) - a.get("throttled_time", 0)) / 1e9
+                    for a, b in zip(marks[k - 1]["nodes"], marks[k]["nodes"], strict=True)
+                ]
+                if k < len(marks)
+                else None,
+                "trace": epoch_trace(traces, k),
                 **job,
             }
         )
     shutil.rmtree(run, ignore_errors=True)
     return rows
+
+
+def read_traces(trace_dir: Path, n_ranks: int) -> list[list[list]] | None:
+    """Every rank's step rows (``_ddp_traced.py``), by rank; None if a rank wrote none."""
+    out = []
+    for r in range(n_ranks):
+        f = trace_dir / f"rank{r}.json"
+        if not f.is_file():
+            return None
+        out.append(json.loads(f.read_text())["steps"])
+    return out
+
+
+def epoch_trace(traces: list[list[list]] | None, epoch: int) -> list[list[list]] | None:
+    """One epoch's steps, by rank then step: ``[start, arrive, done, leave, cpu_s]``,
+    seconds from rank 0's epoch start (``arrive``: the last bucket's launch, all of the
+    rank's gradients computed; one node: the end of backward; ``done``: the all-reduce's
+    completion, None on one node; ``leave``: the end of backward; ``cpu_s``: the rank's
+    CPU seconds in the step)."""
+    if traces is None:
+        return None
+    mine = [[row for row in rank if row[0] == epoch] for rank in traces]
+    if not mine[0] or any(len(m) != len(mine[0]) for m in mine):
+        return None
+    t0 = mine[0][0][1]
+    out = []
+    for rank in mine:
+        steps, cpu_before = [], None
+        for _, start, _first, last, done, leave, cpu, _buckets in rank:
+            arrive = last if last is not None else leave
+            steps.append(
+                [
+                    round(start - t0, 6),
+                    round(arrive - t0, 6),
+                    None if done is None else round(done - t0, 6),
+                    round(leave - t0, 6),
+                    None if cpu_before is None else round(cpu - cpu_before, 6),
+                ]  # fmt: skip
+            )
+            cpu_before = cpu
+        out.append(steps)
+    return out
+
+
+def rank_summary(trace: list[list[list]]) -> dict:
+    """Where one epoch's time went, over every rank (``trace``: :func:`epoch_trace`).
+
+    Per step ``k`` and rank ``r``: ``compute = arrive - start`` (forward and backward up
+    to the last bucket's launch), ``wait = done - arrive`` (the exposed all-reduce, what
+    rank 0's meter records for rank 0). The wait splits into ``straggle = max_r' arrive_r'
+    - arrive_r`` (the rank waits for the slowest rank to arrive) and ``collective =
+    done_r - max_r' arrive_r'`` (the all-reduce after everyone has arrived). Sums over the
+    epoch's steps; ``*_by_rank`` one per rank; ``max_compute_s``: the sum over steps of the
+    slowest rank's compute; ``first_collective_s``: the sum over steps of ``min_r done_r -
+    max_r arrive_r`` (the collective as the first rank to finish sees it)."""
+    n_steps = len(trace[0])
+    ranks = range(len(trace))
+    compute = [sum(trace[r][k][1] - trace[r][k][0] for k in range(n_steps)) for r in ranks]
+    out = {"compute_s_by_rank": compute, "mean_compute_s": statistics.fmean(compute)}
+    out["max_compute_s"] = sum(
+        max(trace[r][k][1] - trace[r][k][0] for r in ranks) for k in range(n_steps)
+    )
+    if trace[0][0][2] is None:  # one node
+        return out
+    last = [max(trace[r][k][1] for r in ranks) for k in range(n_steps)]
+    out["wait_s_by_rank"] = [
+        sum(trace[r][k][2] - trace[r][k][1] for k in range(n_steps)) for r in ranks
+    ]
+    out["straggle_s_by_rank"] = [
+        sum(last[k] - trace[r][k][1] for k in range(n_steps)) for r in ranks
+    ]
+    out["collective_s_by_rank"] = [
+        sum(trace[r][k][2] - last[k] for k in range(n_steps)) for r in ranks
+    ]
+    out["first_collective_s"] = sum(
+        min(trace[r][k][2] for r in ranks) - last[k] for k in range(n_steps)
+    )
+    out["arrival_spread_s"] = sum(
+        last[k] - min(trace[r][k][1] for r in ranks) for k in range(n_steps)
+    )
+    return out
 
 
 def medians(rows: list[dict]) -> list[dict]:
@@ -240,8 +335,30 @@ def medians(rows: list[dict]) -> list[dict]:
                 "job_load_1min": mine[0].get("job_load_1min"),
                 "job_steal_s": mine[0].get("job_steal_s"),
                 "epoch_s_per_repeat": [r["epoch_s"] for r in mine],
+                "throttled_s_by_node": [
+                    statistics.median(col)
+                    for col in zip(*(r["throttled_s_by_node"] for r in mine), strict=True)
+                ]
+                if all(r.get("throttled_s_by_node") for r in mine)
+                else None,
+                **summary_medians([r.get("trace") for r in mine]),
             }
         )
+    return out
+
+
+def summary_medians(traces: list) -> dict:
+    """:func:`rank_summary` of each traced repeat, medians over the repeats (per rank for
+    the ``*_by_rank`` lists); empty when no repeat was traced (runs before 2026-12-05)."""
+    sums = [rank_summary(t) for t in traces if t]
+    if not sums:
+        return {}
+    out = {}
+    for key in sums[0]:
+        if key.endswith("_by_rank"):
+            out[key] = [statistics.median(col) for col in zip(*(x[key] for x in sums), strict=True)]
+        else:
+            out[key] = statistics.median(x[key] for x in sums)
     return out
 
 

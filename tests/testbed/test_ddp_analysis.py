@@ -104,3 +104,33 @@ def test_expected_max_of_normals(bench):
     assert bench.expected_max_normal(1) == 0.0
     assert bench.expected_max_normal(2) == pytest.approx(1 / 3.141592653589793**0.5, rel=1e-4)
     assert bench.expected_max_normal(8) == pytest.approx(1.4236, rel=1e-3)
+
+
+def test_rank_summary_splits_each_wait_into_straggle_and_collective(bench):
+    # Two ranks, two steps, known times: [start, arrive, done, leave, cpu].
+    trace = [
+        [[0.0, 1.0, 2.5, 2.5, None], [2.6, 3.0, 4.2, 4.2, 0.1]],  # rank 0 arrives first
+        [[0.0, 2.0, 2.5, 2.5, None], [2.6, 4.0, 4.2, 4.2, 0.1]],  # rank 1 is the straggler
+    ]
+    out = bench.rank_summary(trace)
+    assert out["compute_s_by_rank"] == pytest.approx([1.0 + 0.4, 2.0 + 1.4])
+    assert out["max_compute_s"] == pytest.approx(2.0 + 1.4)
+    assert out["wait_s_by_rank"] == pytest.approx([1.5 + 1.2, 0.5 + 0.2])
+    assert out["straggle_s_by_rank"] == pytest.approx([1.0 + 1.0, 0.0])
+    assert out["collective_s_by_rank"] == pytest.approx([0.5 + 0.2, 0.5 + 0.2])
+    assert out["arrival_spread_s"] == pytest.approx(2.0)
+    # One node: compute only.
+    one = bench.rank_summary([[[0.0, 1.0, None, 1.1, None]]])
+    assert one == {"compute_s_by_rank": [1.0], "mean_compute_s": 1.0, "max_compute_s": 1.0}
+
+
+def test_epoch_trace_lines_up_ranks_on_rank_zero_epoch_start(bench):
+    # _ddp_traced.py rows: [epoch, start, first, last, done, leave, cpu, buckets].
+    traces = [
+        [[0, 10.0, 10.5, 10.6, 10.9, 11.0, 1.0, 1], [1, 20.0, 20.5, 20.6, 20.9, 21.0, 2.0, 1]],
+        [[0, 10.1, 10.4, 10.7, 10.9, 11.0, 1.5, 1], [1, 19.9, 20.4, 20.8, 20.9, 21.0, 2.5, 1]],
+    ]
+    got = bench.epoch_trace(traces, 1)
+    assert got[0] == [[0.0, pytest.approx(0.6), pytest.approx(0.9), pytest.approx(1.0), None]]
+    assert got[1][0][0] == pytest.approx(-0.1) and got[1][0][1] == pytest.approx(0.8)
+    assert bench.epoch_trace(traces, 2) is None
