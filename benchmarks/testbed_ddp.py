@@ -122,34 +122,51 @@ def steal_s() -> float:
         return math.nan
 
 
-def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None) -> list[dict]:
-    """One training job on ``n_nodes`` emulated nodes; one row per measured epoch."""
+def run_job(
+    args, work: Path, model: str, n_nodes: int, batch: int | None = None, shared: bool = False
+) -> list[dict]:
+    """One training job on ``n_nodes`` emulated nodes; one row per measured epoch.
+    ``shared`` (or ``--share-cpu``): every node pinned to one CPU."""
     plan = schedule(args.mbits, args.repeats, n_nodes, args.settle, args.passes)
-    links = [m for m, _ in plan]
-    epochs = 1 + len(links)
     batch = batch or BATCH.get(model, 64)
-    run = work / f"{model}-{n_nodes}-{batch}"
+    tag = f"{model}-{n_nodes}-{batch}" + ("-shared" if shared else "")
+    run = work / tag
     # The workers' step timelines (every rank): _ddp_traced.py is flowsplit.train with
     # each step's bucket launches and completions written at exit.
-    trace_dir = work / f"trace-{model}-{n_nodes}-{batch}"
+    trace_dir = work / f"trace-{tag}"
     argv = ["python", str(ROOT / "benchmarks" / "_ddp_traced.py"), str(args.dataset)]
     argv += ["--model", model]
-    argv += ["-o", str(run), "--threads", "1", "--epochs", str(epochs)]
+    argv += ["-o", str(run), "--threads", "1", "--epochs", str(1 + len(plan))]
     argv += ["--batch-size", str(batch), "--steps-per-epoch", str(args.steps)]
     argv += ["--patience", "0", "--seed", "0", "--overwrite", "--quiet"]
     argv += ["--force"]  # train counts WORLD_SIZE threads against the node's one pinned CPU
     spec = TestbedSpec.cluster(
         n_nodes, NodeSpec("node", cpu=args.cpu), cpu_period_us=args.period_us
     )
-    marks: list[dict] = []
-    steal0 = steal_s()
-    if args.share_cpu:  # a diagnostic: every node of the job pinned to the first CPU
+    pin = bed.pin_nodes
+    if args.share_cpu or shared:  # every node of the job pinned to the first CPU
         first = min(os.sched_getaffinity(0))
         bed.pin_nodes = lambda sp: {n.name: (first,) for n in sp.nodes if n.cpu is not None}
+    pins = list(bed.pin_nodes(spec).values())
+    per_cpu = max((pins.count(c) for c in pins), default=1)  # nodes sharing a CPU
+    try:
+        rows = _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan)
+    finally:
+        bed.pin_nodes = pin
+    for r in rows:
+        r["nodes_per_cpu"], r["cpu"], r["shared"] = per_cpu, args.cpu, bool(shared)
+    return rows
+
+
+def _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan):
+    links = [m for m, _ in plan]
+    epochs = 1 + len(links)
+    marks: list[dict] = []
+    steal0 = steal_s()
     with Testbed(spec) as tb:
         tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
-        procs = tb.launch(argv, log_dir=work / f"logs-{model}-{n_nodes}-{batch}", env={
+        procs = tb.launch(argv, log_dir=work / f"logs-{tag}", env={
             "PYTHONPATH": str(ROOT / "src"), "FLOWSPLIT_DDP_TRACE": str(trace_dir)})  # fmt: skip
         names = list(tb.nodes)
         seen, pos, deadline = 0, 0, time.monotonic() + args.timeout
@@ -181,7 +198,7 @@ def run_job(args, work: Path, model: str, n_nodes: int, batch: int | None = None
         finally:
             codes = tb.wait(procs, timeout_s=0)
     if any(codes):
-        logs = work / f"logs-{model}-{n_nodes}-{batch}"
+        logs = work / f"logs-{tag}"
         why = {
             f.stem: [ln for ln in f.read_text().splitlines() if "hostname" not in ln][-2:]
             for f in sorted(logs.glob("*.log"))
@@ -342,6 +359,7 @@ def medians(rows: list[dict]) -> list[dict]:
                 if all(r.get("throttled_s_by_node") for r in mine)
                 else None,
                 **summary_medians([r.get("trace") for r in mine]),
+                "traces": [r["trace"] for r in mine if r.get("trace")] if n == 2 else [],
             }
         )
     return out
@@ -511,6 +529,121 @@ def predict_ladder(
         p[f"sync_{'per_hop' if per_hop else 'per_step'}_s{key}"] = s
 
 
+COLLECTIVE_GROWTH = {
+    "const": lambda n: 1.0,
+    "bytes": lambda n: 2 * (n - 1) / n,
+    "log2": lambda n: math.log2(n),
+    "hops": lambda n: 2 * (n - 1),
+}
+"""How the all-reduce's time beyond the wire could grow with N, relative to N = 2: not
+at all; as the bytes each rank sends and receives in a ring (``2 (N-1) / N`` of the
+payload); as halving-doubling's rounds; as a ring's sequential messages."""
+
+
+def fit_collective(train: list[dict]) -> float | None:
+    """``L``: seconds per step an all-reduce takes once every rank has arrived, at the
+    fastest rate the 2-node ``train`` points ran (the wire time there is ~0): the median
+    over those points of every rank's ``collective_s`` per step. None when untraced."""
+    two = [p for p in train if p["nodes"] == 2 and p.get("collective_s_by_rank")]
+    if not two:
+        return None
+    fastest = max(p["mbit"] for p in two)
+    return statistics.median(
+        c / p["steps"] for p in two if p["mbit"] == fastest for c in p["collective_s_by_rank"]
+    )
+
+
+def step_sigma(train: list[dict]) -> float | None:
+    """``sigma``: the spread of one rank's step compute at 2 nodes: every 2-node traced
+    epoch's per-step compute (first step of an epoch left out) less its rank's median,
+    pooled, as 1.4826 x the median absolute deviation (robust to a rare slow step)."""
+    dev = []
+    for p in train:
+        if p["nodes"] != 2:
+            continue
+        for trace in p.get("traces", []):
+            for rank in trace:
+                x = [s[1] - s[0] for s in rank[1:]]
+                if x:
+                    med = statistics.median(x)
+                    dev += [abs(v - med) for v in x]
+    return 1.4826 * statistics.median(dev) if dev else None
+
+
+def nodes_per_cpu(p: dict) -> int:
+    """How many nodes of the point's job shared a CPU (runs before 2026-12-05 did not
+    record it: then the default pinning's ``ceil(N / 2)`` on this 2-CPU machine)."""
+    return p.get("nodes_per_cpu") or math.ceil(p["nodes"] / 2)
+
+
+def colocation_load(p: dict) -> float:
+    """``rho / (1 - rho)``, ``rho`` the CPU quota of the other nodes on a node's CPU: the
+    mean wait, in units of their work, for a CPU they hold (M/M/1-like)."""
+    rho = p.get("cpu", 0.2) * (nodes_per_cpu(p) - 1)
+    return rho / (1.0 - rho) if rho < 1.0 else math.inf
+
+
+def fit_colocation(train: list[dict], shared: list[dict]) -> tuple[float, float] | None:
+    """``(L1, kappa)`` of ``L(k) = L1 + kappa rho_k / (1 - rho_k)``: the all-reduce after
+    every rank has arrived, per step, at the fastest rate, on 2 nodes with a CPU each
+    (``L1``) and on 2 nodes pinned to one CPU (``shared``: the co-location probe). None
+    without the probe."""
+    big_l, big_l_shared = fit_collective(train), fit_collective(shared)
+    if big_l is None or big_l_shared is None:
+        return None
+    load = statistics.median(colocation_load(p) for p in shared if p["nodes"] == 2)
+    one = statistics.median(colocation_load(p) for p in train if p["nodes"] == 2)
+    return big_l, max(0.0, (big_l_shared - big_l) / (load - one)) if load > one else 0.0
+
+
+def predict_collective(
+    points: list[dict], ladder: list[dict], train: list[dict], key: str,
+    growth: str = "bytes", straggle: bool = True, anchor: bool = False,
+    shared: list[dict] | None = None,
+) -> bool:  # fmt: skip
+    """``T = S (c B/N + h) + S sigma E[max of N standard normals] + S max(wire/S,
+    L g(N)/g(2))``: ``c``, ``h`` from the one-node ladder (``anchor``: times the 2-node
+    workers' mean compute over the ladder's at B/2); the straggler term: each step waits
+    for the slowest of N ranks, whose compute varies by ``sigma`` (:func:`step_sigma`,
+    2-node traces); the all-reduce once every rank has arrived: the shaped wire or, when
+    faster, ``L`` (2 nodes, fastest rate: :func:`fit_collective`) grown by
+    ``COLLECTIVE_GROWTH[growth]``; with ``shared`` (the co-location probe) instead
+    ``L(k)`` of :func:`fit_colocation` for the ``k`` nodes sharing each CPU. False
+    (nothing predicted) when untraced or, with ``shared``, without the probe."""
+    big_l, sigma = fit_collective(train), step_sigma(train)
+    if big_l is None or sigma is None:
+        return False
+    coloc = fit_colocation(train, shared) if shared is not None else None
+    if shared is not None and coloc is None:
+        return False
+    c, h = fit_ladder(ladder)
+    g = COLLECTIVE_GROWTH[growth]
+    scale = 1.0
+    if anchor:
+        two = [p for p in train if p["nodes"] == 2 and "mean_compute_s" in p]
+        scale = statistics.median(
+            p["mean_compute_s"] / (p["steps"] * (c * p["batch_size"] / 2 + h)) for p in two
+        )
+    for p in points:
+        n, steps = p["nodes"], p["steps"]
+        compute = steps * (c * p["batch_size"] / n + h)
+        if n > 1:
+            compute = compute * scale + (steps * sigma * expected_max_normal(n) if straggle else 0)
+            per_step = big_l * g(n) / g(2)
+            if coloc is not None:
+                per_step = coloc[0] + coloc[1] * colocation_load(p)
+                p[f"colocation_kappa_s{key}"] = coloc[1]
+            comm = max(p["predicted_comm_s"], steps * per_step)
+        else:
+            comm = 0.0
+        pred = compute + comm
+        p[f"predicted_epoch_s{key}"] = pred
+        p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
+        p[f"collective_per_step_s{key}"] = big_l
+        p[f"step_sigma_s{key}"] = sigma
+    return True
+
+
 VARIANTS = {
     "_cluster": "c, h fitted on the 1- and 2-node epoch times less the wire time",
     "_refit": "the _cluster form fitted on every point (not a check)",
@@ -521,6 +654,13 @@ VARIANTS = {
     "_ladder_nosync": "_ladder without s",
     "_ladder_points": "_ladder with the one-node epoch at B/N itself for compute",
     "_ladder_straggler": "_ladder with s grown as the expected max of N normals",
+    **{
+        f"_coll_{g}": f"ladder compute + 2-node straggler + max(wire, 2-node collective x {g})"
+        for g in COLLECTIVE_GROWTH
+    },
+    "_coll_bytes_nostraggle": "_coll_bytes without the straggler term",
+    "_coll_bytes_anchored": "_coll_bytes, ladder compute scaled to the 2-node workers' own",
+    "_coll_coloc": "_coll_bytes with the collective L1 + kappa rho/(1-rho) of co-located nodes",
 }
 HEADLINE = "_ladder"
 """The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc)."""
@@ -528,7 +668,8 @@ HEADLINE = "_ladder"
 
 def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     profiles = [r for r in rows if r.get("profile")]
-    rows = [r for r in rows if not r.get("profile")]
+    shared = medians([r for r in rows if r.get("shared") and not r.get("profile")])
+    rows = [r for r in rows if not r.get("profile") and not r.get("shared")]
     points = medians(rows)
     ladders = medians(profiles)
     one_node = {}
@@ -554,6 +695,17 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
                               ("_ladder_nosync", "none"), ("_ladder_points", "points"),
                               ("_ladder_straggler", "straggler")]:  # fmt: skip
                 predict_ladder(mine, ladder, train, key, sync)
+            for growth in COLLECTIVE_GROWTH:
+                predict_collective(mine, ladder, train, f"_coll_{growth}", growth)
+            predict_collective(mine, ladder, train, "_coll_bytes_nostraggle", straggle=False)
+            predict_collective(mine, ladder, train, "_coll_bytes_anchored", anchor=True)
+            predict_collective(
+                mine,
+                ladder,
+                train,
+                "_coll_coloc",
+                shared=[q for q in shared if q["model"] == model],
+            )
         for p in mine:
             if f"predicted_epoch_s{HEADLINE}" in p:
                 p["predicted_epoch_s"] = p[f"predicted_epoch_s{HEADLINE}"]
@@ -565,6 +717,9 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
                     p["measured_epoch_s"] - p["exposed_comm_s"],
                     prof[p["batch_size"] // p["nodes"]],
                 ]
+
+    for p in points:
+        p.pop("traces", None)  # the epochs keep them
 
     def worst(key: str, held: bool = True, model: str | None = None) -> float | None:
         return max(
@@ -619,6 +774,11 @@ def main(argv: list[str] | None = None) -> int:
         help="diagnostic: pin every node to one CPU (as 2 of 4 or 4 of 8 nodes share one)",
     )
     p.add_argument(
+        "--colocation-probe",
+        action="store_true",
+        help="also run every model on 2 nodes pinned to one CPU (the co-location fit)",
+    )
+    p.add_argument(
         "--awake", action="store_true", help="keep the CPUs out of idle halt (hold_cpus_awake)"
     )
     p.add_argument("--dataset", type=Path, help="prepared dataset (default: synthetic, 2000)")
@@ -653,15 +813,19 @@ def main(argv: list[str] | None = None) -> int:
             args.dataset = write_synthetic_dataset(work / "data", 2000)
         rows = []
         for model in models:
-            ladder = [(1, BATCH.get(model, 64) // k) for k in nodes if k > 1]
-            for n, batch in [(n, None) for n in nodes] + ladder:
+            ladder = [(1, BATCH.get(model, 64) // k, False) for k in nodes if k > 1]
+            jobs = [(n, None, False) for n in nodes] + ladder
+            if args.colocation_probe:  # 2 nodes on one CPU: the co-location probe
+                jobs.append((2, None, True))
+            for n, batch, shared in jobs:
                 t = time.perf_counter()
-                got = run_job(args, work, model, n, batch)
+                got = run_job(args, work, model, n, batch, shared)
                 for r in got:  # one node at the batch share of k nodes: a compute profile
                     r["profile"] = batch is not None
                 rows += got
                 print(
-                    f"{model} x{n} batch {got[0]['batch_size']}: {time.perf_counter() - t:.0f} s, "
+                    f"{model} x{n}{' shared' if shared else ''} batch {got[0]['batch_size']}: "
+                    f"{time.perf_counter() - t:.0f} s, "
                     + ", ".join(f"{r['mbit']}:{r['epoch_s']:.2f}" for r in got),
                     flush=True,
                 )
@@ -679,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
             "passes": args.passes,
             "cpus_held_awake": awake is not None,
             "share_cpu": args.share_cpu,
+            "colocation_probe": args.colocation_probe,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",

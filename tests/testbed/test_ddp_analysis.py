@@ -4,6 +4,7 @@ testbed, no training: epochs made from known parameters)."""
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from pathlib import Path
 
@@ -134,3 +135,59 @@ def test_epoch_trace_lines_up_ranks_on_rank_zero_epoch_start(bench):
     assert got[0] == [[0.0, pytest.approx(0.6), pytest.approx(0.9), pytest.approx(1.0), None]]
     assert got[1][0][0] == pytest.approx(-0.1) and got[1][0][1] == pytest.approx(0.8)
     assert bench.epoch_trace(traces, 2) is None
+
+
+def _point(nodes, mbit, collective_per_step, steps=10, **extra):
+    return {
+        "model": "m", "nodes": nodes, "mbit": mbit, "steps": steps, "batch_size": 32,
+        "collective_s_by_rank": [collective_per_step * steps] * nodes, **extra,
+    }  # fmt: skip
+
+
+def test_collective_is_fitted_at_two_nodes_and_fastest_rate_only(bench):
+    train = [
+        _point(1, None, 0.0),
+        _point(2, 10.0, 0.30),  # the wire dominates at 10 Mbit/s: not L
+        _point(2, 1000.0, 0.05),
+        _point(4, 1000.0, 0.90),  # held out points never feed the fit
+    ]
+    assert bench.fit_collective(train) == pytest.approx(0.05)
+    assert bench.fit_collective([_point(4, 1000.0, 0.1)]) is None  # no 2-node trace
+
+
+def test_colocation_fit_from_two_node_probes_extrapolates_by_cpu_load(bench):
+    # L(k) = L1 + kappa rho/(1-rho), rho = 0.2 (k-1): L1 = 0.05, kappa = 0.02.
+    def at(k, nodes=2):
+        rho = 0.2 * (k - 1)
+        return 0.05 + 0.02 * rho / (1 - rho), nodes, k
+
+    one, _, _ = at(1)
+    two, _, _ = at(2)
+    train = [_point(2, 1000.0, one, nodes_per_cpu=1, cpu=0.2)]
+    shared = [_point(2, 1000.0, two, nodes_per_cpu=2, cpu=0.2)]
+    big_l, kappa = bench.fit_colocation(train, shared)
+    assert big_l == pytest.approx(0.05) and kappa == pytest.approx(0.02)
+    eight = {"nodes": 8, "nodes_per_cpu": 4, "cpu": 0.2}
+    assert big_l + kappa * bench.colocation_load(eight) == pytest.approx(at(4)[0])
+    assert bench.fit_colocation(train, []) is None
+    # Old runs did not record the pinning: 2 CPUs, ceil(N / 2) nodes each.
+    assert bench.nodes_per_cpu({"nodes": 8}) == 4 and bench.nodes_per_cpu({"nodes": 2}) == 1
+
+
+def test_step_sigma_is_a_robust_spread_of_two_node_step_compute(bench):
+    # Two ranks, steps alternating 0.10 / 0.12 s of compute (first step left out), one
+    # outlier step of 1 s that a robust spread ignores.
+    def rank(xs):
+        return [[0.0, x, x + 0.01, x + 0.01, None] for x in [0.5, *xs]]
+
+    xs = [0.10, 0.12] * 5
+    trace = [rank(xs), rank([*xs[:-1], 1.0])]
+    sigma = bench.step_sigma([{"nodes": 2, "traces": [trace]}, {"nodes": 4, "traces": [[]]}])
+    assert sigma == pytest.approx(1.4826 * 0.01, rel=1e-6)
+    assert bench.step_sigma([{"nodes": 4, "traces": [trace]}]) is None
+
+
+def test_expected_max_normal_grows_with_n(bench):
+    assert bench.expected_max_normal(1) == 0.0
+    assert bench.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-4)
+    assert bench.expected_max_normal(8) == pytest.approx(1.4236, rel=1e-3)
