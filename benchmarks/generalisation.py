@@ -4,7 +4,8 @@
         --foreign-archives DIR [--foreign-extra DIR] [--work DIR] [--models cnn,lstm,...] \\
         [--epochs N] [--steps-per-epoch S] [--seeds 0] [--augment default] \\
         [--ablate --plots DIR] \\
-        [--ustc-models cnn,transformer] [--temporal-models cnn,xgboost]
+        [--ustc-models cnn,transformer] [--temporal-models cnn,xgboost] \\
+        [--ustc-split-models cnn,transformer --ustc-train-fractions 0.25,0.5]
 
 1. **Cross-source.** Every model trains on the nDPI 8-protocol set (the README's
    ``NDPI8_OPTIONS``: nDPI's own labels, split by capture file) and is scored on
@@ -18,7 +19,11 @@
    test macro-F1 (8 classes); ``own_macro_f1_overlap`` its mean F1 over the shared
    classes only; ``cross_macro_f1`` the mean F1 over the same classes on the foreign
    flows (a foreign flow called one of the other classes counts as an error);
-   ``drop`` = ``own_macro_f1_overlap - cross_macro_f1``.
+   ``drop`` = ``own_macro_f1_overlap - cross_macro_f1``. The same with the
+   label-ambiguous flows set apart (legacy-unicast mDNS: MDNS with one end on port 5353,
+   a DNS message once ports are masked): ``cross_macro_f1_unambiguous``,
+   ``drop_unambiguous``. ``models[M]`` holds the means over seeds (``sd`` the
+   standard deviations) and ``runs`` the rows per seed.
 2. **Temporal.** The same 8-protocol flows split by time (``--split-by time``: the
    earliest 70 % of flows train, the latest 15 % test) against the split by file.
 3. **Open set.** The foreign flows of classes the model never saw (DHCPv6, BGP, ...)
@@ -35,6 +40,11 @@
    USTC-TFC2016 on its training split's bytes.
 7. **ip layout** (``--ip-models``): the 8-protocol set prepared with ``--pkt-layout ip``
    (the per-session header fields kept), each model trained on it and ablated.
+8. **USTC-TFC2016 by split** (``--ustc-split-models``): the README's split against a
+   random split of every row (``prepare --no-dedup``, the published works' kind): the
+   test rows' copies among the training rows (first K bytes, nearest row, 1-NN), each
+   model under both with its accuracy on the test rows with and without a near-copy;
+   ``--ustc-train-fractions 0.25,0.5`` adds the CNN on parts of the training rows.
 
 Runs already in ``--work``/runs (a ``metrics.json``) are reused, not trained again;
 each row records the settings its run was trained with (its ``config.json``).
