@@ -20,24 +20,32 @@ visit ``--settle`` unmeasured epochs (traffic queued at the previous rate) and
 ``--repeats`` measured ones. One node has no link: ``--settle``
 epochs, then ``--repeats * --passes`` measured ones, at its quota.
 
-**Prediction** (:mod:`flowsplit.experiments.dp.scaling`'s form, the headline
-``predicted_epoch_s``): ``T(N, rate) = S * (c * B / N + h) + comm_time(workload, N,
-tbf_network(rate)) + S * s`` (``s`` for N > 1 only): ``c`` compute per sample and ``h``
-per-step overhead, fitted (non-negative least squares on relative residuals) on the
-one-node jobs at batches B, B/2, B/4, B/8 (the "ladder": one node, so part of "fitted
-on 1-2 nodes"); ``s`` the exposed all-reduce time per step beyond the wire that the
-2-node workers measured (``exposed_comm_s``, median over the rates); the ring
-all-reduce of the step's measured gradient payload on a tbf link (framing and ACKs from
-the shaping command; the bucket's burst free each step). The 4- and 8-node points are
-held out (``held_out``) and predicted. Variants, every one reported
-(``max_heldout_rel_error_variants``, per point ``*_<variant>``): ``cluster`` (c, h
-fitted on the 1- and 2-node epoch times less the wire: the headline until 2026-12-05),
-``refit`` (that form on every point: not a check), ``with_sync``,
-``measured_compute``, ``ladder_hops`` (s as a per-hop latency ``2 (N-1) alpha``),
-``ladder_nosync``, ``ladder_points`` (the ladder's measured epoch at B/N itself for
-compute), ``ladder_straggler`` (s grown with N as the expected maximum of N normal
-step times). Per point, medians over the repeats; ``rel_error = |predicted - measured| /
-measured``.
+**Prediction** (headline ``predicted_epoch_s``, form ``coll_bytes`` since 2026-12-05
+06:40 UTC): ``T(N, rate) = S (c B/N + h) + S sigma E[max of N standard normals] +
+S max(wire(N, rate) / S, L 2 (N-1) / N)``. Which measurement feeds each term:
+
+- ``c`` (s per sample), ``h`` (s per step): one-node jobs at batches B, B/2, B/4, B/8
+  (the "ladder"; non-negative least squares on relative residuals).
+- ``sigma``: the spread of a rank's per-step compute in the 2-node jobs (every rank's
+  trace, robust: 1.4826 x MAD); each step waits for the slowest of N ranks.
+- ``L``: the all-reduce seconds per step once every rank has arrived, at 2 nodes and the
+  fastest rate (every rank's trace); grown as the bytes each rank moves through the
+  kernel in a ring (``2 (N-1) / N`` of the payload, 1 at N = 2): at 0.2 core the
+  all-reduce is CPU-bound (per-rank CPU per step beyond a one-node step grows so).
+- ``wire``: the ring all-reduce of the measured gradient payload on a tbf link
+  (:mod:`flowsplit.experiments.dp.scaling`; framing from the shaping command).
+
+The 4- and 8-node points are held out (``held_out``) and predicted. Every rank's step
+timeline comes from ``benchmarks/_ddp_traced.py`` (``trace`` per epoch;
+``wait_s_by_rank``, ``straggle_s_by_rank``, ``collective_s_by_rank`` per point).
+Variants, every one reported (``max_heldout_rel_error_variants``, per point
+``*_<variant>``): ``ladder`` (the headline until 06:40: rank 0's exposed wait beyond
+the wire at 2 nodes charged per step, whatever N), ``cluster``, ``refit`` (every point:
+not a check), ``with_sync``, ``measured_compute``, ``ladder_*``, ``coll_const``,
+``coll_log2``, ``coll_hops`` (``L`` grown otherwise), ``coll_bytes_nostraggle``,
+``coll_bytes_anchored``, ``coll_coloc`` (``L`` and compute grown by the co-located
+nodes' CPU load, fitted on 2 nodes pinned to one CPU: ``--colocation-probe``). Per
+point, medians over the repeats; ``rel_error = |predicted - measured| / measured``.
 
 The machine is shared (2 cores, other jobs): the cgroups get the kernel's largest CPU
 weight so each node gets its quota under load; the load average (per job too) and the
@@ -596,6 +604,19 @@ def fit_colocation(train: list[dict], shared: list[dict]) -> tuple[float, float]
     return big_l, max(0.0, (big_l_shared - big_l) / (load - one)) if load > one else 0.0
 
 
+def fit_colocation_compute(train: list[dict], shared: list[dict]) -> float:
+    """``kappa_c`` of a worker's compute ``x (1 + kappa_c rho / (1 - rho))`` on a CPU
+    shared with other nodes: the 2-node workers' mean compute on one CPU against on two
+    (medians over the rates); 0 without the probe or traces."""
+    one = [p["mean_compute_s"] for p in train if p["nodes"] == 2 and "mean_compute_s" in p]
+    two = [p["mean_compute_s"] for p in shared if p["nodes"] == 2 and "mean_compute_s" in p]
+    loads = [colocation_load(p) for p in shared if p["nodes"] == 2]
+    if not one or not two or not loads or statistics.median(loads) <= 0:
+        return 0.0
+    ratio = statistics.median(two) / statistics.median(one)
+    return max(0.0, (ratio - 1.0) / statistics.median(loads))
+
+
 def predict_collective(
     points: list[dict], ladder: list[dict], train: list[dict], key: str,
     growth: str = "bytes", straggle: bool = True, anchor: bool = False,
@@ -608,7 +629,8 @@ def predict_collective(
     2-node traces); the all-reduce once every rank has arrived: the shaped wire or, when
     faster, ``L`` (2 nodes, fastest rate: :func:`fit_collective`) grown by
     ``COLLECTIVE_GROWTH[growth]``; with ``shared`` (the co-location probe) instead
-    ``L(k)`` of :func:`fit_colocation` for the ``k`` nodes sharing each CPU. False
+    ``L(k)`` of :func:`fit_colocation` for the ``k`` nodes sharing each CPU, and the
+    compute slowed as :func:`fit_colocation_compute` says. False
     (nothing predicted) when untraced or, with ``shared``, without the probe."""
     big_l, sigma = fit_collective(train), step_sigma(train)
     if big_l is None or sigma is None:
@@ -616,6 +638,7 @@ def predict_collective(
     coloc = fit_colocation(train, shared) if shared is not None else None
     if shared is not None and coloc is None:
         return False
+    kappa_c = fit_colocation_compute(train, shared) if shared is not None else 0.0
     c, h = fit_ladder(ladder)
     g = COLLECTIVE_GROWTH[growth]
     scale = 1.0
@@ -628,7 +651,8 @@ def predict_collective(
         n, steps = p["nodes"], p["steps"]
         compute = steps * (c * p["batch_size"] / n + h)
         if n > 1:
-            compute = compute * scale + (steps * sigma * expected_max_normal(n) if straggle else 0)
+            compute *= scale * (1.0 + kappa_c * colocation_load(p))
+            compute += steps * sigma * expected_max_normal(n) if straggle else 0.0
             per_step = big_l * g(n) / g(2)
             if coloc is not None:
                 per_step = coloc[0] + coloc[1] * colocation_load(p)
@@ -660,9 +684,9 @@ VARIANTS = {
     },
     "_coll_bytes_nostraggle": "_coll_bytes without the straggler term",
     "_coll_bytes_anchored": "_coll_bytes, ladder compute scaled to the 2-node workers' own",
-    "_coll_coloc": "_coll_bytes with the collective L1 + kappa rho/(1-rho) of co-located nodes",
+    "_coll_coloc": "_coll_bytes with collective and compute grown by rho/(1-rho) of co-location",
 }
-HEADLINE = "_ladder"
+HEADLINE = "_coll_bytes"
 """The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc)."""
 
 
@@ -675,6 +699,10 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     one_node = {}
     for q in ladders + [p for p in points if p["nodes"] == 1]:
         one_node.setdefault(q["model"], {})[q["batch_size"]] = q["measured_epoch_s"]
+    # Runs without every rank's trace (before 2026-12-05 06:00) cannot fit the headline
+    # form: the form before it, "ladder", stands in (and says so in headline_form).
+    traced = any(r.get("trace") for r in rows)
+    headline = HEADLINE if traced else "_ladder"
     for model in sorted({p["model"] for p in points}):
         mine = [p for p in points if p["model"] == model]
         # One gradient payload per model (the same parameters at every N).
@@ -707,9 +735,9 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
                 shared=[q for q in shared if q["model"] == model],
             )
         for p in mine:
-            if f"predicted_epoch_s{HEADLINE}" in p:
-                p["predicted_epoch_s"] = p[f"predicted_epoch_s{HEADLINE}"]
-                p["rel_error"] = p[f"rel_error{HEADLINE}"]
+            if f"predicted_epoch_s{headline}" in p:
+                p["predicted_epoch_s"] = p[f"predicted_epoch_s{headline}"]
+                p["rel_error"] = p[f"rel_error{headline}"]
             # Diagnostic: a DDP worker's time outside the exposed all-reduce, against the
             # one-node epoch at its per-worker batch.
             if p["nodes"] > 1 and p["batch_size"] // p["nodes"] in prof:
@@ -736,7 +764,7 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     models = sorted({p["model"] for p in points})
     return {
         "points": points,
-        "headline_form": HEADLINE.lstrip("_"),
+        "headline_form": headline.lstrip("_"),
         "max_heldout_rel_error": worst(""),
         "max_fit_rel_error": max(
             (p["rel_error"] for p in points if not p["held_out"] and "rel_error" in p),

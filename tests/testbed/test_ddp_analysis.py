@@ -191,3 +191,38 @@ def test_expected_max_normal_grows_with_n(bench):
     assert bench.expected_max_normal(1) == 0.0
     assert bench.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-4)
     assert bench.expected_max_normal(8) == pytest.approx(1.4236, rel=1e-3)
+
+
+def test_collective_form_recovers_held_out_points_of_its_own_model(bench):
+    # T = S (c b + h) + S sigma E[max of N] + S max(wire / S, L 2 (N-1) / N).
+    c, h, sigma_d, big_l, steps = 0.02, 0.05, 0.004, 0.05, 10
+    sigma = 1.4826 * sigma_d
+
+    def rank():  # per-step compute alternating +-d around 0.3 s (first step left out)
+        return [[0.0, 0.3, 0.35, 0.35, None]] + [
+            [0.0, 0.3 + (sigma_d if k % 2 else -sigma_d), 0.35, 0.35, None] for k in range(10)
+        ]
+
+    ladder = [
+        {"model": "m", "nodes": 1, "mbit": None, "steps": steps, "batch_size": b,
+         "measured_epoch_s": steps * (c * b + h)}
+        for b in (64, 32, 16, 8)
+    ]  # fmt: skip
+    points = []
+    for n in (2, 4, 8):
+        for mbit in (1000.0, 10.0):
+            p = {"model": "m", "nodes": n, "mbit": mbit, "steps": steps, "batch_size": 64,
+                 "predicted_comm_s": 0.001 if mbit == 1000.0 else 3.0 * (n - 1) / n,
+                 "collective_s_by_rank": [big_l * steps] * n if n == 2 else [9.9] * n,
+                 "traces": [[rank(), rank()]] if n == 2 else [], "held_out": n > 2}  # fmt: skip
+            coll = max(p["predicted_comm_s"], steps * big_l * (n - 1) / n * 2 / 1)
+            p["measured_epoch_s"] = (
+                steps * (c * 64 / n + h) + steps * sigma * bench.expected_max_normal(n) + coll
+            )
+            points.append(p)
+    train = [p for p in points if not p["held_out"]]
+    assert bench.predict_collective(points, ladder, train, "_x")
+    assert max(p["rel_error_x"] for p in points) < 1e-6
+    # Without any trace the form cannot be fitted: nothing predicted.
+    bare = [{**p, "traces": [], "collective_s_by_rank": []} for p in points]
+    assert not bench.predict_collective(bare, ladder, [q for q in bare if q["nodes"] == 2], "_y")
