@@ -118,11 +118,7 @@ def test_a_stream_without_buffering_waits_for_its_receiver():
     # Prepare: the aggregator (rank 1) sends a 1 MB model to client 0 (rank 2) at 0 s,
     # but client 0 asks for it only after 2 s of work; with no stream buffer the bytes
     # flow only then (1 s at 1 MB/s, + 10 ms), with an unbounded one at once.
-    agg, client = Tracer(1, 1), Tracer(2, 1)
-    agg.send(2, 1_000_000, DOWNLOAD, 0, 0)
-    client.work(2.0, DOWNLOAD, 0, 0)
-    client.recv(1, 0, MODEL, 0, 0)
-    trace = np.concatenate([agg.array(), client.array()])
+    trace = _late_reader_trace()  # (its measured times are replaced by the replay's)
     topo = _topology()
     eager = replay(trace, topo)
     topo.extra["stream_buffer_bytes"] = 0.0
@@ -145,17 +141,13 @@ def _measured(topo, ca_burst, as_burst=0.0):
 def test_on_measured_links_a_message_moves_only_once_asked_for_after_the_handshakes():
     # Prepare: as above, the aggregator posts 1 MB at 0 s, the client asks after 2 s;
     # measured links (10 ms, 1 MB/s, no burst) replay gloo's rendezvous.
-    agg, client = Tracer(1, 1), Tracer(2, 1)
-    agg.send(2, 1_000_000, DOWNLOAD, 0, 0)
-    client.work(2.0, DOWNLOAD, 0, 0)
-    client.recv(1, 0, MODEL, 0, 0)
-    trace = np.concatenate([agg.array(), client.array()])
+    trace = _late_reader_trace()  # (its measured times are replaced by the replay's)
     # Execute
     late = replay(trace, _measured(_topology(), 0.0))
     bucket = replay(trace, _measured(_topology(), 300_000.0))
     # Assert: asked late, the message pays LATE_TRIPS handshake latencies (10 ms each),
     # then 1 s on the wire and its own 10 ms; a rested link's bucket of 300 kB goes at
-    # once, the rest at 1 MB/s. A stream buffer the probe once gave is not used.
+    # once, the rest at 1 MB/s.
     from flowsplit.federated.system.schedule import LATE_TRIPS
 
     assert late[-1, T_END] == pytest.approx(2.0 + LATE_TRIPS * 0.01 + 1.0 + 0.01)

@@ -213,7 +213,7 @@ def probe_cpu(seconds: float = 0.3) -> tuple[float, float]:
 
 def full_speed_seconds(wall: float, share: float, burst: float) -> float:
     """CPU seconds at full speed of work that took ``wall`` seconds from a rested quota
-    (the inverse of :func:`flowsplit.federated.system.schedule._throttled`)."""
+    (the inverse of the CPU bucket of :func:`flowsplit.federated.system.schedule.replay`)."""
     if share >= 1.0 or burst <= 0:
         return wall
     return wall if wall <= burst else burst + (wall - burst) * share

@@ -119,18 +119,30 @@ class Tracer:
         return np.asarray(self.rows, dtype=np.float64)
 
 
-def _link(topology: Any, n_aggregators: int, src: int, dst: int) -> tuple[float, float]:
-    """(latency s, bandwidth B/s) of the link between ranks ``src`` and ``dst``."""
+def _link(topology: Any, n_aggregators: int, src: int, dst: int) -> tuple[float, float, float]:
+    """(latency s, bandwidth B/s, burst bytes) of the link between ranks ``src`` and
+    ``dst``; the burst is the probe's (:data:`BURST_KEYS`), 0 where none was measured."""
     a, b = address_of(src, n_aggregators), address_of(dst, n_aggregators)
     kinds = {a[0], b[0]}
+    extra = getattr(topology, "extra", None) or {}
     if kinds == {CLIENT, AGGREGATOR}:
         i = a[1] if a[0] == CLIENT else b[1]
         j = b[1] if a[0] == CLIENT else a[1]
-        return float(topology.ca_latency[i, j]), float(topology.ca_bandwidth[i, j])
+        burst = _burst(extra, BURST_KEYS[0], (i, j), topology.ca_bandwidth.shape)
+        return float(topology.ca_latency[i, j]), float(topology.ca_bandwidth[i, j]), burst
     if kinds == {AGGREGATOR, SERVER}:
         j = a[1] if a[0] == AGGREGATOR else b[1]
-        return float(topology.as_latency[j]), float(topology.as_bandwidth[j])
+        burst = _burst(extra, BURST_KEYS[1], (j,), topology.as_bandwidth.shape)
+        return float(topology.as_latency[j]), float(topology.as_bandwidth[j]), burst
     raise ValueError(f"no link between ranks {src} and {dst}")
+
+
+def _burst(extra: dict, key: str, at: tuple[int, ...], shape: tuple[int, ...]) -> float:
+    """``extra[key]`` (an array of ``shape``) at ``at``; 0 when absent or not positive."""
+    if key not in extra:
+        return 0.0
+    v = float(np.asarray(extra[key], dtype=np.float64).reshape(shape)[at])
+    return v if np.isfinite(v) and v > 0 else 0.0
 
 
 def replay(
@@ -185,8 +197,8 @@ class _Replay:
         self.n_aggs = topology.n_aggregators
         extra = getattr(topology, "extra", None) or {}
         self.buffer = float(extra.get(BUFFER_KEY, np.inf))
-        self.bursts = _link_bursts(topology, extra)
-        self.handshake = _handshake_latency(topology) if self.bursts is not None else 0.0
+        self.rendezvous = all(k in extra for k in BURST_KEYS)
+        self.handshake = _handshake_latency(topology) if self.rendezvous else 0.0
         self.cpu = _cpu_quotas(extra, self.n_aggs)
         self.costs = _transport_costs(extra, self.n_aggs)
         self.per_message_s = per_message_s
@@ -199,7 +211,7 @@ class _Replay:
         self.busy: dict[int, list[tuple[float, float]]] = {r: [] for r in ranks}
         self.free: dict[tuple[int, int], float] = {}
         self.inbox: dict[tuple[int, int], deque[tuple[float, float]]] = {}
-        self.links: dict[tuple[int, int], tuple[float, float]] = {}
+        self.links: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     def run(self) -> np.ndarray:
         out, rows = self.out, self.rows
@@ -256,8 +268,8 @@ class _Replay:
         posted, nbytes = box.popleft()
         if key not in self.links:
             self.links[key] = _link(self.topology, self.n_aggs, *key)
-        latency, bandwidth = self.links[key]
-        if self.bursts is not None:
+        latency, bandwidth, _burst_bytes = self.links[key]
+        if self.rendezvous:
             return self.receive_rendezvous(r, key, t, posted, nbytes)
         begin = max(posted, self.free.get(key, -np.inf))
         if nbytes <= self.buffer:
@@ -276,7 +288,7 @@ class _Replay:
         self, r: int, key: tuple[int, int], t: float, posted: float, nbytes: float
     ) -> float:
         """:meth:`receive` on measured links: gloo's rendezvous and the link's bucket."""
-        latency, bandwidth = self.links[key]
+        latency, bandwidth, burst = self.links[key]
         before = self.free.get(key, -np.inf)
         begin = max(posted, before)
         trips = LATE_TRIPS if t > begin else EARLY_TRIPS
@@ -284,7 +296,7 @@ class _Replay:
         wake = self.costs.get(key[0], (0.0, 0.0))[1]
         if wake > 0 and _inside(start, self.busy[key[0]]):
             start += wake
-        bucket = self.buffer if np.isfinite(self.buffer) else self.bursts(key)
+        bucket = self.buffer if np.isfinite(self.buffer) else burst
         tokens = min(bucket, max(0.0, start - before) * bandwidth)
         done = start + max(0.0, nbytes - tokens) / bandwidth
         self.free[key] = done
@@ -343,35 +355,15 @@ aggregators) and (aggregators,), as :func:`flowsplit.federated.probe.probed_topo
 writes them; their presence selects the rendezvous replay (see :func:`replay`)."""
 
 
-def _link_bursts(topology: Any, extra: dict) -> Any:
-    """``key -> bucket bytes`` of each stream (a directed pair of ranks) from ``extra``'s
-    :data:`BURST_KEYS`; None when the topology holds none (the buffered replay)."""
-    if not all(k in extra for k in BURST_KEYS):
-        return None
-    ca = np.asarray(extra[BURST_KEYS[0]], dtype=np.float64).reshape(
-        topology.n_clients, topology.n_aggregators
-    )
-    backbone = np.asarray(extra[BURST_KEYS[1]], dtype=np.float64).reshape(-1)
-    n_aggs = topology.n_aggregators
-
-    def burst(key: tuple[int, int]) -> float:
-        a, b = (address_of(k, n_aggs) for k in key)
-        if {a[0], b[0]} == {CLIENT, AGGREGATOR}:
-            i, j = (a[1], b[1]) if a[0] == CLIENT else (b[1], a[1])
-            v = ca[i, j]
-        else:
-            v = backbone[a[1] if a[0] == AGGREGATOR else b[1]]
-        return float(v) if np.isfinite(v) and v > 0 else 0.0
-
-    return burst
-
-
 def _handshake_latency(topology: Any) -> float:
-    """The latency of a rendezvous notice: the median of the topology's link latencies
-    (each link's own where lower; see :func:`replay`)."""
-    lat = [*np.asarray(topology.as_latency).ravel(), *np.asarray(topology.ca_latency).ravel()]
-    lat = [float(v) for v in lat if np.isfinite(v) and v > 0]
-    return float(np.median(lat)) if lat else 0.0
+    """The latency of a rendezvous notice: the median of the latencies of the
+    topology's links (each link's own where lower; see :func:`replay`)."""
+    linked = np.asarray(topology.ca_bandwidth) > 0
+    lat = np.concatenate(
+        [np.asarray(topology.as_latency).ravel(), np.asarray(topology.ca_latency)[linked]]
+    )
+    lat = lat[np.isfinite(lat) & (lat > 0)]
+    return float(np.median(lat)) if lat.size else 0.0
 
 
 def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
