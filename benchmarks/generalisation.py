@@ -246,6 +246,7 @@ def train(
     *,
     seed: int,
     augment: str = "none",
+    class_weight: str = "none",
     init_from: Path | None = None,
 ) -> Path | None:
     if (run / "metrics.json").exists():
@@ -253,12 +254,16 @@ def train(
     if args.collect_only:
         log(f"{run.name}: not trained (--collect-only), left out")
         return None
-    log(f"train {model} seed {seed} augment {augment} on {ds.name} -> {run.name}")
+    log(
+        f"train {model} seed {seed} augment {augment} class weight {class_weight} "
+        f"on {ds.name} -> {run.name}"
+    )
     argv = ["train", ds, "-m", model, "-o", run, "--seed", seed, "--threads", 1, "-q"]
     argv += ["--overwrite"] if run.exists() else []
     argv += ["--init-from", init_from] if init_from else []
     if model != "xgboost":
-        argv += ["--epochs", args.epochs, "--augment", augment]
+        argv += ["--epochs", args.model_epochs.get(model, args.epochs), "--augment", augment]
+        argv += ["--class-weight", class_weight]
         if args.steps_per_epoch:
             argv += ["--steps-per-epoch", args.steps_per_epoch]
         if args.patience is not None:
@@ -272,7 +277,16 @@ def train(
 def run_settings(run: Path) -> dict:
     """What the run was trained with (its config.json), for the JSON."""
     cfg = json.loads((run / "config.json").read_text())["train"]
-    keep = ("epochs", "steps_per_epoch", "patience", "batch_size", "lr", "augment", "init_from")
+    keep = (
+        "epochs",
+        "steps_per_epoch",
+        "patience",
+        "batch_size",
+        "lr",
+        "augment",
+        "class_weight",
+        "init_from",
+    )
     return {k: cfg.get(k) for k in keep} | {"view": run_view(run)}
 
 
@@ -351,13 +365,21 @@ def files_per_class(ds) -> dict[str, int]:
 
 
 # --- the parts -------------------------------------------------------------------------
-def variants(args) -> list[tuple[str, str, str]]:
-    """(name, model, augment) of every model variant."""
-    out = [] if args.no_plain else [(m, m, "none") for m in args.models]
+def variants(args) -> list[tuple[str, str, str, str]]:
+    """(name, model, augment, class_weight) of every model variant: the plain models, with
+    ``--augment`` each neural one as ``M+aug``, with ``--class-weight balanced`` as ``M+bal``
+    (the transformer pre-trained too: ``transformer+pre+bal``)."""
+    out = [] if args.no_plain else [(m, m, "none", "none") for m in args.models]
     if args.augment != "none":
-        out += [(f"{m}+aug", m, args.augment) for m in args.models if m in NEURAL]
-    if args.pretrain_steps and "transformer" in args.models:
-        out.append(("transformer+pre", "transformer", "none"))
+        out += [(f"{m}+aug", m, args.augment, "none") for m in args.models if m in NEURAL]
+    pre = args.pretrain_steps and "transformer" in args.models
+    if pre and not args.no_plain:
+        out.append(("transformer+pre", "transformer", "none", "none"))
+    if args.class_weight != "none":
+        cw = args.class_weight
+        out += [(f"{m}+bal", m, "none", cw) for m in args.models if m in NEURAL]
+        if pre:
+            out.append(("transformer+pre+bal", "transformer", "none", cw))
     return out
 
 
@@ -413,10 +435,10 @@ def cross_source(args, work: Path, res: dict) -> None:
     }
     log(f"cross-source classes {overlap}; too few {too_few}")
     pre = None
-    if any(name.endswith("+pre") for name, _, _ in variants(args)):
+    if any("+pre" in name for name, *_ in variants(args)):
         pre = pretrained(work, "ndpi8", lambda: ndpi_pretrain_rows(ndpi8), args, res)
     for seed in args.seeds:
-        for name, model, augment in variants(args):
+        for name, model, augment, class_weight in variants(args):
             run = train(
                 ndpi8,
                 model,
@@ -424,7 +446,8 @@ def cross_source(args, work: Path, res: dict) -> None:
                 args,
                 seed=seed,
                 augment=augment,
-                init_from=pre if name.endswith("+pre") else None,
+                class_weight=class_weight,
+                init_from=pre if "+pre" in name else None,
             )
             if run is None:
                 continue
@@ -435,6 +458,7 @@ def cross_source(args, work: Path, res: dict) -> None:
             row = {
                 "seed": seed,
                 "augment": augment,
+                "class_weight": class_weight,
                 "own_macro_f1": own["macro_f1"],
                 "own_accuracy": own["accuracy"],
                 "own_macro_f1_overlap": mean_f1(own_eval["per_class_f1"], overlap),
@@ -799,6 +823,11 @@ def main(argv=None) -> int:
     )
     p.add_argument("--models", default="cnn,lstm,convlstm,convgru,transformer,xgboost")
     p.add_argument("--epochs", type=int, default=15)
+    p.add_argument(
+        "--model-epochs",
+        default="",
+        help="epochs of some models instead of --epochs, e.g. cnn=15 (MODEL=N,...)",
+    )
     p.add_argument("--steps-per-epoch", type=int)
     p.add_argument("--patience", type=int, help="train --patience (default: train's)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
@@ -806,7 +835,15 @@ def main(argv=None) -> int:
         "--augment", default="none", help="also train every neural model with this --augment"
     )
     p.add_argument(
-        "--no-plain", action="store_true", help="with --augment: only the augmented variants"
+        "--class-weight",
+        choices=("none", "balanced"),
+        default="none",
+        help="also train every neural model with train --class-weight balanced (as M+bal)",
+    )
+    p.add_argument(
+        "--no-plain",
+        action="store_true",
+        help="with --augment or --class-weight: only those variants",
     )
     p.add_argument("--min-flows", type=int, default=20, help="foreign flows a shared class needs")
     p.add_argument("--temporal-models", default="", help="models of the temporal split ('' skips)")
@@ -848,6 +885,13 @@ def main(argv=None) -> int:
     args.ustc_split_models = [m for m in args.ustc_split_models.split(",") if m]
     args.ustc_train_fractions = [float(f) for f in args.ustc_train_fractions.split(",") if f]
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
+    try:
+        args.model_epochs = {
+            m: int(n)
+            for m, _, n in (kv.partition("=") for kv in args.model_epochs.split(",") if kv)
+        }
+    except ValueError:
+        p.error(f"--model-epochs: MODEL=N,... expected, got {args.model_epochs!r}")
     if not args.skip_cross and args.foreign is None and args.foreign_archives is None:
         p.error("give --foreign DIR or --foreign-archives DIR (or --skip-cross)")
     if args.ablate:
