@@ -131,13 +131,21 @@ def steal_s() -> float:
 
 
 def run_job(
-    args, work: Path, model: str, n_nodes: int, batch: int | None = None, shared: bool = False
-) -> list[dict]:
+    args, work: Path, model: str, n_nodes: int, batch: int | None = None, shared: bool = False,
+    layout: int | None = None,
+) -> list[dict]:  # fmt: skip
     """One training job on ``n_nodes`` emulated nodes; one row per measured epoch.
-    ``shared`` (or ``--share-cpu``): every node pinned to one CPU."""
-    plan = schedule(args.mbits, args.repeats, n_nodes, args.settle, args.passes)
+    ``shared`` (or ``--share-cpu``): every node pinned to one CPU. ``layout`` (the pair
+    probe, ``n_nodes`` 2): a testbed of ``layout`` nodes, pinned as a cluster of that many
+    is, whose first two run the job (at the fastest rate only) and the others one-node
+    training at the pair's per-rank batch (fillers: the CPU load of the other ranks)."""
+    if layout:
+        plan = schedule([max(args.mbits)], args.repeats * args.passes, n_nodes, args.settle, 1)
+    else:
+        plan = schedule(args.mbits, args.repeats, n_nodes, args.settle, args.passes)
     batch = batch or BATCH.get(model, 64)
     tag = f"{model}-{n_nodes}-{batch}" + ("-shared" if shared else "")
+    tag += f"-in{layout}" if layout else ""
     run = work / tag
     # The workers' step timelines (every rank): _ddp_traced.py is flowsplit.train with
     # each step's bucket launches and completions written at exit.
@@ -149,7 +157,7 @@ def run_job(
     argv += ["--patience", "0", "--seed", "0", "--overwrite", "--quiet"]
     argv += ["--force"]  # train counts WORLD_SIZE threads against the node's one pinned CPU
     spec = TestbedSpec.cluster(
-        n_nodes, NodeSpec("node", cpu=args.cpu), cpu_period_us=args.period_us
+        layout or n_nodes, NodeSpec("node", cpu=args.cpu), cpu_period_us=args.period_us
     )
     pin = bed.pin_nodes
     if args.share_cpu or shared:  # every node of the job pinned to the first CPU
@@ -157,16 +165,25 @@ def run_job(
         bed.pin_nodes = lambda sp: {n.name: (first,) for n in sp.nodes if n.cpu is not None}
     pins = list(bed.pin_nodes(spec).values())
     per_cpu = max((pins.count(c) for c in pins), default=1)  # nodes sharing a CPU
+    fill = None
+    if layout:  # one-node training at the pair's per-rank batch, never ending on its own
+        fill = [a if a != str(run) else str(work / f"fill-{tag}-{{node}}") for a in argv]
+        fill[fill.index("--epochs") + 1] = str(10 * (1 + len(plan)))
+        fill[fill.index("--batch-size") + 1] = str(batch // n_nodes)
     try:
-        rows = _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan)
+        rows = _run_job(
+            args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan, fill
+        )
     finally:
         bed.pin_nodes = pin
     for r in rows:
         r["nodes_per_cpu"], r["cpu"], r["shared"] = per_cpu, args.cpu, bool(shared)
+        if layout:
+            r["pair_probe"] = layout
     return rows
 
 
-def _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan):
+def _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run, plan, fill):
     links = [m for m, _ in plan]
     epochs = 1 + len(links)
     marks: list[dict] = []
@@ -174,9 +191,16 @@ def _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run,
     with Testbed(spec) as tb:
         tb.prioritise_controller()  # re-shape within ms of an epoch's end, under load too
         tb.set_cpu(None)  # start-up (imports) without a quota
-        procs = tb.launch(argv, log_dir=work / f"logs-{tag}", env={
-            "PYTHONPATH": str(ROOT / "src"), "FLOWSPLIT_DDP_TRACE": str(trace_dir)})  # fmt: skip
-        names = list(tb.nodes)
+        env = {"PYTHONPATH": str(ROOT / "src")}
+        world = list(tb.nodes)[:n_nodes]
+        procs = tb.launch(argv, world=world, log_dir=work / f"logs-{tag}",
+                          env={**env, "FLOWSPLIT_DDP_TRACE": str(trace_dir)})  # fmt: skip
+        fillers = [
+            p
+            for name in list(tb.nodes)[n_nodes:]
+            for p in tb.launch(fill, world=[name], log_dir=work / f"logs-{tag}", env=env)
+        ]
+        names = world
         seen, pos, deadline = 0, 0, time.monotonic() + args.timeout
         try:
             while True:
@@ -204,7 +228,10 @@ def _run_job(args, work, model, n_nodes, batch, spec, argv, tag, trace_dir, run,
                         seen += 1
                 time.sleep(0.01)
         finally:
+            fillers_ran = all(p.poll() is None for p in fillers)  # still loading the CPU
             codes = tb.wait(procs, timeout_s=0)
+    if fill and not fillers_ran:
+        raise RuntimeError(f"{model}: a filler of the pair probe {tag} ended before the pair")
     if any(codes):
         logs = work / f"logs-{tag}"
         why = {
@@ -330,15 +357,14 @@ def rank_summary(trace: list[list[list]]) -> dict:
 
 def medians(rows: list[dict]) -> list[dict]:
     """One point per (model, nodes, mbit): medians over the repeats."""
-    keys = sorted({(r["model"], r["nodes"], r["mbit"] or 0.0, r["batch_size"]) for r in rows})
+
+    def key(r: dict) -> tuple:
+        return r["model"], r["nodes"], r["mbit"] or 0.0, r["batch_size"], r.get("pair_probe") or 0
+
     out = []
-    for model, n, mbit, batch in keys:
-        mine = [
-            r
-            for r in rows
-            if (r["model"], r["nodes"], r["mbit"] or 0.0, r["batch_size"])
-            == (model, n, mbit, batch)
-        ]
+    for k in sorted({key(r) for r in rows}):
+        model, n, mbit, _batch, _layout = k
+        mine = [r for r in rows if key(r) == k]
         out.append(
             {
                 "model": model,
@@ -357,6 +383,7 @@ def medians(rows: list[dict]) -> list[dict]:
                 if any(r["throttled_s"] is not None for r in mine)
                 else None,
                 "repeats": len(mine),
+                "pair_probe": mine[0].get("pair_probe"),
                 "job_load_1min": mine[0].get("job_load_1min"),
                 "job_steal_s": mine[0].get("job_steal_s"),
                 "epoch_s_per_repeat": [r["epoch_s"] for r in mine],
@@ -668,6 +695,60 @@ def predict_collective(
     return True
 
 
+def pair_terms(probe: dict) -> dict | None:
+    """What a 2-node job (a pair probe, or the 2-node job itself) says of one rank of the
+    cluster it stands for, per epoch: ``base`` (the epoch less the rank's wait for the
+    others and for the all-reduce, mean over ranks: compute and the step's own overhead),
+    ``sigma`` (:func:`step_sigma` of its ranks' step compute), ``L`` (the all-reduce
+    after the last arrival, per step, median over ranks). None when untraced."""
+    sigma = step_sigma([probe])
+    if not probe.get("collective_s_by_rank") or sigma is None:
+        return None
+    return {
+        "base": probe["measured_epoch_s"] - statistics.fmean(probe["wait_s_by_rank"]),
+        "sigma": sigma,
+        "L": statistics.median(c / probe["steps"] for c in probe["collective_s_by_rank"]),
+        "steps": probe["steps"],
+    }
+
+
+def predict_pair(
+    points: list[dict], ladder: list[dict], train: list[dict], probes: list[dict], key: str
+) -> bool:
+    """``T(N, rate) = base_N + S sigma_N E[max of N standard normals] + S max(wire / S,
+    L_N 2 (N-1) / N)``, every N-term from a 2-node job whose ranks run as a rank of N
+    nodes does (:func:`pair_terms`): per-rank batch B/N, the CPU shared as in the N-node
+    testbed (``probes``: ``pair_probe`` N, the other N-2 nodes running one-node training
+    at B/N), at the fastest rate; for N = 2 the 2-node job at its fastest rate. The ring
+    then grows only in what the pair cannot show: the bytes each rank moves (``L``, as
+    ``coll_bytes``) and the wait for the slowest of N (``sigma``). One node: the ladder.
+    False (nothing predicted) when a multi-node point lacks its probe or a trace."""
+    two = [p for p in train if p["nodes"] == 2 and p.get("collective_s_by_rank")]
+    if not two or len(ladder) < 2:
+        return False
+    fastest = max(p["mbit"] for p in two)
+    by_n = {2: pair_terms(next(p for p in two if p["mbit"] == fastest))}
+    for q in probes:
+        by_n[q["pair_probe"]] = pair_terms(q)
+    if any(by_n.get(p["nodes"]) is None for p in points if p["nodes"] > 1):
+        return False
+    c, h = fit_ladder(ladder)
+    g = COLLECTIVE_GROWTH["bytes"]
+    for p in points:
+        n, steps = p["nodes"], p["steps"]
+        if n == 1:
+            pred = steps * (c * p["batch_size"] + h)
+        else:
+            t = by_n[n]
+            pred = t["base"] * steps / t["steps"] + steps * t["sigma"] * expected_max_normal(n)
+            pred += max(p["predicted_comm_s"], steps * t["L"] * g(n) / g(2))
+            p[f"pair_base_s{key}"], p[f"pair_sigma_s{key}"] = t["base"], t["sigma"]
+            p[f"collective_per_step_s{key}"] = t["L"]
+        p[f"predicted_epoch_s{key}"] = pred
+        p[f"rel_error{key}"] = abs(pred - p["measured_epoch_s"]) / p["measured_epoch_s"]
+    return True
+
+
 VARIANTS = {
     "_cluster": "c, h fitted on the 1- and 2-node epoch times less the wire time",
     "_refit": "the _cluster form fitted on every point (not a check)",
@@ -685,15 +766,20 @@ VARIANTS = {
     "_coll_bytes_nostraggle": "_coll_bytes without the straggler term",
     "_coll_bytes_anchored": "_coll_bytes, ladder compute scaled to the 2-node workers' own",
     "_coll_coloc": "_coll_bytes with collective and compute grown by rho/(1-rho) of co-location",
+    "_pair_bytes": "2-node pair probe at B/N in the N-node CPU layout + straggler + L x bytes",
 }
-HEADLINE = "_coll_bytes"
-"""The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc)."""
+HEADLINE = "_pair_bytes"
+"""The variant reported as ``predicted_epoch_s`` / ``rel_error`` (see the module doc);
+runs without the pair probes fall back to ``_coll_bytes``, untraced ones to ``_ladder``."""
 
 
 def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     profiles = [r for r in rows if r.get("profile")]
     shared = medians([r for r in rows if r.get("shared") and not r.get("profile")])
-    rows = [r for r in rows if not r.get("profile") and not r.get("shared")]
+    pairs = medians([r for r in rows if r.get("pair_probe")])
+    rows = [
+        r for r in rows if not r.get("profile") and not r.get("shared") and not r.get("pair_probe")
+    ]
     points = medians(rows)
     ladders = medians(profiles)
     one_node = {}
@@ -702,7 +788,7 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
     # Runs without every rank's trace (before 2026-12-05 06:00) cannot fit the headline
     # form: the form before it, "ladder", stands in (and says so in headline_form).
     traced = any(r.get("trace") for r in rows)
-    headline = HEADLINE if traced else "_ladder"
+    pair_ok = []
     for model in sorted({p["model"] for p in points}):
         mine = [p for p in points if p["model"] == model]
         # One gradient payload per model (the same parameters at every N).
@@ -734,10 +820,12 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
                 "_coll_coloc",
                 shared=[q for q in shared if q["model"] == model],
             )
+            pair_ok.append(
+                predict_pair(
+                    mine, ladder, train, [q for q in pairs if q["model"] == model], "_pair_bytes"
+                )  # fmt: skip
+            )
         for p in mine:
-            if f"predicted_epoch_s{headline}" in p:
-                p["predicted_epoch_s"] = p[f"predicted_epoch_s{headline}"]
-                p["rel_error"] = p[f"rel_error{headline}"]
             # Diagnostic: a DDP worker's time outside the exposed all-reduce, against the
             # one-node epoch at its per-worker batch.
             if p["nodes"] > 1 and p["batch_size"] // p["nodes"] in prof:
@@ -746,7 +834,16 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
                     prof[p["batch_size"] // p["nodes"]],
                 ]
 
+    # The headline: the pair form where every model had its probes; else the form before.
+    if pair_ok and all(pair_ok):
+        headline = HEADLINE
+    else:
+        headline = "_coll_bytes" if traced else "_ladder"
     for p in points:
+        if f"predicted_epoch_s{headline}" in p:
+            p["predicted_epoch_s"] = p[f"predicted_epoch_s{headline}"]
+            p["rel_error"] = p[f"rel_error{headline}"]
+    for p in points + pairs:
         p.pop("traces", None)  # the epochs keep them
 
     def worst(key: str, held: bool = True, model: str | None = None) -> float | None:
@@ -781,6 +878,7 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
             for v, why in VARIANTS.items()
         },
         "one_node_epoch_s_by_batch": one_node,
+        "pair_probe_points": pairs,
     }
 
 
@@ -805,6 +903,12 @@ def main(argv: list[str] | None = None) -> int:
         "--colocation-probe",
         action="store_true",
         help="also run every model on 2 nodes pinned to one CPU (the co-location fit)",
+    )
+    p.add_argument(
+        "--pair-probe",
+        action="store_true",
+        help="for every N > 2, a 2-node job whose ranks run as N nodes' do (per-rank batch "
+        "B/N, N nodes' CPU layout, the other N-2 nodes training alone): the pair_bytes form",
     )
     p.add_argument(
         "--awake", action="store_true", help="keep the CPUs out of idle halt (hold_cpus_awake)"
@@ -841,18 +945,22 @@ def main(argv: list[str] | None = None) -> int:
             args.dataset = write_synthetic_dataset(work / "data", 2000)
         rows = []
         for model in models:
-            ladder = [(1, BATCH.get(model, 64) // k, False) for k in nodes if k > 1]
-            jobs = [(n, None, False) for n in nodes] + ladder
+            big = BATCH.get(model, 64)
+            ladder = [(1, big // k, False, None) for k in nodes if k > 1]
+            jobs = [(n, None, False, None) for n in nodes] + ladder
             if args.colocation_probe:  # 2 nodes on one CPU: the co-location probe
-                jobs.append((2, None, True))
-            for n, batch, shared in jobs:
+                jobs.append((2, None, True, None))
+            if args.pair_probe:  # 2 nodes as ranks of k: per-rank batch B/k, k's CPU layout
+                jobs += [(2, 2 * big // k, False, k) for k in nodes if k > 2]
+            for n, batch, shared, layout in jobs:
                 t = time.perf_counter()
-                got = run_job(args, work, model, n, batch, shared)
+                got = run_job(args, work, model, n, batch, shared, layout)
                 for r in got:  # one node at the batch share of k nodes: a compute profile
-                    r["profile"] = batch is not None
+                    r["profile"] = batch is not None and layout is None
                 rows += got
+                where = " shared" if shared else f" in {layout}" if layout else ""
                 print(
-                    f"{model} x{n}{' shared' if shared else ''} batch {got[0]['batch_size']}: "
+                    f"{model} x{n}{where} batch {got[0]['batch_size']}: "
                     f"{time.perf_counter() - t:.0f} s, "
                     + ", ".join(f"{r['mbit']}:{r['epoch_s']:.2f}" for r in got),
                     flush=True,
@@ -872,6 +980,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus_held_awake": awake is not None,
             "share_cpu": args.share_cpu,
             "colocation_probe": args.colocation_probe,
+            "pair_probe": args.pair_probe,
             "dataset": str(args.dataset)
             if "testbed-ddp-" not in str(args.dataset)
             else "synthetic-2000",

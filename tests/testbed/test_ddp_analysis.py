@@ -226,3 +226,56 @@ def test_collective_form_recovers_held_out_points_of_its_own_model(bench):
     # Without any trace the form cannot be fitted: nothing predicted.
     bare = [{**p, "traces": [], "collective_s_by_rank": []} for p in points]
     assert not bench.predict_collective(bare, ladder, [q for q in bare if q["nodes"] == 2], "_y")
+
+
+def test_pair_form_recovers_every_point_from_probes_of_its_layout(bench):
+    # Each N-term comes from a 2-node job run as a rank of N (the pair probe): base_N,
+    # sigma_N, L_N; the epoch at N is base_N + S sigma_N E[max of N] + S max(wire/S,
+    # L_N 2 (N-1)/N). Terms that differ per N (co-location) are recovered, and the
+    # 2-node job itself stands for N = 2 (at its fastest rate).
+    steps, d = 10, 0.004
+    sigma = 1.4826 * d
+    terms = {2: (3.0, 0.05), 4: (1.8, 0.04), 8: (1.1, 0.05)}  # base, L per step
+
+    def rank():  # step compute alternating +-d (first step left out)
+        return [[0.0, 0.3, 0.35, 0.35, None]] + [
+            [0.0, 0.3 + (d if k % 2 else -d), 0.35, 0.35, None] for k in range(10)
+        ]
+
+    def epoch(n, wire):
+        base, big_l = terms[n]
+        straggle = steps * sigma * bench.expected_max_normal(n)
+        return base + straggle + max(wire, steps * big_l * 2 * (n - 1) / n)
+
+    def pair(n):  # a pair probe of layout n, or the 2-node job at 1000 Mbit/s
+        base, big_l = terms[n]
+        wait = steps * sigma * bench.expected_max_normal(2) + steps * big_l
+        return {"model": "m", "nodes": 2, "mbit": 1000.0, "steps": steps,
+                "batch_size": 64 * 2 // n, "measured_epoch_s": base + wait,
+                "wait_s_by_rank": [wait, wait], "collective_s_by_rank": [big_l * steps] * 2,
+                "traces": [[rank(), rank()]], "pair_probe": n if n > 2 else None}  # fmt: skip
+
+    points = []
+    for n in (2, 4, 8):
+        for mbit in (1000.0, 10.0):
+            wire = 0.0 if mbit == 1000.0 else 3.0 * (n - 1) / n
+            p = {"model": "m", "nodes": n, "mbit": mbit, "steps": steps, "batch_size": 64,
+                 "predicted_comm_s": wire, "held_out": n > 2,
+                 "measured_epoch_s": epoch(n, wire)}  # fmt: skip
+            if n == 2 and mbit == 1000.0:
+                p.update({**pair(2), "batch_size": 64})
+            points.append(p)
+    ladder = [
+        {"model": "m", "nodes": 1, "mbit": None, "steps": steps, "batch_size": b,
+         "measured_epoch_s": steps * (0.02 * b + 0.05)}
+        for b in (64, 32)
+    ]  # fmt: skip
+    probes = [pair(4), pair(8)]
+    train = [p for p in points if not p["held_out"]]
+    assert bench.predict_pair(points, ladder, train, probes, "_x")
+    assert max(p["rel_error_x"] for p in points) < 1e-6
+    assert {p["collective_per_step_s_x"] for p in points if p["held_out"]} == {0.04, 0.05}
+    # A held-out N without its probe: nothing predicted, nothing half-written.
+    fresh = [{k: v for k, v in p.items() if not k.endswith("_x")} for p in points]
+    assert not bench.predict_pair(fresh, ladder, train, probes[:1], "_y")
+    assert not any("rel_error_y" in p for p in fresh)
