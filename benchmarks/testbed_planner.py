@@ -27,9 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 import testbed_sfl as tbs  # noqa: E402
 
+from flowsplit.config_args import parse_model_option  # noqa: E402
 from flowsplit.federated.system.topology import write_topology  # noqa: E402
 from flowsplit.testbed import missing_requirement  # noqa: E402
-from flowsplit.testbed.compare import compare_on_testbed, gains_lines  # noqa: E402
+from flowsplit.testbed.compare import (  # noqa: E402
+    CompareOptions,
+    compare_on_testbed,
+    gains_lines,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,23 +68,22 @@ def main(argv: list[str] | None = None) -> int:
                     check=True)  # fmt: skip
         truth_file = work / "truth.toml"
         write_topology(tbs.make_topology("heterogeneous"), truth_file)
-        doc = compare_on_testbed(
-            truth_file,
-            args.dataset,
-            work,
-            seeds=seeds,
+        opts = CompareOptions(
+            seeds=tuple(seeds),
             model="cnn",
-            model_options=tbs.MODEL_OPTIONS,
+            model_options=[parse_model_option(o) for o in tbs.MODEL_OPTIONS],
             rounds=args.rounds,
             batch_size=args.batch_size,
             train_limit=args.train_limit,
-            pilots=args.pilots,
+            n_pilots=args.pilots,
             pilot_steps=args.pilot_steps,
             truth=not args.no_truth,
             cpu_budget=1.6,
             max_cpu=0.3,
             timeout_s=args.run_timeout,
-            log=lambda msg: print(msg, flush=True),
+        )
+        doc = compare_on_testbed(
+            truth_file, args.dataset, work, opts, log=lambda msg: print(msg, flush=True)
         )
     doc = {
         "benchmark": "testbed_planner",

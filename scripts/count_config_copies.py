@@ -4,15 +4,19 @@ Method (issue 28 item 2): walk the syntax tree of every module under ``src/flows
 and count
 
 1. **into a config**: keyword arguments of a call to a config class (a name ending in
-   ``Config``, ``Options``, ``Spec`` or ``Choice``) or to ``replace`` whose value is read
-   from another object (``PrivacyConfig(epochs=args.epochs)``, ``replace(cfg,
-   seed=study.cfg.seed)``; also through one call: ``tuple(args.cuts)``) or is the
+   ``Config``, ``Options``, ``Spec`` or ``Choice``), to ``replace`` or to a
+   ``resolve...config`` function whose value is read from another object
+   (``PrivacyConfig(epochs=args.epochs)``, ``replace(cfg, seed=study.cfg.seed)``; also
+   through one call: ``tuple(args.cuts)``), or from a key of an options dict
+   (``resolve_study_config(rounds=opts["rounds"])``: a config's fields carried in a dict
+   first), or is the
    enclosing function's parameter of the same name rebuilt into a config
    (``CompareConfig(models=list(models))``); only classes defined in flowsplit count
    (the suffixes are kept for configs: a result row named ``...Choice`` was renamed);
 2. **into a dict**: entries of a dict literal that copy a field of a config object (a
    name ``cfg``, ``config``, ``args``, ``opts``, ``options`` or ending in
-   ``_cfg``/``_config``) under its own name: ``{"rounds": cfg.rounds}`` (config kwargs
+   ``_cfg``/``_config``) under its own name: ``{"rounds": cfg.rounds}``,
+   ``{"rounds": opts["rounds"]}`` (config kwargs
    built by hand, and records that restate a config).
 
 Passing a field to a function (``make_optimizer(lr=cfg.lr)``) is a use, not a copy, and
@@ -43,10 +47,15 @@ def _callee(node: ast.Call) -> str:
 
 
 def _base(node: ast.AST) -> str | None:
-    """The object an attribute is read from (``args`` of ``args.x``, ``cfg`` of
-    ``study.cfg.x``), through one call (``tuple(args.x)``)."""
+    """The object an attribute or a key is read from (``args`` of ``args.x``, ``cfg`` of
+    ``study.cfg.x``, ``opts`` of ``opts["x"]``), through one call (``tuple(args.x)``)."""
     if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
         node = node.args[0]
+    if isinstance(node, ast.Subscript):
+        # A key of an options dict (``opts["x"]``), not of a document read back.
+        inner = node.value
+        name = inner.id if isinstance(inner, ast.Name) else getattr(inner, "attr", None)
+        return name if _key(node) is not None and _configish(name) else None
     if isinstance(node, ast.Attribute):
         inner = node.value
         if isinstance(inner, ast.Name):
@@ -63,10 +72,28 @@ def _param(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _key(node: ast.Subscript) -> str | None:
+    """``"x"`` of ``opts["x"]``: a constant string key."""
+    key = node.slice
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
 def _attr(node: ast.AST) -> str | None:
     if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
         node = node.args[0]
+    if isinstance(node, ast.Subscript):
+        return _key(node)
     return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _builds_config(name: str, classes: set[str]) -> bool:
+    """A call that makes a config from its keywords: a config class, ``replace``, or a
+    ``resolve...config`` function (``resolve_study_config(rounds=opts["rounds"])``)."""
+    return (
+        name in classes
+        or name == "replace"
+        or (name.startswith("resolve") and name.endswith("config"))
+    )
 
 
 def _configish(name: str | None) -> bool:
@@ -124,7 +151,7 @@ def copies(path: Path, classes: set[str]) -> list[tuple[int, str, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = _callee(node)
-            if (name not in classes and name != "replace") or id(node) in setters:
+            if not _builds_config(name, classes) or id(node) in setters:
                 continue
             for kw in node.keywords:
                 if kw.arg is None:

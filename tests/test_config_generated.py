@@ -46,21 +46,30 @@ def test_a_commands_summary_and_description_are_its_builders_docstring():
     assert parsers[("train",)].description == TRAIN_DESCRIPTION
 
 
-def test_testbed_compare_options_are_compare_on_testbeds_keywords():
+def test_testbed_compare_options_are_its_study_config_with_nothing_copied():
     from flowsplit.cli import build_parser
     from flowsplit.config_args import config_from_args
     from flowsplit.testbed.commands import CompareOptions
-    from flowsplit.testbed.compare import compare_on_testbed
+    from flowsplit.testbed.compare import _model_args
 
     args = build_parser().parse_args(
-        ["testbed", "compare", "T", "D", "-o", "x.json", "--seeds", "0,3",
-         "--model-option", "channels=[4,8]", "--model-option", "kind=small", "--truth"]
+        ["testbed", "compare", "T", "D", "-o", "x.json", "--seeds", "0,3", "--rounds", "3",
+         "--model-option", "channels=[4,8]", "--model-option", "kind=small", "--truth",
+         "--pilots", "2"]
     )  # fmt: skip
-    kw = config_from_args(CompareOptions, args).keywords()
-    assert set(kw) <= set(inspect.signature(compare_on_testbed).parameters)
-    assert kw["seeds"] == [0, 3] and kw["truth"] is True and kw["model"] == "cnn"
+    opts = config_from_args(CompareOptions, args)
+    assert opts.seeds == (0, 3) and opts.truth is True and opts.model == "cnn"
+    # The study it plans with: every field a study has, under the study's own names
+    # (--pilots is n_pilots), the rest the study's defaults.
+    cfg = opts.study_config("topo.toml")
+    assert (cfg.model, cfg.model_options) == ("cnn", {"channels": [4, 8], "kind": "small"})
+    assert (cfg.run.rounds, cfg.run.batch_size, cfg.run.train_limit) == (3, 16, 384)
+    assert (cfg.n_pilots, cfg.pilot_steps, cfg.topology) == (2, 24, "topo.toml")
+    assert cfg.planner.fixed_cuts == (1, 2) and cfg.pilot_train_limit is None
     # Each sfl run it starts is given the options as --model-option texts again.
-    assert kw["model_options"] == ["channels=[4, 8]", "kind=small"]
+    assert _model_args(opts) == [
+        "--model", "cnn", "--model-option", "channels=[4, 8]", "--model-option", "kind=small"
+    ]  # fmt: skip
 
 
 def test_demo_options_are_the_fields_of_its_plan_and_checked_there(tmp_path):
@@ -121,6 +130,25 @@ def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
         "RunConfig(epochs=cfg.epochs)",
         "RunConfig(models=models)",
         "replace(seed=seed)",
+    ]
+
+
+def test_the_copy_counter_counts_an_options_dicts_keys_into_a_resolved_config(tmp_path):
+    counter = _counter()
+    src = tmp_path / "m.py"
+    src.write_text(
+        "def plans(opts, saved):\n"
+        "    cfg = resolve_study_config(False, rounds=opts['rounds'], n_pilots=opts['pilots'])\n"
+        "    old = RunConfig(run=Config.from_dict(saved['config']))\n"
+        "    return {'rounds': opts['rounds'], 'seed': saved['seed']}\n"
+    )
+    found = counter.copies(src, {"RunConfig"})
+    # Assert: an options dict's keys copied into a resolve...config call or a dict are
+    # copies; a document read back (``saved``) is not.
+    assert sorted(what for _, _, what in found) == [
+        "resolve_study_config(n_pilots=opts.pilots)",
+        "resolve_study_config(rounds=opts.rounds)",
+        "{'rounds': opts.rounds}",
     ]
 
 

@@ -88,7 +88,7 @@ def test_compare_on_testbed_runs_every_plan_and_pairs_the_truth_run(tmp_path, mo
     delays = {"hsfl": 10.0, "hsfl-greedy": 8.0, "acc-aware": 6.0, "delay": 5.0}
     ports = []
 
-    def fake_plans(topo_file, seeds, opts, work, study=None, tag=""):
+    def fake_plans(topo_file, seeds, dataset, opts, work, study=None, tag=""):
         methods = ("acc-aware",) if tag else compare.METHODS
         plans = {
             (m, s): {"file": work / f"{m}{s}{tag}", "cuts": [1, 2 if tag else 3], "assignment": [0]}
@@ -97,7 +97,7 @@ def test_compare_on_testbed_runs_every_plan_and_pairs_the_truth_run(tmp_path, mo
         }
         return {"plans": plans, "planning_s": 0.0, "study": "S"}
 
-    def fake_run(tb, plan_file, out, opts, port):
+    def fake_run(tb, plan_file, out, dataset, opts, port):
         ports.append(port)
         method, seed = re.fullmatch(r"(.+?)(\d)(-truth)?", plan_file.name).group(1, 2)
         seed = int(seed)
@@ -108,8 +108,9 @@ def test_compare_on_testbed_runs_every_plan_and_pairs_the_truth_run(tmp_path, mo
     monkeypatch.setattr(compare, "probe", lambda *a: {"probed": True})
     monkeypatch.setattr(compare, "make_plans", fake_plans)
     monkeypatch.setattr(compare, "run_plan", fake_run)
+    opts = compare.CompareOptions(seeds=(0, 1), truth=True)
     doc = compare.compare_on_testbed(
-        topo, "DS", tmp_path / "w", seeds=[0, 1], truth=True, port=100, log=lambda *_: None
+        topo, "DS", tmp_path / "w", opts, port=100, log=lambda *_: None
     )
     # Every (method, seed) ran once, then the truth plan: each on its own port.
     assert len(doc["runs"]) == 8 and len(ports) == 9 and len(set(ports)) == 9

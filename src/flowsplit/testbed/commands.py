@@ -15,11 +15,9 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
 
-from flowsplit.choices import ModelChoice, seeds_field
 from flowsplit.config_args import (
     add_config_arguments,
     cli,
@@ -28,6 +26,7 @@ from flowsplit.config_args import (
     finite_float,
 )
 from flowsplit.errors import ConfigError
+from flowsplit.testbed.compare import CompareOptions
 from flowsplit.util.system import Stopped, stop_signals
 
 RUN_DESCRIPTION = """\
@@ -46,35 +45,6 @@ Latency is not emulated (no netem on these kernels): the paths have tens of
 microseconds. Everything made (namespaces, interfaces, qdiscs, cgroups, processes) is
 removed when COMMAND ends, fails, or the testbed is stopped (Ctrl-C, SIGTERM). Needs root.
 """
-
-
-@dataclass
-class CompareOptions(ModelChoice):
-    """What ``testbed compare`` plans and runs (its options; ``compare_on_testbed``'s
-    keywords of the same names)."""
-
-    CLI_GROUP: ClassVar[str | None] = None
-
-    seeds: tuple[int, ...] = seeds_field((0, 1, 2), " (at least 2)")
-    rounds: int = field(default=2, metadata=cli(help="rounds per run"))
-    batch_size: int = field(default=16, metadata=cli(help="samples per client batch"))
-    train_limit: int = field(default=384, metadata=cli(metavar="N", help="training rows per run"))
-    pilots: int = field(default=3, metadata=cli(metavar="N", help="the planner's pilot cut pairs"))
-    pilot_steps: int = field(default=24, metadata=cli(help="optimiser steps per pilot"))
-    truth: bool = field(default=False, metadata=cli(help="also run a plan from TOPOLOGY itself"))
-    cpu_budget: float = field(default=1.6, metadata=cli(parse=float, help="cores all nodes share"))
-    max_cpu: float = field(default=0.3, metadata=cli(parse=float, help="cores of the fastest node"))
-
-    def keywords(self) -> dict:
-        """``compare_on_testbed``'s keywords: the fields, the seeds a list and the model
-        options as the ``--model-option`` texts each ``sfl run`` is given."""
-        kw = asdict(self)
-        kw["seeds"] = list(self.seeds)
-        kw["model_options"] = [
-            f"{k}={v if isinstance(v, str) else json.dumps(v)}"
-            for k, v in self.model_options.items()
-        ]
-        return kw
 
 
 def _add_spec_arguments(p: argparse.ArgumentParser) -> None:
@@ -241,9 +211,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         work = Path(args.keep) if args.keep else Path(tmp)
         try:
             with stop_signals():
-                doc = compare_on_testbed(
-                    Path(args.topology), args.dataset, work, **options.keywords(), log=say
-                )
+                doc = compare_on_testbed(Path(args.topology), args.dataset, work, options, log=say)
         except (Stopped, KeyboardInterrupt) as exc:
             print(
                 f"testbed compare: stopped by {exc or 'SIGINT'}; testbed removed", file=sys.stderr

@@ -26,12 +26,60 @@ import math
 import os
 import subprocess
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import numpy as np
+from flowsplit.choices import ModelChoice, seeds_field
+from flowsplit.config_args import cli
 
 METHODS = ("acc-aware", "delay", "hsfl", "hsfl-greedy")
+
+
+@dataclass
+class CompareOptions(ModelChoice):
+    """What ``testbed compare`` plans and runs (its options). The model and the fields
+    named as a planning study's (:class:`~flowsplit.planner.study_config.StudyConfig`,
+    its ``[run]`` fields flat) are the study's (:meth:`study_config`); the others
+    (:data:`TESTBED_FIELDS`) are the testbed's."""
+
+    CLI_GROUP: ClassVar[str | None] = None
+    TESTBED_FIELDS: ClassVar[tuple[str, ...]] = (
+        "seeds",
+        "truth",
+        "cpu_budget",
+        "max_cpu",
+        "timeout_s",
+    )
+    """Fields of the comparison on the testbed, not of the study it plans with."""
+
+    seeds: tuple[int, ...] = seeds_field((0, 1, 2), " (at least 2)")
+    rounds: int = field(default=2, metadata=cli(help="rounds per run"))
+    batch_size: int = field(default=16, metadata=cli(help="samples per client batch"))
+    train_limit: int = field(default=384, metadata=cli(metavar="N", help="training rows per run"))
+    n_pilots: int = field(
+        default=3, metadata=cli(flag="--pilots", metavar="N", help="the planner's pilot cut pairs")
+    )
+    pilot_steps: int = field(default=24, metadata=cli(help="optimiser steps per pilot"))
+    truth: bool = field(default=False, metadata=cli(help="also run a plan from TOPOLOGY itself"))
+    cpu_budget: float = field(default=1.6, metadata=cli(parse=float, help="cores all nodes share"))
+    max_cpu: float = field(default=0.3, metadata=cli(parse=float, help="cores of the fastest node"))
+    timeout_s: float = field(default=240.0, metadata=cli(enabled=False))
+    """Seconds each probe or run on the testbed may take."""
+
+    def study_config(self, topology_file: str | Path) -> Any:
+        """The planning study's config on ``topology_file``: the fields a study has
+        (model, rounds, batch size and rows of the runs, the pilots), its defaults for
+        the rest (HSFL at cuts 1,2; pilots on the runs' rows). The model is in it too: a
+        plan's run takes its model from it (``sfl run --plan`` runs the planned model)."""
+        from flowsplit.planner.study import resolve_study_config
+
+        study = {k: v for k, v in asdict(self).items() if k not in self.TESTBED_FIELDS}
+        return resolve_study_config(False, **study, topology=str(topology_file))
+
+    def settings(self) -> dict[str, Any]:
+        """The options as the comparison's document records them."""
+        return asdict(self) | {"seeds": list(self.seeds)}
 
 
 def run_roles(
@@ -80,27 +128,37 @@ def run_roles(
     return tb.wait(procs, timeout_s=timeout_s)
 
 
-def _model_args(model: str, options: list[str], view: str | None = None) -> list[str]:
-    out = ["--model", model] + (["--view", view] if view else [])
-    for opt in options:
-        out += ["--model-option", opt]
+def _model_args(choice: ModelChoice) -> list[str]:
+    """The model options of every ``sfl`` command the roles run (``--model-option``
+    texts: a value as JSON, a text as it is)."""
+    out = ["--model", choice.model] + (["--view", choice.view] if choice.view else [])
+    for k, v in choice.model_options.items():
+        out += ["--model-option", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
     return out
 
 
-def probe(tb: Any, topo_file: Path, out_toml: Path, opts: dict, port: int) -> dict:
+def probe(
+    tb: Any, topo_file: Path, out_toml: Path, dataset: str, opts: CompareOptions, port: int
+) -> dict:
     """``sfl probe`` on every node; the probe's JSON (``out_toml`` is written)."""
-    argv = ["flowsplit", "sfl", "probe", opts["dataset"], "--topology", str(topo_file)]
-    argv += [*_model_args(opts["model"], opts["model_options"], opts["view"]), "--cuts", "1,2"]
-    argv += ["--batch-size", str(opts["batch_size"]), "--train-limit", str(opts["train_limit"])]
+    argv = ["flowsplit", "sfl", "probe", str(dataset), "--topology", str(topo_file)]
+    argv += [*_model_args(opts), "--cuts", "1,2"]
+    argv += ["--batch-size", str(opts.batch_size), "--train-limit", str(opts.train_limit)]
     argv += ["-o", str(out_toml), "--quiet"]
-    codes = run_roles(tb, argv, out_toml.parent / "probe-run", port=port, timeout_s=opts["timeout"])
+    codes = run_roles(tb, argv, out_toml.parent / "probe-run", port=port, timeout_s=opts.timeout_s)
     if any(codes) or not out_toml.is_file():
         raise RuntimeError(f"the probe failed (exit codes {codes}; logs beside {out_toml})")
     return json.loads(out_toml.with_suffix(".json").read_text())
 
 
 def make_plans(
-    topology_file: Path, seeds: list[int], opts: dict, work: Path, study=None, tag: str = ""
+    topology_file: Path,
+    seeds: list[int],
+    dataset: str,
+    opts: CompareOptions,
+    work: Path,
+    study=None,
+    tag: str = "",
 ) -> dict:
     """Plan files per (method, seed) on ``topology_file`` and their predicted costs;
     ``study``: one made already (its pilots and surrogate) to plan on this topology."""
@@ -109,35 +167,13 @@ def make_plans(
     from flowsplit.federated.setup import RegistryModel
     from flowsplit.federated.system.topology import read_topology
     from flowsplit.planner.commands import _plan_document
-    from flowsplit.planner.study import jsonable, make_study, plan_seed, resolve_study_config
+    from flowsplit.planner.study import jsonable, make_study, plan_seed
 
-    model_opts = {}
-    for o in opts["model_options"]:
-        k, _, v = o.partition("=")
-        try:
-            model_opts[k] = json.loads(v)
-        except json.JSONDecodeError:
-            model_opts[k] = v
-    # The model goes into the study's config too: a plan's run takes its model from it
-    # (``sfl run --plan`` runs the planned model, not the command line's).
-    cfg = resolve_study_config(
-        False,
-        model=opts["model"],
-        view=opts["view"],
-        model_options=model_opts,
-        topology=str(topology_file),
-        rounds=opts["rounds"],
-        batch_size=opts["batch_size"],
-        train_limit=opts["train_limit"],
-        pilot_train_limit=opts["train_limit"],
-        fixed_cuts=(1, 2),
-        n_pilots=opts["pilots"],
-        pilot_steps=opts["pilot_steps"],
-    )
-    fn = RegistryModel(opts["model"], opts["view"], model_opts)
+    cfg = opts.study_config(topology_file)
+    fn = RegistryModel(cfg.model, cfg.view, cfg.model_options)
     t0 = time.perf_counter()
     if study is None:
-        study = make_study(opts["dataset"], cfg, model_fn=fn, quiet=True, seed=seeds[0])
+        study = make_study(dataset, cfg, model_fn=fn, quiet=True, seed=seeds[0])
     else:
         study = replace(study, topology=read_topology(topology_file))
     out: dict = {"planning_s": None, "plans": {}, "study": study}
@@ -160,18 +196,15 @@ def make_plans(
     return out
 
 
-def run_plan(tb: Any, plan_file: Path, out: Path, opts: dict, port: int) -> dict:
+def run_plan(
+    tb: Any, plan_file: Path, out: Path, dataset: str, opts: CompareOptions, port: int
+) -> dict:
     """``sfl run --plan`` on every node: measured and replayed delay, bytes."""
-    argv = ["flowsplit", "sfl", "run", opts["dataset"], "--plan", str(plan_file)]
-    argv += [
-        "--mode",
-        "dist",
-        "--probe",
-        *_model_args(opts["model"], opts["model_options"], opts["view"]),
-    ]
-    argv += ["--rounds", str(opts["rounds"]), "--timeout", "60"]
+    argv = ["flowsplit", "sfl", "run", str(dataset), "--plan", str(plan_file)]
+    argv += ["--mode", "dist", "--probe", *_model_args(opts)]
+    argv += ["--rounds", str(opts.rounds), "--timeout", "60"]
     argv += ["-o", str(out), "--quiet", "--overwrite"]
-    codes = run_roles(tb, argv, out, port=port, timeout_s=opts["timeout"])
+    codes = run_roles(tb, argv, out, port=port, timeout_s=opts.timeout_s)
     if any(codes) or not (out / "metrics.json").is_file():
         return {"error": f"exit codes {codes}"}
     m = json.loads((out / "metrics.json").read_text())
@@ -188,6 +221,7 @@ def run_plan(tb: Any, plan_file: Path, out: Path, opts: dict, port: int) -> dict
 def paired(values: dict, base: str, key: str, seeds: list[int]) -> dict:
     """Per method: the mean relative difference of ``key`` against ``base`` over the
     seeds (paired by seed) and its 95 % t interval."""
+    import numpy as np
     from scipy import stats
 
     out = {}
@@ -212,70 +246,51 @@ def compare_on_testbed(
     topology_file: Path,
     dataset: str,
     work: Path,
+    opts: CompareOptions | None = None,
     *,
-    seeds: list[int],
-    model: str = "cnn",
-    model_options: list[str] | None = None,
-    view: str | None = None,
-    rounds: int = 2,
-    batch_size: int = 16,
-    train_limit: int = 384,
-    pilots: int = 3,
-    pilot_steps: int = 24,
-    truth: bool = False,
-    cpu_budget: float | None = None,
-    max_cpu: float = 0.3,
-    timeout_s: float = 240.0,
     port: int = 29900,
     log=print,
 ) -> dict:
-    """Probe, plan and run every plan on a testbed of ``topology_file``; the document
-    ``flowsplit testbed compare`` writes (see the module doc)."""
+    """Probe, plan and run every plan of ``opts`` (default: :class:`CompareOptions`'s)
+    on a testbed of ``topology_file``; the document ``flowsplit testbed compare``
+    writes (see the module doc)."""
     from flowsplit.federated.system.topology import read_topology
     from flowsplit.testbed.bed import Testbed
     from flowsplit.testbed.spec import TestbedSpec
 
-    opts = {
-        "dataset": str(dataset),
-        "model": model,
-        "model_options": list(model_options or []),
-        "view": view,
-        "rounds": rounds,
-        "batch_size": batch_size,
-        "train_limit": train_limit,
-        "pilots": pilots,
-        "pilot_steps": pilot_steps,
-        "timeout": timeout_s,
-    }
+    opts = CompareOptions() if opts is None else opts
+    seeds, dataset = list(opts.seeds), str(dataset)
     work.mkdir(parents=True, exist_ok=True)
     topo = read_topology(topology_file)
-    spec = TestbedSpec.from_topology(topo, cpu_budget=cpu_budget, max_cpu=max_cpu)
+    spec = TestbedSpec.from_topology(topo, cpu_budget=opts.cpu_budget, max_cpu=opts.max_cpu)
     log(f"testbed: {len(spec.nodes)} nodes, {sum(n.cpu or 0 for n in spec.nodes):.2f} cores")
     with Testbed(spec) as tb:
         probed_file = work / "probe" / "probed.toml"
         probed_file.parent.mkdir(parents=True, exist_ok=True)
-        probe_doc = probe(tb, topology_file, probed_file, opts, port)
+        probe_doc = probe(tb, topology_file, probed_file, dataset, opts, port)
         log(f"probed: {probed_file}")
-        planned = make_plans(probed_file, seeds, opts, work)
+        planned = make_plans(probed_file, seeds, dataset, opts, work)
         log(f"planned in {planned['planning_s']:.0f} s")
-        results = _run_plans(tb, planned, opts, work, port, log)
+        results = _run_plans(tb, planned, dataset, opts, work, port, log)
         truth_run = (
-            _run_truth_plan(tb, Path(topology_file), planned, seeds[0], opts, work, port, log)
-            if truth
+            _run_truth_plan(tb, Path(topology_file), planned, dataset, opts, work, port, log)
+            if opts.truth
             else {}
         )
-    doc = _document(topology_file, opts, seeds, probe_doc, results)
+    doc = _document(topology_file, opts, probe_doc, results)
     if truth_run:
         doc["probe_vs_truth"] = _probe_vs_truth(results.get(("acc-aware", seeds[0]), {}), truth_run)
     return doc
 
 
-def _run_plans(tb, planned: dict, opts: dict, work: Path, port: int, log) -> dict:
+def _run_plans(
+    tb, planned: dict, dataset: str, opts: CompareOptions, work: Path, port: int, log
+) -> dict:
     """Every plan of ``planned`` run for real on ``tb``: (method, seed) -> plan and run."""
     results = {}
     for (m, seed), info in planned["plans"].items():
         port += 1
-        row = run_plan(tb, info["file"], work / f"run-{m}-{seed}", opts, port)
+        row = run_plan(tb, info["file"], work / f"run-{m}-{seed}", dataset, opts, port)
         results[(m, seed)] = {**info, **row}
         got = row.get("measured_delay_s")
         log(f"{m:12s} seed {seed} cuts {info['cuts']}: " + (
@@ -283,24 +298,32 @@ def _run_plans(tb, planned: dict, opts: dict, work: Path, port: int, log) -> dic
     return results
 
 
-def _run_truth_plan(tb, topology_file: Path, planned: dict, seed: int, opts, work, port, log):
-    """The accuracy-aware plan made from the true topology (same pilots), run on ``tb``."""
-    from_truth = make_plans(topology_file, [seed], opts, work, study=planned["study"], tag="-truth")
+def _run_truth_plan(
+    tb, topology_file: Path, planned: dict, dataset: str, opts: CompareOptions, work, port, log
+):
+    """The accuracy-aware plan made from the true topology (same pilots), run on ``tb``
+    (the first seed's)."""
+    seed = opts.seeds[0]
+    from_truth = make_plans(
+        topology_file, [seed], dataset, opts, work, study=planned["study"], tag="-truth"
+    )
     info = from_truth["plans"][("acc-aware", seed)]
-    row = run_plan(tb, info["file"], work / "run-truth", opts, port + len(planned["plans"]) + 1)
+    port += len(planned["plans"]) + 1
+    row = run_plan(tb, info["file"], work / "run-truth", dataset, opts, port)
     log(f"truth plan cuts {info['cuts']}: {row}")
     return {**info, **row}
 
 
-def _document(topology_file, opts: dict, seeds: list[int], probe_doc: dict, results: dict) -> dict:
+def _document(topology_file, opts: CompareOptions, probe_doc: dict, results: dict) -> dict:
     """The comparison's document: runs, and measured and predicted gains paired by seed."""
+    seeds = list(opts.seeds)
     rows = [
         {"method": m, "seed": s, **{k: v for k, v in r.items() if k not in ("file", "assignment")}}
         for (m, s), r in results.items()
     ]
     return {
         "topology": str(topology_file),
-        "settings": {k: v for k, v in opts.items() if k != "dataset"} | {"seeds": seeds},
+        "settings": opts.settings(),
         "probe": probe_doc,
         "runs": rows,
         "measured_vs_hsfl": {
