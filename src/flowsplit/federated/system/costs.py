@@ -71,6 +71,14 @@ _HOP_DIR = {
 _DIR = {d: k for k, d in enumerate(DIRECTIONS)}
 _TYPE = {t: k for k, t in enumerate(MESSAGE_TYPES)}
 _SHAPE = (len(HOPS), len(DIRECTIONS), len(MESSAGE_TYPES))
+# (hop index, a download?) -> the Ledger's busy-time and latency accounts of a model
+# transfer on that hop (a download, else an upload).
+_TRANSFER_ACCOUNTS = {
+    (0, True): ("link_down", "link_down_latency"),
+    (0, False): ("link_up", "link_up_latency"),
+    (1, True): ("backbone_down", "backbone_down_latency"),
+    (1, False): ("backbone_up", "backbone_up_latency"),
+}
 
 
 @dataclass
@@ -247,30 +255,24 @@ class CostMeter:
         led.bytes[key] += nbytes
         led.messages[key] += 1
         if hop == 0:  # client-aggregator
-            i, j = (src[1], dst[1]) if src[0] == CLIENT else (dst[1], src[1])
-            latency, busy = self._ca_latency[i][j], nbytes / self._ca_bandwidth[i][j]
+            k, j = (src[1], dst[1]) if src[0] == CLIENT else (dst[1], src[1])
+            latency, busy = self._ca_latency[k][j], nbytes / self._ca_bandwidth[k][j]
             if phase == TRAIN:
-                led.client_link[i] += latency + busy
-                led.client_busy[i] += busy
-            elif phase == DOWNLOAD:
-                led.link_down[i] += busy
-                led.link_down_latency[i] = latency
-            else:
-                led.link_up[i] += busy
-                led.link_up_latency[i] = latency
-            return
-        j = src[1] if src[0] == AGGREGATOR else dst[1]
-        latency, busy = self._as_latency[j], nbytes / self._as_bandwidth[j]
-        if phase == TRAIN:
-            led.backbone_load[j] += busy
-            if client >= 0:
-                led.backbone_for[client] += latency + busy
-        elif phase == DOWNLOAD:
-            led.backbone_down[j] += busy
-            led.backbone_down_latency[j] = latency
-        else:
-            led.backbone_up[j] += busy
-            led.backbone_up_latency[j] = latency
+                led.client_link[k] += latency + busy
+                led.client_busy[k] += busy
+                return
+        else:  # aggregator-server
+            k = src[1] if src[0] == AGGREGATOR else dst[1]
+            latency, busy = self._as_latency[k], nbytes / self._as_bandwidth[k]
+            if phase == TRAIN:
+                led.backbone_load[k] += busy
+                if client >= 0:
+                    led.backbone_for[client] += latency + busy
+                return
+        # A model download or upload: the link's busy times add up, its latency counts once.
+        busy_account, latency_account = _TRANSFER_ACCOUNTS[hop, phase == DOWNLOAD]
+        getattr(led, busy_account)[k] += busy
+        getattr(led, latency_account)[k] = latency
 
     def charge_compute(self, node: Address, flops: float, client: int, phase: str = TRAIN) -> None:
         """Charge ``flops`` run by ``node`` (for ``client``'s batch in the train phase)."""
