@@ -109,6 +109,21 @@ class _KeyGroups:
     g: np.ndarray  # int64, positions where gs holds
 
 
+# Flow columns that are a field of the flow's first packet: column -> Packets field (the
+# first packet's sender is endpoint a).
+_FIRST_PACKET_COLUMNS = {
+    "src": "src",
+    "ver": "ver",
+    "proto": "proto",
+    "vlan": "vlan",
+    "a_hi": "sa_hi",
+    "a_lo": "sa_lo",
+    "b_hi": "da_hi",
+    "b_lo": "da_lo",
+    "port_a": "sport",
+    "port_b": "dport",
+}
+
 # Columns a continued flow keeps from its open state rather than from this chunk.
 _CARRIED_COLUMNS = (
     "vlan",
@@ -303,25 +318,16 @@ class FlowAssembler:
         cc = cont[is_cont]
         ts = pk.ts[order]
         p0 = order[fs]
-        f = {
-            "h": keys.hs[fs],
-            "src": pk.src[p0],
-            "ver": pk.ver[p0],
-            "proto": pk.proto[p0],
-            "vlan": pk.vlan[p0],
-            "a_hi": pk.sa_hi[p0],
-            "a_lo": pk.sa_lo[p0],
-            "b_hi": pk.da_hi[p0],
-            "b_lo": pk.da_lo[p0],
-            "port_a": pk.sport[p0],
-            "port_b": pk.dport[p0],
-            "init_low": keys.low[fs],
-            "first_index": pk.index[p0],
-            "first_ts": ts[fs],
-            "last_pkt_ts": ts[fe - 1],
-            "syn_seq": pk.syn_seq[p0],
-            "n": fe - fs,
-        }
+        f = {"h": keys.hs[fs]}
+        f.update({col: getattr(pk, field)[p0] for col, field in _FIRST_PACKET_COLUMNS.items()})
+        f.update(
+            init_low=keys.low[fs],
+            first_index=pk.index[p0],
+            first_ts=ts[fs],
+            last_pkt_ts=ts[fe - 1],
+            syn_seq=pk.syn_seq[p0],
+            n=fe - fs,
+        )
         # Latest time of the file after each flow's last packet (only the file read
         # last can continue in the next chunk; the others have ended).
         after = np.empty(n)
