@@ -2,7 +2,8 @@
 
     python benchmarks/generalisation.py --out bench-results/generalisation.json \\
         --foreign-archives DIR [--foreign-extra DIR] [--work DIR] [--models cnn,lstm,...] \\
-        [--epochs N] [--steps-per-epoch S] [--seeds 0] [--augment default] \\
+        [--epochs N] [--model-epochs cnn=15] [--steps-per-epoch S] [--seeds 0] \\
+        [--augment default] [--class-weight balanced] \\
         [--ablate --plots DIR] \\
         [--ustc-models cnn,transformer] [--temporal-models cnn,xgboost] \\
         [--ustc-split-models cnn,transformer --ustc-train-fractions 0.25,0.5]
@@ -23,7 +24,12 @@
    label-ambiguous flows set apart (legacy-unicast mDNS: MDNS with one end on port 5353,
    a DNS message once ports are masked): ``cross_macro_f1_unambiguous``,
    ``drop_unambiguous``. ``models[M]`` holds the means over seeds (``sd`` the
-   standard deviations) and ``runs`` the rows per seed.
+   standard deviations) and ``runs`` the rows per seed; each row's
+   ``open_set.errors_by_capture`` the wrong flows grouped by capture, true and predicted
+   class. ``--class-weight balanced`` also trains every neural model as ``M+bal``
+   (``train --class-weight balanced``, the neural models' default now); the plain ``M``
+   rows are trained with ``--class-weight none``. ``--model-epochs cnn=15`` gives one
+   model other epochs.
 2. **Temporal.** The same 8-protocol flows split by time (``--split-by time``: the
    earliest 70 % of flows train, the latest 15 % test) against the split by file.
 3. **Open set.** The foreign flows of classes the model never saw (DHCPv6, BGP, ...)
@@ -329,9 +335,11 @@ def evaluate(run: Path, ds: Path, split: str, out: Path, *extra) -> dict:
     return json.loads(out.read_text())
 
 
-def open_set(run: Path, foreign: Path) -> dict:
+def open_set(run: Path, foreign: Path, overlap: list[str] | None = None) -> dict:
     """Known (shared) against unknown (never trained) foreign classes, by confidence
-    (:func:`flowsplit.train.crosssource.open_set_scores`)."""
+    (:func:`flowsplit.train.crosssource.open_set_scores`); with ``overlap``, also the
+    errors on the flows of those classes grouped by capture (``errors_by_capture``: one
+    capture's many like flows, all right or all wrong, can move a class's F1 alone)."""
     from flowsplit.data.store import load_dataset
     from flowsplit.train.evaluation import ClassMapping, model_input
     from flowsplit.train.runs import load_trained_model, predict_proba
@@ -342,7 +350,8 @@ def open_set(run: Path, foreign: Path) -> dict:
     mapping = ClassMapping(list(info["classes"]), ds.classes)
     rows = np.arange(ds.n_flows)
     x = model_input(ds, info["view"], rows, doc["dataset"].get("view_columns"))
-    scores = open_set_scores(predict_proba(model, x), mapping.to_model_labels(ds.labels))
+    proba = predict_proba(model, x)
+    scores = open_set_scores(proba, mapping.to_model_labels(ds.labels))
     unseen = {
         c: int((ds.labels == i).sum()) for i, c in enumerate(ds.classes) if c in mapping.unseen
     }
@@ -352,7 +361,28 @@ def open_set(run: Path, foreign: Path) -> dict:
         "unknown_classes": dict(sorted(unseen.items(), key=lambda kv: -kv[1])),
         "auroc_confidence": scores["auroc_confidence"],
         "curve": scores["curve"],
-    }
+    } | (
+        {"errors_by_capture": errors_by_capture(ds, proba, info["classes"], overlap)}
+        if overlap
+        else {}
+    )
+
+
+def errors_by_capture(ds, proba: np.ndarray, model_classes, overlap: list[str]) -> list[dict]:
+    """The flows of the ``overlap`` classes called another class, grouped by (capture,
+    true class, predicted class), the largest groups first (groups of 3 flows or more)."""
+    true = np.asarray(ds.classes, dtype=object)[ds.labels]
+    pred = np.asarray(model_classes, dtype=object)[proba.argmax(1)]
+    wrong = np.isin(true, overlap) & (true != pred)
+    groups: dict[tuple[str, str, str], int] = {}
+    for key in zip(ds.meta["source"].astype(str)[wrong], true[wrong], pred[wrong], strict=True):
+        groups[key] = groups.get(key, 0) + 1
+    rows = [
+        {"capture": c, "label": t, "predicted": p, "flows": n}
+        for (c, t, p), n in sorted(groups.items(), key=lambda kv: -kv[1])
+        if n >= 3
+    ]
+    return rows
 
 
 def flows_per_class(ds, split: str | None = None) -> dict[str, int]:
@@ -368,7 +398,7 @@ def files_per_class(ds) -> dict[str, int]:
 def variants(args) -> list[tuple[str, str, str, str]]:
     """(name, model, augment, class_weight) of every model variant: the plain models, with
     ``--augment`` each neural one as ``M+aug``, with ``--class-weight balanced`` as ``M+bal``
-    (the transformer pre-trained too: ``transformer+pre+bal``)."""
+    (the transformer pre-trained too: ``transformer+pre+bal``), with both as ``M+aug+bal``."""
     out = [] if args.no_plain else [(m, m, "none", "none") for m in args.models]
     if args.augment != "none":
         out += [(f"{m}+aug", m, args.augment, "none") for m in args.models if m in NEURAL]
@@ -378,6 +408,8 @@ def variants(args) -> list[tuple[str, str, str, str]]:
     if args.class_weight != "none":
         cw = args.class_weight
         out += [(f"{m}+bal", m, "none", cw) for m in args.models if m in NEURAL]
+        if args.augment != "none":  # both: each neural model with both too
+            out += [(f"{m}+aug+bal", m, args.augment, cw) for m in args.models if m in NEURAL]
         if pre:
             out.append(("transformer+pre+bal", "transformer", "none", cw))
     return out
@@ -454,7 +486,7 @@ def cross_source(args, work: Path, res: dict) -> None:
             own = json.loads((run / "metrics.json").read_text())
             own_eval = evaluate(run, ndpi8, "test", run / "eval-own.json")
             ev = evaluate(run, cross, "all", run / "eval-cross.json")
-            osr = open_set(run, foreign)
+            osr = open_set(run, foreign, overlap)
             row = {
                 "seed": seed,
                 "augment": augment,
