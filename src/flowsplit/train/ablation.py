@@ -97,12 +97,12 @@ def _pkt_bytes_ablations(layout: str, ks: list[int]) -> list[Ablation]:
             Ablation(
                 "window",
                 "TCP window (the payload layout's only per-session field): random per packet",
-                lambda x, rng: perturb.payload_window(x, rng),
+                perturb.payload_window,
             ),
             Ablation(
                 "sizes_shuffled",
                 "IP lengths permuted among each flow's packets",
-                lambda x, rng: perturb.payload_sizes_shuffled(x, rng),
+                perturb.payload_sizes_shuffled,
             ),
         ]
     out += [
