@@ -287,7 +287,7 @@ def _build_model(
         fit_input_scaler(model, torch.from_numpy(data.reader.read(data.train_idx)))
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=layout.lr, weight_decay=cfg.weight_decay)
-    weights = class_weights(data.y_train.numpy(), data.ds.n_classes, cfg.class_weight)
+    weights = class_weights(data.y_train.numpy(), data.ds.n_classes, cfg.class_weight_mode)
     weights = None if weights is None else torch.from_numpy(weights).to(device)
     return _RunState(model, optimizer, weights, masks)
 

@@ -178,7 +178,7 @@ def train_xgboost(cfg: TrainConfig) -> RunResult:
         "backend": "dask" if distributed else None,
     }
     write_run_config(out, cfg, ds, view=view, layout=layout)
-    weights = class_weights(y_tr, ds.n_classes, cfg.class_weight)
+    weights = class_weights(y_tr, ds.n_classes, cfg.class_weight_mode)
     fit_args = {
         "sample_weight": None if weights is None else weights[y_tr],
         "eval_set": (X_val, y_val),
