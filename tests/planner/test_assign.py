@@ -12,7 +12,7 @@ from flowsplit.federated.schemes import get_scheme
 from flowsplit.planner.assign import greedy_assign
 from flowsplit.planner.costs import build_cost_table, evaluate_assignment
 from flowsplit.planner.exact import enumerate_assignments, solve_exact
-from flowsplit.planner.search import assignment_objective, improve_assignment
+from flowsplit.planner.search import AssignmentProblem, assignment_objective, improve_assignment
 from tests.planner.helpers import queue_table, random_topology, small_profile
 
 
@@ -24,7 +24,7 @@ def test_greedy_on_the_lpt_counterexample_then_local_search_and_exact_reach_the_
     table = queue_table([3, 3, 2, 2, 2])
     # Execute
     greedy = greedy_assign(table)[0]
-    improved = improve_assignment(table, 0, greedy, delay_coef=1.0, bytes_coef=0.0)
+    improved = improve_assignment(AssignmentProblem(table, 0, 1.0, 0.0), greedy)
     exact = solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0)
     # Assert
     assert greedy.tolist() == [0, 1, 0, 1, 0]
@@ -139,12 +139,7 @@ def test_capacities_and_links_are_never_violated(instance):
     for assign in (
         greedy_assign(table, capacity=cap)[0],
         improve_assignment(
-            table,
-            0,
-            greedy_assign(table, capacity=cap)[0],
-            delay_coef=1.0,
-            bytes_coef=0.0,
-            capacity=cap,
+            AssignmentProblem(table, 0, 1.0, 0.0, cap), greedy_assign(table, capacity=cap)[0]
         ),
     ):
         assert np.all(assign >= 0)
@@ -153,12 +148,7 @@ def test_capacities_and_links_are_never_violated(instance):
     exact = solve_exact(table, 0, delay_coef=1.0, bytes_coef=0.0, capacity=cap)
     assert np.all(np.bincount(exact.assignment, minlength=a) <= cap)
     heuristic = improve_assignment(
-        table,
-        0,
-        greedy_assign(table, capacity=cap)[0],
-        delay_coef=1.0,
-        bytes_coef=0.0,
-        capacity=cap,
+        AssignmentProblem(table, 0, 1.0, 0.0, cap), greedy_assign(table, capacity=cap)[0]
     )
     assert assignment_objective(table, 0, heuristic, 1.0, 0.0) >= exact.objective * (1 - 1e-6)
 

@@ -48,7 +48,7 @@ from flowsplit.planner.costs import (
     evaluate_assignment,
 )
 from flowsplit.planner.objective import REFERENCES, Objective, Weights
-from flowsplit.planner.search import close_aggregators, improve_assignment
+from flowsplit.planner.search import AssignmentProblem, close_aggregators, improve_assignment
 
 FAMILIES = ("hsfl", "hsfl-ll")
 MODES = ("guard", "weighted")
@@ -470,28 +470,20 @@ def refine_assignment(
         for _ in range(config.restarts):
             scores = np.where(table.linked, rng.random(table.linked.shape), -1.0)
             starts.append(scores.argmax(axis=1))
+    problem = AssignmentProblem(table, pair, obj.delay_coef, obj.bytes_coef, cap)
     best, best_value = greedy, np.inf
     for start in starts:
-        cand = improve_assignment(
-            table,
-            pair,
-            start,
-            delay_coef=obj.delay_coef,
-            bytes_coef=obj.bytes_coef,
-            capacity=cap,
-            max_iters=config.local_search_iters,
-        )
+        cand = improve_assignment(problem, start, max_iters=config.local_search_iters)
         value = obj.value(0.0, *evaluate_assignment(table, pair, cand))
         if value < best_value:
             best, best_value = cand, value
     # Emptying an aggregator saves its backbone messages only once its last client
     # leaves, which single moves never see; on small instances try it outright.
-    kw = {"delay_coef": obj.delay_coef, "bytes_coef": obj.bytes_coef, "capacity": cap}
     for _ in range(table.n_aggregators - 1 if small else 0):
-        closed = close_aggregators(table, pair, best, **kw)
+        closed = close_aggregators(problem, best)
         if np.array_equal(closed, best):
             break
-        best = improve_assignment(table, pair, closed, max_iters=config.local_search_iters, **kw)
+        best = improve_assignment(problem, closed, max_iters=config.local_search_iters)
     return best
 
 

@@ -147,14 +147,27 @@ def assignment_objective(
     return delay_coef * delay + bytes_coef * nbytes
 
 
+@dataclass(frozen=True)
+class AssignmentProblem:
+    """What an assignment search minimises: on cut pair ``pair`` of ``table``,
+    ``delay_coef * delay + bytes_coef * bytes`` (:meth:`objective`, exact), with at most
+    ``capacity[j]`` clients on aggregator ``j`` (None: no limit)."""
+
+    table: CostTable
+    pair: int
+    delay_coef: float
+    bytes_coef: float
+    capacity: np.ndarray | None = None
+
+    def objective(self, assign: np.ndarray) -> float:
+        """The objective of ``assign`` (:func:`assignment_objective`)."""
+        return assignment_objective(self.table, self.pair, assign, self.delay_coef, self.bytes_coef)
+
+
 def improve_assignment(
-    table: CostTable,
-    pair: int,
+    problem: AssignmentProblem,
     assignment: np.ndarray,
     *,
-    delay_coef: float,
-    bytes_coef: float,
-    capacity: np.ndarray | None = None,
     max_iters: int = 50,
     max_candidates: int = 64,
     max_swap_evals: int = 200_000,
@@ -166,9 +179,10 @@ def improve_assignment(
     aggregator and swapping it with clients elsewhere (at most ``max_swap_evals``
     pairs, an even spread), and applies the best strict improvement.
     """
+    table, pair, capacity = problem.table, problem.pair, problem.capacity
     assign = np.array(assignment, dtype=np.int64)
     cap = None if capacity is None else np.asarray(capacity, dtype=np.int64)
-    ev = _Evaluator(table, pair, delay_coef, bytes_coef)
+    ev = _Evaluator(table, pair, problem.delay_coef, problem.bytes_coef)
     n_aggs = table.n_aggregators
     if n_aggs < 2:
         return assign
@@ -316,15 +330,7 @@ def _best_swap(table, ev, st, assign, cands, tops, n_active, max_evals):
     return float(obj.flat[k]), [(int(cands[c]), int(h[o])), (int(others[o]), int(g[c]))]
 
 
-def close_aggregators(
-    table: CostTable,
-    pair: int,
-    assignment: np.ndarray,
-    *,
-    delay_coef: float,
-    bytes_coef: float,
-    capacity: np.ndarray | None = None,
-) -> np.ndarray:
+def close_aggregators(problem: AssignmentProblem, assignment: np.ndarray) -> np.ndarray:
     """Try emptying each used aggregator (small instances): its clients, largest first,
     each to the other aggregator where the exact objective grows least. Returns the
     best assignment found (the input when no closure helps).
@@ -332,9 +338,10 @@ def close_aggregators(
     Single moves cannot find this: the bytes and backbone time an aggregator costs
     only vanish when its last client leaves, so every step before that looks neutral.
     """
+    table, capacity = problem.table, problem.capacity
     best = np.array(assignment, dtype=np.int64)
-    best_value = assignment_objective(table, pair, best, delay_coef, bytes_coef)
-    work = client_work(table, np.array([pair]))[0]
+    best_value = problem.objective(best)
+    work = client_work(table, np.array([problem.pair]))[0]
     for j in np.unique(best):
         trial = best.copy()
         members = np.flatnonzero(trial == j)
@@ -352,10 +359,10 @@ def close_aggregators(
             values = []
             for k in choices:
                 trial[c] = k
-                values.append(assignment_objective(table, pair, trial, delay_coef, bytes_coef))
+                values.append(problem.objective(trial))
             trial[c] = choices[int(np.argmin(values))]
         if ok:
-            value = assignment_objective(table, pair, trial, delay_coef, bytes_coef)
+            value = problem.objective(trial)
             if value < best_value * (1 - 1e-12):
                 best, best_value = trial, value
     return best
