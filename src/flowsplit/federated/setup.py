@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +104,10 @@ class RunSetup:
                     "--mode sim, or in --mode dist with a pool of client workers "
                     "(--client-workers P)"
                 )
-        return RunContext(
-            scheme=self.scheme,
-            config=self.config,
-            costs=self.costs,
-            assignment=self.assignment,
-            n_samples=self.n_samples,
-            meter=CostMeter(self.topology, self.assignment, enabled=meter_enabled),
-        )
+        # Every field of the context but the meter is this setup's of the same name.
+        shared = {f.name: getattr(self, f.name) for f in fields(RunContext) if f.name != "meter"}
+        meter = CostMeter(self.topology, self.assignment, enabled=meter_enabled)
+        return RunContext(**shared, meter=meter)
 
     def subset(
         self, clients: np.ndarray, *, topology: Topology | None = None, assignment=None
