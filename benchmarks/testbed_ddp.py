@@ -3,7 +3,8 @@ against the scaling model fitted on 1-2 nodes only.
 
     python benchmarks/testbed_ddp.py --out bench-results/testbed_ddp.json \\
         [--nodes 1,2,4,8] [--mbit 1000,100,10] [--models cnn,convgru] [--cpu 0.2] \\
-        [--period-us 5000] [--steps 10] [--repeats 2] [--passes 2] [--settle 1] [--awake]
+        [--period-us 5000] [--steps 10] [--repeats 2] [--passes 2] [--settle 1] [--awake] \\
+        [--pair-probe]
     python benchmarks/testbed_ddp.py --reanalyse OLD.json --out NEW.json   # no training
 
 Needs root (:mod:`flowsplit.testbed`: namespaces, tc, cgroups); says so and exits 2
@@ -44,8 +45,12 @@ the wire at 2 nodes charged per step, whatever N), ``cluster``, ``refit`` (every
 not a check), ``with_sync``, ``measured_compute``, ``ladder_*``, ``coll_const``,
 ``coll_log2``, ``coll_hops`` (``L`` grown otherwise), ``coll_bytes_nostraggle``,
 ``coll_bytes_anchored``, ``coll_coloc`` (``L`` and compute grown by the co-located
-nodes' CPU load, fitted on 2 nodes pinned to one CPU: ``--colocation-probe``). Per
-point, medians over the repeats; ``rel_error = |predicted - measured| / measured``.
+nodes' CPU load, fitted on 2 nodes pinned to one CPU: ``--colocation-probe``),
+``pair_bytes`` (``--pair-probe``: for every N > 2 a 2-node job whose ranks run as a rank
+of N does: per-rank batch B/N, pinned as in the N-node testbed, whose other N - 2 nodes
+run one-node training at B/N; the N-point's compute, spread and ``L`` from that pair; a
+diagnostic of what co-location does, ``pair_probe_points`` in the JSON). Per point,
+medians over the repeats; ``rel_error = |predicted - measured| / measured``.
 
 The machine is shared (2 cores, other jobs): the cgroups get the kernel's largest CPU
 weight so each node gets its quota under load; the load average (per job too) and the
