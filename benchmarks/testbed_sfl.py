@@ -57,6 +57,7 @@ from flowsplit.federated.system import schedule  # noqa: E402
 from flowsplit.federated.system.presets import homogeneous  # noqa: E402
 from flowsplit.federated.system.topology import Topology, write_topology  # noqa: E402
 from flowsplit.testbed import Testbed, TestbedSpec, compare, missing_requirement  # noqa: E402
+from flowsplit.testbed.bed import burst_bytes  # noqa: E402
 
 CORE = 1e10
 """FLOP/s a topology's node stands for per core of quota (placeholder: the probe measures)."""
@@ -145,14 +146,17 @@ def applied_quotas(topo: Topology) -> np.ndarray:
 
 
 def probe_accuracy(probe: dict, topo: Topology) -> dict:
-    """Probed link bandwidths (both directions) against their shaped rates; the clients'
-    probed CPU shares against their cgroups' quotas (share ratios, and each share)."""
-    errors, steady = [], []
+    """Probed link bandwidths (both directions) against their shaped rates, probed bursts
+    against the shaper's buckets; the clients' probed CPU shares against their cgroups'
+    quotas (share ratios, and each share)."""
+    errors, steady, bursts = [], [], []
     for link in probe["links"]:
         if "client" not in link:
             shaped = float(topo.as_bandwidth[link["backbone"]])
         else:
             shaped = float(topo.ca_bandwidth[link["client"], link["aggregator"]])
+        if "burst_bytes" in link:
+            bursts.append(abs(link["burst_bytes"] / burst_bytes(shaped * 8 / 1e6) - 1))
         for d in ("down", "up"):
             # The effective rate (the faster of a 0.2-s and a 0.4-s transfer: what the
             # topology gets); the steady-state one (extra bytes over extra time) beside.
@@ -168,6 +172,8 @@ def probe_accuracy(probe: dict, topo: Topology) -> dict:
         "bandwidth_median_rel_error": float(statistics.median(errors)),
         "steady_bandwidth_max_rel_error": float(max(steady)),
         "steady_bandwidth_median_rel_error": float(statistics.median(steady)),
+        "burst_median_rel_error": float(np.median(bursts)) if bursts else None,
+        "burst_max_rel_error": float(max(bursts)) if bursts else None,
         "client_share_ratio_max_rel_error": float(ratio_err.max()),
         "client_share_max_rel_error": float(np.abs(shares / quota - 1).max()),
         "client_full_speed_spread": float(speeds.max() / speeds.min()),
@@ -366,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                             flush=True,
                         )
     ok = [r for r in runs if "rel_error" in r]
+    burst_errs = [r["probe"]["burst_median_rel_error"] for r in ok]
+    burst_errs = [e for e in burst_errs if e is not None]
     result = {
         "benchmark": "testbed_sfl",
         "environment": _common.environment(
@@ -397,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if ok
         else None,
+        "probe_burst_median_rel_error": float(np.median(burst_errs)) if burst_errs else None,
     }
     with_ablation = [r for r in ok if "ablation" in r]
     if with_ablation:
