@@ -143,11 +143,14 @@ def test_the_compute_probe_times_steps_back_to_back_for_as_long_as_asked():
     ctx = SimpleNamespace(make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     x, y = torch.randn(4, 8), torch.tensor([0, 1, 2, 0])
     start = time.perf_counter()
-    wall, steps = time_train_step(module, x, y, 2, ctx, sustain_s=0.05)
-    # Back to back: at least PROBE_STEPS steps and at least 0.05 s, in one stretch.
+    cpu_start = time.process_time()
+    wall, steps, cpu = time_train_step(module, x, y, 2, ctx, sustain_s=0.05)
+    # Back to back: at least PROBE_STEPS steps and at least 0.05 s, in one stretch; the
+    # CPU time is the steps' (some of the 0.05 s, none of the time before them).
     assert steps >= PROBE_STEPS and 0.05 <= wall <= time.perf_counter() - start
-    one, n = time_train_step(module, x, y, 2, ctx)
-    assert n == 1 and 0 < one < wall
+    assert 0 < cpu <= time.process_time() - cpu_start
+    one, n, one_cpu = time_train_step(module, x, y, 2, ctx)
+    assert n == 1 and 0 < one < wall and 0 <= one_cpu < cpu
     # Under a quota (share 0.1, burst 2 ms) half a second of wall is 2 ms + 49.8 ms of CPU.
     assert full_speed_seconds(0.5, 0.1, 0.002) == pytest.approx(0.002 + 0.498 * 0.1)
 

@@ -8,9 +8,10 @@ processes, where the run itself would run, and measures:
   as the role does per batch) of its own part on a batch of the run's size, back to
   back for ``PROBE_SUSTAIN_S`` after one warm-up step and a rest; its speed is the
   part's training FLOPs per batch (the profile's, as the cost model charges them)
-  times the steps / their time converted to full speed with the CPU quota the spin
-  found (:func:`full_speed_seconds`). A role with no compute (an ``sfl`` relay) keeps
-  the topology's speed;
+  times the steps / the CPU time they took (the process's: what the work costs at full
+  speed, whatever share of the CPU the role got meanwhile; the wall time converted
+  with the quota the spin found, :func:`full_speed_seconds`, where the clock has no
+  CPU time). A role with no compute (an ``sfl`` relay) keeps the topology's speed;
 - **links**: over the same transport (gloo pairs, header and payload as every message),
   the upper end of each client-aggregator and aggregator-server pair measures the
   round-trip time of a one-value message (fastest of 8, after 2 warm-ups) and the
@@ -154,13 +155,14 @@ def time_train_step(
     *,
     pause: float = 0.0,
     sustain_s: float = 0.0,
-) -> tuple[float, int]:
-    """(seconds, steps): training steps of ``module`` (tier 0 client, 1 aggregator,
-    2 server) on ``(x, y)``: forward, backward (its own loss under local losses or at
-    the server, else a gradient from above) and optimiser step, after one warm-up step
-    and a ``pause`` (a rested CPU quota). With ``sustain_s``: steps back to back until
-    that long has passed, their total time and count; else ``PROBE_STEPS`` steps each
-    after its own ``pause``, the median step's time and 1."""
+) -> tuple[float, int, float]:
+    """(seconds, steps, CPU seconds): training steps of ``module`` (tier 0 client, 1
+    aggregator, 2 server) on ``(x, y)``: forward, backward (its own loss under local
+    losses or at the server, else a gradient from above) and optimiser step, after one
+    warm-up step and a ``pause`` (a rested CPU quota). With ``sustain_s``: steps back to
+    back until that long has passed, their total time, count and the process's CPU time
+    over them; else ``PROBE_STEPS`` steps each after its own ``pause``, the median
+    step's time, 1 and its CPU time."""
     module = copy.deepcopy(module)
     opt = ctx.make_optimizer(module)
 
@@ -179,18 +181,19 @@ def time_train_step(
     step()  # warm-up
     if sustain_s > 0:
         time.sleep(pause)
-        start, steps = time.perf_counter(), 0
+        start, cpu, steps = time.perf_counter(), time.process_time(), 0
         while steps < PROBE_STEPS or time.perf_counter() - start < sustain_s:
             step()
             steps += 1
-        return time.perf_counter() - start, steps
+        return time.perf_counter() - start, steps, time.process_time() - cpu
     times = []
     for _ in range(PROBE_STEPS):
         time.sleep(pause)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), 1
+        times.append((time.perf_counter() - start, time.process_time() - cpu))
+    wall, cpu = sorted(times)[len(times) // 2]
+    return wall, 1, cpu
 
 
 def probe_cpu(seconds: float = 0.3) -> tuple[float, float]:
@@ -227,8 +230,8 @@ def full_speed_seconds(wall: float, share: float, burst: float) -> float:
 def probe_compute(runtime: Any) -> tuple[float, float, float]:
     """(this role's full speed in FLOP/s on its own part, NaN when it computes nothing;
     its CPU share; its burst s: the medians of three spins). Steps are timed back to
-    back from a rested quota (after a pause) for ``PROBE_SUSTAIN_S`` and converted to
-    full-speed seconds with the quota the spins found."""
+    back from a rested quota (after a pause) for ``PROBE_SUSTAIN_S``; their CPU time is
+    their full-speed time."""
     setup, ctx = runtime.setup, runtime.ctx
     kind, _ = runtime.me
     tier = {CLIENT: 0, AGGREGATOR: 1}.get(kind, 2)
@@ -243,10 +246,14 @@ def probe_compute(runtime: Any) -> tuple[float, float, float]:
     x = _inputs(setup, batch, gen)[tier]
     y = torch.randint(0, setup.dataset.n_classes, (batch,), generator=gen)
     module = runtime.role.server_module if tier == 2 else runtime.role.module
-    wall, steps = time_train_step(
+    wall, steps, cpu = time_train_step(
         module, x, y, tier, ctx, pause=0.1 if burst else 0.0, sustain_s=PROBE_SUSTAIN_S
     )
-    return flops * batch * steps / full_speed_seconds(wall, share, burst), share, burst
+    # CPU time, not wall time converted with the spins' share: eleven roles probing at
+    # once on a shared machine do not all get their quota, and the wall time then read
+    # the same clients' speeds up to 1.5x slower from one run to the next.
+    seconds = cpu if cpu > 0 else full_speed_seconds(wall, share, burst)
+    return flops * batch * steps / seconds, share, burst
 
 
 # --- links ---------------------------------------------------------------------------
