@@ -517,9 +517,11 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     if rows.ndim == 2 and rows.shape[1] < _COLS:
         pad = np.full((len(rows), _COLS - rows.shape[1]), np.nan)
         rows = np.concatenate([rows, pad], axis=1)
-    client_speed = nominal.client_speed.astype(float).copy()
-    agg_speed = nominal.aggregator_speed.astype(float).copy()
-    server_speed = float(nominal.server_speed)
+    speeds = {
+        "client": nominal.client_speed.astype(float).copy(),
+        "aggregator": nominal.aggregator_speed.astype(float).copy(),
+        "server": np.array([float(nominal.server_speed)]),
+    }
     ca_lat, ca_bw = nominal.ca_latency.copy(), nominal.ca_bandwidth.copy()
     as_lat, as_bw = nominal.as_latency.copy(), nominal.as_bandwidth.copy()
     report: dict[str, Any] = {"clients": {}, "aggregators": {}, "server": {}, "links": []}
@@ -554,45 +556,39 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 node |= {"recv_cpu_s": recv_cpu, "byte_cpu_s": byte_cpu}
                 transport["recv_cpu_s"][who][at] = recv_cpu
                 transport["byte_cpu_s"][who][at] = byte_cpu
-        if kind == _SPEED_CLIENT:
-            report["clients"][str(i)] = node
             if ok:
-                client_speed[i] = speed
-        elif kind == _SPEED_AGG:
-            report["aggregators"][str(j)] = node
-            if ok:
-                agg_speed[j] = speed
-        elif kind == _SPEED_SERVER:
-            report["server"] = node
-            if ok:
-                server_speed = speed
-        else:
-            link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
-            n_links += 1
-            if "burst_bytes" in link:
-                buffers.append(held)
-                if kind == _LINK_CA:
-                    ca_burst[i, j] = held
-                else:
-                    as_burst[j] = held
-            if "busy_wake_s" in link:
-                who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
-                busy_sends[who][at].append(busy)
-            if kind == _LINK_CA:
-                ca_lat[i, j], ca_bw[i, j] = rtt / 2, (down + up) / 2
-                report["links"].append({"client": i, "aggregator": j, **link})
+                speeds[who][at] = speed
+            if who == "server":
+                report["server"] = node
             else:
-                as_lat[j], as_bw[j] = rtt / 2, (down + up) / 2
-                report["links"].append({"backbone": j, **link})
+                report[f"{who}s"][str(at)] = node
+            continue
+        link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
+        n_links += 1
+        if "burst_bytes" in link:
+            buffers.append(held)
+            if kind == _LINK_CA:
+                ca_burst[i, j] = held
+            else:
+                as_burst[j] = held
+        if "busy_wake_s" in link:
+            who, at = ("client", i) if kind == _LINK_CA else ("aggregator", j)
+            busy_sends[who][at].append(busy)
+        if kind == _LINK_CA:
+            ca_lat[i, j], ca_bw[i, j] = rtt / 2, (down + up) / 2
+            report["links"].append({"client": i, "aggregator": j, **link})
+        else:
+            as_lat[j], as_bw[j] = rtt / 2, (down + up) / 2
+            report["links"].append({"backbone": j, **link})
     report["unmeasured_client_links"] = _unmeasured_links(nominal, report["links"])
     extra_transport = _transport_extra(transport, busy_sends)
     topo = replace(
         nominal,
         name="probed",
         description=f"measured by flowsplit sfl probe (base: {nominal.name})",
-        client_speed=client_speed,
-        aggregator_speed=agg_speed,
-        server_speed=server_speed,
+        client_speed=speeds["client"],
+        aggregator_speed=speeds["aggregator"],
+        server_speed=float(speeds["server"][0]),
         ca_latency=ca_lat,
         ca_bandwidth=ca_bw,
         as_latency=as_lat,
