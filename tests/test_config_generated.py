@@ -110,10 +110,16 @@ def _counter():
     return module
 
 
-def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
-    counter = _counter()
+def _copies_in(tmp_path, source: str, classes: set[str]) -> list[str]:
+    """What the copy counter reports in a module of ``source``, sorted."""
     src = tmp_path / "m.py"
-    src.write_text(
+    src.write_text(source)
+    return sorted(what for _, _, what in _counter().copies(src, classes))
+
+
+def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
+    found = _copies_in(
+        tmp_path,
         "class Topology:\n"
         "    def with_trace(self, trace):\n"
         "        return replace(self, trace=tuple(trace))\n"
@@ -121,12 +127,12 @@ def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
         "    def with_seed(self, seed):\n"
         "        return replace(self, seed=seed)\n"
         "def run(models, cfg):\n"
-        "    return RunConfig(models=list(models), epochs=cfg.epochs)\n"
+        "    return RunConfig(models=list(models), epochs=cfg.epochs)\n",
+        {"RunConfig"},
     )
-    found = counter.copies(src, {"RunConfig"})
     # Assert: the runtime object's setter is not a copy; a config's setter and a config
     # rebuilt from parameters and another config are.
-    assert sorted(what for _, _, what in found) == [
+    assert found == [
         "RunConfig(epochs=cfg.epochs)",
         "RunConfig(models=models)",
         "replace(seed=seed)",
@@ -134,18 +140,17 @@ def test_the_copy_counter_leaves_out_a_runtime_objects_setter_only(tmp_path):
 
 
 def test_the_copy_counter_counts_an_options_dicts_keys_into_a_resolved_config(tmp_path):
-    counter = _counter()
-    src = tmp_path / "m.py"
-    src.write_text(
+    found = _copies_in(
+        tmp_path,
         "def plans(opts, saved):\n"
         "    cfg = resolve_study_config(False, rounds=opts['rounds'], n_pilots=opts['pilots'])\n"
         "    old = RunConfig(run=Config.from_dict(saved['config']))\n"
-        "    return {'rounds': opts['rounds'], 'seed': saved['seed']}\n"
+        "    return {'rounds': opts['rounds'], 'seed': saved['seed']}\n",
+        {"RunConfig"},
     )
-    found = counter.copies(src, {"RunConfig"})
     # Assert: an options dict's keys copied into a resolve...config call or a dict are
     # copies; a document read back (``saved``) is not.
-    assert sorted(what for _, _, what in found) == [
+    assert found == [
         "resolve_study_config(n_pilots=opts.pilots)",
         "resolve_study_config(rounds=opts.rounds)",
         "{'rounds': opts.rounds}",
