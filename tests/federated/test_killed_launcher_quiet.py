@@ -176,3 +176,24 @@ def test_a_launcher_not_yet_reaped_counts_as_gone():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_launcher_that_ends_within_the_wait_counts_as_gone_and_a_live_one_does_not():
+    from flowsplit.federated.dist.liveness import launcher_gone
+
+    # Prepare: a process that ends 0.3 s from now (as a killed launcher tearing down its
+    # sockets before it is gone), and one that lives on.
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    living = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # Assert: the first is gone within a 5-s wait (reaped here: a zombie counts as
+        # gone as well); the second is not after 0.2 s, and that wait took its 0.2 s.
+        time.sleep(0.05)
+        assert launcher_gone(ending.pid, within=5.0)
+        start = time.monotonic()
+        assert not launcher_gone(living.pid, within=0.2)
+        assert time.monotonic() - start >= 0.2
+    finally:
+        living.kill()
+        living.wait()
+        ending.wait()

@@ -48,6 +48,19 @@ def die_with_launcher(launcher_pid: int) -> None:
     ).start()
 
 
+def launcher_gone(pid: int, within: float = 1.0) -> bool:
+    """Whether the launcher ``pid`` has ended, waiting up to ``within`` seconds for it: a
+    SIGKILLed launcher closes its store's sockets before it turns into a zombie, so a
+    role may see 'Connection reset by peer' while the launcher still looks alive (seen
+    once in CI under load)."""
+    deadline = time.monotonic() + within
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _watch_launcher(pid: int) -> None:
     try:
         fd = os.pidfd_open(pid)

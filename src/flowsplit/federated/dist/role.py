@@ -19,7 +19,12 @@ import torch.distributed as dist
 from flowsplit.errors import ConfigError, FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist.checkpoint import CHECKPOINT_NAME, read_checkpoint
-from flowsplit.federated.dist.liveness import die_with_launcher, pid_alive, start_heartbeat
+from flowsplit.federated.dist.liveness import (
+    die_with_launcher,
+    launcher_gone,
+    pid_alive,
+    start_heartbeat,
+)
 from flowsplit.federated.dist.pool import (
     WORKER,
     PooledRuntime,
@@ -255,7 +260,7 @@ def spawned_role_main(rank: int, world_size: int, payload: dict[str, Any]) -> No
         role_main(rank, world_size, payload)
     except Exception as exc:  # noqa: BLE001 - one line, always
         launcher = payload.get("launcher_pid")
-        if launcher is not None and not pid_alive(int(launcher)):
+        if launcher is not None and launcher_gone(int(launcher)):
             # The launcher was killed and its store went with it: this role's failure
             # ("Connection reset by peer") is that, not news for the terminal.
             os._exit(1)
