@@ -223,22 +223,36 @@ def _server_failure(failure: Path, exitcode: int | None) -> str:
     return f"dist run failed: the server process exited with code {exitcode} (its log is above)"
 
 
-def run_under_torchrun(setup: RunSetup, **roles: Any) -> SFLResult | None:
+def run_under_torchrun(
+    setup: RunSetup,
+    *,
+    dataset: str | Path,
+    model_fn: ModelFn,
+    out_dir: str | Path,
+    quiet: bool = False,
+    bind: str | None = None,
+    policy: AssignmentPolicy | None = None,
+    probe: str | None = None,
+    client_workers: int | None = None,
+) -> SFLResult | None:
     """Run this process's role of a torchrun launch; rank 0 returns the result.
 
-    ``roles``: :func:`make_payload`'s keywords (``dataset``, ``model_fn`` and ``out_dir``
-    needed; ``bind``: this node's address), ``client_workers`` the pool's size asked for
-    (:func:`pool_size` makes it the pool's); ``policy``, ``probe``, ``client_workers``:
-    as for :func:`launch_roles` (every process builds its own; with a pool the launch
-    has ``1 + A + P`` processes).
+    ``policy``, ``probe``, ``client_workers``: as for :func:`launch_roles` (every process
+    builds its own; with a pool the launch has ``1 + A + P`` processes).
     """
     env = read_dist_env()
     if not env.is_distributed:
         raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
-    probe = roles.get("probe")
-    workers = pool_size(
-        roles.pop("client_workers", None), setup.topology.n_clients, setup.config, probe
+    payload = make_payload(
+        setup,
+        dataset=dataset,
+        model_fn=model_fn,
+        out_dir=out_dir,
+        quiet=quiet,
+        bind=bind,
+        policy=policy,
+        probe=probe,
+        client_workers=pool_size(client_workers, setup.topology.n_clients, setup.config, probe),
     )
-    payload = make_payload(setup, **roles, client_workers=workers)
     role_main(env.rank, env.world_size, payload, setup)
-    return read_run(payload["out_dir"]) if env.rank == 0 and probe != "only" else None
+    return read_run(out_dir) if env.rank == 0 and probe != "only" else None
