@@ -71,7 +71,8 @@ failed group restarts and resumes from the last checkpoint.
 TRAIN_GROUPS = {
     "model": ("view", "model_options", "init_from"),
     "training": ("epochs", "batch_size", "lr", "lr_schedule", "scale_lr", "class_weight")
-    + ("dropout_masks", "weight_decay", "augment", "patience", "seed", "steps_per_epoch")
+    + ("dropout_masks", "weight_decay", "label_smoothing", "augment", "patience", "seed")
+    + ("steps_per_epoch",)
     + ("eval_batch_size",),
     "data-parallel (DDP)": ("workers", "threads", "device", "backend", "master_addr")
     + ("comm_hook", "bucket_mb", "timeout_s"),

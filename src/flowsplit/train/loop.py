@@ -333,7 +333,9 @@ def _train_epoch(
         # centralised loss of the global batch, even with class weights and on a short
         # last step whose shares differ by a row.
         logits = ddp_model(xb)
-        ce_sum = F.cross_entropy(logits, yb, weight=state.weights, reduction="sum")
+        ce_sum = F.cross_entropy(
+            logits, yb, weight=state.weights, reduction="sum", label_smoothing=cfg.label_smoothing
+        )
         loss = ce_sum * (world / step_rows(used, batch, step))
         state.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP all-reduces gradients bucket by bucket, overlapped
