@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -254,6 +255,7 @@ def train(
     augment: str = "none",
     class_weight: str = "none",
     init_from: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Path | None:
     if (run / "metrics.json").exists():
         return run
@@ -274,6 +276,7 @@ def train(
             argv += ["--steps-per-epoch", args.steps_per_epoch]
         if args.patience is not None:
             argv += ["--patience", args.patience]
+        argv += list(extra)  # a --ustc-variant's options (given last: they win)
     t = time.perf_counter()
     flowsplit(*argv)
     (run / "bench_wall_s.txt").write_text(f"{time.perf_counter() - t:.1f}\n")
@@ -292,6 +295,10 @@ def run_settings(run: Path) -> dict:
         "augment",
         "class_weight",
         "init_from",
+        "label_smoothing",
+        "weight_decay",
+        "lr_schedule",
+        "model_options",
     )
     return {k: cfg.get(k) for k in keep} | {"view": run_view(run)}
 
@@ -630,31 +637,73 @@ def temporal(args, work: Path, res: dict) -> None:
             write(args, res)
 
 
+def ustc_variants(args) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
+    """(name, model, augment, class_weight, extra train options) of the USTC-TFC2016 runs:
+    :func:`variants` of ``--ustc-models`` (``M``, ``M+bal``, ``transformer+pre+bal``, ...)
+    and, for each ``--ustc-variant TAG=OPTIONS``, every neural one again as ``NAME+TAG``
+    trained with those options too."""
+    from types import SimpleNamespace
+
+    base = variants(SimpleNamespace(**{**vars(args), "models": args.ustc_models}))
+    out = [(*v, ()) for v in base]
+    for tag, extra in args.ustc_variant:
+        out += [(f"{n}+{tag}", m, a, cw, extra) for n, m, a, cw in base if m in NEURAL]
+    return out
+
+
+def ensemble_scores(runs: list[Path], ds: Path) -> dict:
+    """Accuracy and macro-F1 on ``ds``'s test split of the average of the runs' softmax
+    outputs (an ensemble of models, not a single model), with each member's own scores."""
+    from flowsplit.train.evaluation import evaluate_run
+    from flowsplit.train.metrics import macro_f1
+    from flowsplit.train.runs import predict_proba
+
+    probs, members, y = [], [], None
+    for run in runs:
+        ev = evaluate_run(run, ds, "test")
+        p = predict_proba(ev.model, ev.x)
+        y_run = ev.mapping.to_model_labels(ev.y)
+        if y is not None and not np.array_equal(y, y_run):
+            raise SystemExit(f"error: {run}: another test split or class order than {runs[0]}")
+        y = y_run
+        probs.append(p)
+        members.append({"run": run.name, "accuracy": float((p.argmax(1) == y).mean())})
+    pred = np.mean(probs, axis=0).argmax(1)
+    return {
+        "members": members,
+        "n_test": int(len(y)),
+        "accuracy": float((pred == y).mean()),
+        "macro_f1": float(macro_f1(y, pred, probs[0].shape[1])),
+        "note": "average of the members' softmax outputs: an ensemble, not a single model",
+    }
+
+
 def ustc(args, work: Path, res: dict) -> None:
     ds = work / "ustc"
     if not (ds / "manifest.json").exists():
         log("prepare ustc")
         flowsplit("prepare", SHARED / "ustc-tfc2016", "-o", ds, "--quiet")
     entry = res["ustc"] = res.get("ustc") or {"models": {}}
-    names = list(args.ustc_models)
     pre = None
-    if args.pretrain_steps and "transformer" in names:
+    runs_of: dict[str, list[Path]] = {}
+    todo = ustc_variants(args)
+    if any("+pre" in name for name, *_ in todo):
         from flowsplit.train.pretrain import load_rows
 
-        names.append("transformer+pre")
         pre = pretrained(
             work, "ustc", lambda: load_rows([str(ds)], like=None, view=None, split="train"),
             args, res,
         )  # fmt: skip
     for seed in args.seeds:
-        for name in names:
-            model = name.removesuffix("+pre")
+        for name, model, augment, class_weight, extra in todo:
             run = train(
                 ds, model, work / "runs" / f"ustc-{name}-s{seed}", args, seed=seed,
-                init_from=pre if name.endswith("+pre") else None,
+                augment=augment, class_weight=class_weight,
+                init_from=pre if "+pre" in name else None, extra=extra,
             )  # fmt: skip
             if run is None:
                 continue
+            runs_of.setdefault(name, []).append(run)
             m = json.loads((run / "metrics.json").read_text())
             n_params = None
             if model != "xgboost":
@@ -662,9 +711,11 @@ def ustc(args, work: Path, res: dict) -> None:
 
                 net, _ = load_trained_model(run)
                 n_params = int(sum(p.numel() for p in net.parameters()))
+            val = m.get("val_macro_f1_per_epoch") or []
             row = {"seed": seed, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"],
                    "params": n_params, "epochs_run": len(m.get("loss_per_epoch") or []) or None,
-                   "train_settings": run_settings(run)}  # fmt: skip
+                   "best_epoch": int(np.argmax(val)) + 1 if val else None,
+                   "wall_s": bench_wall(run), "train_settings": run_settings(run)}  # fmt: skip
             entry["models"].setdefault(name, []).append(row)
             log(f"ustc {name} s{seed}: accuracy {m['accuracy']:.4f} macro-F1 {m['macro_f1']:.4f}")
             if args.ablate and model != "xgboost":  # the IDX set's stats fit no ablation group
@@ -681,13 +732,30 @@ def ustc(args, work: Path, res: dict) -> None:
             if len(rows) > 1
             else None,
             "macro_f1": float(np.mean([r["macro_f1"] for r in rows])),
+            "macro_f1_sd": float(np.std([r["macro_f1"] for r in rows], ddof=1))
+            if len(rows) > 1
+            else None,
             "seeds": len(rows),
         }
         for name, rows in entry["models"].items()
     }
+    # The seeds' models of each variant together: a reported figure, not a single model.
+    entry["ensemble_of_seeds"] = {
+        name: ensemble_scores(runs, ds)
+        for name, runs in runs_of.items()
+        if len(runs) > 1 and not name.startswith("xgboost")
+    }
+    for name, e in entry["ensemble_of_seeds"].items():
+        log(f"ustc ensemble of {name}'s {len(e['members'])} seeds: accuracy {e['accuracy']:.4f}")
     res["goals"]["ustc_accuracy_at_least_0.978"] = {
         name: v["accuracy"] for name, v in entry["mean_over_seeds"].items()
     }
+
+
+def bench_wall(run: Path) -> float | None:
+    """Seconds the benchmark (or the same command run by hand) took to train ``run``."""
+    f = run / "bench_wall_s.txt"
+    return float(f.read_text()) if f.exists() else None
 
 
 NEAR_BYTES = 16
@@ -881,6 +949,14 @@ def main(argv=None) -> int:
     p.add_argument("--temporal-models", default="", help="models of the temporal split ('' skips)")
     p.add_argument("--ustc-models", default="", help="models trained on USTC-TFC2016 ('' skips)")
     p.add_argument(
+        "--ustc-variant",
+        action="append",
+        default=[],
+        metavar="TAG=OPTIONS",
+        help="also train every neural --ustc-models variant with these train options as "
+        "NAME+TAG, e.g. 'ls=--label-smoothing 0.1 --epochs 25' (repeatable)",
+    )
+    p.add_argument(
         "--pretrain-steps",
         type=int,
         default=0,
@@ -913,6 +989,16 @@ def main(argv=None) -> int:
     args.models = [m for m in args.models.split(",") if m]
     args.temporal_models = [m for m in args.temporal_models.split(",") if m]
     args.ustc_models = [m for m in args.ustc_models.split(",") if m]
+    variants_given, args.ustc_variant = args.ustc_variant, []
+    for v in variants_given:
+        tag, sep, opts = v.partition("=")
+        try:
+            extra = tuple(shlex.split(opts))
+        except ValueError as e:
+            p.error(f"--ustc-variant {v!r}: {e}")
+        if not (sep and tag and extra):
+            p.error(f"--ustc-variant: TAG=OPTIONS expected, got {v!r}")
+        args.ustc_variant.append((tag, extra))
     args.ip_models = [m for m in args.ip_models.split(",") if m]
     args.ustc_split_models = [m for m in args.ustc_split_models.split(",") if m]
     args.ustc_train_fractions = [float(f) for f in args.ustc_train_fractions.split(",") if f]
