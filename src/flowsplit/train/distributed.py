@@ -38,8 +38,9 @@ from flowsplit.util import available_cores  # noqa: F401  (its importers' name f
 
 
 @dataclass(frozen=True)
-class DistEnv:
-    """The distributed environment of this process, as the launcher set it."""
+class Ranks:
+    """This process's place in the job (the fields :class:`DistEnv` reads and
+    :class:`ParallelLayout` keeps)."""
 
     rank: int
     """Global rank (0 when not distributed)."""
@@ -47,6 +48,17 @@ class DistEnv:
     """Number of processes in the job."""
     local_rank: int
     """Rank on this machine (selects the GPU)."""
+
+    @property
+    def is_distributed(self) -> bool:
+        """One of several processes (started by torchrun or another launcher)."""
+        return self.world_size > 1
+
+
+@dataclass(frozen=True)
+class DistEnv(Ranks):
+    """The distributed environment of this process, as the launcher set it."""
+
     local_world_size: int
     """Processes on this machine (shares out the cores)."""
     master_addr: str
@@ -57,11 +69,6 @@ class DistEnv:
     """How many times torchrun restarted this worker group (0 on the first attempt)."""
     agent_store: bool
     """Whether torchrun's agent hosts the rendezvous store (then workers only connect)."""
-
-    @property
-    def is_distributed(self) -> bool:
-        """Started as one of several processes (by torchrun or another launcher)."""
-        return self.world_size > 1
 
 
 def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
@@ -81,15 +88,9 @@ def read_dist_env(environ: Mapping[str, str] | None = None) -> DistEnv:
 
 
 @dataclass(frozen=True)
-class ParallelLayout:
+class ParallelLayout(Ranks):
     """How one training job is laid out over processes, devices and threads."""
 
-    world_size: int
-    """Number of worker processes."""
-    rank: int
-    """This worker's global rank."""
-    local_rank: int
-    """This worker's rank on its machine."""
     device: str
     """``cpu`` or ``cuda:<local_rank>``."""
     backend: str | None
@@ -105,7 +106,8 @@ class ParallelLayout:
 
     @property
     def ddp_enabled(self) -> bool:
-        return self.world_size > 1
+        """DDP wraps the model: the job is distributed."""
+        return self.is_distributed
 
     @property
     def is_main(self) -> bool:
