@@ -719,7 +719,8 @@ class SplitFed(Scheme):
     """SplitFed (Thapa et al., 2022): two tiers, clients talk to the server via a relay.
 
     ``version`` ``v1`` keeps one server part per client and averages them each round;
-    ``v2`` keeps one shared server part.
+    ``v2`` keeps one shared server part. The aggregator part is empty (one cut), so the
+    base class's :meth:`~Scheme.aggregator_step` relays each batch.
     """
 
     name = "sfl"
@@ -761,12 +762,6 @@ class SplitFed(Scheme):
             if i not in agg.lost:
                 yield Send((CLIENT, i), state, MODEL, i, DOWNLOAD)
         return None
-
-    def aggregator_step(
-        self, agg: AggregatorRole, i: int, x: torch.Tensor, y: torch.Tensor
-    ) -> Coroutine:
-        """The aggregator only relays."""
-        return self.relay(agg, i, x, y)
 
     def aggregator_upload(
         self, agg: AggregatorRole, view: list[int], cstate: torch.Tensor | None
