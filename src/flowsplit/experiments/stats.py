@@ -199,6 +199,33 @@ def compare_paired(
     of the difference to [-1, 1]. With fewer than ``min_seeds`` pairs the verdict is
     :data:`NOT_ENOUGH_SEEDS` unless the t-test shows a difference (the p-values stay).
     """
+    xa, xb = _paired_scores(a, b, margin=margin, alpha=alpha)
+    n, d = int(xa.size), xb - xa
+    tests = _paired_tests(xa, xb, margin=margin, alpha=alpha)
+    verdict, note = _enough_seeds(tests.verdict, tests.note, n, min_seeds)
+    return PairedComparison(
+        n=n,
+        mean_a=mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
+        mean_b=mean_ci(xb, confidence, bounds=SCORE_BOUNDS),
+        diff=mean_ci(d, confidence, bounds=DIFF_BOUNDS),
+        t_stat=tests.t_stat,
+        t_p=tests.t_p,
+        wilcoxon_stat=tests.wilcoxon_stat,
+        wilcoxon_p=tests.wilcoxon_p,
+        margin=margin,
+        tost_p=tests.tost_p,
+        alpha=alpha,
+        verdict=verdict,
+        note=note,
+        diff_tost=mean_ci(d, 1 - 2 * alpha, bounds=DIFF_BOUNDS),
+        sd_diff=tests.sd_diff,
+        seeds_for_power=tests.seeds_for_power,
+    )
+
+
+def _paired_scores(a, b, *, margin: float, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """``a`` and ``b`` as float arrays, the pairs with a non-finite score left out;
+    ValueError for inputs (or a margin or alpha) :func:`compare_paired` cannot take."""
     xa = np.asarray(a, dtype=float)
     xb = np.asarray(b, dtype=float)
     if xa.shape != xb.shape or xa.ndim != 1:
@@ -208,73 +235,62 @@ def compare_paired(
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
     ok = np.isfinite(xa) & np.isfinite(xb)
-    xa, xb = xa[ok], xb[ok]
-    n = int(xa.size)
-    d = xb - xa
-    diff = mean_ci(d, confidence, bounds=DIFF_BOUNDS)
-    diff_tost = mean_ci(d, 1 - 2 * alpha, bounds=DIFF_BOUNDS)
-    nan = math.nan
-    t_stat = t_p = w_stat = w_p = tost_p = sd_diff = nan
-    seeds_needed: int | None = None
-    note = ""
+    return xa[ok], xb[ok]
+
+
+@dataclass(frozen=True)
+class _PairedTests:
+    """What :func:`_paired_tests` found (NaN: the test was not possible)."""
+
+    verdict: str
+    note: str = ""
+    t_stat: float = math.nan
+    t_p: float = math.nan
+    wilcoxon_stat: float = math.nan
+    wilcoxon_p: float = math.nan
+    tost_p: float = math.nan
+    sd_diff: float = math.nan
+    seeds_for_power: int | None = None
+
+
+def _paired_tests(xa: np.ndarray, xb: np.ndarray, *, margin: float, alpha: float) -> _PairedTests:
+    """The t-test, Wilcoxon and TOST of the pairs, and the verdict before the seed count
+    is checked; with fewer than two pairs or identical differences, no test."""
+    n, d = int(xa.size), xb - xa
     if n < 2:
         note = "fewer than two paired seeds: no test possible"
-    elif np.ptp(d) == 0.0:
+        return _PairedTests(equivalence_verdict(math.nan, math.nan, alpha), note)
+    if np.ptp(d) == 0.0:
         # All seeds moved by exactly the same amount: the t statistics divide by zero.
         # The sample is then a constant, so decide against the margin directly.
         note = "all paired differences are identical; tests undefined, verdict from the margin"
-        verdict = EQUIVALENT if abs(d[0]) < margin else DIFFERENT
-        verdict, note = _enough_seeds(verdict, note, n, min_seeds)
-        return PairedComparison(
-            n,
-            mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
-            mean_ci(xb, confidence, bounds=SCORE_BOUNDS),
-            diff,
-            nan,
-            nan,
-            nan,
-            nan,
-            margin,
-            nan,
-            alpha,
-            verdict,
-            note,
-            diff_tost,
+        return _PairedTests(EQUIVALENT if abs(d[0]) < margin else DIFFERENT, note)
+    sd_diff = float(np.std(d, ddof=1))
+    t_res = sps.ttest_rel(xb, xa)
+    t_p = float(t_res.pvalue)
+    tost_p = tost_paired_p(xb, xa, -margin, margin)
+    w_stat = w_p = math.nan
+    if np.any(d != 0):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scipy warns on ties/zeros for small n
+            w_res = sps.wilcoxon(xb, xa)
+        w_stat, w_p = float(w_res.statistic), float(w_res.pvalue)
+    note = ""
+    if n < 6:
+        note = (
+            f"with n = {n} seeds the Wilcoxon test cannot reach p < 0.05 "
+            f"(smallest two-sided p = {2 / 2**n:.3f})"
         )
-    else:
-        sd_diff = float(np.std(d, ddof=1))
-        seeds_needed = seeds_for_tost(sd_diff, margin, alpha=alpha)
-        t_res = sps.ttest_rel(xb, xa)
-        t_stat, t_p = float(t_res.statistic), float(t_res.pvalue)
-        tost_p = tost_paired_p(xb, xa, -margin, margin)
-        if np.any(d != 0):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # scipy warns on ties/zeros for small n
-                w_res = sps.wilcoxon(xb, xa)
-            w_stat, w_p = float(w_res.statistic), float(w_res.pvalue)
-        if n < 6:
-            note = (
-                f"with n = {n} seeds the Wilcoxon test cannot reach p < 0.05 "
-                f"(smallest two-sided p = {2 / 2**n:.3f})"
-            )
-    verdict, note = _enough_seeds(equivalence_verdict(tost_p, t_p, alpha), note, n, min_seeds)
-    return PairedComparison(
-        n=n,
-        mean_a=mean_ci(xa, confidence, bounds=SCORE_BOUNDS),
-        mean_b=mean_ci(xb, confidence, bounds=SCORE_BOUNDS),
-        diff=diff,
-        t_stat=t_stat,
+    return _PairedTests(
+        verdict=equivalence_verdict(tost_p, t_p, alpha),
+        note=note,
+        t_stat=float(t_res.statistic),
         t_p=t_p,
         wilcoxon_stat=w_stat,
         wilcoxon_p=w_p,
-        margin=margin,
         tost_p=tost_p,
-        alpha=alpha,
-        verdict=verdict,
-        note=note,
-        diff_tost=diff_tost,
         sd_diff=sd_diff,
-        seeds_for_power=seeds_needed,
+        seeds_for_power=seeds_for_tost(sd_diff, margin, alpha=alpha),
     )
 
 
