@@ -106,14 +106,15 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
 
 
 def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
-    # Rows of 11 columns (of 13): speed rows with (message CPU s, byte CPU s), link rows with the
-    # lower end's busy-sender delay (client 0 over two links, aggregator 1 over the backbone).
+    # Rows of 11 columns (of 13): speed rows with (message CPU s, CPU s per byte received,
+    # per byte sent: aggregator 1 only; a client times no send), link rows with the lower
+    # end's busy-sender delay (client 0 over two links, aggregator 1 over the backbone).
     nominal = homogeneous(2, 2)
     nan = np.nan
     rows = np.array(
         [
             [0, 0, -1, 3e9, 0.1, 0.002, 0, nan, 2e-4, 1e-9, nan],
-            [1, -1, 1, 3e9, 0.2, 0.002, 0, nan, 1e-4, 2e-9, nan],
+            [1, -1, 1, 3e9, 0.2, 0.002, 0, nan, 1e-4, 2e-9, 3e-10],
             [3, 0, 0, nan, 0.004, 1e6, 1e6, nan, nan, nan, 0.004],
             [3, 0, 1, nan, 0.004, 1e6, 1e6, nan, nan, nan, 0.006],
             [4, -1, 1, nan, 0.004, 1e7, 1e7, nan, nan, nan, 0.008],
@@ -122,6 +123,10 @@ def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
     topo, report = probed_topology(nominal, rows)
     assert topo.extra["client_recv_cpu_s"] == [2e-4, 0.0]  # client 1: not measured
     assert topo.extra["aggregator_byte_cpu_s"] == [0.0, 2e-9]
+    assert topo.extra["aggregator_send_byte_cpu_s"] == [0.0, 3e-10]
+    assert topo.extra["client_send_byte_cpu_s"] == [0.0, 0.0]
+    assert "send_byte_cpu_s" not in report["clients"]["0"]
+    assert report["aggregators"]["1"]["send_byte_cpu_s"] == 3e-10
     assert topo.extra["client_busy_wake_s"] == [0.005, 0.0]  # median of its links
     assert topo.extra["aggregator_busy_wake_s"] == [0.0, 0.008]
     assert report["clients"]["0"]["recv_cpu_s"] == 2e-4

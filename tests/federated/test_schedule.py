@@ -200,9 +200,9 @@ def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
 
 def test_the_transport_cpu_is_charged_per_byte_beside_the_program():
     # Prepare: client 0 (rank 2; no burst, a 10 % share) sends 100 kB to the aggregator
-    # (rank 1, no quota), which receives it. A byte costs 10 ns of CPU at both ends (1 ms
-    # for this message); the probe's CPU per round trip is not charged (it is in the
-    # latency).
+    # (rank 1, no quota), which receives it. A byte costs 10 ns of CPU to receive and 10 ns
+    # to send (1 ms for this message at each end); the probe's CPU per round trip is not
+    # charged (it is in the latency).
     client, agg = Tracer(2, 1), Tracer(1, 1)
     client.send(1, 100_000, TRAIN, 0, 0)
     agg.recv(2, 0, GRADIENTS, 0, 0)
@@ -213,6 +213,7 @@ def test_the_transport_cpu_is_charged_per_byte_beside_the_program():
     for who in ("client", "aggregator"):
         topo.extra[f"{who}_recv_cpu_s"] = [0.001] * (2 if who == "client" else 1)
         topo.extra[f"{who}_byte_cpu_s"] = [1e-8] * (2 if who == "client" else 1)
+        topo.extra[f"{who}_send_byte_cpu_s"] = [1e-8] * (2 if who == "client" else 1)
     charged = replay(trace, topo)
     # Assert: without costs the sender is done at once and the message is in after
     # 0.1 s + 10 ms; with them the sender's 1 ms of CPU is spent beside its program (its
@@ -224,9 +225,9 @@ def test_the_transport_cpu_is_charged_per_byte_beside_the_program():
 
 
 def test_cpu_spent_beside_the_program_is_a_debt_its_next_work_pays():
-    # Client 0 (rank 2, a 10 % share, no burst) sends 100 kB at 10 ns a byte (1 ms of
+    # Client 0 (rank 2, a 10 % share, no burst) sends 100 kB at 10 ns a byte sent (1 ms of
     # its quota beside its program), then works 1 ms: the debt is paid first, so the
-    # work ends after 10 ms + 10 ms.
+    # work ends after 10 ms + 10 ms. Its CPU per byte received is not charged on a send.
     client = Tracer(2, 1)
     client.send(1, 100_000, TRAIN, 0, 0)
     client.work(0.001, TRAIN, 0, 0)
@@ -234,9 +235,37 @@ def test_cpu_spent_beside_the_program_is_a_debt_its_next_work_pays():
     agg.recv(2, 0, GRADIENTS, 0, 0)
     topo = _topology()
     topo.extra.update(client_cpu_share=[0.1, 0.1], client_cpu_burst_s=[1e-9, 1e-9])
-    topo.extra["client_byte_cpu_s"] = [1e-8, 1e-8]
-    out = replay(np.concatenate([agg.array(), client.array()]), topo)
+    topo.extra["client_byte_cpu_s"] = [1e-6, 1e-6]
+    trace = np.concatenate([agg.array(), client.array()])
+    assert replay(trace, topo)[-1, T_END] == pytest.approx(0.010, rel=1e-6)
+    topo.extra["client_send_byte_cpu_s"] = [1e-8, 1e-8]
+    out = replay(trace, topo)
     assert out[-1, T_END] == pytest.approx(0.020, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("byte_cpu_s", "work_end"),
+    [
+        (5e-8, 0.110 + 0.005),  # 5 ms read over 0.1 s: slower than the share, costs nothing
+        # 100 ms: 81 ms of debt at 0.1 s, 80 at 0.11 s, paid at the share first
+        (1e-6, 0.110 - 0.08 / 0.9 + (0.005 + 0.08 / 0.9) / 0.1),
+    ],
+)
+def test_cpu_spent_reading_a_message_is_spread_over_its_transfer(byte_cpu_s, work_end):
+    # The aggregator (rank 1; a 10 % share, a 10 ms burst: 9 ms of bucket) waits for
+    # client 0's 100 kB (0.1 s on its 1 MB/s link, in at 0.11 s), then works 5 ms. The
+    # bytes' CPU drains its bucket at the rate they arrive, less the share's refill;
+    # charged at once on arrival, 5 ms would have left 4 ms and slowed the work to 10 ms.
+    client, agg = Tracer(2, 1), Tracer(1, 1)
+    client.send(1, 100_000, TRAIN, 0, 0)
+    agg.recv(2, 0, GRADIENTS, 0, 0)
+    agg.work(0.005, TRAIN, 0, 0)
+    topo = _topology()
+    topo.extra.update(aggregator_cpu_share=[0.1], aggregator_cpu_burst_s=[0.01])
+    topo.extra["aggregator_byte_cpu_s"] = [byte_cpu_s]
+    out = replay(np.concatenate([agg.array(), client.array()]), topo)
+    assert out[0, T_END] == pytest.approx(0.11)
+    assert out[1, T_END] == pytest.approx(work_end, rel=1e-6)
 
 
 def test_a_computing_sender_starts_what_was_asked_for_later():

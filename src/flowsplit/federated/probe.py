@@ -29,8 +29,9 @@ processes, where the run itself would run, and measures:
   threads: gloo's included) on the probe's small round trips (CPU s per message
   received: a round trip is one receive, waited for, and one send, posted; a posted
   send costs almost nothing on the role's own thread) and on its bulk transfers (CPU s
-  per byte: of the largest payload of each direction, the median over directions,
-  sends and receives pooled); and the delay a computing sender adds to a message the
+  per byte of the largest payload, received and sent apart: on the testbed a byte
+  received cost 7-19 ns, one sent 1-4 ns, so a pooled figure charged every send a
+  receive's cost); and the delay a computing sender adds to a message the
   receiver asks for (``busy_wake_s``: the lower end of each link posts a payload, then
   waits or spins; the upper end asks for it later and times the rest, busy less idle).
   The timeline replay charges the bytes' CPU and the busy sender's delay
@@ -124,10 +125,11 @@ class _CpuLedger:
         """CPU s per small round trip: one message received (and one posted)."""
         return self.small_cpu / self.small_messages if self.small_messages else float("nan")
 
-    def byte_cpu_s(self) -> float:
-        """Median over directions of the CPU of the largest payload over its bytes (a
-        difference of two payloads' CPU is too noisy under a quota)."""
-        per_byte = [c / n for n, c in (max(moved) for moved in self.bulk.values() if moved) if n]
+    def byte_cpu_s(self, ops: tuple[int, ...] = (_GIVE, -_TAKE)) -> float:
+        """CPU s per byte of the largest payload of ``ops`` (default: the receives; the
+        median over them: a difference of two payloads' CPU is too noisy under a quota)."""
+        largest = (max(self.bulk[op]) for op in ops if self.bulk.get(op))
+        per_byte = [c / n for n, c in largest if n]
         return float(np.median(per_byte)) if per_byte else float("nan")
 
 
@@ -504,9 +506,16 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
 
 
 def _own_cpu() -> list[float]:
-    """This role's transport CPU: [s per message received, s per byte, NaN x 3] (NaN: not
-    measured; the last columns, a link's, are not a role's)."""
-    return [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), np.nan, np.nan, np.nan]
+    """This role's transport CPU: [s per message received, s per byte received, s per
+    byte sent, NaN x 2] (NaN: not measured; the last columns, a link's, are not a
+    role's; a client answers only, so it times no send)."""
+    return [
+        _ledger.recv_cpu_s(),
+        _ledger.byte_cpu_s(),
+        _ledger.byte_cpu_s((_TAKE,)),
+        np.nan,
+        np.nan,
+    ]
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
@@ -536,7 +545,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     sizes = {"client": nominal.n_clients, "aggregator": nominal.n_aggregators, "server": 1}
     transport = {
         name: {who: [np.nan] * n for who, n in sizes.items()}
-        for name in ("recv_cpu_s", "byte_cpu_s")
+        for name in ("recv_cpu_s", "byte_cpu_s", "send_byte_cpu_s")
     }
     busy_sends: dict[str, list[list[float]]] = {
         who: [[] for _ in range(n)] for who, n in sizes.items()
@@ -553,10 +562,12 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 kind, ("server", 0)
             )
             share[who][at], burst[who][at] = rtt, down
-            if np.isfinite(recv_cpu) or np.isfinite(byte_cpu):
-                node |= {"recv_cpu_s": recv_cpu, "byte_cpu_s": byte_cpu}
-                transport["recv_cpu_s"][who][at] = recv_cpu
-                transport["byte_cpu_s"][who][at] = byte_cpu
+            # ... and the CPU per byte sent in the busy-sender column.
+            costs = {"recv_cpu_s": recv_cpu, "byte_cpu_s": byte_cpu, "send_byte_cpu_s": busy}
+            for name, v in costs.items():
+                if np.isfinite(v):
+                    node[name] = v
+                    transport[name][who][at] = v
             if ok:
                 speeds[who][at] = speed
             if who == "server":

@@ -176,10 +176,14 @@ def replay(
     :func:`_transport_costs`); a message's fixed cost is in its latency (half the
     probe's fastest round trip, which both ends' processing of a message is part of):
 
-    - every byte sent or received costs ``byte_cpu_s`` of the role's quota *beside* its
-      program (gloo's own thread copies while the role waits or computes): it drains the
-      node's CPU bucket when the bytes move (a send when posted, a receive when it
-      arrives), so a role that waits pays it out of its rest and a busy one later;
+    - every byte received costs ``byte_cpu_s`` of the role's quota *beside* its program
+      (gloo's own thread reads it while the role waits or computes), every byte sent
+      ``send_byte_cpu_s`` (posting it: one copy into the socket; measured 1-4 ns a byte
+      on the testbed against 7-19 for a receive; 0 where not measured): it drains the
+      node's CPU bucket, a send when posted, a receive as its bytes arrive (spread over
+      the transfer, less the share's refill meanwhile: read slower than the share, it
+      costs a rested node nothing; charged at once on arrival instead, it slowed the
+      aggregators' next steps fourfold in the replay, not in the runs);
     - what of a message flows after the receiver asked for it starts ``busy_wake_s``
       later when the sender is computing at that moment: under a spent quota its
       transport thread runs only when the quota lets it (up to a CFS period later).
@@ -254,7 +258,7 @@ class _Replay:
             if out[e, NBYTES] >= 0:  # else not posted (a lost peer)
                 key = (r, int(out[e, PEER]))
                 self.inbox.setdefault(key, deque()).append((t, out[e, NBYTES]))
-                self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * out[e, NBYTES], t)
+                self.beside(r, self.costs.get(r, _NO_COSTS)[2] * out[e, NBYTES], t)
             return t + self.per_message_s
         if out[e, NBYTES] < 0:  # a receive that got nothing (a lost peer)
             return t
@@ -276,12 +280,12 @@ class _Replay:
             done = begin + nbytes / bandwidth
         else:
             asked = max(begin + self.buffer / bandwidth, t)
-            wake = self.costs.get(key[0], (0.0, 0.0))[1]
+            wake = self.costs.get(key[0], _NO_COSTS)[1]
             if wake > 0 and _inside(asked, self.busy[key[0]]):
                 asked += wake
             done = asked + (nbytes - self.buffer) / bandwidth
         self.free[key] = done
-        self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * nbytes, done)
+        self.beside_over(r, self.costs.get(r, _NO_COSTS)[0] * nbytes, begin, done)
         return max(t, done + latency)
 
     def receive_rendezvous(
@@ -293,14 +297,14 @@ class _Replay:
         begin = max(posted, before)
         trips = LATE_TRIPS if t > begin else EARLY_TRIPS
         start = max(begin, t) + trips * min(latency, self.handshake)
-        wake = self.costs.get(key[0], (0.0, 0.0))[1]
+        wake = self.costs.get(key[0], _NO_COSTS)[1]
         if wake > 0 and _inside(start, self.busy[key[0]]):
             start += wake
         bucket = self.buffer if np.isfinite(self.buffer) else burst
         tokens = min(bucket, max(0.0, start - before) * bandwidth)
         done = start + max(0.0, nbytes - tokens) / bandwidth
         self.free[key] = done
-        self.beside(r, self.costs.get(r, (0.0, 0.0))[0] * nbytes, done)
+        self.beside_over(r, self.costs.get(r, _NO_COSTS)[0] * nbytes, start, done)
         return max(t, done + latency)
 
     def run_cpu(self, r: int, seconds: float, t: float) -> float:
@@ -331,6 +335,25 @@ class _Replay:
         if seconds > 0 and r in self.cpu:
             level, now = self._bucket(r, t)
             self.tokens[r] = (level - seconds, now)
+
+    def beside_over(self, r: int, seconds: float, t0: float, t1: float) -> None:
+        """``seconds`` of CPU spent by role ``r``'s other threads evenly over ``[t0, t1]``
+        (a message's bytes read as they arrive): the bucket changes at the share less
+        that rate meanwhile, so reading slower than the share costs a rested node
+        nothing (the part before the bucket's last use, at once)."""
+        if seconds <= 0 or r not in self.cpu:
+            return
+        if t1 <= t0:
+            self.beside(r, seconds, t1)
+            return
+        share, burst = self.cpu[r]
+        level, now = self._bucket(r, t0)
+        if now >= t1:
+            self.tokens[r] = (level - seconds, now)
+            return
+        rate = seconds / (t1 - t0)
+        level += (share - rate) * (t1 - now) - rate * (now - t0)
+        self.tokens[r] = (min(burst * (1.0 - share), level) if share >= rate else level, t1)
 
     def _bucket(self, r: int, t: float) -> tuple[float, float]:
         """Role ``r``'s CPU bucket at ``t``: its level, refilled at the share's rate since
@@ -376,24 +399,28 @@ def _inside(t: float, intervals: list[tuple[float, float]]) -> bool:
     return False
 
 
-def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float]]:
-    """rank -> (CPU s per byte, s a computing sender adds to a message asked for) from
-    ``extra``'s ``{server,aggregator,client}_byte_cpu_s`` and ``..._busy_wake_s`` (as the
-    probe measures them; absent: 0). The probe's ``recv_cpu_s`` (CPU per small round
-    trip) is not charged: a message's fixed cost is in its latency."""
+_NO_COSTS = (0.0, 0.0, 0.0)
+
+
+def _transport_costs(extra: dict, n_aggregators: int) -> dict[int, tuple[float, float, float]]:
+    """rank -> (CPU s per byte received, s a computing sender adds to a message asked
+    for, CPU s per byte sent) from ``extra``'s ``{server,aggregator,client}_byte_cpu_s``,
+    ``..._busy_wake_s`` and ``..._send_byte_cpu_s`` (as the probe measures them; absent:
+    0). The probe's ``recv_cpu_s`` (CPU per small round trip) is not charged: a message's
+    fixed cost is in its latency."""
     out = {}
     rank = 0
+    names = ("byte_cpu_s", "busy_wake_s", "send_byte_cpu_s")
     for who, n in (("server", 1), ("aggregator", n_aggregators), ("client", None)):
         cols = []
-        for name in ("byte_cpu_s", "busy_wake_s"):
+        for name in names:
             v = extra.get(f"{who}_{name}", [])
             cols.append([v] if np.isscalar(v) else list(v))
         n = max(len(c) for c in cols) if n is None else n
         for k in range(n):
-            byte = float(cols[0][k]) if k < len(cols[0]) else 0.0
-            wake = float(cols[1][k]) if k < len(cols[1]) else 0.0
-            if byte > 0 or wake > 0:
-                out[rank + k] = (max(0.0, byte), max(0.0, wake))
+            row = tuple(max(0.0, float(c[k])) if k < len(c) else 0.0 for c in cols)
+            if any(v > 0 for v in row):
+                out[rank + k] = row
         rank += n
     return out
 
