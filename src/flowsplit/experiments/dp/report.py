@@ -273,14 +273,22 @@ def verdict_line(result: CompareResult) -> str:
 def summary_lines(result: CompareResult) -> list[str]:
     """The verdict (:func:`verdict_line`), then plain-language findings, most important
     first."""
-    analysis, cores, failures = result.analysis, result.cores, result.failures
+    analysis = result.analysis
     lines = [verdict_line(result), *baseline_lines(analysis)]
-    models = analysis.models
-    for model, entry in models.items():
+    for model, entry in analysis.models.items():
         line = headline_text(model, entry, result.margin)
         if line:
             lines.append(line)
     lines += hook_lines(analysis.comm_hooks)
+    lines += _timing_lines(result)
+    lines += _scaling_lines(result)
+    return _with_failures(lines, result.failures)
+
+
+def _timing_lines(result: CompareResult) -> list[str]:
+    """Which runs' timing the claims leave out: oversubscribed worker counts, and runs
+    that shared the CPUs with other processes."""
+    models, lines = result.analysis.models, []
     groups = [g for e in models.values() for g in e.by_workers.values()]
     over = sorted(
         {int(n) for e in models.values() for n, g in e.by_workers.items() if g.oversubscribed}
@@ -288,8 +296,8 @@ def summary_lines(result: CompareResult) -> list[str]:
     if over:
         lines.append(
             f"Runs with {', '.join(map(str, over))} workers x {result.threads} thread(s) exceed "
-            f"this machine's {cores} cores: their timing is oversubscribed, shown but kept out "
-            "of speedup claims and of the scaling fit."
+            f"this machine's {result.cores} cores: their timing is oversubscribed, shown but kept "
+            "out of speedup claims and of the scaling fit."
         )
     n_runs = sum(g.n_runs for g in groups)
     n_cont = sum(g.n_contended for g in groups)
@@ -306,67 +314,79 @@ def summary_lines(result: CompareResult) -> list[str]:
                 else "."
             )
         )
+    return lines
+
+
+def _scaling_lines(result: CompareResult) -> list[str]:
+    """How well the scaling model fits the measured points, then what it predicts, or
+    why it predicts nothing (too few worker counts; no all-reduce benchmark)."""
+    models = result.analysis.models
     fits = {m: e.scaling for m, e in models.items() if e.scaling and e.scaling.error is None}
-    errs = {m: s.max_abs_error for m, s in fits.items()}
-    if errs:
-        worst = max(errs, key=errs.get)
-        ok = "within" if errs[worst] <= ERROR_LIMIT else "outside"
-        line = (
-            f"Scaling model error on the measured points: at most {100 * errs[worst]:.1f} % "
-            f"({worst}), {ok} the +-{100 * ERROR_LIMIT:.0f} % target"
-        )
-        loo = {m: fits[m].max_abs_loo_error for m in errs}
-        loo = {m: v for m, v in loo.items() if not math.isnan(v)}
-        if loo:
-            lw = max(loo, key=loo.get)
-            line += (
-                f"; predicting each worker count from the others: at most "
-                f"{100 * loo[lw]:.1f} % ({lw})"
-            )
-        elif len(result.workers) <= 2:
-            line += (
-                " (with two worker counts the fit is exact by construction; run three or more, "
-                "e.g. --workers 1,2,4, for a held-out check)"
-            )
-        lines.append(line + ".")
-        # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
-        shaky = {m for m in errs if any(g.timing_contended for g in models[m].by_workers.values())}
-        counts = sorted(set(result.workers))
-        if len(counts) < FITTED_PARAMETERS:
-            lines.append(
-                f"No efficiency claim beyond {max(counts)} worker(s): the scaling model has "
-                f"{FITTED_PARAMETERS} fitted parameters and was measured at "
-                f"{len(counts)} worker count(s) ({', '.join(map(str, counts))}), so its "
-                "curves past them are unchecked extrapolation (dashed in the plots). "
-                "Measure three or more worker counts (--workers 1,2,4), on more machines or "
-                "on an emulated cluster (flowsplit testbed), to check it."
-                + (
-                    f" The fit for {', '.join(sorted(shaky))} is also to disturbed timings "
-                    "(unreliable)."
-                    if shaky
-                    else ""
-                )
-            )
-            return _with_failures(lines, failures)
-        for key in ("10gbe", "ib100"):
-            reach = {m: _reach(fits[m], key) for m in errs}
-            net = NETWORK_PRESETS[key].name
-            lines.append(
-                f"Predicted on {net} (checked up to {max(counts)} workers): scaling "
-                "efficiency stays >= 50 % up to "
-                + ", ".join(
-                    f"{n} worker{'s' if n != 1 else ''} for {m}"
-                    + (" (fitted to disturbed timings: unreliable)" if m in shaky else "")
-                    for m, n in reach.items()
-                )
-                + "."
-            )
-    if max(result.workers) > 1 and not errs and not any(e.scaling for e in models.values()):
+    if not fits:
+        if max(result.workers) > 1 and not any(e.scaling for e in models.values()):
+            return [
+                "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
+                "missing; `flowsplit compare` runs it."
+            ]
+        return []
+    lines = [_fit_error_line(fits, len(result.workers))]
+    # A fit to disturbed timings predicts the disturbance: say so beside its predictions.
+    shaky = {m for m in fits if any(g.timing_contended for g in models[m].by_workers.values())}
+    counts = sorted(set(result.workers))
+    if len(counts) < FITTED_PARAMETERS:
         lines.append(
-            "No scaling model: the all-reduce micro-benchmark (OUT/allreduce.json) is "
-            "missing; `flowsplit compare` runs it."
+            f"No efficiency claim beyond {max(counts)} worker(s): the scaling model has "
+            f"{FITTED_PARAMETERS} fitted parameters and was measured at "
+            f"{len(counts)} worker count(s) ({', '.join(map(str, counts))}), so its "
+            "curves past them are unchecked extrapolation (dashed in the plots). "
+            "Measure three or more worker counts (--workers 1,2,4), on more machines or "
+            "on an emulated cluster (flowsplit testbed), to check it."
+            + (
+                f" The fit for {', '.join(sorted(shaky))} is also to disturbed timings "
+                "(unreliable)."
+                if shaky
+                else ""
+            )
         )
-    return _with_failures(lines, failures)
+        return lines
+    for key in ("10gbe", "ib100"):
+        reach = {m: _reach(fits[m], key) for m in fits}
+        net = NETWORK_PRESETS[key].name
+        lines.append(
+            f"Predicted on {net} (checked up to {max(counts)} workers): scaling "
+            "efficiency stays >= 50 % up to "
+            + ", ".join(
+                f"{n} worker{'s' if n != 1 else ''} for {m}"
+                + (" (fitted to disturbed timings: unreliable)" if m in shaky else "")
+                for m, n in reach.items()
+            )
+            + "."
+        )
+    return lines
+
+
+def _fit_error_line(fits: dict, n_worker_counts: int) -> str:
+    """The scaling model's worst error on the measured points, and held out."""
+    errs = {m: s.max_abs_error for m, s in fits.items()}
+    worst = max(errs, key=errs.get)
+    ok = "within" if errs[worst] <= ERROR_LIMIT else "outside"
+    line = (
+        f"Scaling model error on the measured points: at most {100 * errs[worst]:.1f} % "
+        f"({worst}), {ok} the +-{100 * ERROR_LIMIT:.0f} % target"
+    )
+    loo = {m: fits[m].max_abs_loo_error for m in errs}
+    loo = {m: v for m, v in loo.items() if not math.isnan(v)}
+    if loo:
+        lw = max(loo, key=loo.get)
+        line += (
+            f"; predicting each worker count from the others: at most {100 * loo[lw]:.1f} % ({lw})"
+        )
+    elif n_worker_counts <= 2:
+        line += (
+            " (with two worker counts the fit is exact by construction; run three or more, "
+            "e.g. --workers 1,2,4, for a held-out check)"
+        )
+    return line + "."
 
 
 def _with_failures(lines: list[str], failures) -> list[str]:
