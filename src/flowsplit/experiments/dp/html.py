@@ -216,52 +216,7 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
             anchor="summary",
         ),
     ]
-    if models:
-        parts.append(
-            html.section(
-                "Time and accuracy",
-                html.grid(
-                    html.figure(
-                        plots.epoch_time_chart(models), "Time per epoch by model and workers"
-                    ),
-                    html.figure(
-                        plots.quality_chart(
-                            models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
-                        ),
-                        "Test accuracy by model and workers",
-                    ),
-                    html.figure(
-                        plots.quality_chart(
-                            models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
-                        ),
-                        "Test macro-F1 by model and workers",
-                    ),
-                ),
-                html.details(
-                    "show the timing and statistics tables",
-                    html.table(timing_rows(a), TIMING_COLS, caption="Time per model and mode"),
-                    html.table(stats_rows(a), STATS_COLS, caption="Statistics"),
-                ),
-                anchor="accuracy",
-            )
-        )
-        curves = [
-            html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
-            for m in models
-            if any(r.model == m and r.loss_per_epoch for r in records)
-        ]
-        if curves:
-            parts.append(
-                html.section(
-                    "Learning curves",
-                    html.paragraph(
-                        "Training loss and validation macro-F1 of every run (one line per seed), "
-                        "against epoch and against training time, per worker count."
-                    ),
-                    html.grid(*curves, min_px=540),
-                    anchor="learning-curves",
-                )
-            )
+    parts += _time_and_accuracy_sections(a, records)
     parts.append(_communication_section(results))
     parts += _scaling_section(a)
     parts += _per_class_section(results, records)
@@ -275,6 +230,58 @@ def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
     return html.page(
         TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
     )
+
+
+def _time_and_accuracy_sections(a: Analysis, records: Sequence[Mapping]) -> list[str]:
+    """Time per epoch, accuracy and macro-F1 by model and workers (their tables folded),
+    then every run's learning curves; nothing for a study without models."""
+    models = a.models
+    if not models:
+        return []
+    parts = [
+        html.section(
+            "Time and accuracy",
+            html.grid(
+                html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
+                html.figure(
+                    plots.quality_chart(
+                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
+                    ),
+                    "Test accuracy by model and workers",
+                ),
+                html.figure(
+                    plots.quality_chart(
+                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
+                    ),
+                    "Test macro-F1 by model and workers",
+                ),
+            ),
+            html.details(
+                "show the timing and statistics tables",
+                html.table(timing_rows(a), TIMING_COLS, caption="Time per model and mode"),
+                html.table(stats_rows(a), STATS_COLS, caption="Statistics"),
+            ),
+            anchor="accuracy",
+        )
+    ]
+    curves = [
+        html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
+        for m in models
+        if any(r.model == m and r.loss_per_epoch for r in records)
+    ]
+    if curves:
+        parts.append(
+            html.section(
+                "Learning curves",
+                html.paragraph(
+                    "Training loss and validation macro-F1 of every run (one line per seed), "
+                    "against epoch and against training time, per worker count."
+                ),
+                html.grid(*curves, min_px=540),
+                anchor="learning-curves",
+            )
+        )
+    return parts
 
 
 def _communication_section(results: CompareResult) -> str:
