@@ -86,12 +86,27 @@ def pareto_front(rows: list[PairRow]) -> list[PairRow]:
 def draw_pareto(result: PrivacyResult, path: str | Path) -> Path:
     """Two panels: delay vs leakage of every pair of ``result.pareto`` (its budget and
     chosen pairs marked); accuracy vs leakage per cut and defence."""
-    pareto = result.pareto
-    if pareto is None:
+    if result.pareto is None:
         raise ValueError("the study has no cut-pair table to draw (result.pareto)")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    _delay_panel(ax1, result)
+    _defence_panel(ax2, result)
+    fig.suptitle(f"{Path(result.dataset).name}: {result.model} on {result.view}", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def _delay_panel(ax1, result: PrivacyResult) -> None:
+    """Delay vs leakage of every cut pair, the Pareto front, the budget and the pairs
+    chosen with and without it (and the planner's)."""
+    pareto = result.pareto
     rows, measure, max_leakage = pareto.pairs, pareto.measure, pareto.max_leakage
     chosen, unconstrained, planned = pareto.chosen, pareto.unconstrained, pareto.plan
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     d = np.array([r.delay_s for r in rows])
     lk = np.array([r.leakage for r in rows])
     two = np.array([r.cuts[0] == r.cuts[1] for r in rows])
@@ -147,6 +162,11 @@ def draw_pareto(result: PrivacyResult, path: str | Path) -> Path:
     )
     ax1.legend(fontsize=7)
 
+
+def _defence_panel(ax2, result: PrivacyResult) -> None:
+    """Accuracy vs leakage per cut, without a defence and with each one; the leakage
+    after the input stem and with no activations at all, as lines."""
+    measure = result.pareto.measure
     series = [("none", result.cuts)] + [
         (name, entry.cuts) for name, entry in result.defences.items()
     ]
@@ -170,11 +190,3 @@ def draw_pareto(result: PrivacyResult, path: str | Path) -> Path:
     ax2.set_ylabel("test accuracy")
     ax2.set_title("accuracy cost of each defence", fontsize=9)
     ax2.legend(fontsize=7)
-    fig.suptitle(f"{Path(result.dataset).name}: {result.model} on {result.view}", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
