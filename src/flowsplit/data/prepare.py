@@ -252,28 +252,36 @@ def _prepare_dataset(inputs, out_dir, options, progress, overwrite) -> dict[str,
         return _finish(writer, files, kind, opts, skipped, read_info, t0)
 
 
-def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, progress: bool):
+def _labeller(files, opts: PrepareOptions, skipped: Counter, progress: bool):
+    """The labeller of ``opts.labels``, and what to record of it (None but for nDPI,
+    whose labelling pass over every capture runs here, its dropped flows in ``skipped``)."""
     labeller = Labeller.from_spec(opts.labels)
-    labeller_info = None
-    if opts.labels.by == "ndpi":
-        spec = opts.labels
-        bar = _progress(files, progress, "nDPI labels")  # NFStream: the slow pass
-        try:
-            dpi = ndpi_labels(
-                [(f.path, f.rel) for f in files],
-                label_field=spec.ndpi_field,
-                min_confidence=spec.ndpi_min_confidence,
-                keep_guessed=spec.ndpi_keep_guessed,
-                idle_timeout=opts.idle_timeout,
-                active_timeout=opts.active_timeout,
-                on_done=None if bar is None else lambda i: bar.update(files[i].size),
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-        labeller.use_flow_map(dpi.flow_map)
-        skipped.update(dpi.dropped)
-        labeller_info = dpi.labeller
+    if opts.labels.by != "ndpi":
+        return labeller, None
+    spec = opts.labels
+    bar = _progress(files, progress, "nDPI labels")  # NFStream: the slow pass
+    try:
+        dpi = ndpi_labels(
+            [(f.path, f.rel) for f in files],
+            label_field=spec.ndpi_field,
+            min_confidence=spec.ndpi_min_confidence,
+            keep_guessed=spec.ndpi_keep_guessed,
+            idle_timeout=opts.idle_timeout,
+            active_timeout=opts.active_timeout,
+            on_done=None if bar is None else lambda i: bar.update(files[i].size),
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    labeller.use_flow_map(dpi.flow_map)
+    skipped.update(dpi.dropped)
+    return labeller, dpi.labeller
+
+
+def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, progress: bool):
+    """Read, label and write the flows of ``files``: the writer, and what the reading
+    found (``dataset.json``'s counts)."""
+    labeller, labeller_info = _labeller(files, opts, skipped, progress)
     flow_opts = opts.flow_options()
     shapes = view_shapes(flow_opts)
     dtypes = {"seq": np.float32, "bytes": np.uint8, "pkt_bytes": np.uint8}
@@ -321,12 +329,21 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
     if len(report.file_errors) == len(files):  # one line, not a warning per file first
         writer.abort()
         raise _unreadable(report.file_errors, files[0].root)
+    info = _read_info(report, flow_opts, opts, skipped)
+    if labeller_info is not None:
+        info["labeller"] = labeller_info
+    return writer, info
+
+
+def _read_info(report: ReadReport, flow_opts, opts: PrepareOptions, skipped: Counter) -> dict:
+    """The reader's counts for ``dataset.json``; its skipped files (logged) and packets
+    counted in ``skipped``."""
     for path, problem in report.file_errors:
         skipped["unreadable_file"] += 1
         log.warning("skipped %s: %s", path, problem)
     for reason, count in report.skipped.items():
         skipped[f"packets:{reason}"] += int(count)
-    info = {
+    return {
         "n_packets": int(report.n_packets),
         "n_flow_packets": int(report.n_flow_packets),
         "n_fragments_merged": int(report.n_merged),
@@ -336,9 +353,6 @@ def _read_captures(files, opts: PrepareOptions, new_writer, skipped: Counter, pr
         "digests": report.digests,
         "deduplicated": opts.dedup,  # duplicates already dropped while reading
     }
-    if labeller_info is not None:
-        info["labeller"] = labeller_info
-    return writer, info
 
 
 def _label_batch(labeller: Labeller, files, batch) -> np.ndarray:
