@@ -392,7 +392,46 @@ def predict_accuracy(
     loss_curves = [(r.curve_steps, r.curve_loss) for r in recs]
     fit_acc, info = fit_shared_curves(acc_curves, target_steps)
     fit_loss, _ = fit_shared_curves(loss_curves, target_steps, bounds=(0.0, np.inf))
-    # Backtest: the same shared fit without each curve's last point, predicting it.
+    backtest = _backtest(recs, tolerance, exponent=info.get("c"))
+    per = info.get("per_curve") or [{"method": "last point"}] * len(recs)
+    if backtest["method"] == "learning curve":
+        acc = {r.cuts: fit_acc[i] for i, r in enumerate(recs)}
+        loss = {r.cuts: fit_loss[i] for i, r in enumerate(recs)}
+        source = {r.cuts: f"pilot ({per[i]['method']})" for i, r in enumerate(recs)}
+    else:
+        acc = {r.cuts: smoothed_last(r.curve_accuracy) for r in recs}
+        loss = {r.cuts: smoothed_last(r.curve_loss) for r in recs}
+        last = (
+            "pilot (its last evaluation)"
+            if SMOOTH_LAST == 1
+            else f"pilot (mean of its last {SMOOTH_LAST} evaluations)"
+        )
+        source = {r.cuts: last for r in recs}
+    curves = {r.cuts: per[i] for i, r in enumerate(recs)}
+    noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in recs), default=float("nan"))
+    piloted = [c for c in legal if c in acc]
+    spread = float(np.ptp([acc[c] for c in piloted])) if piloted else 0.0
+    separated = len(piloted) >= 2 and spread > NOISE_Z * np.sqrt(2.0) * noise
+    doc = {
+        "target_steps": float(target_steps),
+        "noise": noise,
+        "spread": spread,
+        "separated": bool(separated),
+        "backtest": backtest,
+        "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
+    }
+    if any(c not in acc for c in legal):
+        doc["ridge"] = _fill_with_ridge(legal, x, piloted, spread, acc, loss, source)
+    doc["accuracy"] = {c: float(acc[c]) for c in legal}
+    doc["loss"] = {c: float(loss[c]) for c in legal}
+    doc["source"] = {c: source[c] for c in legal}
+    return doc
+
+
+def _backtest(recs: list, tolerance: float, *, exponent: float | None) -> dict:
+    """Each pilot curve's last point predicted from the rest of it, by the shared fit and
+    by the smoothed last point carried forward: their errors, and the method chosen
+    (:func:`_choose_method`) for :func:`predict_accuracy`'s ``backtest``."""
     back = [i for i, r in enumerate(recs) if len(r.curve_steps) >= 4]
     back_true = [float(recs[i].curve_accuracy[-1]) for i in back]
     back_last = [smoothed_last(recs[i].curve_accuracy[:-1]) for i in back]
@@ -403,48 +442,15 @@ def predict_accuracy(
     mae_curve = float(np.mean(np.abs(np.subtract(back_pred, back_true)))) if back else None
     mae_last = float(np.mean(np.abs(np.subtract(back_last, back_true)))) if back else None
     method, reason = _choose_method(mae_curve, mae_last, tolerance)
-    acc, loss, source, curves = {}, {}, {}, {}
-    per = info.get("per_curve") or [{"method": "last point"}] * len(recs)
-    for i, r in enumerate(recs):
-        if method == "learning curve":
-            acc[r.cuts], loss[r.cuts] = fit_acc[i], fit_loss[i]
-            source[r.cuts] = f"pilot ({per[i]['method']})"
-        else:
-            acc[r.cuts] = smoothed_last(r.curve_accuracy)
-            loss[r.cuts] = smoothed_last(r.curve_loss)
-            source[r.cuts] = (
-                "pilot (its last evaluation)"
-                if SMOOTH_LAST == 1
-                else f"pilot (mean of its last {SMOOTH_LAST} evaluations)"
-            )
-        curves[r.cuts] = per[i]
-    noise = max((accuracy_noise(r.accuracy, r.n_eval) for r in recs), default=float("nan"))
-    piloted = [c for c in legal if c in acc]
-    spread = float(np.ptp([acc[c] for c in piloted])) if piloted else 0.0
-    separated = len(piloted) >= 2 and spread > NOISE_Z * np.sqrt(2.0) * noise
-    doc = {
-        "target_steps": float(target_steps),
-        "noise": noise,
-        "spread": spread,
-        "separated": bool(separated),
-        "backtest": {
-            "n": len(back),
-            "method": method,
-            "reason": reason,
-            "tolerance": float(tolerance),
-            "exponent": info.get("c"),
-            "mae": mae_curve if method == "learning curve" else mae_last,
-            "mae_curve": mae_curve,
-            "mae_last_point": mae_last,
-            "spearman": _spearman(
-                back_pred if method == "learning curve" else back_last, back_true
-            ),
-        },
-        "curves": [{"cuts": list(c), **curves[c]} for c in piloted],
+    curve = method == "learning curve"
+    return {
+        "n": len(back),
+        "method": method,
+        "reason": reason,
+        "tolerance": float(tolerance),
+        "exponent": exponent,
+        "mae": mae_curve if curve else mae_last,
+        "mae_curve": mae_curve,
+        "mae_last_point": mae_last,
+        "spearman": _spearman(back_pred if curve else back_last, back_true),
     }
-    if any(c not in acc for c in legal):
-        doc["ridge"] = _fill_with_ridge(legal, x, piloted, spread, acc, loss, source)
-    doc["accuracy"] = {c: float(acc[c]) for c in legal}
-    doc["loss"] = {c: float(loss[c]) for c in legal}
-    doc["source"] = {c: source[c] for c in legal}
-    return doc
