@@ -56,6 +56,22 @@ class DatasetFacts:
     """The flowsplit that prepared the dataset."""
 
 
+@dataclass(frozen=True)
+class _Page:
+    """What the overview's page and its Markdown both show, worked out once."""
+
+    content: OverviewContent
+    data: DatasetFacts
+    data_line: str
+    """The dataset in one line: flows, classes and the split."""
+    label: str
+    """`` · quick settings (...)`` when a study ran with them, else empty."""
+    dp_dir: Path | None
+    sfl_dir: Path | None
+    times: str
+    """The run time of each step, in words."""
+
+
 def _link_list(links: list[str]) -> str:
     """A list of already-rendered links (H.bullet_list would escape them)."""
     if not links:
@@ -90,16 +106,11 @@ SFL_COLUMNS = [
 ]
 
 
-def _markdown(
-    content: OverviewContent,
-    data_line: str,
-    label: str,
-    dp_dir: Path | None,
-    sfl_dir: Path | None,
-    times: str,
-) -> str:
+def _markdown(page: _Page) -> str:
     """The overview as Markdown (``report.md``)."""
+    content, label = page.content, page.label
     dp, sfl = content.data_parallel, content.split_learning
+    dirs = (("data-parallel", page.dp_dir), ("split learning", page.sfl_dir))
     return M.document(
         M.heading("flowsplit: what to use on this capture", 1),
         *([M.paragraph(label.lstrip(" ·"))] if label else []),
@@ -108,16 +119,14 @@ def _markdown(
         M.bullet_list(content.advice),
         M.paragraph(content.rules),
         M.heading("Data"),
-        M.paragraph(data_line),
+        M.paragraph(page.data_line),
         M.heading("Centralised vs data-parallel"),
         M.table(dp, DP_COLUMNS) if dp else "not run\n",
         M.heading("Split federated learning"),
         M.table(sfl, SFL_COLUMNS) if sfl else "not run\n",
         M.heading("Details"),
-        M.bullet_list(
-            [f"{t}: {p}" for t, p in (("data-parallel", dp_dir), ("split learning", sfl_dir)) if p]
-        ),
-        M.paragraph(f"Run time: {times}."),
+        M.bullet_list([f"{t}: {p}" for t, p in dirs if p]),
+        M.paragraph(f"Run time: {page.times}."),
     )
 
 
@@ -136,18 +145,52 @@ def write_overview(
     ``dp_dir`` and ``sfl_dir`` (the directories are used for the links only).
     """
     out = Path(out)
-    dp, sfl = content.data_parallel, content.split_learning
-    advice, rules, quick = content.advice, content.rules, content.quick
-    data = typed_from_dict(DatasetFacts, manifest, "manifest")
-    data_line = (
+    data = typed_from_dict(DatasetFacts, manifest, "manifest")  # refused before any write
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    label = _quick_label(content.quick)
+    page = _Page(content, data, _data_line(data), label, dp_dir, sfl_dir, times)
+    atomic_write_text(out / "report.html", _html(out, page))
+    atomic_write_text(out / "report.md", _markdown(page))
+    atomic_write_json(
+        out / "report.json",
+        {
+            "verdict": content.verdict,
+            "advice": content.advice,
+            "data_parallel": content.data_parallel,
+            "split_learning": content.split_learning,
+            "timings_s": timings,
+            "dataset": {
+                "n_flows": page.data.n_flows,
+                "classes": page.data.classes,
+                "splits": page.data.splits,
+            },
+        },
+    )
+    return out / "report.html"
+
+
+def _data_line(data: DatasetFacts) -> str:
+    return (
         f"{data.n_flows} flows, {len(data.classes)} classes "
         f"({', '.join(data.classes)}), split by {data.split_by}: "
         + ", ".join(f"{k} {v}" for k, v in data.splits.items())
     )
-    label = (
-        f" · quick settings ({', '.join(quick)}): short runs, not a converged study"
-        if quick
-        else ""
+
+
+def _quick_label(quick: list[str]) -> str:
+    if not quick:
+        return ""
+    return f" · quick settings ({', '.join(quick)}): short runs, not a converged study"
+
+
+def _html(out: Path, page: _Page) -> str:
+    """The overview's page (``report.html`` in ``out``, its links relative to it)."""
+    content, data, data_line = page.content, page.data, page.data_line
+    dp, sfl, dp_dir, sfl_dir = (
+        content.data_parallel,
+        content.split_learning,
+        page.dp_dir,
+        page.sfl_dir,
     )
     rel = lambda p: os.path.relpath(p, out)  # noqa: E731 - a one-line helper
     links = []
@@ -155,17 +198,16 @@ def write_overview(
         links.append(H.link(rel(dp_dir / "report.html"), "data-parallel study (full report)"))
     if sfl_dir:
         links.append(H.link(rel(sfl_dir / "report.html"), "split-learning study (full report)"))
-    times = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     opening = [H.paragraph(content.verdict, "verdict")] if content.verdict else []
     if content.picture is not None:
         opening.append(H.figure(content.picture, content.picture_caption))
-    html = H.page(
+    return H.page(
         "flowsplit: what to use on this capture",
         *([H.section("Verdict", *opening, anchor="verdict")] if opening else []),
         H.section(
             "Advice",
-            H.bullet_list(advice),
-            H.details("how the advice is chosen", H.paragraph(rules)),
+            H.bullet_list(content.advice),
+            H.details("how the advice is chosen", H.paragraph(content.rules)),
             _link_list(links),
         ),
         H.section(
@@ -181,23 +223,8 @@ def write_overview(
             H.details(
                 "show the data and run time",
                 H.paragraph(data_line),
-                H.paragraph(f"Run time: {times}."),
+                H.paragraph(f"Run time: {page.times}."),
             ),
         ),
-        subtitle=f"dataset {data.flowsplit_version} · {data_line}{label}",
+        subtitle=f"dataset {data.flowsplit_version} · {data_line}{page.label}",
     )
-    md = _markdown(content, data_line, label, dp_dir, sfl_dir, times)
-    atomic_write_text(out / "report.html", html)
-    atomic_write_text(out / "report.md", md)
-    atomic_write_json(
-        out / "report.json",
-        {
-            "verdict": content.verdict,
-            "advice": advice,
-            "data_parallel": dp,
-            "split_learning": sfl,
-            "timings_s": timings,
-            "dataset": {"n_flows": data.n_flows, "classes": data.classes, "splits": data.splits},
-        },
-    )
-    return out / "report.html"
