@@ -170,33 +170,11 @@ def launch_roles(
         payload["start_round"] = int(read_checkpoint(out_dir, setup.config)["round"])
     failure = Path(out_dir) / "logs" / FAILURE_FILE
     failure.unlink(missing_ok=True)
-    ctx = mp.get_context("forkserver")
-    # Imported once in the fork server instead of in every role: torch, this package,
-    # and what the first backward with an explicit gradient imports (sympy via torch.fx);
-    # fork_server makes the fork server end with this process, at once.
-    ctx.set_forkserver_preload(
-        [
-            "torch",
-            "torch.fx.experimental.symbolic_shapes",
-            "flowsplit.federated.dist",
-            "flowsplit.federated.dist.fork_server",
-        ]
-    )
-    procs = [ctx.Process(target=spawned_role_main, args=(r, world, payload)) for r in range(world)]
+    procs = _role_processes(world, payload)
     stopped = True
     try:
-        with stop_on_signals():
-            # The fork server (started by the first role) and so every role inherit it.
-            with environ(cpp_quiet_env()):
-                for p in procs:
-                    p.start()
-            timeout_s = heartbeat_timeout(setup.config)
-            watch_roles(store, procs, topo.n_aggregators, workers or 0, timeout_s, deadline_s)
-            # The others finish within moments of the server; a hung one is ended below.
-            grace = time.monotonic() + 3.0
-            for p in procs[1:]:
-                p.join(max(0.0, grace - time.monotonic()))
-            stopped = False
+        _run_roles(store, procs, setup, workers, deadline_s)
+        stopped = False
     except RunStopped as exc:
         raise RunStopped(f"{exc}: every role process was ended; {out_dir} has no result") from None
     except ServerSilent:
@@ -213,6 +191,46 @@ def launch_roles(
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _role_processes(world: int, payload: dict[str, Any]) -> list[mp.process.BaseProcess]:
+    """The ``world`` role processes (not started), each forked from one fork server."""
+    ctx = mp.get_context("forkserver")
+    # Imported once in the fork server instead of in every role: torch, this package,
+    # and what the first backward with an explicit gradient imports (sympy via torch.fx);
+    # fork_server makes the fork server end with this process, at once.
+    ctx.set_forkserver_preload(
+        [
+            "torch",
+            "torch.fx.experimental.symbolic_shapes",
+            "flowsplit.federated.dist",
+            "flowsplit.federated.dist.fork_server",
+        ]
+    )
+    return [ctx.Process(target=spawned_role_main, args=(r, world, payload)) for r in range(world)]
+
+
+def _run_roles(
+    store: dist.TCPStore,
+    procs: list[mp.process.BaseProcess],
+    setup: RunSetup,
+    workers: int | None,
+    deadline_s: float | None,
+) -> None:
+    """Start the roles and watch them (:func:`watch_roles`) until the server ends; the
+    others then have 3 s to finish (the caller ends any still running)."""
+    with stop_on_signals():
+        # The fork server (started by the first role) and so every role inherit it.
+        with environ(cpp_quiet_env()):
+            for p in procs:
+                p.start()
+        timeout_s = heartbeat_timeout(setup.config)
+        n_aggregators = setup.topology.n_aggregators
+        watch_roles(store, procs, n_aggregators, workers or 0, timeout_s, deadline_s)
+        # The others finish within moments of the server; a hung one is ended below.
+        grace = time.monotonic() + 3.0
+        for p in procs[1:]:
+            p.join(max(0.0, grace - time.monotonic()))
 
 
 def _server_failure(failure: Path, exitcode: int | None) -> str:
