@@ -273,37 +273,9 @@ def check_page(
         )
         ws = None
         try:
-            port_file = Path(profile) / "DevToolsActivePort"
-            while not port_file.exists() or not port_file.read_text().strip():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"chromium exited with status {proc.returncode}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError("chromium did not open its DevTools port")
-                time.sleep(0.05)
-            port = int(port_file.read_text().split()[0])
+            port = _devtools_port(proc, Path(profile), deadline)
             ws = _WebSocket(_page_ws_url(port, deadline), timeout=timeout_s)
-            cdp = _DevTools(ws)
-            for domain in ("Page", "Runtime", "Log", "Network"):
-                cdp.call(f"{domain}.enable")
-            cdp.call("Page.navigate", {"url": url})
-            result = BrowserCheck(loaded=cdp.wait_for("Page.loadEventFired", deadline))
-            value = cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True})
-            probe = typed_from_dict(PageProbe, json.loads(value["result"]["value"]), "probe")
-            for f in fields(probe):  # the probe's fields are the check's
-                setattr(result, f.name, getattr(probe, f.name))
-            failed = [
-                f"request failed: {e['params'].get('errorText', '')}"
-                for e in cdp.events
-                if e.get("method") == "Network.loadingFailed"
-            ]
-            result.console_errors = [*_console_errors(cdp.events), *failed]
-            if screenshot is not None:
-                shot = cdp.call(
-                    "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}
-                )
-                Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
-                result.screenshot = str(screenshot)
-            return result
+            return _inspect(_DevTools(ws), url, deadline, screenshot)
         finally:
             if ws is not None:
                 ws.close()
@@ -313,3 +285,41 @@ def check_page(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _devtools_port(proc: subprocess.Popen, profile: Path, deadline: float) -> int:
+    """The DevTools port the Chromium of ``proc`` writes into its ``profile``, once it has."""
+    port_file = profile / "DevToolsActivePort"
+    while not port_file.exists() or not port_file.read_text().strip():
+        if proc.poll() is not None:
+            raise RuntimeError(f"chromium exited with status {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("chromium did not open its DevTools port")
+        time.sleep(0.05)
+    return int(port_file.read_text().split()[0])
+
+
+def _inspect(
+    cdp: _DevTools, url: str, deadline: float, screenshot: str | Path | None
+) -> BrowserCheck:
+    """Load ``url`` in the page behind ``cdp`` and report what rendered (:data:`PROBE`),
+    the console's errors and failed requests; a full-page screenshot when asked."""
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        cdp.call(f"{domain}.enable")
+    cdp.call("Page.navigate", {"url": url})
+    result = BrowserCheck(loaded=cdp.wait_for("Page.loadEventFired", deadline))
+    value = cdp.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True})
+    probe = typed_from_dict(PageProbe, json.loads(value["result"]["value"]), "probe")
+    for f in fields(probe):  # the probe's fields are the check's
+        setattr(result, f.name, getattr(probe, f.name))
+    failed = [
+        f"request failed: {e['params'].get('errorText', '')}"
+        for e in cdp.events
+        if e.get("method") == "Network.loadingFailed"
+    ]
+    result.console_errors = [*_console_errors(cdp.events), *failed]
+    if screenshot is not None:
+        shot = cdp.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+        Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
+        result.screenshot = str(screenshot)
+    return result
