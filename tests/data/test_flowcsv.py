@@ -52,3 +52,13 @@ def test_missing_label_column_and_empty_file(tmp_path):
     e.write_text("")
     with pytest.raises(InputError, match="empty CSV"):
         read_flow_csv(e, label_column="Label")
+
+
+def test_one_numeric_column_with_an_infinity(tmp_path):
+    # pandas 3 returns a lone float64 column as a read-only view: zeroing its Infinity
+    # in place was a ValueError (a traceback) instead of a counted quirk.
+    p = tmp_path / "one.csv"
+    p.write_text("Label,Flow Bytes/s\nweb,Infinity\ndns,2\n")
+    fc = read_flow_csv(p, label_column="Label")
+    np.testing.assert_array_equal(fc.stats.to_numpy(), [[0], [2]])
+    assert fc.skipped == {"non_finite_values": 1}

@@ -63,13 +63,7 @@ def read_flow_csv(
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise InputError(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
     df.columns = [str(c).strip() for c in df.columns]
-    want = label_column.strip()
-    if want not in df.columns:
-        match = [c for c in df.columns if _norm(c) == _norm(want)]
-        if not match:
-            have = ", ".join(df.columns[:10]) + (", ..." if len(df.columns) > 10 else "")
-            raise InputError(path, f"no label column {want!r} (columns: {have})")
-        want = match[0]
+    want = _label_column(df, label_column, path)
     skipped: dict[str, int] = {}
     # Concatenated exports repeat the header row: drop rows equal to the header.
     header_rows = df[want].str.strip() == want
@@ -85,10 +79,40 @@ def read_flow_csv(
     if empty.any():
         skipped["unlabelled"] = int(empty.sum())
     times = _start_times(df)
+    numeric = _numeric_columns(df, want, mask_port, path)
+    # A copy: pandas 3 hands a single float column back as a read-only view.
+    values = _float32_values(numeric.to_numpy(np.float64, copy=True), skipped, strict, path)
+    stats = pd.DataFrame(values, columns=list(numeric.columns))
+    keep = ~empty
+    return FlowCsv(
+        path=path,
+        stats=stats.loc[keep].reset_index(drop=True),
+        labels=labels[keep],
+        times=None if times is None else times[keep],
+        skipped=skipped,
+    )
+
+
+def _label_column(df: pd.DataFrame, label_column: str, path: Path) -> str:
+    """The column named ``label_column``, or the one whose name matches it but for case,
+    spaces and underscores (:func:`_norm`)."""
+    want = label_column.strip()
+    if want in df.columns:
+        return want
+    match = [c for c in df.columns if _norm(c) == _norm(want)]
+    if not match:
+        have = ", ".join(df.columns[:10]) + (", ..." if len(df.columns) > 10 else "")
+        raise InputError(path, f"no label column {want!r} (columns: {have})")
+    return match[0]
+
+
+def _numeric_columns(df: pd.DataFrame, label: str, mask_port: bool, path: Path) -> pd.DataFrame:
+    """The flow-statistics columns as numbers (NaN where a cell is not one): not the
+    label, the flow's identity or (``mask_port``) its ports, nor a column of text."""
     feature_cols = []
     for c in df.columns:
         key = _norm(c)
-        if c == want or key in _ID_COLUMNS:
+        if c == label or key in _ID_COLUMNS:
             continue
         if key in _PORT_COLUMNS and mask_port:
             continue
@@ -98,10 +122,16 @@ def read_flow_csv(
     numeric = numeric.loc[:, numeric.notna().any(axis=0) | (df[feature_cols] == "").all(axis=0)]
     if numeric.shape[1] == 0:
         raise InputError(path, "no numeric flow-statistics columns")
-    values = numeric.to_numpy(dtype=np.float64)
-    # The documented rule (docs/robustness.md): NaN and +-Infinity become 0; a finite
-    # value beyond float32's range (|x| > 3.4e38, stored as float32) becomes the largest
-    # float32 of its sign instead of an infinity; both counted, both refused by --strict.
+    return numeric
+
+
+def _float32_values(
+    values: np.ndarray, skipped: dict[str, int], strict: bool, path: Path
+) -> np.ndarray:
+    """``values`` as float32 by the documented rule (docs/robustness.md): NaN and
+    +-Infinity become 0; a finite value beyond float32's range (|x| > 3.4e38) becomes the
+    largest float32 of its sign instead of an infinity; both counted in ``skipped``, both
+    refused by ``strict``."""
     bad = ~np.isfinite(values)
     if bad.any():
         skipped["non_finite_values"] = int(bad.sum())
@@ -117,15 +147,7 @@ def read_flow_csv(
                 path, f"{int(over.sum())} value(s) beyond float32's range (|x| > {big:.3g})"
             )
         values = np.clip(values, -big, big)
-    stats = pd.DataFrame(values.astype(np.float32), columns=list(numeric.columns))
-    keep = ~empty
-    return FlowCsv(
-        path=path,
-        stats=stats.loc[keep].reset_index(drop=True),
-        labels=labels[keep],
-        times=None if times is None else times[keep],
-        skipped=skipped,
-    )
+    return values.astype(np.float32)
 
 
 def _to_float(col: pd.Series) -> pd.Series:
