@@ -143,8 +143,7 @@ def check_before_launch(
     ``local_workers``: the job's processes on this machine, where not all ``cfg.workers``
     are (under torchrun, ``LOCAL_WORLD_SIZE``); the cores check counts only those."""
     from flowsplit.data.store import load_dataset
-    from flowsplit.models.registry import build_model, get_spec, model_options
-    from flowsplit.train.distributed import DistEnv, ParallelLayout
+    from flowsplit.models.registry import get_spec
     from flowsplit.train.runs import check_run_dir, resolve_view
 
     spec = get_spec(cfg.model)
@@ -155,6 +154,26 @@ def check_before_launch(
         raise ConfigError("XGBoost runs cannot be resumed; train again (boosting is quick)")
     ds = load_dataset(cfg.dataset)
     view = resolve_view(cfg, ds)
+    n_train = _check_splits(ds)
+    _check_workers(cfg, n_train, force, local_workers)
+    if cfg.init_from and spec.kind != "torch":
+        raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
+    if spec.kind == "torch":
+        _check_torch_model(cfg, ds, view)
+    # Warned only once every check passed: a refused run prints its one error line only.
+    global_batch = cfg.batch_size * (cfg.workers if cfg.scale_lr else 1)
+    if spec.kind == "torch" and global_batch > n_train:
+        print(
+            f"flowsplit: warning: --batch-size {cfg.batch_size} (global batch {global_batch}) "
+            f"is more than the {n_train} training rows: each epoch is a single step over all "
+            "of them",
+            file=sys.stderr,
+        )
+
+
+def _check_splits(ds) -> int:
+    """The training rows of ``ds``, after checking it can be trained on: flows of two
+    classes or more to train on, and a validation split to select the weights on."""
     n_train = len(ds.split_indices("train"))
     if n_train == 0:
         raise InputError(ds.root, "the train split is empty")
@@ -170,13 +189,19 @@ def check_before_launch(
             ds.root,
             "the val split is empty; training selects its weights on it (prepare with --val > 0)",
         )
+    return n_train
+
+
+def _check_workers(cfg, n_train: int, force: bool, local_workers: int) -> None:
+    """No more workers than training rows, a rendezvous address of this machine, and
+    no more threads on this machine than its cores (unless ``force``)."""
+    from flowsplit.train.distributed import available_cores
+
     if cfg.workers > n_train:
         raise ConfigError(
             f"--workers {cfg.workers} is more than the {n_train} training samples; "
             f"use at most {n_train}"
         )
-    from flowsplit.train.distributed import available_cores
-
     if cfg.workers > 1:
         check_bind_address("--master-addr", cfg.master_addr)
     cores = available_cores()
@@ -186,31 +211,27 @@ def check_before_launch(
         f"--workers {cfg.workers}" if here == cfg.workers else f"{here} of {cfg.workers} workers"
     )
     check_cores(f"{workers} x {threads} thread(s)", here * threads, cores, force=force)
-    if cfg.init_from and spec.kind != "torch":
-        raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
-    if spec.kind == "torch":
-        env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
-        ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
-        model = build_model(
-            cfg.model,
-            view=view,
-            input_shape=ds.view_shape(view),
-            n_classes=ds.n_classes,
-            **cfg.model_options,
-        )
-        if cfg.init_from:  # a wrong file is one line here, before any worker starts
-            from flowsplit.models.transformer import load_encoder
 
-            load_encoder(model, cfg.init_from, {**model_options(cfg.model), **cfg.model_options})
-    # Warned only once every check passed: a refused run prints its one error line only.
-    global_batch = cfg.batch_size * (cfg.workers if cfg.scale_lr else 1)
-    if spec.kind == "torch" and global_batch > n_train:
-        print(
-            f"flowsplit: warning: --batch-size {cfg.batch_size} (global batch {global_batch}) "
-            f"is more than the {n_train} training rows: each epoch is a single step over all "
-            "of them",
-            file=sys.stderr,
-        )
+
+def _check_torch_model(cfg, ds, view: str) -> None:
+    """The layout resolves (batch divisibility, device, backend), the model builds with
+    its options, and ``--init-from`` loads into it."""
+    from flowsplit.models.registry import build_model, model_options
+    from flowsplit.train.distributed import DistEnv, ParallelLayout
+
+    env = DistEnv(0, cfg.workers, 0, cfg.workers, cfg.master_addr, 0, 0, False)
+    ParallelLayout.from_config(cfg, env)  # batch divisibility, device, backend
+    model = build_model(
+        cfg.model,
+        view=view,
+        input_shape=ds.view_shape(view),
+        n_classes=ds.n_classes,
+        **cfg.model_options,
+    )
+    if cfg.init_from:  # a wrong file is one line here, before any worker starts
+        from flowsplit.models.transformer import load_encoder
+
+        load_encoder(model, cfg.init_from, {**model_options(cfg.model), **cfg.model_options})
 
 
 def check_bind_address(option: str, host: str) -> None:
