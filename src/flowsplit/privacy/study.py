@@ -486,15 +486,7 @@ def run_study(
     data = load_study_data(dataset, config)
     model = build_study_model(data, config)
     cuts = legal_study_cuts(model, config.cuts)
-    t0 = time.perf_counter()
-    if weights is not None:
-        load_run_weights(model, weights)
-        say(f"loaded the model of {weights}")
-    else:
-        train_model(model, data, config)
-        say(
-            f"trained {config.model} for {config.epochs} epochs in {time.perf_counter() - t0:.0f} s"
-        )
+    _load_or_train(model, data, config, weights, say)
     identity = nn.Identity()
     target_aux, target_eval = _targets(data)
     prior = prior_measures(data, target_aux, target_eval)
@@ -532,17 +524,34 @@ def run_study(
         by_cut: dict[str, Any] = {}
         defended_cuts[defence.kind] = {"params": defence.params(), "cuts": by_cut}
         for k in cuts:
-            t0 = time.perf_counter()
-            defended = train_model(
-                build_study_model(data, config), data, config, cut=k, defence=defence
-            )
-            rec = measure_cut(defended, data, k, config, defence=defence, prior=prior)
-            rec["train_s"] = time.perf_counter() - t0 - rec["attack_s"]
-            by_cut[str(k)] = rec
+            rec = by_cut[str(k)] = _defended_cut(data, config, defence, k, prior)
             say(f"{defence.kind} {defence.params()} cut {k}: {_summary(rec)}")
             keep(result)
     result["total_s"] = time.perf_counter() - t_start
     return result
+
+
+def _load_or_train(model, data, config: PrivacyConfig, weights, say) -> None:
+    """Give ``model`` the weights of the run ``weights``, or train it (no defence)."""
+    t0 = time.perf_counter()
+    if weights is not None:
+        load_run_weights(model, weights)
+        say(f"loaded the model of {weights}")
+    else:
+        train_model(model, data, config)
+        say(
+            f"trained {config.model} for {config.epochs} epochs in {time.perf_counter() - t0:.0f} s"
+        )
+
+
+def _defended_cut(data, config: PrivacyConfig, defence, k: int, prior) -> dict[str, Any]:
+    """A fresh model trained with ``defence`` at cut ``k``, and its leakage there (with
+    ``train_s``: the training time, the attack's left out)."""
+    t0 = time.perf_counter()
+    defended = train_model(build_study_model(data, config), data, config, cut=k, defence=defence)
+    rec = measure_cut(defended, data, k, config, defence=defence, prior=prior)
+    rec["train_s"] = time.perf_counter() - t0 - rec["attack_s"]
+    return rec
 
 
 SUMMARY_MEASURES = (
