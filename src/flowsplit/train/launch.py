@@ -191,20 +191,7 @@ def launch_local(
     does one that sends no heartbeat for ``heartbeat_s`` seconds (stopped or frozen:
     its peers would only notice when their collective times out), naming it.
     """
-    port = free_port(master_addr)
-    env = {
-        "FLOWSPLIT_LAUNCHER_PID": str(os.getpid()),
-        "WORLD_SIZE": str(n_workers),
-        "LOCAL_WORLD_SIZE": str(n_workers),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(port),
-        "OMP_NUM_THREADS": str(threads_per_worker),
-        "MKL_NUM_THREADS": str(threads_per_worker),
-        **cpp_quiet_env(),
-    }
-    if master_addr in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
-        # Gloo's own sockets follow the host name's address unless told an interface.
-        env["GLOO_SOCKET_IFNAME"] = "lo"
+    env = _worker_env(n_workers, threads_per_worker, master_addr)
     # torch logs "Terminating process N via signal SIGTERM" for each worker it stops after
     # one failed: a line before ours that says less; the error below names what happened.
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
@@ -244,15 +231,39 @@ def launch_local(
         except mp.ProcessRaisedException as exc:
             raise _as_user_error(str(exc)) from None
         except mp.ProcessExitedException as exc:
-            how = (
-                f"was killed by {signal.Signals(-exc.exit_code).name}"
-                if exc.exit_code is not None and exc.exit_code < 0
-                else f"exited with code {exc.exit_code}"
-            )
-            raise FlowsplitError(
-                f"worker {exc.error_index} {how} (out of memory?); the other workers were "
-                "stopped (continue from the last checkpoint with --resume RUN)"
-            ) from None
+            raise _worker_exited(exc) from None
+
+
+def _worker_env(n_workers: int, threads_per_worker: int, master_addr: str) -> dict[str, str]:
+    """The environment the workers start in: the rendezvous (on a free port of
+    ``master_addr``), their threads, this launcher's pid."""
+    env = {
+        "FLOWSPLIT_LAUNCHER_PID": str(os.getpid()),
+        "WORLD_SIZE": str(n_workers),
+        "LOCAL_WORLD_SIZE": str(n_workers),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(free_port(master_addr)),
+        "OMP_NUM_THREADS": str(threads_per_worker),
+        "MKL_NUM_THREADS": str(threads_per_worker),
+        **cpp_quiet_env(),
+    }
+    if master_addr in ("127.0.0.1", "localhost", "::1") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # Gloo's own sockets follow the host name's address unless told an interface.
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
+def _worker_exited(exc: mp.ProcessExitedException) -> FlowsplitError:
+    """The one-line error for a worker that died (killed by a signal, or exited)."""
+    how = (
+        f"was killed by {signal.Signals(-exc.exit_code).name}"
+        if exc.exit_code is not None and exc.exit_code < 0
+        else f"exited with code {exc.exit_code}"
+    )
+    return FlowsplitError(
+        f"worker {exc.error_index} {how} (out of memory?); the other workers were "
+        "stopped (continue from the last checkpoint with --resume RUN)"
+    )
 
 
 def _check_heartbeats(processes: list, slots: Any, limit_s: float, resumed: float = 0.0) -> None:
