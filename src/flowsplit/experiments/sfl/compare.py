@@ -146,25 +146,7 @@ def run_sfl_compare(
     write_topology(study.topology, out / "topology.toml")
     runs, plans, baselines, per_cut = [], {}, [], []
     for seed in cfg.seeds:
-        seed_plans = plan_seed(study, seed, cfg.schemes)
-        plans[str(seed)] = {k: p.to_dict() for k, p in seed_plans.items()}
-        for scheme in cfg.schemes:
-            if scheme != "best-fixed":
-                runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
-            if scheme in REPLANNED and cfg.replan == "every-round":
-                # The same first plan, its assignment re-planned before every round.
-                twin = replanned_name(scheme)
-                policy = ReplanPolicy(place_clients, capacity=cfg.planner.capacity)
-                runs.append(_run_one(study, twin, seed, seed_plans[scheme], out, quiet, policy))
-        if "best-fixed" in cfg.schemes:
-            per_cut += [
-                _run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
-                for (a, c), plan in cut_plans(study, seed).items()
-            ]
-        if cfg.baselines:
-            setup = study.prepare(base_config(cfg, seed))
-            for name, rec in run_baselines(setup, cfg.baselines).items():
-                baselines.append(BaselineRun.from_record(name, seed, rec))
+        plans[str(seed)] = _run_seed(study, cfg, seed, out, quiet, runs, per_cut, baselines)
     atomic_write_json(out / "plans.json", plans)
     if per_cut:  # best-fixed's runs are those of the pair best on validation
         best = _best_pair(per_cut)
@@ -176,6 +158,34 @@ def run_sfl_compare(
     results.ablation = ablation(runs)
     results.summary = summary_lines(results)
     return write_report(out, results)
+
+
+def _run_seed(
+    study, cfg: SFLCompareConfig, seed: int, out: Path, quiet: bool, runs, per_cut, baselines
+) -> dict[str, Any]:
+    """Plan and run every scheme of ``cfg`` for ``seed`` (appended to ``runs``; the
+    best-fixed candidates' runs to ``per_cut``; the baselines' to ``baselines``); the
+    seed's plans as ``plans.json`` keeps them."""
+    seed_plans = plan_seed(study, seed, cfg.schemes)
+    planned = {k: p.to_dict() for k, p in seed_plans.items()}  # as planned, before the runs
+    for scheme in cfg.schemes:
+        if scheme != "best-fixed":
+            runs.append(_run_one(study, scheme, seed, seed_plans[scheme], out, quiet))
+        if scheme in REPLANNED and cfg.replan == "every-round":
+            # The same first plan, its assignment re-planned before every round.
+            twin = replanned_name(scheme)
+            policy = ReplanPolicy(place_clients, capacity=cfg.planner.capacity)
+            runs.append(_run_one(study, twin, seed, seed_plans[scheme], out, quiet, policy))
+    if "best-fixed" in cfg.schemes:
+        per_cut += [
+            _run_one(study, f"cut-{a},{c}", seed, plan, out, quiet)
+            for (a, c), plan in cut_plans(study, seed).items()
+        ]
+    if cfg.baselines:
+        setup = study.prepare(base_config(cfg, seed))
+        for name, rec in run_baselines(setup, cfg.baselines).items():
+            baselines.append(BaselineRun.from_record(name, seed, rec))
+    return planned
 
 
 def _run_one(
