@@ -122,8 +122,7 @@ class XGBoostClassifier:
         n_classes = self.n_classes if self.n_classes is not None else int(y.max()) + 1
         if y.max() >= n_classes:
             raise ValueError(f"labels go up to {y.max()}, but n_classes={n_classes}")
-        if eval_set is not None:
-            X_val, y_val = _check_xy(*eval_set, n_features=X.shape[1])
+        val = None if eval_set is None else _check_xy(*eval_set, n_features=X.shape[1])
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, dtype=np.float32)
             if sample_weight.shape != y.shape or (sample_weight < 0).any():
@@ -137,6 +136,27 @@ class XGBoostClassifier:
             "verbose_eval": False,
             "callbacks": list(callbacks),
         }
+        train = (X, y, sample_weight)
+        booster, history, self.n_workers_ = self._boost(
+            params, train, val, boosting, client, coll_cfg
+        )
+        self.booster_ = booster
+        self.evals_result_ = history
+        self.n_classes_ = n_classes
+        self.classes_ = np.arange(n_classes)
+        self.n_features_in_ = X.shape[1]
+        # Without early stopping XGBoost leaves best_iteration unset: use every tree.
+        self.best_iteration_ = (
+            int(booster.best_iteration) if stop else booster.num_boosted_rounds() - 1
+        )
+        return self
+
+    def _boost(
+        self, params: dict, train: tuple, val: tuple | None, boosting: dict, client, coll_cfg
+    ) -> tuple[xgb.Booster, dict, int]:
+        """Boost on ``train`` ``(X, y, weight)``, evaluated on it and on ``val``
+        ``(X, y)``, in this process or on the Dask workers of ``client``: the booster,
+        its evaluation history and the number of workers."""
         if client is None:
 
             def matrix(X, y, weight=None):
@@ -148,31 +168,19 @@ class XGBoostClassifier:
             def matrix(X, y, weight=None):
                 return _dask_matrix(client, workers, X, y, self.random_state, weight)
 
-        dtrain = matrix(X, y, sample_weight)
+        dtrain = matrix(*train)
         evals = [(dtrain, "train")]
-        if eval_set is not None:
-            evals.append((matrix(X_val, y_val), "val"))
+        if val is not None:
+            evals.append((matrix(*val), "val"))
         if client is None:
             history: dict = {}
             booster = xgb.train(params, dtrain, evals=evals, evals_result=history, **boosting)
-            self.n_workers_ = 1
-        else:
-            from xgboost import dask as dxgb
+            return booster, history, 1
+        from xgboost import dask as dxgb
 
-            params.pop("nthread", None)  # each Dask worker uses its own thread count
-            out = dxgb.train(client, params, dtrain, evals=evals, coll_cfg=coll_cfg, **boosting)
-            booster, history = out["booster"], out["history"]
-            self.n_workers_ = len(workers)
-        self.booster_ = booster
-        self.evals_result_ = history
-        self.n_classes_ = n_classes
-        self.classes_ = np.arange(n_classes)
-        self.n_features_in_ = X.shape[1]
-        # Without early stopping XGBoost leaves best_iteration unset: use every tree.
-        self.best_iteration_ = (
-            int(booster.best_iteration) if stop else booster.num_boosted_rounds() - 1
-        )
-        return self
+        params.pop("nthread", None)  # each Dask worker uses its own thread count
+        out = dxgb.train(client, params, dtrain, evals=evals, coll_cfg=coll_cfg, **boosting)
+        return out["booster"], out["history"], len(workers)
 
     # --- using the fitted model -----------------------------------------------------
     def _check_fitted(self) -> None:
