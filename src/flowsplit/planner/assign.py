@@ -111,12 +111,10 @@ def greedy_assign(
     # Only a client with fewer links than a chunk has clients, or capacities, can find
     # every aggregator closed to it.
     may_stick = cap is not None or int(table.linked.sum(axis=1).min()) <= b
-    d_fix, d_lin = table.d_fix[pairs][:, None], table.d_lin[pairs][:, None]
-    u_fix, u_lin = table.u_fix[pairs][:, None], table.u_lin[pairs][:, None]
+    phases = tuple(v[pairs][:, None] for v in (table.d_fix, table.d_lin, table.u_fix, table.u_lin))
     link_penalty = np.where(table.linked, 0.0, np.inf)
     # state[:, p, j]: longest chain, queues, longest down/upload, participants.
     state = np.zeros((6, n_p, 1, n_a))
-    chain_m, agg_q, bb_q, down_m, up_m, count = state
     n_assigned = np.zeros((n_p, n_a), dtype=np.int64)
     out = np.full((n_p, n), -1, dtype=np.int64)
     pr = np.arange(n_p)
@@ -125,59 +123,83 @@ def greedy_assign(
         nb = len(i)
         f = np.matmul(coef[i], table.basis(i))  # (B, P*F, A)
         f = f.reshape(nb, n_p, len(FEATURES), n_a).transpose(2, 1, 0, 3)  # (F, P, B, A)
-        chain = chain_term(f, axis=0)
-        cnt = count + f[COUNT]
-        act = cnt > 0
-        finish = (
-            np.maximum(np.maximum(chain_m, chain), np.maximum(agg_q + f[AGG], bb_q + f[BB]))
-            + np.maximum(down_m, f[DOWN])
-            + act * d_fix
-            + cnt * d_lin
-            + np.maximum(up_m, f[UP])
-            + act * u_fix
-            + cnt * u_lin
-            + link_penalty[i]
-        )  # (P, B, A)
+        finish = _finish_times(f, state, phases) + link_penalty[i]  # (P, B, A)
         if cap is not None:
             finish = np.where((n_assigned >= cap)[:, None], np.inf, finish)
-        base = finish.copy()
-        picks = np.empty((n_p, nb), dtype=np.int64)
         rebuild: set[int] = set()
-        for k in range(nb):
-            j = finish[:, k].argmin(axis=1)
-            if may_stick and not np.isfinite(finish[pr, k, j]).all():
-                j = _unstick(
-                    table,
-                    cap,
-                    i[k],
-                    j,
-                    finish[:, k],
-                    base[:, k],
-                    out,
-                    n_assigned,
-                    picks[:, :k],
-                    rebuild,
-                )
-            picks[:, k] = j
-            finish[pr, k + 1 :, j] = np.inf  # taken for the rest of the chunk
-        # Picks of a chunk are distinct per pair, so its state updates do not collide.
-        pp = np.broadcast_to(pr[:, None], picks.shape)
-        kk = np.broadcast_to(np.arange(nb)[None, :], picks.shape)
-        fk = f[:, pp, kk, picks]  # (F, P, B)
-        cur = state[:, pp, 0, picks]  # (6, P, B)
-        cur[0] = np.maximum(cur[0], chain_term(fk, axis=0))
-        cur[1] += fk[AGG]
-        cur[2] += fk[BB]
-        cur[3] = np.maximum(cur[3], fk[DOWN])
-        cur[4] = np.maximum(cur[4], fk[UP])
-        cur[5] += fk[COUNT]
-        state[:, pp, 0, picks] = cur
-        np.add.at(n_assigned, (pp, picks), 1)
+        picks = _pick(table, cap, i, finish, may_stick, out, n_assigned, rebuild)
+        _take(state, f, picks)
+        np.add.at(n_assigned, (np.broadcast_to(pr[:, None], picks.shape), picks), 1)
         out[:, i] = picks
         for p in rebuild:
             state[:, p, 0] = _state_of(table, int(pairs[p]), out[p])
             n_assigned[p] = np.bincount(out[p][out[p] >= 0], minlength=n_a)
     return out
+
+
+def _pick(table, cap, i, finish, may_stick: bool, out, n_assigned, rebuild: set[int]):
+    """(P, B) the aggregator each client ``i[k]`` of the chunk takes, in order: its
+    earliest finish among those no earlier client of the chunk took (``finish`` is
+    updated so); a client with every one closed is placed by :func:`_unstick`."""
+    n_p, nb = finish.shape[:2]
+    pr = np.arange(n_p)
+    base = finish.copy()
+    picks = np.empty((n_p, nb), dtype=np.int64)
+    for k in range(nb):
+        j = finish[:, k].argmin(axis=1)
+        if may_stick and not np.isfinite(finish[pr, k, j]).all():
+            j = _unstick(
+                table,
+                cap,
+                i[k],
+                j,
+                finish[:, k],
+                base[:, k],
+                out,
+                n_assigned,
+                picks[:, :k],
+                rebuild,
+            )
+        picks[:, k] = j
+        finish[pr, k + 1 :, j] = np.inf  # taken for the rest of the chunk
+    return picks
+
+
+def _finish_times(f: np.ndarray, state: np.ndarray, phases: tuple) -> np.ndarray:
+    """(P, B, A) each aggregator's round finish if it took each client of the chunk
+    (``f``: the chunk's (F, P, B, A) features; ``state``: the aggregators' so far;
+    ``phases``: the (P, 1) fixed and per-participant download and upload costs)."""
+    chain_m, agg_q, bb_q, down_m, up_m, count = state
+    d_fix, d_lin, u_fix, u_lin = phases
+    chain = chain_term(f, axis=0)
+    cnt = count + f[COUNT]
+    act = cnt > 0
+    return (
+        np.maximum(np.maximum(chain_m, chain), np.maximum(agg_q + f[AGG], bb_q + f[BB]))
+        + np.maximum(down_m, f[DOWN])
+        + act * d_fix
+        + cnt * d_lin
+        + np.maximum(up_m, f[UP])
+        + act * u_fix
+        + cnt * u_lin
+    )
+
+
+def _take(state: np.ndarray, f: np.ndarray, picks: np.ndarray) -> None:
+    """Add the chunk's clients to the aggregators they picked (``picks``: (P, B)).
+
+    Picks of a chunk are distinct per pair, so its state updates do not collide."""
+    pp = np.broadcast_to(np.arange(picks.shape[0])[:, None], picks.shape)
+    kk = np.broadcast_to(np.arange(picks.shape[1])[None, :], picks.shape)
+    fk = f[:, pp, kk, picks]  # (F, P, B)
+    cur = state[:, pp, 0, picks]  # (6, P, B)
+    cur[0] = np.maximum(cur[0], chain_term(fk, axis=0))
+    cur[1] += fk[AGG]
+    cur[2] += fk[BB]
+    cur[3] = np.maximum(cur[3], fk[DOWN])
+    cur[4] = np.maximum(cur[4], fk[UP])
+    cur[5] += fk[COUNT]
+    state[:, pp, 0, picks] = cur
 
 
 def _unstick(table, cap, client, j, row, base_row, out, n_assigned, earlier, rebuild):
