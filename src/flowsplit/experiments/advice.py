@@ -308,40 +308,43 @@ def _dp_best(dp: list[DPRow]) -> _DPBest:
     return _DPBest(models, learned, best, majority)
 
 
-def advise_data_parallel(dp: list[DPRow]) -> list[str]:
-    """Advice on the data-parallel study (rules in the module docstring)."""
-    out: list[str] = []
-    table = _dp_best(dp)
-    models, best, maj = table.models, table.best, table.majority
-    if not models:
-        return out
-    flow = next((r for r in models if r.name == FLOW_STATS_MODEL), None)
-    if best is not None:
-        text = (
-            f"Use {best.name}: the best centralised macro-F1 on this data, "
-            f"{best.macro_f1_ci}; accuracy {best.accuracy_ci}"
-        )
-        ties = [
-            r for r in table.learned if r is not best and _overlaps(r.macro_f1_iv, best.macro_f1_iv)
-        ]
-        if ties:
-            text += (
-                f" - but not clearly better than {_names(ties)}: the 95 % CIs of their "
-                "macro-F1 overlap"
-            )
-        if flow is not None and flow is not best:
-            text += (
-                f"; the flow-statistics baseline XGBoost reaches a macro-F1 of {flow.macro_f1_ci}"
-            )
-        if maj is not None:
-            text += f"; always predicting the majority class scores {maj.accuracy_ci} accuracy"
-        out.append(text + ".")
-    else:
-        out.append(
+def _best_model_advice(table: _DPBest) -> str:
+    """The model to use (the best centralised macro-F1, with those it does not clearly
+    beat and the baselines beside it), or that none has learned."""
+    best, maj = table.best, table.majority
+    if best is None:
+        return (
             "No model is above the majority-class rate"
             + (f" ({maj.accuracy_ci})" if maj else "")
             + ": none has learned from this data; train longer or check the labels."
         )
+    flow = next((r for r in table.models if r.name == FLOW_STATS_MODEL), None)
+    text = (
+        f"Use {best.name}: the best centralised macro-F1 on this data, "
+        f"{best.macro_f1_ci}; accuracy {best.accuracy_ci}"
+    )
+    ties = [
+        r for r in table.learned if r is not best and _overlaps(r.macro_f1_iv, best.macro_f1_iv)
+    ]
+    if ties:
+        text += (
+            f" - but not clearly better than {_names(ties)}: the 95 % CIs of their macro-F1 overlap"
+        )
+    if flow is not None and flow is not best:
+        text += f"; the flow-statistics baseline XGBoost reaches a macro-F1 of {flow.macro_f1_ci}"
+    if maj is not None:
+        text += f"; always predicting the majority class scores {maj.accuracy_ci} accuracy"
+    return text + "."
+
+
+def advise_data_parallel(dp: list[DPRow]) -> list[str]:
+    """Advice on the data-parallel study (rules in the module docstring)."""
+    out: list[str] = []
+    table = _dp_best(dp)
+    models, maj = table.models, table.majority
+    if not models:
+        return out
+    out.append(_best_model_advice(table))
     below = [r for r in models if not r.above_majority]
     if below:
         out.append(
