@@ -77,8 +77,6 @@ def summarise(
 ) -> SFLCompareResult:
     """The study's result, but for what ``run_sfl_compare`` adds (best-fixed, baselines,
     ablation) and the summary (:func:`summary_lines`)."""
-    import torch
-
     from flowsplit import __version__
 
     cfg = study.config
@@ -94,13 +92,7 @@ def summarise(
         flowsplit_version=__version__,
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         config=jsonable(cfg.to_dict(), strict=False),
-        dataset=DatasetInfo(
-            path=dataset_dir,
-            n_train=int(len(ds.split_indices("train"))),
-            n_val=int(len(ds.split_indices("val"))),
-            n_test=int(len(ds.split_indices("test"))),
-            classes=list(ds.classes),
-        ),
+        dataset=_dataset_info(ds, dataset_dir),
         topology=TopologyInfo(
             name=topo.name,
             description=topo.description,
@@ -129,14 +121,31 @@ def summarise(
         replanning=replanning(runs, names),
         runs=runs,
         wall_s=wall_s,
-        environment=Environment(
-            host=platform.node(),
-            python=platform.python_version(),
-            torch=torch.__version__,
-            numpy=np.__version__,
-            cores=available_cores(),
-            threads=cfg.run.threads,
-        ),
+        environment=_environment(cfg.run.threads),
+    )
+
+
+def _dataset_info(ds, path: str) -> DatasetInfo:
+    return DatasetInfo(
+        path=path,
+        n_train=int(len(ds.split_indices("train"))),
+        n_val=int(len(ds.split_indices("val"))),
+        n_test=int(len(ds.split_indices("test"))),
+        classes=list(ds.classes),
+    )
+
+
+def _environment(threads: int) -> Environment:
+    """The machine the study ran on, and the threads each run used."""
+    import torch
+
+    return Environment(
+        host=platform.node(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        numpy=np.__version__,
+        cores=available_cores(),
+        threads=threads,
     )
 
 
