@@ -115,6 +115,13 @@ def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, 
     predictions for larger clusters (log-log), so the measurement is not dwarfed by them."""
     fig = figures.new_figure(11.0, 4.0)
     measured, predicted = fig.subplots(1, 2)
+    top = _measured_speedup(measured, model, entry)
+    _predicted_speedup(predicted, model, entry, network_names, top)
+    return fig
+
+
+def _measured_speedup(measured, model: str, entry: ModelAnalysis) -> int:
+    """The measured speedups against the ideal N; the largest worker count measured."""
     pts = [(1, 1.0, 1.0, 1.0, True)]
     for n, v in entry.vs_central.items():
         s = v.speedup
@@ -148,6 +155,13 @@ def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, 
     measured.set_title(f"{model}: measured on this machine", fontsize="medium")
     measured.grid(alpha=0.3)
     measured.legend(fontsize="x-small", loc="upper left")
+    return top
+
+
+def _predicted_speedup(
+    predicted, model: str, entry: ModelAnalysis, network_names: Mapping[str, str], top: int
+) -> None:
+    """The scaling model's speedup curves, checked up to ``top`` workers, dashed beyond."""
     # The model was checked only as far as workers were measured (``top``): beyond that
     # each curve is drawn dashed and faint, and labelled as unchecked extrapolation.
     for i, (key, rows) in enumerate((entry.scaling.predictions if entry.scaling else {}).items()):
@@ -181,7 +195,6 @@ def speedup_chart(model: str, entry: ModelAnalysis, network_names: Mapping[str, 
     )
     predicted.grid(alpha=0.3, which="both")
     predicted.legend(fontsize="x-small", loc="upper left")
-    return fig
 
 
 def learning_curves_chart(model: str, records: Sequence[Mapping]):
