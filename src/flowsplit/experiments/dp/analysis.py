@@ -35,6 +35,7 @@ from flowsplit.experiments.dp.result import (
 from flowsplit.experiments.dp.scaling import (
     NETWORK_PRESETS,
     Network,
+    ScalingModel,
     Workload,
     fit_scaling,
     relative_errors,
@@ -347,16 +348,10 @@ def fit_model_scaling(
         _scaling_point(model, fit, n, timing_runs(group)[0], timed, fit_runs)
         for n, group in sorted(_by(runs, "workers").items())
     ]
-    # This machine as measured: its cores, its sync overhead, the global batch it ran.
     base = model.estimate(1).epoch_time_s
-    host_rows = model.scaling_curve(sorted({int(r.workers) for r in runs}))
-    # A cluster: every worker has its own cores; each keeps the centralised batch (global
-    # batch = batch x N, the usual linear-scaling practice), since a fixed global batch
-    # cannot be split over more workers than it has samples.
-    cluster = model
-    if workload.kind == "ddp" and workload.global_batch:
-        cluster = replace(model, workload=replace(workload, global_batch=False))
-    curves = {"host": host_rows}
+    cluster = _cluster_model(model, workload)
+    # This machine as measured: its cores, its sync overhead, the global batch it ran.
+    curves = {"host": model.scaling_curve(sorted({int(r.workers) for r in runs}))}
     curves.update(
         {key: cluster.scaling_curve(predict_workers, net) for key, net in networks.items()}
     )
@@ -375,6 +370,15 @@ def fit_model_scaling(
         cluster_batch="per worker" if cluster is not model else "global",
         predictions=curves,
     )
+
+
+def _cluster_model(model: ScalingModel, workload: Workload) -> ScalingModel:
+    """The fitted model for a cluster: every worker has its own cores; each keeps the
+    centralised batch (global batch = batch x N, the usual linear-scaling practice),
+    since a fixed global batch cannot be split over more workers than it has samples."""
+    if workload.kind == "ddp" and workload.global_batch:
+        return replace(model, workload=replace(workload, global_batch=False))
+    return model
 
 
 def _scaling_point(model, fit, n: int, group, timed, fit_runs) -> ScalingPoint:
