@@ -362,6 +362,25 @@ def run_compare(
         cfg = CompareConfig(dataset=config, out=out_dir, **options)
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     check_other_dataset(cfg, dataset)  # --cross-source, before any run
+    out = _start_study(cfg)
+    _measure_allreduce(cfg, out, progress)
+    runner = run_cell_fn
+    if runner is None:
+        runner = run_cell_subprocess if cfg.fresh_process else PooledCells()
+    try:
+        status = run_cells(cfg, run_cell_fn=runner, progress=progress)
+    finally:
+        if isinstance(runner, PooledCells):
+            runner.close()
+    atomic_write_json(out / STATUS_NAME, status)
+
+    write_workloads(out, dataset)
+    return render_report(out)
+
+
+def _start_study(cfg: CompareConfig) -> Path:
+    """The study's directory, with its config (``study.json``, ``config.toml``); refused
+    when it holds something else, or a study of other settings."""
     out = Path(cfg.out)
     foreign = [n for n in _NOT_A_STUDY if (out / n).exists()]
     if foreign and not (out / STUDY_NAME).is_file():
@@ -380,7 +399,12 @@ def run_compare(
         header="flowsplit compare: the effective config (compare DATASET -o OUT --config FILE)",
         comment=("dataset", "out"),
     )
-    # Measured first, so a report rendered while cells still run has its scaling model.
+    return out
+
+
+def _measure_allreduce(cfg: CompareConfig, out: Path, progress: bool) -> None:
+    """The all-reduce micro-benchmark behind the scaling model, once per study (first,
+    so a report rendered while cells still run has its scaling model)."""
     bench_path = out / ALLREDUCE_NAME
     if not bench_path.is_file() and max(cfg.workers) > 1:
         if progress:
@@ -388,15 +412,3 @@ def run_compare(
         sizes = QUICK_ALLREDUCE_SIZES if cfg.quick else None
         kwargs = {"sizes": sizes, "repeats": 3} if sizes else {}
         atomic_write_json(bench_path, run_allreduce_benchmark(**kwargs))
-    runner = run_cell_fn
-    if runner is None:
-        runner = run_cell_subprocess if cfg.fresh_process else PooledCells()
-    try:
-        status = run_cells(cfg, run_cell_fn=runner, progress=progress)
-    finally:
-        if isinstance(runner, PooledCells):
-            runner.close()
-    atomic_write_json(out / STATUS_NAME, status)
-
-    write_workloads(out, dataset)
-    return render_report(out)
