@@ -160,22 +160,7 @@ def run_pilots(
         result = run_simulation(setup)
         wall = time.perf_counter() - t0
         last = result.history[-1]
-        totals = result.totals()
-        records.append(
-            PilotRecord(
-                cuts=(a, c),
-                loss=float(last["loss"]),
-                accuracy=float(last["accuracy"]),
-                rounds=len(result.history),
-                wall_s=wall,
-                delay_s=float(totals["delay_total_s"]),
-                bytes=int(totals["bytes_total"]),
-                steps_per_round=per_round,
-                curve_accuracy=tuple(float(h["accuracy"]) for h in result.history),
-                curve_loss=tuple(float(h["loss"]) for h in result.history),
-                n_eval=n_eval,
-            )
-        )
+        records.append(_pilot_record((a, c), result, per_round, wall, n_eval))
         if not quiet:
             log.info(
                 "pilot %s: %s %d steps, loss %.4f, acc %.3f (%.1f s)",
@@ -187,3 +172,22 @@ def run_pilots(
                 wall,
             )
     return records
+
+
+def _pilot_record(cuts, result, per_round: int, wall_s: float, n_eval: int) -> PilotRecord:
+    """What a pilot's simulated run measured (``result``: its ``SFLResult``)."""
+    last = result.history[-1]
+    totals = result.totals()
+    return PilotRecord(
+        cuts=cuts,
+        loss=float(last["loss"]),
+        accuracy=float(last["accuracy"]),
+        rounds=len(result.history),
+        wall_s=wall_s,
+        delay_s=float(totals["delay_total_s"]),
+        bytes=int(totals["bytes_total"]),
+        steps_per_round=per_round,
+        curve_accuracy=tuple(float(h["accuracy"]) for h in result.history),
+        curve_loss=tuple(float(h["loss"]) for h in result.history),
+        n_eval=n_eval,
+    )
