@@ -554,22 +554,11 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         kind, i, j, speed, rtt, down, up, held, recv_cpu, byte_cpu, busy = row[:11]
         down_steady, up_steady = row[11:13]
         i, j, kind = int(i), int(j), int(kind)
-        ok = np.isfinite(speed)
         if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
-            # Speed rows carry the CPU share and burst in the link columns.
-            node = {"flops_per_s": speed if ok else None, "cpu_share": rtt, "cpu_burst_s": down}
             who, at = {_SPEED_CLIENT: ("client", i), _SPEED_AGG: ("aggregator", j)}.get(
                 kind, ("server", 0)
             )
-            share[who][at], burst[who][at] = rtt, down
-            # ... and the CPU per byte sent in the busy-sender column.
-            costs = {"recv_cpu_s": recv_cpu, "byte_cpu_s": byte_cpu, "send_byte_cpu_s": busy}
-            for name, v in costs.items():
-                if np.isfinite(v):
-                    node[name] = v
-                    transport[name][who][at] = v
-            if ok:
-                speeds[who][at] = speed
+            node = _speed_row(row, speeds[who], share[who], burst[who], transport, who, at)
             if who == "server":
                 report["server"] = node
             else:
@@ -619,6 +608,25 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         },
     )
     return topo, report
+
+
+def _speed_row(row, speeds, share, burst, transport, who, at) -> dict[str, Any]:
+    """Node ``at`` of tier ``who`` from its speed row, which carries the CPU share and
+    burst in the link columns (rtt, down) and the CPU per byte sent in the busy-sender
+    one: its speed, share and burst into ``speeds``/``share``/``burst``, its transport
+    CPU into ``transport``; its ``probe.json`` entry returned."""
+    speed, share_at, burst_at = row[3], row[4], row[5]
+    ok = np.isfinite(speed)
+    node = {"flops_per_s": speed if ok else None, "cpu_share": share_at, "cpu_burst_s": burst_at}
+    share[at], burst[at] = share_at, burst_at
+    costs = {"recv_cpu_s": row[8], "byte_cpu_s": row[9], "send_byte_cpu_s": row[10]}
+    for name, v in costs.items():
+        if np.isfinite(v):
+            node[name] = v
+            transport[name][who][at] = v
+    if ok:
+        speeds[at] = speed
+    return node
 
 
 def _link_report(rtt, down, up, held, busy, down_steady, up_steady) -> dict[str, float]:
