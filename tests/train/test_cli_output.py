@@ -5,6 +5,7 @@ run's log instead)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -42,8 +43,17 @@ def test_data_parallel_xgboost_keeps_dask_chatter_off_the_terminal(tmp_path):
     argv = [sys.executable, "-m", "flowsplit", "train", str(data), "--model", "xgboost"]
     argv += ["--workers", "2", "--threads", "1", "--boost-rounds", "5", "-o", str(run)]
     env = {**os.environ, "FLOWSPLIT_PROGRESS": "0"}
+    # Dask's default dashboard port taken (CI once had another cluster on it: a warning
+    # on stderr); the cluster's HTTP server must not need it.
+    busy = socket.socket()
+    try:
+        busy.bind(("0.0.0.0", 8787))
+        busy.listen()
+    except OSError:
+        pass  # already taken by someone else: the same condition
     # Execute
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)
+    with busy:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)
     # Assert: success, nothing on stderr, one line on stdout naming the run; the
     # workers' own lines are kept in the run's log
     assert proc.returncode == 0, proc.stderr

@@ -94,7 +94,7 @@ def test_an_existing_dask_cluster_is_used_through_its_address(data, tmp_path):
         processes=False,
         protocol="tcp://",
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # None still binds :8787 on every interface
     ) as cluster:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         address = cluster.scheduler_address

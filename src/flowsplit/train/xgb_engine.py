@@ -132,7 +132,7 @@ def dask_client(cfg: TrainConfig, n_workers: int, threads: int) -> Iterator[tupl
             threads_per_worker=threads,
             processes=True,
             host=cfg.master_addr,
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",  # None still binds :8787 on every interface
             silence_logs=logging.ERROR,
         )
         with cluster, Client(cluster) as client:

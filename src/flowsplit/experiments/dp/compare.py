@@ -183,7 +183,7 @@ class PooledCells:
                     threads_per_worker=threads,
                     processes=True,
                     host="127.0.0.1",
-                    dashboard_address=None,
+                    dashboard_address="127.0.0.1:0",  # None still binds :8787 on every interface
                     silence_logs=logging.ERROR,
                 )
         return self._clusters[key].scheduler_address
