@@ -30,7 +30,8 @@ processes, where the run itself would run, and measures:
   received: a round trip is one receive, waited for, and one send, posted; a posted
   send costs almost nothing on the role's own thread) and on its bulk transfers (CPU s
   per byte of the largest payload, received and sent apart: on the testbed a byte
-  received cost 7-19 ns, one sent 1-4 ns, so a pooled figure charged every send a
+  received cost 10-32 ns (median 16), one sent 0.8-6.2 ns (median 1.9; 18 probes),
+  so a pooled figure charged every send a
   receive's cost); and the delay a computing sender adds to a message the
   receiver asks for (``busy_wake_s``: the lower end of each link posts a payload, then
   waits or spins; the upper end asks for it later and times the rest, busy less idle).
@@ -610,7 +611,15 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     return topo, report
 
 
-def _speed_row(row, speeds, share, burst, transport, who, at) -> dict[str, Any]:
+def _speed_row(
+    row: list[float],
+    speeds: np.ndarray,
+    share: list[float],
+    burst: list[float],
+    transport: dict[str, dict[str, list[float]]],
+    who: str,
+    at: int,
+) -> dict[str, Any]:
     """Node ``at`` of tier ``who`` from its speed row, which carries the CPU share and
     burst in the link columns (rtt, down) and the CPU per byte sent in the busy-sender
     one: its speed, share and burst into ``speeds``/``share``/``burst``, its transport
