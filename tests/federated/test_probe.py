@@ -103,6 +103,10 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
     bursts = np.asarray(topo.extra["ca_burst_bytes"])
     assert bursts.shape == (3, 2) and np.all((bursts >= 0) & np.isfinite(bursts))
     assert len(topo.extra["as_burst_bytes"]) == 2
+    # Every role that computes timed its steps after a rest too: an extra, never < 0.
+    for who, n in (("client", 3), ("aggregator", 2), ("server", 1)):
+        extras = topo.extra[f"{who}_cold_extra"]
+        assert len(extras) == n and all(np.isfinite(v) and v >= 0 for v in extras)
 
 
 def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
@@ -132,6 +136,31 @@ def test_probed_topology_keeps_the_transport_cpu_and_busy_sender_delays():
     assert report["clients"]["0"]["recv_cpu_s"] == 2e-4
     again = topology_from_toml(topology_to_toml(topo))
     assert again.extra["client_busy_wake_s"] == [0.005, 0.0]
+    # No step extra after a rest in these (older) rows: none in the topology.
+    assert topo.extra["client_cold_extra"] == [0.0, 0.0]
+    assert "cold_extra" not in report["clients"]["0"]
+
+
+def test_probed_topology_keeps_each_roles_step_extra_after_a_rest():
+    # Speed rows carry the extra in the burst column (8th): client 1 +40 %, the server
+    # +150 %; client 0 and the aggregators computed nothing (NaN).
+    nominal = homogeneous(2, 1)
+    nan = np.nan
+    rows = np.array(
+        [
+            [0, 0, -1, 3e9, 0.1, 0.002, 0, nan, 2e-4, 1e-9, nan],
+            [0, 1, -1, 3e9, 0.1, 0.002, 0, 0.4, 2e-4, 1e-9, nan],
+            [1, -1, 0, nan, 0.2, 0.002, 0, nan, 1e-4, 2e-9, 3e-10],
+            [2, -1, -1, 9e9, 0.3, 0.004, 0, 1.5, 1e-4, 2e-9, 3e-10],
+        ]
+    )
+    topo, report = probed_topology(nominal, rows)
+    assert topo.extra["client_cold_extra"] == [0.0, 0.4]
+    assert topo.extra["server_cold_extra"] == [1.5]
+    assert topo.extra["aggregator_cold_extra"] == [0.0]
+    assert report["server"]["cold_extra"] == 1.5 and "cold_extra" not in report["clients"]["0"]
+    again = topology_from_toml(topology_to_toml(topo))
+    assert again.extra["server_cold_extra"] == [1.5]
 
 
 def test_the_compute_probe_times_steps_back_to_back_for_as_long_as_asked():

@@ -7,8 +7,24 @@ import pytest
 
 from flowsplit.federated.sim import run_simulation
 from flowsplit.federated.system.presets import homogeneous
-from flowsplit.federated.system.protocol import DOWNLOAD, GRADIENTS, MODEL, TRAIN, UPLOAD
-from flowsplit.federated.system.schedule import T_END, T_START, Tracer, replay, timeline
+from flowsplit.federated.system.protocol import (
+    ACTIVATIONS,
+    DOWNLOAD,
+    GRADIENTS,
+    MODEL,
+    TRAIN,
+    UPLOAD,
+)
+from flowsplit.federated.system.schedule import (
+    KIND,
+    RANK,
+    T_END,
+    T_START,
+    WORK,
+    Tracer,
+    replay,
+    timeline,
+)
 from tests.federated._toy import toy_setup
 
 
@@ -196,6 +212,42 @@ def test_a_cpu_quota_runs_a_rested_burst_at_full_speed_then_at_its_share():
     # Bucket: 0.004 * 0.9 = 3.6 ms of CPU; 2 ms used 1.8 ms of it; 1.8 ms left lasts
     # 2 ms of running; the other 8 ms of work take 80 ms.
     assert out[1, T_END] == pytest.approx(0.002 + 0.002 + 0.080)
+
+
+def test_work_after_a_rest_pays_the_probes_extra_in_proportion_to_the_rest():
+    # A server (rank 0, no quota) whose steps take 50 % longer after a rest of
+    # COLD_AFTER_S (10 ms) or more. It works 2 ms at the round's start (a rest before:
+    # 3 ms, to 3 ms), 2 ms straight after (2 ms, to 5 ms), then waits for the
+    # aggregator's message (sent at 0 over the 20-ms backbone: a rest of 15 ms) and
+    # works 2 ms (3 ms, to 23 ms); the next message (sent at 8 ms, there at 28 ms) ends
+    # a rest of 5 ms: half the extra (2.5 ms); the last (sent at 30.5 ms) one of 20 ms.
+    from flowsplit.federated.system.schedule import COLD_AFTER_S
+
+    assert COLD_AFTER_S == 0.01  # the rests below are in its units
+    server, agg = Tracer(0, 1), Tracer(1, 1)
+    server.work(0.002, TRAIN, 0, 0)
+    server.work(0.002, TRAIN, 0, 0)
+    for _ in range(3):
+        server.recv(1, 0, ACTIVATIONS, 0, 0)
+        server.work(0.002, TRAIN, 0, 0)
+    agg.send(0, 1, TRAIN, 0, 0)
+    agg.work(0.008, TRAIN, 0, 0)
+    agg.send(0, 1, TRAIN, 0, 0)
+    agg.work(0.0225, TRAIN, 0, 0)
+    agg.send(0, 1, TRAIN, 0, 0)
+    trace = np.concatenate([server.array(), agg.array()])
+    topo = _topology()
+    topo.extra["server_cold_extra"] = [0.5]
+    out = replay(trace, topo)
+    works = out[(out[:, RANK] == 0) & (out[:, KIND] == WORK)]
+    durations = works[:, T_END] - works[:, T_START]
+    assert durations == pytest.approx([0.003, 0.002, 0.003, 0.0025, 0.003], abs=1e-6)
+    assert works[-1, T_END] == pytest.approx(0.0505 + 0.003, abs=1e-6)
+    # Without the probe's figure the same work takes its charged time.
+    del topo.extra["server_cold_extra"]
+    plain = replay(trace, topo)
+    works = plain[(plain[:, RANK] == 0) & (plain[:, KIND] == WORK)]
+    assert works[:, T_END] - works[:, T_START] == pytest.approx([0.002] * 5)
 
 
 def test_the_transport_cpu_is_charged_per_byte_beside_the_program():

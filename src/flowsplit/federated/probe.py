@@ -83,6 +83,14 @@ CPU quota a single step from rest is mostly the quota's burst, whose length vari
 with where in the CFS period the step starts (0.5-5 ms measured at 0.1 core), so one
 step's time converted to full speed varied twofold between identical nodes; over half
 a second the burst is a small part and the quota's share, measured apart, the rest."""
+COLD_REST_S = 0.03
+"""The rest before each of the compute probe's single steps. A step after a rest is
+slower than one of a back-to-back run (its weights and code are out of the caches):
+the demo's CNN server part at cut (1, 1), 1.54 ms a step back to back, took 2.62 ms of
+CPU after a 60-ms sleep (this VM, 5 December 2026); the extra grows with the rest (0 up
+to 1 ms, 25 % at 5 ms, 94 % at 10 ms, all of it from 30 ms) and is all there after
+any rest when other programs ran on the core meanwhile. In the testbed's runs the
+server's steps after a wait took 1.4-1.6 times what its back-to-back speed predicted."""
 PROBE_TRANSFER_S = 0.2
 """A bandwidth sample is kept once its transfer takes at least this long."""
 BURST_IDLE_S = 0.05
@@ -106,7 +114,8 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
 # (kind, i, j, speed, rtt, down, up, burst B, message cpu s, byte cpu s, busy send B/s).
-# Speed rows carry (share, burst) in the rtt and down columns; link rows the lower
+# Speed rows carry (share, burst) in the rtt and down columns and the step's extra after
+# a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows the lower
 # end's busy-sender delay, and the steady-state rates down and up (two more columns).
 _DONE, _ECHO, _TAKE, _GIVE, _BUSY = 0, 1, 2, 3, 5  # (4: retired)
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
@@ -231,11 +240,14 @@ def full_speed_seconds(wall: float, share: float, burst: float) -> float:
     return wall if wall <= burst else burst + (wall - burst) * share
 
 
-def probe_compute(runtime: Any) -> tuple[float, float, float]:
+def probe_compute(runtime: Any) -> tuple[float, float, float, float]:
     """(this role's full speed in FLOP/s on its own part, NaN when it computes nothing;
-    its CPU share; its burst s: the medians of three spins). Steps are timed back to
+    its CPU share; its burst s: the medians of three spins; how much longer a step takes
+    after a rest, a fraction: NaN when it computes nothing). Steps are timed back to
     back from a rested quota (after a pause) for ``PROBE_SUSTAIN_S``; their CPU time is
-    their full-speed time."""
+    their full-speed time. Then ``PROBE_STEPS`` steps each after a rest of
+    ``COLD_REST_S`` (as a role computes in a round: after waiting for a message), their
+    median CPU time against the sustained step's (see :data:`COLD_REST_S`)."""
     setup, ctx = runtime.setup, runtime.ctx
     kind, _ = runtime.me
     tier = {CLIENT: 0, AGGREGATOR: 1}.get(kind, 2)
@@ -244,7 +256,7 @@ def probe_compute(runtime: Any) -> tuple[float, float, float]:
     share = statistics.median(sp[0] for sp in spins)
     burst = statistics.median(sp[1] for sp in spins)
     if flops <= 0:
-        return float("nan"), share, burst
+        return float("nan"), share, burst, float("nan")
     batch = int(setup.config.batch_size)
     gen = torch.Generator().manual_seed(12345)
     x = _inputs(setup, batch, gen)[tier]
@@ -257,7 +269,9 @@ def probe_compute(runtime: Any) -> tuple[float, float, float]:
     # once on a shared machine do not all get their quota, and the wall time then read
     # the same clients' speeds up to 1.5x slower from one run to the next.
     seconds = cpu if cpu > 0 else full_speed_seconds(wall, share, burst)
-    return flops * batch * steps / seconds, share, burst
+    cold_wall, _, cold_cpu = time_train_step(module, x, y, tier, ctx, pause=COLD_REST_S)
+    cold = cold_cpu if cpu > 0 else full_speed_seconds(cold_wall, share, burst)
+    return flops * batch * steps / seconds, share, burst, max(0.0, cold * steps / seconds - 1)
 
 
 # --- links ---------------------------------------------------------------------------
@@ -458,7 +472,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     _ledger = _CpuLedger()
     rng = torch.get_rng_state()
     try:
-        speed, share, burst = probe_compute(runtime)
+        speed, share, burst, cold = probe_compute(runtime)
     finally:
         torch.set_rng_state(rng)
     rows: list[list[float]] = []
@@ -468,7 +482,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             answer_probe(transport, (AGGREGATOR, j))
         agg = (AGGREGATOR, int(runtime.assignment[index]))
         row = torch.tensor(
-            [[_SPEED_CLIENT, index, -1, speed, share, burst, 0, np.nan, *_own_cpu()]],
+            [[_SPEED_CLIENT, index, -1, speed, share, burst, 0, cold, *_own_cpu()]],
             dtype=torch.float64,
         )
         transport.send(Send(agg, row, CONTROL), telemetry=True)
@@ -484,7 +498,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             links.append(
                 [_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady]
             )
-        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, np.nan, *_own_cpu()])
+        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, cold, *_own_cpu()])
         rows.extend(links)
         for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
             got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
@@ -497,7 +511,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     for j in range(n_aggs):
         rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j))
         links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady])
-    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, np.nan, *_own_cpu()])
+    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, cold, *_own_cpu()])
     rows.extend(links)
     for j in range(n_aggs):
         got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
@@ -546,7 +560,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     sizes = {"client": nominal.n_clients, "aggregator": nominal.n_aggregators, "server": 1}
     transport = {
         name: {who: [np.nan] * n for who, n in sizes.items()}
-        for name in ("recv_cpu_s", "byte_cpu_s", "send_byte_cpu_s")
+        for name in ("recv_cpu_s", "byte_cpu_s", "send_byte_cpu_s", "cold_extra")
     }
     busy_sends: dict[str, list[list[float]]] = {
         who: [[] for _ in range(n)] for who, n in sizes.items()
@@ -621,14 +635,20 @@ def _speed_row(
     at: int,
 ) -> dict[str, Any]:
     """Node ``at`` of tier ``who`` from its speed row, which carries the CPU share and
-    burst in the link columns (rtt, down) and the CPU per byte sent in the busy-sender
-    one: its speed, share and burst into ``speeds``/``share``/``burst``, its transport
-    CPU into ``transport``; its ``probe.json`` entry returned."""
+    burst in the link columns (rtt, down), a step's extra after a rest in the burst one
+    and the CPU per byte sent in the busy-sender one: its speed, share and burst into
+    ``speeds``/``share``/``burst``, its transport CPU and step extra into ``transport``;
+    its ``probe.json`` entry returned."""
     speed, share_at, burst_at = row[3], row[4], row[5]
     ok = np.isfinite(speed)
     node = {"flops_per_s": speed if ok else None, "cpu_share": share_at, "cpu_burst_s": burst_at}
     share[at], burst[at] = share_at, burst_at
-    costs = {"recv_cpu_s": row[8], "byte_cpu_s": row[9], "send_byte_cpu_s": row[10]}
+    costs = {
+        "recv_cpu_s": row[8],
+        "byte_cpu_s": row[9],
+        "send_byte_cpu_s": row[10],
+        "cold_extra": row[7],
+    }
     for name, v in costs.items():
         if np.isfinite(v):
             node[name] = v
