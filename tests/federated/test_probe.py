@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,14 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
     bursts = np.asarray(topo.extra["ca_burst_bytes"])
     assert bursts.shape == (3, 2) and np.all((bursts >= 0) & np.isfinite(bursts))
     assert len(topo.extra["as_burst_bytes"]) == 2
+    # No link was timed before every role had timed its compute (a role computing takes
+    # CPU from the link timed): one clock on one host.
+    report = json.loads((tmp_path / "probe.json").read_text())
+    done = [
+        n["compute_done_at"] for who in ("clients", "aggregators") for n in report[who].values()
+    ]
+    done.append(report["server"]["compute_done_at"])
+    assert len(done) == 6 and min(link["timed_at"] for link in report["links"]) >= max(done)
     # Every role that computes timed its steps after a rest too: an extra, never < 0.
     for who, n in (("client", 3), ("aggregator", 2), ("server", 1)):
         extras = topo.extra[f"{who}_cold_extra"]

@@ -114,9 +114,11 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 
 # Commands of the link probe (int64 [op, n, delay_us]) and result rows
 # (kind, i, j, speed, rtt, down, up, burst B, message cpu s, byte cpu s, busy send B/s).
-# Speed rows carry (share, burst) in the rtt and down columns and the step's extra after
-# a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows the lower
-# end's busy-sender delay, and the steady-state rates down and up (two more columns).
+# Speed rows carry (share, burst) in the rtt and down columns, when the role's compute
+# probe ended (``time.time()``; 0: not recorded) in the up one and the step's extra after
+# a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows when their timing
+# began in the speed column (NaN: not recorded), the lower end's busy-sender delay, and
+# the steady-state rates down and up (two more columns).
 _DONE, _ECHO, _TAKE, _GIVE, _BUSY = 0, 1, 2, 3, 5  # (4: retired)
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
 _COLS = 13
@@ -462,9 +464,12 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     """Measure this role's speed and its links; the server returns every result row.
 
     ``pairs``: the (client, aggregator) links to measure, the same list in every role.
-    Order (deadlock-free): the server probes aggregators 0.., then each aggregator its
-    clients in ascending order; a client answers its aggregators in ascending order.
-    Results travel up as telemetry (client -> assigned aggregator -> server).
+    Order (deadlock-free): every role times its own compute first, and no link is timed
+    before all have (a ready-notice travels up the tree: client -> assigned aggregator
+    -> server; a role still computing would take CPU from the link timed); then the
+    server probes aggregators 0.., then each aggregator its clients in ascending order;
+    a client answers its aggregators in ascending order. Results travel up as telemetry
+    (client -> assigned aggregator -> server).
     """
     global _ledger
     kind, index = runtime.me
@@ -475,43 +480,53 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         speed, share, burst, cold = probe_compute(runtime)
     finally:
         torch.set_rng_state(rng)
+    computed = time.time()  # one clock on one host (reported: when each role's ended)
     rows: list[list[float]] = []
     n_aggs = runtime.setup.topology.n_aggregators
     if kind == CLIENT:
+        agg = (AGGREGATOR, int(runtime.assignment[index]))
+        transport.send(Send(agg, torch.zeros(1), CONTROL), telemetry=True)  # computed
         for j in sorted({j for i, j in pairs if i == index}):
             answer_probe(transport, (AGGREGATOR, j))
-        agg = (AGGREGATOR, int(runtime.assignment[index]))
         row = torch.tensor(
-            [[_SPEED_CLIENT, index, -1, speed, share, burst, 0, cold, *_own_cpu()]],
+            [[_SPEED_CLIENT, index, -1, speed, share, burst, computed, cold, *_own_cpu()]],
             dtype=torch.float64,
         )
         transport.send(Send(agg, row, CONTROL), telemetry=True)
         return None
+    mine = np.flatnonzero(np.asarray(runtime.assignment) == index)
     if kind == AGGREGATOR:
+        for i in mine:  # every client of mine has timed its compute
+            transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
+        transport.send(Send(SERVER_ADDRESS, torch.zeros(1), CONTROL), telemetry=True)
         answer_probe(transport, SERVER_ADDRESS)
         links = []
         for i in sorted(i for i, j in pairs if j == index):
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
+            began = time.time()
             rtt, down, up, held, busy, *steady = probe_link(transport, peer)
             links.append(
-                [_LINK_CA, i, index, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady]
+                [_LINK_CA, i, index, began, rtt, down, up, held, np.nan, np.nan, busy, *steady]
             )
-        rows.append([_SPEED_AGG, -1, index, speed, share, burst, 0, cold, *_own_cpu()])
+        rows.append([_SPEED_AGG, -1, index, speed, share, burst, computed, cold, *_own_cpu()])
         rows.extend(links)
-        for i in np.flatnonzero(np.asarray(runtime.assignment) == index):
+        for i in mine:
             got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
             if got is not None:
                 rows.extend(got.numpy().reshape(-1, _COLS).tolist())
         table = torch.tensor(rows, dtype=torch.float64)
         transport.send(Send(SERVER_ADDRESS, table, CONTROL), telemetry=True)
         return None
+    for j in range(n_aggs):  # every aggregator (and its clients) has timed its compute
+        transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
     links = []
     for j in range(n_aggs):
+        began = time.time()
         rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j))
-        links.append([_LINK_AS, -1, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady])
-    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, 0, cold, *_own_cpu()])
+        links.append([_LINK_AS, -1, j, began, rtt, down, up, held, np.nan, np.nan, busy, *steady])
+    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, computed, cold, *_own_cpu()])
     rows.extend(links)
     for j in range(n_aggs):
         got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
@@ -580,6 +595,8 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 report[f"{who}s"][str(at)] = node
             continue
         link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
+        if np.isfinite(speed):
+            link["timed_at"] = speed
         n_links += 1
         if "burst_bytes" in link:
             buffers.append(held)
@@ -643,6 +660,8 @@ def _speed_row(
     ok = np.isfinite(speed)
     node = {"flops_per_s": speed if ok else None, "cpu_share": share_at, "cpu_burst_s": burst_at}
     share[at], burst[at] = share_at, burst_at
+    if row[6] > 0:
+        node["compute_done_at"] = row[6]
     costs = {
         "recv_cpu_s": row[8],
         "byte_cpu_s": row[9],
