@@ -113,6 +113,13 @@ def test_probe_on_loopback_measures_every_pair_and_writes_a_plannable_topology(d
     ]
     done.append(report["server"]["compute_done_at"])
     assert len(done) == 6 and min(link["timed_at"] for link in report["links"]) >= max(done)
+    # No client link was timed beside a backbone: every backbone's timing ended before
+    # the first client link's began.
+    backbones = [link for link in report["links"] if "backbone" in link]
+    client_links = [link for link in report["links"] if "client" in link]
+    assert len(backbones) == 2 and len(client_links) == 6
+    assert all(link["timed_until"] >= link["timed_at"] for link in report["links"])
+    assert min(c["timed_at"] for c in client_links) >= max(b["timed_until"] for b in backbones)
     # Every role that computes timed its steps after a rest too: an extra, never < 0.
     for who, n in (("client", 3), ("aggregator", 2), ("server", 1)):
         extras = topo.extra[f"{who}_cold_extra"]

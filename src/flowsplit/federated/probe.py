@@ -117,8 +117,9 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 # Speed rows carry (share, burst) in the rtt and down columns, when the role's compute
 # probe ended (``time.time()``; 0: not recorded) in the up one and the step's extra after
 # a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows when their timing
-# began in the speed column (NaN: not recorded), the lower end's busy-sender delay, and
-# the steady-state rates down and up (two more columns).
+# began in the speed column and when it ended in the message-CPU one (NaN: not
+# recorded), the lower end's busy-sender delay, and the steady-state rates down and up
+# (two more columns).
 _DONE, _ECHO, _TAKE, _GIVE, _BUSY = 0, 1, 2, 3, 5  # (4: retired)
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
 _COLS = 13
@@ -467,8 +468,10 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     Order (deadlock-free): every role times its own compute first, and no link is timed
     before all have (a ready-notice travels up the tree: client -> assigned aggregator
     -> server; a role still computing would take CPU from the link timed); then the
-    server probes aggregators 0.., then each aggregator its clients in ascending order;
-    a client answers its aggregators in ascending order. Results travel up as telemetry
+    server probes aggregators 0.., and only once it has timed every backbone (a go-notice
+    down to each aggregator: a link timed beside another shares the hosts' CPU with it)
+    each aggregator its clients in ascending order; a client answers its aggregators in
+    ascending order. Results travel up as telemetry
     (client -> assigned aggregator -> server).
     """
     global _ledger
@@ -500,6 +503,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
         transport.send(Send(SERVER_ADDRESS, torch.zeros(1), CONTROL), telemetry=True)
         answer_probe(transport, SERVER_ADDRESS)
+        transport.recv(Recv(SERVER_ADDRESS, CONTROL), telemetry=True)  # backbones timed
         links = []
         for i in sorted(i for i, j in pairs if j == index):
             peer = (CLIENT, i)
@@ -507,8 +511,9 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
                 continue
             began = time.time()
             rtt, down, up, held, busy, *steady = probe_link(transport, peer)
+            ended = time.time()
             links.append(
-                [_LINK_CA, i, index, began, rtt, down, up, held, np.nan, np.nan, busy, *steady]
+                [_LINK_CA, i, index, began, rtt, down, up, held, ended, np.nan, busy, *steady]
             )
         rows.append([_SPEED_AGG, -1, index, speed, share, burst, computed, cold, *_own_cpu()])
         rows.extend(links)
@@ -525,7 +530,10 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     for j in range(n_aggs):
         began = time.time()
         rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j))
-        links.append([_LINK_AS, -1, j, began, rtt, down, up, held, np.nan, np.nan, busy, *steady])
+        ended = time.time()
+        links.append([_LINK_AS, -1, j, began, rtt, down, up, held, ended, np.nan, busy, *steady])
+    for j in range(n_aggs):  # every backbone timed: the aggregators time their clients
+        transport.send(Send((AGGREGATOR, j), torch.zeros(1), CONTROL), telemetry=True)
     rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, computed, cold, *_own_cpu()])
     rows.extend(links)
     for j in range(n_aggs):
@@ -597,6 +605,8 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
         link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
         if np.isfinite(speed):
             link["timed_at"] = speed
+        if np.isfinite(recv_cpu):  # a link row's: when its timing ended
+            link["timed_until"] = recv_cpu
         n_links += 1
         if "burst_bytes" in link:
             buffers.append(held)
