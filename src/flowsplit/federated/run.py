@@ -83,7 +83,7 @@ def run_sfl(
     """
     import torch
 
-    from flowsplit.federated.dist import launch_roles, run_under_torchrun
+    from flowsplit.federated.dist import RoleArgs, launch_roles, run_under_torchrun
     from flowsplit.federated.results import finish_run
     from flowsplit.federated.sampling import sampling_configured
     from flowsplit.federated.setup import prepare_run
@@ -113,7 +113,7 @@ def run_sfl(
     if probe and mode != "dist":
         raise ConfigError("--probe measures the hosts of a --mode dist run; add --mode dist")
     policy = None if policies is None else policies(config)
-    roles = {
+    roles: RoleArgs = {
         "dataset": place.dataset,
         "model_fn": model_fn,
         "out_dir": out,

@@ -18,6 +18,7 @@ import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Unpack
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from flowsplit.reader import views as V
 from flowsplit.reader.assemble import FlowAssembler, FlowTable
 from flowsplit.reader.packets import TUNNEL_MODES, PacketDecoder
 from flowsplit.reader.pcap import ReadReport
-from flowsplit.reader.staging import WINDOW_PAD, iter_record_chunks
+from flowsplit.reader.staging import WINDOW_PAD, ReadArgs, iter_record_chunks
 
 __all__ = [
     "FlowBatch",
@@ -192,51 +193,43 @@ def view_shapes(options: FlowOptions) -> dict[str, tuple[int, ...]]:
 
 
 def iter_flows(
-    path: str | Path,
-    options: FlowOptions,
-    report: ReadReport,
-    *,
-    strict: bool = False,
-    chunk_bytes: int = 8 << 20,
+    path: str | Path, options: FlowOptions, report: ReadReport, **read: Unpack[ReadArgs]
 ) -> Iterator[FlowBatch]:
     """Stream the flows of one capture, in batches, with bounded memory.
 
     File-level problems raise :class:`~flowsplit.errors.InputError` (possibly after
     some batches were yielded); per-record problems are counted in
-    ``report.skipped`` (``strict=True``: raised as InputError).
+    ``report.skipped`` (``strict=True``: raised as InputError). ``read``: as for
+    :func:`iter_flows_many`.
     """
-    yield from iter_flows_many([path], options, report, strict=strict, chunk_bytes=chunk_bytes)
+    yield from iter_flows_many([path], options, report, **read)
 
 
 def iter_flows_many(
     paths: Sequence[str | Path],
     options: FlowOptions,
     report: ReadReport,
-    *,
-    strict: bool = False,
-    chunk_bytes: int = 8 << 20,
-    on_error: str = "raise",
-    digests: str | None = None,
+    **read: Unpack[ReadArgs],
 ) -> Iterator[FlowBatch]:
     """Stream the flows of several captures; ``batch.source`` indexes ``paths``.
 
     Small files share chunks, so this is much faster than one :func:`iter_flows` per
-    file. A flow's packets all come from one file. With ``on_error="skip"`` a file
-    with a file-level problem is recorded in ``report.file_errors`` and ends where
-    the problem is; the flows read before it are kept.
+    file. A flow's packets all come from one file. ``read``
+    (:class:`~flowsplit.reader.staging.ReadArgs`): ``strict``, ``chunk_bytes``,
+    ``on_error`` and ``digests``. With ``on_error="skip"`` a file with a file-level
+    problem is recorded in ``report.file_errors`` and ends where the problem is; the
+    flows read before it are kept.
     """
     assembler = FlowAssembler(options)
     decoder = PacketDecoder(
         report,
-        strict=strict,
+        strict=read.get("strict", False),
         vlan_key=options.vlan_key,
         tunnels=options.tunnels,
         reassemble=options.reassemble,
         fragment_timeout=options.fragment_timeout,
     )
-    for chunk in iter_record_chunks(
-        paths, report, strict=strict, chunk_bytes=chunk_bytes, on_error=on_error, digests=digests
-    ):
+    for chunk in iter_record_chunks(paths, report, **read):
         pk, sb = decoder.decode(chunk)
         report.n_flow_packets += len(pk)
         for done in assembler.add_chunk(pk, sb, chunk.ended):

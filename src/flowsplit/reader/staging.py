@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Self
+from typing import Self, TypedDict
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -372,6 +372,19 @@ class RecordChunk:
 
     def __len__(self) -> int:
         return len(self.records)
+
+
+class ReadArgs(TypedDict, total=False):
+    """How :func:`iter_record_chunks` reads captures (the flow readers pass them on)."""
+
+    strict: bool
+    """A malformed record raises InputError (default False: counted in ``report.skipped``)."""
+    chunk_bytes: int
+    """The staging buffer's size (default 8 MiB)."""
+    on_error: str
+    """A file-level problem: ``"raise"`` (default) or ``"skip"`` the rest of the file."""
+    digests: str | None
+    """A name of ``capfile.DIGESTS``: each file's digest, computed as it is read."""
 
 
 def iter_record_chunks(

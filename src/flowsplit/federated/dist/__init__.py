@@ -20,7 +20,12 @@ Ranks: server 0, aggregator ``j`` at ``1 + j``, client ``i`` at ``1 + A + i``
 from __future__ import annotations
 
 from flowsplit.federated.dist.checkpoint import CHECKPOINT_NAME, read_checkpoint
-from flowsplit.federated.dist.launch import launch_roles, make_payload, run_under_torchrun
+from flowsplit.federated.dist.launch import (
+    RoleArgs,
+    launch_roles,
+    make_payload,
+    run_under_torchrun,
+)
 from flowsplit.federated.dist.liveness import RunStopped, ServerSilent, heartbeat_timeout
 from flowsplit.federated.dist.role import FAILURE_FILE, measured_on, role_main
 from flowsplit.federated.dist.runtime import DistRuntime, drive
@@ -30,6 +35,7 @@ __all__ = [
     "FAILURE_FILE",
     "DistRuntime",
     "RunStopped",
+    "RoleArgs",
     "ServerSilent",
     "drive",
     "heartbeat_timeout",

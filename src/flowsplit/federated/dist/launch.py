@@ -13,7 +13,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import torch.distributed as dist
 
@@ -40,37 +40,42 @@ from flowsplit.train.launch import cpp_quiet_env, environ
 log = logging.getLogger("flowsplit.federated")
 
 
+class RoleArgs(TypedDict, total=False):
+    """The keyword arguments every role of a run is started with (``launch_roles`` and
+    ``run_under_torchrun`` take them, :func:`make_payload` packs them; see
+    :func:`launch_roles` for each)."""
+
+    dataset: Required[str | Path]
+    model_fn: Required[ModelFn]
+    out_dir: Required[str | Path]
+    quiet: bool
+    policy: AssignmentPolicy | None
+    probe: str | None
+    client_workers: int | None
+    """The pool's size (:func:`pool_size`'s; None: a process per client)."""
+
+
 def make_payload(
-    setup: RunSetup,
-    *,
-    dataset: str | Path,
-    model_fn: ModelFn,
-    out_dir: str | Path,
-    quiet: bool = False,
-    bind: str | None = None,
-    policy: AssignmentPolicy | None = None,
-    probe: str | None = None,
-    client_workers: int | None = None,
+    setup: RunSetup, *, bind: str | None = None, **roles: Unpack[RoleArgs]
 ) -> dict[str, Any]:
     """What every process needs to rebuild ``setup`` (plain data, the topology and a
-    picklable factory) and run its role (``policy``, ``probe``: as for
-    :func:`launch_roles`; ``client_workers``: the pool's size, :func:`pool_size`'s)."""
+    picklable factory) and run its role (``roles``: :class:`RoleArgs`)."""
     return {
         "config": setup.config.to_dict(),
-        "dataset": str(dataset),
-        "model_fn": model_fn,
+        "dataset": str(roles["dataset"]),
+        "model_fn": roles["model_fn"],
         "view": setup.view,
         # The object, not its TOML: pickled to the roles, it is read in milliseconds
         # where a TOML of 10,000 clients takes each role seconds to parse.
         "topology": setup.topology,
         "profile": setup.profile.to_dict(),
         "assignment": [int(a) for a in setup.assignment],
-        "out_dir": str(out_dir),
-        "quiet": quiet,
+        "out_dir": str(roles["out_dir"]),
+        "quiet": roles.get("quiet", False),
         "bind": bind,
-        "policy": policy,
-        "probe": probe,
-        "client_workers": client_workers,
+        "policy": roles.get("policy"),
+        "probe": roles.get("probe"),
+        "client_workers": roles.get("client_workers"),
     }
 
 
@@ -242,35 +247,18 @@ def _server_failure(failure: Path, exitcode: int | None) -> str:
 
 
 def run_under_torchrun(
-    setup: RunSetup,
-    *,
-    dataset: str | Path,
-    model_fn: ModelFn,
-    out_dir: str | Path,
-    quiet: bool = False,
-    bind: str | None = None,
-    policy: AssignmentPolicy | None = None,
-    probe: str | None = None,
-    client_workers: int | None = None,
+    setup: RunSetup, *, bind: str | None = None, **roles: Unpack[RoleArgs]
 ) -> SFLResult | None:
     """Run this process's role of a torchrun launch; rank 0 returns the result.
 
-    ``policy``, ``probe``, ``client_workers``: as for :func:`launch_roles` (every process
-    builds its own; with a pool the launch has ``1 + A + P`` processes).
+    ``roles``: as for :func:`launch_roles` (every process builds its own; with a pool,
+    ``client_workers``, the launch has ``1 + A + P`` processes).
     """
     env = read_dist_env()
     if not env.is_distributed:
         raise ConfigError("not started by torchrun (WORLD_SIZE unset or 1)")
-    payload = make_payload(
-        setup,
-        dataset=dataset,
-        model_fn=model_fn,
-        out_dir=out_dir,
-        quiet=quiet,
-        bind=bind,
-        policy=policy,
-        probe=probe,
-        client_workers=pool_size(client_workers, setup.topology.n_clients, setup.config, probe),
-    )
+    probe = roles.get("probe")
+    workers = pool_size(roles.get("client_workers"), setup.topology.n_clients, setup.config, probe)
+    payload = make_payload(setup, bind=bind, **(roles | {"client_workers": workers}))
     role_main(env.rank, env.world_size, payload, setup)
-    return read_run(out_dir) if env.rank == 0 and probe != "only" else None
+    return read_run(roles["out_dir"]) if env.rank == 0 and probe != "only" else None
