@@ -116,13 +116,12 @@ PROBE_JSON, PROBE_TOML = "probe.json", "probe.toml"
 # (kind, i, j, speed, rtt, down, up, burst B, message cpu s, byte cpu s, busy send B/s).
 # Speed rows carry (share, burst) in the rtt and down columns, when the role's compute
 # probe ended (``time.time()``; 0: not recorded) in the up one and the step's extra after
-# a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows when their timing
-# began in the speed column and when it ended in the message-CPU one (NaN: not
-# recorded), the lower end's busy-sender delay, and the steady-state rates down and up
-# (two more columns).
+# a rest (a fraction, :data:`COLD_REST_S`) in the burst one; link rows the lower end's
+# busy-sender delay, and four more columns: the steady-state rates down and up, and when
+# the link's timing began and ended (``time.time()``; NaN: not recorded).
 _DONE, _ECHO, _TAKE, _GIVE, _BUSY = 0, 1, 2, 3, 5  # (4: retired)
 _SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER, _LINK_CA, _LINK_AS = range(5)
-_COLS = 13
+_COLS = 15
 
 
 class _CpuLedger:
@@ -471,8 +470,8 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     server probes aggregators 0.., and only once it has timed every backbone (a go-notice
     down to each aggregator: a link timed beside another shares the hosts' CPU with it)
     each aggregator its clients in ascending order; a client answers its aggregators in
-    ascending order. Results travel up as telemetry
-    (client -> assigned aggregator -> server).
+    ascending order. Results travel up as telemetry (client -> assigned aggregator ->
+    server).
     """
     global _ledger
     kind, index = runtime.me
@@ -497,8 +496,8 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         )
         transport.send(Send(agg, row, CONTROL), telemetry=True)
         return None
-    mine = np.flatnonzero(np.asarray(runtime.assignment) == index)
     if kind == AGGREGATOR:
+        mine = np.flatnonzero(np.asarray(runtime.assignment) == index)
         for i in mine:  # every client of mine has timed its compute
             transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
         transport.send(Send(SERVER_ADDRESS, torch.zeros(1), CONTROL), telemetry=True)
@@ -509,12 +508,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             peer = (CLIENT, i)
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
-            began = time.time()
-            rtt, down, up, held, busy, *steady = probe_link(transport, peer)
-            ended = time.time()
-            links.append(
-                [_LINK_CA, i, index, began, rtt, down, up, held, ended, np.nan, busy, *steady]
-            )
+            links.append(_link_row(_LINK_CA, i, index, transport, peer))
         rows.append([_SPEED_AGG, -1, index, speed, share, burst, computed, cold, *_own_cpu()])
         rows.extend(links)
         for i in mine:
@@ -526,12 +520,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         return None
     for j in range(n_aggs):  # every aggregator (and its clients) has timed its compute
         transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
-    links = []
-    for j in range(n_aggs):
-        began = time.time()
-        rtt, down, up, held, busy, *steady = probe_link(transport, (AGGREGATOR, j))
-        ended = time.time()
-        links.append([_LINK_AS, -1, j, began, rtt, down, up, held, ended, np.nan, busy, *steady])
+    links = [_link_row(_LINK_AS, -1, j, transport, (AGGREGATOR, j)) for j in range(n_aggs)]
     for j in range(n_aggs):  # every backbone timed: the aggregators time their clients
         transport.send(Send((AGGREGATOR, j), torch.zeros(1), CONTROL), telemetry=True)
     rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, computed, cold, *_own_cpu()])
@@ -543,24 +532,28 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     return np.asarray(rows, dtype=np.float64)
 
 
+def _link_row(kind: int, i: int, j: int, transport: Any, peer: Address) -> list[float]:
+    """The result row of the link to ``peer`` (:func:`probe_link`), with when its timing
+    began and ended (one clock on one host: ``probe.json`` orders the timings by it)."""
+    began = time.time()
+    rtt, down, up, held, busy, *steady = probe_link(transport, peer)
+    ended = time.time()
+    return [kind, i, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady, began, ended]
+
+
 def _own_cpu() -> list[float]:
     """This role's transport CPU: [s per message received, s per byte received, s per
-    byte sent, NaN x 2] (NaN: not measured; the last columns, a link's, are not a
+    byte sent, NaN x 4] (NaN: not measured; the last columns, a link's, are not a
     role's; a client answers only, so it times no send)."""
-    return [
-        _ledger.recv_cpu_s(),
-        _ledger.byte_cpu_s(),
-        _ledger.byte_cpu_s((_TAKE,)),
-        np.nan,
-        np.nan,
-    ]
+    measured = [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), _ledger.byte_cpu_s((_TAKE,))]
+    return measured + [np.nan] * 4
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:
     """``nominal`` with every measured speed, bandwidth (mean of both directions) and
     latency (half the round trip) replaced; and the measurements as a JSON-able dict.
 
-    ``rows``: (R, 8) to (R, 13) (older probes lack the last columns)."""
+    ``rows``: (R, 8) to (R, 15) (older probes lack the last columns)."""
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim == 2 and rows.shape[1] < _COLS:
         pad = np.full((len(rows), _COLS - rows.shape[1]), np.nan)
@@ -590,7 +583,7 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
     }
     for row in rows.tolist():
         kind, i, j, speed, rtt, down, up, held, recv_cpu, byte_cpu, busy = row[:11]
-        down_steady, up_steady = row[11:13]
+        down_steady, up_steady, began, ended = row[11:15]
         i, j, kind = int(i), int(j), int(kind)
         if kind in (_SPEED_CLIENT, _SPEED_AGG, _SPEED_SERVER):
             who, at = {_SPEED_CLIENT: ("client", i), _SPEED_AGG: ("aggregator", j)}.get(
@@ -603,10 +596,8 @@ def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict
                 report[f"{who}s"][str(at)] = node
             continue
         link = _link_report(rtt, down, up, held, busy, down_steady, up_steady)
-        if np.isfinite(speed):
-            link["timed_at"] = speed
-        if np.isfinite(recv_cpu):  # a link row's: when its timing ended
-            link["timed_until"] = recv_cpu
+        if np.isfinite(began) and np.isfinite(ended):
+            link["timed_at"], link["timed_until"] = began, ended
         n_links += 1
         if "burst_bytes" in link:
             buffers.append(held)

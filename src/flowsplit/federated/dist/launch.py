@@ -52,7 +52,8 @@ class RoleArgs(TypedDict, total=False):
     policy: AssignmentPolicy | None
     probe: str | None
     client_workers: int | None
-    """The pool's size (:func:`pool_size`'s; None: a process per client)."""
+    """The pool of client workers asked for (None: a process per client); the payload
+    holds the size :func:`pool_size` made of it."""
 
 
 def make_payload(
