@@ -46,9 +46,11 @@ def test_too_many_parameters_or_a_bad_size_is_refused():
         build_model("transformer", view="seq", input_shape=(8, 4), n_classes=2)
 
 
-def test_any_cut_composes_to_the_whole_model():
+@pytest.mark.parametrize("stem", [0, 3])
+def test_any_cut_composes_to_the_whole_model(stem):
     torch.manual_seed(0)
-    m = build_model("transformer", view="pkt_bytes", input_shape=(16, 64), n_classes=4, **TINY)
+    opts = {**TINY, "stem": stem}
+    m = build_model("transformer", view="pkt_bytes", input_shape=(16, 64), n_classes=4, **opts)
     m.eval()
     x = _flows()
     whole = m(x)
@@ -79,6 +81,44 @@ def test_absent_packets_take_no_part():
     assert not torch.allclose(m(y), m(x))
 
 
+def test_the_stem_sees_neighbouring_bytes_within_a_packet_only():
+    """``stem=K``: a byte changes the tokens of its packet's patches within the stem's
+    reach, never a token of another packet (pkt_bytes); in the bytes view the payload is
+    one run, so the tokens after the byte's own change too, up to the reach."""
+    torch.manual_seed(0)
+    opts = {**TINY, "stem": 5, "stem_width": 8}
+    m = build_model("transformer", view="pkt_bytes", input_shape=(4, 16), n_classes=3, **opts)
+    m.eval()
+    x = _flows(n=2, shape=(4, 16), present=4)
+    y = x.clone()
+    y[:, 1, 7] ^= 0xFF  # packet 1, the last byte of its first patch (patch 8)
+    embed = m.blocks["embed"]
+    diff = (embed(y) - embed(x))[..., :-1].abs().sum(-1)  # (B, tokens): 4 packets x 2 patches
+    changed = (diff > 0).any(0).reshape(4, 2)
+    assert changed.tolist() == [[False, False], [True, True], [False, False], [False, False]]
+    # without the stem only the byte's own patch moves
+    plain = build_model("transformer", view="pkt_bytes", input_shape=(4, 16), n_classes=3, **TINY)
+    d0 = (plain.blocks["embed"](y) - plain.blocks["embed"](x))[..., :-1].abs().sum(-1)
+    assert (d0 > 0).any(0).reshape(4, 2).tolist()[1] == [True, False]
+    # bytes view, 8 patches of 8: byte 7 reaches bytes 5..9 (first convolution), pooled
+    # positions 1..2 of 4 bytes, 0..4 after the second convolution: tokens 0, 1 and 2
+    b = build_model("transformer", view="bytes", input_shape=(64,), n_classes=3, **opts)
+    xb = torch.randint(1, 256, (2, 64), dtype=torch.uint8)
+    yb = xb.clone()
+    yb[:, 7] ^= 0xFF
+    db = (b.blocks["embed"](yb) - b.blocks["embed"](xb))[..., :-1].abs().sum(-1)
+    assert (db > 0).any(0).tolist() == [True] * 3 + [False] * 5
+    assert m(x).shape == (2, 3) and b(xb).shape == (2, 3)
+
+
+def test_a_bad_stem_is_refused():
+    for stem in (4, -1):
+        with pytest.raises(ConfigError, match="odd kernel width"):
+            build_model("transformer", view="bytes", input_shape=(64,), n_classes=2, stem=stem)
+    with pytest.raises(ConfigError, match="patch a multiple of 4"):
+        build_model("transformer", view="bytes", input_shape=(60,), n_classes=2, stem=3, patch=6)
+
+
 def test_profile_counts_every_block():
     m = build_model("transformer", view="pkt_bytes", input_shape=(16, 64), n_classes=8)
     prof = profile_model(m, batch_size=2)
@@ -88,6 +128,15 @@ def test_profile_counts_every_block():
     )
     # between encoder layers: 64 tokens of dim 128 plus the mask channel, float32
     assert prof.out_bytes[1] == 64 * 129 * 4
+    # the stem's convolutions are counted in the embed block: at least their
+    # multiply-adds (16 packets: 64 x 16 -> 64 channels, then 16 x 64 -> 128, kernel 5)
+    stem = profile_model(
+        build_model("transformer", view="pkt_bytes", input_shape=(16, 64), n_classes=8, stem=5),
+        batch_size=2,
+    )
+    convs = 16 * (64 * 16 * 64 * 5 + 16 * 64 * 128 * 5)
+    assert stem.fwd_flops[0] - prof.fwd_flops[0] >= convs
+    assert (stem.fwd_flops[1:] == prof.fwd_flops[1:]).all()
 
 
 def test_it_learns_the_synthetic_set(tmp_path, capsys):

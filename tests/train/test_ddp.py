@@ -40,6 +40,8 @@ OPTIONS = {
         "heads": 2,
         "ff": 16,
         "depth": 2,
+        "stem": 3,  # the convolutional stem too (max-pools included)
+        "stem_width": 4,
     },
 }
 

@@ -44,7 +44,17 @@ MAX_PARAMS = 2_500_000
 class PatchEmbed(nn.Module):
     """Raw rows ``(B, *input_shape)`` -> tokens ``(B, rows * patches, dim + 1)``, mask last."""
 
-    def __init__(self, rows: int, row_len: int, patch: int, embed: int, dim: int):
+    def __init__(
+        self,
+        rows: int,
+        row_len: int,
+        patch: int,
+        embed: int,
+        dim: int,
+        stem: int = 0,
+        segment: int = 0,
+        stem_width: int = 64,
+    ):
         super().__init__()
         self.rows, self.row_len, self.patch = int(rows), int(row_len), int(patch)
         self.patches = math.ceil(self.row_len / self.patch)
@@ -55,6 +65,24 @@ class PatchEmbed(nn.Module):
         self.patch_pos = nn.Parameter(torch.zeros(1, self.patches, dim))
         nn.init.trunc_normal_(self.row_pos, std=0.02)
         nn.init.trunc_normal_(self.patch_pos, std=0.02)
+        # The convolutional stem (``stem`` > 0): over the byte vectors of a segment of
+        # ``segment`` bytes (a packet's row; the whole payload in the bytes view), a
+        # convolution, a max-pool of 4, a second convolution to ``dim`` and a max-pool
+        # of the rest of a patch: one feature vector per patch, added to its token. The
+        # projection reads a patch's bytes at fixed offsets; the stem finds byte
+        # patterns wherever they sit, also across the patch's edges (as the CNN does).
+        self.segment = int(segment) or self.patches * self.patch
+        self.stem = None
+        if stem:
+            k = int(stem)
+            self.stem = nn.Sequential(
+                nn.Conv1d(embed, stem_width, k, padding=k // 2),
+                nn.GELU(),
+                nn.MaxPool1d(4),
+                nn.Conv1d(stem_width, dim, k, padding=k // 2),
+                nn.GELU(),
+                nn.MaxPool1d(self.patch // 4),
+            )
 
     def patch_bytes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, *input_shape)`` -> the bytes of each token ``(B, T, patch)`` (long) and
@@ -83,8 +111,10 @@ class PatchEmbed(nn.Module):
         b = x.shape[0]
         idx, tmask = self.patch_bytes(x)
         e = self.bytes(idx)  # (B, T, patch, embed)
-        e = e.reshape(b, self.rows, self.patches, -1)
-        content = self.proj(e)  # (B, rows, patches, dim)
+        content = self.proj(e.reshape(b, self.rows, self.patches, -1))  # (B, rows, patches, dim)
+        if self.stem is not None:
+            seg = e.reshape(-1, self.segment, e.shape[-1]).transpose(1, 2)  # (B*, embed, L)
+            content = content + self.stem(seg).transpose(1, 2).reshape(content.shape)
         if replace is not None:
             content = torch.where(
                 replace.reshape(b, self.rows, self.patches, 1), token.to(content.dtype), content
@@ -94,7 +124,9 @@ class PatchEmbed(nn.Module):
         return torch.cat([tokens, tmask[..., None]], dim=-1)
 
     def extra_repr(self) -> str:
-        return f"rows={self.rows}, row_len={self.row_len}, patch={self.patch}"
+        return (
+            f"rows={self.rows}, row_len={self.row_len}, patch={self.patch}, segment={self.segment}"
+        )
 
 
 class EncoderLayer(nn.Module):
@@ -133,6 +165,27 @@ class TokenPool(nn.Module):
         return (z * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+def _patch_embed(
+    view: str, shape: tuple[int, ...], patch: int, embed: int, dim: int, stem: int, width: int
+) -> PatchEmbed:
+    """The ``embed`` block for ``view``'s samples of ``shape``: rows of bytes (a packet
+    each in ``pkt_bytes``; ``patch`` bytes of the payload in ``bytes``) and the stem's
+    segment (a packet; the whole payload)."""
+    if view == "pkt_bytes":
+        if len(shape) != 2:
+            raise ConfigError(f"transformer over pkt_bytes needs (P, B) samples, got {shape}")
+        rows, row_len = shape
+        segment = math.ceil(row_len / patch) * patch
+    elif view == "bytes":
+        rows, row_len = math.ceil(math.prod(shape) / patch), patch
+        segment = rows * patch
+    else:
+        raise ConfigError(f"transformer reads the pkt_bytes or bytes view, not {view!r}")
+    return PatchEmbed(
+        rows, row_len, patch, embed, dim, stem=stem, segment=segment, stem_width=width
+    )
+
+
 def build_transformer(
     *,
     view: str,
@@ -145,6 +198,8 @@ def build_transformer(
     heads: int = 4,
     ff: int = 256,
     dropout: float = 0.1,
+    stem: int = 0,
+    stem_width: int = 64,
 ) -> BlockModel:
     """Build the transformer.
 
@@ -160,22 +215,26 @@ def build_transformer(
         heads: attention heads (must divide ``dim``).
         ff: hidden width of each layer's feed-forward part.
         dropout: dropout after attention, feed-forward and before the logits.
+        stem: kernel width (odd) of the convolutional stem's two convolutions, whose
+            features (one vector per patch, see :class:`PatchEmbed`) are added to the
+            tokens (within a packet in ``pkt_bytes``, over the whole payload in
+            ``bytes``); 0 (the default) for none. Needs ``patch`` a multiple of 4.
+        stem_width: channels of the stem's first convolution.
     """
     shape = tuple(int(s) for s in input_shape)
     if patch < 1 or embed < 1 or dim < 1 or depth < 1 or heads < 1 or ff < 1:
         raise ConfigError("transformer sizes (patch, embed, dim, depth, heads, ff) must be >= 1")
     if dim % heads:
         raise ConfigError(f"transformer dim {dim} is not a multiple of heads {heads}")
-    if view == "pkt_bytes":
-        if len(shape) != 2:
-            raise ConfigError(f"transformer over pkt_bytes needs (P, B) samples, got {shape}")
-        rows, row_len = shape
-    elif view == "bytes":
-        n = math.prod(shape)
-        rows, row_len = math.ceil(n / patch), patch
-    else:
-        raise ConfigError(f"transformer reads the pkt_bytes or bytes view, not {view!r}")
-    blocks: list[tuple[str, nn.Module]] = [("embed", PatchEmbed(rows, row_len, patch, embed, dim))]
+    if stem < 0 or (stem and stem % 2 == 0):
+        raise ConfigError(f"transformer stem {stem}: give an odd kernel width, or 0 for none")
+    if stem and (stem_width < 1 or patch % 4):
+        raise ConfigError(
+            f"transformer stem needs stem_width >= 1 and patch a multiple of 4 "
+            f"(got stem_width {stem_width}, patch {patch})"
+        )
+    embed_block = _patch_embed(view, shape, patch, embed, dim, stem, stem_width)
+    blocks: list[tuple[str, nn.Module]] = [("embed", embed_block)]
     blocks += [(f"enc{i + 1}", EncoderLayer(dim, heads, ff, dropout)) for i in range(depth)]
     blocks.append(
         ("head", nn.Sequential(TokenPool(dim), nn.Dropout(dropout), nn.Linear(dim, n_classes)))
@@ -198,8 +257,11 @@ ENCODER_FORMAT = "flowsplit-pretrained-encoder"
 """The ``format`` of an encoder file written by ``flowsplit pretrain``."""
 ENCODER_NAME = "encoder.pt"
 """The encoder file's name in a ``flowsplit pretrain -o DIR``."""
-SHAPE_OPTIONS = ("patch", "embed", "dim", "depth", "heads", "ff")
+SHAPE_OPTIONS = ("patch", "embed", "dim", "depth", "heads", "ff", "stem", "stem_width")
 """The transformer options that decide its weights' shapes (all but dropout)."""
+LATER_OPTIONS = {"stem": 0, "stem_width": 64}
+"""Shape options added after encoder files were first written: their value in a file
+that does not name them (the value that builds the model those files were taken from)."""
 
 
 def encoder_blocks(model: BlockModel) -> list[str]:
@@ -317,7 +379,7 @@ def load_encoder(model: BlockModel, path: str, options: dict | None = None) -> d
         )
     if options is not None:
         mine = {k: options[k] for k in SHAPE_OPTIONS if k in options}
-        theirs = doc.get("options") or {}
+        theirs = {**LATER_OPTIONS, **(doc.get("options") or {})}
         differ = [f"{k}={theirs.get(k)} (model {v})" for k, v in mine.items() if theirs.get(k) != v]
         if differ:
             raise InputError(
