@@ -165,6 +165,22 @@ class TokenPool(nn.Module):
         return (z * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+def _check_sizes(
+    patch: int, embed: int, dim: int, depth: int, heads: int, ff: int, stem: int, width: int
+) -> None:
+    if patch < 1 or embed < 1 or dim < 1 or depth < 1 or heads < 1 or ff < 1:
+        raise ConfigError("transformer sizes (patch, embed, dim, depth, heads, ff) must be >= 1")
+    if dim % heads:
+        raise ConfigError(f"transformer dim {dim} is not a multiple of heads {heads}")
+    if stem < 0 or (stem and stem % 2 == 0):
+        raise ConfigError(f"transformer stem {stem}: give an odd kernel width, or 0 for none")
+    if stem and (width < 1 or patch % 4):
+        raise ConfigError(
+            f"transformer stem needs stem_width >= 1 and patch a multiple of 4 "
+            f"(got stem_width {width}, patch {patch})"
+        )
+
+
 def _patch_embed(
     view: str, shape: tuple[int, ...], patch: int, embed: int, dim: int, stem: int, width: int
 ) -> PatchEmbed:
@@ -222,17 +238,7 @@ def build_transformer(
         stem_width: channels of the stem's first convolution.
     """
     shape = tuple(int(s) for s in input_shape)
-    if patch < 1 or embed < 1 or dim < 1 or depth < 1 or heads < 1 or ff < 1:
-        raise ConfigError("transformer sizes (patch, embed, dim, depth, heads, ff) must be >= 1")
-    if dim % heads:
-        raise ConfigError(f"transformer dim {dim} is not a multiple of heads {heads}")
-    if stem < 0 or (stem and stem % 2 == 0):
-        raise ConfigError(f"transformer stem {stem}: give an odd kernel width, or 0 for none")
-    if stem and (stem_width < 1 or patch % 4):
-        raise ConfigError(
-            f"transformer stem needs stem_width >= 1 and patch a multiple of 4 "
-            f"(got stem_width {stem_width}, patch {patch})"
-        )
+    _check_sizes(patch, embed, dim, depth, heads, ff, stem, stem_width)
     embed_block = _patch_embed(view, shape, patch, embed, dim, stem, stem_width)
     blocks: list[tuple[str, nn.Module]] = [("embed", embed_block)]
     blocks += [(f"enc{i + 1}", EncoderLayer(dim, heads, ff, dropout)) for i in range(depth)]
