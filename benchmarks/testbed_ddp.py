@@ -405,6 +405,19 @@ def medians(rows: list[dict]) -> list[dict]:
     return out
 
 
+def repeat_spread(points: list[dict]) -> float | None:
+    """The median over points of their repeats' spread, ``(max - min) / median`` of a
+    point's epoch times (points with one repeat left out): how much the machine's own
+    noise moves one measurement. Run M read 0.050, run N 0.101 (docs/testbed.md); the
+    held-out error allowed is 0.15, so a run near 0.10 spends most of it on noise."""
+    spreads = [
+        (max(r) - min(r)) / statistics.median(r)
+        for r in (p.get("epoch_s_per_repeat") or [] for p in points)
+        if len(r) >= 2 and statistics.median(r) > 0
+    ]
+    return statistics.median(spreads) if spreads else None
+
+
 def summary_medians(traces: list) -> dict:
     """:func:`rank_summary` of each traced repeat, medians over the repeats (per rank for
     the ``*_by_rank`` lists); empty when no repeat was traced (runs before 2026-12-05)."""
@@ -869,6 +882,7 @@ def analyse(rows: list[dict], fit_nodes: tuple[int, ...] = (1, 2)) -> dict:
             default=None,
         ),
         "max_rel_error_refit": worst("_refit", held=False),
+        "median_repeat_spread": repeat_spread(points),
         "max_heldout_rel_error_by_model": {m: worst("", model=m) for m in models},
         "max_heldout_rel_error_variants": {
             v.lstrip("_"): {
@@ -924,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
         doc.update(analyse(doc["epochs"]))
         write_json(args.out, doc)
         print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
+        print(f"median spread of a point's repeats: {doc['median_repeat_spread']}")
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks run
     reason = missing_requirement()
@@ -997,6 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model", "nodes", "mbit", "measured_epoch_s", "predicted_epoch_s", "rel_error",
                 "held_out")}))  # fmt: skip
         print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
+        print(f"median spread of a point's repeats: {doc['median_repeat_spread']}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if awake is not None:

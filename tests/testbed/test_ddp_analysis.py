@@ -279,3 +279,15 @@ def test_pair_form_recovers_every_point_from_probes_of_its_layout(bench):
     fresh = [{k: v for k, v in p.items() if not k.endswith("_x")} for p in points]
     assert not bench.predict_pair(fresh, ladder, train, probes[:1], "_y")
     assert not any("rel_error_y" in p for p in fresh)
+
+
+def test_repeat_spread_is_the_median_of_each_points_relative_range(bench):
+    points = [
+        {"epoch_s_per_repeat": [10.0, 11.0, 12.0]},  # (12 - 10) / 11
+        {"epoch_s_per_repeat": [4.0, 4.0]},  # 0
+        {"epoch_s_per_repeat": [2.0, 3.0]},  # 1 / 2.5
+        {"epoch_s_per_repeat": [5.0]},  # one repeat: no spread
+        {},
+    ]
+    assert bench.repeat_spread(points) == pytest.approx(2 / 11)
+    assert bench.repeat_spread(points[3:]) is None
