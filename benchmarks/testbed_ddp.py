@@ -418,6 +418,12 @@ def repeat_spread(points: list[dict]) -> float | None:
     return statistics.median(spreads) if spreads else None
 
 
+def print_errors(doc: dict) -> None:
+    """The run's error figures, and beside them how noisy its own measurements were."""
+    print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
+    print(f"median spread of a point's repeats: {doc['median_repeat_spread']}")
+
+
 def summary_medians(traces: list) -> dict:
     """:func:`rank_summary` of each traced repeat, medians over the repeats (per rank for
     the ``*_by_rank`` lists); empty when no repeat was traced (runs before 2026-12-05)."""
@@ -937,8 +943,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {k: v for k, v in doc.items() if not k.startswith("max_")}
         doc.update(analyse(doc["epochs"]))
         write_json(args.out, doc)
-        print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
-        print(f"median spread of a point's repeats: {doc['median_repeat_spread']}")
+        print_errors(doc)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally: blocks run
     reason = missing_requirement()
@@ -1011,8 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: pt[k] for k in (
                 "model", "nodes", "mbit", "measured_epoch_s", "predicted_epoch_s", "rel_error",
                 "held_out")}))  # fmt: skip
-        print(json.dumps({k: v for k, v in doc.items() if k.startswith("max")}))
-        print(f"median spread of a point's repeats: {doc['median_repeat_spread']}")
+        print_errors(doc)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if awake is not None:

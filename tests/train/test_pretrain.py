@@ -109,13 +109,15 @@ def test_a_wrong_encoder_file_is_one_line(tmp_path, capsys):
         load_encoder(m, str(other), {**TINY, "dim": 32})
     with pytest.raises(Exception, match="another size: stem=0 \\(model 5\\)"):
         load_encoder(m, str(other), {**TINY, "stem": 5})
+    # without a stem no weight depends on stem_width: another value is no other size
+    load_encoder(m, str(other), {**TINY, "stem": 0, "stem_width": 32})
     # a file written before the stem existed names no stem: it is a stem-less encoder
     doc = torch.load(other / "encoder.pt", weights_only=True)
-    assert doc["options"]["stem"] == 0
+    assert doc["options"]["stem"] == 0 and doc["options"]["stem_width"] == 64
     del doc["options"]["stem"], doc["options"]["stem_width"]
     torch.save(doc, other / "encoder.pt")
     load_encoder(m, str(other), {**TINY, "stem": 0, "stem_width": 64})
-    with pytest.raises(Exception, match="another size: stem=0 \\(model 3\\)"):
+    with pytest.raises(Exception, match="another size: stem=0 \\(model 3\\); give"):
         load_encoder(m, str(other), {**TINY, "stem": 3, "stem_width": 64})
     argv = ["train", str(ds), "-m", "cnn", "--init-from", str(other), "-o", str(tmp_path / "r4")]
     assert cli_main(argv) == 2

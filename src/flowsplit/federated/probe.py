@@ -490,10 +490,8 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
         transport.send(Send(agg, torch.zeros(1), CONTROL), telemetry=True)  # computed
         for j in sorted({j for i, j in pairs if i == index}):
             answer_probe(transport, (AGGREGATOR, j))
-        row = torch.tensor(
-            [[_SPEED_CLIENT, index, -1, speed, share, burst, computed, cold, *_own_cpu()]],
-            dtype=torch.float64,
-        )
+        own = _role_row(_SPEED_CLIENT, index, -1, speed, share, burst, computed, cold)
+        row = torch.tensor([own], dtype=torch.float64)
         transport.send(Send(agg, row, CONTROL), telemetry=True)
         return None
     if kind == AGGREGATOR:
@@ -509,7 +507,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
             if peer not in transport.peers or transport.peers[peer] is None:
                 continue
             links.append(_link_row(_LINK_CA, i, index, transport, peer))
-        rows.append([_SPEED_AGG, -1, index, speed, share, burst, computed, cold, *_own_cpu()])
+        rows.append(_role_row(_SPEED_AGG, -1, index, speed, share, burst, computed, cold))
         rows.extend(links)
         for i in mine:
             got = transport.recv(Recv((CLIENT, int(i)), CONTROL), telemetry=True)
@@ -523,7 +521,7 @@ def run_probe(runtime: Any, pairs: list[tuple[int, int]]) -> np.ndarray | None:
     links = [_link_row(_LINK_AS, -1, j, transport, (AGGREGATOR, j)) for j in range(n_aggs)]
     for j in range(n_aggs):  # every backbone timed: the aggregators time their clients
         transport.send(Send((AGGREGATOR, j), torch.zeros(1), CONTROL), telemetry=True)
-    rows.append([_SPEED_SERVER, -1, -1, speed, share, burst, computed, cold, *_own_cpu()])
+    rows.append(_role_row(_SPEED_SERVER, -1, -1, speed, share, burst, computed, cold))
     rows.extend(links)
     for j in range(n_aggs):
         got = transport.recv(Recv((AGGREGATOR, j), CONTROL), telemetry=True)
@@ -541,12 +539,14 @@ def _link_row(kind: int, i: int, j: int, transport: Any, peer: Address) -> list[
     return [kind, i, j, np.nan, rtt, down, up, held, np.nan, np.nan, busy, *steady, began, ended]
 
 
-def _own_cpu() -> list[float]:
-    """This role's transport CPU: [s per message received, s per byte received, s per
-    byte sent, NaN x 4] (NaN: not measured; the last columns, a link's, are not a
-    role's; a client answers only, so it times no send)."""
-    measured = [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), _ledger.byte_cpu_s((_TAKE,))]
-    return measured + [np.nan] * 4
+def _role_row(kind: int, i: int, j: int, *measured: float) -> list[float]:
+    """The result row of a role's speed (``measured``: speed, share, burst, when its
+    compute probe ended, cold-step extra) and its transport CPU: s per message received,
+    s per byte received, s per byte sent (NaN: not measured; a client answers only, so
+    it times no send). The link columns after them are NaN."""
+    cpu = [_ledger.recv_cpu_s(), _ledger.byte_cpu_s(), _ledger.byte_cpu_s((_TAKE,))]
+    row = [kind, i, j, *measured, *cpu]
+    return row + [np.nan] * (_COLS - len(row))
 
 
 def probed_topology(nominal: Topology, rows: np.ndarray) -> tuple[Topology, dict[str, Any]]:

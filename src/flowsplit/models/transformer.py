@@ -52,7 +52,7 @@ class PatchEmbed(nn.Module):
         embed: int,
         dim: int,
         stem: int = 0,
-        segment: int = 0,
+        stem_rows: int = 1,
         stem_width: int = 64,
     ):
         super().__init__()
@@ -65,13 +65,14 @@ class PatchEmbed(nn.Module):
         self.patch_pos = nn.Parameter(torch.zeros(1, self.patches, dim))
         nn.init.trunc_normal_(self.row_pos, std=0.02)
         nn.init.trunc_normal_(self.patch_pos, std=0.02)
-        # The convolutional stem (``stem`` > 0): over the byte vectors of a segment of
-        # ``segment`` bytes (a packet's row; the whole payload in the bytes view), a
-        # convolution, a max-pool of 4, a second convolution to ``dim`` and a max-pool
-        # of the rest of a patch: one feature vector per patch, added to its token. The
-        # projection reads a patch's bytes at fixed offsets; the stem finds byte
-        # patterns wherever they sit, also across the patch's edges (as the CNN does).
-        self.segment = int(segment) or self.patches * self.patch
+        # The convolutional stem (``stem`` > 0): over the byte vectors of ``stem_rows``
+        # rows at a time (1: within a packet's row; all rows: the whole payload of the
+        # bytes view), a convolution, a max-pool of 4, a second convolution to ``dim``
+        # and a max-pool of the rest of a patch: one feature vector per patch, added to
+        # its token. The projection reads a patch's bytes at fixed offsets; the stem
+        # finds byte patterns wherever they sit, also across the patch's edges (as the
+        # CNN does).
+        self.segment = int(stem_rows) * self.patches * self.patch  # bytes per stem run
         self.stem = None
         if stem:
             k = int(stem)
@@ -185,20 +186,20 @@ def _patch_embed(
     view: str, shape: tuple[int, ...], patch: int, embed: int, dim: int, stem: int, width: int
 ) -> PatchEmbed:
     """The ``embed`` block for ``view``'s samples of ``shape``: rows of bytes (a packet
-    each in ``pkt_bytes``; ``patch`` bytes of the payload in ``bytes``) and the stem's
-    segment (a packet; the whole payload)."""
+    each in ``pkt_bytes``; ``patch`` bytes of the payload in ``bytes``), and how many
+    rows the stem runs across (one packet; the whole payload)."""
     if view == "pkt_bytes":
         if len(shape) != 2:
             raise ConfigError(f"transformer over pkt_bytes needs (P, B) samples, got {shape}")
         rows, row_len = shape
-        segment = math.ceil(row_len / patch) * patch
+        stem_rows = 1
     elif view == "bytes":
         rows, row_len = math.ceil(math.prod(shape) / patch), patch
-        segment = rows * patch
+        stem_rows = rows
     else:
         raise ConfigError(f"transformer reads the pkt_bytes or bytes view, not {view!r}")
     return PatchEmbed(
-        rows, row_len, patch, embed, dim, stem=stem, segment=segment, stem_width=width
+        rows, row_len, patch, embed, dim, stem=stem, stem_rows=stem_rows, stem_width=width
     )
 
 
@@ -265,9 +266,18 @@ ENCODER_NAME = "encoder.pt"
 """The encoder file's name in a ``flowsplit pretrain -o DIR``."""
 SHAPE_OPTIONS = ("patch", "embed", "dim", "depth", "heads", "ff", "stem", "stem_width")
 """The transformer options that decide its weights' shapes (all but dropout)."""
-LATER_OPTIONS = {"stem": 0, "stem_width": 64}
+LATER_OPTIONS = {"stem": 0}
 """Shape options added after encoder files were first written: their value in a file
 that does not name them (the value that builds the model those files were taken from)."""
+
+
+def shape_options(options: dict) -> dict:
+    """The options among ``options`` that decide the weights' shapes: :data:`SHAPE_OPTIONS`
+    less ``stem_width`` when there is no stem (no weight depends on it then)."""
+    out = {k: options[k] for k in SHAPE_OPTIONS if k in options}
+    if not out.get("stem"):
+        out.pop("stem_width", None)
+    return out
 
 
 def encoder_blocks(model: BlockModel) -> list[str]:
@@ -384,9 +394,11 @@ def load_encoder(model: BlockModel, path: str, options: dict | None = None) -> d
             "and shape (pretrain --like DATASET)",
         )
     if options is not None:
-        mine = {k: options[k] for k in SHAPE_OPTIONS if k in options}
-        theirs = {**LATER_OPTIONS, **(doc.get("options") or {})}
-        differ = [f"{k}={theirs.get(k)} (model {v})" for k, v in mine.items() if theirs.get(k) != v]
+        mine = shape_options(options)
+        theirs = shape_options({**LATER_OPTIONS, **(doc.get("options") or {})})
+        # stem_width is compared only where both have a stem (see shape_options); an
+        # option the file does not name is left to the weights' shapes, checked below
+        differ = [f"{k}={theirs[k]} (model {v})" for k, v in mine.items() if theirs.get(k, v) != v]
         if differ:
             raise InputError(
                 p,
