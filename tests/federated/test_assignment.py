@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.assignment import AssignmentPolicy, RoundNetwork
+from flowsplit.federated.assignment import AssignmentPolicy, RoundNetwork, RoundQuery
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.dist import launch_roles
 from flowsplit.federated.predict import predict_ledger
@@ -30,16 +30,16 @@ class Rotate(AssignmentPolicy):
         slow[0] /= 1e4
         return RoundNetwork(dataclasses.replace(topology, as_bandwidth=slow))
 
-    def assignment_for_round(self, round_index, alive, previous, *, setup, topology, participants):
-        out = previous.copy()
-        if round_index == 1:
-            out[0] = (out[0] + 1) % len(alive)
+    def assignment_for_round(self, query):
+        out = query.previous
+        if query.round_index == 1:
+            out[0] = (out[0] + 1) % len(query.alive)
         return out
 
 
 class OntoMissing(AssignmentPolicy):
-    def assignment_for_round(self, round_index, alive, previous, **_):
-        return np.full_like(previous, len(alive))  # an aggregator that does not exist
+    def assignment_for_round(self, query):
+        return np.full_like(query.previous, len(query.alive))  # an aggregator that does not exist
 
 
 def _setup(dataset, **kw):
@@ -88,6 +88,21 @@ def test_the_default_policy_changes_nothing(dataset):
         assert torch.equal(b.model_state[key], value)
     strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in a.history]
     assert strip == [{k: v for k, v in r.items() if k != "wall_s"} for r in b.history]
+
+
+def test_a_round_query_holds_copies_of_the_runs_arrays():
+    # Prepare: the run's state as lists and arrays of other dtypes.
+    alive = np.array([1, 0, 1])
+    previous = np.array([0, 2, 1], dtype=np.int32)
+    participants = [True, False, True]
+    # Execute
+    query = RoundQuery(4, alive, previous, participants, topology=None, setup=None)
+    query.previous[0] = 2
+    query.alive[1] = True
+    # Assert: typed copies; a policy writing to them leaves the run's arrays alone.
+    assert query.alive.dtype == bool and query.previous.dtype == np.int64
+    assert query.participants.tolist() == participants
+    assert previous.tolist() == [0, 2, 1] and alive.tolist() == [1, 0, 1]
 
 
 def test_a_policy_that_names_a_missing_aggregator_is_refused(dataset):

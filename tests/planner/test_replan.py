@@ -12,7 +12,7 @@ import pytest
 from flowsplit.cli import main
 from flowsplit.errors import ConfigError
 from flowsplit.federated import commands as fed_commands
-from flowsplit.federated.assignment import AssignmentPolicy
+from flowsplit.federated.assignment import AssignmentPolicy, RoundQuery
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.schemes import get_scheme
 from flowsplit.federated.setup import prepare_run
@@ -155,12 +155,12 @@ def test_the_policy_replans_on_the_rounds_network_every_k_rounds():
     policy = ReplanPolicy(every=2)
     alive, everyone = np.ones(2, dtype=bool), np.ones(6, dtype=bool)
     stay = np.zeros(6, dtype=np.int64)
-    kw = {"setup": setup, "participants": everyone}
+    kw = {"setup": setup, "participants": everyone, "topology": net}
     # Execute / Assert: round index 1 is not a re-planning round (every 2).
-    odd = policy.assignment_for_round(1, alive, stay, topology=net, **kw)
+    odd = policy.assignment_for_round(RoundQuery(1, alive, stay, **kw))
     assert odd.tolist() == stay.tolist() and policy.log == []
     # Index 2 is, and it takes client 0 off its congested link, at a lower predicted delay.
-    even = policy.assignment_for_round(2, alive, stay, topology=net, **kw)
+    even = policy.assignment_for_round(RoundQuery(2, alive, stay, **kw))
     assert even[0] == 1
     (entry,) = policy.log
     assert entry["round"] == 3 and entry["delay_s"] < entry["previous_delay_s"]
@@ -243,10 +243,10 @@ def test_the_policy_honours_the_runs_capacity():
     config = SimpleNamespace(batch_size=32, local_epochs=1, capacity=(3,))
     setup = SimpleNamespace(costs=COSTS, scheme=SCHEME, config=config, n_samples=np.full(6, 100))
     start = np.array([1, 1, 1, 1, 0, 0])
-    kw = {"setup": setup, "topology": topo, "participants": np.ones(6, dtype=bool)}
+    query = RoundQuery(0, np.ones(2, bool), start, np.ones(6, bool), topo, setup)
     # Execute
-    free = ReplanPolicy(capacity=(6, 6)).assignment_for_round(0, np.ones(2, bool), start, **kw)
-    capped = ReplanPolicy().assignment_for_round(0, np.ones(2, bool), start, **kw)
+    free = ReplanPolicy(capacity=(6, 6)).assignment_for_round(query)
+    capped = ReplanPolicy().assignment_for_round(query)
     # Assert
     assert np.bincount(free, minlength=2)[0] > 3
     assert np.bincount(capped, minlength=2).tolist() == [3, 3]

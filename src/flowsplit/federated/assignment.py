@@ -9,7 +9,8 @@ runtime *plan the round's network* (``runtime.plan_round(plan)``), which asks th
   simulation's one, and every role of the distributed runner), so it must be a
   deterministic function of the round and the base topology (a trace, a seed);
 - :meth:`AssignmentPolicy.assignment_for_round`: which aggregator serves each client
-  this round, given the aggregators still alive and last round's assignment. Asked
+  this round, given a :class:`RoundQuery` (the aggregators still alive, last round's
+  assignment, the round's participants and network, the run's setup). Asked
   **once per round**, by the simulation or by the dist server, which then tells every
   role (as raw int64 bytes through the run's rendezvous store, never a pickle).
 
@@ -49,6 +50,33 @@ class RoundNetwork:
     out like ``--drop-prob`` dropouts: not scheduled, not failures."""
 
 
+@dataclass(frozen=True)
+class RoundQuery:
+    """What :meth:`AssignmentPolicy.assignment_for_round` is told about a round.
+
+    Its arrays are copies, made on construction: a policy may change them without
+    touching the run's state.
+    """
+
+    round_index: int
+    """The round, 0-based."""
+    alive: np.ndarray
+    """(A,) bool: the aggregators not lost so far."""
+    previous: np.ndarray
+    """(N,) int64: last round's assignment (the run's initial one before round 0)."""
+    participants: np.ndarray
+    """(N,) bool: the clients scheduled this round."""
+    topology: Topology
+    """This round's network (:meth:`AssignmentPolicy.network_for_round`)."""
+    setup: Any
+    """The run's :class:`~flowsplit.federated.setup.RunSetup` (costs, scheme, config,
+    shard sizes)."""
+
+    def __post_init__(self) -> None:
+        for name, dtype in (("alive", bool), ("previous", np.int64), ("participants", bool)):
+            object.__setattr__(self, name, np.array(getattr(self, name), dtype=dtype))
+
+
 Placer = Callable[..., np.ndarray]
 """``place(setup, topology, previous, movers, alive) -> (N,) assignment``.
 
@@ -81,28 +109,14 @@ class AssignmentPolicy:
             return RoundNetwork(topology)
         return RoundNetwork(topology.at_round(round_index), topology.available_at(round_index))
 
-    def assignment_for_round(
-        self,
-        round_index: int,
-        alive_aggregators: np.ndarray,
-        previous_assignment: np.ndarray,
-        *,
-        setup: Any,
-        topology: Topology,
-        participants: np.ndarray,
-    ) -> np.ndarray:
-        """(N,) aggregator of each client in round ``round_index`` (0-based).
-
-        ``alive_aggregators``: (A,) bool, those not lost so far; ``previous_assignment``:
-        (N,) the last round's (the run's initial one before round 0); ``setup``: the
-        run's ``RunSetup``; ``topology``: this round's; ``participants``: (N,) bool, the
-        clients scheduled this round.
-        """
-        previous = np.asarray(previous_assignment, dtype=np.int64)
-        movers = ~np.asarray(alive_aggregators, dtype=bool)[previous]
-        if self.place is None or not movers.any() or not np.any(alive_aggregators):
+    def assignment_for_round(self, query: RoundQuery) -> np.ndarray:
+        """(N,) aggregator of each client in ``query``'s round: last round's, with the
+        clients of lost aggregators placed by ``place`` (kept, and lost, without one)."""
+        previous = query.previous
+        movers = ~query.alive[previous]
+        if self.place is None or not movers.any() or not query.alive.any():
             return previous
-        return self.place(setup, topology, previous, movers, np.asarray(alive_aggregators, bool))
+        return self.place(query.setup, query.topology, previous, movers, query.alive)
 
 
 def check_round_assignment(
@@ -136,12 +150,13 @@ def decide_assignment(
 ) -> np.ndarray:
     """Ask ``policy`` for the assignment of ``plan``'s round (already on its network) and
     check it; the simulation and the dist server call this once per round."""
-    assignment = policy.assignment_for_round(
-        plan.round,
-        np.asarray(alive, dtype=bool).copy(),
-        np.asarray(previous, dtype=np.int64).copy(),
-        setup=setup,
+    query = RoundQuery(
+        round_index=plan.round,
+        alive=alive,
+        previous=previous,
+        participants=plan.participants,
         topology=plan.topology,
-        participants=plan.participants.copy(),
+        setup=setup,
     )
+    assignment = policy.assignment_for_round(query)
     return check_round_assignment(assignment, plan.topology, alive, previous)

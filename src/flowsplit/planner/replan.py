@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError
-from flowsplit.federated.assignment import AssignmentPolicy, Placer, changes
+from flowsplit.federated.assignment import AssignmentPolicy, Placer, RoundQuery, changes
 from flowsplit.federated.config import REPLAN_MODES
 from flowsplit.federated.schemes import Scheme
 from flowsplit.federated.system.profile import PartCosts
@@ -245,31 +245,15 @@ class ReplanPolicy(AssignmentPolicy):
     def __repr__(self) -> str:
         return f"ReplanPolicy(every={self.every}, objective={self.objective.reference_text!r})"
 
-    def assignment_for_round(
-        self,
-        round_index: int,
-        alive_aggregators: np.ndarray,
-        previous_assignment: np.ndarray,
-        *,
-        setup: Any,
-        topology: Topology,
-        participants: np.ndarray,
-    ) -> np.ndarray:
+    def assignment_for_round(self, query: RoundQuery) -> np.ndarray:
         """Last round's assignment, re-planned on this round's network (see the class)."""
-        base = super().assignment_for_round(
-            round_index,
-            alive_aggregators,
-            previous_assignment,
-            setup=setup,
-            topology=topology,
-            participants=participants,
-        )
-        if round_index % self.every:
+        base = super().assignment_for_round(query)
+        if query.round_index % self.every:
             return base
-        alive = np.asarray(alive_aggregators, dtype=bool)
+        alive, topology, setup = query.alive, query.topology, query.setup
         # A client linked to no alive aggregator is lost: it costs nothing and stays put.
         stuck = ~(topology.ca_bandwidth[:, alive] > 0).any(axis=1)
-        take_part = np.asarray(participants, dtype=bool) & ~stuck
+        take_part = query.participants & ~stuck
         samples = np.where(take_part, setup.n_samples, 0)
         if not samples.any():
             return base
@@ -280,7 +264,7 @@ class ReplanPolicy(AssignmentPolicy):
             samples,
             batch_size=setup.config.batch_size,
             local_epochs=setup.config.local_epochs,
-            alive=alive_aggregators,
+            alive=alive,
         )
         cap = self._capacity(setup, topology.n_aggregators)
         result = replan_assignment(
@@ -293,7 +277,7 @@ class ReplanPolicy(AssignmentPolicy):
         )
         assignment = np.where(stuck, base, result.assignment)
         self.log.append(
-            {"round": round_index + 1, **result.to_dict(), "moved": changes(base, assignment)}
+            {"round": query.round_index + 1, **result.to_dict(), "moved": changes(base, assignment)}
         )
         return assignment
 
