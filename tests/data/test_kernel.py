@@ -576,3 +576,25 @@ def test_the_per_flow_passes_refuse_a_flow_without_packets():
             f64.copy(),
             acc,
         )
+
+
+@needs_kernel
+def test_the_kernels_name_the_array_of_the_wrong_length():
+    # Each kernel indexes its arrays without bounds checks, so one array a row short
+    # must be refused up front, by name, before any row is read or written.
+    n = 5
+    u8, i64, f64 = np.zeros(n, np.uint8), np.zeros(n, np.int64), np.zeros(n)
+    u64 = np.zeros(n, np.uint64)
+    h, low = np.zeros(n, np.uint64), np.zeros(n - 1, np.uint8)
+    with pytest.raises(ValueError, match=r"^key_hashes: low has 4 rows, not 5$"):
+        _kernel.key_hashes(
+            u64, u64, i64, u64, u64, i64, i64.astype(np.int32), u8, i64, True, h, low
+        )
+    assert not h.any()
+    fs = np.array([0, 3], dtype=np.int64)
+    carried = [np.zeros(2), np.zeros(2), np.zeros(1)]
+    with pytest.raises(ValueError, match=r"^previous_times: carried_bwd has 1 rows, not 2$"):
+        _kernel.previous_times(fs, u8, f64, *carried, f64.copy(), f64.copy())
+    out = np.zeros((n, 9), np.float32)
+    with pytest.raises(ValueError, match=r"^seq_rows: out has 9 columns, not 10$"):
+        _kernel.seq_rows(i64, u8, f64, f64, u8, f64, out)

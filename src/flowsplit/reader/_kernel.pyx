@@ -431,8 +431,9 @@ def masked_rows(
     cdef const uint8_t* mask
     cdef uint8_t* o
     cdef uint64_t x, y
-    if length.shape[0] != n or kind.shape[0] != n or dst.shape[0] != n or keep.shape[1] != width:
-        raise ValueError("masked_rows: inconsistent shapes")
+    check_rows("masked_rows", n, {"length": length.shape[0], "kind": kind.shape[0], "dst": dst.shape[0]})
+    if keep.shape[1] != width:
+        raise ValueError(f"masked_rows: keep has {keep.shape[1]} columns, out {width}")
     # Each kind's mask as 64-bit words of 0x00/0xFF bytes: a row is masked 8 bytes at once
     # (a keep byte is 0 or 1, so buf * keep is buf AND 0xFF * keep).
     cdef uint8_t[:, ::1] bytes_ = np.zeros((keep.shape[0], n_words * 8), dtype=np.uint8)
@@ -475,9 +476,9 @@ def payload_heads(
     cdef Py_ssize_t n = dst.shape[0], width = min(out.shape[1], 8), i, j
     cdef int64_t size, win, d
     cdef uint8_t head[8]
-    if (fwd.shape[0] != n or ip_len.shape[0] != n or proto.shape[0] != n
-            or flags.shape[0] != n or thl.shape[0] != n or window.shape[0] != n):
-        raise ValueError("payload_heads: inconsistent shapes")
+    check_rows("payload_heads", n, {"fwd": fwd.shape[0], "ip_len": ip_len.shape[0],
+               "proto": proto.shape[0], "flags": flags.shape[0], "thl": thl.shape[0],
+               "window": window.shape[0]})
     for i in range(n):
         d = dst[i]
         if d < 0 or d >= out.shape[0]:
@@ -541,8 +542,8 @@ def add_row_hashes(
     cdef Py_ssize_t n = words.shape[0], w = words.shape[1], r, j
     cdef uint64_t a, b, x
     cdef uint64_t golden = 0x9E3779B97F4A7C15ULL
-    if k1.shape[0] != w or k2.shape[0] != w or h1.shape[0] != n or h2.shape[0] != n:
-        raise ValueError("add_row_hashes: inconsistent shapes")
+    check_rows("add_row_hashes", w, {"k1": k1.shape[0], "k2": k2.shape[0]})
+    check_rows("add_row_hashes", n, {"h1": h1.shape[0], "h2": h2.shape[0]})
     with nogil:
         for r in range(n):
             a = 0
@@ -633,6 +634,15 @@ cdef inline double reduceat_sum(const double* a, Py_ssize_t n) noexcept nogil:
     return a[0] + pairwise_sum(a + 1, n - 1)
 
 
+cdef int check_rows(str kernel, Py_ssize_t n, dict rows) except -1:
+    """``rows`` maps array names to their lengths: each must be ``n``, since the kernel's
+    loops index them freely; else ValueError naming the kernel and the first that is not."""
+    for name, length in rows.items():
+        if length != n:
+            raise ValueError(f"{kernel}: {name} has {length} rows, not {n}")
+    return 0
+
+
 cdef int check_flows(const int64_t[::1] fs, Py_ssize_t n) except -1:
     """Every flow ``f`` of ``fs`` (packets ``fs[f]`` up to the next start, or ``n``) is a
     non-empty range inside ``n`` packets: the loops over flows may then index freely."""
@@ -663,11 +673,13 @@ def accumulate(
     cdef double t, x, x0
     cdef double* row
     cdef bint has
-    if (fwd.shape[0] != n or size.shape[0] != n or pay.shape[0] != n or prev_ts.shape[0] != n
-            or prev_dir.shape[0] != n or flags.shape[0] != n or window.shape[0] != n
-            or tcp.shape[0] != n or iat0.shape[0] != n or iat_sq.shape[0] != n
-            or acc.shape[0] != nf or acc.shape[1] != N_ACC):
-        raise ValueError("accumulate: inconsistent shapes")
+    check_rows("accumulate", n, {"fwd": fwd.shape[0], "size": size.shape[0], "pay": pay.shape[0],
+               "prev_ts": prev_ts.shape[0], "prev_dir": prev_dir.shape[0],
+               "flags": flags.shape[0], "window": window.shape[0], "tcp": tcp.shape[0],
+               "iat0": iat0.shape[0], "iat_sq": iat_sq.shape[0]})
+    check_rows("accumulate", nf, {"acc": acc.shape[0]})
+    if acc.shape[1] != N_ACC:
+        raise ValueError(f"accumulate: acc has {acc.shape[1]} columns, not {N_ACC}")
     check_flows(fs, n)
     with nogil:
         for f in range(nf):
@@ -740,9 +752,10 @@ def seq_rows(
     cdef Py_ssize_t n = dst.shape[0], i, k
     cdef int64_t d
     cdef float* row
-    if (fwd.shape[0] != n or size.shape[0] != n or log_iat.shape[0] != n
-            or flags.shape[0] != n or pay.shape[0] != n or out.shape[1] != 10):
-        raise ValueError("seq_rows: inconsistent shapes")
+    check_rows("seq_rows", n, {"fwd": fwd.shape[0], "size": size.shape[0],
+               "log_iat": log_iat.shape[0], "flags": flags.shape[0], "pay": pay.shape[0]})
+    if out.shape[1] != 10:
+        raise ValueError(f"seq_rows: out has {out.shape[1]} columns, not 10")
     for i in range(n):
         if dst[i] >= out.shape[0]:
             raise IndexError(f"packet {i} goes to row {dst[i]} of {out.shape[0]}")
@@ -780,11 +793,14 @@ def epb_fields(
     cdef int64_t at, s, gi
     cdef uint64_t blen, if_id, ticks, div
     cdef bint big
-    if (seg.shape[0] != n or caplen.shape[0] != n or wirelen.shape[0] != n
-            or ts.shape[0] != n or linktype.shape[0] != n or problem.shape[0] != n
-            or seg_n_if.shape[0] != seg_base.shape[0] or seg_big.shape[0] != seg_base.shape[0]
-            or if_div.shape[0] != n_tab or if_tsoff.shape[0] != n_tab or n_tab == 0):
-        raise ValueError("epb_fields: inconsistent shapes")
+    check_rows("epb_fields", n, {"seg": seg.shape[0], "caplen": caplen.shape[0],
+               "wirelen": wirelen.shape[0], "ts": ts.shape[0], "linktype": linktype.shape[0],
+               "problem": problem.shape[0]})
+    check_rows("epb_fields", seg_base.shape[0],
+               {"seg_n_if": seg_n_if.shape[0], "seg_big": seg_big.shape[0]})
+    check_rows("epb_fields", n_tab, {"if_div": if_div.shape[0], "if_tsoff": if_tsoff.shape[0]})
+    if n_tab == 0:
+        raise ValueError("epb_fields: no interfaces")
     for i in range(n):
         at, s = starts[i], seg[i]
         if s < 0 or s >= seg_base.shape[0]:
@@ -828,10 +844,10 @@ def previous_times(
     """
     cdef Py_ssize_t n = ts.shape[0], nf = fs.shape[0], f, i, b, e
     cdef double last, last_f, last_b
-    if (fwd.shape[0] != n or prev_ts.shape[0] != n or prev_dir.shape[0] != n
-            or carried_last.shape[0] != nf or carried_fwd.shape[0] != nf
-            or carried_bwd.shape[0] != nf):
-        raise ValueError("previous_times: inconsistent shapes")
+    check_rows("previous_times", n,
+               {"fwd": fwd.shape[0], "prev_ts": prev_ts.shape[0], "prev_dir": prev_dir.shape[0]})
+    check_rows("previous_times", nf, {"carried_last": carried_last.shape[0],
+               "carried_fwd": carried_fwd.shape[0], "carried_bwd": carried_bwd.shape[0]})
     check_flows(fs, n)
     with nogil:
         for f in range(nf):
@@ -868,11 +884,10 @@ def key_hashes(
     cdef Py_ssize_t n = sa_hi.shape[0], i
     cdef uint64_t k1 = 0x9E3779B97F4A7C15ULL, k2 = 0xBF58476D1CE4E5B9ULL
     cdef uint64_t k3 = 0x94D049BB133111EBULL, es, ed, small
-    if (sa_lo.shape[0] != n or sport.shape[0] != n or da_hi.shape[0] != n
-            or da_lo.shape[0] != n or dport.shape[0] != n or src.shape[0] != n
-            or proto.shape[0] != n or vlan.shape[0] != n or h.shape[0] != n
-            or low.shape[0] != n):
-        raise ValueError("key_hashes: inconsistent shapes")
+    check_rows("key_hashes", n, {"sa_lo": sa_lo.shape[0], "sport": sport.shape[0],
+               "da_hi": da_hi.shape[0], "da_lo": da_lo.shape[0], "dport": dport.shape[0],
+               "src": src.shape[0], "proto": proto.shape[0], "vlan": vlan.shape[0],
+               "h": h.shape[0], "low": low.shape[0]})
     with nogil:
         for i in range(n):
             es = mix64(sa_lo[i] * k1 + (sa_hi[i] ^ (<uint64_t>sport[i] * k2)))
@@ -906,10 +921,11 @@ def stats_rows(
     cdef const double* c
     cdef float* o
     cdef double n, dur, safe, bytes_, a, b
-    if (acc.shape[1] != N_ACC or first_ts.shape[0] != nf or is_tcp.shape[0] != nf
-            or port_a.shape[0] != nf or port_b.shape[0] != nf or out.shape[0] != nf
-            or out.shape[1] != (51 if mask_port else 53)):
-        raise ValueError("stats_rows: inconsistent shapes")
+    check_rows("stats_rows", nf, {"first_ts": first_ts.shape[0], "is_tcp": is_tcp.shape[0],
+               "port_a": port_a.shape[0], "port_b": port_b.shape[0], "out": out.shape[0]})
+    if acc.shape[1] != N_ACC or out.shape[1] != (51 if mask_port else 53):
+        raise ValueError(f"stats_rows: acc has {acc.shape[1]} columns (not {N_ACC}) or out "
+                         f"{out.shape[1]} (not {51 if mask_port else 53})")
     with nogil:
         for f in range(nf):
             c, o = &acc[f, 0], &out[f, 0]
