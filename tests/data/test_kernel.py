@@ -586,14 +586,14 @@ def test_the_kernels_name_the_array_of_the_wrong_length():
     u8, i64, f64 = np.zeros(n, np.uint8), np.zeros(n, np.int64), np.zeros(n)
     u64 = np.zeros(n, np.uint64)
     h, low = np.zeros(n, np.uint64), np.zeros(n - 1, np.uint8)
-    with pytest.raises(ValueError, match=r"^key_hashes: low has 4 rows, not 5$"):
+    with pytest.raises(ValueError, match=r"^key_hashes: low has length 4, not 5$"):
         _kernel.key_hashes(
             u64, u64, i64, u64, u64, i64, i64.astype(np.int32), u8, i64, True, h, low
         )
     assert not h.any()
     fs = np.array([0, 3], dtype=np.int64)
     carried = [np.zeros(2), np.zeros(2), np.zeros(1)]
-    with pytest.raises(ValueError, match=r"^previous_times: carried_bwd has 1 rows, not 2$"):
+    with pytest.raises(ValueError, match=r"^previous_times: carried_bwd has length 1, not 2$"):
         _kernel.previous_times(fs, u8, f64, *carried, f64.copy(), f64.copy())
     out = np.zeros((n, 9), np.float32)
     with pytest.raises(ValueError, match=r"^seq_rows: out has 9 columns, not 10$"):

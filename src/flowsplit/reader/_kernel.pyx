@@ -639,7 +639,7 @@ cdef int check_rows(str kernel, Py_ssize_t n, dict rows) except -1:
     loops index them freely; else ValueError naming the kernel and the first that is not."""
     for name, length in rows.items():
         if length != n:
-            raise ValueError(f"{kernel}: {name} has {length} rows, not {n}")
+            raise ValueError(f"{kernel}: {name} has length {length}, not {n}")
     return 0
 
 
