@@ -91,6 +91,13 @@ class RunSetup:
             return np.asarray(sizes, dtype=np.int64)
         return np.array([len(s) for s in self.shards], dtype=np.int64)
 
+    @property
+    def wait_timeout_s(self) -> float:
+        """How long a ``--mode dist`` role waits on the rendezvous store or on a peer
+        that is not known to be gone: ``--timeout`` for each client and two more, since
+        in the worst case a role waits while every client in turn is timed out."""
+        return self.config.timeout_s * (2 + self.topology.n_clients)
+
     def context(self, *, meter_enabled: bool = True, sampled: bool = False) -> RunContext:
         """What every role knows of the run. ``sampled``: the caller runs the sampled
         clients of each round (the simulation, a dist run's worker pool); a process per

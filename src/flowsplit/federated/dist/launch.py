@@ -157,7 +157,7 @@ def launch_roles(
     if out_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="flowsplit-dist-")
         out_dir = tmp.name
-    store, port = _loopback_store(world, setup.config.timeout_s * (2 + topo.n_clients))
+    store, port = _loopback_store(world, setup.wait_timeout_s)
     payload = make_payload(
         setup,
         dataset=dataset,

@@ -264,11 +264,10 @@ class PoolWorker:
         *,
         store: dist.Store,
         policy: AssignmentPolicy | None = None,
-        wait_timeout: float = 60.0,
     ):
         self.setup, self.me, self.transport, self.store = setup, me, transport, store
         self.policy = policy if policy is not None else AssignmentPolicy()
-        self.wait_timeout = wait_timeout
+        self.wait_timeout = setup.wait_timeout_s
         self.n_samples = setup.n_samples
         self.template = setup.tier_modules()[0]
         self.kept: dict[int, torch.Tensor] = {}

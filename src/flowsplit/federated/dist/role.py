@@ -152,18 +152,15 @@ def role_main(
     _check_world_size(world_size, topology, workers)
     if setup is None:
         setup = _setup_from_payload(config, topology, payload)
-    wait_timeout = config.timeout_s * (2 + topology.n_clients)
     if payload.get("store") and me[0] != CLIENT:
         start_heartbeat(payload["store"], rank, world_size)
-    store = _connect_store(payload, rank, world_size, wait_timeout)
+    store = _connect_store(payload, rank, world_size, setup.wait_timeout_s)
     ctx = setup.context(sampled=bool(workers))
     device = gloo_device(payload.get("bind"))
-    transport = _connect_peers(store, me, setup, ctx, device, wait_timeout, workers)
+    transport = _connect_peers(store, me, setup, ctx, device, workers)
     log.debug("%s: connected", role_name(me))
     try:
-        runtime = _make_runtime(
-            setup, me, transport, ctx, store, payload, device, wait_timeout, workers
-        )
+        runtime = _make_runtime(setup, me, transport, ctx, store, payload, device, workers)
         runtime.measured_on = measured_on(payload.get("bind"))
         _join_cgroup()
         runtime.handshake()
@@ -199,7 +196,7 @@ def role_main(
     log.debug("%s: done", role_name(me))
 
 
-def _connect_peers(store, me, setup, ctx, device, wait_timeout, workers) -> GlooTransport:
+def _connect_peers(store, me, setup, ctx, device, workers) -> GlooTransport:
     """This process's gloo pairs (those of a process per client, or of a worker pool)
     and the transport over them."""
     n_aggs = setup.topology.n_aggregators
@@ -207,9 +204,10 @@ def _connect_peers(store, me, setup, ctx, device, wait_timeout, workers) -> Gloo
         pairs = pool_pairs(n_aggs, workers)
     else:
         pairs = talking_pairs(setup.assignment, n_aggs)
-    peers = make_pair_groups(store, me, pairs, n_aggs, device=device, timeout_s=wait_timeout)
+    wait = setup.wait_timeout_s
+    peers = make_pair_groups(store, me, pairs, n_aggs, device=device, timeout_s=wait)
     return GlooTransport(
-        me, peers, ctx.meter, drop_timeout=setup.config.timeout_s, wait_timeout=wait_timeout
+        me, peers, ctx.meter, drop_timeout=setup.config.timeout_s, wait_timeout=wait
     )
 
 
@@ -226,14 +224,12 @@ def _write_result(out_dir, runtime, history: list[dict[str, Any]], world_size: i
     write_run(out_dir, result)
 
 
-def _make_runtime(setup, me, transport, ctx, store, payload, device, wait_timeout, workers):
+def _make_runtime(setup, me, transport, ctx, store, payload, device, workers):
     """This process's runtime: a role of a run with a process per client, or of a run
     whose clients a pool of ``workers`` hosts (the server, an aggregator or a worker)."""
     policy = payload.get("policy")
     if me[0] == WORKER:
-        return PoolWorker(
-            setup, me, transport, store=store, policy=policy, wait_timeout=wait_timeout
-        )
+        return PoolWorker(setup, me, transport, store=store, policy=policy)
     kw: dict[str, Any] = {"n_workers": workers} if workers else {}
     return (PooledRuntime if workers else DistRuntime)(
         setup,
@@ -243,7 +239,6 @@ def _make_runtime(setup, me, transport, ctx, store, payload, device, wait_timeou
         store=store,
         policy=policy,
         device=device,
-        wait_timeout=wait_timeout,
         **kw,
     )
 

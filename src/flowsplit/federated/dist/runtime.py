@@ -167,11 +167,10 @@ class DistRuntime:
         store: dist.Store | None = None,
         policy: AssignmentPolicy | None = None,
         device: Any = None,
-        wait_timeout: float = 60.0,
     ):
         self.setup, self.me, self.transport, self.ctx = setup, me, transport, ctx
         self.is_server = me == SERVER_ADDRESS
-        self.store, self.device, self.wait_timeout = store, device, wait_timeout
+        self.store, self.device, self.wait_timeout = store, device, setup.wait_timeout_s
         self.policy = policy if policy is not None else AssignmentPolicy()
         self.assignment = setup.assignment
         """The assignment of the last planned round (the run's initial one before)."""
