@@ -7,24 +7,11 @@ leaves nothing behind. A controller that closes its testbed ends the reaper itse
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import sys
-import time
 
-from flowsplit.testbed.system import alive, remove_instance
-
-
-def wait_for_exit(pid: int) -> None:
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        while alive(pid):
-            time.sleep(0.2)
-        return
-    select.select([fd], [], [])  # readable once the process has exited
-    os.close(fd)
+from flowsplit.testbed.system import remove_instance
+from flowsplit.util import wait_for_exit
 
 
 def main(argv: list[str]) -> int:

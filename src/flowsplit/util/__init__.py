@@ -1,7 +1,8 @@
 """Small helpers every layer may use (the ground floor: imports nothing of flowsplit).
 
 - :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`peak_rss_mb`,
-  :func:`die_with_parent`, :func:`free_port`, :func:`stop_signals`;
+  :func:`die_with_parent`, :func:`free_port`, :func:`stop_signals`, :func:`pid_alive`,
+  :func:`wait_for_exit`;
 - :mod:`flowsplit.util.jsondoc`: :func:`jsonable` (strict JSON out) and the typed
   documents' reading (:func:`typed_from_dict`, :func:`typed_to_dict`,
   :func:`read_json_document`).
@@ -16,6 +17,7 @@ from flowsplit.util.system import (
     peak_rss_mb,
     pid_alive,
     stop_signals,
+    wait_for_exit,
 )
 
 __all__ = [
@@ -30,4 +32,5 @@ __all__ = [
     "read_json_document",
     "typed_from_dict",
     "typed_to_dict",
+    "wait_for_exit",
 ]

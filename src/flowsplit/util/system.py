@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +135,21 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: what kill said
     return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+
+def wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` has exited: on its pidfd (readable once the process
+    has exited; Linux 5.3 and later), else by asking :func:`pid_alive` every 0.2 s."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        while pid_alive(pid):
+            time.sleep(0.2)
+        return
+    try:
+        select.select([fd], [], [])
+    finally:
+        os.close(fd)
 
 
 class Stopped(Exception):

@@ -8,7 +8,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import select
 import signal
 import threading
 import time
@@ -20,7 +19,8 @@ from tqdm import tqdm
 from flowsplit.errors import FlowsplitError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.train.launch import heartbeat_limit
-from flowsplit.util import die_with_parent, pid_alive
+from flowsplit.util import die_with_parent, pid_alive, wait_for_exit
+from flowsplit.util.system import Stopped, stop_signals
 
 log = logging.getLogger("flowsplit.federated")
 
@@ -62,15 +62,7 @@ def launcher_gone(pid: int, within: float = 1.0) -> bool:
 
 
 def _watch_launcher(pid: int) -> None:
-    try:
-        fd = os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        fd = None
-    if fd is not None:
-        select.select([fd], [], [])  # readable once the process has exited
-    else:
-        while pid_alive(pid):
-            time.sleep(0.2)
+    wait_for_exit(pid)
     os._exit(1)  # not sys.exit: no cleanup that could write into the run directory
 
 
@@ -193,25 +185,15 @@ class RunStopped(FlowsplitError):
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP (and Ctrl-C) into :class:`RunStopped` while roles run."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired: list[int] = []
-
-    def handler(signum, _frame):
-        if not fired:  # a second signal during the clean-up must not cut it short
-            fired.append(signum)
-            raise RunStopped(f"stopped by {signal.Signals(signum).name}")
-
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    """Turn SIGTERM and SIGHUP (:func:`~flowsplit.util.system.stop_signals`) and Ctrl-C
+    into :class:`RunStopped` while roles run."""
     try:
-        yield
+        with stop_signals():
+            yield
+    except Stopped as exc:
+        raise RunStopped(f"stopped by {exc}") from None
     except KeyboardInterrupt:
         raise RunStopped("stopped by SIGINT (Ctrl-C)") from None
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def end_roles(procs: list, *, at_once: bool) -> None:
