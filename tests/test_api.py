@@ -128,3 +128,43 @@ def test_bad_input_is_one_flowsplit_error(tmp_path):
         fs.load_dataset(tmp_path)
     with pytest.raises(FlowsplitError):
         fs.sfl.run(tmp_path, tmp_path / "out", scheme="nope")
+
+
+def test_keyword_options_may_be_field_names_or_option_names():
+    from flowsplit.api import as_flags
+
+    # Execute: the config's field names, whose options are spelt otherwise, and the
+    # options' own names, for `sfl run` and `prepare`.
+    by_field = as_flags({"n_clients": 4, "timeout_s": 30.0, "quiet": True}, ["sfl", "run"])
+    by_option = as_flags({"clients": 4, "timeout": 30.0, "quiet": True}, ["sfl", "run"])
+    off = as_flags({"mask_port": False, "reassemble": False, "top_classes": None}, ["prepare"])
+    # Assert: both give the command's flags; False gives an option's --no- form.
+    assert by_field == by_option == ["--clients", "4", "--timeout", "30.0", "--quiet"]
+    assert off == ["--no-mask-ports", "--no-reassembly"]
+
+
+def test_prepare_takes_every_labelling_keyword(tmp_path):
+    # Prepare: a file-csv labelling whose label column is not called "label".
+    caps = [sorted((CAPTURES / app).glob("*.pcap"))[0] for app in ("dns", "http", "redis")]
+    table = tmp_path / "labels.csv"
+    table.write_text("file,app\n" + "".join(f"{p.name},{p.parent.name}\n" for p in caps))
+    # Execute
+    ds = fs.prepare(caps, tmp_path / "ds", label_by="file-csv", labels=table, label_column="app")
+    # Assert
+    assert sorted(ds.classes) == sorted({p.parent.name for p in caps})
+
+
+def test_the_label_column_reaches_both_the_labelling_and_the_flow_csv_reader(tmp_path, monkeypatch):
+    import flowsplit.data.prepare as prepare_module
+
+    # Prepare: catch the options prepare_dataset is given (``--label-column`` names the
+    # label column of a label CSV and of flow CSVs alike).
+    seen = []
+    monkeypatch.setattr(prepare_module, "prepare_dataset", lambda *a, **k: seen.append(a[2]))
+    monkeypatch.setattr(fs.api, "load_dataset", lambda path: None)
+    # Execute
+    fs.prepare(tmp_path, tmp_path / "ds", label_column="app", file_column="pcap", top_classes=3)
+    # Assert
+    (opts,) = seen
+    assert opts.label_column == "app" and opts.labels.label_column == "app"
+    assert opts.labels.file_column == "pcap" and opts.top_classes == 3

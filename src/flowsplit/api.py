@@ -16,6 +16,8 @@ where the command would print that line. Split learning is under ``fs.sfl``.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -73,12 +75,18 @@ def prepare(
             raise TypeError("prepare(inputs, out, config): give the options in the config")
         prepare_dataset(files, out, config, progress=progress, overwrite=overwrite)
         return load_dataset(out)
-    label_keys = {"file_column", "key_column", "key_format", "port_map", "ndpi_field"}
-    label_keys |= {"ndpi_min_confidence", "ndpi_keep_guessed"}
+    # LabelSpec's fields go to it; one it shares with PrepareOptions (``label_column``)
+    # goes to both, as ``prepare --label-column`` does.
+    label_keys = {f.name for f in dataclasses.fields(LabelSpec)} - {"by", "labels"}
+    shared = label_keys & {f.name for f in dataclasses.fields(PrepareOptions)}
     spec = LabelSpec(
         by=label_by,
         labels=Path(labels) if labels is not None else None,
-        **{k: options.pop(k) for k in list(options) if k in label_keys},
+        **{
+            k: options[k] if k in shared else options.pop(k)
+            for k in list(options)
+            if k in label_keys
+        },
     )
     for key in ("views", "classes", "exclude_classes", "class_names"):
         if isinstance(options.get(key), list):
@@ -167,7 +175,7 @@ def compare(dataset: Any, out: PathLike | None = None, **options: Any) -> dict[s
     if isinstance(dataset, CompareConfig):
         with_config(["compare", dataset.dataset, "-o", dataset.out], dataset, **options)
         return _study_report(Path(dataset.out))
-    run_command(["compare", str(dataset), "-o", str(out), *as_flags(options)])
+    run_command(["compare", str(dataset), "-o", str(out), *as_flags(options, ["compare"])])
     return _study_report(Path(out))
 
 
@@ -178,7 +186,7 @@ def with_config(argv: list[str], config: Any, *, quiet: bool = False, **options:
 
     with tempfile.TemporaryDirectory(prefix="flowsplit-config-") as tmp:
         path = write_config_toml(Path(tmp) / "config.toml", config, comment=("dataset", "out"))
-        return run_command([*argv, "--config", str(path), *as_flags(options)], quiet=quiet)
+        return run_command([*argv, "--config", str(path), *as_flags(options, argv)], quiet=quiet)
 
 
 def _study_report(out: Path) -> dict[str, Any]:
@@ -187,13 +195,38 @@ def _study_report(out: Path) -> dict[str, Any]:
     return {**doc, "results_csv": str(out / "results.csv")}
 
 
-def as_flags(options: dict[str, Any]) -> list[str]:
-    """Keyword options as command-line flags: ``batch_size=32`` -> ``--batch-size 32``;
-    True -> the bare flag; False/None -> nothing; a list -> comma-separated;
-    ``model_options={"channels": [8, 16]}`` -> ``--model-option channels=[8, 16]``."""
+def _command_options(argv: Sequence[str]) -> dict[str, argparse.Action]:
+    """The options of the command that ``argv`` starts with (``["sfl", "run", ...]``), by
+    the name of the field each one sets (``n_clients`` -> the action of ``--clients``)."""
+    from flowsplit.cli import build_parser
+
+    parser = build_parser()
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+    return {a.dest: a for a in parser._actions if any(s.startswith("--") for s in a.option_strings)}
+
+
+def as_flags(options: dict[str, Any], command: Sequence[str] = ()) -> list[str]:
+    """Keyword options as the flags of ``command`` (its words, ``["sfl", "run"]``).
+
+    A key is a field name of the command's config (``n_clients=4`` -> ``--clients 4``,
+    ``timeout_s=30`` -> ``--timeout 30``) or the option's own name without its dashes
+    (``clients=4``, ``batch_size=32`` -> ``--batch-size 32``). True -> the bare flag;
+    False -> the ``--no-`` form where the option has one, else nothing; None -> nothing;
+    a list -> comma-separated; ``model_options={"channels": [8, 16]}`` ->
+    ``--model-option channels=[8, 16]``."""
+    known = _command_options(command) if command else {}
     argv: list[str] = []
     for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
+        action = known.get(key)
+        names = [s for s in action.option_strings if s.startswith("--")] if action else []
+        flag = names[0] if names else "--" + key.replace("_", "-")
+        if value is False and isinstance(action, argparse.BooleanOptionalAction):
+            argv.append(next(s for s in names if s.startswith("--no-")))
+            continue
         if value is None or value is False:
             continue
         if key == "model_options":

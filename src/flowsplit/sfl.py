@@ -47,7 +47,7 @@ def run(
     if config is not None:
         with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
         return read_result(out)
-    argv += as_flags({"quiet": quiet, **options})
+    argv += as_flags({"quiet": quiet, **options}, argv)
     run_command(argv, quiet=quiet)
     return read_result(out)
 
@@ -69,7 +69,7 @@ def plan(
     if config is not None:
         with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
     else:
-        run_command([*argv, *as_flags({"quiet": quiet, **options})], quiet=quiet)
+        run_command([*argv, *as_flags({"quiet": quiet, **options}, argv)], quiet=quiet)
     return json.loads(Path(out).read_text(encoding="utf-8"))
 
 
@@ -84,5 +84,5 @@ def compare(
     if config is not None:
         with_config(argv, config, **options)
     else:
-        run_command([*argv, *as_flags(options)])
+        run_command([*argv, *as_flags(options, argv)])
     return _study_report(Path(out))
