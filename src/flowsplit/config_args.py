@@ -291,7 +291,7 @@ def add_config_arguments(
         if spec["positional"]:  # optional when unset: the command decides (train --resume)
             target.add_argument(f.name, nargs="?" if unset or not required else None, **kw)
         else:
-            flag = spec["flag"] or "--" + f.name.replace("_", "-")
+            flag = spec["flag"] or option_name(cls, f.name)
             if required and not unset:
                 kw["required"] = True
             target.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
@@ -432,15 +432,25 @@ def type_problem(hint: Any, value: Any) -> str | None:
     return None
 
 
-def check_numbers(config: Any, flags: Mapping[str, str]) -> None:
-    """Refuse a config whose float fields ``flags`` (field -> option) are not finite
-    or whose ``seed`` is outside [0, 2**32): the same checks as the parser's, for a
-    config built in Python or read from a file."""
+def option_name(cls: type, name: str) -> str:
+    """The option of the dataclass ``cls``'s field ``name`` as error messages name it:
+    its ``cli(flag=...)``, else ``--field-name`` (a command's own ``overrides`` aside)."""
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    flag = _spec(f)["flag"] if f is not None else None
+    return flag or "--" + name.replace("_", "-")
+
+
+def check_numbers(config: Any) -> None:
+    """Refuse a config with a float field that is not finite or a ``seed`` outside
+    [0, 2**32): the same checks as the parser's, for a config built in Python or read
+    from a file."""
     from flowsplit.errors import ConfigError
 
-    for name, flag in flags.items():
-        value = getattr(config, name)
-        if value is not None and not math.isfinite(value):
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if value_type(hints[f.name]) is float and value is not None and not math.isfinite(value):
+            flag = option_name(type(config), f.name)
             raise ConfigError(f"{flag} must be a finite number, got {value}")
     seed = getattr(config, "seed", 0)
     if not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:

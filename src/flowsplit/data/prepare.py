@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flowsplit.config_args import fields_of
+from flowsplit.config_args import fields_of, option_name
 from flowsplit.data import sources as src_mod
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
@@ -104,13 +104,13 @@ class PrepareOptions(FlowOptions):
         for name in ("min_flows_per_class", "min_groups_per_class", "small_split_flows"):
             if getattr(self, name) < 0:
                 raise ConfigError(
-                    f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}"
+                    f"{option_name(PrepareOptions, name)} must be >= 0, got {getattr(self, name)}"
                 )
         for name in ("max_flows_per_group", "top_classes"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(
-                    f"--{name.replace('_', '-')} must be >= 1 (or unset), got {value}"
+                    f"{option_name(PrepareOptions, name)} must be >= 1 (or unset), got {value}"
                 )
         if self.digest not in DIGEST_CHOICES:
             raise ConfigError(

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from flowsplit.choices import ModelChoice, TopologyChoice
-from flowsplit.config_args import check_numbers, cli, int_tuple, show_list
+from flowsplit.config_args import check_numbers, cli, int_tuple, option_name, show_list
 from flowsplit.errors import ConfigError
 from flowsplit.federated.system import AUX_MODES
 from flowsplit.federated.system.partition import parse_partition
@@ -142,16 +142,10 @@ class SFLConfig(SamplingChoice):
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` saying how to fix the first bad field."""
-        check_numbers(
-            self,
-            {"lr": "--lr", "momentum": "--momentum", "weight_decay": "--weight-decay",
-             "drop_prob": "--drop-prob", "straggler_prob": "--straggler-prob",
-             "straggler_slowdown": "--straggler-slowdown", "timeout_s": "--timeout",
-             "fraction": "--fraction"},
-        )  # fmt: skip
+        check_numbers(self)
         for name in ("momentum", "weight_decay"):
             if getattr(self, name) < 0:
-                flag = "--" + name.replace("_", "-")
+                flag = option_name(SFLConfig, name)
                 raise ConfigError(f"{flag} must be >= 0, got {getattr(self, name)}")
         if self.scheme not in SCHEMES:
             raise ConfigError(f"--scheme {self.scheme!r}: choose one of {', '.join(SCHEMES)}")
@@ -165,14 +159,14 @@ class SFLConfig(SamplingChoice):
             raise ConfigError(f"--sfl-version {self.sfl_version!r}: choose v1 or v2")
         for name in ("rounds", "local_epochs", "batch_size", "threads", "aux_max_features"):
             if int(getattr(self, name)) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+                raise ConfigError(f"{option_name(SFLConfig, name)} must be >= 1")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"--optimizer {self.optimizer!r}: choose adam or sgd")
         if not self.lr > 0:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         for name in ("drop_prob", "straggler_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1)")
+                raise ConfigError(f"{option_name(SFLConfig, name)} must be in [0, 1)")
         if self.straggler_slowdown < 1.0:
             raise ConfigError("--straggler-slowdown must be >= 1 (a factor of slowness)")
         if self.aux_head not in AUX_MODES:

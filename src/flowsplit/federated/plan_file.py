@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from flowsplit.config_args import field_type_problem
+from flowsplit.config_args import field_type_problem, option_name
 from flowsplit.errors import InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.system.topology import Topology, topology_from_toml
@@ -56,7 +56,7 @@ class PlanFile:
         for name in RUN_FIELDS:
             mine, theirs = getattr(config, name), self.run[name]
             if mine != getattr(default, name) and mine != theirs:
-                flag = "--" + name.replace("_", "-")
+                flag = option_name(SFLConfig, name)
                 notes.append(f"{flag} {mine} ignored: the plan fixes {name} = {theirs}")
         rounds = self.run.get("rounds")
         if rounds is None or config.rounds != default.rounds:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from flowsplit.config_args import fields_of
+from flowsplit.config_args import fields_of, option_name
 from flowsplit.errors import ConfigError, FlowsplitError
 
 
@@ -150,7 +150,7 @@ def check_sampling_options(config: Any) -> None:
         raise ConfigError(f"--fraction must be in (0, 1], got {f}")
     for name in ("min_available_clients", "min_fit_clients"):
         if int(getattr(config, name)) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+            raise ConfigError(f"{option_name(type(config), name)} must be >= 1")
     parse_selection(config.select)
 
 

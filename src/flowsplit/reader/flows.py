@@ -23,6 +23,7 @@ from typing import Unpack
 import numpy as np
 import pandas as pd
 
+from flowsplit.config_args import option_name
 from flowsplit.errors import ConfigError
 from flowsplit.reader import views as V
 from flowsplit.reader.assemble import FlowAssembler, FlowTable
@@ -96,10 +97,14 @@ class FlowOptions:
         # Messages name the option of `flowsplit prepare` (--idle-timeout for idle_timeout).
         for name in ("idle_timeout", "active_timeout", "fragment_timeout"):
             if not getattr(self, name) > 0:
-                raise ConfigError(f"--{_opt(name)} must be > 0 seconds, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"{option_name(FlowOptions, name)} must be > 0 seconds, got {getattr(self, name)}"
+                )
         for name in ("seq_len", "n_bytes", "n_pkts", "pkt_len"):
             if int(getattr(self, name)) < 1:
-                raise ConfigError(f"--{_opt(name)} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"{option_name(FlowOptions, name)} must be >= 1, got {getattr(self, name)}"
+                )
         if self.pkt_len > WINDOW_PAD:
             raise ConfigError(f"--pkt-len must be <= {WINDOW_PAD}, got {self.pkt_len}")
         if isinstance(self.views, str):
@@ -107,11 +112,6 @@ class FlowOptions:
         unknown = [v for v in self.views if v not in ALL_VIEWS]
         if unknown:
             raise ConfigError(f"unknown view(s) {unknown}; choose from {', '.join(ALL_VIEWS)}")
-
-
-def _opt(name: str) -> str:
-    """The command-line spelling of an option field: seq_len -> seq-len."""
-    return name.replace("_", "-")
 
 
 @dataclass

@@ -137,11 +137,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check every value; errors say which option to change and how."""
-        check_numbers(
-            self,
-            {"lr": "--lr", "weight_decay": "--weight-decay", "bucket_mb": "--bucket-mb",
-             "timeout_s": "--timeout"},
-        )  # fmt: skip
+        check_numbers(self)
         if self.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {self.workers}")
         if self.threads is not None and self.threads < 1:
