@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flowsplit.privacy.config import AttackConfig  # noqa: F401 (re-exported)
+from flowsplit.train.batches import shuffled_batches
 
 # Largest flat activation the decoder's first dense layer and the probe take;
 # bigger ones are average-pooled along their trailing axes (like AuxHead).
@@ -158,12 +159,9 @@ def fit_inversion(
     decoder = InversionDecoder(layout, target_len, out_ch, config.hidden)
     opt = torch.optim.Adam(decoder.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(seed)
-    n = len(z_aux)
     decoder.train()
     for _ in range(config.epochs):
-        order = torch.randperm(n, generator=gen)
-        for start in range(0, n, config.batch_size):
-            idx = order[start : start + config.batch_size]
+        for idx in shuffled_batches(len(z_aux), config.batch_size, gen):
             out = decoder(scaler(transform(z_aux[idx])))  # (B, out, L)
             if kind == "bytes":
                 loss = F.cross_entropy(out, target_aux[idx].long())

@@ -59,6 +59,7 @@ from flowsplit.privacy.measures import (
     distance_correlation_np,
     seq_errors,
 )
+from flowsplit.train.batches import shuffled_batches
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -181,12 +182,9 @@ def train_model(
     cut = model.n_blocks if cut is None else cut
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(config.seed)
-    n = len(data.x_train)
     model.train()
     for _ in range(config.epochs):
-        order = torch.randperm(n, generator=gen)
-        for start in range(0, n, config.batch_size):
-            idx = order[start : start + config.batch_size]
+        for idx in shuffled_batches(len(data.x_train), config.batch_size, gen):
             x, y = data.x_train[idx], data.y_train[idx]
             z, logits = forward_cut(model, x, cut, layer)
             loss = F.cross_entropy(logits, y)

@@ -15,6 +15,7 @@ size of the dataset. The bytes read are the ones the memory map would give.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -52,6 +53,14 @@ def shard_order(
     g.manual_seed(seed + epoch)
     perm = torch.randperm(n, generator=g)
     return perm[: epoch_rows(n, world_size, global_batch)][rank::world_size]
+
+
+def shuffled_batches(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """One epoch of a plain minibatch loop: the indices of ``n`` rows in an order drawn
+    from ``generator``, ``batch_size`` at a time (the last batch may be shorter)."""
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
 
 
 def step_rows(used: int, global_batch: int, step: int) -> int:

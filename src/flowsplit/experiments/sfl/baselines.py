@@ -26,14 +26,13 @@ import torch.nn.functional as F
 
 from flowsplit.experiments.sfl.config import BASELINES
 from flowsplit.federated.metrics import evaluate_model, macro_f1
+from flowsplit.train.batches import shuffled_batches
 
 FLOAT_BYTES = 4
 
 
 def _batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, gen: torch.Generator):
-    order = torch.randperm(len(y), generator=gen)
-    for start in range(0, len(y), batch_size):
-        idx = order[start : start + batch_size]
+    for idx in shuffled_batches(len(y), batch_size, gen):
         yield x[idx], y[idx]
 
 
