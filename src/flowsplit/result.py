@@ -124,7 +124,11 @@ class JsonDocument:
         if path.is_dir():
             path = path / cls.FILE_NAME
         try:
-            return cls.from_dict(read_json_document(path, cls.WHAT))
+            data = read_json_document(path, f"no such file (not {cls.WHAT})")
+        except ValueError as exc:
+            raise InputError(path, str(exc)) from None
+        try:
+            return cls.from_dict(data)
         except (ValueError, TypeError) as exc:
             raise InputError(path, f"not {cls.WHAT}: {exc}") from None
 
@@ -370,15 +374,9 @@ def read_result(run_dir: str | Path) -> RunResult:
     if path.is_dir():
         path = path / METRICS_NAME
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "no such file (the run has not finished)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"cannot be read ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
+        data = read_json_document(path, "no such file (the run has not finished)")
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     try:
         return RunResult.from_dict(data)
     except (ValueError, TypeError) as exc:

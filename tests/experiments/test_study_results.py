@@ -61,8 +61,9 @@ def test_a_wrong_file_is_one_line_naming_it(tmp_path, reader, content, message):
 
 
 def test_a_missing_file_says_so(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="no such file") as err:
         read_privacy_result(tmp_path)
+    assert str(err.value).count("not a privacy.json") == 1, err.value  # not "not X: ...(not X)"
     assert (
         PrivacyResult.from_dict(
             {

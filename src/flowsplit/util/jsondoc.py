@@ -73,13 +73,14 @@ def typed_from_dict(cls: type, data: Any, where: str = "document") -> Any:
     return _parse(cls, data, where)
 
 
-def read_json_document(path: Path, what: str) -> Any:
-    """The JSON content of ``path``; :class:`ValueError` saying why it is not readable as
-    ``what`` (callers turn it into a one-line :class:`~flowsplit.errors.InputError`)."""
+def read_json_document(path: Path, missing: str = "no such file") -> Any:
+    """The JSON content of ``path``; :class:`ValueError` saying why the file cannot be
+    read as JSON (``missing``: what to say when there is no file), which callers turn
+    into a one-line :class:`~flowsplit.errors.InputError`."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ValueError(f"no such file (not {what})") from None
+        raise ValueError(missing) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot be read ({exc})") from None
     try:
