@@ -207,7 +207,7 @@ def test_simulated_ledger_equals_the_closed_form_prediction(toy_dataset, scheme,
 def test_bytes_charged_equal_the_nbytes_of_the_tensors_sent():
     # Prepare: a client sends three tensors of different dtypes; the aggregator takes them.
     topo = resolve_topology("homogeneous", n_clients=1, n_aggregators=1)
-    meter = CostMeter(topo, np.array([0]))
+    meter = CostMeter(topo)
     sent = [torch.randn(4, 3, 2), torch.arange(7), torch.ones(5, dtype=torch.float64)]
     agg = ("aggregator", 0)
 

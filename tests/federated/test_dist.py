@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -103,7 +102,7 @@ class _FakeGroup:
 def test_transport_charges_the_nbytes_of_every_tensor_handed_to_gloo():
     # Prepare: a client talking to aggregator 0 through a recording group.
     topo = resolve_topology("homogeneous", n_clients=1, n_aggregators=1)
-    meter = CostMeter(topo, np.array([0]))
+    meter = CostMeter(topo)
     group = _FakeGroup()
     me, agg = (CLIENT, 0), (AGGREGATOR, 0)
     transport = GlooTransport(me, {agg: (group, 0)}, meter, drop_timeout=1, wait_timeout=1)

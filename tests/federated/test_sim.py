@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -128,7 +127,7 @@ def test_a_protocol_mismatch_is_reported_not_hung():
 
     # Execute / Assert
     with pytest.raises(ProtocolError, match="deadlock"):
-        run_coroutines({("aggregator", 0): waiting()}, CostMeter(topo, np.array([0])))
+        run_coroutines({("aggregator", 0): waiting()}, CostMeter(topo))
 
 
 @pytest.mark.parametrize("kind", ["cnn", "rnn"])

@@ -81,6 +81,13 @@ class RunContext:
             weight_decay=cfg.weight_decay,
         )
 
+    def use_round(self, plan: RoundPlan) -> None:
+        """Route and charge ``plan``'s round: its clients' aggregators, and the meter
+        on its network."""
+        self.assignment = plan.assignment
+        if self.meter.topology is not plan.topology:
+            self.meter.set_topology(plan.topology)
+
     def aggregator_of(self, client: int) -> tuple[str, int]:
         return (AGGREGATOR, int(self.assignment[client]))
 

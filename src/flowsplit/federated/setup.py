@@ -113,7 +113,7 @@ class RunSetup:
                 )
         # Every field of the context but the meter is this setup's of the same name.
         shared = {f.name: getattr(self, f.name) for f in fields(RunContext) if f.name != "meter"}
-        meter = CostMeter(self.topology, self.assignment, enabled=meter_enabled)
+        meter = CostMeter(self.topology, enabled=meter_enabled)
         return RunContext(**shared, meter=meter)
 
     def subset(

@@ -264,11 +264,8 @@ class SimRuntime:
         """
         plan = self.part.plan(plan, self.alive)
         ids = self.ids
-        self.ctx.assignment = plan.assignment
+        self.ctx.use_round(plan)
         self.ctx.n_samples = self.n_samples[ids]
-        if self.ctx.meter.topology is not plan.topology:
-            self.ctx.meter.set_topology(plan.topology)
-            self.ctx.meter.assignment = plan.assignment
         for j, r in self.failures.items():
             if r == plan.round and self.alive[j]:
                 self.alive[j] = False

@@ -165,11 +165,8 @@ class PooledRuntime(DistRuntime):
             plan = round_plan(self.setup, self.policy, plan, ids, assignment, skipped)
             self._point_client_peers(ids, plan.assignment)
         self.assignment = plan.assignment
-        self.ctx.assignment = plan.assignment
+        self.ctx.use_round(plan)
         self.ctx.n_samples = self.n_samples[ids]
-        if self.ctx.meter.topology is not plan.topology:
-            self.ctx.meter.set_topology(plan.topology)
-            self.ctx.meter.assignment = plan.assignment
         self._report_ready()
         if self.is_server:  # clients of an aggregator found gone: lost this round
             self.part.lose(self.role.lost)
@@ -344,7 +341,7 @@ class PoolWorker:
         """Client ``k`` of the round: built, trained, its ledger and events sent up, dropped."""
         setup, uid = self.setup, int(self.ids[k])
         agg = (AGGREGATOR, int(plan.assignment[k]))
-        meter = CostMeter(plan.topology, plan.assignment)
+        meter = CostMeter(plan.topology)
         meter.start_round(plan.slowdown)
         ctx = RunContext(
             scheme=setup.scheme,

@@ -266,9 +266,7 @@ class DistRuntime:
                     new,
                 )
         self.assignment = plan.assignment
-        self.ctx.assignment = plan.assignment
-        if self.ctx.meter.topology is not plan.topology:
-            self.ctx.meter.set_topology(plan.topology)
+        self.ctx.use_round(plan)
         self._connect_new_pairs(plan)
         self._report_ready()
         return plan

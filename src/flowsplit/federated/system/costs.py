@@ -211,13 +211,12 @@ def transfer_time(nbytes: float | np.ndarray, latency: Any, bandwidth: Any) -> A
 class CostMeter:
     """Charges messages and computations of one round into a :class:`Ledger`.
 
-    ``assignment[i]`` is client ``i``'s aggregator; ``slowdown[i]`` divides its speed
-    this round (stragglers). One meter per process: in the distributed runner every
+    ``slowdown[i]`` divides client ``i``'s speed this round (stragglers); each charge
+    names the aggregator it concerns. One meter per process: in the distributed runner every
     role charges its own work and the ledgers are summed.
     """
 
-    def __init__(self, topology: Topology, assignment: np.ndarray, *, enabled: bool = True):
-        self.assignment = np.asarray(assignment, dtype=np.int64)
+    def __init__(self, topology: Topology, *, enabled: bool = True):
         self.enabled = enabled
         self.set_topology(topology)
         self.start_round()
