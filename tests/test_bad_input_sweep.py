@@ -305,6 +305,8 @@ CASES = [
     C("inspect-empty-dir", "inspect {t}", "{t}", "no manifest.json"),
     C("inspect-garbage-manifest", "inspect {x}", "manifest.json", "JSON",
       lambda w, t: in_copy(w.ds, t, "manifest.json", "{not json")),
+    C("inspect-binary-manifest", "inspect {x}", "manifest.json", "cannot be read",
+      lambda w, t: in_copy(w.ds, t, "manifest.json", b"\xff\xfe\x00 not text")),
     C("inspect-manifest-a-list", "inspect {x}", "manifest.json", "not a JSON object",
       lambda w, t: in_copy(w.ds, t, "manifest.json", "[1, 2]")),
     C("inspect-manifest-no-classes", "inspect {x}", "manifest.json", "classes",

@@ -61,7 +61,7 @@ def test_pair_leakage_is_the_worse_exposed_cut():
 @pytest.mark.parametrize(
     "content, match",
     [
-        ("{not json", "not a readable JSON"),
+        ("{not json", "not valid JSON"),
         (json.dumps({"rows": 3}), "no 'cuts'"),
         (json.dumps({"cuts": {"1": {"dcor": 0.5}}}), "no numeric measure 'bytes_recovered'"),
         (json.dumps({"cuts": {"x": {"bytes_recovered": 0.5}}}), "not an integer"),

@@ -44,6 +44,7 @@ from flowsplit.outputs import (  # noqa: F401  (re-exported: the dataset tools' 
     output_file,
 )
 from flowsplit.reader.capfile import new_hash
+from flowsplit.util import read_json_document
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -461,9 +462,9 @@ def load_dataset(path: str | Path) -> Dataset:
     if not manifest_path.is_file():
         raise InputError(root, "no manifest.json: not a flowsplit dataset")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(manifest_path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        manifest = read_json_document(manifest_path)
+    except ValueError as exc:
+        raise InputError(manifest_path, str(exc)) from None
     if not isinstance(manifest, dict):
         raise InputError(manifest_path, "is not a dataset manifest (not a JSON object)")
     version = manifest.get("schema_version")

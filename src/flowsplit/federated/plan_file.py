@@ -11,7 +11,6 @@ the plan's number of rounds (``run.rounds``) unless ``--rounds`` says otherwise.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from flowsplit.config_args import field_type_problem, option_name
 from flowsplit.errors import InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.system.topology import Topology, topology_from_toml
+from flowsplit.util import read_json_document
 
 RUN_FIELDS = ("scheme", "batch_size", "local_epochs", "partition", "train_limit", "seed")
 """SFLConfig fields a plan fixes (besides ``cuts``)."""
@@ -78,11 +78,9 @@ def read_plan(path: str | Path) -> PlanFile:
     """Parse and check a plan file; a one-line :class:`InputError` naming it otherwise."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "plan file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"not a readable plan JSON ({exc})") from None
+        doc = read_json_document(path, "plan file not found")
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     if not isinstance(doc, dict):
         raise InputError(path, "not a plan (a JSON object from `flowsplit sfl plan`)")
     missing = [k for k in ("cuts", "assignment", "topology_toml", "run") if k not in doc]

@@ -14,12 +14,12 @@ the planner can use it without depending on the code that measures leakage.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.util import read_json_document
 
 
 def read_leakage(
@@ -32,13 +32,11 @@ def read_leakage(
     """
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(
+        doc = read_json_document(
             path, "leakage file not found (write it with `flowsplit sfl privacy`)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"is not a readable JSON leakage file ({exc})") from None
+        )
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
     if isinstance(doc, dict) and "cuts" not in doc and isinstance(doc.get("datasets"), dict):
         if len(doc["datasets"]) != 1:
             raise InputError(

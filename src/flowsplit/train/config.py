@@ -11,6 +11,7 @@ from flowsplit.choices import MODEL_OPTION
 from flowsplit.config_args import check_numbers, cli, field_type_problem
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.defaults import default_lr
+from flowsplit.util import read_json_document
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -234,9 +235,9 @@ class TrainConfig:
         if not path.is_file():
             raise ConfigError(f"{path.parent}: not a flowsplit run (no config.json)")
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+            doc = read_json_document(path)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
         train = doc.get("train", doc) if isinstance(doc, dict) else None
         unknown = (
             sorted(set(train) - {f.name for f in fields(cls)}) if isinstance(train, dict) else []
