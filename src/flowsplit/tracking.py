@@ -24,7 +24,6 @@ can be declared once in :mod:`flowsplit.config_args` for every command.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.util import read_json_document
 
 KINDS = ("tensorboard",)
 """Trackers ``--log-to`` knows."""
@@ -145,11 +145,9 @@ def run_scalars(metrics: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
 def _read_metrics(run: Path) -> dict[str, Any]:
     path = Path(run) / "metrics.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "missing: the run has not finished") from None
+        return read_json_document(path, "missing: the run has not finished")
     except ValueError as exc:
-        raise InputError(path, f"not JSON ({exc})") from None
+        raise InputError(path, str(exc)) from None
 
 
 def write_run(target: LogTarget, run: str | Path, name: str | None = None) -> Path:

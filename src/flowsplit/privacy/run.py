@@ -8,7 +8,6 @@ a leakage budget (and a plan's pair), written to ``OUT/privacy.json`` and
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.privacy.config import ParetoChoice, PrivacyConfig
 from flowsplit.privacy.result import PRIVACY_NAME, PairRow, PrivacyResult
-from flowsplit.util import jsonable
+from flowsplit.util import jsonable, read_json_document
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -144,10 +143,12 @@ def _pair_rows(
 def _planned(path: Path, rows: list[PairRow]) -> PairRow:
     """The pair row of the cuts a ``sfl plan`` JSON chose."""
     try:
-        cuts = [int(c) for c in json.loads(path.read_text(encoding="utf-8"))["cuts"]]
-    except FileNotFoundError:
-        raise InputError(path, "plan file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        doc = read_json_document(path, "plan file not found")
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    try:
+        cuts = [int(c) for c in doc["cuts"]]
+    except (KeyError, TypeError, ValueError):
         raise InputError(path, "is not a plan.json with 'cuts' [a, c]") from None
     for row in rows:
         if row.cuts == cuts:

@@ -31,6 +31,7 @@ from flowsplit.models.registry import build_model, get_spec, model_options
 from flowsplit.outputs import atomic_write_bytes, atomic_write_json
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import available_cores
+from flowsplit.util import read_json_document
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -236,9 +237,9 @@ def read_run_config(run: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(run, f"not a flowsplit run directory (no {CONFIG_NAME})")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
+        return read_json_document(path)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
 
 
 def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> None:
