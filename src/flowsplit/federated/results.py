@@ -42,8 +42,10 @@ from flowsplit.train.runs import (
     dataset_section,
     model_section,
     predict_proba,
+    read_run_config,
     save_weights,
 )
+from flowsplit.util import read_json_document
 
 
 @dataclass
@@ -207,13 +209,13 @@ def read_run(out_dir: str | Path) -> SFLResult:
         raise InputError(
             out / "metrics.json", f"the result of a {result.kind!r} run, not of an SFL run"
         )
-    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    config = read_run_config(out)
     assignment = np.asarray(config.pop("assignment"), dtype=np.int64)
     return SFLResult(
         backend=str(result.backend),
         config=config,
         history=[r.to_dict() for r in result.rounds or []],
-        profile=json.loads((out / "profile.json").read_text(encoding="utf-8")),
+        profile=_read_json(out / "profile.json"),
         topology=read_topology(out / "topology.toml"),
         assignment=assignment,
         model_state=read_model_state(out / "model.pt"),
@@ -222,6 +224,13 @@ def read_run(out_dir: str | Path) -> SFLResult:
         n_test=result.n_test,
         info=dict(result.extra),
     )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return read_json_document(path)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
 
 
 def global_model(setup: Any, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:
