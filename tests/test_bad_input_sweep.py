@@ -23,6 +23,7 @@ import errno
 import json
 import os
 import pickle
+import re
 import shlex
 import shutil
 import stat
@@ -133,6 +134,18 @@ def in_copy(src: Path, t: Path, name: str, data: bytes | str | None) -> Path:
     else:
         write(root / name, data)
     return root
+
+
+def plan_of(run: Path) -> dict:
+    """A plan document (as ``sfl plan`` writes) of the cuts and assignment of ``run``."""
+    cfg = json.loads((run / "config.json").read_text())
+    fields = ("scheme", "batch_size", "local_epochs", "partition", "train_limit", "seed")
+    return {
+        "cuts": cfg["cuts"],
+        "assignment": cfg["assignment"],
+        "topology_toml": (run / "topology.toml").read_text(),
+        "run": {k: cfg[k] for k in fields},
+    }
 
 
 def edited(path: Path, edit: Callable[[dict], None]) -> Path:
@@ -279,6 +292,8 @@ CASES = [
       "pm.json", "JSON", lambda w, t: write(t / "pm.json", "{oops")),
     C("prepare-port-map-a-list", "prepare {captures} --label-by port --port-map {x} -o {t}/o",
       "pm.json", "object", lambda w, t: write(t / "pm.json", "[53]")),
+    C("prepare-port-map-binary", "prepare {captures} --label-by port --port-map {x} -o {t}/o",
+      "pm.json", "not UTF-8", lambda w, t: write(t / "pm.json", GARBAGE)),
     C("prepare-val-negative", "prepare {captures} --val -0.1 -o {t}/o", "--val"),
     C("prepare-test-nan", "prepare {captures} --test nan -o {t}/o", "--test"),
     C("prepare-val-plus-test-one", "prepare {captures} --val 0.5 --test 0.5 -o {t}/o", "--val"),
@@ -449,6 +464,15 @@ CASES = [
       lambda w, t: write(t / "net.toml", "[server\nspeed=")),
     C("sfl-run-topology-wrong-schema", SFL + " --topology {x} -o {t}/o", "net.toml", "topology",
       lambda w, t: write(t / "net.toml", 'name = "x"\n[server]\nspeed_flops = "fast"\n')),
+    C("sfl-run-topology-binary", SFL + " --topology {x} -o {t}/o", "net.toml", "not UTF-8",
+      lambda w, t: write(t / "net.toml", GARBAGE)),
+    C("sfl-run-topology-seed-a-word", SFL + " --topology {x} -o {t}/o", "net.toml", "seed",
+      lambda w, t: write(t / "net.toml", re.sub(r"(?m)^seed = .*$", 'seed = "x"',
+                                               (w.sflrun / "topology.toml").read_text()))),
+    C("sfl-run-select-file-binary", SFL + " --select list:{x} -o {t}/o", "ids.txt", "not UTF-8",
+      lambda w, t: write(t / "ids.txt", GARBAGE)),
+    C("sfl-run-config-fault-not-integers", SFL + " --config {x} -o {t}/o", "hang_clients",
+      "integers", lambda w, t: write(t / "c.toml", '[run]\nhang_clients = {a = "b"}\n')),
     C("sfl-run-topology-negative-bandwidth", SFL + " --topology {x} -o {t}/o", "net.toml",
       "bandwidth", negative_bandwidth),
     C("sfl-run-unknown-preset", SFL + " --topology moonbase -o {t}/o", "moonbase"),
@@ -471,6 +495,8 @@ CASES = [
       lambda w, t: write(t / "plan.json", "{")),
     C("sfl-run-plan-wrong-schema", SFL + " --plan {x} -o {t}/o", "plan.json", "plan",
       lambda w, t: write(t / "plan.json", '{"cuts": "x"}')),
+    C("sfl-run-plan-predicted-a-list", SFL + " --plan {x} -o {t}/o", "plan.json", "predicted",
+      lambda w, t: write(t / "plan.json", json.dumps({**plan_of(w.sflrun), "predicted": [1]}))),
     C("sfl-run-plan-missing", SFL + " --plan {t}/plan.json -o {t}/o", "plan.json", "not found"),
     C("sfl-run-resume-no-checkpoint", SFL + " --mode dist --resume -o {t}/o",
       "sfl-checkpoint.pt"),

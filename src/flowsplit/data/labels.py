@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.util import read_text_document
 
 LABEL_SOURCES = ("auto", "folder", "file-csv", "flow-csv", "port", "ndpi")
 _PROTO_NUM = {"TCP": 6, "UDP": 17, "6": 6, "17": 17}
@@ -271,9 +272,11 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
 def read_port_map(path: Path) -> dict[int, str]:
     """Read ``{"name": port}`` or ``{"port": "name"}`` (JSON) into port -> name."""
     try:
-        pairs = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=list)
-    except FileNotFoundError:
-        raise InputError(path, "port map not found") from None
+        text = read_text_document(Path(path), "port map not found")
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    try:
+        pairs = json.loads(text, object_pairs_hook=list)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"invalid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(pairs, list) or not all(isinstance(p, tuple) for p in pairs):

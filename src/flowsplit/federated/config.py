@@ -129,15 +129,21 @@ class SFLConfig(SamplingChoice):
     """Fault injection, dist only: client index -> round at whose start it stops answering."""
 
     def __post_init__(self) -> None:
-        self.cuts = (int(self.cuts[0]), int(self.cuts[1]))
-        self.exit_clients = {int(k): int(v) for k, v in dict(self.exit_clients).items()}
-        self.hang_clients = {int(k): int(v) for k, v in dict(self.hang_clients).items()}
+        for name, convert in (
+            ("cuts", lambda c: (int(c[0]), int(c[1]))),
+            ("exit_clients", lambda d: {int(k): int(v) for k, v in dict(d).items()}),
+            ("hang_clients", lambda d: {int(k): int(v) for k, v in dict(d).items()}),
+            ("capacity", lambda c: tuple(int(v) for v in c)),
+        ):
+            try:
+                setattr(self, name, convert(getattr(self, name)))
+            except (TypeError, ValueError, IndexError):
+                raise ConfigError(f"{name} {getattr(self, name)!r}: give integers") from None
         # One entry per failure, normalised, in the order given (comma lists split).
         self.fail = [
             f"aggregator:{j}@round{r + 1}"
             for j, r in _parse_failures([self.fail] if isinstance(self.fail, str) else self.fail)
         ]
-        self.capacity = tuple(int(c) for c in self.capacity)
         self.validate()
 
     def validate(self) -> None:

@@ -109,6 +109,8 @@ def read_plan(path: str | Path) -> PlanFile:
             f"the assignment must give one aggregator in 0..{topology.n_aggregators - 1} for "
             f"each of the {topology.n_clients} clients",
         )
+    if not isinstance(doc.get("predicted") or {}, dict):
+        raise InputError(path, "the plan's 'predicted' must be a JSON object")
     return PlanFile(
         path=path,
         cuts=cuts,

@@ -8,7 +8,13 @@
   :func:`read_json_document`).
 """
 
-from flowsplit.util.jsondoc import jsonable, read_json_document, typed_from_dict, typed_to_dict
+from flowsplit.util.jsondoc import (
+    jsonable,
+    read_json_document,
+    read_text_document,
+    typed_from_dict,
+    typed_to_dict,
+)
 from flowsplit.util.system import (
     available_cores,
     die_with_parent,
@@ -30,6 +36,7 @@ __all__ = [
     "pid_alive",
     "stop_signals",
     "read_json_document",
+    "read_text_document",
     "typed_from_dict",
     "typed_to_dict",
     "wait_for_exit",

@@ -73,16 +73,25 @@ def typed_from_dict(cls: type, data: Any, where: str = "document") -> Any:
     return _parse(cls, data, where)
 
 
+def read_text_document(path: Path, missing: str = "no such file") -> str:
+    """The text of ``path`` (UTF-8); :class:`ValueError` saying why it cannot be read
+    (``missing``: what to say when there is no file; a folder, a binary file), which
+    callers turn into a one-line :class:`~flowsplit.errors.InputError`."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(missing) from None
+    except UnicodeDecodeError:
+        raise ValueError("cannot be read: not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror or exc})") from None
+
+
 def read_json_document(path: Path, missing: str = "no such file") -> Any:
     """The JSON content of ``path``; :class:`ValueError` saying why the file cannot be
     read as JSON (``missing``: what to say when there is no file), which callers turn
     into a one-line :class:`~flowsplit.errors.InputError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(missing) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot be read ({exc})") from None
+    text = read_text_document(path, missing)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.util import read_text_document
 
 ASSIGN_RULES = ("round-robin", "random", "nearest")
 
@@ -445,10 +446,13 @@ def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
             return [float(v) for v in values]
 
         trace = parse_trace(doc.get("trace", []), source=source)
+        seed = doc.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed {seed!r} is not an integer")
         topology = Topology(
             name=str(doc.get("name", Path(source).stem)),
             description=str(doc.get("description", "")),
-            seed=doc.get("seed"),
+            seed=seed,
             server_speed=float(doc["server"]["speed_flops"]),
             extra=dict(doc.get("extra", {})),
             aggregator_speed=np.array([float(r["speed_flops"]) for r in aggs]),
@@ -743,6 +747,8 @@ def write_topology(topology: Topology, path: str | Path) -> Path:
 def read_topology(path: str | Path) -> Topology:
     """Read a topology TOML file."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "no such topology file")
-    return topology_from_toml(path.read_text(encoding="utf-8"), source=str(path))
+    try:
+        text = read_text_document(path, "no such topology file")
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    return topology_from_toml(text, source=str(path))
