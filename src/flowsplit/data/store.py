@@ -419,6 +419,17 @@ def _check_values(path: Path, arr: np.ndarray, dtype: str | None) -> None:
             )
 
 
+_SECTIONS = {
+    "options": dict,
+    "skipped": dict,
+    "read": dict,
+    "recovered": dict,
+    "small_classes": dict,
+    "sources": list,
+}
+"""Sections of a manifest that readers take as they are, by their JSON type."""
+
+
 def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | None:
     """What makes a manifest (and its meta table) unusable, or None."""
     classes, views, n = manifest.get("classes"), manifest.get("views"), manifest.get("n_flows")
@@ -431,6 +442,20 @@ def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | Non
         for v in views.values()
     ):
         return "no table of views ('views', each with a file and a shape)"
+    if len(set(classes)) != len(classes):
+        return "a class name repeats in 'classes'"
+    for key in ("class_counts", "splits"):
+        table = manifest.get(key)
+        if not isinstance(table, dict) or not all(isinstance(v, int) for v in table.values()):
+            return f"no table of counts ({key!r})"
+    for key, kind in _SECTIONS.items():
+        if key in manifest and not isinstance(manifest[key], kind):
+            return f"{key!r} is not a JSON {'object' if kind is dict else 'array'}"
+    for name, v in views.items():
+        try:
+            np.dtype(v.get("dtype", "float32"))
+        except TypeError:
+            return f"view {name!r} has no valid dtype ({v.get('dtype')!r})"
     missing = {"label", "split"} - set(meta.columns)
     if missing:
         return f"meta.parquet lacks the columns {sorted(missing)}"
