@@ -254,6 +254,30 @@ def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> No
 MODEL_KEYS = ("name", "kind", "view", "input_shape", "n_classes", "classes")
 """What config.json's ``model`` must hold to rebuild the trained model."""
 
+_MODEL_TYPES = {
+    "name": lambda v: isinstance(v, str),
+    "kind": lambda v: isinstance(v, str),
+    "view": lambda v: isinstance(v, str),
+    "input_shape": lambda v: isinstance(v, list) and all(type(d) is int for d in v),
+    "n_classes": lambda v: type(v) is int and v > 0,
+    "classes": lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v),
+}
+"""What each of those must be."""
+
+
+def _wrong_fields(info: dict[str, Any], dataset: Any) -> list[str]:
+    """The fields of a run's ``model`` and ``dataset`` sections that are not of their
+    type (a hand-edited or damaged config.json)."""
+    wrong = [f"model.{k}" for k, ok in _MODEL_TYPES.items() if k in info and not ok(info[k])]
+    if not wrong and isinstance(info.get("classes"), list):
+        wrong += [] if len(info["classes"]) == info.get("n_classes") else ["model.classes (count)"]
+    dataset = dataset if isinstance(dataset, dict) else {}
+    for key, kind in (("options", dict), ("path", str)):
+        wrong += (
+            [] if dataset.get(key) is None or isinstance(dataset[key], kind) else [f"dataset.{key}"]
+        )
+    return wrong
+
 
 def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
     """The trained model of a run directory (a :class:`BlockModel` or an
@@ -272,6 +296,9 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
         raise InputError(run / CONFIG_NAME, "is not the config.json of a `flowsplit train` run")
     missing = [f"model.{k}" for k in MODEL_KEYS if info.get(k) is None]
     missing += [] if isinstance(doc.get("dataset"), dict) else ["dataset"]
+    wrong = _wrong_fields(info, doc.get("dataset"))
+    if wrong:
+        raise InputError(run / CONFIG_NAME, f"has a wrong {', '.join(wrong)}: the run is damaged")
     if is_sfl:
         options = info.get("options")
         missing += [] if isinstance(options, dict) else ["model.options"]
