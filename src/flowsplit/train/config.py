@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +247,13 @@ class TrainConfig:
             what = f" (unknown options {', '.join(unknown[:3])}, ...)" if unknown else ""
             raise InputError(path, f"is not the config.json of a `flowsplit train` run{what}")
         problem = field_type_problem(cls, train)
+        required = [
+            f.name
+            for f in fields(cls)
+            if f.default is MISSING and f.default_factory is MISSING and f.name not in train
+        ]
+        if required:
+            problem = f"lacks {', '.join(required)}"
         if problem:
             raise InputError(path, f"{problem}: the run's settings are damaged")
         return cls.from_dict(train)

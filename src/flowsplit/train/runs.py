@@ -237,9 +237,14 @@ def read_run_config(run: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(run, f"not a flowsplit run directory (no {CONFIG_NAME})")
     try:
-        return read_json_document(path)
+        doc = read_json_document(path)
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
+    if not isinstance(doc, dict):
+        raise InputError(
+            path, "is not the config.json of a `flowsplit train` or `sfl run` run (not an object)"
+        )
+    return doc
 
 
 def save_weights(model: torch.nn.Module, path: Path, meta: dict[str, Any]) -> None:
