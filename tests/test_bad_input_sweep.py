@@ -163,6 +163,17 @@ def unfinished(w: World, t: Path, checkpoint: bytes) -> Path:
     return run
 
 
+def saved(obj) -> bytes:
+    """``obj`` as torch.save writes it (plain data: weights_only loads it)."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def meta_without_labels(w: World, t: Path) -> Path:
     ds = copy_of(w.ds, t)
     pd.read_parquet(ds / "meta.parquet").drop(columns=["label"]).to_parquet(ds / "meta.parquet")
@@ -384,6 +395,11 @@ CASES = [
       lambda w, t: in_copy(w.run, t, "config.json", "{}")),
     C("train-resume-corrupt-checkpoint", "train --resume {x} -q", "checkpoint.pt", "unreadable",
       lambda w, t: unfinished(w, t, b"PK\x03\x04garbage")),
+    C("train-resume-checkpoint-a-list", "train --resume {x} -q", "checkpoint.pt", "not a training",
+      lambda w, t: unfinished(w, t, saved([1]))),
+    C("train-resume-checkpoint-epoch-a-word", "train --resume {x} -q", "checkpoint.pt", "epoch",
+      lambda w, t: unfinished(w, t, saved({"model": {}, "optimizer": {}, "history": {},
+                                            "best": {}, "epoch": "x"}))),
     C("train-resume-pickle-checkpoint", "train --resume {x} -q", "checkpoint.pt", "pickled",
       lambda w, t: unfinished(w, t, PICKLE)),
     # ---- evaluate --------------------------------------------------------------

@@ -47,7 +47,14 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(path, "no checkpoint to resume from (the run never finished an epoch)")
-    return load_tensors(path, what="checkpoint")
+    ckpt = load_tensors(path, what="checkpoint")
+    kinds = {"model": dict, "optimizer": dict, "history": dict, "best": dict, "epoch": int}
+    if not isinstance(ckpt, dict):
+        raise InputError(path, "is not a training checkpoint (not a table)")
+    wrong = [k for k, kind in kinds.items() if not isinstance(ckpt.get(k), kind)]
+    if wrong:
+        raise InputError(path, f"is not a training checkpoint (bad or no {', '.join(wrong)})")
+    return ckpt
 
 
 def load_tensors(path: str | Path, *, what: str = "tensor file") -> Any:
