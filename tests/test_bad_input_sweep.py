@@ -174,6 +174,12 @@ def saved(obj) -> bytes:
     return buf.getvalue()
 
 
+def meta_without(w: World, t: Path, column: str) -> Path:
+    ds = copy_of(w.ds, t)
+    pd.read_parquet(ds / "meta.parquet").drop(columns=[column]).to_parquet(ds / "meta.parquet")
+    return ds
+
+
 def meta_without_labels(w: World, t: Path) -> Path:
     ds = copy_of(w.ds, t)
     pd.read_parquet(ds / "meta.parquet").drop(columns=["label"]).to_parquet(ds / "meta.parquet")
@@ -339,6 +345,8 @@ CASES = [
       lambda w, t: edited(copy_of(w.ds, t) / "manifest.json", _set("class_counts", value=[1])).parent),
     C("inspect-manifest-options-a-list", "inspect {x}", "manifest.json", "options",
       lambda w, t: edited(copy_of(w.ds, t) / "manifest.json", _set("options", value=[])).parent),
+    C("inspect-meta-without-label-names", "inspect {x}", "manifest.json", "label_name",
+      lambda w, t: meta_without(w, t, "label_name")),
     C("inspect-manifest-no-classes", "inspect {x}", "manifest.json", "classes",
       lambda w, t: edited(copy_of(w.ds, t) / "manifest.json", _set("classes", value=None)).parent),
     C("inspect-manifest-old-schema", "inspect {x}", "manifest.json", "schema",

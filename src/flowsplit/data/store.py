@@ -456,7 +456,7 @@ def _manifest_problem(manifest: dict[str, Any], meta: pd.DataFrame) -> str | Non
             np.dtype(v.get("dtype", "float32"))
         except TypeError:
             return f"view {name!r} has no valid dtype ({v.get('dtype')!r})"
-    missing = {"label", "split"} - set(meta.columns)
+    missing = [c for c in META_REQUIRED if c not in meta.columns]
     if missing:
         return f"meta.parquet lacks the columns {sorted(missing)}"
     if len(meta) != n:
