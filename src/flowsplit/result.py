@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from flowsplit.errors import InputError
+from flowsplit.inputs import read_json_input
 from flowsplit.outputs import atomic_write_text
-from flowsplit.util import jsonable, read_json_document, typed_from_dict
+from flowsplit.util import jsonable, typed_from_dict
 
 RESULT_SCHEMA_VERSION = 2
 """Version 2: ``kind`` and the SFL fields (``rounds``, ``totals``, ...) added;
@@ -123,10 +124,7 @@ class JsonDocument:
         path = Path(path)
         if path.is_dir():
             path = path / cls.FILE_NAME
-        try:
-            data = read_json_document(path, f"no such file (not {cls.WHAT})")
-        except ValueError as exc:
-            raise InputError(path, str(exc)) from None
+        data = read_json_input(path, f"no such file (not {cls.WHAT})")
         try:
             return cls.from_dict(data)
         except (ValueError, TypeError) as exc:
@@ -373,10 +371,7 @@ def read_result(run_dir: str | Path) -> RunResult:
     path = Path(run_dir)
     if path.is_dir():
         path = path / METRICS_NAME
-    try:
-        data = read_json_document(path, "no such file (the run has not finished)")
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    data = read_json_input(path, "no such file (the run has not finished)")
     try:
         return RunResult.from_dict(data)
     except (ValueError, TypeError) as exc:

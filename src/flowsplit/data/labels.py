@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.util import read_text_document
+from flowsplit.inputs import read_text_input
 
 LABEL_SOURCES = ("auto", "folder", "file-csv", "flow-csv", "port", "ndpi")
 _PROTO_NUM = {"TCP": 6, "UDP": 17, "6": 6, "17": 17}
@@ -271,10 +271,7 @@ def _read_flow_map(spec: LabelSpec) -> tuple[dict[tuple, str], bool]:
 
 def read_port_map(path: Path) -> dict[int, str]:
     """Read ``{"name": port}`` or ``{"port": "name"}`` (JSON) into port -> name."""
-    try:
-        text = read_text_document(Path(path), "port map not found")
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    text = read_text_input(Path(path), "port map not found")
     try:
         pairs = json.loads(text, object_pairs_hook=list)
     except json.JSONDecodeError as exc:

@@ -34,6 +34,7 @@ import pandas as pd
 
 from flowsplit import __version__
 from flowsplit.errors import InputError
+from flowsplit.inputs import read_json_input
 from flowsplit.outputs import (  # noqa: F401  (re-exported: the dataset tools' writers)
     _umask,
     atomic_write_bytes,
@@ -44,7 +45,6 @@ from flowsplit.outputs import (  # noqa: F401  (re-exported: the dataset tools' 
     output_file,
 )
 from flowsplit.reader.capfile import new_hash
-from flowsplit.util import read_json_document
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -486,10 +486,7 @@ def load_dataset(path: str | Path) -> Dataset:
         raise InputError(root, "not a dataset directory (run `flowsplit prepare` first)")
     if not manifest_path.is_file():
         raise InputError(root, "no manifest.json: not a flowsplit dataset")
-    try:
-        manifest = read_json_document(manifest_path)
-    except ValueError as exc:
-        raise InputError(manifest_path, str(exc)) from None
+    manifest = read_json_input(manifest_path)
     if not isinstance(manifest, dict):
         raise InputError(manifest_path, "is not a dataset manifest (not a JSON object)")
     version = manifest.get("schema_version")

@@ -21,7 +21,7 @@ from flowsplit.config_args import field_type_problem, option_name
 from flowsplit.errors import InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.system.topology import Topology, topology_from_toml
-from flowsplit.util import read_json_document
+from flowsplit.inputs import read_json_input
 
 RUN_FIELDS = ("scheme", "batch_size", "local_epochs", "partition", "train_limit", "seed")
 """SFLConfig fields a plan fixes (besides ``cuts``)."""
@@ -77,10 +77,7 @@ class PlanFile:
 def read_plan(path: str | Path) -> PlanFile:
     """Parse and check a plan file; a one-line :class:`InputError` naming it otherwise."""
     path = Path(path)
-    try:
-        doc = read_json_document(path, "plan file not found")
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    doc = read_json_input(path, "plan file not found")
     if not isinstance(doc, dict):
         raise InputError(path, "not a plan (a JSON object from `flowsplit sfl plan`)")
     missing = [k for k in ("cuts", "assignment", "topology_toml", "run") if k not in doc]

@@ -33,6 +33,7 @@ from flowsplit.errors import InputError
 from flowsplit.federated.system.parts import join_parts, split_model
 from flowsplit.federated.system.protocol import DIRECTIONS, HOPS, MESSAGE_TYPES
 from flowsplit.federated.system.topology import Topology, read_topology, write_topology
+from flowsplit.inputs import read_json_input
 from flowsplit.outputs import atomic_write_json
 from flowsplit.result import RoundRecord, RunResult, read_result
 from flowsplit.train.checkpoint import load_tensors, save_tensors
@@ -45,7 +46,6 @@ from flowsplit.train.runs import (
     read_run_config,
     save_weights,
 )
-from flowsplit.util import read_json_document
 
 
 @dataclass
@@ -215,7 +215,7 @@ def read_run(out_dir: str | Path) -> SFLResult:
         backend=str(result.backend),
         config=config,
         history=[r.to_dict() for r in result.rounds or []],
-        profile=_read_json(out / "profile.json"),
+        profile=read_json_input(out / "profile.json"),
         topology=read_topology(out / "topology.toml"),
         assignment=assignment,
         model_state=read_model_state(out / "model.pt"),
@@ -224,13 +224,6 @@ def read_run(out_dir: str | Path) -> SFLResult:
         n_test=result.n_test,
         info=dict(result.extra),
     )
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return read_json_document(path)
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
 
 
 def global_model(setup: Any, model_state: dict[str, torch.Tensor]) -> torch.nn.Module:

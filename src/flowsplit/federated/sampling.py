@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from flowsplit.config_args import fields_of, option_name
-from flowsplit.errors import ConfigError, FlowsplitError, InputError
-from flowsplit.util import read_text_document
+from flowsplit.errors import ConfigError, FlowsplitError
+from flowsplit.inputs import read_text_input
 
 
 class ParticipationError(FlowsplitError):
@@ -118,10 +118,7 @@ def parse_selection(text: str) -> Selection:
                 raise ConfigError(
                     f"--select {text!r}: give client indices (list:0,5,9) or a file of them"
                 )
-            try:
-                raw = read_text_document(path)
-            except ValueError as exc:
-                raise InputError(path, str(exc)) from None
+            raw = read_text_input(path)
         items = [v for v in re.split(r"[,\s]+", raw.strip()) if v]
         if not items or not all(v.isdigit() for v in items):
             where = f"file {arg}" if raw is not arg else repr(text)

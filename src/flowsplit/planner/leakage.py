@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.util import read_json_document
+from flowsplit.inputs import read_json_input
 
 
 def read_leakage(
@@ -31,12 +31,7 @@ def read_leakage(
     this model's).
     """
     path = Path(path)
-    try:
-        doc = read_json_document(
-            path, "leakage file not found (write it with `flowsplit sfl privacy`)"
-        )
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    doc = read_json_input(path, "leakage file not found (write it with `flowsplit sfl privacy`)")
     if isinstance(doc, dict) and "cuts" not in doc and isinstance(doc.get("datasets"), dict):
         if len(doc["datasets"]) != 1:
             raise InputError(

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.inputs import read_json_input
 from flowsplit.privacy.config import ParetoChoice, PrivacyConfig
 from flowsplit.privacy.result import PRIVACY_NAME, PairRow, PrivacyResult
-from flowsplit.util import jsonable, read_json_document
+from flowsplit.util import jsonable
 
 log = logging.getLogger("flowsplit.privacy")
 
@@ -142,10 +143,7 @@ def _pair_rows(
 
 def _planned(path: Path, rows: list[PairRow]) -> PairRow:
     """The pair row of the cuts a ``sfl plan`` JSON chose."""
-    try:
-        doc = read_json_document(path, "plan file not found")
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    doc = read_json_input(path, "plan file not found")
     try:
         cuts = [int(c) for c in doc["cuts"]]
     except (KeyError, TypeError, ValueError):

@@ -27,11 +27,11 @@ import torch
 from flowsplit import __version__
 from flowsplit.data.store import Dataset
 from flowsplit.errors import ConfigError, InputError
+from flowsplit.inputs import read_json_input
 from flowsplit.models.registry import build_model, get_spec, model_options
 from flowsplit.outputs import atomic_write_bytes, atomic_write_json
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.distributed import available_cores
-from flowsplit.util import read_json_document
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -236,10 +236,7 @@ def read_run_config(run: str | Path) -> dict[str, Any]:
     path = Path(run) / CONFIG_NAME
     if not path.is_file():
         raise InputError(run, f"not a flowsplit run directory (no {CONFIG_NAME})")
-    try:
-        doc = read_json_document(path)
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    doc = read_json_input(path)
     if not isinstance(doc, dict):
         raise InputError(
             path, "is not the config.json of a `flowsplit train` or `sfl run` run (not an object)"

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.errors import ConfigError, InputError
-from flowsplit.util import read_text_document
+from flowsplit.inputs import read_text_input
 
 ASSIGN_RULES = ("round-robin", "random", "nearest")
 
@@ -747,8 +747,5 @@ def write_topology(topology: Topology, path: str | Path) -> Path:
 def read_topology(path: str | Path) -> Topology:
     """Read a topology TOML file."""
     path = Path(path)
-    try:
-        text = read_text_document(path, "no such topology file")
-    except ValueError as exc:
-        raise InputError(path, str(exc)) from None
+    text = read_text_input(path, "no such topology file")
     return topology_from_toml(text, source=str(path))
