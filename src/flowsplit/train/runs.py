@@ -267,9 +267,9 @@ _MODEL_TYPES = {
 """What each of those must be."""
 
 
-def _wrong_fields(info: dict[str, Any], dataset: Any) -> list[str]:
-    """The fields of a run's ``model`` and ``dataset`` sections that are not of their
-    type (a hand-edited or damaged config.json)."""
+def _check_types(path: Path, info: dict[str, Any], dataset: Any) -> None:
+    """Refuse a run's ``model`` and ``dataset`` sections (of ``path``) where a field is
+    not of its type (a hand-edited or damaged config.json)."""
     wrong = [f"model.{k}" for k, ok in _MODEL_TYPES.items() if k in info and not ok(info[k])]
     if not wrong and isinstance(info.get("classes"), list):
         wrong += [] if len(info["classes"]) == info.get("n_classes") else ["model.classes (count)"]
@@ -286,7 +286,7 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
     ``XGBoostClassifier``) and its ``config.json``."""
     run = Path(run)
     doc = read_run_config(run)
-    info = doc.get("model") if isinstance(doc, dict) else None
+    info = doc.get("model")
     # An `sfl run` directory holds the same model section (and the whole model's weights)
     # since runs record them; its model options are the section's own.
     is_sfl = (run / "topology.toml").is_file() and not isinstance(doc.get("train"), dict)
@@ -298,9 +298,7 @@ def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
         raise InputError(run / CONFIG_NAME, "is not the config.json of a `flowsplit train` run")
     missing = [f"model.{k}" for k in MODEL_KEYS if info.get(k) is None]
     missing += [] if isinstance(doc.get("dataset"), dict) else ["dataset"]
-    wrong = _wrong_fields(info, doc.get("dataset"))
-    if wrong:
-        raise InputError(run / CONFIG_NAME, f"has a wrong {', '.join(wrong)}: the run is damaged")
+    _check_types(run / CONFIG_NAME, info, doc.get("dataset"))
     if is_sfl:
         options = info.get("options")
         missing += [] if isinstance(options, dict) else ["model.options"]
