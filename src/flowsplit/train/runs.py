@@ -278,7 +278,8 @@ def _check_types(path: Path, info: dict[str, Any], dataset: Any) -> None:
         wrong += (
             [] if dataset.get(key) is None or isinstance(dataset[key], kind) else [f"dataset.{key}"]
         )
-    return wrong
+    if wrong:
+        raise InputError(path, f"has a wrong {', '.join(wrong)}: the run is damaged")
 
 
 def load_trained_model(run: str | Path) -> tuple[Any, dict[str, Any]]:
