@@ -384,6 +384,8 @@ CASES = [
     C("train-unknown-device", "train {ds} -m cnn --device tpu -o {t}/r -q", "--device"),
     C("train-bad-model-option", "train {ds} -m cnn --model-option channels=[four] -o {t}/r -q",
       "channels"),
+    C("train-negative-kernel", "train {ds} -m cnn --model-option kernel=-3 -o {t}/r -q",
+      "kernel=-3", "cannot be built"),
     C("train-unknown-model-option", "train {ds} -m cnn --model-option wings=2 -o {t}/r -q",
       "wings"),
     C("train-model-option-without-value", "train {ds} -m cnn --model-option hidden -o {t}/r -q",

@@ -241,9 +241,10 @@ def build_model(
         model = spec.builder(
             view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:
         # An option of the right name but a wrong value (an even kernel, one channel
-        # count where two are needed, a string for a number): say which model and options.
+        # count where two are needed, a string for a number, a negative size, which
+        # torch refuses with a RuntimeError): say which model and options.
         given = ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "defaults"
         raise ConfigError(f"{name} cannot be built with {given}: {exc}") from None
     if not isinstance(model, BlockModel):
