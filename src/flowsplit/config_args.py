@@ -291,7 +291,7 @@ def add_config_arguments(
         if spec["positional"]:  # optional when unset: the command decides (train --resume)
             target.add_argument(f.name, nargs="?" if unset or not required else None, **kw)
         else:
-            flag = spec["flag"] or option_name(cls, f.name)
+            flag = spec["flag"] or _dashed(f.name)
             if required and not unset:
                 kw["required"] = True
             target.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
@@ -437,7 +437,18 @@ def option_name(cls: type, name: str) -> str:
     its ``cli(flag=...)``, else ``--field-name`` (a command's own ``overrides`` aside)."""
     f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
     flag = _spec(f)["flag"] if f is not None else None
-    return flag or "--" + name.replace("_", "-")
+    return flag or _dashed(name)
+
+
+def _dashed(name: str) -> str:
+    """A field's default option: ``timeout_s`` -> ``--timeout-s``."""
+    return "--" + name.replace("_", "-")
+
+
+@functools.cache
+def _float_fields(cls: type) -> tuple[str, ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if value_type(hints[f.name]) is float)
 
 
 def check_numbers(config: Any) -> None:
@@ -446,12 +457,12 @@ def check_numbers(config: Any) -> None:
     from a file."""
     from flowsplit.errors import ConfigError
 
-    hints = typing.get_type_hints(type(config))
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if value_type(hints[f.name]) is float and value is not None and not math.isfinite(value):
-            flag = option_name(type(config), f.name)
-            raise ConfigError(f"{flag} must be a finite number, got {value}")
+    for name in _float_fields(type(config)):
+        value = getattr(config, name)
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(
+                f"{option_name(type(config), name)} must be a finite number, got {value}"
+            )
     seed = getattr(config, "seed", 0)
     if not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
         raise ConfigError(f"--seed must be an integer in [0, 2**32), got {seed!r}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flowsplit.config_args import fields_of, option_name
+from flowsplit.config_args import field_type_problem, fields_of, option_name
 from flowsplit.data import sources as src_mod
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
@@ -735,15 +735,21 @@ def _unreadable(file_errors: list[tuple[Any, str]], root: Any) -> InputError:
 
 
 def extract_views(
-    paths: list[str | Path], options: dict[str, Any]
+    paths: list[str | Path], options: Any, source: str | Path = "the dataset options"
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], pd.DataFrame | None]:
     """Flows of new captures with the views a dataset was prepared with (for predict).
 
-    ``options`` is a dataset manifest's ``options``; no labels, no dedup, no split.
-    Returns (meta, tensor views, stats); stats columns follow the options' mask.
+    ``options`` is a dataset manifest's ``options`` as ``source`` (a run's config.json,
+    a manifest) recorded them, refused by name when not of their types; no labels, no dedup, no
+    split. Returns (meta, tensor views, stats); stats columns follow the options' mask.
     """
+    if not isinstance(options, dict):
+        raise InputError(source, "no dataset.options: the run is damaged")
     known = {k: v for k, v in options.items() if k in PrepareOptions.__dataclass_fields__}
     known.pop("labels", None)
+    problem = field_type_problem(PrepareOptions, known)
+    if problem:
+        raise InputError(source, f"{problem}: the run is damaged")
     opts = PrepareOptions(**{**known, "views": tuple(known.get("views", PrepareOptions.views))})
     files = src_mod.discover(paths)
     if any(f.kind != "capture" for f in files):

@@ -22,7 +22,6 @@ from flowsplit.config_args import (
     cli_fields,
     command_parser,
     config_values,
-    field_type_problem,
     with_groups,
 )
 from flowsplit.errors import ConfigError, InputError
@@ -413,7 +412,7 @@ def _print_scores(summary: dict, model: str, args: argparse.Namespace, absent) -
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from flowsplit.data.prepare import PrepareOptions, extract_views
+    from flowsplit.data.prepare import extract_views
     from flowsplit.train.runs import load_trained_model, predict_proba
 
     check_output(args.out)
@@ -428,15 +427,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     missing = [p for p in args.captures if not Path(p).exists()]
     if missing:
         raise InputError(missing[0], "no such file")
-    options = doc["dataset"].get("options")
-    problem = (
-        field_type_problem(PrepareOptions, {k: v for k, v in options.items() if k != "labels"})
-        if isinstance(options, dict)
-        else "no dataset.options"
+    meta, views, stats = extract_views(
+        [Path(p) for p in args.captures],
+        doc["dataset"].get("options"),
+        Path(args.run) / "config.json",
     )
-    if problem:
-        raise InputError(Path(args.run) / "config.json", f"{problem}: the run is damaged")
-    meta, views, stats = extract_views([Path(p) for p in args.captures], options)
     if info["view"] == "stats":
         columns = doc["dataset"].get("view_columns") or list(stats.columns)
         x = stats[columns].to_numpy(dtype=np.float32)

@@ -122,7 +122,8 @@ def load_rows(captures: list[str], *, like: str | None, view: str | None, split:
         view = view or "pkt_bytes"
     # Only the view pre-training reads (with the options it needs, e.g. the packet layout).
     options = {**options, "views": [v for v in PrepareOptions.views if v == view]}
-    _, views, _ = extract_views(paths, options)
+    source = Path(like) / "manifest.json" if like is not None else "the default options"
+    _, views, _ = extract_views(paths, options, source)
     rows = views.get(view)
     if rows is None or len(rows) == 0:
         raise InputError(paths[0], "no flows in the captures to pre-train on")

@@ -227,6 +227,10 @@ class Topology:
         n, a = self.n_clients, self.n_aggregators
         if n < 1 or a < 1:
             raise ConfigError(f"topology {self.name!r}: needs at least 1 client and 1 aggregator")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int | np.integer)
+        ):
+            raise ConfigError(f"topology {self.name!r}: seed {self.seed!r} is not an integer")
         shapes = {
             "client_memory": (self.client_memory, (n,)),
             "client_samples": (self.client_samples, (n,)),
@@ -446,13 +450,10 @@ def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
             return [float(v) for v in values]
 
         trace = parse_trace(doc.get("trace", []), source=source)
-        seed = doc.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed {seed!r} is not an integer")
         topology = Topology(
             name=str(doc.get("name", Path(source).stem)),
             description=str(doc.get("description", "")),
-            seed=seed,
+            seed=doc.get("seed"),
             server_speed=float(doc["server"]["speed_flops"]),
             extra=dict(doc.get("extra", {})),
             aggregator_speed=np.array([float(r["speed_flops"]) for r in aggs]),
