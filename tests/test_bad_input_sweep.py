@@ -245,6 +245,32 @@ def meta_label(ds: Path, label: int) -> Path:
     return ds
 
 
+def split_moved(w: World, t: Path, split: str, into: str) -> Path:
+    """A copy of the dataset whose ``split`` rows all belong to ``into``: ``split`` is empty."""
+    ds = copy_of(w.ds, t)
+    meta = pd.read_parquet(ds / "meta.parquet")
+    meta.loc[meta["split"] == split, "split"] = into
+    meta.to_parquet(ds / "meta.parquet")
+    return ds
+
+
+def stats_of_text(w: World, t: Path) -> Path:
+    """A copy of the dataset whose first flow statistic is text (a parquet of strings)."""
+    ds = copy_of(w.ds, t)
+    frame = pd.read_parquet(ds / "stats.parquet")
+    frame[frame.columns[0]] = "zz"
+    frame.to_parquet(ds / "stats.parquet")
+    return ds
+
+
+def plan_with(w: World, t: Path, **top) -> Path:
+    """A plan of the SFL run with top-level keys ``top`` (``run_`` ones: in its run)."""
+    plan = plan_of(w.sflrun)
+    plan["run"].update({k[4:]: v for k, v in top.items() if k.startswith("run_")})
+    plan.update({k: v for k, v in top.items() if not k.startswith("run_")})
+    return write(t / "plan.json", json.dumps(plan))
+
+
 def _set(*keys, value):
     """An edit setting doc[keys...] = value (None: deleting it)."""
 
@@ -686,6 +712,22 @@ CASES = [
       "bogus"),
     C("demo-out-under-a-file", "demo -o {file}/d --quiet", "plain-file", "not a directory",
       lambda w, t: write(t / "plain-file", "x")),
+    # ---- second fuzz round: values that ran on without a word, or failed late --------
+    C("train-stats-column-of-text", "train {x} -m xgboost --boost-rounds 2 -o {t}/r -q",
+      "stats.parquet", "not numbers", stats_of_text),
+    C("train-empty-test-split", f"train {{x}} -m cnn --epochs 1 {SMALL_CNN} -o {{t}}/r -q",
+      "{x}", "the test split is empty", lambda w, t: split_moved(w, t, "test", "val")),
+    C("evaluate-empty-test-split", "evaluate {run} {x}", "{x}", "test split is empty",
+      lambda w, t: split_moved(w, t, "test", "val")),
+    C("train-zero-channels", "train {ds} -m cnn --model-option channels=[0,0] -o {t}/r -q",
+      "channels=[0, 0]", "size 0"),
+    C("sfl-run-plan-unknown-scheme", SFL + " --plan {x} -o {t}/o", "plan.json", "'bogus'",
+      lambda w, t: plan_with(w, t, run_scheme="bogus")),
+    C("sfl-run-plan-scheme-edited", SFL + " --plan {x} -o {t}/o", "plan.json",
+      "scheme 'sfl' is not its run's", lambda w, t: plan_with(w, t, scheme="sfl")),
+    C("sfl-run-topology-misspelt-key", SFL + " --topology {x} -o {t}/o", "net.toml",
+      "no key 'memory_byte'", lambda w, t: write(t / "net.toml", (
+          w.sflrun / "topology.toml").read_text().replace("memory_bytes", "memory_byte", 1))),
     C("demo-fresh-a-dataset", "demo --fresh -o {x} --quiet", "--fresh",
       make=lambda w, t: copy_of(w.ds, t)),
 ]  # fmt: skip

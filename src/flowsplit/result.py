@@ -26,7 +26,7 @@ import json
 import math
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -309,6 +309,13 @@ class RunResult(JsonDocument):
         missing = [name for name in own if getattr(self, name) is None]
         if missing:
             return f"a {self.kind} result lacks {', '.join(missing)}"
+        k = len(self.classes)
+        cm = self.confusion_matrix
+        if cm is not None and (len(cm) != k or any(len(row) != k for row in cm)):
+            return f"its confusion_matrix is not {k} x {k} (one row and column per class)"
+        labels, predictions = self.test_labels, self.test_predictions
+        if labels is not None and predictions is not None and len(labels) != len(predictions):
+            return f"{len(labels)} test_labels but {len(predictions)} test_predictions"
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -449,6 +456,8 @@ def _typed_values(cls: type, data: dict[str, Any], names, where: str) -> dict[st
             value = math.nan
         elif value is not None and not _is_instance(value, base):
             wrong.append(f"{name} ({type(value).__name__}, not {base.__name__})")
+        elif value is not None and (problem := _item_problem(value, hints[name])):
+            wrong.append(f"{name}{problem}")
         out[name] = value
     if wrong:
         raise ValueError(f"{where} has mistyped {', '.join(wrong)}")
@@ -471,6 +480,33 @@ def _base_type(hint: Any) -> type:
         hint = args[0]
     origin = typing.get_origin(hint)
     return origin if origin is not None else hint
+
+
+def _item_problem(value: Any, hint: Any) -> str | None:
+    """Where the items of a list or dict ``value`` do not fit ``hint``, as
+    ``"[2] (str, not int)"``, or None (a float item may be null: NaN; dataclass
+    items are parsed by their own reader)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and args:
+        items, item = enumerate(value), args[0]
+    elif typing.get_origin(hint) is dict and len(args) == 2:
+        items, item = value.items(), args[1]
+    else:
+        return None
+    base = _base_type(item)
+    if base is Any or is_dataclass(base):
+        return None
+    for key, v in items:
+        at = f"[{key!r}]" if isinstance(key, str) else f"[{key}]"
+        if v is None and base is float:
+            continue
+        if not _is_instance(v, base):
+            return f"{at} ({type(v).__name__}, not {base.__name__})"
+        if problem := _item_problem(v, item):
+            return f"{at}{problem}"
+    return None
 
 
 def _is_instance(value: Any, base: type) -> bool:

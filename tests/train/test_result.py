@@ -102,6 +102,12 @@ def test_an_sfl_result_round_trips_its_rounds_with_their_extra_keys(tmp_path):
         (lambda m: m.pop("test_predictions"), "lack fields test_predictions"),
         (lambda m: m.update(workers="2"), "mistyped workers (str, not int)"),
         (lambda m: m.update(epoch_times_s=None), "lack fields epoch_times_s"),
+        # the items of a list or table, not only its type (a report drew them)
+        (lambda m: m.update(classes=[1]), "mistyped classes[0] (int, not str)"),
+        (lambda m: m.update(confusion_matrix=[1]), "mistyped confusion_matrix[0] (int, not list)"),
+        (lambda m: m.update(per_class_f1={"a": "x"}), "per_class_f1['a'] (str, not float)"),
+        (lambda m: m.update(confusion_matrix=[[1]]), "confusion_matrix is not"),
+        (lambda m: m["test_labels"].pop(), "test_labels but"),
     ],
 )
 def test_a_wrong_result_is_one_line_naming_the_file_and_field(tmp_path, change, message):

@@ -187,7 +187,13 @@ class Dataset:
     def stats_frame(self) -> pd.DataFrame:
         self._require_view("stats")
         path = self.root / self.manifest["views"]["stats"]["file"]
-        return _read_dataset_file(path, lambda: pd.read_parquet(path))
+        frame = _read_dataset_file(path, lambda: pd.read_parquet(path))
+        for column, dtype in frame.dtypes.items():
+            if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+                raise InputError(
+                    path, f"column {column!r} holds {dtype}, not numbers; prepare it again"
+                )
+        return frame
 
     def split_indices(self, split: str) -> np.ndarray:
         """Row indices of one split (``train``, ``val`` or ``test``), in store order."""

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from flowsplit.config_args import field_type_problem, option_name
-from flowsplit.errors import InputError
+from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig
 from flowsplit.federated.system.topology import Topology, topology_from_toml
 from flowsplit.inputs import read_json_input
@@ -97,6 +97,16 @@ def read_plan(path: str | Path) -> PlanFile:
         raise InputError(path, "cuts and assignment must be integers") from None
     if len(cuts) != 2 or assignment.ndim != 1:
         raise InputError(path, "cuts must be [a, c] and assignment a list of aggregators")
+    try:  # the values a run takes from the plan, checked as the command line's are
+        replace(SFLConfig(), cuts=cuts, **{k: run[k] for k in RUN_FIELDS})
+    except ConfigError as exc:
+        raise InputError(path, f"the plan's run: {exc} (the plan was edited?)") from None
+    if doc.get("scheme", run["scheme"]) != run["scheme"]:
+        raise InputError(
+            path,
+            f"the plan's scheme {doc['scheme']!r} is not its run's {run['scheme']!r} "
+            "(the plan was edited?)",
+        )
     topology = topology_from_toml(str(doc["topology_toml"]), source=str(path))
     if len(assignment) != topology.n_clients or (
         len(assignment) and (assignment.min() < 0 or assignment.max() >= topology.n_aggregators)

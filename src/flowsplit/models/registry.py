@@ -16,6 +16,7 @@ log-scaled features).
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -237,21 +238,28 @@ def build_model(
     if n_classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, got n_classes={n_classes}")
     _check_options(name, overrides)
+    given = ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "defaults"
     try:
-        model = spec.builder(
-            view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
-        )
+        with warnings.catch_warnings():
+            # A size of 0 is refused below, in one line, not warned about by torch.
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors")
+            model = spec.builder(
+                view=view, input_shape=tuple(input_shape), n_classes=int(n_classes), **overrides
+            )
     except (TypeError, ValueError, RuntimeError) as exc:
         # An option of the right name but a wrong value (an even kernel, one channel
         # count where two are needed, a string for a number, a negative size, which
         # torch refuses with a RuntimeError): say which model and options.
-        given = ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "defaults"
         raise ConfigError(f"{name} cannot be built with {given}: {exc}") from None
     if not isinstance(model, BlockModel):
         raise ConfigError(
             f"{name} returned a {type(model).__name__}, not a flowsplit.models.base.BlockModel "
             "(a list of named blocks; see the model contract in docs/models.md)"
         )
+    empty = next((n for n, p in model.named_parameters() if p.numel() == 0), None)
+    if empty is not None:
+        # torch builds a layer of size 0 and fails only at the first batch.
+        raise ConfigError(f"{name} cannot be built with {given}: its weights {empty} have size 0")
     return model
 
 

@@ -189,6 +189,11 @@ def _check_splits(ds) -> int:
             ds.root,
             "the val split is empty; training selects its weights on it (prepare with --val > 0)",
         )
+    if len(ds.split_indices("test")) == 0:
+        raise InputError(
+            ds.root,
+            "the test split is empty; training scores its weights on it (prepare with --test > 0)",
+        )
     return n_train
 
 

@@ -267,15 +267,20 @@ def evaluate_run(run, dataset, split: str = "test") -> Evaluation:
             "labelled with the same class names",
         )
     rows = split_rows(ds, split)
+    if not len(rows):
+        others = ", ".join(s for s in SPLIT_CHOICES if s != split)
+        raise InputError(
+            ds.root, f"its {split} split is empty: nothing to score (--split {others})"
+        )
     y = ds.labels[rows]
     x = model_input(ds, view, rows, doc["dataset"].get("view_columns"))
-    if len(rows) and not (mapping.to_model_labels(y) >= 0).any():
+    if not (mapping.to_model_labels(y) >= 0).any():
         raise InputError(
             ds.root,
             f"its {split} split has no flows of a class the model knows "
             f"({len(rows)} flows of {', '.join(mapping.unseen)})",
         )
-    proba = predict_proba(model, x) if len(rows) else np.zeros((0, len(mapping.model_classes)))
+    proba = predict_proba(model, x)
     scores = score_by_name(y, proba.argmax(1), mapping)
     summary = {
         "run": str(run),

@@ -438,6 +438,7 @@ def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
         raise InputError(source, f"invalid TOML ({exc})") from None
     try:
         aggs, clients = doc["aggregators"], doc["clients"]
+        _check_keys(doc, aggs, clients)
         n_aggs = len(aggs)
 
         def per_agg(row: dict[str, Any], key: str) -> list[float]:
@@ -473,6 +474,31 @@ def topology_from_toml(text: str, *, source: str = "<toml>") -> Topology:
     except ConfigError as exc:  # Topology.validate: the values, named by field
         raise InputError(source, str(exc)) from None
     return topology.with_trace(checked_trace(topology, trace, source=source))
+
+
+TOML_KEYS = {
+    "": ("name", "description", "seed", "server", "extra", "aggregators", "clients", "trace"),
+    "server": ("speed_flops",),
+    "aggregators": ("speed_flops", "latency_s", "bandwidth_Bps"),
+    "clients": ("speed_flops", "memory_bytes", "n_samples", "latency_s", "bandwidth_Bps"),
+}
+"""The keys of a topology document, at the top and in each table (``extra`` is free)."""
+
+
+def _check_keys(doc: dict, aggs: list, clients: list) -> None:
+    """ValueError naming the first key no topology has (a misspelt key would otherwise
+    leave its field at the default without a word)."""
+    tables = [("", "the top level", doc), ("server", "[server]", doc.get("server"))]
+    for kind, rows in (("aggregators", aggs), ("clients", clients)):
+        tables += [(kind, f"[[{kind}]] #{k + 1}", row) for k, row in enumerate(rows)]
+    for kind, place, table in tables:
+        if not isinstance(table, dict):
+            continue  # missing or mistyped: said by the reader
+        unknown = sorted(set(table) - set(TOML_KEYS[kind]))
+        if unknown:
+            raise ValueError(
+                f"{place} has no key {unknown[0]!r} (its keys: {', '.join(TOML_KEYS[kind])})"
+            )
 
 
 def checked_trace(
