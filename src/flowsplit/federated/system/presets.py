@@ -23,7 +23,6 @@ Counts given on the command line override a preset's defaults.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,17 @@ BACKBONE_LINK = (0.020, 125e6)  # 1 Gbit/s
 MIB = 2**20
 
 
-def _uniform(n: int, a: int, *, name: str, description: str, seed: int | None) -> Topology:
+def _uniform(
+    n: int,
+    a: int,
+    *,
+    name: str,
+    description: str,
+    seed: int | None,
+    client_link: tuple[float, float] = CLIENT_LINK,
+    backbone_link: tuple[float, float] = BACKBONE_LINK,
+) -> Topology:
+    """Reference compute everywhere; every client link and every backbone link alike."""
     return Topology(
         name=name,
         description=description,
@@ -49,10 +58,10 @@ def _uniform(n: int, a: int, *, name: str, description: str, seed: int | None) -
         client_samples=np.zeros(n, dtype=np.int64),
         aggregator_speed=np.full(a, AGGREGATOR_SPEED),
         server_speed=SERVER_SPEED,
-        ca_latency=np.full((n, a), CLIENT_LINK[0]),
-        ca_bandwidth=np.full((n, a), CLIENT_LINK[1]),
-        as_latency=np.full(a, BACKBONE_LINK[0]),
-        as_bandwidth=np.full(a, BACKBONE_LINK[1]),
+        ca_latency=np.full((n, a), client_link[0]),
+        ca_bandwidth=np.full((n, a), client_link[1]),
+        as_latency=np.full(a, backbone_link[0]),
+        as_bandwidth=np.full(a, backbone_link[1]),
     )
 
 
@@ -128,19 +137,14 @@ def heterogeneous(n_clients: int = 10, n_aggregators: int = 2, seed: int = 0) ->
 
 def slow_uplinks(n_clients: int = 10, n_aggregators: int = 2, seed: int = 0) -> Topology:
     """Reference compute over slow links: 1 Mbit/s clients, 100 Mbit/s backbone."""
-    topo = _uniform(
+    return _uniform(
         n_clients,
         n_aggregators,
         name="slow-uplinks",
         description="1 Mbit/s, 30 ms client links and a 100 Mbit/s, 50 ms backbone",
         seed=seed,
-    )
-    return replace(
-        topo,
-        ca_latency=np.full((n_clients, n_aggregators), 0.030),
-        ca_bandwidth=np.full((n_clients, n_aggregators), 125e3),
-        as_latency=np.full(n_aggregators, 0.050),
-        as_bandwidth=np.full(n_aggregators, 12.5e6),
+        client_link=(0.030, 125e3),
+        backbone_link=(0.050, 12.5e6),
     )
 
 
