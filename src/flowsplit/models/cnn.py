@@ -21,6 +21,13 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
+from flowsplit.models.checks import (
+    check_dropout,
+    check_int,
+    check_size,
+    check_sizes,
+    option_error,
+)
 from flowsplit.models.layers import ByteEmbedding, ByteInput, SeqInput, image_side
 
 
@@ -37,6 +44,22 @@ class _Transpose(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.transpose(1, 2)
+
+
+def _check_fits(
+    input_shape: tuple[int, ...], length: int, what: str, kernel: int, pool: int
+) -> None:
+    """Refuse a kernel (``kernel``: the one applied) so much longer than the ``length``
+    it slides over (the bytes, packets or image side) that some of its taps never see
+    the input (wider than ``2 * length - 1``: torch would pad the input to the kernel's
+    size, gigabytes for a large one), and a pool (``pool``: the one applied) that leaves
+    ``conv1`` no output position (torch would fail at the first batch)."""
+    where = f"the {what} of the input, shape {input_shape}"
+    widest = 2 * length - 1
+    if kernel > widest:
+        raise option_error("cnn", "kernel", kernel, f"at most {widest} (2 x {length} - 1, {where})")
+    if length // pool == 0:
+        raise option_error("cnn", "pool", pool, f"at most {length}, {where}")
 
 
 def build_cnn(
@@ -62,14 +85,22 @@ def build_cnn(
             convolution over the bytes as a square image (784 bytes -> 28x28).
         embed: size of the byte embedding; 0 feeds bytes / 255 as one channel.
         channels: output channels of ``conv1`` and ``conv2``.
-        kernel: convolution kernel size (odd; 2-D uses ``min(kernel, 3)``).
-        pool: max-pool after ``conv1`` (1-D; 2-D pools 2x2; ``seq`` pools 2).
+        kernel: convolution kernel size (odd, at most twice the input length - 1; 2-D
+            uses ``min(kernel, 3)``).
+        pool: max-pool after ``conv1`` (1-D, at most the input length; 2-D pools 2x2;
+            ``seq`` pools ``min(pool, 2)``).
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
     """
     input_shape = tuple(int(s) for s in input_shape)
+    check_sizes("cnn", "channels", channels)
     c1, c2 = (int(c) for c in channels)
     n_in = math.prod(input_shape)
+    check_int("cnn", "embed", embed, 0)
+    check_int("cnn", "kernel", kernel, 1)
+    check_int("cnn", "pool", pool, 1)
+    check_size("cnn", "hidden", hidden)
+    check_dropout("cnn", "dropout", dropout)
     if kernel % 2 == 0:
         raise ConfigError(f"cnn kernel must be odd so convolutions keep the size, got {kernel}")
     if dims not in (1, 2):
@@ -82,6 +113,10 @@ def build_cnn(
                 "use dims=1"
             )
         shape = (side, side) if dims == 2 else (n_in,)
+        if dims == 2:  # pools 2x2 whatever pool says
+            _check_fits(input_shape, side, "image side", min(kernel, 3), 2)
+        else:
+            _check_fits(input_shape, n_in, "length", kernel, pool)
         stem = ByteEmbedding(embed, shape) if embed else ByteInput((1, *shape))
         in_ch = embed or 1
     elif view == "seq":
@@ -91,6 +126,7 @@ def build_cnn(
             raise ConfigError("cnn over seq is 1-D over packets; use dims=1")
         stem, in_ch = nn.Sequential(SeqInput(input_shape[1]), _Transpose()), input_shape[1]
         pool = min(pool, 2)  # a few dozen packets: keep resolution
+        _check_fits(input_shape, input_shape[0], "number of packets", kernel, pool)
     else:
         raise ConfigError(f"cnn reads the bytes or seq view, not {view!r}")
 

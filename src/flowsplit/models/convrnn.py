@@ -32,6 +32,7 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
+from flowsplit.models.checks import check_dropout, check_int, check_size, check_sizes, option_error
 from flowsplit.models.layers import (
     ByteEmbedding,
     ByteInput,
@@ -45,16 +46,32 @@ from flowsplit.models.layers import (
     image_side,
 )
 
+ROWS_PER_FRAME = 4
+"""The default ``rows_per_frame`` (``bytes``: 784 bytes -> 7 frames of 4x28)."""
 
-def _frames(view: str, input_shape: tuple[int, ...], rows_per_frame: int):
+
+def _frames(name: str, view: str, input_shape: tuple[int, ...], rows_per_frame: int):
     """(T, H, W) of the frame sequence a sample of ``view`` is cut into."""
+    check_int(name, "rows_per_frame", rows_per_frame, 1)
     if view == "pkt_bytes":
         if len(input_shape) == 3:
-            return input_shape
-        if len(input_shape) != 2:
+            frames = input_shape
+        elif len(input_shape) == 2:
+            n_pkt, n_bytes = input_shape
+            frames = (n_pkt, *frame_shape(n_bytes))
+        else:
             raise ConfigError(f"pkt_bytes samples must be (P, L) or (P, H, W), got {input_shape}")
-        n_pkt, n_bytes = input_shape
-        return (n_pkt, *frame_shape(n_bytes))
+        # One frame per packet: rows_per_frame does not apply, but a value given that no
+        # frame could have is a mistake to say (a packet's frame has frames[1] rows).
+        if rows_per_frame > frames[1] and rows_per_frame != ROWS_PER_FRAME:
+            raise option_error(
+                name,
+                "rows_per_frame",
+                rows_per_frame,
+                f"at most {frames[1]}, the rows of a packet's frame (pkt_bytes of shape "
+                f"{input_shape}; the option applies to the bytes view only)",
+            )
+        return frames
     if view == "bytes":
         if len(input_shape) == 2:
             rows, cols = input_shape
@@ -88,7 +105,21 @@ def _build(
     if pool not in ("global", "time", "last"):
         raise ConfigError(f"{name} pool must be global, time or last, got {pool!r}")
     input_shape = tuple(int(s) for s in input_shape)
-    t, fh, fw = _frames(view, input_shape, int(rows_per_frame))
+    check_sizes(name, "channels", channels)
+    check_int(name, "embed", embed, 0)
+    check_int(name, "kernel", kernel, 1)
+    check_size(name, "hidden", hidden)
+    check_dropout(name, "dropout", dropout)
+    t, fh, fw = _frames(name, view, input_shape, rows_per_frame)
+    widest = 2 * max(fh, fw) - 1  # wider, some taps never see the frame (it is padded)
+    if kernel > widest:  # and the gates' weights grow as kernel**2
+        raise option_error(
+            name,
+            "kernel",
+            kernel,
+            f"at most {widest} (2 x the larger side of a {fh}x{fw} frame - 1; {view} of "
+            f"shape {input_shape})",
+        )
     c1, c2 = (int(c) for c in channels)
     # Pool only dimensions that can take it (a 1-row strip stays 1 row high).
     if pool == "global":  # (B, 2 * C2): mean and max over present frames and positions
@@ -129,7 +160,7 @@ def build_convlstm(
     kernel: int = 3,
     hidden: int = 128,
     dropout: float = 0.2,
-    rows_per_frame: int = 4,
+    rows_per_frame: int = ROWS_PER_FRAME,
     pool: str = "time",
 ) -> BlockModel:
     """Build the ConvLSTM.
@@ -143,7 +174,9 @@ def build_convlstm(
         kernel: gate convolution kernel (odd).
         hidden: width of the dense ``fc`` block.
         dropout: dropout after ``fc`` (0 disables it).
-        rows_per_frame: image rows per frame when reading ``bytes``.
+        rows_per_frame: image rows per frame when reading ``bytes`` (must divide the
+            image's rows). ``pkt_bytes`` has one frame per packet and ignores it (a value
+            above a packet frame's rows is refused there).
         pool: what ``fc`` reads: ``global`` (mean and max of ``rnn2``'s states over
             the flow's frames and the frame's positions) or ``last`` (the state after
             the last frame, 2x2 max-pooled, position by position).

@@ -42,6 +42,7 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
+from flowsplit.models.checks import check_dropout, check_int, check_size
 from flowsplit.models.layers import (
     ByteEmbedding,
     ByteInput,
@@ -105,6 +106,12 @@ def build_lstm(
             (0.838; 0.845 with embed 16).
     """
     input_shape = tuple(int(s) for s in input_shape)
+    for option, value in (("embed", embed), ("size_embed", size_embed), ("step_bytes", step_bytes)):
+        check_int("lstm", option, value, 0)
+    check_size("lstm", "hidden_size", hidden_size)
+    check_size("lstm", "hidden", hidden)
+    check_dropout("lstm", "dropout", dropout)
+    check_dropout("lstm", "input_dropout", input_dropout)
     stem, steps, n_feat = _stem(view, input_shape, int(embed), int(size_embed), int(step_bytes))
     h, dirs = int(hidden_size), 2 if bidirectional else 1
     if input_dropout:  # on the features only: the presence mask is appended after the stem

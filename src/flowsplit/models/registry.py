@@ -23,6 +23,7 @@ from typing import Any
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
+from flowsplit.models.checks import check_type
 from flowsplit.models.cnn import build_cnn
 from flowsplit.models.convrnn import build_convgru, build_convlstm
 from flowsplit.models.layers import fit_input_scaler, has_input_scaler
@@ -62,7 +63,9 @@ def _build_xgboost(**params: Any):
     # Imported on use: xgboost costs a second at import and neural runs never need it.
     from flowsplit.models.xgb import XGBoostClassifier
 
-    return XGBoostClassifier(**params)
+    est = XGBoostClassifier(**params)
+    est.check_params()  # a value XGBoost would refuse (or run at chance with), in one line
+    return est
 
 
 MODEL_SPECS: dict[str, ModelSpec] = {
@@ -212,12 +215,18 @@ def model_options(name: str) -> dict[str, Any]:
 
 
 def _check_options(name: str, overrides: dict[str, Any]) -> None:
-    unknown = set(overrides) - set(model_options(name))
+    """Refuse an option ``name`` does not have, and a value not of its default's kind
+    (``bidirectional=2`` for a bool, ``kernel=2.5`` for an int, ``nan`` for a float):
+    see :func:`~flowsplit.models.checks.check_type`. Ranges are the builders' to check."""
+    defaults = model_options(name)
+    unknown = set(overrides) - set(defaults)
     if unknown:
-        valid = ", ".join(f"{k}={v!r}" for k, v in model_options(name).items())
+        valid = ", ".join(f"{k}={v!r}" for k, v in defaults.items())
         raise ConfigError(
             f"{name} has no option {', '.join(sorted(unknown))}; its options are: {valid}"
         )
+    for option, value in overrides.items():
+        check_type(name, option, value, defaults[option])
 
 
 def build_model(

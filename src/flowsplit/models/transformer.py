@@ -35,6 +35,7 @@ from torch import nn
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.base import BlockModel
+from flowsplit.models.checks import check_dropout, option_error
 from flowsplit.models.layers import presence_mask
 
 MAX_PARAMS = 2_500_000
@@ -240,6 +241,13 @@ def build_transformer(
     """
     shape = tuple(int(s) for s in input_shape)
     _check_sizes(patch, embed, dim, depth, heads, ff, stem, stem_width)
+    check_dropout("transformer", "dropout", dropout)
+    n_bytes = shape[-1] if view == "pkt_bytes" and len(shape) == 2 else math.prod(shape)
+    if view in ("pkt_bytes", "bytes") and patch > n_bytes:  # all padding past the bytes
+        what = "a packet's row" if view == "pkt_bytes" else "the payload"
+        raise option_error(
+            "transformer", "patch", patch, f"at most {n_bytes}, the bytes of {what} (shape {shape})"
+        )
     embed_block = _patch_embed(view, shape, patch, embed, dim, stem, stem_width)
     blocks: list[tuple[str, nn.Module]] = [("embed", embed_block)]
     blocks += [(f"enc{i + 1}", EncoderLayer(dim, heads, ff, dropout)) for i in range(depth)]

@@ -18,9 +18,43 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
+from flowsplit.errors import ConfigError
+from flowsplit.models.checks import is_int, is_number, option_error
+
 
 class NotFittedError(ValueError, AttributeError):
     """The estimator was used before ``fit`` (same bases as scikit-learn's)."""
+
+
+class InvalidParamError(ConfigError, ValueError):
+    """A constructor argument out of range: one line for the CLI (a ``ConfigError``),
+    a ``ValueError`` as scikit-learn raises for a bad parameter."""
+
+
+# (name, lowest, lowest allowed?, highest) of the float parameters, as XGBoost documents
+# them: eta and the sampling ratios in (0, 1], min_child_weight and lambda >= 0.
+_FLOAT_RANGES = (
+    ("learning_rate", 0.0, False, 1.0),
+    ("subsample", 0.0, False, 1.0),
+    ("colsample_bytree", 0.0, False, 1.0),
+    ("min_child_weight", 0.0, True, None),
+    ("reg_lambda", 0.0, True, None),
+)
+# (name, lowest) of the integer parameters (None allowed where the default is None).
+_INT_RANGES = (
+    ("n_estimators", 1),
+    ("max_depth", 0),
+    ("max_bin", 2),
+    ("early_stopping_rounds", 1),
+    ("n_classes", 2),
+    ("n_jobs", 0),
+    ("random_state", 0),
+)
+_MAY_BE_NONE = ("early_stopping_rounds", "n_classes", "n_jobs")
+
+
+def _param_error(name: str, value: Any, allowed: str) -> InvalidParamError:
+    return InvalidParamError(str(option_error("xgboost", name, value, allowed)))
 
 
 @dataclass(eq=False, kw_only=True)
@@ -78,6 +112,30 @@ class XGBoostClassifier:
             setattr(self, name, value)
         return self
 
+    def check_params(self) -> None:
+        """Refuse, naming the parameter, a value XGBoost refuses, or that would train
+        nothing or at chance (``learning_rate=nan``, ``subsample=0``):
+        :class:`InvalidParamError`. ``fit`` calls it; ``build_estimator`` too."""
+        for name, low in _INT_RANGES:
+            value = getattr(self, name)
+            if value is None and name in _MAY_BE_NONE:
+                continue
+            high = 2**32 - 1 if name == "random_state" else None
+            if not (is_int(value) and value >= low and (high is None or value <= high)):
+                allowed = (
+                    f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+                )
+                if name in _MAY_BE_NONE:
+                    allowed += " or null"
+                raise _param_error(name, value, allowed)
+        for name, low, closed, high in _FLOAT_RANGES:
+            value = getattr(self, name)
+            above = is_number(value) and (value >= low if closed else value > low)
+            if not above or (high is not None and value > high):
+                bounds = ("[" if closed else "(") + f"{low:g}, "
+                bounds += "inf)" if high is None else f"{high:g}]"
+                raise _param_error(name, value, f"a finite number in {bounds}")
+
     # --- fitting ---------------------------------------------------------------------
     def xgb_params(self, n_classes: int) -> dict[str, Any]:
         """The parameter dict handed to ``xgboost.train``."""
@@ -118,10 +176,14 @@ class XGBoostClassifier:
         ``client`` (a ``distributed.Client``) trains on its Dask workers;
         ``coll_cfg`` is passed to ``xgboost.dask.train`` (e.g. the tracker address).
         """
+        self.check_params()
         X, y = _check_xy(X, y)
         n_classes = self.n_classes if self.n_classes is not None else int(y.max()) + 1
         if y.max() >= n_classes:
-            raise ValueError(f"labels go up to {y.max()}, but n_classes={n_classes}")
+            raise InvalidParamError(
+                f"xgboost cannot be trained with n_classes={n_classes}: the labels go up to "
+                f"{y.max()}, so n_classes must be at least {y.max() + 1} (or null to count them)"
+            )
         val = None if eval_set is None else _check_xy(*eval_set, n_features=X.shape[1])
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, dtype=np.float32)
