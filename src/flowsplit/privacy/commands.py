@@ -12,9 +12,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowsplit.config_args import add_config_arguments, add_renamed, command_parser
+from flowsplit.config_args import (
+    FORCE_HELP,
+    add_config_arguments,
+    add_renamed,
+    check_cores,
+    command_parser,
+)
 from flowsplit.config_file import build_config
-from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
+from flowsplit.privacy.config import DEFAULT_DEFENCES, AttackConfig, ParetoChoice, PrivacyConfig
 from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PrivacyResult
 
 log = logging.getLogger("flowsplit.privacy")
@@ -50,14 +56,24 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
         "plan, topology or measure)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress log")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     # One option per field of the study's config (model, cuts, training, attack,
     # defences) and of the picture's (topology, measure, budget, plan).
     add_config_arguments(p, PrivacyConfig, unset=True)
     add_config_arguments(p, ParetoChoice, unset=True)
+    # The attack's epochs have a name of their own: under the field's, they would share
+    # --epochs' value (the later of the two given would set both).
+    for action in p._actions:
+        if "--attack-epochs" in action.option_strings:
+            action.dest = ATTACK_EPOCHS
     add_renamed(p, "--cuts", "--client-cuts", "--cuts a,c are the cut pair of sfl run")
     add_renamed(p, "--weights", "--victim-run", "--weights are the planner's objective weights")
     p.set_defaults(func=cmd_privacy)
     return p
+
+
+ATTACK_EPOCHS = "attack_epochs"
+"""Where ``--attack-epochs`` is parsed to (``AttackConfig.epochs``)."""
 
 
 def sfl_commands() -> dict:
@@ -75,8 +91,19 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     from flowsplit.privacy.run import PARETO_NAME, privacy_study
     from flowsplit.privacy.study import SUMMARY_MEASURES, reference_check
 
-    config = build_config(PrivacyConfig, args, base={"defences": parse_defences(DEFAULT_DEFENCES)})
+    attack_epochs = getattr(args, ATTACK_EPOCHS, None)
+    config = build_config(
+        PrivacyConfig,
+        args,
+        base={"defences": parse_defences(DEFAULT_DEFENCES)},
+        # (else the attack would take --epochs, read under the field's name)
+        attack={"epochs": AttackConfig.epochs if attack_epochs is None else attack_epochs},
+    )
     picture = build_config(ParetoChoice, args)
+    from flowsplit.util.system import available_cores
+
+    cores = available_cores()
+    check_cores(f"--threads {config.threads}", config.threads, cores, force=args.force)
     torch.set_num_threads(config.threads)
     result = privacy_study(
         args.dataset,

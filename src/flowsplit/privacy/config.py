@@ -7,11 +7,12 @@ its help and its option are written once, here.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
-from flowsplit.config_args import cli
+from flowsplit.config_args import check_numbers, cli, option_name
 from flowsplit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -40,9 +41,9 @@ def parse_limit(text: str) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"row limit {text!r}: give a positive integer or 'all'") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive integer or 'all'") from None
     if value < 1:
-        raise ConfigError(f"row limit {value}: must be >= 1")
+        raise argparse.ArgumentTypeError(f"must be >= 1 (or 'all'), got {value}")
     return value
 
 
@@ -133,13 +134,35 @@ class PrivacyConfig(ModelChoice):
             self.attack = AttackConfig(**{**asdict(self.attack), "seed": self.seed})
         if self.cuts is not None:
             self.cuts = tuple(int(c) for c in self.cuts)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` saying how to fix the first bad field."""
+        check_numbers(self)
+        check_numbers(self.attack)
         if self.aux_split == self.eval_split:
             raise ConfigError(
                 f"the attacker's auxiliary split and the evaluated split are both "
                 f"{self.aux_split!r}; they must be disjoint"
             )
+        # 0 epochs: the untrained model (its leakage at initialisation) is a study too.
         if self.epochs < 0:
-            raise ConfigError(f"epochs must be >= 0, got {self.epochs}")
+            raise ConfigError(f"--epochs must be >= 0, got {self.epochs}")
+        for name in ("batch_size", "threads", "train_limit", "aux_limit", "eval_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{option_name(PrivacyConfig, name)} must be >= 1, got {value}")
+        if not self.lr > 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.dcor_rows < 2:
+            raise ConfigError(f"dcor_rows must be >= 2, got {self.dcor_rows}")
+        attack = self.attack
+        for name in ("epochs", "batch_size", "hidden"):
+            if getattr(attack, name) < 1:
+                flag = option_name(AttackConfig, name) if name == "epochs" else f"attack {name}"
+                raise ConfigError(f"{flag} must be >= 1, got {getattr(attack, name)}")
+        if not attack.lr > 0:
+            raise ConfigError(f"attack lr must be > 0, got {attack.lr}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

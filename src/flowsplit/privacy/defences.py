@@ -41,6 +41,8 @@ class Defence:
     def __post_init__(self) -> None:
         if self.kind not in DEFENCE_KINDS:
             raise ConfigError(f"defence {self.kind!r}: choose one of {', '.join(DEFENCE_KINDS)}")
+        if not math.isfinite(self.strength):
+            raise ConfigError(f"{self.kind} strength must be a finite number, got {self.strength}")
         if self.kind == "quant" and not (
             1 <= self.strength <= 16 and self.strength == int(self.strength)
         ):
@@ -76,13 +78,18 @@ def parse_defence(text: str) -> Defence:
     defaults = {"none": 0.0, "nopeek": 0.5, "noise": 0.5, "quant": 2}
     if kind not in defaults:
         raise ConfigError(
-            f"defence {text!r}: use none, nopeek[:ALPHA], noise[:RATIO] or quant[:BITS]"
+            f"--defences: defence {text!r}: use none, nopeek[:ALPHA], noise[:RATIO] or quant[:BITS]"
         )
     try:
         value = float(raw) if raw else float(defaults[kind])
     except ValueError:
-        raise ConfigError(f"defence {text!r}: {raw!r} is not a number") from None
-    return Defence(kind, value)
+        raise ConfigError(f"--defences: defence {text!r}: {raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"--defences: defence {text!r}: give a finite number, not {raw!r}")
+    try:
+        return Defence(kind, value)
+    except ConfigError as exc:
+        raise ConfigError(f"--defences: defence {text!r}: {exc}") from None
 
 
 def parse_defences(text: str) -> tuple[Defence, ...]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from torch import nn
 
 from flowsplit.config_args import fields_of
 from flowsplit.data.store import Dataset, load_dataset
-from flowsplit.errors import ConfigError, InputError
+from flowsplit.errors import ConfigError, FlowsplitError, InputError
 from flowsplit.federated.results import read_model_state
 from flowsplit.models.base import BlockModel
 from flowsplit.models.registry import build_model, default_view, fit_input_scaler
@@ -183,7 +184,8 @@ def train_model(
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     gen = torch.Generator().manual_seed(config.seed)
     model.train()
-    for _ in range(config.epochs):
+    for epoch in range(config.epochs):
+        loss_sum = torch.zeros(())
         for idx in shuffled_batches(len(data.x_train), config.batch_size, gen):
             x, y = data.x_train[idx], data.y_train[idx]
             z, logits = forward_cut(model, x, cut, layer)
@@ -193,8 +195,24 @@ def train_model(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            loss_sum += loss.detach()
+        _check_loss(float(loss_sum), epoch, config, defence)
+    if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        _check_loss(math.nan, config.epochs - 1, config, defence)
     model.eval()
     return model
+
+
+def _check_loss(loss: float, epoch: int, config: PrivacyConfig, defence: Defence) -> None:
+    """Stop a study whose model diverged (its loss or weights not finite): every measure
+    of it would be nan."""
+    if math.isfinite(loss):
+        return
+    which = "the model" if defence.kind == "none" else f"the model with {defence.kind}"
+    raise FlowsplitError(
+        f"the training loss is {loss} in epoch {epoch + 1}: {which} diverged (learning rate "
+        f"{config.lr:g}); the study stopped: try a smaller --lr"
+    )
 
 
 @torch.no_grad()

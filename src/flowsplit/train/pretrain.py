@@ -21,8 +21,14 @@ import time
 from pathlib import Path
 
 from flowsplit.choices import add_model_option_argument, as_options
-from flowsplit.config_args import command_parser, finite_float, parse_seed
-from flowsplit.errors import ConfigError, InputError
+from flowsplit.config_args import (
+    FORCE_HELP,
+    check_cores,
+    command_parser,
+    finite_float,
+    parse_seed,
+)
+from flowsplit.errors import ConfigError, FlowsplitError, InputError
 
 VIEWS = ("pkt_bytes", "bytes")
 SPLITS = ("train", "val", "test", "all")  # as evaluate --split
@@ -47,7 +53,12 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
         "--view",
         help="pkt_bytes or bytes: the view to pre-train on (default: pkt_bytes if present)",
     )
-    p.add_argument("--split", choices=SPLITS, default="train", help="rows of a dataset folder")
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default=None,
+        help="rows of a dataset folder (default: train; captures are read whole)",
+    )
     p.add_argument("--steps", type=int, default=500, help="optimiser steps (default: 500)")
     p.add_argument("--batch-size", type=int, default=64, help="flows per step (default: 64)")
     p.add_argument(
@@ -55,12 +66,13 @@ def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mask-ratio",
-        type=float,
+        type=finite_float,
         default=0.3,
         help="fraction of each flow's byte patches hidden (default: 0.3)",
     )
     p.add_argument("--seed", type=parse_seed, default=0, help="seed of weights, masks and order")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     add_model_option_argument(p, help="transformer size, e.g. dim=64 (give the same to train)")
     p.add_argument("--overwrite", action="store_true", help="replace DIR/encoder.pt")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
@@ -78,6 +90,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--view {args.view!r}: the transformer pre-trains on pkt_bytes or bytes")
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    from flowsplit.util.system import available_cores
+
+    check_cores(f"--threads {args.threads}", args.threads, available_cores(), force=args.force)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(out, "is a file; -o takes a folder")
@@ -91,8 +106,9 @@ def _is_dataset(path: Path) -> bool:
     )
 
 
-def load_rows(captures: list[str], *, like: str | None, view: str | None, split: str):
-    """The unlabelled rows ``(N, *shape)`` (uint8) and their view."""
+def load_rows(captures: list[str], *, like: str | None, view: str | None, split: str | None):
+    """The unlabelled rows ``(N, *shape)`` (uint8) and their view (``split``: of a
+    dataset folder, default ``train``; captures have none)."""
     import numpy as np
 
     from flowsplit.data.store import load_dataset
@@ -105,10 +121,16 @@ def load_rows(captures: list[str], *, like: str | None, view: str | None, split:
         view = view or next((v for v in VIEWS if ds.has_view(v)), None)
         if view is None or not ds.has_view(view):
             raise InputError(ds.root, f"has no {view or 'pkt_bytes or bytes'} view to pre-train on")
+        split = split or "train"
         idx = np.arange(ds.n_flows) if split == "all" else ds.split_indices(split)
         return np.asarray(ds.view(view)[idx]), view
     if any(_is_dataset(p) for p in paths):
         raise ConfigError("give one dataset folder or captures, not both")
+    if split is not None:
+        raise ConfigError(
+            f"--split {split}: captures have no splits, every flow is read; prepare them "
+            "and give the dataset folder to pre-train on one split"
+        )
     from flowsplit.data.prepare import PrepareOptions, extract_views
 
     if like is not None:
@@ -161,6 +183,7 @@ def pretrain(
     torch.manual_seed(seed)
     shape = tuple(int(s) for s in rows.shape[1:])
     model = build_model("transformer", view=view, input_shape=shape, n_classes=2, **options)
+    _check_mask_ratio(model, mask_ratio)
     net = MaskedBytePretrainer(model, mask_ratio)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     warm = max(1, steps // 20)
@@ -189,6 +212,7 @@ def pretrain(
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
+        _check_loss(losses[-1], step, lr)
         right, total = right + int(r), total + int(m)
         if (step + 1) % every == 0 or step + 1 == steps:
             point = {
@@ -203,6 +227,8 @@ def pretrain(
                     f"{point['masked_byte_accuracy']:.3f}"
                 )
             losses, right, total = [], 0, 0
+    if not all(bool(torch.isfinite(p).all()) for p in net.parameters()):
+        _check_loss(math.nan, steps - 1, lr)
     info = {
         "view": view,
         "input_shape": list(shape),
@@ -226,6 +252,33 @@ def pretrain(
     atomic_write_bytes(out / ENCODER_NAME, buf.getvalue())
     atomic_write_json(out / "pretrain.json", info)
     return info
+
+
+MIN_MASK_RATIO = 0.1
+"""A mask ratio at least this is never refused (flows of few patches): below it, the
+ratio must hide at least one patch of a flow on average."""
+
+
+def _check_mask_ratio(model, mask_ratio: float) -> None:
+    """Refuse a mask ratio that would hide (on average) less than one byte patch of a
+    flow and is under :data:`MIN_MASK_RATIO`: most steps would have nothing to learn."""
+    embed = model.blocks["embed"]
+    tokens = embed.rows * embed.patches
+    if mask_ratio * tokens < 1 and mask_ratio < MIN_MASK_RATIO:
+        least = min(1.0 / tokens, MIN_MASK_RATIO)
+        raise ConfigError(
+            f"--mask-ratio {mask_ratio:g} hides {mask_ratio * tokens:.2g} of the {tokens} "
+            f"byte patches of a flow on average; give at least {least:.3g}"
+        )
+
+
+def _check_loss(loss: float, step: int, lr: float) -> None:
+    """Stop a pre-training that diverged (nothing is written)."""
+    if not math.isfinite(loss):
+        raise FlowsplitError(
+            f"the pre-training loss is {loss} at step {step + 1}: the model diverged "
+            f"(learning rate {lr:g}); nothing was written: try a smaller --lr"
+        )
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
