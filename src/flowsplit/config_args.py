@@ -272,7 +272,7 @@ def add_config_arguments(
             kw["type"] = spec["parse"]
         elif kind is float:
             kw["type"] = finite_float  # nan and inf are no learning rate, timeout, ...
-        elif kind is int and f.name == "seed":
+        elif kind is int and _is_seed(f.name):
             kw["type"] = parse_seed
         elif kind in (int, str):
             kw["type"] = kind
@@ -463,9 +463,18 @@ def check_numbers(config: Any) -> None:
             raise ConfigError(
                 f"{option_name(type(config), name)} must be a finite number, got {value}"
             )
-    seed = getattr(config, "seed", 0)
-    if not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ConfigError(f"--seed must be an integer in [0, 2**32), got {seed!r}")
+    for name in (f.name for f in dataclasses.fields(config) if _is_seed(f.name)):
+        seed = getattr(config, name)
+        if seed is not None and (not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
+            raise ConfigError(
+                f"{option_name(type(config), name)} must be an integer in [0, 2**32), got {seed!r}"
+            )
+
+
+def _is_seed(name: str) -> bool:
+    """Whether a config field is a seed (``seed``, ``topology_seed``): numpy's seeds are
+    integers in [0, 2**32)."""
+    return name == "seed" or name.endswith("_seed")
 
 
 OVERSUBSCRIBE = 4
@@ -513,6 +522,9 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         return tuple(range(values[0]))
     if min(values) < 0 or max(values) >= SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"{text!r}: seeds are integers in [0, 2**32)")
+    twice = next((v for v in values if values.count(v) > 1), None)
+    if twice is not None:  # paired by seed, a repeat would count one pair twice
+        raise argparse.ArgumentTypeError(f"{text!r}: seed {twice} is given twice")
     return tuple(values)
 
 

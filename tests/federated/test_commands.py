@@ -97,9 +97,9 @@ def test_sfl_run_refuses_to_overwrite_a_run(dataset, tmp_path, capsys):
         (["--cuts", "2,9"], "not legal for a model of 4 blocks"),
         (["--scheme", "sfl", "--cuts", "1,2"], "sfl is two-tier"),
         (["--topology", "mesh"], "neither a preset"),
-        (["--partition", "dirichlet:0"], "alpha must be a number > 0"),
+        (["--partition", "dirichlet:0"], "alpha must be a finite number > 0"),
         (["--model", "xgboost"], "not a neural model"),
-        (["--clients", "0"], "at least 1 client"),
+        (["--clients", "0"], "--clients 0: a topology needs at least 1"),
     ],
 )
 def test_bad_options_give_one_line_errors(dataset, tmp_path, capsys, extra, message):

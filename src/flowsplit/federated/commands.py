@@ -290,13 +290,18 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
     """A run's delays, each saying whether it is predicted or measured, and on what."""
     bound = sum(r["delay_s"] for r in history)
     text = f"predicted {bound:.1f} s (cost-model bound, topology {topology})"
-    if history and "predicted_round_s" in history[0]:
-        pred = sum(r["predicted_round_s"] for r in history)
-        on = history[0]["timing"]["predicted"]["on"]
-        text += f", predicted {pred:.1f} s (schedule, {on})"
-    if history and "measured_round_s" in history[0]:
-        meas = sum(r["measured_round_s"] for r in history)
-        text += f", measured {meas:.1f} s (on {history[0]['timing']['measured']['on']})"
+    # A round in which no client took part has no timeline: it is said, not summed as 0.
+    timed = [r for r in history if "predicted_round_s" in r]
+    gap = len(history) - len(timed)
+    untimed = f"; {gap} round(s) without a client untimed" if gap else ""
+    if timed:
+        pred = sum(r["predicted_round_s"] for r in timed)
+        on = timed[0]["timing"]["predicted"]["on"]
+        text += f", predicted {pred:.1f} s (schedule, {on}{untimed})"
+    measured = [r for r in timed if "measured_round_s" in r]
+    if measured:
+        meas = sum(r["measured_round_s"] for r in measured)
+        text += f", measured {meas:.1f} s (on {measured[0]['timing']['measured']['on']})"
     later = [r for r in history if "calibrated_round_s" in r]
     on = [r["round"] for r in history if "calibration" in r.get("timing", {})]
     if later and on:

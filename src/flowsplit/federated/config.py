@@ -34,6 +34,10 @@ def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
     return values[0], values[1]
 
 
+MAX_SLOWDOWN = 1e6
+"""The slowest a straggler may be: beyond it a round's time overflows to inf and NaN."""
+
+
 @dataclass
 class SamplingChoice:
     """Which clients take part in each round (Flower's client sampling): the same
@@ -173,8 +177,11 @@ class SFLConfig(SamplingChoice):
         for name in ("drop_prob", "straggler_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{option_name(SFLConfig, name)} must be in [0, 1)")
-        if self.straggler_slowdown < 1.0:
-            raise ConfigError("--straggler-slowdown must be >= 1 (a factor of slowness)")
+        if not 1.0 <= self.straggler_slowdown <= MAX_SLOWDOWN:
+            raise ConfigError(
+                f"--straggler-slowdown is a factor of slowness in [1, {MAX_SLOWDOWN:g}], "
+                f"got {self.straggler_slowdown:g}"
+            )
         if self.aux_head not in AUX_MODES:
             raise ConfigError(f"--aux-head {self.aux_head!r}: choose one of {', '.join(AUX_MODES)}")
         if not self.timeout_s > 0:

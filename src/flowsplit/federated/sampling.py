@@ -152,6 +152,11 @@ def check_sampling_options(config: Any) -> None:
     for name in ("min_available_clients", "min_fit_clients"):
         if int(getattr(config, name)) < 1:
             raise ConfigError(f"{option_name(type(config), name)} must be >= 1")
+        if int(getattr(config, name)) > 1 and not sampling_configured(config):
+            raise ConfigError(
+                f"{option_name(type(config), name)} applies to sampled rounds: give "
+                "--clients-per-round, --fraction or --select too"
+            )
     parse_selection(config.select)
 
 

@@ -182,8 +182,15 @@ class StudyConfig(TopologyChoice, ModelChoice):
 
     def validate(self) -> None:
         """Check the values (on construction); errors name the option to change."""
-        if (self.n_pilots or 1) < 1 or (self.pilot_steps or 1) < 1:
-            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
+        # None: the planner chooses; 0 is no count of pilots (--no-pilots runs none).
+        for name, flag in (
+            ("n_pilots", "--pilots"),
+            ("pilot_steps", "--pilot-steps"),
+            ("pilot_train_limit", "--pilot-train-limit"),
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {value}")
         self.run.validate()
         self.planner.validate()
         parse_trace_spec(self.trace)  # the file itself is read with the topology

@@ -22,6 +22,8 @@ from typing import Any
 
 from flowsplit.errors import ConfigError
 
+MAX_NODES = 250
+"""Nodes in one testbed at most (each a network namespace on one /24 bridge)."""
 MIN_CPU = 0.02
 """Smallest CPU share a node may get (cores): below it a worker hardly runs at all."""
 
@@ -67,8 +69,10 @@ class TestbedSpec:
         names = [n.name for n in self.nodes]
         if len(set(names)) != len(names):
             raise ConfigError(f"testbed {self.name!r}: node names repeat: {names}")
-        if len(self.nodes) > 250:
-            raise ConfigError(f"testbed {self.name!r}: {len(self.nodes)} nodes, at most 250")
+        if len(self.nodes) > MAX_NODES:
+            raise ConfigError(
+                f"testbed {self.name!r}: {len(self.nodes)} nodes, at most {MAX_NODES}"
+            )
         if not 1000 <= self.cpu_period_us <= 1_000_000:
             raise ConfigError(f"cpu period {self.cpu_period_us} µs: must be 1000..1000000")
         for n in self.nodes:
@@ -116,8 +120,8 @@ class TestbedSpec:
         ``NodeSpec("node")``: unlimited, unshaped), named after it: ``node0..``.
 
         ``TestbedSpec.cluster(4, NodeSpec("node", cpu=0.25, mbit=100))``."""
-        if n_nodes < 1:
-            raise ConfigError(f"a cluster needs at least 1 node, got {n_nodes}")
+        if not 1 <= n_nodes <= MAX_NODES:
+            raise ConfigError(f"a cluster has 1 to {MAX_NODES} nodes, not {n_nodes}")
         node = node or NodeSpec("node")
         nodes = [replace(node, name=f"{node.name}{k}") for k in range(n_nodes)]
         return cls(
@@ -154,6 +158,9 @@ class TestbedSpec:
         speeds = [float(topo.server_speed)]
         speeds += [float(s) for s in topo.aggregator_speed] + [float(s) for s in topo.client_speed]
         budget = float(os.cpu_count() or 1) if cpu_budget is None else float(cpu_budget)
+        for value, what in ((budget, "--cpu-budget"), (max_cpu, "the largest CPU share")):
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{what} must be a positive number of cores, got {value}")
         fastest = max(speeds)
         top = min(max_cpu, budget * fastest / sum(speeds))
         shares = [top * s / fastest for s in speeds]

@@ -178,7 +178,24 @@ def parse_ks(text: str) -> tuple[int, ...]:
         ) from None
     if not ks or min(ks) < 1:
         raise ConfigError(f"--ablate-k {text!r}: give one or more byte counts >= 1")
-    return ks
+    return tuple(dict.fromkeys(ks))  # a count given twice is one row
+
+
+def check_ablate_arguments(args) -> None:
+    """The ablation's options need ``--ablate`` (without it they would do nothing)."""
+    if args.ablate:
+        return
+    given = [
+        flag
+        for flag, value, default in (
+            ("--ablate-k", args.ablate_k, DEFAULT_KS),
+            ("--ablate-repeats", args.ablate_repeats, 1),
+            ("--ablate-plot", args.ablate_plot, None),
+        )
+        if value != default
+    ]
+    if given:
+        raise ConfigError(f"{given[0]} applies to the ablation: give --ablate too")
 
 
 def run_ablations(

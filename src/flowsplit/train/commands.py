@@ -144,7 +144,7 @@ def check_before_launch(
     are (under torchrun, ``LOCAL_WORLD_SIZE``); the cores check counts only those."""
     from flowsplit.data.store import load_dataset
     from flowsplit.models.registry import get_spec
-    from flowsplit.train.runs import check_run_dir, resolve_view
+    from flowsplit.train.runs import check_run_dir
 
     spec = get_spec(cfg.model)
     if resume and overwrite:
@@ -152,14 +152,7 @@ def check_before_launch(
     check_run_dir(cfg.out, resume=resume, overwrite=overwrite)
     if resume and spec.kind == "xgboost":
         raise ConfigError("XGBoost runs cannot be resumed; train again (boosting is quick)")
-    ds = load_dataset(cfg.dataset)
-    view = resolve_view(cfg, ds)
-    n_train = _check_splits(ds)
-    _check_workers(cfg, n_train, force, local_workers)
-    if cfg.init_from and spec.kind != "torch":
-        raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
-    if spec.kind == "torch":
-        _check_torch_model(cfg, ds, view)
+    n_train = check_trainable(cfg, load_dataset(cfg.dataset), force, local_workers)
     # Warned only once every check passed: a refused run prints its one error line only.
     global_batch = cfg.batch_size * (cfg.workers if cfg.scale_lr else 1)
     if spec.kind == "torch" and global_batch > n_train:
@@ -169,6 +162,24 @@ def check_before_launch(
             "of them",
             file=sys.stderr,
         )
+
+
+def check_trainable(cfg, ds, force: bool = False, local_workers: int = 0) -> int:
+    """The training rows of ``ds``, after the checks of ``cfg`` against it that need no
+    run directory: its splits, the workers and cores, the model built on its view
+    (``compare`` makes them for every cell before running one)."""
+    from flowsplit.models.registry import get_spec
+    from flowsplit.train.runs import resolve_view
+
+    spec = get_spec(cfg.model)
+    view = resolve_view(cfg, ds)
+    n_train = _check_splits(ds)
+    _check_workers(cfg, n_train, force, local_workers)
+    if cfg.init_from and spec.kind != "torch":
+        raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
+    if spec.kind == "torch":
+        _check_torch_model(cfg, ds, view)
+    return n_train
 
 
 def _check_splits(ds) -> int:
@@ -361,8 +372,10 @@ def _train(cfg, resume: bool) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from flowsplit.train.ablation import check_ablate_arguments
     from flowsplit.train.evaluation import evaluate_run
 
+    check_ablate_arguments(args)
     check_output(args.out)
     check_output(args.predictions)
     # The same function as the Python API's flowsplit.evaluate (train and sfl runs).

@@ -189,7 +189,7 @@ class TrainConfig:
         if not self.timeout_s > 0:
             raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.eval_batch_size < 1:
-            raise ConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+            raise ConfigError(f"--eval-batch-size must be >= 1, got {self.eval_batch_size}")
         if self.dask_scheduler is not None and not self.dask_scheduler.startswith(
             ("tcp://", "tls://", "inproc://", "ucx://")
         ):

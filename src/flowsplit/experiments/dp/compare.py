@@ -16,6 +16,7 @@ Import order (no cycle): ``layout`` <- ``records`` <- ``analysis`` <- ``compare_
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 import os
@@ -93,6 +94,26 @@ def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
     if cell.hook != PLAIN_HOOK:
         cmd += ["--comm-hook", cell.hook]
     return cmd + list(cfg.train_args)
+
+
+class _CellArgs(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(f"--train-arg: {message} (see flowsplit train --help)")
+
+
+def check_cells(cfg: CompareConfig, dataset) -> None:
+    """Each model at each worker count, checked as its ``flowsplit train`` would check
+    it, before any cell runs: a bad ``--epochs`` or ``--train-arg`` is one line now, not
+    every cell failing in turn (:func:`~flowsplit.train.commands.check_trainable`)."""
+    from flowsplit.train.commands import add_train_arguments, check_trainable, config_from_args
+
+    parser = _CellArgs(prog="flowsplit train")
+    add_train_arguments(parser)
+    for model in cfg.models:
+        for workers in cfg.workers:
+            args = parser.parse_args(train_command(Cell(model, workers, cfg.seeds[0]), cfg)[4:])
+            train_cfg, _ = config_from_args(args)
+            check_trainable(train_cfg, dataset, force=args.force)
 
 
 def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
@@ -362,6 +383,7 @@ def run_compare(
         cfg = CompareConfig(dataset=config, out=out_dir, **options)
     dataset = load_dataset(cfg.dataset)  # fails early, with a clear message, on a bad DIR
     check_other_dataset(cfg, dataset)  # --cross-source, before any run
+    check_cells(cfg, dataset)
     out = _start_study(cfg)
     _measure_allreduce(cfg, out, progress)
     runner = run_cell_fn

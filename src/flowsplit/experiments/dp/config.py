@@ -97,6 +97,18 @@ class CompareConfig:
                     setattr(self, name, value)
         if min(self.workers) < 1:
             raise ConfigError(f"--workers must be positive, got {self.workers}")
+        if not self.models:
+            raise ConfigError("give at least one model (--models cnn,lstm)")
+        if self.cell_timeout_s is not None and not self.cell_timeout_s > 0:
+            raise ConfigError("--cell-timeout must be > 0 seconds")
+        if self.quiet_wait_s < 0:
+            raise ConfigError("--quiet-wait must be >= 0 seconds")
+        for name in ("max_busy", "max_foreign"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')} is a fraction in [0, 1], got {value}"
+                )
         if not self.seeds:
             raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
         if self.threads < 1:

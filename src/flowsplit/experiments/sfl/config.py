@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from flowsplit.config_args import show_list
 from flowsplit.errors import ConfigError
 from flowsplit.planner import study_config
 from flowsplit.planner.study_config import StudyConfig
@@ -72,6 +73,12 @@ class SFLCompareConfig(StudyConfig):
             )
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"--seeds {show_list(self.seeds)}: a seed is given twice")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise ConfigError(
+                f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy:g}"
+            )
         bad = [b for b in self.baselines if b not in BASELINES]
         if bad:
             raise ConfigError(

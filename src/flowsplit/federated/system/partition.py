@@ -27,6 +27,7 @@ per-client loops gave before.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -127,9 +128,9 @@ def parse_partition(text: str) -> PartitionSpec:
             alpha = float(arg) if arg else 0.5
         except ValueError:
             alpha = -1.0
-        if not alpha > 0:
+        if not 0 < alpha < math.inf:  # inf: NaN proportions, cast to garbage counts
             raise ConfigError(
-                f"--partition {text!r}: alpha must be a number > 0, e.g. dirichlet:0.5"
+                f"--partition {text!r}: alpha must be a finite number > 0, e.g. dirichlet:0.5"
             )
         return PartitionSpec("dirichlet", alpha=alpha)
     if kind == "site":

@@ -179,6 +179,9 @@ def resolve_topology(
 
     Counts given here override a preset's defaults; for a file they must match it.
     """
+    for given, what in ((n_clients, "clients"), (n_aggregators, "aggregators")):
+        if given is not None and given < 1:
+            raise ConfigError(f"--{what} {given}: a topology needs at least 1 of them")
     if spec in PRESETS:
         kwargs = {"seed": seed}
         if n_clients is not None:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import SEED_LIMIT
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.inputs import read_text_input
 
@@ -727,9 +728,12 @@ def parse_trace_spec(spec: str | None) -> tuple[str, int | str | None]:
     if spec == "random" or spec.startswith("random:"):
         _, _, seed = spec.partition(":")
         try:
-            return "random", int(seed) if seed else 0
+            value = int(seed) if seed else 0
         except ValueError:
-            raise ConfigError(f"--trace {spec!r}: give random:SEED with an integer seed") from None
+            value = -1
+        if not 0 <= value < SEED_LIMIT:
+            raise ConfigError(f"--trace {spec!r}: give random:SEED, a seed in [0, 2**32)")
+        return "random", value
     if not spec.lower().endswith(".toml"):
         raise ConfigError(f"--trace {spec!r}: give {TRACE_SPECS}")
     return "file", spec
