@@ -152,6 +152,23 @@ def load_rows(captures: list[str], *, like: str | None, view: str | None, split:
     return np.asarray(rows), view
 
 
+def _batches(rows, batch_size: int, seed: int):
+    """Minibatches of ``rows`` without end: a new seeded permutation for each pass, the
+    batch's rows in store order."""
+    import numpy as np
+    import torch
+
+    order = np.random.default_rng(seed)
+    n = len(rows)
+    perm, pos = order.permutation(n), 0
+    while True:
+        if pos + batch_size > n and pos > 0:
+            perm, pos = order.permutation(n), 0
+        take = perm[pos : pos + batch_size]
+        pos += len(take)
+        yield torch.from_numpy(np.ascontiguousarray(rows[np.sort(take)]))
+
+
 def pretrain(
     rows,
     view: str,
@@ -192,20 +209,13 @@ def pretrain(
         lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)),
     )
     gen = torch.Generator().manual_seed(seed)
-    order = np.random.default_rng(seed)
-    n = len(rows)
-    perm, pos = order.permutation(n), 0
+    batches = _batches(rows, batch_size, seed)
     curve, losses, right, total = [], [], 0, 0
     every = max(1, steps // 20)
     t0 = time.perf_counter()
     net.train()
     for step in range(steps):
-        if pos + batch_size > n and pos > 0:
-            perm, pos = order.permutation(n), 0
-        take = perm[pos : pos + batch_size]
-        pos += len(take)
-        x = torch.from_numpy(np.ascontiguousarray(rows[np.sort(take)]))
-        loss, r, m = net(x, gen)
+        loss, r, m = net(next(batches), gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
@@ -232,7 +242,7 @@ def pretrain(
     info = {
         "view": view,
         "input_shape": list(shape),
-        "flows": int(n),
+        "flows": len(rows),
         "steps": int(steps),
         "batch_size": int(batch_size),
         "lr": float(lr),
