@@ -755,6 +755,8 @@ CASES = [
     C("compare-cell-timeout-negative", "compare {ds} -o {t}/s --cell-timeout -1", "--cell-timeout"),
     C("evaluate-ablate-plot-without-ablate", "evaluate {run} {ds} --ablate-plot {t}/a.png",
       "--ablate-plot", "--ablate"),
+    C("train-augment-jitter-overflow", "train {ds} -m cnn --augment jitter=inf -o {t}/r -q",
+      "--augment", "log-normal sigma"),
     C("train-eval-batch-size-zero", "train {ds} -m cnn --eval-batch-size 0 -o {t}/r -q",
       "--eval-batch-size", ">= 1"),
     C("testbed-show-cpu-budget-zero", "testbed show {x} --cpu-budget 0", "--cpu-budget",

@@ -61,6 +61,8 @@ DEFAULT = AugmentSpec(drop=0.05, dup=0.05, swap=0.05, jitter=0.05, mask=0.02, fi
 jitter, 2 % of payload bytes masked, header fields randomised."""
 
 _PROBABILITIES = ("drop", "dup", "swap", "mask", "fields")
+MAX_JITTER = 3.0
+"""The widest ``jitter``: factors ``exp(N(0, 3))`` already span e^-9 .. e^9 at 3 sigma."""
 
 
 def parse_augment(text: str | None) -> AugmentSpec:
@@ -83,10 +85,15 @@ def parse_augment(text: str | None) -> AugmentSpec:
             v = float(value)
         except ValueError:
             raise ConfigError(f"--augment {text!r}: {key}={value!r} is not a number") from None
-        if not v >= 0 or (key in _PROBABILITIES and v > 1):
+        top = 1.0 if key in _PROBABILITIES else MAX_JITTER
+        if not 0 <= v <= top:
             raise ConfigError(
                 f"--augment {text!r}: {key}={value} must be "
-                + ("a probability in [0, 1]" if key in _PROBABILITIES else ">= 0")
+                + (
+                    "a probability in [0, 1]"
+                    if key in _PROBABILITIES
+                    else f"a log-normal sigma in [0, {MAX_JITTER:g}] (wider overflows the view)"
+                )
             )
         values[key] = v
     return AugmentSpec(**values)
