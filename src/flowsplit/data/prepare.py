@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -32,6 +31,7 @@ from flowsplit.outputs import named_os_error
 from flowsplit.reader import flows as flows_mod
 from flowsplit.reader.capfile import DIGESTS
 from flowsplit.reader.flows import FlowOptions, ReadReport, iter_flows_many, view_shapes
+from flowsplit.util import available_memory
 
 log = logging.getLogger("flowsplit.prepare")
 
@@ -188,18 +188,6 @@ def prepare_dataset(
             if exc.filename is None or f".{Path(out_dir).name}.tmp-" in str(exc.filename):
                 raise named_os_error(exc, out_dir) from exc
             raise
-
-
-def available_memory() -> int:
-    """Bytes of memory available to new allocations (``MemAvailable``; else all RAM)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_batch_memory(opts: PrepareOptions) -> None:

@@ -179,6 +179,8 @@ def check_trainable(cfg, ds, force: bool = False, local_workers: int = 0) -> int
         raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
     if spec.kind == "torch":
         _check_torch_model(cfg, ds, view)
+    elif cfg.lr is not None and not 0 < cfg.lr <= 1:  # named here, not as learning_rate
+        raise ConfigError(f"--lr is XGBoost's learning rate (eta), in (0, 1]; got {cfg.lr:g}")
     return n_train
 
 

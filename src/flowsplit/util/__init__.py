@@ -1,6 +1,7 @@
 """Small helpers every layer may use (the ground floor: imports nothing of flowsplit).
 
-- :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`peak_rss_mb`,
+- :mod:`flowsplit.util.system`: :func:`available_cores`, :func:`available_memory`,
+  :func:`peak_rss_mb`,
   :func:`die_with_parent`, :func:`free_port`, :func:`stop_signals`, :func:`pid_alive`,
   :func:`wait_for_exit`;
 - :mod:`flowsplit.util.jsondoc`: :func:`jsonable` (strict JSON out) and the typed
@@ -17,6 +18,7 @@ from flowsplit.util.jsondoc import (
 )
 from flowsplit.util.system import (
     available_cores,
+    available_memory,
     die_with_parent,
     exit_without_finalising,
     free_port,
@@ -28,6 +30,7 @@ from flowsplit.util.system import (
 
 __all__ = [
     "available_cores",
+    "available_memory",
     "die_with_parent",
     "exit_without_finalising",
     "free_port",

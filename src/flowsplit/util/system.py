@@ -23,6 +23,18 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (``MemAvailable``; else all RAM)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory in MB.
 
