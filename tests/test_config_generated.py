@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import inspect
 from dataclasses import fields
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from flowsplit.config_args import add_config_arguments, cli, config_from_args
 from flowsplit.errors import ConfigError, FlowsplitError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,3 +209,29 @@ def test_a_configs_checks_name_each_field_by_its_declared_option():
         TrainConfig(dataset="d", model="cnn", out="o", label_smoothing=float("inf"))
     with pytest.raises(ConfigError, match=r"^--weight-decay must be >= 0"):
         SFLConfig(weight_decay=-1.0)
+
+
+@dataclasses.dataclass
+class _Inner:
+    epochs: int = dataclasses.field(default=12, metadata=cli(flag="--inner-epochs"))
+
+
+@dataclasses.dataclass
+class _Outer:
+    """An outer config and a nested one that share a field name, the nested one with an
+    option of its own (as the privacy study's epochs and its attack's --attack-epochs)."""
+
+    epochs: int = 3
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+def test_a_nested_field_with_its_own_option_keeps_its_own_value():
+    # Prepare
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, _Outer)
+    # Execute
+    cfg = config_from_args(_Outer, parser.parse_args(["--epochs", "5"]))
+    both = config_from_args(_Outer, parser.parse_args(["--inner-epochs", "2", "--epochs", "5"]))
+    # Assert: --epochs is the outer's alone, --inner-epochs the nested one's
+    assert (cfg.epochs, cfg.inner.epochs) == (5, 12)
+    assert (both.epochs, both.inner.epochs) == (5, 2)

@@ -240,6 +240,7 @@ def add_config_arguments(
     exclude: Iterable[str] = (),
     overrides: Mapping[str, dict] | None = None,
     unset: bool = False,
+    _outer: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Add one option per field of the dataclass ``cls`` (see the module docstring).
 
@@ -260,7 +261,12 @@ def add_config_arguments(
         kind = value_type(hints[f.name])
         if dataclasses.is_dataclass(kind):  # a nested config: its fields, by their names
             added += add_config_arguments(
-                parser, kind, exclude=exclude, overrides=overrides, unset=unset
+                parser,
+                kind,
+                exclude=exclude,
+                overrides=overrides,
+                unset=unset,
+                _outer=_outer | _field_names(cls),
             )
             continue
         target = _group(parser, spec["group"] or _declared_group(cls, f.name))
@@ -294,9 +300,23 @@ def add_config_arguments(
             flag = spec["flag"] or _dashed(f.name)
             if required and not unset:
                 kw["required"] = True
-            target.add_argument(flag, *spec["aliases"], dest=f.name, **kw)
-        added.append(f.name)
+            target.add_argument(flag, *spec["aliases"], dest=_dest(f, spec, _outer), **kw)
+        added.append(_dest(f, spec, _outer))
     return added
+
+
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def _dest(f: dataclasses.Field, spec: dict[str, Any], outer: frozenset[str]) -> str:
+    """Where a field's option is parsed to: its name, unless an enclosing config has a
+    field of that name too (the privacy study's ``epochs`` and its attack's): then the
+    name of its own option (``cli(flag="--attack-epochs")``; without one, argparse
+    refuses the repeated option)."""
+    if f.name in outer and spec["flag"]:
+        return spec["flag"].lstrip("-").replace("-", "_")
+    return f.name
 
 
 def _declared_group(cls: type, name: str) -> str | None:
@@ -333,16 +353,23 @@ def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> A
     return cls(**{**_values(cls, args), **overrides})
 
 
-def _values(cls: type, args: argparse.Namespace, *, given_only: bool = False) -> dict[str, Any]:
+def _values(
+    cls: type,
+    args: argparse.Namespace,
+    *,
+    given_only: bool = False,
+    _outer: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in cli_fields(cls):
         kind = value_type(hints[f.name])
+        dest = _dest(f, _spec(f), _outer)
         if dataclasses.is_dataclass(kind):
-            inner = _values(kind, args, given_only=given_only)
+            inner = _values(kind, args, given_only=given_only, _outer=_outer | _field_names(cls))
             values[f.name] = inner if given_only else kind(**inner)
-        elif hasattr(args, f.name):
-            values[f.name] = getattr(args, f.name)
+        elif hasattr(args, dest):
+            values[f.name] = getattr(args, dest)
     if given_only:
         return {k: v for k, v in values.items() if v is not None and v != {}}
     return values

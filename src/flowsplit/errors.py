@@ -7,6 +7,7 @@ Anything raised as :class:`FlowsplitError` is printed by the CLI as one line,
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
@@ -25,3 +26,22 @@ class InputError(FlowsplitError):
 
 class ConfigError(FlowsplitError):
     """An option or configuration value that cannot be used."""
+
+
+def check_finite_loss(
+    loss: float,
+    at: str,
+    lr: float,
+    *,
+    what: str = "the training loss",
+    model: str = "the model",
+    then: str = "the run stopped",
+) -> None:
+    """Stop a training whose ``loss`` is no longer finite (every figure after it would
+    be nan), in one line: ``the training loss is nan in epoch 3: the model diverged
+    (learning rate 10); the run stopped: try a smaller --lr``."""
+    if not math.isfinite(loss):
+        raise FlowsplitError(
+            f"{what} is {loss} {at}: {model} diverged (learning rate {lr:g}); {then}: "
+            "try a smaller --lr"
+        )

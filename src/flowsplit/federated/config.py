@@ -195,9 +195,12 @@ class SFLConfig(SamplingChoice):
         parse_partition(self.partition)
         if any(c < 0 for c in self.capacity):
             raise ConfigError(f"--capacity {show_list(self.capacity)}: capacities are >= 0")
-        late = [f for f in self.fail if int(f.rpartition("@round")[2]) > self.rounds]
+        late = [(j, r) for j, r in _parse_failures(self.fail) if r >= self.rounds]
         if late:
-            raise ConfigError(f"--fail {late[0]}: after the last of the {self.rounds} rounds")
+            j, r = late[0]
+            raise ConfigError(
+                f"--fail aggregator:{j}@round{r + 1}: after the last of the {self.rounds} rounds"
+            )
         if self.replan not in REPLAN_MODES:
             raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_MODES)}")
         parse_trace_spec(self.trace)  # the file itself is read with the topology

@@ -5,12 +5,10 @@ See :mod:`flowsplit.federated.roles` for the message sequence all roles follow.
 
 from __future__ import annotations
 
-import math
-
 import torch.nn.functional as F
 from torch import nn
 
-from flowsplit.errors import FlowsplitError
+from flowsplit.errors import check_finite_loss
 from flowsplit.federated.roles import RunContext, TierModule
 from flowsplit.federated.schemes import RoundPlan
 from flowsplit.federated.system.aggregate import averaging_flops, fedavg
@@ -87,11 +85,8 @@ class CloudServer:
                 n_seen += len(y)
         self.train_loss = loss_sum / n_seen if n_seen else float("nan")
         yield from scheme.server_collect(self, view, aggs)
-        if n_seen and not math.isfinite(self.train_loss):  # after the round's messages
-            raise FlowsplitError(
-                f"the training loss is {self.train_loss} in round {plan.round + 1}: the model "
-                f"diverged (learning rate {ctx.config.lr:g}); the run stopped: try a smaller --lr"
-            )
+        if n_seen:  # checked after the round's messages
+            check_finite_loss(self.train_loss, f"in round {plan.round + 1}", ctx.config.lr)
         if copies:  # per-client server parts (sfl v1): their average is the new one
             kept = [i for i in view if i not in self.lost]
             if kept:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
+from flowsplit.config_args import SEED_LIMIT
 from flowsplit.errors import ConfigError
 from flowsplit.models.checks import is_int, is_number, option_error
 
@@ -120,7 +121,7 @@ class XGBoostClassifier:
             value = getattr(self, name)
             if value is None and name in _MAY_BE_NONE:
                 continue
-            high = 2**32 - 1 if name == "random_state" else None
+            high = SEED_LIMIT - 1 if name == "random_state" else None
             if not (is_int(value) and value >= low and (high is None or value <= high)):
                 allowed = (
                     f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"

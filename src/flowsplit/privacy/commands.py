@@ -20,7 +20,7 @@ from flowsplit.config_args import (
     command_parser,
 )
 from flowsplit.config_file import build_config
-from flowsplit.privacy.config import DEFAULT_DEFENCES, AttackConfig, ParetoChoice, PrivacyConfig
+from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
 from flowsplit.privacy.result import PRIVACY_NAME, CutMeasures, PrivacyResult
 
 log = logging.getLogger("flowsplit.privacy")
@@ -61,19 +61,10 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     # defences) and of the picture's (topology, measure, budget, plan).
     add_config_arguments(p, PrivacyConfig, unset=True)
     add_config_arguments(p, ParetoChoice, unset=True)
-    # The attack's epochs have a name of their own: under the field's, they would share
-    # --epochs' value (the later of the two given would set both).
-    for action in p._actions:
-        if "--attack-epochs" in action.option_strings:
-            action.dest = ATTACK_EPOCHS
     add_renamed(p, "--cuts", "--client-cuts", "--cuts a,c are the cut pair of sfl run")
     add_renamed(p, "--weights", "--victim-run", "--weights are the planner's objective weights")
     p.set_defaults(func=cmd_privacy)
     return p
-
-
-ATTACK_EPOCHS = "attack_epochs"
-"""Where ``--attack-epochs`` is parsed to (``AttackConfig.epochs``)."""
 
 
 def sfl_commands() -> dict:
@@ -91,14 +82,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
     from flowsplit.privacy.run import PARETO_NAME, privacy_study
     from flowsplit.privacy.study import SUMMARY_MEASURES, reference_check
 
-    attack_epochs = getattr(args, ATTACK_EPOCHS, None)
-    config = build_config(
-        PrivacyConfig,
-        args,
-        base={"defences": parse_defences(DEFAULT_DEFENCES)},
-        # (else the attack would take --epochs, read under the field's name)
-        attack={"epochs": AttackConfig.epochs if attack_epochs is None else attack_epochs},
-    )
+    config = build_config(PrivacyConfig, args, base={"defences": parse_defences(DEFAULT_DEFENCES)})
     picture = build_config(ParetoChoice, args)
     from flowsplit.util.system import available_cores
 

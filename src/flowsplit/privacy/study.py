@@ -38,7 +38,7 @@ from torch import nn
 
 from flowsplit.config_args import fields_of
 from flowsplit.data.store import Dataset, load_dataset
-from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.errors import ConfigError, InputError, check_finite_loss
 from flowsplit.federated.results import read_model_state
 from flowsplit.models.base import BlockModel
 from flowsplit.models.registry import build_model, default_view, fit_input_scaler
@@ -206,12 +206,9 @@ def train_model(
 def _check_loss(loss: float, epoch: int, config: PrivacyConfig, defence: Defence) -> None:
     """Stop a study whose model diverged (its loss or weights not finite): every measure
     of it would be nan."""
-    if math.isfinite(loss):
-        return
     which = "the model" if defence.kind == "none" else f"the model with {defence.kind}"
-    raise FlowsplitError(
-        f"the training loss is {loss} in epoch {epoch + 1}: {which} diverged (learning rate "
-        f"{config.lr:g}); the study stopped: try a smaller --lr"
+    check_finite_loss(
+        loss, f"in epoch {epoch + 1}", config.lr, model=which, then="the study stopped"
     )
 
 

@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from flowsplit.config_args import fields_of
 from flowsplit.data.augment import augmenter_for
 from flowsplit.data.store import load_dataset
-from flowsplit.errors import FlowsplitError
+from flowsplit.errors import check_finite_loss
 from flowsplit.models.registry import build_model, fit_input_scaler, has_input_scaler
 from flowsplit.result import RunResult
 from flowsplit.terminal import on_terminal
@@ -348,11 +348,8 @@ def _train_epoch(
     total_loss, n_seen = all_reduce_sum([loss_sum.item(), float(len(order))], layout)
     hist = state.hist
     hist["loss"].append(total_loss / max(n_seen, 1.0))
-    if not math.isfinite(hist["loss"][-1]):  # the same on every rank: all stop alike
-        raise FlowsplitError(
-            f"the training loss is {hist['loss'][-1]} in epoch {epoch + 1}: the model diverged "
-            f"(learning rate {layout.lr:g}); the run stopped: try a smaller --lr"
-        )
+    # The same loss on every rank: all stop alike.
+    check_finite_loss(hist["loss"][-1], f"in epoch {epoch + 1}", layout.lr)
     hist["epoch_time"].append(epoch_time)
     hist["data_time"].append(data_time)
     hist["comm_time"].append(meter.busy_time())

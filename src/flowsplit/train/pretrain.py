@@ -28,7 +28,7 @@ from flowsplit.config_args import (
     finite_float,
     parse_seed,
 )
-from flowsplit.errors import ConfigError, FlowsplitError, InputError
+from flowsplit.errors import ConfigError, InputError, check_finite_loss
 
 VIEWS = ("pkt_bytes", "bytes")
 SPLITS = ("train", "val", "test", "all")  # as evaluate --split
@@ -284,11 +284,9 @@ def _check_mask_ratio(model, mask_ratio: float) -> None:
 
 def _check_loss(loss: float, step: int, lr: float) -> None:
     """Stop a pre-training that diverged (nothing is written)."""
-    if not math.isfinite(loss):
-        raise FlowsplitError(
-            f"the pre-training loss is {loss} at step {step + 1}: the model diverged "
-            f"(learning rate {lr:g}); nothing was written: try a smaller --lr"
-        )
+    check_finite_loss(
+        loss, f"at step {step + 1}", lr, what="the pre-training loss", then="nothing was written"
+    )
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:

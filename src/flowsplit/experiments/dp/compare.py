@@ -65,13 +65,18 @@ log = logging.getLogger(__name__)
 QUICK_ALLREDUCE_SIZES = (4, 1024, 64 << 10, 1 << 20, 8 << 20)
 
 
+TRAIN = (sys.executable, "-m", "flowsplit", "train")
+"""The command a cell's arguments (:func:`train_args`) follow."""
+
+
 def train_command(cell: Cell, cfg: CompareConfig) -> list[str]:
     """The ``flowsplit train`` command line of one cell."""
+    return [*TRAIN, *train_args(cell, cfg)]
+
+
+def train_args(cell: Cell, cfg: CompareConfig) -> list[str]:
+    """The arguments of one cell's ``flowsplit train``."""
     cmd = [
-        sys.executable,
-        "-m",
-        "flowsplit",
-        "train",
         str(cfg.dataset),
         "--model",
         cell.model,
@@ -111,7 +116,7 @@ def check_cells(cfg: CompareConfig, dataset) -> None:
     add_train_arguments(parser)
     for model in cfg.models:
         for workers in cfg.workers:
-            args = parser.parse_args(train_command(Cell(model, workers, cfg.seeds[0]), cfg)[4:])
+            args = parser.parse_args(train_args(Cell(model, workers, cfg.seeds[0]), cfg))
             train_cfg, _ = config_from_args(args)
             check_trainable(train_cfg, dataset, force=args.force)
 
@@ -163,12 +168,14 @@ class PooledCells:
         run = cell_dir(cfg.out, cell)
         run.parent.mkdir(parents=True, exist_ok=True)
         log_path = _log_path(cfg, cell)
-        cmd = train_command(cell, cfg)
+        argv = train_args(cell, cfg)
         if cell.model == "xgboost" and cell.workers > 1 and not _gives_scheduler(cfg):
-            cmd += ["--dask-scheduler", self._scheduler(cell.workers, cfg.threads, cfg)]
-        log_path.write_text(" ".join(cmd) + "  (in a pooled process)\n", encoding="utf-8")
+            argv += ["--dask-scheduler", self._scheduler(cell.workers, cfg.threads, cfg)]
+        log_path.write_text(
+            " ".join([*TRAIN, *argv]) + "  (in a pooled process)\n", encoding="utf-8"
+        )
         ok, status = self.pools.run(
-            cmd[4:],  # after `python -m flowsplit train`
+            argv,
             world=1 if cell.model == "xgboost" else cell.workers,
             threads=cell.threads_of(cfg.threads),
             log_path=log_path,

@@ -22,6 +22,7 @@ Counts given on the command line override a preset's defaults.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -204,7 +205,9 @@ def resolve_topology(
         if given is not None and given < 1:
             raise ConfigError(f"--{what} {given}: a topology needs at least 1 of them")
     if spec in PRESETS:
-        _check_memory(n_clients or 0, n_aggregators or 0)
+        if n_clients is not None:  # a preset's own count is small
+            default = inspect.signature(PRESETS[spec]).parameters["n_aggregators"].default
+            _check_memory(n_clients, n_aggregators or default)
         kwargs = {"seed": seed}
         if n_clients is not None:
             kwargs["n_clients"] = n_clients
