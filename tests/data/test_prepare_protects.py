@@ -86,6 +86,14 @@ def test_requested_class_without_flows_is_an_error_naming_it(tmp_path):
         prepare_dataset([root], tmp_path / "ds", PrepareOptions(classes=("dns", "Foo")))
 
 
+def test_excluded_class_without_flows_is_said_and_the_rest_excluded(tmp_path, caplog):
+    root = _captures(tmp_path / "in", classes=("dns", "web", "mail"))
+    opts = PrepareOptions(exclude_classes=("mail", "Web"))  # "Web": a misspelt "web"
+    m = prepare_dataset([root], tmp_path / "ds", opts)
+    assert m["classes"] == ["dns", "web"]
+    assert "--exclude-classes: no flows labelled Web (found: dns, mail, web)" in caplog.text
+
+
 @pytest.mark.parametrize(
     "kw,match",
     [

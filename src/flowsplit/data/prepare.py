@@ -602,11 +602,14 @@ def _select_flows(
     if opts.dedup and not deduplicated:
         keep = dedup_mask(meta["digest"].to_numpy())
         skipped["duplicate_flow"] += int((~keep).sum())
-    if opts.classes:
-        missing = sorted(set(opts.classes) - set(labels[keep]))
-        if missing:
-            have = ", ".join(sorted(set(labels[keep]))[:20])
-            raise ConfigError(f"--classes: no flows labelled {', '.join(missing)} (found: {have})")
+    found = set(labels[keep])
+    have = ", ".join(sorted(found)[:20])
+    if missing := sorted(set(opts.classes or ()) - found):
+        raise ConfigError(f"--classes: no flows labelled {', '.join(missing)} (found: {have})")
+    if absent := sorted(set(opts.exclude_classes) - found):
+        # Said, not refused (a habitual "Unknown" need not be there), so that a misspelt
+        # name does not keep its class without a word.
+        log.warning("--exclude-classes: no flows labelled %s (found: %s)", ", ".join(absent), have)
     include = list(opts.classes) if opts.classes else None
     exclude = list(opts.exclude_classes)
     sel, dropped = select_classes(
