@@ -108,3 +108,38 @@ def test_train_with_augment_records_it_and_refuses_a_bad_spec(tmp_path, capsys):
     assert cli_main([*argv, "-o", str(tmp_path / "bad"), "--augment", "drop=7"]) != 0
     err = capsys.readouterr().err
     assert "--augment" in err and "probability" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "text,view,says",
+    [
+        ("drop=0.1", "bytes", "drop does nothing to the bytes view, which takes mask"),
+        ("mask=0.1,fields=1", "seq", "mask, fields do nothing to the seq view"),
+        ("default", "stats", "which takes no augmentation"),
+        ("jitter=0.1", "stats", "jitter does nothing to the stats view"),
+    ],
+)
+def test_an_augmentation_that_would_do_nothing_to_the_view_is_refused(text, view, says):
+    from flowsplit.data.augment import check_augment_view
+
+    with pytest.raises(ConfigError, match=says):
+        check_augment_view(text, view)
+
+
+@pytest.mark.parametrize(
+    "text,view",
+    [("default", "bytes"), ("default", "seq"), ("mask=0.1", "pkt_bytes"), (None, "stats")],
+)
+def test_an_augmentation_with_something_to_change_is_accepted(text, view):
+    from flowsplit.data.augment import check_augment_view
+
+    check_augment_view(text, view)  # default on bytes: its mask applies, the rest cannot
+
+
+def test_train_refuses_packet_augmentation_of_the_bytes_view_before_training(tmp_path, capsys):
+    data = write_synthetic(tmp_path / "ds", n=60, n_classes=3, pkt_shape=(4, 16))
+    argv = ["train", str(data), "-m", "cnn", "--view", "bytes", "--epochs", "1", "-q"]
+    assert cli_main([*argv, "-o", str(tmp_path / "r"), "--augment", "drop=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("drop does nothing to the bytes view, which takes mask"), err
+    assert not (tmp_path / "r").exists()  # refused before the run directory was made

@@ -61,6 +61,17 @@ DEFAULT = AugmentSpec(drop=0.05, dup=0.05, swap=0.05, jitter=0.05, mask=0.02, fi
 jitter, 2 % of payload bytes masked, header fields randomised."""
 
 _PROBABILITIES = ("drop", "dup", "swap", "mask", "fields")
+_PACKET_VIEWS = ("pkt_bytes", "seq")
+_MASKED_VIEWS = ("pkt_bytes", "bytes")
+APPLIES = {
+    "drop": _PACKET_VIEWS,
+    "dup": _PACKET_VIEWS,
+    "swap": _PACKET_VIEWS,
+    "jitter": _PACKET_VIEWS,
+    "mask": _MASKED_VIEWS,
+    "fields": ("pkt_bytes",),
+}
+"""The views each augmentation changes (on the others it does nothing)."""
 MAX_JITTER = 3.0
 """The widest ``jitter``: factors ``exp(N(0, 3))`` already span e^-9 .. e^9 at 3 sigma."""
 
@@ -127,13 +138,13 @@ class Augmenter:
     def one(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One flow ``(1, ...)`` augmented."""
         s, view = self.spec, self.info.view
-        if view in ("pkt_bytes", "seq"):
+        if view in _PACKET_VIEWS:
             x = _packet_ops(x, view, s, rng, self.info.features)
             if s.jitter > 0:
                 x = _jitter(x, view, s.jitter, rng, self.info)
-            if s.fields > 0 and view == "pkt_bytes" and rng.random() < s.fields:
+            if s.fields > 0 and view in APPLIES["fields"] and rng.random() < s.fields:
                 x = _fields(x, self.info.layout, rng)
-        if s.mask > 0 and view in ("pkt_bytes", "bytes"):
+        if s.mask > 0 and view in _MASKED_VIEWS:
             x = _mask_bytes(x, view, self.info.layout, s.mask, rng)
         return x
 
@@ -204,6 +215,23 @@ def _mask_bytes(x, view, layout: str, p: float, rng) -> np.ndarray:
     out = np.array(x, copy=True)
     out[hit] = 0
     return out
+
+
+def check_augment_view(text: str | None, view: str) -> None:
+    """Refuse an ``--augment`` that would do nothing asked of ``view``: a key named
+    that does not change it (``drop=0.1`` on ``bytes``), or ``default`` where none of
+    its parts does (``stats``). Before, such a run trained unaugmented without a word."""
+    spec = parse_augment(text)
+    active = [f.name for f in fields(spec) if getattr(spec, f.name) > 0]
+    inert = [k for k in active if view not in APPLIES[k]]
+    if not inert or ((text or "").strip() == "default" and len(inert) < len(active)):
+        return
+    takes = [k for k in APPLIES if view in APPLIES[k]]
+    raise ConfigError(
+        f"--augment {(text or '').strip()!r}: {', '.join(inert)} "
+        f"{'does' if len(inert) == 1 else 'do'} nothing to the {view} view, which takes "
+        + (", ".join(takes) if takes else "no augmentation")
+    )
 
 
 def augmenter_for(text: str | None, ds, view: str, seed: int = 0) -> Augmenter | None:

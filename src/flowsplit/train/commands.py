@@ -22,6 +22,7 @@ from flowsplit.config_args import (
     cli_fields,
     command_parser,
     config_values,
+    path_text,
     with_groups,
 )
 from flowsplit.errors import ConfigError, InputError
@@ -88,7 +89,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     the help); an option not given stays None so that --resume can tell what was given.
     """
     add_config_arguments(p, TrainConfig, unset=True, overrides=with_groups({}, TRAIN_GROUPS))
-    p.add_argument("--resume", metavar="RUN", help="continue the run in RUN from its checkpoint")
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue the run in RUN from its checkpoint",
+        type=path_text,
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -168,11 +174,13 @@ def check_trainable(cfg, ds, force: bool = False, local_workers: int = 0) -> int
     """The training rows of ``ds``, after the checks of ``cfg`` against it that need no
     run directory: its splits, the workers and cores, the model built on its view
     (``compare`` makes them for every cell before running one)."""
+    from flowsplit.data.augment import check_augment_view
     from flowsplit.models.registry import get_spec
     from flowsplit.train.runs import resolve_view
 
     spec = get_spec(cfg.model)
     view = resolve_view(cfg, ds)
+    check_augment_view(cfg.augment, view)
     n_train = _check_splits(ds)
     _check_workers(cfg, n_train, force, local_workers)
     if cfg.init_from and spec.kind != "torch":
@@ -515,12 +523,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     fmt = HelpFormatter
     _add_train(sub)
     p = sub.add_parser("evaluate", help="evaluate a trained run on a dataset", formatter_class=fmt)
-    p.add_argument("run", metavar="RUN", help="run directory of `train` or `sfl run`")
-    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
+    p.add_argument(
+        "run", metavar="RUN", help="run directory of `train` or `sfl run`", type=path_text
+    )
+    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory", type=path_text)
     p.add_argument(
         "--predictions",
         metavar="FILE.csv",
         help="write one row per flow: flow_id, source, 5-tuple, true, predicted, p_CLASS...",
+        type=path_text,
     )
     p.add_argument(
         "--split",
@@ -534,6 +545,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out",
         metavar="FILE",
         help="also write the metrics to FILE (JSON; - for standard output)",
+        type=path_text,
     )
     add_renamed(p, "--output", "--out", OUT_WHY)
     from flowsplit.train.ablation import add_ablate_arguments
@@ -542,15 +554,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("predict", help="classify the flows of new captures", formatter_class=fmt)
-    p.add_argument("run", metavar="RUN", help="run directory written by flowsplit train")
-    p.add_argument("captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files")
+    p.add_argument(
+        "run", metavar="RUN", help="run directory written by flowsplit train", type=path_text
+    )
+    p.add_argument(
+        "captures", nargs="+", metavar="CAPTURE", help="pcap/pcapng files", type=path_text
+    )
     p.add_argument(
         "--format",
         choices=("table", "csv"),
         default="table",
         help="what to print: a table, or CSV (as -o writes)",
     )
-    p.add_argument("-o", "--out", metavar="FILE", help="write CSV to FILE (- for standard output)")
+    p.add_argument(
+        "-o",
+        "--out",
+        metavar="FILE",
+        help="write CSV to FILE (- for standard output)",
+        type=path_text,
+    )
     add_renamed(p, "--output", "--out", OUT_WHY)
     p.add_argument(
         "--min-confidence",
