@@ -355,3 +355,33 @@ def test_the_study_writes_its_effective_config_which_reruns_it(study, fast_figur
     # into the same config; the quick recipe's values are written out.
     assert "epochs = 2" in text and "margin = 0.02" in text and "# dataset = " in text
     assert compare_config(args) == cfg
+
+
+def test_compare_command_exits_1_naming_a_failed_run(study, fast_figures, monkeypatch, capsys):
+    # Prepare: the command's study, with one cell failing (the fake engine's runner)
+    from flowsplit.cli import main
+
+    ds, out = study
+    real = compare_mod.run_compare
+    failing = fake_runner({"cnn/w2/seed0"}, [])
+    monkeypatch.setattr(
+        compare_mod,
+        "run_compare",
+        lambda cfg, progress: real(cfg, run_cell_fn=failing, progress=False),
+    )
+    argv = ["compare", str(ds), "-o", str(out), "--models", "cnn", "--workers", "2"]
+    argv += ["--seeds", "2", "--quick", "--quiet"]
+    # Execute
+    rc = main(argv)
+    # Assert: the report is written, and the exit status and the last line say a run failed
+    assert rc == 1
+    assert (out / "report.html").is_file()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("flowsplit: error: 1 of ") and "(cnn/w2/seed0: " in err[-1], err
+    # Execute again: the failed cell runs and succeeds, so the study is whole
+    monkeypatch.setattr(
+        compare_mod,
+        "run_compare",
+        lambda cfg, progress: real(cfg, run_cell_fn=fake_runner(), progress=False),
+    )
+    assert main(argv) == 0

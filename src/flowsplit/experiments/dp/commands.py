@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from flowsplit.choices import seeds_option
@@ -14,6 +15,8 @@ from flowsplit.config_args import (
     command_parser,
     csv_tuple,
     int_tuple,
+    path_arg,
+    path_text,
     with_groups,
 )
 from flowsplit.config_file import add_config_file_option, build_config
@@ -34,8 +37,8 @@ def _margin_points(text: str) -> float:
 
 
 COMPARE_OPTIONS = {
-    "dataset": cli(positional=True, metavar="DATASET"),
-    "out": cli(flag="--out", aliases=("-o",), metavar="OUT"),
+    "dataset": cli(positional=True, metavar="DATASET", parse=path_text),
+    "out": cli(flag="--out", aliases=("-o",), metavar="OUT", parse=path_text),
     "models": cli(parse=csv_tuple, help="Models, comma-separated."),
     "workers": cli(parse=int_tuple, metavar="N,N,..."),
     "seeds": seeds_option(),
@@ -96,7 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="re-render the report of a `flowsplit compare` study",
         description="Recompute statistics from the stored runs of OUT and rewrite its report.",
     )
-    r.add_argument("out", type=Path, metavar="OUT", help="study directory of `flowsplit compare`")
+    r.add_argument(
+        "out", type=path_arg, metavar="OUT", help="study directory of `flowsplit compare`"
+    )
     r.set_defaults(func=_report)
 
 
@@ -106,7 +111,9 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
     Run the matrix model x workers x seed on one prepared dataset (each run is a `flowsplit
     train` in its own directory; finished runs are skipped on a rerun), measure all-reduce
     on this machine, and write OUT/report.html, report.md, results.csv and results.json with
-    statistics, speedups and a scaling model.
+    statistics, speedups and a scaling model. The exit status is 1 when a run failed (the
+    report is written all the same and lists it; the same command retries it), 2 when the
+    input is refused before any run.
     """
     p = command_parser(sub, "compare", _add_compare)
     # One option per CompareConfig field (its docstring is the help); DATASET and -o are
@@ -134,7 +141,26 @@ def _compare(args: argparse.Namespace) -> int:
         top = write_study(args.log_to, path.parent, finished_runs(path.parent))
         print(f"tensorboard: {top}")
     _print_summary(path)
-    return 0
+    return _failed_cells(path.parent)
+
+
+def _failed_cells(out: Path) -> int:
+    """1, with the count and the first failure said on stderr, when a cell of the study
+    in ``out`` failed (the report lists every one; the next run retries them), else 0.
+    A script that runs ``compare`` must not take a study with holes for a whole one."""
+    from flowsplit.experiments.dp.result import read_status
+
+    status = read_status(out)
+    if not status.failures:
+        return 0
+    name, why = next(iter(status.failures.items()))
+    first = (why.strip().splitlines() or ["?"])[0]
+    print(
+        f"flowsplit: error: {len(status.failures)} of {status.n_cells} runs failed "
+        f"({name}: {first}); the report lists them and the same command retries them",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def compare_config(args: argparse.Namespace) -> CompareConfig:
