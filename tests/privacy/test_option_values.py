@@ -64,6 +64,7 @@ CASES = [
     (PRIVACY, "--defences noise:inf", "--defences"),
     (PRIVACY, "--defences nopeek:nan", "--defences"),
     (PRIVACY, "--defences quant:0", "--defences"),
+    (PRIVACY, "--defences noise:1e300", "noise ratio must be at most 1000"),
     (PRETRAIN, "--threads 5", "--threads 5"),
     (PRETRAIN, "--lr 1e12", "smaller --lr"),
     (PRETRAIN, "--mask-ratio 1e-9", "--mask-ratio"),

@@ -29,6 +29,8 @@ from torch import nn
 from flowsplit.errors import ConfigError
 
 DEFENCE_KINDS = ("none", "nopeek", "noise", "quant")
+MAX_NOISE_RATIO = 1e3
+"""The largest noise-to-signal amplitude ratio: ``1e300`` made every activation inf."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,11 @@ class Defence:
             raise ConfigError(f"quant bits must be an integer in 1..16, got {self.strength}")
         if self.kind in ("nopeek", "noise") and self.strength < 0:
             raise ConfigError(f"{self.kind} strength must be >= 0, got {self.strength}")
+        if self.kind == "noise" and self.strength > MAX_NOISE_RATIO:
+            raise ConfigError(
+                f"noise ratio must be at most {MAX_NOISE_RATIO:g} (noise 60 dB above the "
+                f"signal; more overflows float32 activations), got {self.strength:g}"
+            )
 
     @property
     def name(self) -> str:
