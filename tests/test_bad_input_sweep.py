@@ -770,6 +770,17 @@ CASES = [
     C("testbed-show-nodes-huge", "testbed show --nodes 99999999", "99999999", "1 to 250"),
     C("demo-fresh-a-dataset", "demo --fresh -o {x} --quiet", "--fresh",
       make=lambda w, t: copy_of(w.ds, t)),
+    # An empty path (an unset shell variable) is the current directory to pathlib:
+    # prepare failed inside with "PosixPath('.') has an empty name".
+    C("prepare-out-empty", 'prepare {captures} -o ""', "-o/--out", "an empty path"),
+    C("train-out-empty", 'train {ds} -m cnn -o "" -q', "--out/-o", "an empty path"),
+    C("sfl-run-dataset-empty", 'sfl run "" -o {t}/o', "DATASET", "an empty path"),
+    C("evaluate-run-empty", 'evaluate "" {ds}', "RUN", "an empty path"),
+    C("compare-out-empty", 'compare {ds} -o "" -q', "--out/-o", "an empty path"),
+    # An empty list item, a number left out: ",4" used to be the cuts 4,4.
+    C("sfl-run-cuts-empty-item", SFL + " --cuts ,4 -o {t}/o", "--cuts ',4'", "give one cut"),
+    C("compare-workers-empty-item", "compare {ds} -o {t}/o --workers 1,,2 -q", "--workers",
+      "'1,,2'"),
 ]  # fmt: skip
 
 

@@ -218,6 +218,7 @@ def _meaning(action) -> tuple:
         kind = "value"  # train --resume RUN and sfl run --resume [OUT] alike
     parser = getattr(action.type, "__name__", "str")
     parser = "text" if parser in ("str", "Path") else parser
+    parser = "path" if parser in ("path_arg", "path_text") else parser  # Path or str
     choices = tuple(action.choices) if action.choices else None
     return kind, choices, action.dest.removeprefix("n_"), parser
 

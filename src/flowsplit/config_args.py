@@ -36,6 +36,7 @@ import textwrap
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 _KEY = "flowsplit.cli"
@@ -414,6 +415,21 @@ def add_log_to_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def path_arg(text: str) -> Path:
+    """A file or folder option's value. An empty one (``-o "$OUT"`` with ``OUT`` unset)
+    is refused: ``Path("")`` is the current directory, so it would be read, or
+    written into, as one."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (is a shell variable unset?)")
+    return Path(text)
+
+
+def path_text(text: str) -> str:
+    """:func:`path_arg` for an option kept as text (``-`` for standard output)."""
+    path_arg(text)
+    return text
+
+
 def finite_float(text: str) -> float:
     """A float option's value: a finite number (``nan``, ``inf`` refused at parse time)."""
     try:
@@ -600,9 +616,10 @@ def csv_tuple(text: str) -> tuple[str, ...]:
 
 
 def int_tuple(text: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> ``(1, 2, 4)``."""
+    """``"1,2,4"`` -> ``(1, 2, 4)``; an empty item (``"1,,4"``: a number left out?) is
+    refused."""
     try:
-        return tuple(int(t) for t in csv_tuple(text))
+        return tuple(int(t) for t in text.split(",")) if text.strip() else ()
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected integers separated by commas, got {text!r}"

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import given_values, type_problem, value_type
+from flowsplit.config_args import given_values, path_arg, type_problem, value_type
 from flowsplit.errors import ConfigError, InputError
 
 CONFIG_NAME = "config.toml"
@@ -40,7 +40,7 @@ CONFIG_HELP = (
 def add_config_file_option(parser: argparse.ArgumentParser) -> None:
     """``--config FILE.toml`` (read when the command builds its config)."""
     parser.add_argument(
-        "--config", type=Path, default=None, metavar="FILE.toml", dest="config_file",
+        "--config", type=path_arg, default=None, metavar="FILE.toml", dest="config_file",
         help=CONFIG_HELP,
     )  # fmt: skip
 

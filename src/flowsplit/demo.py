@@ -34,6 +34,7 @@ from flowsplit.config_args import (
     cli,
     command_parser,
     config_from_args,
+    path_arg,
 )
 from flowsplit.errors import ConfigError, InputError
 
@@ -68,10 +69,10 @@ class DemoPlan:
 
     out: Path = field(
         default=Path("runs/demo"),
-        metadata=cli(flag="-o", aliases=("--out",), parse=Path, help="output directory"),
+        metadata=cli(flag="-o", aliases=("--out",), parse=path_arg, help="output directory"),
     )
     captures: Path = field(
-        default=DEFAULT_CAPTURES, metadata=cli(parse=Path, help="lab capture folder")
+        default=DEFAULT_CAPTURES, metadata=cli(parse=path_arg, help="lab capture folder")
     )
     seeds: tuple[int, ...] = seeds_field(
         (0, 1, 2),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from flowsplit.config_args import (
     add_config_arguments,
@@ -13,6 +12,8 @@ from flowsplit.config_args import (
     command_parser,
     config_values,
     csv_tuple,
+    path_arg,
+    path_text,
 )
 from flowsplit.data.dpi import NDPI_FIELDS
 from flowsplit.data.labels import LABEL_SOURCES, LabelSpec
@@ -32,8 +33,8 @@ LABEL_OPTIONS = {
         help="auto: flow-csv/file-csv when --labels is given, else one folder per class; "
         "ndpi: nDPI's labels through NFStream (pip install 'flowsplit[dpi]')",
     ),
-    "labels": cli(parse=Path, metavar="CSV", help="file->label or 5-tuple->label CSV"),
-    "port_map": cli(parse=Path, metavar="JSON"),
+    "labels": cli(parse=path_arg, metavar="CSV", help="file->label or 5-tuple->label CSV"),
+    "port_map": cli(parse=path_arg, metavar="JSON"),
     "ndpi_field": cli(choices=NDPI_FIELDS),
 }
 """``flowsplit prepare``'s view of :class:`~flowsplit.data.labels.LabelSpec`."""
@@ -99,7 +100,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_prepare(sub)
     p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
     p.add_argument(
-        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory (from `flowsplit prepare`)",
+        type=path_text,
     )
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run_inspect)
@@ -113,8 +117,21 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     split them by capture file, and write a dataset directory.
     """
     p = command_parser(sub, "prepare", _add_prepare)
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="capture/CSV/IDX files or folders")
-    p.add_argument("-o", "--out", required=True, metavar="DIR", help="dataset directory to write")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="capture/CSV/IDX files or folders",
+        type=path_text,
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="dataset directory to write",
+        type=path_text,
+    )
     # One option per field of LabelSpec and PrepareOptions (their docstrings are the help).
     g = p.add_argument_group("labels")
     add_config_arguments(g, LabelSpec, exclude=("label_column",), overrides=LABEL_OPTIONS)

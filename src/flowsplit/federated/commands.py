@@ -24,6 +24,7 @@ from flowsplit.config_args import (
     add_renamed,
     command_parser,
     config_from_args,
+    path_text,
 )
 from flowsplit.config_file import (
     add_config_file_option,
@@ -120,18 +121,22 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         metavar="DATASET",
         help="dataset directory (from `flowsplit prepare`; not with --resume)",
+        type=path_text,
     )
-    p.add_argument("-o", "--out", metavar="OUT", help="run directory to write (required)")
+    p.add_argument(
+        "-o", "--out", metavar="OUT", help="run directory to write (required)", type=path_text
+    )
     add_config_file_option(p)
     p.add_argument(
         "--resume",
         nargs="?",
-        const="",
+        const=False,  # bare --resume: the run in -o (not a text: argparse would check it)
         default=None,
         metavar="OUT",
         help="dist: continue the run in OUT from its sfl-checkpoint.pt (written after "
         f"every round) with the options it was started with (OUT/{RUN_ARGS}); "
         "`-o OUT --resume` with the same options works too",
+        type=path_text,
     )
     # Every field of SFLRunConfig (the model, the topology, --mode and the run's
     # SFLConfig), with its docstring as help: a new field needs no edit here. Not given:
@@ -149,6 +154,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "scheme, cuts, assignment, topology, model, batch size, local epochs, "
         "partition, training rows, seed and rounds replace those options "
         "(--rounds, when given, replaces the plan's rounds)",
+        type=path_text,
     )
     add_log_to_argument(p)
     p.set_defaults(func=cmd_run)
@@ -330,10 +336,18 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
     """
     p = command_parser(sub, "probe", _add_probe)
     p.add_argument(
-        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory (from `flowsplit prepare`)",
+        type=path_text,
     )
     p.add_argument(
-        "-o", "--out", required=True, metavar="OUT", help="measured topology TOML to write"
+        "-o",
+        "--out",
+        required=True,
+        metavar="OUT",
+        help="measured topology TOML to write",
+        type=path_text,
     )
     # The model, the topology (how many roles, which links exist: its values are
     # replaced by the measured ones) and the run's settings, as sfl run's.
@@ -412,7 +426,9 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
     """
     p = command_parser(sub, "profile", _add_profile)
     add_config_arguments(p, ModelChoice)
-    p.add_argument("--dataset", required=True, metavar="DATASET", help="dataset directory")
+    p.add_argument(
+        "--dataset", required=True, metavar="DATASET", help="dataset directory", type=path_text
+    )
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_profile)
 

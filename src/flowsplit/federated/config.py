@@ -24,7 +24,7 @@ REPLAN_MODES = ("never", "every-round")
 def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
     """``"2"`` -> (2, 2); ``"2,4"`` -> (2, 4)."""
     try:
-        values = [int(v) for v in str(text).replace(" ", "").split(",") if v]
+        values = [int(v) for v in str(text).replace(" ", "").split(",")]  # "1,,2" refused
     except ValueError:
         values = []
     if len(values) == 1:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from pathlib import Path
 
-from flowsplit.config_args import command_parser, fields_of, parse_seed
+from flowsplit.config_args import command_parser, fields_of, parse_seed, path_arg
 from flowsplit.config_file import add_config_file_option
 from flowsplit.errors import ConfigError
 from flowsplit.planner.study_config import add_study_arguments, study_options
@@ -30,7 +29,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
     """
     p = command_parser(sfl_subparsers, "plan", add_plan_parser)
     add_study_arguments(p)
-    p.add_argument("-o", "--out", required=True, type=Path, help="plan JSON file to write")
+    p.add_argument("-o", "--out", required=True, type=path_arg, help="plan JSON file to write")
     add_config_file_option(p)  # --config FILE.toml: the StudyConfig's fields
     p.add_argument("--seed", type=parse_seed, default=0, help="partition and pilot seed")
     p.add_argument(

@@ -26,6 +26,8 @@ from flowsplit.config_args import (
     cli,
     config_from_args,
     given_values,
+    path_arg,
+    path_text,
     show_list,
     with_groups,
 )
@@ -316,7 +318,7 @@ class LeakageBudget:
     leakage_file: Path | None = field(
         default=None,
         metadata=cli(
-            parse=Path,
+            parse=path_arg,
             metavar="PRIVACY.json",
             help="privacy.json of `flowsplit sfl privacy` (for --max-leakage)",
         ),
@@ -341,7 +343,10 @@ def add_study_arguments(
     ``config`` (a :class:`StudyConfig`; ``overrides`` refine them), unset when not given
     so that ``--quick`` picks the defaults, the :class:`LeakageBudget` and ``--quiet``."""
     p.add_argument(
-        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory (from `flowsplit prepare`)",
+        type=path_text,
     )
     options = with_groups({**STUDY_OPTIONS, **overrides}, STUDY_GROUPS)
     add_config_arguments(p, config, overrides=options, unset=True)

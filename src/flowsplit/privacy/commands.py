@@ -10,7 +10,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from flowsplit.config_args import (
     FORCE_HELP,
@@ -18,6 +17,8 @@ from flowsplit.config_args import (
     add_renamed,
     check_cores,
     command_parser,
+    path_arg,
+    path_text,
 )
 from flowsplit.config_file import build_config
 from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
@@ -38,13 +39,18 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     """
     p = command_parser(sfl_subparsers, "privacy", add_privacy_parser)
     p.add_argument(
-        "dataset", metavar="DATASET", help="dataset directory (from `flowsplit prepare`)"
+        "dataset",
+        metavar="DATASET",
+        help="dataset directory (from `flowsplit prepare`)",
+        type=path_text,
     )
-    p.add_argument("-o", "--out", required=True, type=Path, metavar="OUT", help="output directory")
+    p.add_argument(
+        "-o", "--out", required=True, type=path_arg, metavar="OUT", help="output directory"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument(
         "--victim-run",
-        type=Path,
+        type=path_arg,
         default=None,
         metavar="RUN",
         help="an `sfl run` directory whose model to attack (default: train one)",

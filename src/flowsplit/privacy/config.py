@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
-from flowsplit.config_args import check_numbers, cli, option_name
+from flowsplit.config_args import check_numbers, cli, option_name, path_text
 from flowsplit.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -185,5 +185,5 @@ class ParetoChoice(TopologyChoice):
     """Measure of the picture and the budget."""
     max_leakage: float | None = field(default=None, metadata=cli(show=lambda _: "no budget"))
     """Mark the least-delay pair with leakage at most this."""
-    plan: str | None = field(default=None, metadata=cli(metavar="PLAN.json"))
+    plan: str | None = field(default=None, metadata=cli(metavar="PLAN.json", parse=path_text))
     """A plan.json of `sfl plan` whose cuts to mark in the picture."""

@@ -24,6 +24,8 @@ from flowsplit.config_args import (
     command_parser,
     config_from_args,
     finite_float,
+    path_arg,
+    path_text,
 )
 from flowsplit.errors import ConfigError
 from flowsplit.testbed.compare import CompareOptions
@@ -101,7 +103,7 @@ def _add_spec_options(p: argparse.ArgumentParser) -> None:
 def _run_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _add_spec_options(p)
     p.add_argument("--port", type=int, default=29500, help="MASTER_PORT (default 29500)")
-    p.add_argument("--logs", type=Path, help="write each node's output to LOGS/<node>.log")
+    p.add_argument("--logs", type=path_arg, help="write each node's output to LOGS/<node>.log")
     p.add_argument(
         "--time-limit",
         type=finite_float,
@@ -272,9 +274,16 @@ def _add_compare(tsub: argparse._SubParsersAction) -> None:
     """
     p = command_parser(tsub, "compare", _add_compare)
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
-    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory")
-    p.add_argument("-o", "--out", required=True, help="write the comparison JSON here")
+    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory", type=path_text)
+    p.add_argument(
+        "-o", "--out", required=True, help="write the comparison JSON here", type=path_text
+    )
     add_config_arguments(p, CompareOptions)
-    p.add_argument("--keep", metavar="DIR", help="keep plans, probes and runs in this directory")
+    p.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep plans, probes and runs in this directory",
+        type=path_text,
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_compare)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from flowsplit.config_args import path_text
 from flowsplit.data import perturb
 from flowsplit.errors import ConfigError
 from flowsplit.reader.views import SEQ_FEATURES
@@ -323,6 +324,7 @@ def add_ablate_arguments(p) -> None:
         "--ablate-plot",
         metavar="FILE",
         help="draw the ablation table as a picture (PNG, SVG or PDF)",
+        type=path_text,
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.choices import MODEL_OPTION
-from flowsplit.config_args import check_numbers, cli, field_type_problem
+from flowsplit.config_args import check_numbers, cli, field_type_problem, path_text
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.models.defaults import default_lr
 from flowsplit.util import read_json_document
@@ -39,11 +39,11 @@ RESUMABLE_OPTIONS = (
 class TrainConfig:
     """One training run, as given on the command line (or to ``train``)."""
 
-    dataset: str = field(metadata=cli(positional=True, metavar="DATASET"))
+    dataset: str = field(metadata=cli(positional=True, metavar="DATASET", parse=path_text))
     """Directory of a prepared dataset (``flowsplit prepare``)."""
     model: str = field(metadata=cli(aliases=("-m",)))
     """Registry name: cnn, lstm, convlstm, convgru, transformer or xgboost."""
-    out: str = field(metadata=cli(aliases=("-o",), metavar="RUN"))
+    out: str = field(metadata=cli(aliases=("-o",), metavar="RUN", parse=path_text))
     """Run directory to write (config, log, checkpoints, weights, metrics.json)."""
     view: str | None = None
     """Dataset view to read (default: the model's first accepted view the dataset has)."""
@@ -84,7 +84,7 @@ class TrainConfig:
     mask=0.02,fields=1); or KEY=VALUE,... of drop, dup, swap (packet loss, duplication,
     reordering), jitter (sizes and gaps), mask (payload bytes), fields (header fields
     randomised). See docs/generalisation.md."""
-    init_from: str | None = field(default=None, metadata=cli(metavar="DIR"))
+    init_from: str | None = field(default=None, metadata=cli(metavar="DIR", parse=path_text))
     """Start the transformer's encoder from `flowsplit pretrain -o DIR` (DIR/encoder.pt);
     the head starts fresh."""
     patience: int | None = None

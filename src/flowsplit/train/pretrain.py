@@ -27,6 +27,7 @@ from flowsplit.config_args import (
     command_parser,
     finite_float,
     parse_seed,
+    path_text,
 )
 from flowsplit.errors import ConfigError, InputError, check_finite_loss
 
@@ -46,9 +47,24 @@ flows that are not in the test split you will report (--split train, the default
 
 
 def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("captures", nargs="+", metavar="CAPTURES", help="captures or a dataset folder")
-    p.add_argument("-o", "--out", required=True, metavar="DIR", help="folder to write encoder.pt")
-    p.add_argument("--like", metavar="DATASET", help="read captures as DATASET was prepared")
+    p.add_argument(
+        "captures",
+        nargs="+",
+        metavar="CAPTURES",
+        help="captures or a dataset folder",
+        type=path_text,
+    )
+    p.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder to write encoder.pt",
+        type=path_text,
+    )
+    p.add_argument(
+        "--like", metavar="DATASET", help="read captures as DATASET was prepared", type=path_text
+    )
     p.add_argument(
         "--view",
         help="pkt_bytes or bytes: the view to pre-train on (default: pkt_bytes if present)",

@@ -15,6 +15,7 @@ from flowsplit.config_args import (
     cli,
     command_parser,
     csv_tuple,
+    path_arg,
     show_list,
 )
 from flowsplit.config_file import add_config_file_option
@@ -57,7 +58,9 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     HSFL with paired confidence intervals.
     """
     p = command_parser(sfl_subparsers, "compare", add_compare_parser)
-    p.add_argument("-o", "--out", required=True, type=Path, metavar="OUT", help="output directory")
+    p.add_argument(
+        "-o", "--out", required=True, type=path_arg, metavar="OUT", help="output directory"
+    )
     add_config_file_option(p)
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
     add_study_arguments(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
