@@ -194,3 +194,20 @@ def test_duplicates_dropped_while_reading_equal_dedup_of_the_whole_set(tmp_path)
     keep = dedup_mask(row_hashes([every.view(v)[order] for v in views]))
     for v in views:
         assert np.array_equal(ds.view(v), every.view(v)[order][keep])
+
+
+@pytest.mark.parametrize("out", [".", ""])
+def test_an_output_without_a_name_is_one_line(tmp_path, monkeypatch, capsys, out):
+    # The current folder as -o (or, through the API, an empty path) failed inside
+    # ("PosixPath('.') has an empty name"); the lock beside it needs a name.
+    src = _idx_inputs(tmp_path)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with pytest.raises(InputError, match="give the output a folder name of its own"):
+        prepare_dataset([src], out)
+    if out:  # the command line refuses "" itself, as an empty path
+        capsys.readouterr()
+        assert main(["prepare", str(src), "-o", out]) == 2
+        assert "a folder name of its own" in capsys.readouterr().err
+    assert list(here.iterdir()) == []

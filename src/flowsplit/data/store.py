@@ -295,6 +295,10 @@ class OutputLock:
 
     def __init__(self, out: str | Path):
         self.out = Path(out)
+        if not self.out.name:  # "", "." or "/": with_name would fail inside
+            raise InputError(
+                self.out, "give the output a folder name of its own (not the current folder)"
+            )
         self.path = self.out.with_name(f".{self.out.name}.lock")
         self._fd: int | None = None
 
