@@ -87,6 +87,10 @@ def test_sfl_compare_file_over_the_quick_recipe_under_the_flags(tmp_path):
         (["sfl", "run", "DS", "-o", "O"], "[run]\nrounds = true\n", "'run.rounds' is True"),
         (["sfl", "compare", "DS", "-o", "O"], "seeds = 2\n", "'seeds' is 2, not tuple"),
         (["sfl", "compare", "DS", "-o", "O"], "rounds = [", "not a TOML file"),
+        # The items of a list: model names given as numbers, a pair of cuts left empty
+        (["compare", "DS", "-o", "O"], "models = [1, 2]\n", "item 1 (1) not str"),
+        (["compare", "DS", "-o", "O"], 'workers = [1, "two"]\n', "item 2 ('two') not int"),
+        (["sfl", "plan", "DS", "-o", "O"], "[planner]\nfixed_cuts = []\n", "not 2 values"),
     ],
 )
 def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys, argv, text, names):

@@ -472,6 +472,26 @@ def type_problem(hint: Any, value: Any) -> str | None:
     allowed = widen.get(origin, (origin,))
     if (isinstance(value, bool) and origin is not bool) or not isinstance(value, allowed):
         return f"not {getattr(origin, '__name__', origin)}"
+    if origin in (list, tuple):
+        return _items_problem(kind, value)
+    return None
+
+
+def _items_problem(kind: Any, value: Sequence[Any]) -> str | None:
+    """Why the items of the list ``value`` cannot be those of ``kind`` (``list[str]``,
+    ``tuple[int, ...]``, ``tuple[int, int]``), else None: ``[1, 2]`` for model names
+    used to fail inside, ``[]`` for a pair of cuts too."""
+    args = typing.get_args(kind)
+    if not args:
+        return None
+    if len(args) == 2 and args[1] is Ellipsis or typing.get_origin(kind) is list:
+        args = (args[0],) * len(value)
+    elif len(value) != len(args):
+        return f"not {len(args)} values"
+    for i, (hint, item) in enumerate(zip(args, value, strict=True), start=1):
+        problem = type_problem(hint, item)
+        if problem:
+            return f"item {i} ({item!r}) {problem}"
     return None
 
 
