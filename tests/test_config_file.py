@@ -102,6 +102,27 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
     assert not (tmp_path / "O").exists()
 
 
+@pytest.mark.parametrize(
+    ("argv", "text", "says"),
+    [
+        (["sfl", "plan"], "topology_seed = 4294967296\n", "--topology-seed must be an integer"),
+        (["sfl", "plan"], "[planner]\nweights = [0, 0, 0]\n", "--weights: objective weights"),
+        (["sfl", "compare"], "[planner]\nonly_cuts = [[2, 1]]\n", "only_cuts: (2, 1) is no"),
+        (["sfl", "compare"], 'baselines = ["xgboost", "xgboost"]\n', "--baselines xgboost,xg"),
+    ],
+)
+def test_a_file_value_the_command_line_would_refuse_is_refused(tmp_path, capsys, argv, text, says):
+    # The checks of a value the options parser makes, made on the config built from the
+    # file too (named by the option: the value may come from the file or a flag). They
+    # used to be taken as given: a seed numpy refuses, a planner with nothing to weigh.
+    f = _toml(tmp_path / "bad.toml", text)
+    rc = main([*argv, "DS", "-o", str(tmp_path / "O"), "--config", f])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("flowsplit: error: "), err
+    assert says in err[0], err
+    assert not (tmp_path / "O").exists()
+
+
 def test_a_missing_config_file_is_one_line(tmp_path, capsys):
     rc = main(
         ["sfl", "run", "DS", "-o", str(tmp_path / "o"), "--config", str(tmp_path / "no.toml")]

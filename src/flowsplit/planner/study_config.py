@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
 from flowsplit.config_args import (
     add_config_arguments,
+    check_numbers,
     cli,
     config_from_args,
     given_values,
@@ -145,6 +146,15 @@ class StudyPlannerConfig:
             raise ConfigError(
                 f"--acc-tolerance {self.acc_tolerance}: give an accuracy difference in [0, 1]"
             )
+        from flowsplit.planner.objective import Weights
+
+        try:
+            Weights(*self.weights)  # finite, >= 0, not all 0 (as --weights is parsed)
+        except ConfigError as exc:
+            raise ConfigError(f"--weights: {exc}") from None
+        for a, c in self.only_cuts or ():
+            if not 1 <= a <= c:  # a file's pairs (the budget's are made legal)
+                raise ConfigError(f"only_cuts: ({a}, {c}) is no cut pair (1 <= a <= c)")
 
 
 @dataclass
@@ -193,6 +203,7 @@ class StudyConfig(TopologyChoice, ModelChoice):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{flag} must be >= 1, got {value}")
+        check_numbers(self)  # topology_seed in [0, 2**32), as on the command line
         self.run.validate()
         self.planner.validate()
         parse_trace_spec(self.trace)  # the file itself is read with the topology

@@ -71,6 +71,9 @@ class SFLCompareConfig(StudyConfig):
             raise ConfigError(
                 f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
             )
+        for flag, names in (("--schemes", self.schemes), ("--baselines", self.baselines)):
+            if len(set(names)) != len(names):  # each would run, and be reported, twice
+                raise ConfigError(f"{flag} {','.join(names)}: a name is given twice")
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed")
         if len(set(self.seeds)) != len(self.seeds):
