@@ -143,6 +143,36 @@ def test_keyword_options_may_be_field_names_or_option_names():
     assert off == ["--no-mask-ports", "--no-reassembly"]
 
 
+def test_a_one_seed_list_and_repeated_train_args_reach_the_command_as_given():
+    from flowsplit.api import as_flags
+    from flowsplit.cli import build_parser
+
+    # Execute: the flags of seeds=[3] (the seed 3; "--seeds 3" is a count) and of two
+    # train arguments (joined into one value starting with "-", argparse refused them)
+    argv = as_flags({"seeds": [3], "train_args": ["--lr=0.01", "--batch-size=32"]}, ["compare"])
+    args = build_parser().parse_args(["compare", "DS", "-o", "O", *argv])
+    # Assert
+    assert args.seeds == (3,)
+    assert args.train_args == ["--lr=0.01", "--batch-size=32"]
+    assert as_flags({"seeds": 3}, ["compare"]) == ["--seeds", "3"]  # a count stays one
+
+
+def test_a_missing_path_or_a_mistyped_option_is_one_flowsplit_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # out=None used to run into a folder called "None"; epochs=True trained 1 epoch
+    with pytest.raises(FlowsplitError, match="out is null"):
+        fs.train(dataset=tmp_path, model="cnn", out=None)
+    with pytest.raises(FlowsplitError, match="epochs is True, not int"):
+        fs.train(dataset=tmp_path, model="cnn", out="r", epochs=True)
+    with pytest.raises(FlowsplitError, match="out: give a path, not None"):
+        fs.compare(tmp_path, None, models=["cnn"])
+    with pytest.raises(FlowsplitError, match="out: give a path, not None"):
+        fs.sfl.run(tmp_path, None)
+    with pytest.raises(FlowsplitError, match="dataset: give a path, not None"):
+        fs.sfl.compare(None, "o")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_prepare_takes_every_labelling_keyword(tmp_path):
     # Prepare: a file-csv labelling whose label column is not called "label".
     caps = [sorted((CAPTURES / app).glob("*.pcap"))[0] for app in ("dns", "http", "redis")]

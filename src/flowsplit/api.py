@@ -22,15 +22,20 @@ import json
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowsplit import _API
+from flowsplit.config_args import parse_seeds
 from flowsplit.data.labels import LabelSpec
 from flowsplit.data.prepare import PrepareOptions
 from flowsplit.data.store import Dataset
+from flowsplit.errors import ConfigError
 from flowsplit.result import RunResult
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.evaluation import Evaluation
+
+if TYPE_CHECKING:
+    from flowsplit.experiments.dp.result import CompareResult
 
 __all__ = list(_API)  # the names `import flowsplit` lends out lazily, listed once there
 
@@ -163,20 +168,33 @@ def load_model(run: PathLike):
     return load_trained_model(run)
 
 
-def compare(dataset: Any, out: PathLike | None = None, **options: Any) -> dict[str, Any]:
+def compare(dataset: Any, out: PathLike | None = None, **options: Any) -> CompareResult:
     """Run ``flowsplit compare`` (models x workers x seeds) into ``out``; returns the
-    study's ``report.json`` (its verdicts and tables) with ``results_csv``, the path of
-    the one-row-per-run table. Options are the command's, as keywords
-    (``models=["cnn", "xgboost"]``, ``workers=[1, 2]``, ``seeds=[0, 1]``, ``quick=True``),
-    or give a :class:`~flowsplit.experiments.dp.config.CompareConfig` alone:
-    ``fs.compare(CompareConfig(dataset=..., out=..., models=["cnn"]))``."""
+    study's :class:`~flowsplit.experiments.dp.result.CompareResult` (``OUT/results.json``:
+    ``.summary``, the findings in words; ``.analysis``, the statistics and scaling
+    model; ``.cells``, one row per run, as ``OUT/results.csv``). Options are the
+    command's, as keywords (``models=["cnn", "xgboost"]``, ``workers=[1, 2]``,
+    ``seeds=[0, 1]``, ``quick=True``), or give a
+    :class:`~flowsplit.experiments.dp.config.CompareConfig` alone:
+    ``fs.compare(CompareConfig(dataset=..., out=..., models=["cnn"]))``. A run that
+    failed is listed in the result (the command would exit 1); call again to retry it."""
     from flowsplit.experiments.dp.config import CompareConfig
+    from flowsplit.experiments.dp.result import read_compare_result
 
     if isinstance(dataset, CompareConfig):
         with_config(["compare", dataset.dataset, "-o", dataset.out], dataset, **options)
-        return _study_report(Path(dataset.out))
-    run_command(["compare", str(dataset), "-o", str(out), *as_flags(options, ["compare"])])
-    return _study_report(Path(out))
+        return read_compare_result(dataset.out)
+    argv = ["compare", path_argument("dataset", dataset), "-o", path_argument("out", out)]
+    run_command([*argv, *as_flags(options, ["compare"])])
+    return read_compare_result(out)
+
+
+def path_argument(name: str, value: Any) -> str:
+    """A path argument of an API call as its command takes it; ``None`` (or another
+    non-path) is one line naming the argument, not a folder called ``None``."""
+    if not isinstance(value, str | Path) or not str(value).strip():
+        raise ConfigError(f"{name}: give a path, not {value!r}")
+    return str(value)
 
 
 def with_config(argv: list[str], config: Any, *, quiet: bool = False, **options: Any) -> int:
@@ -187,12 +205,6 @@ def with_config(argv: list[str], config: Any, *, quiet: bool = False, **options:
     with tempfile.TemporaryDirectory(prefix="flowsplit-config-") as tmp:
         path = write_config_toml(Path(tmp) / "config.toml", config, comment=("dataset", "out"))
         return run_command([*argv, "--config", str(path), *as_flags(options, argv)], quiet=quiet)
-
-
-def _study_report(out: Path) -> dict[str, Any]:
-    path = out / "report.json"
-    doc = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return {**doc, "results_csv": str(out / "results.csv")}
 
 
 def _command_options(argv: Sequence[str]) -> dict[str, argparse.Action]:
@@ -234,8 +246,14 @@ def as_flags(options: dict[str, Any], command: Sequence[str] = ()) -> list[str]:
                 argv += ["--model-option", f"{k}={json.dumps(v)}"]
         elif value is True:
             argv.append(flag)
+        elif isinstance(action, argparse._AppendAction):  # train_args=["--lr=0.1", ...]
+            items = value if isinstance(value, list | tuple) else [value]
+            argv += [f"{flag}={v}" for v in items]  # "=": a value may start with "-"
         elif isinstance(value, list | tuple):
-            argv += [flag, ",".join(map(str, value))]
+            text = ",".join(map(str, value))
+            if len(value) == 1 and action is not None and action.type is parse_seeds:
+                text += ","  # seeds=[3] is the seed 3, not a count of 3 seeds
+            argv += [flag, text]
         else:
             argv += [flag, str(value)]
     return argv

@@ -8,7 +8,7 @@
 
 Each runs the command of the same name in this process (the same checks, the same
 files) and returns what it wrote, typed: a :class:`~flowsplit.result.RunResult`
-for a run, the plan document for a plan, the study's report for a comparison. Options
+for a run, the plan document for a plan, the study's typed result for a comparison. Options
 are the command's, as keywords (``--model-option`` is ``model_options={...}``).
 """
 
@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flowsplit.api import _study_report, as_flags, read_result, run_command, with_config
+from flowsplit.api import as_flags, path_argument, read_result, run_command, with_config
 from flowsplit.result import RunResult
+
+if TYPE_CHECKING:
+    from flowsplit.experiments.sfl.result import SFLCompareResult
 
 __all__ = ["compare", "plan", "run"]
 
@@ -42,8 +45,8 @@ def run(
     bytes per round), ``bytes_total``, ``delay_total_s``, and, as for a ``train`` run,
     ``per_class_f1``, ``confusion_matrix`` and the test predictions.
     """
-    argv = ["sfl", "run", str(dataset), "-o", str(out)]
-    argv += ["--plan", str(plan)] if plan is not None else []
+    argv = ["sfl", "run", path_argument("dataset", dataset), "-o", path_argument("out", out)]
+    argv += ["--plan", path_argument("plan", plan)] if plan is not None else []
     if config is not None:
         with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
         return read_result(out)
@@ -65,7 +68,7 @@ def plan(
     ``cuts``, ``assignment``, ``predicted`` (delay and bytes per round), ``run``, ...
     ``config`` (a :class:`~flowsplit.planner.study_config.StudyConfig`) gives every
     setting at once; keyword options override it (and give ``seed``, ``no_pilots``)."""
-    argv = ["sfl", "plan", str(dataset), "-o", str(out)]
+    argv = ["sfl", "plan", path_argument("dataset", dataset), "-o", path_argument("out", out)]
     if config is not None:
         with_config([*argv, *(["--quiet"] if quiet else [])], config, quiet=quiet, **options)
     else:
@@ -75,14 +78,18 @@ def plan(
 
 def compare(
     dataset: str | Path, out: str | Path, config: Any = None, **options: Any
-) -> dict[str, Any]:
+) -> SFLCompareResult:
     """Compare schemes and planners on the same data and seeds (``sfl compare``); returns
-    the study's report.json with ``results_csv``, the one-row-per-run table. ``config``
-    (an :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig`) gives every setting
-    at once; keyword options override it."""
-    argv = ["sfl", "compare", str(dataset), "-o", str(out)]
+    the study's :class:`~flowsplit.experiments.sfl.result.SFLCompareResult`
+    (``OUT/results.json``: ``.summary`` in words, ``.schemes`` and ``.vs_hsfl``, the
+    figures per scheme; ``OUT/results.csv`` has one row per run). ``config`` (an
+    :class:`~flowsplit.experiments.sfl.config.SFLCompareConfig`) gives every setting at
+    once; keyword options override it."""
+    from flowsplit.experiments.sfl.result import read_sfl_compare_result
+
+    argv = ["sfl", "compare", path_argument("dataset", dataset), "-o", path_argument("out", out)]
     if config is not None:
         with_config(argv, config, **options)
     else:
         run_command([*argv, *as_flags(options, argv)])
-    return _study_report(Path(out))
+    return read_sfl_compare_result(out)

@@ -385,3 +385,30 @@ def test_compare_command_exits_1_naming_a_failed_run(study, fast_figures, monkey
         lambda cfg, progress: real(cfg, run_cell_fn=fake_runner(), progress=False),
     )
     assert main(argv) == 0
+
+
+def test_the_api_returns_the_typed_result_and_refuses_a_train_arg_the_study_sets(
+    study, fast_figures, monkeypatch
+):
+    import flowsplit as fs
+    from flowsplit.experiments.dp.result import CompareResult
+
+    ds, out = study
+    real = compare_mod.run_compare
+    monkeypatch.setattr(
+        compare_mod,
+        "run_compare",
+        lambda cfg, progress: real(cfg, run_cell_fn=fake_runner(), progress=False),
+    )
+    # Execute: fs.compare used to return {"results_csv": ...} alone (no report.json)
+    result = fs.compare(ds, out, models=["cnn"], workers=[2], seeds=[0, 1], quick=True, quiet=True)
+    # Assert: the study's typed result, as `compare` wrote it
+    assert isinstance(result, CompareResult)
+    assert {c.seed for c in result.cells} == {0, 1} and result.failures == {}
+    assert result.summary and len(result.cells) == len(
+        list(csv.DictReader((out / "results.csv").open()))
+    )
+    # A --train-arg setting what the study sets per run (it won: the cell filed as cnn
+    # trained lstm) is refused before any run.
+    with pytest.raises(ConfigError, match="sets model, which the study sets"):
+        fs.compare(ds, out, models=["cnn"], train_args=["--model=lstm"], quick=True, quiet=True)

@@ -27,10 +27,11 @@ def run(config=None, /, *, overwrite: bool = False, **fields):
     from flowsplit.train.config import TrainConfig
 
     if config is None:
-        if "dataset" in fields:
+        # Paths as the config's text; anything else (None) is left to its type check,
+        # not made a folder called "None".
+        if isinstance(fields.get("dataset"), str | Path) and str(fields["dataset"]).strip():
             fields["dataset"] = str(Path(fields["dataset"]).resolve())
-        if "out" in fields:
-            fields["out"] = str(fields["out"])
+        fields = {k: str(v) if isinstance(v, Path) else v for k, v in fields.items()}
         config = TrainConfig.from_dict({"quiet": True, **fields})
     elif fields:
         config = TrainConfig.from_dict({**config.to_dict(), **fields})

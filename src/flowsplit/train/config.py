@@ -224,6 +224,9 @@ class TrainConfig:
         unknown = set(data) - names
         if unknown:
             raise ConfigError(f"unknown training options {', '.join(sorted(unknown))}")
+        problem = field_type_problem(cls, data)  # epochs=True or "3" from Python, say
+        if problem:
+            raise ConfigError(f"training option {problem}")
         return cls(**data)
 
     @classmethod

@@ -114,11 +114,41 @@ def check_cells(cfg: CompareConfig, dataset) -> None:
 
     parser = _CellArgs(prog="flowsplit train")
     add_train_arguments(parser)
+    _check_train_args_own_nothing(parser, cfg)
     for model in cfg.models:
         for workers in cfg.workers:
             args = parser.parse_args(train_args(Cell(model, workers, cfg.seeds[0]), cfg))
             train_cfg, _ = config_from_args(args)
             check_trainable(train_cfg, dataset, force=args.force)
+
+
+STUDY_SETS = {
+    "model": "--models",
+    "workers": "--workers",
+    "threads": "--threads",
+    "seed": "--seeds",
+    "out": "-o",
+    "epochs": "--epochs",
+    "rounds": "--boost-rounds",
+    "patience": "--patience",
+    "comm_hook": "--comm-hooks",
+}
+"""The ``flowsplit train`` settings each cell's own arguments give (field -> the
+``compare`` option that sets them)."""
+
+
+def _check_train_args_own_nothing(parser: argparse.ArgumentParser, cfg: CompareConfig) -> None:
+    """Refuse a ``--train-arg`` that sets what the study sets per cell: given last, it
+    won, so the cell filed as ``cnn/w1/seed0`` trained ``--model=lstm`` with seed 7."""
+    if not cfg.train_args:
+        return
+    args = parser.parse_args(["DATASET", *cfg.train_args])
+    for name, option in STUDY_SETS.items():
+        if getattr(args, name, None) is not None:
+            raise ConfigError(
+                f"--train-arg {' '.join(cfg.train_args)}: sets {name}, which the study sets "
+                f"for every run (give it with compare's {option})"
+            )
 
 
 def run_cell_subprocess(cell: Cell, cfg: CompareConfig) -> tuple[bool, str]:
