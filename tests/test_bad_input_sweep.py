@@ -779,6 +779,17 @@ CASES = [
     C("compare-out-empty", 'compare {ds} -o "" -q', "--out/-o", "an empty path"),
     # An empty list item, a number left out: ",4" used to be the cuts 4,4.
     C("sfl-run-cuts-empty-item", SFL + " --cuts ,4 -o {t}/o", "--cuts ',4'", "give one cut"),
+    # Optimiser values beyond a float32: torch failed inside with "overflow"
+    C("train-lr-beyond-float32", "train {ds} -m cnn --lr 1e300 -o {t}/r -q", "--lr 1e+300",
+      "beyond a float32"),
+    C("sfl-run-weight-decay-beyond-float32", SFL + " --weight-decay 1e39 -o {t}/o",
+      "--weight-decay", "beyond a float32"),
+    C("pretrain-lr-beyond-float32", "pretrain {ds} -o {t}/p --lr 1e300", "--lr", "3.4e+38"),
+    C("sfl-run-aggregators-beyond-memory", SFL + " --aggregators 9223372036854775807 -o {t}/o",
+      "--aggregators 9223372036854775807", "GiB available"),
+    C("compare-train-arg-sets-the-model",
+      "compare {ds} -o {t}/s --models cnn --seeds 1 --train-arg=--model=lstm --quiet",
+      "--train-arg --model=lstm", "which the study sets"),
     C("compare-workers-empty-item", "compare {ds} -o {t}/o --workers 1,,2 -q", "--workers",
       "'1,,2'"),
 ]  # fmt: skip

@@ -109,6 +109,12 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
         (["sfl", "plan"], "[planner]\nweights = [0, 0, 0]\n", "--weights: objective weights"),
         (["sfl", "compare"], "[planner]\nonly_cuts = [[2, 1]]\n", "only_cuts: (2, 1) is no"),
         (["sfl", "compare"], 'baselines = ["xgboost", "xgboost"]\n', "--baselines xgboost,xg"),
+        (["sfl", "plan"], "[run]\nthreads = 0\n", "--threads must be >= 1"),  # torch refused it
+        (["compare"], "seeds = [-1, 2]\n", "--seeds -1,2: -1 is no seed"),  # not --train-arg's
+        (["sfl", "compare"], "seeds = [4294967296]\n", "--seeds 4294967296: 4294967296 is"),
+        (["compare"], "seeds = [0, 0]\n", "seed 0 is given twice"),  # it ran seed 0 once
+        (["sfl", "compare"], "schemes = []\n", "--schemes: give at least one"),  # ran all
+        (["compare"], 'cross_source = ""\n', "--cross-source: an empty path"),
     ],
 )
 def test_a_file_value_the_command_line_would_refuse_is_refused(tmp_path, capsys, argv, text, says):

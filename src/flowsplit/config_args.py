@@ -526,12 +526,23 @@ def check_numbers(config: Any) -> None:
             raise ConfigError(
                 f"{option_name(type(config), name)} must be a finite number, got {value}"
             )
+        if name in OPTIMISER_FLOATS and value is not None and abs(value) > FLOAT32_MAX:
+            # torch's optimisers take them as float32: 1e300 failed inside with "overflow"
+            raise ConfigError(
+                f"{option_name(type(config), name)} {value:g} is beyond a float32 "
+                f"({FLOAT32_MAX:.1e}); give a smaller value"
+            )
     for name in (f.name for f in dataclasses.fields(config) if _is_seed(f.name)):
         seed = getattr(config, name)
         if seed is not None and (not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
             raise ConfigError(
                 f"{option_name(type(config), name)} must be an integer in [0, 2**32), got {seed!r}"
             )
+
+
+OPTIMISER_FLOATS = ("lr", "weight_decay", "momentum")
+"""Float fields torch's optimisers take as float32 values."""
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _is_seed(name: str) -> bool:
@@ -589,6 +600,25 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     if twice is not None:  # paired by seed, a repeat would count one pair twice
         raise argparse.ArgumentTypeError(f"{text!r}: seed {twice} is given twice")
     return tuple(values)
+
+
+def check_seeds(seeds: Sequence[Any], flag: str = "--seeds") -> None:
+    """A study's seeds from a file or from Python, checked as :func:`parse_seeds` checks
+    the option: integers in [0, 2**32), none twice (the runs are paired by seed)."""
+    from flowsplit.errors import ConfigError
+
+    shown = ",".join(map(str, seeds))
+    bad = next((s for s in seeds if not (is_int_value(s) and 0 <= s < SEED_LIMIT)), None)
+    if bad is not None:
+        raise ConfigError(f"{flag} {shown}: {bad!r} is no seed (an integer in [0, 2**32))")
+    twice = next((s for s in seeds if list(seeds).count(s) > 1), None)
+    if twice is not None:
+        raise ConfigError(f"{flag} {shown}: seed {twice} is given twice")
+
+
+def is_int_value(value: Any) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 SEEDS_HELP = "seeds: a count N (seeds 0..N-1) or a comma-separated list (0,3,7)"

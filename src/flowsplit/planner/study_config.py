@@ -96,6 +96,7 @@ class StudyRunConfig(SamplingChoice):
         if self.rounds < 1:
             raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
         check_sampling_options(self)
+        self.sfl_config().validate()  # a run's checks (threads, batch size, ...), up front
 
     def sfl_config(self, **per_run: Any) -> SFLConfig:
         """A run's :class:`SFLConfig`: these fields and ``per_run`` (scheme, cuts, seed, ...)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from flowsplit.choices import add_model_option_argument, as_options
 from flowsplit.config_args import (
+    FLOAT32_MAX,
     FORCE_HELP,
     check_cores,
     command_parser,
@@ -98,8 +99,8 @@ def _check(args: argparse.Namespace) -> None:
     for name, value, low in (("--steps", args.steps, 1), ("--batch-size", args.batch_size, 1)):
         if value < low:
             raise ConfigError(f"{name} must be >= {low}, got {value}")
-    if not args.lr > 0:
-        raise ConfigError(f"--lr must be > 0, got {args.lr}")
+    if not 0 < args.lr <= FLOAT32_MAX:  # AdamW takes it as a float32
+        raise ConfigError(f"--lr must be > 0 and at most {FLOAT32_MAX:.1e}, got {args.lr:g}")
     if not 0.0 < args.mask_ratio < 1.0:
         raise ConfigError(f"--mask-ratio must be between 0 and 1, got {args.mask_ratio}")
     if args.view is not None and args.view not in VIEWS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from flowsplit.config_args import check_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.dp.layout import plain_first
 from flowsplit.train.config import COMM_HOOKS
@@ -84,8 +85,11 @@ class CompareConfig:
     def __post_init__(self) -> None:
         self.dataset, self.out = str(self.dataset), str(self.out)
         self.cross_source = None if self.cross_source is None else str(self.cross_source)
+        if self.cross_source is not None and not self.cross_source.strip():
+            raise ConfigError("--cross-source: an empty path (give the other dataset's folder)")
         if isinstance(self.seeds, int):  # a count: seeds 0 .. n-1
             self.seeds = list(range(self.seeds))
+        check_seeds(self.seeds)  # not blamed on --train-arg --seed later
         self.workers = sorted({1, *(int(w) for w in self.workers)})
         self.seeds = sorted({int(s) for s in self.seeds})
         self.models = list(dict.fromkeys(self.models))

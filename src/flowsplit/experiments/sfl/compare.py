@@ -87,7 +87,10 @@ log = logging.getLogger("flowsplit.experiments")
 
 def resolve_config(quick: bool = False, **options: Any) -> SFLCompareConfig:
     """A :class:`SFLCompareConfig` from keyword options; ``None`` takes the mode's default."""
-    schemes = list(options.pop("schemes", None) or SCHEMES)
+    given = options.pop("schemes", None)
+    if given is not None and not given:  # an empty list used to run all five
+        raise ConfigError(f"--schemes: give at least one of {', '.join(ALL_SCHEMES)}")
+    schemes = list(given or SCHEMES)
     bad = [s for s in schemes if s not in ALL_SCHEMES]
     if bad:
         raise ConfigError(

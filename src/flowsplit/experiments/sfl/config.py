@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flowsplit.config_args import show_list
+from flowsplit.config_args import check_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.planner import study_config
 from flowsplit.planner.study_config import StudyConfig
@@ -76,8 +76,7 @@ class SFLCompareConfig(StudyConfig):
                 raise ConfigError(f"{flag} {','.join(names)}: a name is given twice")
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ConfigError(f"--seeds {show_list(self.seeds)}: a seed is given twice")
+        check_seeds(self.seeds)  # the runs' SFLConfig would name --seed
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy:g}"

@@ -205,9 +205,12 @@ def resolve_topology(
         if given is not None and given < 1:
             raise ConfigError(f"--{what} {given}: a topology needs at least 1 of them")
     if spec in PRESETS:
-        if n_clients is not None:  # a preset's own count is small
-            default = inspect.signature(PRESETS[spec]).parameters["n_aggregators"].default
-            _check_memory(n_clients, n_aggregators or default)
+        if n_clients is not None or n_aggregators is not None:  # a preset's own are small
+            defaults = inspect.signature(PRESETS[spec]).parameters
+            _check_memory(
+                n_clients or defaults["n_clients"].default,
+                n_aggregators or defaults["n_aggregators"].default,
+            )
         kwargs = {"seed": seed}
         if n_clients is not None:
             kwargs["n_clients"] = n_clients
