@@ -173,6 +173,33 @@ def test_a_missing_path_or_a_mistyped_option_is_one_flowsplit_error(tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (
+            lambda t: fs.prepare(CAPTURES, t / "o", {"seq_len": 5}),
+            "give a PrepareOptions, not dict",
+        ),
+        (lambda t: fs.prepare(CAPTURES, t / "o", top_classes="3"), "top_classes is '3', not int"),
+        (lambda t: fs.prepare(CAPTURES, t / "o", mask_ip="yes"), "mask_ip is 'yes', not bool"),
+        (lambda t: fs.prepare(CAPTURES, t / "o", classes="dns"), "classes is 'dns', not tuple"),
+        (lambda t: fs.prepare(CAPTURES, t / "o", seed=2**70), "--seed must be an integer"),
+        (lambda t: fs.prepare(None, t / "o"), "inputs: give a path, not None"),
+        (lambda t: fs.train(fs.sfl), "config: give a TrainConfig, not module"),
+        (lambda t: fs.sfl.run(t, t / "o", rounds=False), "rounds=False: --rounds takes a value"),
+        (lambda t: fs.compare(t, t / "o", help=True), "help: not an option of a call"),
+    ],
+)
+def test_a_call_python_would_take_is_refused_as_the_command_would(tmp_path, call, says):
+    # Each failed deep inside (AttributeError, numpy's ValueError, SystemExit from
+    # --help), or ran: "yes" taken as true, "dns" as the classes d, n and s, rounds=False
+    # left out so that the default 5 rounds ran.
+    with pytest.raises(FlowsplitError) as caught:
+        call(tmp_path)
+    assert says in str(caught.value)
+    assert not (tmp_path / "o").exists()
+
+
 def test_prepare_takes_every_labelling_keyword(tmp_path):
     # Prepare: a file-csv labelling whose label column is not called "label".
     caps = [sorted((CAPTURES / app).glob("*.pcap"))[0] for app in ("dns", "http", "redis")]

@@ -74,8 +74,18 @@ def prepare(
     """
     from flowsplit.data.prepare import prepare_dataset
 
-    files = [inputs] if isinstance(inputs, str | Path) else list(inputs)
+    if isinstance(inputs, str | Path):
+        inputs = [inputs]
+    files = [
+        path_argument("inputs", f)
+        for f in (inputs if isinstance(inputs, list | tuple) else [inputs])
+    ]
+    path_argument("out", out)
+    if not isinstance(overwrite, bool):  # "no" would be true
+        raise ConfigError(f"overwrite: give True or False, not {overwrite!r}")
     if config is not None:
+        if not isinstance(config, PrepareOptions):
+            raise ConfigError(f"config: give a PrepareOptions, not {type(config).__name__}")
         if options or label_by != "auto" or labels is not None:
             raise TypeError("prepare(inputs, out, config): give the options in the config")
         prepare_dataset(files, out, config, progress=progress, overwrite=overwrite)
@@ -193,7 +203,8 @@ def path_argument(name: str, value: Any) -> str:
     """A path argument of an API call as its command takes it; ``None`` (or another
     non-path) is one line naming the argument, not a folder called ``None``."""
     if not isinstance(value, str | Path) or not str(value).strip():
-        raise ConfigError(f"{name}: give a path, not {value!r}")
+        shown = repr(value) if value is None or isinstance(value, str) else type(value).__name__
+        raise ConfigError(f"{name}: give a path, not {shown}")
     return str(value)
 
 
@@ -239,6 +250,12 @@ def as_flags(options: dict[str, Any], command: Sequence[str] = ()) -> list[str]:
         if value is False and isinstance(action, argparse.BooleanOptionalAction):
             argv.append(next(s for s in names if s.startswith("--no-")))
             continue
+        if isinstance(action, argparse._HelpAction):  # argparse would print and exit
+            raise ConfigError(
+                f"{key}: not an option of a call (see `flowsplit {' '.join(command)} --help`)"
+            )
+        if value is False and action is not None and action.nargs != 0:
+            raise ConfigError(f"{key}=False: {flag} takes a value (it used to be left out)")
         if value is None or value is False:
             continue
         if key == "model_options":

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flowsplit.config_args import field_type_problem, fields_of, option_name
+from flowsplit.config_args import check_numbers, field_type_problem, fields_of, option_name
 from flowsplit.data import sources as src_mod
 from flowsplit.data.dpi import ndpi_labels
 from flowsplit.data.labels import Labeller, LabelSpec, folder_label
@@ -86,6 +86,14 @@ class PrepareOptions(FlowOptions):
     sha256 (sha256sum; about 3x the hashing time) or none. Computed while reading."""
 
     def __post_init__(self) -> None:
+        # From Python, a value of another type (top_classes="3", mask_ip="yes") failed
+        # deep inside, or was taken as true; a seed as numpy refuses it.
+        problem = field_type_problem(
+            PrepareOptions, {f.name: getattr(self, f.name) for f in fields(self)}
+        )
+        if problem:
+            raise ConfigError(f"prepare option {problem}")
+        check_numbers(self)
         if isinstance(self.views, str) or not self.views:
             raise ConfigError("views must be a non-empty tuple of names, e.g. ('seq', 'stats')")
         super().__post_init__()  # lengths, timeouts, views and the tunnel mode

@@ -26,6 +26,10 @@ def run(config=None, /, *, overwrite: bool = False, **fields):
     from flowsplit.train.commands import train_run
     from flowsplit.train.config import TrainConfig
 
+    if config is not None and not isinstance(config, TrainConfig):
+        from flowsplit.errors import ConfigError
+
+        raise ConfigError(f"config: give a TrainConfig, not {type(config).__name__}")
     if config is None:
         # Paths as the config's text; anything else (None) is left to its type check,
         # not made a folder called "None".
