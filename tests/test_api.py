@@ -200,6 +200,16 @@ def test_a_call_python_would_take_is_refused_as_the_command_would(tmp_path, call
     assert not (tmp_path / "o").exists()
 
 
+def test_a_bad_config_object_is_named_not_its_temporary_file(tmp_path):
+    from flowsplit.planner.study_config import StudyConfig
+
+    study = StudyConfig()
+    study.topology_seed = "x"  # set after construction, as a script might
+    with pytest.raises(FlowsplitError) as caught:
+        fs.sfl.plan(tmp_path, tmp_path / "p.json", study)
+    assert str(caught.value) == "config (StudyConfig): key 'topology_seed' is 'x', not int"
+
+
 def test_prepare_takes_every_labelling_keyword(tmp_path):
     # Prepare: a file-csv labelling whose label column is not called "label".
     caps = [sorted((CAPTURES / app).glob("*.pcap"))[0] for app in ("dns", "http", "redis")]

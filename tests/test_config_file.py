@@ -40,6 +40,16 @@ def test_compare_takes_the_file_and_the_flags_override_it(tmp_path):
     assert cfg.threads == CompareConfig.threads and (cfg.dataset, cfg.out) == ("DS", "OUT")
 
 
+def test_a_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    # Windows Notepad's UTF-8 starts with a BOM, which tomllib calls an invalid statement.
+    from flowsplit.experiments.dp.commands import compare_config
+
+    f = tmp_path / "bom.toml"
+    f.write_bytes(b"\xef\xbb\xbfepochs = 3\n")
+    argv = ["compare", "DS", "-o", "OUT", "--config", str(f)]
+    assert compare_config(build_parser().parse_args(argv)).epochs == 3
+
+
 def test_sfl_run_file_has_tables_for_nested_configs_and_flags_win(tmp_path):
     from flowsplit.federated.commands import run_config
 

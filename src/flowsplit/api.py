@@ -212,10 +212,20 @@ def with_config(argv: list[str], config: Any, *, quiet: bool = False, **options:
     """Run the command ``argv`` with ``config`` (a config object) as its ``--config`` file,
     and ``options`` as flags over it: the command's own checks, files and output."""
     from flowsplit.config_file import write_config_toml
+    from flowsplit.errors import FlowsplitError
 
     with tempfile.TemporaryDirectory(prefix="flowsplit-config-") as tmp:
         path = write_config_toml(Path(tmp) / "config.toml", config, comment=("dataset", "out"))
-        return run_command([*argv, "--config", str(path), *as_flags(options, argv)], quiet=quiet)
+        try:
+            return run_command(
+                [*argv, "--config", str(path), *as_flags(options, argv)], quiet=quiet
+            )
+        except FlowsplitError as exc:
+            if str(path) not in str(exc):
+                raise
+            # The file is this call's, gone when it returns: name the config object.
+            named = str(exc).replace(str(path), f"config ({type(config).__name__})")
+            raise ConfigError(named) from None
 
 
 def _command_options(argv: Sequence[str]) -> dict[str, argparse.Action]:

@@ -53,7 +53,7 @@ def read_config_file(
     itself (``on_command_line``: ``dataset``, ``out``) is one line naming the file and key."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise InputError(path, "config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
