@@ -173,6 +173,12 @@ def test_a_missing_path_or_a_mistyped_option_is_one_flowsplit_error(tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def _sfl_config(**fields):
+    from flowsplit.federated.config import SFLConfig
+
+    return SFLConfig(**fields)
+
+
 @pytest.mark.parametrize(
     ("call", "says"),
     [
@@ -188,6 +194,7 @@ def test_a_missing_path_or_a_mistyped_option_is_one_flowsplit_error(tmp_path, mo
         (lambda t: fs.train(fs.sfl), "config: give a TrainConfig, not module"),
         (lambda t: fs.sfl.run(t, t / "o", rounds=False), "rounds=False: --rounds takes a value"),
         (lambda t: fs.compare(t, t / "o", help=True), "help: not an option of a call"),
+        (lambda t: _sfl_config(cuts=(1.5, 2)), "cuts (1.5, 2): give integers"),  # was 1, 2
     ],
 )
 def test_a_call_python_would_take_is_refused_as_the_command_would(tmp_path, call, says):

@@ -125,6 +125,8 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
         (["compare"], "seeds = [0, 0]\n", "seed 0 is given twice"),  # it ran seed 0 once
         (["sfl", "compare"], "schemes = []\n", "--schemes: give at least one"),  # ran all
         (["compare"], 'cross_source = ""\n', "--cross-source: an empty path"),
+        (["compare"], "rounds = -1\n", "--boost-rounds must be >= 1"),  # ran: no xgboost
+        (["sfl", "run"], "[run]\ncuts = [1.5, 2]\n", "not int"),  # was the cuts 1, 2
     ],
 )
 def test_a_file_value_the_command_line_would_refuse_is_refused(tmp_path, capsys, argv, text, says):

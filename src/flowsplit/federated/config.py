@@ -34,6 +34,14 @@ def parse_cuts(text: str, option: str = "--cuts") -> tuple[int, int]:
     return values[0], values[1]
 
 
+def _whole(value: Any) -> int:
+    """An integer field's value: ``2``, ``2.0`` or ``"2"`` (a JSON key), not ``1.5`` or
+    ``True`` (``int`` cut 1.5 to 1 without a word)."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return int(value)
+
+
 MAX_SLOWDOWN = 1e6
 """The slowest a straggler may be: beyond it a round's time overflows to inf and NaN."""
 
@@ -134,10 +142,10 @@ class SFLConfig(SamplingChoice):
 
     def __post_init__(self) -> None:
         for name, convert in (
-            ("cuts", lambda c: (int(c[0]), int(c[1]))),
-            ("exit_clients", lambda d: {int(k): int(v) for k, v in dict(d).items()}),
-            ("hang_clients", lambda d: {int(k): int(v) for k, v in dict(d).items()}),
-            ("capacity", lambda c: tuple(int(v) for v in c)),
+            ("cuts", lambda c: (_whole(c[0]), _whole(c[1]))),
+            ("exit_clients", lambda d: {_whole(k): _whole(v) for k, v in dict(d).items()}),
+            ("hang_clients", lambda d: {_whole(k): _whole(v) for k, v in dict(d).items()}),
+            ("capacity", lambda c: tuple(_whole(v) for v in c)),
         ):
             try:
                 setattr(self, name, convert(getattr(self, name)))

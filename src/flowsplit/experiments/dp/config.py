@@ -117,6 +117,15 @@ class CompareConfig:
             raise ConfigError("give at least one seed (--seeds 5, or --seeds 0,1,2)")
         if self.threads < 1:
             raise ConfigError(f"--threads must be >= 1, got {self.threads}")
+        # Checked whatever the models: --boost-rounds -1 passed while no XGBoost ran.
+        for name, flag, least in (("epochs", "--epochs", 1), ("rounds", "--boost-rounds", 1)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ConfigError(f"{flag} must be >= {least}, got {value}")
+        if self.patience is not None and self.patience < 0:
+            raise ConfigError(
+                f"--patience must be >= 0 (0: no early stopping), got {self.patience}"
+            )
         if self.same_cores_seeds is not None and self.same_cores_seeds < 0:
             raise ConfigError(f"--same-cores-seeds must be >= 0, got {self.same_cores_seeds}")
         if not 0 < self.margin < 1:
