@@ -74,15 +74,7 @@ def prepare(
     """
     from flowsplit.data.prepare import prepare_dataset
 
-    if isinstance(inputs, str | Path):
-        inputs = [inputs]
-    files = [
-        path_argument("inputs", f)
-        for f in (inputs if isinstance(inputs, list | tuple) else [inputs])
-    ]
-    path_argument("out", out)
-    if not isinstance(overwrite, bool):  # "no" would be true
-        raise ConfigError(f"overwrite: give True or False, not {overwrite!r}")
+    files = _prepare_paths(inputs, out, overwrite)
     if config is not None:
         if not isinstance(config, PrepareOptions):
             raise ConfigError(f"config: give a PrepareOptions, not {type(config).__name__}")
@@ -110,6 +102,17 @@ def prepare(
         files, out, PrepareOptions(labels=spec, **options), progress=progress, overwrite=overwrite
     )
     return load_dataset(out)
+
+
+def _prepare_paths(inputs: Any, out: Any, overwrite: Any) -> list[str]:
+    """:func:`prepare`'s inputs as a list of paths, after checking them, ``out`` and
+    ``overwrite`` (a ``None`` path, or ``overwrite="no"``, taken as true, are refused)."""
+    items = inputs if isinstance(inputs, list | tuple) else [inputs]
+    files = [path_argument("inputs", f) for f in items]
+    path_argument("out", out)
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"overwrite: give True or False, not {overwrite!r}")
+    return files
 
 
 def load_dataset(path: PathLike) -> Dataset:

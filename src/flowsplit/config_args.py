@@ -430,6 +430,27 @@ def path_text(text: str) -> str:
     return text
 
 
+DATASET_HELP = "dataset directory (from `flowsplit prepare`)"
+
+
+def add_dataset_argument(p: argparse.ArgumentParser, help: str = DATASET_HELP, **kw) -> None:
+    """A command's positional ``DATASET`` (:func:`path_text`: an empty path refused)."""
+    p.add_argument("dataset", metavar="DATASET", type=path_text, help=help, **kw)
+
+
+def add_out_option(
+    p: argparse.ArgumentParser,
+    help: str,
+    *,
+    metavar: str = "OUT",
+    required: bool = True,
+    parse: Callable[[str], Any] = path_text,
+) -> None:
+    """``-o/--out``, what a command writes: the same option in every command (an empty
+    path refused; ``parse=path_arg`` gives a :class:`~pathlib.Path`)."""
+    p.add_argument("-o", "--out", required=required, type=parse, metavar=metavar, help=help)
+
+
 def finite_float(text: str) -> float:
     """A float option's value: a finite number (``nan``, ``inf`` refused at parse time)."""
     try:

@@ -7,6 +7,8 @@ import sys
 
 from flowsplit.config_args import (
     add_config_arguments,
+    add_dataset_argument,
+    add_out_option,
     cli,
     cli_fields,
     command_parser,
@@ -99,12 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `prepare` and `inspect` to the CLI."""
     _add_prepare(sub)
     p = sub.add_parser("inspect", help="print the summary of a prepared dataset")
-    p.add_argument(
-        "dataset",
-        metavar="DATASET",
-        help="dataset directory (from `flowsplit prepare`)",
-        type=path_text,
-    )
+    add_dataset_argument(p)
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run_inspect)
 
@@ -118,20 +115,9 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     """
     p = command_parser(sub, "prepare", _add_prepare)
     p.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="capture/CSV/IDX files or folders",
-        type=path_text,
+        "inputs", nargs="+", type=path_text, metavar="INPUT", help="capture/CSV/IDX files, folders"
     )
-    p.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="dataset directory to write",
-        type=path_text,
-    )
+    add_out_option(p, "dataset directory to write", metavar="DIR")
     # One option per field of LabelSpec and PrepareOptions (their docstrings are the help).
     g = p.add_argument_group("labels")
     add_config_arguments(g, LabelSpec, exclude=("label_column",), overrides=LABEL_OPTIONS)

@@ -20,7 +20,9 @@ from typing import Any
 from flowsplit.choices import ModelChoice, parse_model_option
 from flowsplit.config_args import (
     add_config_arguments,
+    add_dataset_argument,
     add_log_to_argument,
+    add_out_option,
     add_renamed,
     command_parser,
     config_from_args,
@@ -116,16 +118,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     model.pt.
     """
     p = command_parser(sub, "run", _add_run)
-    p.add_argument(
-        "dataset",
-        nargs="?",
-        metavar="DATASET",
-        help="dataset directory (from `flowsplit prepare`; not with --resume)",
-        type=path_text,
+    add_dataset_argument(
+        p, "dataset directory (from `flowsplit prepare`; not with --resume)", nargs="?"
     )
-    p.add_argument(
-        "-o", "--out", metavar="OUT", help="run directory to write (required)", type=path_text
-    )
+    add_out_option(p, "run directory to write (required)", required=False)  # or --resume OUT
     add_config_file_option(p)
     p.add_argument(
         "--resume",
@@ -335,20 +331,8 @@ def _add_probe(sub: argparse._SubParsersAction) -> None:
     measurement.
     """
     p = command_parser(sub, "probe", _add_probe)
-    p.add_argument(
-        "dataset",
-        metavar="DATASET",
-        help="dataset directory (from `flowsplit prepare`)",
-        type=path_text,
-    )
-    p.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        metavar="OUT",
-        help="measured topology TOML to write",
-        type=path_text,
-    )
+    add_dataset_argument(p)
+    add_out_option(p, "measured topology TOML to write")
     # The model, the topology (how many roles, which links exist: its values are
     # replaced by the measured ones) and the run's settings, as sfl run's.
     add_config_arguments(

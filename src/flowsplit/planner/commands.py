@@ -12,7 +12,7 @@ import argparse
 import logging
 import time
 
-from flowsplit.config_args import command_parser, fields_of, parse_seed, path_arg
+from flowsplit.config_args import add_out_option, command_parser, fields_of, parse_seed, path_arg
 from flowsplit.config_file import add_config_file_option
 from flowsplit.errors import ConfigError
 from flowsplit.planner.study_config import add_study_arguments, study_options
@@ -29,7 +29,7 @@ def add_plan_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.Argu
     """
     p = command_parser(sfl_subparsers, "plan", add_plan_parser)
     add_study_arguments(p)
-    p.add_argument("-o", "--out", required=True, type=path_arg, help="plan JSON file to write")
+    add_out_option(p, "plan JSON file to write", parse=path_arg)
     add_config_file_option(p)  # --config FILE.toml: the StudyConfig's fields
     p.add_argument("--seed", type=parse_seed, default=0, help="partition and pilot seed")
     p.add_argument(

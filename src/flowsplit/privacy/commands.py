@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from flowsplit.config_args import (
     FORCE_HELP,
     add_config_arguments,
+    add_dataset_argument,
+    add_out_option,
     add_renamed,
     check_cores,
     command_parser,
     path_arg,
-    path_text,
 )
 from flowsplit.config_file import build_config
 from flowsplit.privacy.config import DEFAULT_DEFENCES, ParetoChoice, PrivacyConfig
@@ -38,15 +39,8 @@ def add_privacy_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     pair).
     """
     p = command_parser(sfl_subparsers, "privacy", add_privacy_parser)
-    p.add_argument(
-        "dataset",
-        metavar="DATASET",
-        help="dataset directory (from `flowsplit prepare`)",
-        type=path_text,
-    )
-    p.add_argument(
-        "-o", "--out", required=True, type=path_arg, metavar="OUT", help="output directory"
-    )
+    add_dataset_argument(p)
+    add_out_option(p, "output directory", parse=path_arg)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     p.add_argument(
         "--victim-run",

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from flowsplit.config_args import (
     add_config_arguments,
+    add_dataset_argument,
+    add_out_option,
     cli,
     command_parser,
     config_from_args,
@@ -274,10 +276,8 @@ def _add_compare(tsub: argparse._SubParsersAction) -> None:
     """
     p = command_parser(tsub, "compare", _add_compare)
     p.add_argument("topology", metavar="TOPOLOGY", help="topology TOML (sfl run's)")
-    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory", type=path_text)
-    p.add_argument(
-        "-o", "--out", required=True, help="write the comparison JSON here", type=path_text
-    )
+    add_dataset_argument(p)
+    add_out_option(p, "write the comparison JSON here", metavar="FILE")
     add_config_arguments(p, CompareOptions)
     p.add_argument(
         "--keep",

@@ -16,7 +16,9 @@ from flowsplit.config_args import (
     FORCE_HELP,
     HelpFormatter,
     add_config_arguments,
+    add_dataset_argument,
     add_log_to_argument,
+    add_out_option,
     add_renamed,
     check_cores,
     cli_fields,
@@ -526,7 +528,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "run", metavar="RUN", help="run directory of `train` or `sfl run`", type=path_text
     )
-    p.add_argument("dataset", metavar="DATASET", help="prepared dataset directory", type=path_text)
+    add_dataset_argument(p)
     p.add_argument(
         "--predictions",
         metavar="FILE.csv",
@@ -540,12 +542,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="split to score; all = every flow (for a dataset the model never trained on)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    p.add_argument(
-        "-o",
-        "--out",
+    add_out_option(
+        p,
+        "also write the metrics to FILE (JSON; - for standard output)",
         metavar="FILE",
-        help="also write the metrics to FILE (JSON; - for standard output)",
-        type=path_text,
+        required=False,
     )
     add_renamed(p, "--output", "--out", OUT_WHY)
     from flowsplit.train.ablation import add_ablate_arguments
@@ -566,13 +567,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="table",
         help="what to print: a table, or CSV (as -o writes)",
     )
-    p.add_argument(
-        "-o",
-        "--out",
-        metavar="FILE",
-        help="write CSV to FILE (- for standard output)",
-        type=path_text,
-    )
+    add_out_option(p, "write CSV to FILE (- for standard output)", metavar="FILE", required=False)
     add_renamed(p, "--output", "--out", OUT_WHY)
     p.add_argument(
         "--min-confidence",

@@ -24,6 +24,7 @@ from flowsplit.choices import add_model_option_argument, as_options
 from flowsplit.config_args import (
     FLOAT32_MAX,
     FORCE_HELP,
+    add_out_option,
     check_cores,
     command_parser,
     finite_float,
@@ -48,21 +49,8 @@ flows that are not in the test split you will report (--split train, the default
 
 
 def add_pretrain_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "captures",
-        nargs="+",
-        metavar="CAPTURES",
-        help="captures or a dataset folder",
-        type=path_text,
-    )
-    p.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="folder to write encoder.pt",
-        type=path_text,
-    )
+    p.add_argument("captures", nargs="+", type=path_text, metavar="CAPTURES", help="(or a DATASET)")
+    add_out_option(p, "folder to write encoder.pt", metavar="DIR")
     p.add_argument(
         "--like", metavar="DATASET", help="read captures as DATASET was prepared", type=path_text
     )

@@ -99,6 +99,28 @@ class CompareConfig:
             for name, value in QUICK.items():
                 if getattr(self, name) is None:
                     setattr(self, name, value)
+        self._check_values()
+        bad_hooks = [h for h in self.comm_hooks if h not in COMM_HOOKS]
+        if bad_hooks:
+            raise ConfigError(
+                f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
+            )
+        # Also with the default hooks: the study keys its runs by the hook their records name.
+        if any(a.startswith("--comm-hook") for a in self.train_args):
+            raise ConfigError(
+                "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
+            )
+        from flowsplit.models.registry import MODEL_SPECS
+
+        # The default study is the five models; any registered one may be chosen.
+        unknown = [m for m in self.models if m not in MODEL_SPECS]
+        if unknown:
+            raise ConfigError(
+                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_SPECS)}"
+            )
+
+    def _check_values(self) -> None:
+        """The counts, times and fractions, each refused by its option's name."""
         if min(self.workers) < 1:
             raise ConfigError(f"--workers must be positive, got {self.workers}")
         if not self.models:
@@ -132,24 +154,6 @@ class CompareConfig:
             raise ConfigError(f"--margin is a fraction in (0, 1), got {self.margin}")
         if not 0 < self.alpha < 0.5:
             raise ConfigError(f"--alpha must be in (0, 0.5); got {self.alpha}")
-        bad_hooks = [h for h in self.comm_hooks if h not in COMM_HOOKS]
-        if bad_hooks:
-            raise ConfigError(
-                f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
-            )
-        # Also with the default hooks: the study keys its runs by the hook their records name.
-        if any(a.startswith("--comm-hook") for a in self.train_args):
-            raise ConfigError(
-                "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
-            )
-        from flowsplit.models.registry import MODEL_SPECS
-
-        # The default study is the five models; any registered one may be chosen.
-        unknown = [m for m in self.models if m not in MODEL_SPECS]
-        if unknown:
-            raise ConfigError(
-                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_SPECS)}"
-            )
 
     def fingerprint(self) -> dict:
         """The settings a rerun into the same OUT must match. The dataset is named by

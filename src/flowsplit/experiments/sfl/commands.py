@@ -12,6 +12,7 @@ from pathlib import Path
 from flowsplit.choices import seeds_option
 from flowsplit.config_args import (
     add_log_to_argument,
+    add_out_option,
     cli,
     command_parser,
     csv_tuple,
@@ -58,9 +59,7 @@ def add_compare_parser(sfl_subparsers: argparse._SubParsersAction) -> argparse.A
     HSFL with paired confidence intervals.
     """
     p = command_parser(sfl_subparsers, "compare", add_compare_parser)
-    p.add_argument(
-        "-o", "--out", required=True, type=path_arg, metavar="OUT", help="output directory"
-    )
+    add_out_option(p, "output directory", parse=path_arg)
     add_config_file_option(p)
     # Every SFLCompareConfig field: those of sfl plan (StudyConfig) and its own.
     add_study_arguments(p, SFLCompareConfig, **SFL_COMPARE_OPTIONS)
