@@ -505,7 +505,7 @@ def _items_problem(kind: Any, value: Sequence[Any]) -> str | None:
     args = typing.get_args(kind)
     if not args:
         return None
-    if len(args) == 2 and args[1] is Ellipsis or typing.get_origin(kind) is list:
+    if (len(args) == 2 and args[1] is Ellipsis) or typing.get_origin(kind) is list:
         args = (args[0],) * len(value)
     elif len(value) != len(args):
         return f"not {len(args)} values"
