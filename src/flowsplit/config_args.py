@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import dataclasses
 import functools
 import inspect
 import math
+import numbers
 import re
 import textwrap
 import types
@@ -615,31 +617,35 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         if not 1 <= values[0] <= MAX_SEEDS:
             raise argparse.ArgumentTypeError(f"{text!r}: the count must be in 1..{MAX_SEEDS}")
         return tuple(range(values[0]))
-    if min(values) < 0 or max(values) >= SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"{text!r}: seeds are integers in [0, 2**32)")
-    twice = next((v for v in values if values.count(v) > 1), None)
-    if twice is not None:  # paired by seed, a repeat would count one pair twice
-        raise argparse.ArgumentTypeError(f"{text!r}: seed {twice} is given twice")
+    problem = _seeds_problem(values)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
     return tuple(values)
 
 
 def check_seeds(seeds: Sequence[Any], flag: str = "--seeds") -> None:
     """A study's seeds from a file or from Python, checked as :func:`parse_seeds` checks
-    the option: integers in [0, 2**32), none twice (the runs are paired by seed)."""
+    the option."""
     from flowsplit.errors import ConfigError
 
-    shown = ",".join(map(str, seeds))
-    bad = next((s for s in seeds if not (is_int_value(s) and 0 <= s < SEED_LIMIT)), None)
+    problem = _seeds_problem(seeds)
+    if problem:
+        raise ConfigError(f"{flag} {','.join(map(str, seeds))}: {problem}")
+
+
+def _seeds_problem(seeds: Sequence[Any]) -> str | None:
+    """Why ``seeds`` are no study's seeds (integers in [0, 2**32), none twice: the runs
+    are paired by seed, so a repeat would count one pair twice), else None."""
+    bad = next((s for s in seeds if not (is_int(s) and 0 <= s < SEED_LIMIT)), None)
     if bad is not None:
-        raise ConfigError(f"{flag} {shown}: {bad!r} is no seed (an integer in [0, 2**32))")
-    twice = next((s for s in seeds if list(seeds).count(s) > 1), None)
-    if twice is not None:
-        raise ConfigError(f"{flag} {shown}: seed {twice} is given twice")
+        return f"{bad!r} is no seed (an integer in [0, 2**32))"
+    twice = next((s for s, n in collections.Counter(seeds).items() if n > 1), None)
+    return f"seed {twice} is given twice" if twice is not None else None
 
 
-def is_int_value(value: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def is_int(value: Any) -> bool:
+    """An integer (numpy's too), not a bool (``True`` is no count, size or seed)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 SEEDS_HELP = "seeds: a count N (seeds 0..N-1) or a comma-separated list (0,3,7)"

@@ -13,6 +13,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+from flowsplit.config_args import is_int
 from flowsplit.errors import ConfigError
 
 
@@ -21,11 +22,6 @@ def option_error(model: str, option: str, value: Any, allowed: str) -> ConfigErr
     return ConfigError(
         f"{model} cannot be built with {option}={value!r}: {option} must be {allowed}"
     )
-
-
-def is_int(value: Any) -> bool:
-    """An integer (numpy's too), not a bool (``True`` is no size)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import xgboost as xgb
 
-from flowsplit.config_args import SEED_LIMIT
+from flowsplit.config_args import SEED_LIMIT, is_int
 from flowsplit.errors import ConfigError
-from flowsplit.models.checks import is_int, is_number, option_error
+from flowsplit.models.checks import is_number, option_error
 
 
 class NotFittedError(ValueError, AttributeError):

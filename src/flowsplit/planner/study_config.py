@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 from flowsplit.choices import ModelChoice, TopologyChoice, topology_field
 from flowsplit.config_args import (
     add_config_arguments,
+    add_dataset_argument,
     check_numbers,
     cli,
     config_from_args,
     given_values,
     path_arg,
-    path_text,
     show_list,
     with_groups,
 )
@@ -93,10 +93,8 @@ class StudyRunConfig(SamplingChoice):
     """torch threads."""
 
     def validate(self) -> None:
-        if self.rounds < 1:
-            raise ConfigError("--rounds, --pilots and --pilot-steps must be >= 1")
         check_sampling_options(self)
-        self.sfl_config().validate()  # a run's checks (threads, batch size, ...), up front
+        self.sfl_config().validate()  # a run's checks (rounds, threads, ...), up front
 
     def sfl_config(self, **per_run: Any) -> SFLConfig:
         """A run's :class:`SFLConfig`: these fields and ``per_run`` (scheme, cuts, seed, ...)."""
@@ -354,12 +352,7 @@ def add_study_arguments(
     """The options ``sfl plan`` and ``sfl compare`` share: DATASET, one per field of
     ``config`` (a :class:`StudyConfig`; ``overrides`` refine them), unset when not given
     so that ``--quick`` picks the defaults, the :class:`LeakageBudget` and ``--quiet``."""
-    p.add_argument(
-        "dataset",
-        metavar="DATASET",
-        help="dataset directory (from `flowsplit prepare`)",
-        type=path_text,
-    )
+    add_dataset_argument(p)
     options = with_groups({**STUDY_OPTIONS, **overrides}, STUDY_GROUPS)
     add_config_arguments(p, config, overrides=options, unset=True)
     add_config_arguments(p, LeakageBudget)

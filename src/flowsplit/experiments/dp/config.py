@@ -91,7 +91,7 @@ class CompareConfig:
             self.seeds = list(range(self.seeds))
         check_seeds(self.seeds)  # not blamed on --train-arg --seed later
         self.workers = sorted({1, *(int(w) for w in self.workers)})
-        self.seeds = sorted({int(s) for s in self.seeds})
+        self.seeds = sorted(self.seeds)
         self.models = list(dict.fromkeys(self.models))
         self.comm_hooks = plain_first(self.comm_hooks)
         self.train_args = list(self.train_args)
