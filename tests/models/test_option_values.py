@@ -3,11 +3,14 @@ edge values that make sense still build."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
 from flowsplit.errors import ConfigError
 from flowsplit.models.registry import build_estimator, build_model
+from flowsplit.models.xgb import XGBoostClassifier
 
 NAN = float("nan")
 
@@ -95,6 +98,15 @@ BAD_XGBOOST = [
 def test_bad_xgboost_params_are_refused_naming_the_option(params, message):
     with pytest.raises(ConfigError, match=message):
         build_estimator("xgboost", **params)
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(XGBoostClassifier)])
+def test_every_xgboost_parameter_is_checked(name):
+    """Each parameter carries its allowed values on its field: a new one cannot be
+    added unchecked, and a string is refused for each, naming it."""
+    with pytest.raises(ConfigError, match=rf"{name}='x': {name} must be"):
+        build_estimator("xgboost", **{name: "x"})
+    assert XGBoostClassifier().check_params() is None  # the defaults are allowed
 
 
 def test_xgboost_fit_checks_params_set_after_construction():

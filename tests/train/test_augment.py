@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
 from flowsplit.cli import main as cli_main
-from flowsplit.data.augment import DEFAULT, Augmenter, AugmentSpec, ViewInfo, parse_augment
+from flowsplit.data.augment import (
+    APPLIES,
+    DEFAULT,
+    MAX_JITTER,
+    Augmenter,
+    AugmentSpec,
+    ViewInfo,
+    parse_augment,
+)
 from flowsplit.errors import ConfigError
 from flowsplit.reader.views import SEQ_FEATURES
 from tests.train.synth import write_synthetic
@@ -39,6 +48,18 @@ def test_parse_none_default_and_lists():
     for bad in ("drop", "lose=0.1", "drop=x", "drop=2", "jitter=-1"):
         with pytest.raises(ConfigError, match="--augment"):
             parse_augment(bad)
+
+
+def test_each_part_is_bounded_where_it_is_declared():
+    """A part's largest value comes from its field: probabilities stop at 1, jitter
+    at MAX_JITTER; each field names the views it changes."""
+    assert parse_augment("drop=1").drop == 1 and parse_augment(f"jitter={MAX_JITTER}").active
+    with pytest.raises(ConfigError, match=r"drop=1.5 must be a probability in \[0, 1\]"):
+        parse_augment("drop=1.5")
+    with pytest.raises(ConfigError, match=r"jitter=3.5 must be a log-normal sigma in \[0, 3\]"):
+        parse_augment("jitter=3.5")
+    assert set(APPLIES) == {f.name for f in fields(AugmentSpec)}
+    assert APPLIES["mask"] == ("pkt_bytes", "bytes") and APPLIES["fields"] == ("pkt_bytes",)
 
 
 def test_each_row_is_augmented_the_same_whatever_batch_it_is_in():

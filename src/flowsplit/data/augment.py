@@ -27,7 +27,8 @@ does, whatever rank reads it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -35,17 +36,31 @@ from flowsplit.data import perturb
 from flowsplit.errors import ConfigError
 from flowsplit.reader.views import PKT_FIELDS, SEQ_FEATURES
 
+_PACKET_VIEWS = ("pkt_bytes", "seq")
+_MASKED_VIEWS = ("pkt_bytes", "bytes")
+MAX_JITTER = 3.0
+"""The widest ``jitter``: factors ``exp(N(0, 3))`` already span e^-9 .. e^9 at 3 sigma."""
+
+
+def _part(views: tuple[str, ...], top: float = 1.0, amount: str = "a probability", why="") -> Any:
+    """One augmentation's amount (0, the default, is off), with the views it changes
+    (on the others it does nothing) and the values it takes (``amount`` in [0, ``top``])."""
+    allowed = f"{amount} in [0, {top:g}]{why}"
+    return field(default=0.0, metadata={"views": views, "top": top, "allowed": allowed})
+
 
 @dataclass(frozen=True)
 class AugmentSpec:
     """How much of each augmentation (0 = off)."""
 
-    drop: float = 0.0
-    dup: float = 0.0
-    swap: float = 0.0
-    jitter: float = 0.0
-    mask: float = 0.0
-    fields: float = 0.0
+    drop: float = _part(_PACKET_VIEWS)
+    dup: float = _part(_PACKET_VIEWS)
+    swap: float = _part(_PACKET_VIEWS)
+    jitter: float = _part(
+        _PACKET_VIEWS, MAX_JITTER, "a log-normal sigma", " (wider overflows the view)"
+    )
+    mask: float = _part(_MASKED_VIEWS)
+    fields: float = _part(("pkt_bytes",))
 
     @property
     def active(self) -> bool:
@@ -56,24 +71,12 @@ class AugmentSpec:
         return ",".join(p for p in parts if not p.endswith("=0")) or "none"
 
 
+_PARTS = {f.name: f.metadata for f in fields(AugmentSpec)}
+APPLIES = {name: part["views"] for name, part in _PARTS.items()}
+"""The views each augmentation changes (on the others it does nothing)."""
 DEFAULT = AugmentSpec(drop=0.05, dup=0.05, swap=0.05, jitter=0.05, mask=0.02, fields=1.0)
 """``--augment default``: light loss, duplication and reordering, 5 % size/timing
 jitter, 2 % of payload bytes masked, header fields randomised."""
-
-_PROBABILITIES = ("drop", "dup", "swap", "mask", "fields")
-_PACKET_VIEWS = ("pkt_bytes", "seq")
-_MASKED_VIEWS = ("pkt_bytes", "bytes")
-APPLIES = {
-    "drop": _PACKET_VIEWS,
-    "dup": _PACKET_VIEWS,
-    "swap": _PACKET_VIEWS,
-    "jitter": _PACKET_VIEWS,
-    "mask": _MASKED_VIEWS,
-    "fields": ("pkt_bytes",),
-}
-"""The views each augmentation changes (on the others it does nothing)."""
-MAX_JITTER = 3.0
-"""The widest ``jitter``: factors ``exp(N(0, 3))`` already span e^-9 .. e^9 at 3 sigma."""
 
 
 def parse_augment(text: str | None) -> AugmentSpec:
@@ -83,7 +86,7 @@ def parse_augment(text: str | None) -> AugmentSpec:
         return AugmentSpec()
     if text == "default":
         return DEFAULT
-    known = [f.name for f in fields(AugmentSpec)]
+    known = list(_PARTS)
     values: dict[str, float] = {}
     for item in text.split(","):
         key, sep, value = item.strip().partition("=")
@@ -96,16 +99,9 @@ def parse_augment(text: str | None) -> AugmentSpec:
             v = float(value)
         except ValueError:
             raise ConfigError(f"--augment {text!r}: {key}={value!r} is not a number") from None
-        top = 1.0 if key in _PROBABILITIES else MAX_JITTER
-        if not 0 <= v <= top:
-            raise ConfigError(
-                f"--augment {text!r}: {key}={value} must be "
-                + (
-                    "a probability in [0, 1]"
-                    if key in _PROBABILITIES
-                    else f"a log-normal sigma in [0, {MAX_JITTER:g}] (wider overflows the view)"
-                )
-            )
+        part = _PARTS[key]
+        if not 0 <= v <= part["top"]:
+            raise ConfigError(f"--augment {text!r}: {key}={value} must be {part['allowed']}")
         values[key] = v
     return AugmentSpec(**values)
 

@@ -11,7 +11,7 @@ there, and the workers build trees together (histograms are all-reduced).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +32,50 @@ class InvalidParamError(ConfigError, ValueError):
     a ``ValueError`` as scikit-learn raises for a bad parameter."""
 
 
-# (name, lowest, lowest allowed?, highest) of the float parameters, as XGBoost documents
-# them: eta and the sampling ratios in (0, 1], min_child_weight and lambda >= 0.
-_FLOAT_RANGES = (
-    ("learning_rate", 0.0, False, 1.0),
-    ("subsample", 0.0, False, 1.0),
-    ("colsample_bytree", 0.0, False, 1.0),
-    ("min_child_weight", 0.0, True, None),
-    ("reg_lambda", 0.0, True, None),
-)
-# (name, lowest) of the integer parameters (None allowed where the default is None).
-_INT_RANGES = (
-    ("n_estimators", 1),
-    ("max_depth", 0),
-    ("max_bin", 2),
-    ("early_stopping_rounds", 1),
-    ("n_classes", 2),
-    ("n_jobs", 0),
-    ("random_state", 0),
-)
-_MAY_BE_NONE = ("early_stopping_rounds", "n_classes", "n_jobs")
+@dataclass(frozen=True)
+class _Range:
+    """The values XGBoost documents for one constructor argument."""
+
+    integer: bool
+    low: float
+    high: float | None = None
+    low_allowed: bool = True
+    or_none: bool = False
+
+    def allowed(self, value: Any) -> str | None:
+        """None when ``value`` is allowed; else what is (``an integer >= 1 or null``)."""
+        if value is None and self.or_none:
+            return None
+        if self.integer:
+            ok = is_int(value) and value >= self.low
+            text = "an integer " + (
+                f">= {self.low}" if self.high is None else f"in [{self.low}, {self.high}]"
+            )
+        else:
+            ok = is_number(value) and (value >= self.low if self.low_allowed else value > self.low)
+            text = "a finite number in " + ("[" if self.low_allowed else "(") + f"{self.low:g}, "
+            text += "inf)" if self.high is None else f"{self.high:g}]"
+        if ok and (self.high is None or value <= self.high):
+            return None
+        return text + (" or null" if self.or_none else "")
+
+
+def _param(default: Any, values: _Range) -> Any:
+    """A constructor argument: its default and its :class:`_Range` (read by ``check_params``)."""
+    return field(default=default, metadata={"range": values})
+
+
+def _int(default: int | None, low: int, high: int | None = None, *, or_none: bool = False) -> Any:
+    return _param(default, _Range(True, low, high, or_none=or_none or default is None))
+
+
+def _fraction(default: float) -> Any:
+    """A ratio in (0, 1] (eta, the sampling ratios)."""
+    return _param(default, _Range(False, 0.0, 1.0, low_allowed=False))
+
+
+def _non_negative(default: float) -> Any:
+    return _param(default, _Range(False, 0.0))
 
 
 def _param_error(name: str, value: Any, allowed: str) -> InvalidParamError:
@@ -79,18 +103,18 @@ class XGBoostClassifier:
         random_state: seed of XGBoost and of the partitioning across Dask workers.
     """
 
-    n_estimators: int = 300
-    max_depth: int = 6
-    learning_rate: float = 0.1
-    max_bin: int = 256
-    min_child_weight: float = 1.0
-    subsample: float = 1.0
-    colsample_bytree: float = 1.0
-    reg_lambda: float = 1.0
-    early_stopping_rounds: int | None = 20
-    n_classes: int | None = None
-    n_jobs: int | None = None
-    random_state: int = 0
+    n_estimators: int = _int(300, 1)
+    max_depth: int = _int(6, 0)
+    learning_rate: float = _fraction(0.1)
+    max_bin: int = _int(256, 2)
+    min_child_weight: float = _non_negative(1.0)
+    subsample: float = _fraction(1.0)
+    colsample_bytree: float = _fraction(1.0)
+    reg_lambda: float = _non_negative(1.0)
+    early_stopping_rounds: int | None = _int(20, 1, or_none=True)
+    n_classes: int | None = _int(None, 2)
+    n_jobs: int | None = _int(None, 0)
+    random_state: int = _int(0, 0, SEED_LIMIT - 1)
 
     # --- scikit-learn parameter protocol (the generated ``__init__`` only stores) ------
     @classmethod
@@ -117,25 +141,11 @@ class XGBoostClassifier:
         """Refuse, naming the parameter, a value XGBoost refuses, or that would train
         nothing or at chance (``learning_rate=nan``, ``subsample=0``):
         :class:`InvalidParamError`. ``fit`` calls it; ``build_estimator`` too."""
-        for name, low in _INT_RANGES:
-            value = getattr(self, name)
-            if value is None and name in _MAY_BE_NONE:
-                continue
-            high = SEED_LIMIT - 1 if name == "random_state" else None
-            if not (is_int(value) and value >= low and (high is None or value <= high)):
-                allowed = (
-                    f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-                )
-                if name in _MAY_BE_NONE:
-                    allowed += " or null"
-                raise _param_error(name, value, allowed)
-        for name, low, closed, high in _FLOAT_RANGES:
-            value = getattr(self, name)
-            above = is_number(value) and (value >= low if closed else value > low)
-            if not above or (high is not None and value > high):
-                bounds = ("[" if closed else "(") + f"{low:g}, "
-                bounds += "inf)" if high is None else f"{high:g}]"
-                raise _param_error(name, value, f"a finite number in {bounds}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            allowed = f.metadata["range"].allowed(value)
+            if allowed is not None:
+                raise _param_error(f.name, value, allowed)
 
     # --- fitting ---------------------------------------------------------------------
     def xgb_params(self, n_classes: int) -> dict[str, Any]:
