@@ -36,7 +36,7 @@ def layer_of(module: str, layers: list[list[str]]) -> int | None:
 
 def _registered() -> dict[str, str]:
     """module -> the attribute the CLI calls on it."""
-    out = {m: "register" for m in cli.COMMAND_MODULES}
+    out = {m: "register" for m in cli.COMMAND_MODULES if m != cli.SFL_GROUP}
     out.update({m: "sfl_commands" for m in cli.SFL_COMMAND_MODULES})
     out.update({m: factory for m, factory in cli.SFL_POLICIES.values()})
     return out

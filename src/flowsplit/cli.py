@@ -125,20 +125,23 @@ def _add_examples(parser: argparse.ArgumentParser, path: str) -> None:
                 _add_examples(sub, f"{path} {name}")
 
 
+SFL_GROUP = "sfl"
+"""In :data:`COMMAND_MODULES`: where the ``sfl`` group stands (built by :func:`_add_sfl_group`)."""
 # Modules with a ``register(subparsers)`` function, in the order --help shows them.
 COMMAND_MODULES = (
     "flowsplit.data.commands",
     "flowsplit.train.commands",
     "flowsplit.train.pretrain",
     "flowsplit.experiments.dp.commands",
-    "flowsplit.federated.commands",
+    SFL_GROUP,
     "flowsplit.testbed.commands",
     "flowsplit.demo",
 )
 # Modules with an ``sfl_commands()`` function (name -> builder) adding ``flowsplit sfl``
-# sub-commands defined outside flowsplit.federated; registered here, not at import time,
+# sub-commands, in the order --help shows them; listed here, not in flowsplit.federated,
 # so that flowsplit.federated never imports the packages built on it.
 SFL_COMMAND_MODULES = (
+    "flowsplit.federated.commands",
     "flowsplit.planner.commands",
     "flowsplit.experiments.sfl.commands",
     "flowsplit.privacy.commands",
@@ -156,6 +159,25 @@ def _lazy_policy(module: str, factory: str):
     return lambda config: getattr(importlib.import_module(module), factory)(config)
 
 
+def _add_sfl_group(sub: argparse._SubParsersAction) -> None:
+    """``flowsplit sfl``: the sub-commands of :data:`SFL_COMMAND_MODULES`."""
+    parser = sub.add_parser(
+        SFL_GROUP,
+        help="split federated learning: run, profile, plan and compare sfl/hsfl/hsfl-ll",
+        description="Split federated learning across clients, edge aggregators and a server.",
+    )
+    sfl_sub = parser.add_subparsers(dest="sfl_command", metavar="SFL_COMMAND")
+    parser.set_defaults(func=lambda args: _group_help(parser))
+    for name in SFL_COMMAND_MODULES:
+        for build in importlib.import_module(name).sfl_commands().values():
+            build(sfl_sub)
+
+
+def _group_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="flowsplit",
@@ -169,15 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the full traceback when something fails"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_sfl_command = importlib.import_module("flowsplit.federated.commands").add_sfl_command
-    for name in SFL_COMMAND_MODULES:
-        for command, build in importlib.import_module(name).sfl_commands().items():
-            add_sfl_command(command)(build)
     add_sfl_policy = importlib.import_module("flowsplit.federated.commands").add_sfl_policy
     for policy, (module, factory) in SFL_POLICIES.items():
         add_sfl_policy(policy, _lazy_policy(module, factory))
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        if name == SFL_GROUP:
+            _add_sfl_group(sub)
+        else:
+            importlib.import_module(name).register(sub)
     _add_examples(parser, "flowsplit")
     return parser
 

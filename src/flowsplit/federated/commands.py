@@ -1,9 +1,9 @@
-"""``flowsplit sfl run|profile`` (here); ``plan`` and ``compare`` come from flowsplit.cli.
+"""``flowsplit sfl run|probe|profile``.
 
-``flowsplit sfl`` is a command group; sub-commands defined in other packages
-(``plan`` in flowsplit.planner, ``compare`` in flowsplit.experiments) are added to
-:data:`SFL_COMMANDS` through :func:`add_sfl_command` by :mod:`flowsplit.cli`, so this
-package imports neither.
+``flowsplit sfl`` is a command group that :mod:`flowsplit.cli` builds from the
+``sfl_commands()`` of this module and of the packages built on this one (``plan`` in
+flowsplit.planner, ``compare`` in flowsplit.experiments, ``privacy``), so this package
+imports none of them.
 """
 
 from __future__ import annotations
@@ -39,10 +39,6 @@ from flowsplit.federated.run import RUN_ARGS, RunPlace
 
 log = logging.getLogger("flowsplit.federated")
 
-# name -> function(subparsers) adding one ``flowsplit sfl NAME`` command.
-SFL_COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {}
-
-
 # name -> factory(config) of an AssignmentPolicy (flowsplit.federated.assignment), added
 # by flowsplit.cli from the packages built on this one (the planner's reassignment):
 # ``reassign`` is what ``sfl run`` uses (the clients of a lost aggregator are moved).
@@ -59,34 +55,6 @@ def run_policy(config: SFLConfig):
     ``--replan``'s (``every-round``), else ``reassign`` (only lost aggregators' clients move)."""
     factory = SFL_POLICIES.get(config.replan if config.replan != "never" else "reassign")
     return None if factory is None else factory(config)
-
-
-def add_sfl_command(name: str):
-    """Decorator: register a builder of ``flowsplit sfl NAME`` (for later sub-commands)."""
-
-    def wrap(fn):
-        SFL_COMMANDS[name] = fn
-        return fn
-
-    return wrap
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``sfl`` command group to the CLI."""
-    parser = sub.add_parser(
-        "sfl",
-        help="split federated learning: run, profile, plan and compare sfl/hsfl/hsfl-ll",
-        description="Split federated learning across clients, edge aggregators and a server.",
-    )
-    sfl_sub = parser.add_subparsers(dest="sfl_command", metavar="SFL_COMMAND")
-    parser.set_defaults(func=lambda args: _group_help(parser))
-    for build in SFL_COMMANDS.values():
-        build(sfl_sub)
-
-
-def _group_help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def _neural_model(choice: ModelChoice):
@@ -108,7 +76,6 @@ def _neural_model(choice: ModelChoice):
 # --- run -------------------------------------------------------------------------------
 
 
-@add_sfl_command("run")
 def _add_run(sub: argparse._SubParsersAction) -> None:
     """train with sfl, hsfl or hsfl-ll (simulated or as real processes)
 
@@ -319,7 +286,6 @@ def delay_summary(history: list[dict[str, Any]], topology: str) -> str:
 # --- probe -----------------------------------------------------------------------------
 
 
-@add_sfl_command("probe")
 def _add_probe(sub: argparse._SubParsersAction) -> None:
     """measure the hosts' compute speeds and links; write a topology to plan from
 
@@ -401,7 +367,6 @@ def probe_command(args: Any, config: Any, model_fn: Any, choice: Any = None) -> 
 # --- profile ---------------------------------------------------------------------------
 
 
-@add_sfl_command("profile")
 def _add_profile(sub: argparse._SubParsersAction) -> None:
     """print a model's block profile and its legal cuts
 
@@ -475,3 +440,8 @@ def format_profile(profile, view: str) -> str:
             f"{table['act_c_bytes'][r] / 1024:>9.2f}"
         )
     return "\n".join(lines) + "\n"
+
+
+def sfl_commands() -> dict:
+    """``flowsplit sfl`` sub-commands defined here: name -> builder(sfl_subparsers)."""
+    return {"run": _add_run, "probe": _add_probe, "profile": _add_profile}
