@@ -42,9 +42,12 @@ MAX_JITTER = 3.0
 """The widest ``jitter``: factors ``exp(N(0, 3))`` already span e^-9 .. e^9 at 3 sigma."""
 
 
-def _part(views: tuple[str, ...], top: float = 1.0, amount: str = "a probability", why="") -> Any:
+def _part(
+    views: tuple[str, ...], top: float = 1.0, amount: str = "a probability", why: str = ""
+) -> Any:
     """One augmentation's amount (0, the default, is off), with the views it changes
-    (on the others it does nothing) and the values it takes (``amount`` in [0, ``top``])."""
+    (on the others it does nothing) and the values it takes (``amount`` in [0, ``top``];
+    ``why`` the reason for the bound, said in the error)."""
     allowed = f"{amount} in [0, {top:g}]{why}"
     return field(default=0.0, metadata={"views": views, "top": top, "allowed": allowed})
 
