@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from flowsplit.errors import ConfigError
+
 _KEY = "flowsplit.cli"
 _SPEC_DEFAULTS: dict[str, Any] = {
     "enabled": True,
@@ -541,8 +543,6 @@ def check_numbers(config: Any) -> None:
     """Refuse a config with a float field that is not finite or a ``seed`` outside
     [0, 2**32): the same checks as the parser's, for a config built in Python or read
     from a file."""
-    from flowsplit.errors import ConfigError
-
     for name in _float_fields(type(config)):
         value = getattr(config, name)
         if value is not None and not math.isfinite(value):
@@ -586,12 +586,17 @@ def check_cores(what: str, asked: int, cores: int, *, force: bool) -> None:
     ``force``: one line with the figures."""
     if force or asked <= OVERSUBSCRIBE * cores:
         return
-    from flowsplit.errors import ConfigError
-
     raise ConfigError(
         f"{what}: {asked} threads on the {cores} core(s) this process may use, more than "
         f"{OVERSUBSCRIBE} per core (the run would crawl); give fewer, or --force to run it"
     )
+
+
+def check_threads(threads: int, *, force: bool) -> None:
+    """``--threads`` against the cores this process may use (:func:`check_cores`)."""
+    from flowsplit.util.system import available_cores
+
+    check_cores(f"--threads {threads}", threads, available_cores(), force=force)
 
 
 def parse_seed(text: str) -> int:
@@ -626,8 +631,6 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 def check_seeds(seeds: Sequence[Any], flag: str = "--seeds") -> None:
     """A study's seeds from a file or from Python, checked as :func:`parse_seeds` checks
     the option."""
-    from flowsplit.errors import ConfigError
-
     problem = _seeds_problem(seeds)
     if problem:
         raise ConfigError(f"{flag} {','.join(map(str, seeds))}: {problem}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -58,7 +57,6 @@ def test_each_part_is_bounded_where_it_is_declared():
         parse_augment("drop=1.5")
     with pytest.raises(ConfigError, match=r"jitter=3.5 must be a log-normal sigma in \[0, 3\]"):
         parse_augment("jitter=3.5")
-    assert set(APPLIES) == {f.name for f in fields(AugmentSpec)}
     assert APPLIES["mask"] == ("pkt_bytes", "bytes") and APPLIES["fields"] == ("pkt_bytes",)
 
 

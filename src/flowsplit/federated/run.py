@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowsplit.config_args import FORCE_HELP, check_cores, cli
+from flowsplit.config_args import FORCE_HELP, check_threads, cli
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.federated.config import SFLConfig, SFLRunConfig
 from flowsplit.federated.plan_file import PlanFile
@@ -87,7 +87,7 @@ def run_sfl(
     from flowsplit.federated.results import finish_run
     from flowsplit.federated.sampling import sampling_configured
     from flowsplit.federated.setup import prepare_run
-    from flowsplit.train.distributed import available_cores, read_dist_env
+    from flowsplit.train.distributed import read_dist_env
 
     rc = _with_plan(rc, place.plan, saved)
     config, mode, out = rc.run, rc.mode, place.out
@@ -98,7 +98,7 @@ def run_sfl(
     model_fn = model_factory(rc)
     topology = _topology(rc, place.plan)
     workers = client_workers(rc, sampling_configured(config), torchrun, topology)
-    check_cores(f"--threads {config.threads}", config.threads, available_cores(), force=place.force)
+    check_threads(config.threads, force=place.force)
     torch.set_num_threads(config.threads)
     setup = prepare_run(
         config,

@@ -143,7 +143,7 @@ class XGBoostClassifier:
         :class:`InvalidParamError`. ``fit`` calls it; ``build_estimator`` too."""
         for f in fields(self):
             value = getattr(self, f.name)
-            allowed = f.metadata["range"].allowed(value)
+            allowed = param_problem(f.name, value)
             if allowed is not None:
                 raise _param_error(f.name, value, allowed)
 
@@ -298,6 +298,15 @@ class XGBoostClassifier:
         est.evals_result_ = {}
         est.n_workers_ = 1
         return est
+
+
+_RANGES = {f.name: f.metadata["range"] for f in fields(XGBoostClassifier)}
+
+
+def param_problem(name: str, value: Any) -> str | None:
+    """None when ``value`` is allowed for the parameter ``name``; else what is (``a
+    finite number in (0, 1]``), from the parameter's field."""
+    return _RANGES[name].allowed(value)
 
 
 def _check_xy(X: Any, y: Any, *, n_features: int | None = None):

@@ -17,7 +17,7 @@ from flowsplit.config_args import (
     add_dataset_argument,
     add_out_option,
     add_renamed,
-    check_cores,
+    check_threads,
     command_parser,
     path_arg,
 )
@@ -84,10 +84,7 @@ def cmd_privacy(args: argparse.Namespace) -> int:
 
     config = build_config(PrivacyConfig, args, base={"defences": parse_defences(DEFAULT_DEFENCES)})
     picture = build_config(ParetoChoice, args)
-    from flowsplit.util.system import available_cores
-
-    cores = available_cores()
-    check_cores(f"--threads {config.threads}", config.threads, cores, force=args.force)
+    check_threads(config.threads, force=args.force)
     torch.set_num_threads(config.threads)
     result = privacy_study(
         args.dataset,

@@ -189,8 +189,12 @@ def check_trainable(cfg, ds, force: bool = False, local_workers: int = 0) -> int
         raise ConfigError(f"--init-from is for the transformer, not {cfg.model}")
     if spec.kind == "torch":
         _check_torch_model(cfg, ds, view)
-    elif cfg.lr is not None and not 0 < cfg.lr <= 1:  # named here, not as learning_rate
-        raise ConfigError(f"--lr is XGBoost's learning rate (eta), in (0, 1]; got {cfg.lr:g}")
+    elif cfg.lr is not None:  # said as --lr, not as the estimator's learning_rate
+        from flowsplit.models.xgb import param_problem
+
+        allowed = param_problem("learning_rate", cfg.lr)
+        if allowed is not None:
+            raise ConfigError(f"--lr is XGBoost's learning rate (eta), {allowed}; got {cfg.lr:g}")
     return n_train
 
 

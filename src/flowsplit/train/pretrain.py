@@ -25,7 +25,7 @@ from flowsplit.config_args import (
     FLOAT32_MAX,
     FORCE_HELP,
     add_out_option,
-    check_cores,
+    check_threads,
     command_parser,
     finite_float,
     parse_seed,
@@ -95,9 +95,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--view {args.view!r}: the transformer pre-trains on pkt_bytes or bytes")
     if args.threads < 1:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
-    from flowsplit.util.system import available_cores
-
-    check_cores(f"--threads {args.threads}", args.threads, available_cores(), force=args.force)
+    check_threads(args.threads, force=args.force)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError(out, "is a file; -o takes a folder")

@@ -134,7 +134,8 @@ STUDY_SETS = {
     "comm_hook": "--comm-hooks",
 }
 """The ``flowsplit train`` settings each cell's own arguments give (field -> the
-``compare`` option that sets them)."""
+``compare`` option that sets them). ``comm_hook`` also when only the default hook runs:
+the study files a run under the hook its record names."""
 
 
 def _check_train_args_own_nothing(parser: argparse.ArgumentParser, cfg: CompareConfig) -> None:

@@ -105,11 +105,6 @@ class CompareConfig:
             raise ConfigError(
                 f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
             )
-        # Also with the default hooks: the study keys its runs by the hook their records name.
-        if any(a.startswith("--comm-hook") for a in self.train_args):
-            raise ConfigError(
-                "give communication hooks with --comm-hooks, not also with --train-arg=--comm-hook"
-            )
         from flowsplit.models.registry import MODEL_SPECS
 
         # The default study is the five models; any registered one may be chosen.
