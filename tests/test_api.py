@@ -242,3 +242,14 @@ def test_the_label_column_reaches_both_the_labelling_and_the_flow_csv_reader(tmp
     (opts,) = seen
     assert opts.label_column == "app" and opts.labels.label_column == "app"
     assert opts.labels.file_column == "pcap" and opts.top_classes == 3
+
+
+def test_prepare_takes_one_path_or_any_iterable_of_paths(tmp_path):
+    from flowsplit.api import _prepare_paths
+
+    caps = sorted(CAPTURES.glob("dns/*.pcap"))
+    assert _prepare_paths(CAPTURES, tmp_path / "o", False) == [str(CAPTURES)]
+    # A generator (Path.glob's) is its paths, as before the path checks: not one bad path
+    assert _prepare_paths((p for p in caps), tmp_path / "o", False) == [str(p) for p in caps]
+    with pytest.raises(FlowsplitError, match="inputs: give a path, not int"):
+        _prepare_paths(3, tmp_path / "o", False)

@@ -107,7 +107,9 @@ def prepare(
 def _prepare_paths(inputs: Any, out: Any, overwrite: Any) -> list[str]:
     """:func:`prepare`'s inputs as a list of paths, after checking them, ``out`` and
     ``overwrite`` (a ``None`` path, or ``overwrite="no"``, taken as true, are refused)."""
-    items = inputs if isinstance(inputs, list | tuple) else [inputs]
+    # One path, or any iterable of them (``Path("caps").glob("*.pcap")``).
+    one = isinstance(inputs, str | Path) or not isinstance(inputs, Iterable)
+    items = [inputs] if one else list(inputs)
     files = [path_argument("inputs", f) for f in items]
     path_argument("out", out)
     if not isinstance(overwrite, bool):
