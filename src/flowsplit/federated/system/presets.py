@@ -173,10 +173,11 @@ PRESETS: dict[str, Callable[..., Topology]] = {
 }
 
 
-CLIENT_BYTES = (256, 256)
-"""Memory of a run per client: ``256 x aggregators + 256`` bytes (measured: 930 to 945
-bytes a client with 3 aggregators, 1 and 3 million clients, in ``sfl run``: the
-topology's links, the partition, the round's per-client states)."""
+CLIENT_BYTES = (80, 600)
+"""Memory of a run per client: ``80 x aggregators + 600`` bytes (the link matrices; the
+partition and the round's per-client states). Measured by
+``benchmarks/client_memory.py``: 79 and 578 from the peak RSS of ``sfl run`` at 3 and
+30 aggregators, 100,000 and 1,000,000 clients (docs/sfl-scale.md)."""
 
 
 def _check_memory(n_clients: int, n_aggregators: int) -> None:
