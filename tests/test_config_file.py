@@ -118,7 +118,11 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_key(tmp_path, capsys,
         (["sfl", "plan"], "topology_seed = 4294967296\n", "--topology-seed must be an integer"),
         (["sfl", "plan"], "[planner]\nweights = [0, 0, 0]\n", "--weights: objective weights"),
         (["sfl", "compare"], "[planner]\nonly_cuts = [[2, 1]]\n", "only_cuts: (2, 1) is no"),
-        (["sfl", "compare"], 'baselines = ["xgboost", "xgboost"]\n', "--baselines xgboost,xg"),
+        (
+            ["sfl", "compare"],
+            'baselines = ["fedavg", "fedavg"]\n',
+            "--baselines fedavg,fedavg: a name",
+        ),
         (["sfl", "plan"], "[run]\nthreads = 0\n", "--threads must be >= 1"),  # torch refused it
         (["compare"], "seeds = [-1, 2]\n", "--seeds -1,2: -1 is no seed"),  # not --train-arg's
         (["sfl", "compare"], "seeds = [4294967296]\n", "--seeds 4294967296: 4294967296 is"),

@@ -592,6 +592,14 @@ def check_cores(what: str, asked: int, cores: int, *, force: bool) -> None:
     )
 
 
+def check_names(flag: str, given: Iterable[Any], known: Sequence[str]) -> None:
+    """Refuse the names of ``given`` not among ``known``, in one line:
+    ``--schemes: unknown sfl2; choose from sfl, hsfl, ...``."""
+    unknown = [str(n) for n in given if n not in known]
+    if unknown:
+        raise ConfigError(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+
+
 def check_threads(threads: int, *, force: bool) -> None:
     """``--threads`` against the cores this process may use (:func:`check_cores`)."""
     from flowsplit.util.system import available_cores

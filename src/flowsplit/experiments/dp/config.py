@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from flowsplit.config_args import check_seeds
+from flowsplit.config_args import check_names, check_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.experiments.dp.layout import plain_first
 from flowsplit.train.config import COMM_HOOKS
@@ -100,19 +100,11 @@ class CompareConfig:
                 if getattr(self, name) is None:
                     setattr(self, name, value)
         self._check_values()
-        bad_hooks = [h for h in self.comm_hooks if h not in COMM_HOOKS]
-        if bad_hooks:
-            raise ConfigError(
-                f"--comm-hooks: unknown {', '.join(bad_hooks)}; choose from {', '.join(COMM_HOOKS)}"
-            )
+        check_names("--comm-hooks", self.comm_hooks, COMM_HOOKS)
         from flowsplit.models.registry import MODEL_SPECS
 
         # The default study is the five models; any registered one may be chosen.
-        unknown = [m for m in self.models if m not in MODEL_SPECS]
-        if unknown:
-            raise ConfigError(
-                f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODEL_SPECS)}"
-            )
+        check_names("--models", self.models, list(MODEL_SPECS))
 
     def _check_values(self) -> None:
         """The counts, times and fractions, each refused by its option's name."""

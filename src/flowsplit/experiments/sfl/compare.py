@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from flowsplit.config_args import check_names
 from flowsplit.config_file import CONFIG_NAME, write_config_toml
 from flowsplit.data.store import Dataset, load_dataset
 from flowsplit.errors import ConfigError, InputError
@@ -91,11 +92,7 @@ def resolve_config(quick: bool = False, **options: Any) -> SFLCompareConfig:
     if given is not None and not given:  # an empty list used to run all five
         raise ConfigError(f"--schemes: give at least one of {', '.join(ALL_SCHEMES)}")
     schemes = list(given or SCHEMES)
-    bad = [s for s in schemes if s not in ALL_SCHEMES]
-    if bad:
-        raise ConfigError(
-            f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
-        )
+    check_names("--schemes", schemes, ALL_SCHEMES)  # before the reordering drops them
     if REFERENCE not in schemes:
         schemes.insert(0, REFERENCE)  # differences are against HSFL, so it always runs
     options["schemes"] = tuple(s for s in ALL_SCHEMES if s in schemes)

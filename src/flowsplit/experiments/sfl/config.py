@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flowsplit.config_args import check_seeds
+from flowsplit.config_args import check_names, check_seeds
 from flowsplit.errors import ConfigError
 from flowsplit.planner import study_config
 from flowsplit.planner.study_config import StudyConfig
@@ -66,11 +66,8 @@ class SFLCompareConfig(StudyConfig):
         super().validate()
         if self.replan not in REPLAN_CHOICES:
             raise ConfigError(f"--replan {self.replan!r}: choose {' or '.join(REPLAN_CHOICES)}")
-        bad = [s for s in self.schemes if s not in ALL_SCHEMES]
-        if bad:
-            raise ConfigError(
-                f"--schemes: unknown {', '.join(bad)}; choose from {', '.join(ALL_SCHEMES)}"
-            )
+        check_names("--schemes", self.schemes, ALL_SCHEMES)
+        check_names("--baselines", self.baselines, BASELINES)
         for flag, names in (("--schemes", self.schemes), ("--baselines", self.baselines)):
             if len(set(names)) != len(names):  # each would run, and be reported, twice
                 raise ConfigError(f"{flag} {','.join(names)}: a name is given twice")
@@ -80,9 +77,4 @@ class SFLCompareConfig(StudyConfig):
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ConfigError(
                 f"--target-accuracy is a fraction in (0, 1], got {self.target_accuracy:g}"
-            )
-        bad = [b for b in self.baselines if b not in BASELINES]
-        if bad:
-            raise ConfigError(
-                f"--baselines: unknown {', '.join(bad)}; choose from {', '.join(BASELINES)}"
             )
