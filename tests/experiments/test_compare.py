@@ -13,7 +13,7 @@ from flowsplit.experiments.dp import compare as compare_mod
 from flowsplit.experiments.dp import records as records_mod
 from flowsplit.experiments.dp.compare import plan_cells, run_compare
 from flowsplit.experiments.dp.report import render_report
-from flowsplit.report import html as html_mod
+from flowsplit.report import page as page_mod
 from tests.experiments.helpers import EVIL_CLASS, fake_allreduce, fake_runner, make_dataset
 
 # A valid 1x1 PNG: tests that check numbers, not pictures, skip matplotlib's drawing.
@@ -34,7 +34,7 @@ def study(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fast_figures(monkeypatch):
-    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+    monkeypatch.setattr(page_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
 
 
 def test_plan_is_seed_major():
@@ -165,7 +165,7 @@ def test_a_study_without_same_cores_cells_still_reads_and_renders(study, fast_fi
     # Prepare: a study as made before the same-cores cell (schema 1, no same_cores).
     from flowsplit.errors import InputError
     from flowsplit.experiments.advice import overview_content
-    from flowsplit.experiments.dp.html import render_html, render_markdown
+    from flowsplit.experiments.dp.page import report_page
     from flowsplit.experiments.dp.result import read_compare_result
 
     ds, out = study
@@ -184,8 +184,8 @@ def test_a_study_without_same_cores_cells_still_reads_and_renders(study, fast_fi
     assert old.analysis.models["cnn"].same_cores is None
     assert "same 2 threads" not in " ".join(old.summary)
     assert "2 workers x 1 thread(s) against 1 x 1 thread(s)" in old.summary[0]
-    assert "## Summary" in render_markdown(old)
-    assert render_html(old, []).startswith("<!DOCTYPE html>")
+    assert "## Summary" in report_page(old, []).markdown()
+    assert report_page(old, []).html().startswith("<!DOCTYPE html>")
     assert overview_content(out, None).advice
     # A version from the future is one line naming the versions this one reads.
     doc["schema_version"] = 3

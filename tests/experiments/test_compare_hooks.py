@@ -21,7 +21,7 @@ from flowsplit.experiments.dp.compare import (
     run_compare,
     train_command,
 )
-from flowsplit.report import html as html_mod
+from flowsplit.report import page as page_mod
 from tests.experiments.helpers import fake_allreduce, fake_metrics, make_dataset
 from tests.experiments.test_compare import TINY_PNG
 
@@ -63,7 +63,7 @@ def hook_runner(calls: list):
 def study(tmp_path, monkeypatch):
     monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
     monkeypatch.setattr(records_mod, "CONTENDED_SHARE", math.inf)
-    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+    monkeypatch.setattr(page_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
     ds = make_dataset(tmp_path / "ds")
     return ds, tmp_path
 

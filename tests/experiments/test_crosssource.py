@@ -15,7 +15,7 @@ from flowsplit.experiments.dp import compare as compare_mod
 from flowsplit.experiments.dp.compare import CompareConfig, run_compare, train_command
 from flowsplit.experiments.dp.crosssource import SCORES_NAME
 from flowsplit.experiments.dp.result import read_compare_result
-from flowsplit.report import html as html_mod
+from flowsplit.report import page as page_mod
 from flowsplit.train.crosssource import auroc, cross_source_scores
 from tests.experiments.helpers import CLASSES, make_dataset
 
@@ -51,7 +51,7 @@ def real_runner(cell, cfg):
 @pytest.fixture
 def fast(monkeypatch):
     monkeypatch.setattr(compare_mod, "available_cores", lambda: 2)
-    monkeypatch.setattr(html_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
+    monkeypatch.setattr(page_mod, "figure_to_base64", lambda fig, dpi=100: TINY_PNG)
 
 
 def test_auroc_is_the_share_of_pairs_ordered_ties_halved():

@@ -131,7 +131,7 @@ def test_sfl_report_opens_with_a_verdict_and_one_tradeoff_picture(toy_sfl_study)
     assert "predicted delay per round" in first_section  # the delays are said to be predicted
     # The picture: two panels (delay, bytes), a point per scheme, each its own marker,
     # the baselines that split nothing drawn too.
-    from flowsplit.experiments.sfl.report import render_markdown, tradeoff_figure
+    from flowsplit.experiments.sfl.report import report_page, tradeoff_figure
 
     fig = tradeoff_figure(_study_result(out))
     delay_ax, bytes_ax = fig.axes
@@ -144,7 +144,7 @@ def test_sfl_report_opens_with_a_verdict_and_one_tradeoff_picture(toy_sfl_study)
     }
     assert "predicted" in delay_ax.get_xlabel() and "MB" in bytes_ax.get_xlabel()
     # Markdown opens with the same line.
-    md = render_markdown(_study_result(out))
+    md = report_page(_study_result(out)).markdown()
     assert md.split("\n## ", 2)[1].startswith("Verdict") and verdict[:30] in md
 
 
@@ -170,12 +170,12 @@ def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
     # Prepare: 'delay' given exactly acc-aware's plan and results (what happens when the
     # planner picks the same cuts and assignment for both).
     from flowsplit.experiments.sfl.analysis import same_plan_groups
-    from flowsplit.experiments.sfl.report import render_html, tradeoff_figure
+    from flowsplit.experiments.sfl.report import report_page, tradeoff_figure
 
     results = _study_result(toy_sfl_study)
     results.schemes["delay"] = results.schemes["acc-aware"]
     # Execute
-    text = render_html(results)
+    text = report_page(results).html()
     fig = tradeoff_figure(results)
     # Assert: named as one plan on the page, two points with different markers.
     assert same_plan_groups(results) == [["delay", "acc-aware"]]
@@ -192,7 +192,7 @@ def test_two_schemes_on_the_same_plan_both_stay_visible(toy_sfl_study):
 
 def test_sfl_intervals_are_clipped_to_the_range_of_a_score(toy_sfl_study):
     # Prepare: 2-seed intervals as wide as the review saw (-91 % to 192 %).
-    from flowsplit.experiments.sfl.report import render_html
+    from flowsplit.experiments.sfl.report import report_page
     from flowsplit.experiments.stats import Interval
 
     results = _with_scheme(
@@ -204,7 +204,7 @@ def test_sfl_intervals_are_clipped_to_the_range_of_a_score(toy_sfl_study):
     vs = results.vs_hsfl["sfl"]
     results.vs_hsfl["sfl"] = dataclasses.replace(vs, accuracy_diff=Interval(0.1, -1.5, 1.7, 2))
     # Execute
-    text = render_html(results)
+    text = report_page(results).html()
     # Assert: no bound outside 0-100 % (or +-100 pts for a difference).
     assert "50.15 (0.00–100.00)" in text and "41.68 (0.00–100.00)" in text
     assert "-91.46" not in text and "191.77" not in text and "237.62" not in text

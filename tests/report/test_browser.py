@@ -9,8 +9,9 @@ import struct
 
 import pytest
 
-from flowsplit.report import figures, html
+from flowsplit.report import figures
 from flowsplit.report.browser import check_page, find_chromium
+from flowsplit.report.page import Figure, Page, Section, Table
 
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None,
@@ -30,12 +31,19 @@ def test_report_page_renders_in_chromium(tmp_path):
     # Prepare: a page with two figures and hostile text
     fig_a = figures.bar_chart(["a", "b"], {"x": [1.0, 2.0]})
     fig_b = figures.heatmap([[3, 1], [0, 2]], ["<b>x</b>", "y"], ["<b>x</b>", "y"])
-    page = html.page(
+    page = Page(
         "<script>alert(1)</script>",
-        html.figure(fig_a, "bars"),
-        html.figure(fig_b, "heat"),
-        html.table([{"k": "<img src=x onerror=alert(1)>"}]),
-    )
+        [
+            Section(
+                "s",
+                [
+                    Figure(fig_a, "bars"),
+                    Figure(fig_b, "heat"),
+                    Table([{"k": "<img src=x onerror=alert(1)>"}]),
+                ],
+            )
+        ],
+    ).html()
     path = tmp_path / "page.html"
     path.write_text(page)
     shot = tmp_path / "shot.png"

@@ -71,7 +71,7 @@ SFL_BASELINE_SCHEMES = ("majority", "centralised", "fedavg")
 
 class TableRow(Mapping[str, Any]):
     """A row of an overview table, with typed fields: the advice reads its attributes;
-    the tables (:class:`~flowsplit.report.tables.Column` keys) and ``report.json`` read it
+    the tables (:class:`~flowsplit.report.page.Column` keys) and ``report.json`` read it
     as a mapping of the fields that apply to it (:meth:`shown`), in declaration order."""
 
     def shown(self) -> dict[str, Any]:

@@ -13,9 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from flowsplit.outputs import atomic_write_json, atomic_write_text
-from flowsplit.report import html as H
-from flowsplit.report import markdown as M
-from flowsplit.report.tables import Column
+from flowsplit.report.page import (
+    Block,
+    Bullets,
+    Column,
+    Figure,
+    Fold,
+    Links,
+    Page,
+    Section,
+    Table,
+    Text,
+)
 from flowsplit.util import typed_from_dict
 
 
@@ -56,35 +65,16 @@ class DatasetFacts:
     """The flowsplit that prepared the dataset."""
 
 
-@dataclass(frozen=True)
-class _Page:
-    """What the overview's page and its Markdown both show, worked out once."""
-
-    content: OverviewContent
-    data: DatasetFacts
-    data_line: str
-    """The dataset in one line: flows, classes and the split."""
-    label: str
-    """`` · quick settings (...)`` when a study ran with them, else empty."""
-    dp_dir: Path | None
-    sfl_dir: Path | None
-    times: str
-    """The run time of each step, in words."""
-
-
-def _link_list(links: list[str]) -> str:
-    """A list of already-rendered links (H.bullet_list would escape them)."""
-    if not links:
-        return H.paragraph("none")
-    return "<ul>" + "".join(f"<li>{a}</li>" for a in links) + "</ul>"
-
-
 LONG_TABLE = 8
 """Rows above which a table of the overview is folded in ``<details>``."""
 
 
-def _folded(table: str, rows: int) -> str:
-    return H.details(f"show the table ({rows} rows)", table) if rows > LONG_TABLE else table
+def _table(rows: list[dict[str, Any]], columns: list[Column]) -> Block:
+    """A study's table, folded when it is long; "not run" without rows."""
+    if not rows:
+        return Text("not run")
+    table = Table(rows, columns)
+    return Fold(f"show the table ({len(rows)} rows)", [table]) if len(rows) > LONG_TABLE else table
 
 
 DP_COLUMNS = [
@@ -106,30 +96,6 @@ SFL_COLUMNS = [
 ]
 
 
-def _markdown(page: _Page) -> str:
-    """The overview as Markdown (``report.md``)."""
-    content, label = page.content, page.label
-    dp, sfl = content.data_parallel, content.split_learning
-    dirs = (("data-parallel", page.dp_dir), ("split learning", page.sfl_dir))
-    return M.document(
-        M.heading("flowsplit: what to use on this capture", 1),
-        *([M.paragraph(label.lstrip(" ·"))] if label else []),
-        *([M.heading("Verdict"), M.paragraph(content.verdict)] if content.verdict else []),
-        M.heading("Advice"),
-        M.bullet_list(content.advice),
-        M.paragraph(content.rules),
-        M.heading("Data"),
-        M.paragraph(page.data_line),
-        M.heading("Centralised vs data-parallel"),
-        M.table(dp, DP_COLUMNS) if dp else "not run\n",
-        M.heading("Split federated learning"),
-        M.table(sfl, SFL_COLUMNS) if sfl else "not run\n",
-        M.heading("Details"),
-        M.bullet_list([f"{t}: {p}" for t, p in dirs if p]),
-        M.paragraph(f"Run time: {page.times}."),
-    )
-
-
 def write_overview(
     out: Path,
     *,
@@ -146,11 +112,10 @@ def write_overview(
     """
     out = Path(out)
     data = typed_from_dict(DatasetFacts, manifest, "manifest")  # refused before any write
-    times = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-    label = _quick_label(content.quick)
-    page = _Page(content, data, _data_line(data), label, dp_dir, sfl_dir, times)
-    atomic_write_text(out / "report.html", _html(out, page))
-    atomic_write_text(out / "report.md", _markdown(page))
+    dirs = {"data-parallel": dp_dir, "split-learning": sfl_dir}
+    report = _report_page(out, content, data, dirs, timings)
+    atomic_write_text(out / "report.html", report.html())
+    atomic_write_text(out / "report.md", report.markdown())
     atomic_write_json(
         out / "report.json",
         {
@@ -160,9 +125,9 @@ def write_overview(
             "split_learning": content.split_learning,
             "timings_s": timings,
             "dataset": {
-                "n_flows": page.data.n_flows,
-                "classes": page.data.classes,
-                "splits": page.data.splits,
+                "n_flows": data.n_flows,
+                "classes": data.classes,
+                "splits": data.splits,
             },
         },
     )
@@ -183,48 +148,33 @@ def _quick_label(quick: list[str]) -> str:
     return f" · quick settings ({', '.join(quick)}): short runs, not a converged study"
 
 
-def _html(out: Path, page: _Page) -> str:
-    """The overview's page (``report.html`` in ``out``, its links relative to it)."""
-    content, data, data_line = page.content, page.data, page.data_line
-    dp, sfl, dp_dir, sfl_dir = (
-        content.data_parallel,
-        content.split_learning,
-        page.dp_dir,
-        page.sfl_dir,
-    )
-    rel = lambda p: os.path.relpath(p, out)  # noqa: E731 - a one-line helper
-    links = []
-    if dp_dir:
-        links.append(H.link(rel(dp_dir / "report.html"), "data-parallel study (full report)"))
-    if sfl_dir:
-        links.append(H.link(rel(sfl_dir / "report.html"), "split-learning study (full report)"))
-    opening = [H.paragraph(content.verdict, "verdict")] if content.verdict else []
+def _report_page(
+    out: Path,
+    content: OverviewContent,
+    data: DatasetFacts,
+    dirs: dict[str, Path | None],
+    timings: dict[str, float],
+) -> Page:
+    """The overview's report (``report.html`` and ``report.md`` in ``out``, its links
+    to the studies in ``dirs`` relative to it)."""
+    links = [
+        (os.path.relpath(d / "report.html", out), f"{name} study (full report)")
+        for name, d in dirs.items()
+        if d
+    ]
+    opening: list[Block] = [Text(content.verdict, "verdict")] if content.verdict else []
     if content.picture is not None:
-        opening.append(H.figure(content.picture, content.picture_caption))
-    return H.page(
-        "flowsplit: what to use on this capture",
-        *([H.section("Verdict", *opening, anchor="verdict")] if opening else []),
-        H.section(
-            "Advice",
-            H.bullet_list(content.advice),
-            H.details("how the advice is chosen", H.paragraph(content.rules)),
-            _link_list(links),
-        ),
-        H.section(
-            "Centralised vs data-parallel",
-            _folded(H.table(dp, DP_COLUMNS), len(dp)) if dp else H.paragraph("not run"),
-        ),
-        H.section(
-            "Split federated learning",
-            _folded(H.table(sfl, SFL_COLUMNS), len(sfl)) if sfl else H.paragraph("not run"),
-        ),
-        H.section(
-            "Data and run time",
-            H.details(
-                "show the data and run time",
-                H.paragraph(data_line),
-                H.paragraph(f"Run time: {page.times}."),
-            ),
-        ),
-        subtitle=f"dataset {data.flowsplit_version} · {data_line}{page.label}",
-    )
+        opening.append(Figure(content.picture, content.picture_caption))
+    rules = Fold("how the advice is chosen", [Text(content.rules)])
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    run_time = [Text(_data_line(data)), Text(f"Run time: {times}.")]
+    sections = [
+        *([Section("Verdict", opening, anchor="verdict")] if opening else []),
+        Section("Advice", [Bullets(content.advice), rules, Links(links)]),
+        Section("Centralised vs data-parallel", [_table(content.data_parallel, DP_COLUMNS)]),
+        Section("Split federated learning", [_table(content.split_learning, SFL_COLUMNS)]),
+        Section("Data and run time", [Fold("show the data and run time", run_time)]),
+    ]
+    label = _quick_label(content.quick)
+    subtitle = f"dataset {data.flowsplit_version} · {_data_line(data)}{label}"
+    return Page("flowsplit: what to use on this capture", sections, subtitle=subtitle)

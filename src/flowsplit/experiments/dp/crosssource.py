@@ -15,7 +15,7 @@ study's own, the views and shapes the models read, a class to score); each run's
 are kept in ``RUN/cross-source.json`` (recomputed when OTHER or the run changes), and
 :func:`cross_source_section` gathers them into the typed
 :class:`~flowsplit.experiments.dp.result.CrossSource` of ``results.json``, which
-:func:`section_html`, :func:`section_markdown` and :func:`summary_lines` render.
+:func:`other_source_sections` and :func:`summary_lines` render.
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from flowsplit.experiments.dp.result import (
     CrossSourceModel,
 )
 from flowsplit.outputs import atomic_write_json
-from flowsplit.report import html, markdown
-from flowsplit.report.tables import Column, fmt_float
+from flowsplit.report.page import Block, Bullets, Column, Section, Table, Text, fmt_float
 from flowsplit.train.crosssource import (
     MIN_CROSS_FLOWS,
     cross_source_scores,
@@ -363,32 +362,18 @@ def _problems(cs: CrossSource) -> list[str]:
     return [f"{k}: not scored ({v})" for k, v in cs.errors.items()]
 
 
-def section_html(result: CompareResult) -> list[str]:
-    """The report page's "Other source" section (none without ``--cross-source``)."""
+def other_source_sections(result: CompareResult) -> list[Section]:
+    """The report's "Other source" section (none without ``--cross-source``)."""
     cs = result.cross_source
     if cs is None:
         return []
-    parts = [html.paragraph(_intro(cs))]
+    blocks: list[Block] = [Text(_intro(cs))]
     if cs.models:
-        parts.append(html.table(model_rows(cs), MODEL_COLS, caption="Own test and other source"))
-    parts.append(html.table(class_rows(cs), CLASS_COLS, caption="Class overlap"))
+        blocks.append(Table(model_rows(cs), MODEL_COLS, caption="Own test and other source"))
+    blocks.append(Table(class_rows(cs), CLASS_COLS, caption="Class overlap"))
     if cs.errors:
-        parts.append(html.bullet_list(_problems(cs), "warn"))
-    return [html.section("Other source", *parts, anchor="cross-source")]
-
-
-def section_markdown(result: CompareResult) -> list[str]:
-    """The same section as Markdown blocks."""
-    cs = result.cross_source
-    if cs is None:
-        return []
-    blocks = [markdown.heading("Other source"), markdown.paragraph(_intro(cs))]
-    if cs.models:
-        blocks.append(markdown.table(model_rows(cs), MODEL_COLS))
-    blocks.append(markdown.table(class_rows(cs), CLASS_COLS))
-    if cs.errors:
-        blocks.append(markdown.bullet_list(_problems(cs)))
-    return blocks
+        blocks.append(Bullets(_problems(cs), "warn"))
+    return [Section("Other source", blocks, anchor="cross-source")]
 
 
 def summary_lines(cs: CrossSource | None) -> list[str]:

@@ -34,8 +34,8 @@ from flowsplit.experiments.dp.analysis import (
 )
 from flowsplit.experiments.dp.crosssource import cross_source_section
 from flowsplit.experiments.dp.crosssource import summary_lines as cross_source_lines
-from flowsplit.experiments.dp.html import render_html, render_markdown
 from flowsplit.experiments.dp.layout import PLAIN_HOOK, cell_dir, cell_name, study_cells
+from flowsplit.experiments.dp.page import report_page
 from flowsplit.experiments.dp.records import (
     CONTENDED_SHARE,
     CSV_COLUMNS,
@@ -525,7 +525,8 @@ def render_report(out: str | Path) -> Path:
         for c in results.cells
     )
     atomic_write_text(out / "results.csv", buf.getvalue())
-    atomic_write_text(out / "report.md", render_markdown(results))
+    page = report_page(results, records)
+    atomic_write_text(out / "report.md", page.markdown())
     path = out / "report.html"
-    atomic_write_text(path, render_html(results, records))
+    atomic_write_text(path, page.html())
     return path

@@ -1,6 +1,6 @@
 """Tables of the data-parallel study (rows and column specs), from its typed result.
 
-Shared by the HTML and Markdown renderings in :mod:`flowsplit.experiments.dp.html`.
+Read by the report page, :mod:`flowsplit.experiments.dp.page`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from flowsplit.experiments.dp.result import (
 )
 from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
 from flowsplit.experiments.stats import Interval, PairedComparison
-from flowsplit.report.tables import Column, fmt_ci, fmt_float, fmt_p, fmt_pct, rows_of
+from flowsplit.report.page import Column, fmt_ci, fmt_float, fmt_p, fmt_pct, rows_of
 
 EFFICIENCY_AT = (8, 64, 1024)
 

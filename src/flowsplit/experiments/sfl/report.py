@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,23 @@ from flowsplit.experiments.sfl.analysis import (
 from flowsplit.experiments.sfl.result import SFLCompareResult, read_sfl_compare_result
 from flowsplit.experiments.stats import DIFF_BOUNDS, SCORE_BOUNDS, Interval, clip_interval
 from flowsplit.outputs import atomic_write_text
-from flowsplit.report import figures, html, markdown
-from flowsplit.report.tables import Column, fmt_ci, fmt_float, named_rows, rows_of
+from flowsplit.report import figures
+from flowsplit.report.page import (
+    Block,
+    Bullets,
+    Column,
+    Figure,
+    Fold,
+    Page,
+    Section,
+    Summary,
+    Table,
+    Text,
+    fmt_ci,
+    fmt_float,
+    named_rows,
+    rows_of,
+)
 
 TITLE = "SFL, HSFL and the accuracy-aware planner"
 
@@ -364,23 +380,45 @@ def tradeoff_caption(results: SFLCompareResult) -> str:
     )
 
 
-def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
+def _figures(results: SFLCompareResult) -> list[Figure]:
+    """The curves and the bytes per hop (drawn when the HTML page is written)."""
     schemes = results.schemes
 
     def pct(c):
         return [100 * a for a in c.accuracy]
 
+    def by_hop():
+        hops = list(next(iter(schemes.values())).bytes_by_hop)
+        return figures.bar_chart(
+            list(schemes),
+            {h: [v.bytes_by_hop[h] / 1e6 for v in schemes.values()] for h in hops},
+            ylabel="MB (all rounds, mean over seeds)",
+            title="Bytes per hop",
+        )
+
     rounds, clock_s, delay_s = attrgetter("round"), attrgetter("clock_s"), attrgetter("delay_s")
-    acc, clock, delay = (
-        _curves(schemes, x, y, xlabel=xlabel, ylabel=ylabel, title=title)
-        for x, y, xlabel, ylabel, title in (
-            (rounds, pct, "round", "test accuracy, %", "Accuracy per round (mean over seeds)"),
+    note = same_plan_note(results)
+    same = (
+        f" (a line per scheme, each its own style; one line under another: {note})" if note else ""
+    )
+    curves = [
+        Figure(partial(_curves, schemes, x, y, xlabel=xlabel, ylabel=ylabel, title=title), cap)
+        for x, y, xlabel, ylabel, title, cap in (
+            (
+                rounds,
+                pct,
+                "round",
+                "test accuracy, %",
+                "Accuracy per round (mean over seeds)",
+                "Test accuracy per round" + same,
+            ),
             (
                 clock_s,
                 pct,
                 "predicted (simulated) time, s",
                 "test accuracy, %",
                 "Accuracy against simulated training time",
+                "Test accuracy against predicted (simulated) time" + same,
             ),
             (
                 rounds,
@@ -388,26 +426,11 @@ def _figures(results: SFLCompareResult) -> list[tuple[Any, str]]:
                 "round",
                 "predicted round delay, s",
                 "Predicted (simulated) delay per round",
+                "Predicted (simulated) delay per round" + same,
             ),
         )
-    )
-    hops = list(next(iter(schemes.values())).bytes_by_hop)
-    by_hop = figures.bar_chart(
-        list(schemes),
-        {h: [v.bytes_by_hop[h] / 1e6 for v in schemes.values()] for h in hops},
-        ylabel="MB (all rounds, mean over seeds)",
-        title="Bytes per hop",
-    )
-    note = same_plan_note(results)
-    same = (
-        f" (a line per scheme, each its own style; one line under another: {note})" if note else ""
-    )
-    return [
-        (acc, "Test accuracy per round" + same),
-        (clock, "Test accuracy against predicted (simulated) time" + same),
-        (delay, "Predicted (simulated) delay per round" + same),
-        (by_hop, "Bytes per hop"),
     ]
+    return [*curves, Figure(by_hop, "Bytes per hop")]
 
 
 def _surrogate_parts(results: SFLCompareResult) -> tuple[list[dict], str]:
@@ -467,97 +490,49 @@ def _replan_text(results: SFLCompareResult) -> str:
     )
 
 
-def _sections(results: SFLCompareResult) -> list[tuple[str, str | None, list[tuple]]]:
-    """The report once for both renderings: ``(title, anchor, parts)`` per section, a
-    part being ``("summary", lines)``, ``("text", str)``, ``("table", rows, columns,
-    caption)``, ``("bullets", items)`` or ``("figures", results)`` (HTML only)."""
+def report_page(results: SFLCompareResult) -> Page:
+    """The report, once for both files (``report.html`` and ``report.md``)."""
     sur_rows, sur_text = _surrogate_parts(results)
     verdict, *findings = results.summary or [""]
     note = same_plan_note(results)
-    sections: list[tuple[str, str | None, list[tuple]]] = [
-        (
-            "Verdict",
-            "verdict",
-            [("verdict", verdict), ("tradeoff", results)]
-            + ([("text", f"Same plan, so the same point and line: {note}.")] if note else []),
-        ),
-        (
-            "Summary",
-            "summary",
-            [
-                ("summary", findings),
-                ("table", versus_rows(results), VERSUS_COLS, "Against HSFL, paired by seed"),
-            ],
-        ),
-        ("Results per scheme", "results", [("table", results_rows(results), RESULT_COLS, None)]),
+    opening: list[Block] = [
+        Text(verdict, "verdict"),
+        Figure(lambda: tradeoff_figure(results), tradeoff_caption(results)),
+    ]
+    if note:
+        opening.append(Text(f"Same plan, so the same point and line: {note}."))
+    versus = Table(versus_rows(results), VERSUS_COLS, "Against HSFL, paired by seed")
+    sections = [
+        Section("Verdict", opening, anchor="verdict"),
+        Section("Summary", [Summary(findings), versus], anchor="summary"),
+        Section("Results per scheme", [Table(results_rows(results), RESULT_COLS)], "results"),
     ]
     if results.replanning:
-        replan = [
-            ("text", _replan_text(results)),
-            ("table", replan_rows(results), REPLAN_COLS, None),
-        ]
-        sections.append(("Static and re-planned", None, replan))
-    ablation = [("table", ablation_rows(results), ABLATION_COLS, None)]
-    baselines = [("table", baseline_rows(results), BASELINE_COLS, None)]
-    surrogate = [("text", sur_text)] + (
-        [("table", sur_rows, SURROGATE_COLS, None)] if sur_rows else []
-    )
-    return sections + [
-        ("Ablation: where the gain over HSFL comes from", None, ablation),
-        ("Baselines that split nothing (same rows, seeds, test split)", None, baselines),
-        ("Curves", None, [("figures", results)]),
+        replan = [Text(_replan_text(results)), Table(replan_rows(results), REPLAN_COLS)]
+        sections.append(Section("Static and re-planned", replan))
+    surrogate = [Text(sur_text)] + ([Table(sur_rows, SURROGATE_COLS)] if sur_rows else [])
+    rest = [
         (
-            "Bytes by hop and message type",
-            None,
-            [("table", bytes_rows(results), bytes_cols(results), None)],
+            "Ablation: where the gain over HSFL comes from",
+            [Table(ablation_rows(results), ABLATION_COLS)],
         ),
-        ("Plans (first seed)", None, [("table", plan_rows(results), PLAN_COLS, None)]),
-        ("Accuracy surrogate", None, surrogate),
-        ("Conditions", None, [("table", conditions_rows(results), COND_COLS, None)]),
-        ("Methods", None, [("bullets", METHODS)]),
+        (
+            "Baselines that split nothing (same rows, seeds, test split)",
+            [Table(baseline_rows(results), BASELINE_COLS)],
+        ),
+        ("Curves", _figures(results)),
+        ("Bytes by hop and message type", [Table(bytes_rows(results), bytes_cols(results))]),
+        ("Plans (first seed)", [Table(plan_rows(results), PLAN_COLS)]),
+        ("Accuracy surrogate", surrogate),
+        ("Conditions", [Table(conditions_rows(results), COND_COLS)]),
+        ("Methods", [Bullets(METHODS)]),
     ]
-
-
-def _html_part(part: tuple) -> str:
-    kind = part[0]
-    if kind == "verdict":
-        return html.paragraph(part[1], "verdict")
-    if kind == "tradeoff":
-        return html.figure(tradeoff_figure(part[1]), tradeoff_caption(part[1]))
-    if kind == "summary":
-        return f'<div class="summary">{html.bullet_list(part[1])}</div>'
-    if kind == "text":
-        return html.paragraph(part[1])
-    if kind == "table":
-        return html.table(part[1], part[2], caption=part[3])
-    if kind == "bullets":
-        return html.bullet_list(part[1])
-    return "".join(html.figure(f, cap) for f, cap in _figures(part[1]))
-
-
-def _markdown_part(part: tuple) -> str:
-    kind = part[0]
-    if kind == "verdict":
-        return markdown.paragraph(part[1])
-    if kind in ("summary", "bullets"):
-        return markdown.bullet_list(part[1])
-    if kind == "text":
-        return markdown.paragraph(part[1])
-    if kind == "table":
-        return markdown.table(part[1], part[2])
-    return ""  # figures: the HTML page only
-
-
-def render_html(results: SFLCompareResult) -> str:
-    parts = []
-    for title, anchor, body in _sections(results):
-        rendered = list(map(_html_part, body))
+    for title, blocks in rest:
         if title in FOLDED:
-            rendered = [html.details(f"show {title.split(':')[0].lower()}", *rendered)]
-        parts.append(html.section(title, *rendered, anchor=anchor))
-    return html.page(
-        TITLE, *parts, subtitle=f"flowsplit {results.flowsplit_version}, {results.generated}"
-    )
+            blocks = [Fold(f"show {title.split(':')[0].lower()}", blocks)]
+        sections.append(Section(title, blocks))
+    subtitle = f"flowsplit {results.flowsplit_version}, {results.generated}"
+    return Page(TITLE, sections, subtitle=subtitle)
 
 
 def _minus_acc_aware(v) -> str:
@@ -596,22 +571,14 @@ def ablation_rows(results: SFLCompareResult) -> list[dict]:
     return rows_of(results.ablation, ABLATION_COLS)
 
 
-def render_markdown(results: SFLCompareResult) -> str:
-    blocks = [f"# {TITLE}\n"]
-    for title, _, body in _sections(results):
-        parts = [_markdown_part(p) for p in body]
-        if any(parts):  # a section of figures only is the page's alone
-            blocks += [markdown.heading(title), *parts]
-    return markdown.document(*blocks)
-
-
 def write_report(out: str | Path, results: SFLCompareResult) -> Path:
     """Write results.json, report.md and report.html under ``out``; returns report.html."""
     out = Path(out)
     results.to_json(out / "results.json")
-    atomic_write_text(out / "report.md", render_markdown(results))
+    page = report_page(results)
+    atomic_write_text(out / "report.md", page.markdown())
     path = out / "report.html"
-    atomic_write_text(path, render_html(results))
+    atomic_write_text(path, page.html())
     return path
 
 

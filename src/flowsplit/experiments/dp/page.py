@@ -1,14 +1,16 @@
-"""The data-parallel study as an HTML page and as Markdown, from its typed result."""
+"""The data-parallel study's report page (``report.html`` and ``report.md``), from its
+typed result."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 import numpy as np
 
 from flowsplit.experiments.dp import plots as plots
 from flowsplit.experiments.dp.analysis import ERROR_LIMIT
-from flowsplit.experiments.dp.crosssource import section_html, section_markdown
+from flowsplit.experiments.dp.crosssource import other_source_sections
 from flowsplit.experiments.dp.result import Analysis, Cell, CompareResult, ModelAnalysis
 from flowsplit.experiments.dp.scaling import NETWORK_PRESETS
 from flowsplit.experiments.dp.tables import (
@@ -25,8 +27,20 @@ from flowsplit.experiments.dp.tables import (
     summary_rows,
     timing_rows,
 )
-from flowsplit.report import html, markdown
-from flowsplit.report.tables import Column, fmt_float
+from flowsplit.report.page import (
+    Block,
+    Bullets,
+    Column,
+    Figure,
+    Fold,
+    Grid,
+    Page,
+    Section,
+    Summary,
+    Table,
+    Text,
+    fmt_float,
+)
 
 TITLE = "Centralised vs data-parallel training"
 
@@ -196,151 +210,149 @@ def _verdict_caption(results: CompareResult) -> str:
     return text
 
 
-def render_html(results: CompareResult, records: Sequence[Mapping]) -> str:
-    """The self-contained report page (``records``: the runs, for their curves).
+def report_page(results: CompareResult, records: Sequence[Mapping]) -> Page:
+    """The study's report, once for both files (``records``: the runs, for their curves).
 
     It opens with the one-line verdict and one picture; long tables, the method and the
-    conditions are folded in ``<details>``; figures of a kind sit side by side."""
+    conditions are folded (open in the Markdown); figures of a kind sit side by side."""
     a = results.analysis
-    models = a.models
     verdict, *findings = results.summary or [""]
-    opening = [html.paragraph(verdict, "verdict")]
-    if models:
-        opening.append(html.figure(plots.verdict_chart(results), _verdict_caption(results)))
-    parts = [
-        html.section("Verdict", *opening, anchor="verdict"),
-        html.section(
+    opening: list[Block] = [Text(verdict, "verdict")]
+    if a.models:
+        opening.append(Figure(lambda: plots.verdict_chart(results), _verdict_caption(results)))
+    sections = [
+        Section("Verdict", opening, anchor="verdict"),
+        Section(
             "Summary",
-            f'<div class="summary">{html.bullet_list(findings)}</div>',
-            html.details("show the summary table", html.table(summary_rows(a), SUMMARY_COLS)),
+            [
+                Summary(findings),
+                Fold("show the summary table", [Table(summary_rows(a), SUMMARY_COLS)]),
+            ],
             anchor="summary",
         ),
+        *_time_and_accuracy_sections(a, records),
+        _communication_section(results),
+        *_scaling_section(a),
+        *_per_class_section(results, records),
+        *other_source_sections(results),  # --cross-source
+        Section("Method", [Fold("show the method", [Bullets(METHODS)])], anchor="method"),
+        _conditions_section(results),
     ]
-    parts += _time_and_accuracy_sections(a, records)
-    parts.append(_communication_section(results))
-    parts += _scaling_section(a)
-    parts += _per_class_section(results, records)
-    parts += section_html(results)  # --cross-source
-    parts.append(
-        html.section(
-            "Method", html.details("show the method", html.bullet_list(METHODS)), anchor="method"
-        )
-    )
-    parts.append(_conditions_section(results))
-    return html.page(
-        TITLE, *parts, subtitle=f"dataset {results.dataset_path}" + _quick_label(results)
-    )
+    return Page(TITLE, sections, subtitle=f"dataset {results.dataset_path}" + _quick_label(results))
 
 
-def _time_and_accuracy_sections(a: Analysis, records: Sequence[Mapping]) -> list[str]:
+def _time_and_accuracy_sections(a: Analysis, records: Sequence[Mapping]) -> list[Section]:
     """Time per epoch, accuracy and macro-F1 by model and workers (their tables folded),
     then every run's learning curves; nothing for a study without models."""
     models = a.models
     if not models:
         return []
-    parts = [
-        html.section(
+    charts = [
+        Figure(lambda: plots.epoch_time_chart(models), "Time per epoch by model and workers"),
+        Figure(
+            lambda: plots.quality_chart(
+                models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
+            ),
+            "Test accuracy by model and workers",
+        ),
+        Figure(
+            lambda: plots.quality_chart(
+                models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
+            ),
+            "Test macro-F1 by model and workers",
+        ),
+    ]
+    sections = [
+        Section(
             "Time and accuracy",
-            html.grid(
-                html.figure(plots.epoch_time_chart(models), "Time per epoch by model and workers"),
-                html.figure(
-                    plots.quality_chart(
-                        models, "accuracy", "Test accuracy, mean and 95 % CI", a.baselines
-                    ),
-                    "Test accuracy by model and workers",
+            [
+                Grid(charts),
+                Fold(
+                    "show the timing and statistics tables",
+                    [
+                        Table(timing_rows(a), TIMING_COLS, caption="Time per model and mode"),
+                        Table(stats_rows(a), STATS_COLS, caption="Statistics"),
+                    ],
                 ),
-                html.figure(
-                    plots.quality_chart(
-                        models, "macro_f1", "Test macro-F1, mean and 95 % CI", a.baselines
-                    ),
-                    "Test macro-F1 by model and workers",
-                ),
-            ),
-            html.details(
-                "show the timing and statistics tables",
-                html.table(timing_rows(a), TIMING_COLS, caption="Time per model and mode"),
-                html.table(stats_rows(a), STATS_COLS, caption="Statistics"),
-            ),
+            ],
             anchor="accuracy",
         )
     ]
     curves = [
-        html.figure(plots.learning_curves_chart(m, records), f"{m}: learning curves")
+        Figure(partial(plots.learning_curves_chart, m, records), f"{m}: learning curves")
         for m in models
         if any(r.model == m and r.loss_per_epoch for r in records)
     ]
     if curves:
-        parts.append(
-            html.section(
-                "Learning curves",
-                html.paragraph(
-                    "Training loss and validation macro-F1 of every run (one line per seed), "
-                    "against epoch and against training time, per worker count."
-                ),
-                html.grid(*curves, min_px=540),
-                anchor="learning-curves",
-            )
+        intro = (
+            "Training loss and validation macro-F1 of every run (one line per seed), "
+            "against epoch and against training time, per worker count."
         )
-    return parts
+        grid = Grid(curves, min_px=540, intro=intro)
+        sections.append(Section("Learning curves", [grid], anchor="learning-curves"))
+    return sections
 
 
-def _communication_section(results: CompareResult) -> str:
+def _communication_section(results: CompareResult) -> Section:
     """Communication share, the all-reduce benchmark and its fit, the hooks' table."""
     a = results.analysis
     models = a.models
-    comm = [html.figure(plots.comm_share_chart(models), "Communication share")] if models else []
-    folded = []
+    comm = [Figure(lambda: plots.comm_share_chart(models), "Communication share")] if models else []
+    folded: list[Block] = []
     bench = results.allreduce.benchmark
     fit = results.allreduce.fit
     if bench and fit:
         comm.append(
-            html.figure(
-                plots.allreduce_chart(bench.sizes, bench.times_s, fit, bench.n_workers),
+            Figure(
+                lambda: plots.allreduce_chart(bench.sizes, bench.times_s, fit, bench.n_workers),
                 "All-reduce micro-benchmark and fitted ring model",
             )
         )
-        folded.append(html.table(bench.rows, AR_COLS, caption="All-reduce micro-benchmark"))
+        folded.append(Table(bench.rows, AR_COLS, caption="All-reduce micro-benchmark"))
     hooks = hook_rows(a)
     if hooks:
-        folded += [html.paragraph(HOOKS_TEXT), html.table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
-    body = [html.grid(*comm)] if comm else []
+        folded += [Text(HOOKS_TEXT), Table(hooks, HOOK_COLS, caption=HOOKS_CAPTION)]
+    body: list[Block] = [Grid(comm)] if comm else []
     if folded:
-        body.append(html.details("show the all-reduce and hook tables", *folded))
-    return html.section("Communication", *body, anchor="communication")
+        body.append(Fold("show the all-reduce and hook tables", folded))
+    return Section("Communication", body, anchor="communication")
 
 
-def _scaling_section(a: Analysis) -> list[str]:
+def _scaling_section(a: Analysis) -> list[Section]:
     """The scaling model's fit, speedup charts and predictions (none without a fit)."""
     fit_rows, pred_rows = scaling_rows(a)
     if not fit_rows:
         return []
     speed = [
-        html.figure(plots.speedup_chart(m, e, _net_names()), f"{m}: speedup")
+        Figure(partial(plots.speedup_chart, m, e, _net_names()), f"{m}: speedup")
         for m, e in a.models.items()
         if e.scaling and e.scaling.predictions
     ]
+    text = (
+        "Per model: the speedup measured on this machine, and the scaling model's "
+        "predictions for larger clusters (dashed past the worker counts measured: "
+        f"unchecked). The model's error on the measured points (target within +-"
+        f"{100 * ERROR_LIMIT:.0f} %; 'held out' points were not used in the fit) is "
+        "in the table below."
+    )
+    tables = [
+        Table(fit_rows, FIT_COLS, caption="Scaling model on the measured points"),
+        Table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
+    ]
     return [
-        html.section(
+        Section(
             "Scaling model",
-            html.paragraph(
-                "Per model: the speedup measured on this machine, and the scaling model's "
-                "predictions for larger clusters (dashed past the worker counts measured: "
-                f"unchecked). The model's error on the measured points (target within +-"
-                f"{100 * ERROR_LIMIT:.0f} %; 'held out' points were not used in the fit) is "
-                "in the table below."
-            ),
-            html.grid(*speed, min_px=540),
-            html.details(
-                "show the fit and the predicted scaling efficiency",
-                html.table(fit_rows, FIT_COLS, caption="Scaling model on the measured points"),
-                html.table(pred_rows, PRED_COLS, caption="Predicted scaling efficiency"),
-            ),
+            [
+                Text(text),
+                Grid(speed, min_px=540),
+                Fold("show the fit and the predicted scaling efficiency", tables),
+            ],
             anchor="scaling",
         )
     ]
 
 
-def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> list[str]:
+def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> list[Section]:
     """F1 per class and the confusion matrices (centralised and the headline count), the
     matrices in a grid."""
     cms = []
@@ -353,29 +365,27 @@ def _per_class_section(results: CompareResult, records: Sequence[Mapping]) -> li
             if mat is not None:
                 mode = "centralised" if n == 1 else f"{n} workers"
                 title = f"{model}, {mode} (sum over {k} seeds)"
-                cms.append(html.figure(plots.confusion_chart(mat, classes, title), title))
-    body = []
+                cms.append(Figure(partial(plots.confusion_chart, mat, classes, title), title))
+    body: list[Block] = []
     pc_rows, pc_cols = per_class_table(results)
     if pc_rows and len(pc_cols) > 1:
         if results.per_class_f1:
-            body.append(html.figure(plots.per_class_chart(results), "Test F1 per class"))
-        body.append(
-            html.details(
-                "show the F1 per class table",
-                html.table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds"),
-            )
-        )
+            body.append(Figure(lambda: plots.per_class_chart(results), "Test F1 per class"))
+        table = Table(pc_rows, pc_cols, caption="Test F1 per class, mean over seeds")
+        body.append(Fold("show the F1 per class table", [table]))
     if cms:
-        body.append(html.grid(*cms, min_px=270))
-    return [html.section("Per-class results", *body, anchor="per-class")] if body else []
+        body.append(Grid(cms, min_px=270))
+    return [Section("Per-class results", body, anchor="per-class")] if body else []
 
 
-def _conditions_section(results: CompareResult) -> str:
+def _conditions_section(results: CompareResult) -> Section:
     failures = [f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items()]
-    return html.section(
+    return Section(
         "Conditions",
-        *([html.bullet_list(failures, "warn")] if failures else []),
-        html.details("show the conditions", html.table(_conditions(results), COND_COLS)),
+        [
+            *([Bullets(failures, "warn")] if failures else []),
+            Fold("show the conditions", [Table(_conditions(results), COND_COLS)]),
+        ],
         anchor="conditions",
     )
 
@@ -385,56 +395,3 @@ def _quick_label(results: CompareResult) -> str:
     if not results.quick:
         return ""
     return " · quick settings (--quick): short runs, not a converged study"
-
-
-def render_markdown(results: CompareResult) -> str:
-    """The same findings as Markdown (tables, no figures)."""
-    a = results.analysis
-    fit_rows, pred_rows = scaling_rows(a)
-    blocks = [
-        markdown.heading(TITLE, 1),
-        markdown.paragraph(f"dataset {results.dataset_path}" + _quick_label(results)),
-        markdown.heading("Verdict"),
-        markdown.paragraph((results.summary or [""])[0]),
-        markdown.heading("Summary"),
-        markdown.bullet_list(results.summary[1:]),
-        markdown.table(summary_rows(a), SUMMARY_COLS),
-        markdown.heading("Time per model and mode"),
-        markdown.table(timing_rows(a), TIMING_COLS),
-        markdown.heading("Statistics"),
-        markdown.table(stats_rows(a), STATS_COLS),
-    ]
-    pc_rows, pc_cols = per_class_table(results)
-    if pc_rows and len(pc_cols) > 1:
-        blocks += [markdown.heading("Test F1 per class"), markdown.table(pc_rows, pc_cols)]
-    blocks += section_markdown(results)  # --cross-source
-    if fit_rows:
-        blocks += [
-            markdown.heading("Scaling model"),
-            markdown.table(fit_rows, FIT_COLS),
-            markdown.table(pred_rows, PRED_COLS),
-        ]
-    hooks = hook_rows(a)
-    if hooks:
-        blocks += [
-            markdown.heading(HOOKS_CAPTION),
-            markdown.paragraph(HOOKS_TEXT),
-            markdown.table(hooks, HOOK_COLS),
-        ]
-    bench = results.allreduce.benchmark
-    if bench:
-        blocks += [
-            markdown.heading("All-reduce micro-benchmark"),
-            markdown.table(bench.rows, AR_COLS),
-        ]
-    blocks += [
-        markdown.heading("Method"),
-        markdown.bullet_list(METHODS),
-        markdown.heading("Conditions"),
-        markdown.table(_conditions(results), COND_COLS),
-    ]
-    if results.failures:
-        blocks.append(
-            markdown.bullet_list(f"{k}: {v.splitlines()[0]}" for k, v in results.failures.items())
-        )
-    return markdown.document(*blocks)
