@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flowsplit.models.xgb import NotFittedError, XGBoostClassifier
+from flowsplit.models.xgb import NotFittedError, XGBoostClassifier, dask_workers
 
 
 def _blobs(n=600, n_classes=3, seed=0):
@@ -69,3 +69,29 @@ def test_n_classes_keeps_output_width_when_a_class_is_absent():
 def test_inputs_are_validated_at_the_boundary(X, y, message):
     with pytest.raises(ValueError, match=message):
         XGBoostClassifier(n_estimators=2).fit(X, y)
+
+
+class _Client:
+    """A Dask client whose scheduler answers from its worker-less cache ``empty`` times."""
+
+    def __init__(self, empty: int, workers: list[str]):
+        self.empty, self.workers, self.asked = empty, workers, 0
+
+    def scheduler_info(self, n_workers: int = 0) -> dict:
+        self.asked += 1
+        listed = self.workers if self.asked > self.empty and n_workers == -1 else []
+        return {"workers": {w: {} for w in listed}}
+
+    def run(self, fn) -> dict:
+        return {w: fn() for w in self.workers}
+
+
+def test_dask_workers_survive_an_answer_from_the_worker_less_cache():
+    # A refreshed answer lists the workers; asking for all of them (-1) matters.
+    assert dask_workers(_Client(1, ["tcp://a", "tcp://b"])) == ["tcp://a", "tcp://b"]
+    # The scheduler never lists them: the workers answer themselves.
+    never = _Client(99, ["tcp://a", "tcp://b"])
+    assert dask_workers(never) == ["tcp://a", "tcp://b"] and never.asked == 3
+    # No worker anywhere is an error that says so, not a division by zero later.
+    with pytest.raises(RuntimeError, match="no workers"):
+        dask_workers(_Client(99, []))

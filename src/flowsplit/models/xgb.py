@@ -236,7 +236,7 @@ class XGBoostClassifier:
                 return xgb.DMatrix(X, label=y, weight=weight, nthread=self.n_jobs or 0)
 
         else:
-            workers = list(client.scheduler_info()["workers"])
+            workers = dask_workers(client)
 
             def matrix(X, y, weight=None):
                 return _dask_matrix(client, workers, X, y, self.random_state, weight)
@@ -328,6 +328,28 @@ def _check_xy(X: Any, y: Any, *, n_features: int | None = None):
     if len(y) == 0:
         raise ValueError("cannot fit on 0 samples")
     return X, y.astype(np.int64)
+
+
+def dask_workers(client: Any) -> list[str]:
+    """The addresses of the Dask cluster's workers, asked of the scheduler.
+
+    ``client.scheduler_info()`` answers from the client's cache when its fresh request
+    fails (an ``OSError`` it logs at debug level only, or a client reconnecting), and
+    that cache holds cluster totals only, no workers: a busy machine once got an empty
+    list there and a division by zero further on. Ask again, then ask the workers
+    themselves (:meth:`Client.run` reaches every worker through the scheduler); none at
+    all is an error that says so.
+    """
+    import os
+
+    for _ in range(3):
+        workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
+        if workers:
+            return workers
+    workers = list(client.run(os.getpid))
+    if not workers:
+        raise RuntimeError("the Dask cluster has no workers (they left or never started)")
+    return workers
 
 
 def _dask_matrix(

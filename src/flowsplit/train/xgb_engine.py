@@ -37,6 +37,7 @@ import xgboost as xgb
 from flowsplit.data.store import load_dataset
 from flowsplit.errors import ConfigError
 from flowsplit.models.registry import build_estimator
+from flowsplit.models.xgb import dask_workers
 from flowsplit.result import RunResult
 from flowsplit.train.config import TrainConfig
 from flowsplit.train.metrics import class_weights, classification_summary, macro_f1
@@ -244,7 +245,7 @@ def _fit_on_dask(
     with dask_client(cfg, cfg.workers, threads) as (client, coll_cfg):
         est.fit(X_tr, y_tr, **fit_args, callbacks=[RoundTimer()], client=client, coll_cfg=coll_cfg)
         round_times = json.loads(est.booster_.attr(RoundTimer.ATTR))
-        workers = list(client.scheduler_info()["workers"])
+        workers = dask_workers(client)
         extra.update(
             _calibrate_sync(client, workers, est, X_tr, y_tr, X_val, y_val, round_times, cfg.seed)
         )
