@@ -156,16 +156,10 @@ def predict(
 ):
     """Classify the flows of new captures with a trained run: a DataFrame, one row per flow
     (5-tuple, times, ``predicted``, ``confidence``; below ``min_confidence``: ``unknown``)."""
-    import pandas as pd
+    from flowsplit.train.evaluation import predict_captures
 
     files = [captures] if isinstance(captures, str | Path) else list(captures)
-    with tempfile.TemporaryDirectory(prefix="flowsplit-predict-") as tmp:
-        out = Path(tmp) / "predictions.csv"
-        argv = ["predict", str(run), *map(str, files), "-o", str(out)]
-        if min_confidence is not None:
-            argv += ["--min-confidence", str(min_confidence)]
-        run_command(argv, quiet=True)
-        return pd.read_csv(out)
+    return predict_captures(run, files, min_confidence)
 
 
 def read_result(run: PathLike) -> RunResult:

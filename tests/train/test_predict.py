@@ -175,3 +175,14 @@ def test_predict_min_confidence_labels_the_unsure_flows_unknown(demo_dataset, tm
     # A value that is no probability is a one-line usage error.
     assert cli_main(["predict", str(run), captures[0], "--min-confidence", "1.5"]) == 2
     assert "not a probability between 0 and 1" in capsys.readouterr().err
+    # The library call gives the command's table (no CSV round trip), the same refusal.
+    from flowsplit.errors import ConfigError
+    from flowsplit.train.evaluation import predict_captures
+
+    table = predict_captures(run, captures, threshold)
+    assert list(table["predicted"]) == [r["predicted"] for r in rows]
+    assert [f"{c:.4f}" for c in table["confidence"]] == [
+        f"{float(r['confidence']):.4f}" for r in rows
+    ]
+    with pytest.raises(ConfigError, match="not a probability between 0 and 1"):
+        predict_captures(run, captures, float("nan"))

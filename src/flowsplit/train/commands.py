@@ -30,7 +30,7 @@ from flowsplit.config_args import (
 from flowsplit.errors import ConfigError, InputError
 from flowsplit.outputs import atomic_write_text, output_file
 from flowsplit.train.config import RESUMABLE_OPTIONS, TrainConfig
-from flowsplit.train.evaluation import SPLIT_CHOICES
+from flowsplit.train.evaluation import SPLIT_CHOICES, UNKNOWN
 
 if TYPE_CHECKING:
     from flowsplit.train.distributed import DistEnv
@@ -40,7 +40,6 @@ ROUNDS_WHY = "--rounds are federated rounds in the sfl commands"
 OUT_WHY = "-o/--out is what every command writes"
 """Why ``evaluate/predict --output`` was renamed."""
 
-UNKNOWN = "unknown"
 """``predict --min-confidence``: the label of a flow the model is not confident about."""
 
 TRAIN_DESCRIPTION = """\
@@ -446,51 +445,17 @@ def _print_scores(summary: dict, model: str, args: argparse.Namespace, absent) -
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from flowsplit.data.prepare import extract_views
-    from flowsplit.train.runs import load_trained_model, predict_proba
+    from flowsplit.train.evaluation import predict_captures
 
     check_output(args.out)
-    model, doc = load_trained_model(args.run)
-    info = doc["model"]
-    kind = doc["dataset"].get("kind", "capture")
-    if kind != "capture":
-        raise ConfigError(
-            f"{args.run} was trained on a dataset of {kind} files, whose features are not computed from "
-            "captures the same way; predict classifies captures with models trained on captures"
-        )
-    missing = [p for p in args.captures if not Path(p).exists()]
-    if missing:
-        raise InputError(missing[0], "no such file")
-    meta, views, stats = extract_views(
-        [Path(p) for p in args.captures],
-        doc["dataset"].get("options"),
-        Path(args.run) / "config.json",
-    )
-    if info["view"] == "stats":
-        columns = doc["dataset"].get("view_columns") or list(stats.columns)
-        x = stats[columns].to_numpy(dtype=np.float32)
-    else:
-        x = views[info["view"]]
-        if list(x.shape[1:]) != list(info["input_shape"]):
-            raise InputError(
-                args.run,
-                f"its model reads {info['view']} samples of {tuple(info['input_shape'])}; its "
-                f"dataset's prepare options give {tuple(x.shape[1:])} (not a prepared capture set?)",
-            )
-    proba = predict_proba(model, x)
-    table = meta.reset_index(drop=True).copy()
-    names = np.asarray(info["classes"], dtype=object)[proba.argmax(1)]
-    confidence = proba.max(1)
-    if args.min_confidence is not None:
-        # Below the threshold the model's best guess is not trusted: the flow is unknown.
-        names = np.where(confidence >= args.min_confidence, names, UNKNOWN)
-    table["predicted"] = names
-    table["confidence"] = confidence.round(4)
+    table = predict_captures(args.run, args.captures, args.min_confidence)
     if args.out:
         write_output(args.out, table.to_csv(index=False))
         if args.out == "-":
             return 0
-        unknown = int((names == UNKNOWN).sum()) if args.min_confidence is not None else 0
+        unknown = (
+            int((table["predicted"] == UNKNOWN).sum()) if args.min_confidence is not None else 0
+        )
         note = f" ({unknown} below --min-confidence: {UNKNOWN})" if unknown else ""
         print(f"{len(table)} flows classified{note} -> {args.out}")
     elif args.format == "csv":
@@ -591,11 +556,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _probability(text: str) -> float:
-    """The value of ``--min-confidence``: a probability in [0, 1]."""
+    """The value of ``--min-confidence``: a number (:func:`predict_captures` checks that
+    it is a probability)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise ConfigError(f"--min-confidence {text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"--min-confidence {text} is not a probability between 0 and 1")
-    return value

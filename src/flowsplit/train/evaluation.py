@@ -1,4 +1,5 @@
-"""Scoring a trained model on another dataset: classes matched by name, not by index.
+"""A trained run on new data: scored on another dataset (:func:`evaluate_run`), classes
+matched by name, not by index; new captures classified (:func:`predict_captures`).
 
 A held-out dataset need not have the training set's classes in the same order, nor
 the same classes at all. Its flows of a class the model knows are scored (labels moved
@@ -10,13 +11,19 @@ may still predict them (those predictions count as errors).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from flowsplit.data.store import Dataset
-from flowsplit.errors import InputError
+from flowsplit.errors import ConfigError, InputError
 from flowsplit.train.metrics import classification_summary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SPLIT_CHOICES = ("train", "val", "test", "all")
 """``--split`` of ``evaluate``: one split, or every flow of the dataset."""
@@ -292,3 +299,64 @@ def evaluate_run(run, dataset, split: str = "test") -> Evaluation:
     }
     table = predictions_frame(ds, rows, proba, mapping.model_classes)
     return Evaluation(summary, table, model, doc, ds, mapping, x, y)
+
+
+UNKNOWN = "unknown"
+"""The class :func:`predict_captures` gives a flow whose top probability is below its
+``min_confidence``."""
+
+
+def predict_captures(
+    run, captures: Iterable[str | Path], min_confidence: float | None = None
+) -> pd.DataFrame:
+    """Classify the flows of ``captures`` with the model of a ``train`` or ``sfl run``
+    directory: one row per flow (5-tuple, times, ``predicted``, ``confidence``), read
+    with the capture options the run's dataset was prepared with. A flow whose top class
+    probability is below ``min_confidence`` is :data:`UNKNOWN`. Raises one line
+    (:class:`~flowsplit.errors.InputError`, :class:`~flowsplit.errors.ConfigError`)
+    when the run, a capture or ``min_confidence`` will not do.
+    """
+    from flowsplit.data.prepare import extract_views
+    from flowsplit.train.runs import load_trained_model, predict_proba
+
+    if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
+        raise ConfigError(
+            f"--min-confidence {min_confidence:g} is not a probability between 0 and 1"
+        )
+    captures = [Path(c) for c in captures]
+    model, doc = load_trained_model(run)
+    info = doc["model"]
+    kind = doc["dataset"].get("kind", "capture")
+    if kind != "capture":
+        raise ConfigError(
+            f"{run} was trained on a dataset of {kind} files, whose features are not "
+            "computed from captures the same way; predict classifies captures with models "
+            "trained on captures"
+        )
+    missing = [c for c in captures if not c.exists()]
+    if missing:
+        raise InputError(missing[0], "no such file")
+    meta, views, stats = extract_views(
+        captures, doc["dataset"].get("options"), Path(run) / "config.json"
+    )
+    if info["view"] == "stats":
+        columns = doc["dataset"].get("view_columns") or list(stats.columns)
+        x = stats[columns].to_numpy(dtype=np.float32)
+    else:
+        x = views[info["view"]]
+        if list(x.shape[1:]) != list(info["input_shape"]):
+            raise InputError(
+                run,
+                f"its model reads {info['view']} samples of {tuple(info['input_shape'])}; its "
+                f"dataset's prepare options give {tuple(x.shape[1:])} (not a prepared capture set?)",
+            )
+    proba = predict_proba(model, x)
+    table = meta.reset_index(drop=True).copy()
+    names = np.asarray(info["classes"], dtype=object)[proba.argmax(1)]
+    confidence = proba.max(1)
+    if min_confidence is not None:
+        # Below the threshold the model's best guess is not trusted: the flow is unknown.
+        names = np.where(confidence >= min_confidence, names, UNKNOWN)
+    table["predicted"] = names
+    table["confidence"] = confidence.round(4)
+    return table
