@@ -72,26 +72,29 @@ def test_inputs_are_validated_at_the_boundary(X, y, message):
 
 
 class _Client:
-    """A Dask client whose scheduler answers from its worker-less cache ``empty`` times."""
+    """A Dask client whose scheduler answers from its worker-less cache (``cached``), as
+    ``scheduler_info`` does when its fresh request fails, or lists its ``workers`` when
+    asked for all of them."""
 
-    def __init__(self, empty: int, workers: list[str]):
-        self.empty, self.workers, self.asked = empty, workers, 0
+    def __init__(self, cached: bool, workers: list[str]):
+        self.cached, self.workers, self.ran = cached, workers, False
 
     def scheduler_info(self, n_workers: int = 0) -> dict:
-        self.asked += 1
-        listed = self.workers if self.asked > self.empty and n_workers == -1 else []
+        listed = [] if self.cached or n_workers != -1 else self.workers
         return {"workers": {w: {} for w in listed}}
 
     def run(self, fn) -> dict:
+        self.ran = True
         return {w: fn() for w in self.workers}
 
 
 def test_dask_workers_survive_an_answer_from_the_worker_less_cache():
-    # A refreshed answer lists the workers; asking for all of them (-1) matters.
-    assert dask_workers(_Client(1, ["tcp://a", "tcp://b"])) == ["tcp://a", "tcp://b"]
-    # The scheduler never lists them: the workers answer themselves.
-    never = _Client(99, ["tcp://a", "tcp://b"])
-    assert dask_workers(never) == ["tcp://a", "tcp://b"] and never.asked == 3
+    # A fresh answer lists the workers (asked for all of them: -1); no second question.
+    fresh = _Client(False, ["tcp://a", "tcp://b"])
+    assert dask_workers(fresh) == ["tcp://a", "tcp://b"] and not fresh.ran
+    # The scheduler's answer comes from its cache: the workers answer themselves.
+    cached = _Client(True, ["tcp://a", "tcp://b"])
+    assert dask_workers(cached) == ["tcp://a", "tcp://b"] and cached.ran
     # No worker anywhere is an error that says so, not a division by zero later.
     with pytest.raises(RuntimeError, match="no workers"):
-        dask_workers(_Client(99, []))
+        dask_workers(_Client(True, []))

@@ -336,17 +336,14 @@ def dask_workers(client: Any) -> list[str]:
     ``client.scheduler_info()`` answers from the client's cache when its fresh request
     fails (an ``OSError`` it logs at debug level only, or a client reconnecting), and
     that cache holds cluster totals only, no workers: a busy machine once got an empty
-    list there and a division by zero further on. Ask again, then ask the workers
-    themselves (:meth:`Client.run` reaches every worker through the scheduler); none at
-    all is an error that says so.
+    list there and a division by zero further on. Then ask the workers themselves
+    (:meth:`Client.run` reaches every worker through the scheduler, and raises when it
+    cannot); none at all is an error that says so.
     """
     import os
 
-    for _ in range(3):
-        workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
-        if workers:
-            return workers
-    workers = list(client.run(os.getpid))
+    workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
+    workers = workers or list(client.run(os.getpid))
     if not workers:
         raise RuntimeError("the Dask cluster has no workers (they left or never started)")
     return workers
