@@ -191,6 +191,9 @@ def _sfl_config(**fields):
         (lambda t: fs.prepare(CAPTURES, t / "o", classes="dns"), "classes is 'dns', not tuple"),
         (lambda t: fs.prepare(CAPTURES, t / "o", seed=2**70), "--seed must be an integer"),
         (lambda t: fs.prepare(None, t / "o"), "inputs: give a path, not None"),
+        (lambda t: fs.predict(None, CAPTURES), "run: give a path, not None"),
+        (lambda t: fs.predict(t, [CAPTURES, None]), "captures: give a path, not None"),
+        (lambda t: fs.predict(t, CAPTURES, min_confidence="0.5"), "'0.5' is not a probability"),
         (lambda t: fs.train(fs.sfl), "config: give a TrainConfig, not module"),
         (lambda t: fs.sfl.run(t, t / "o", rounds=False), "rounds=False: --rounds takes a value"),
         (lambda t: fs.compare(t, t / "o", help=True), "help: not an option of a call"),
@@ -244,12 +247,12 @@ def test_the_label_column_reaches_both_the_labelling_and_the_flow_csv_reader(tmp
     assert opts.labels.file_column == "pcap" and opts.top_classes == 3
 
 
-def test_prepare_takes_one_path_or_any_iterable_of_paths(tmp_path):
-    from flowsplit.api import _prepare_paths
+def test_prepare_and_predict_take_one_path_or_any_iterable_of_paths():
+    from flowsplit.api import _paths
 
     caps = sorted(CAPTURES.glob("dns/*.pcap"))
-    assert _prepare_paths(CAPTURES, tmp_path / "o", False) == [str(CAPTURES)]
+    assert _paths("inputs", CAPTURES) == [str(CAPTURES)]
     # A generator (Path.glob's) is its paths, as before the path checks: not one bad path
-    assert _prepare_paths((p for p in caps), tmp_path / "o", False) == [str(p) for p in caps]
-    with pytest.raises(FlowsplitError, match="inputs: give a path, not int"):
-        _prepare_paths(3, tmp_path / "o", False)
+    assert _paths("inputs", (p for p in caps)) == [str(p) for p in caps]
+    with pytest.raises(FlowsplitError, match="captures: give a path, not int"):
+        _paths("captures", 3)

@@ -74,16 +74,25 @@ def prepare(
     """
     from flowsplit.data.prepare import prepare_dataset
 
-    files = _prepare_paths(inputs, out, overwrite)
+    files = _paths("inputs", inputs)
+    path_argument("out", out)
+    if not isinstance(overwrite, bool):
+        raise ConfigError(f"overwrite: give True or False, not {overwrite!r}")
     if config is not None:
         if not isinstance(config, PrepareOptions):
             raise ConfigError(f"config: give a PrepareOptions, not {type(config).__name__}")
         if options or label_by != "auto" or labels is not None:
             raise TypeError("prepare(inputs, out, config): give the options in the config")
-        prepare_dataset(files, out, config, progress=progress, overwrite=overwrite)
-        return load_dataset(out)
-    # LabelSpec's fields go to it; one it shares with PrepareOptions (``label_column``)
-    # goes to both, as ``prepare --label-column`` does.
+    else:
+        config = _prepare_options(label_by, labels, options)
+    prepare_dataset(files, out, config, progress=progress, overwrite=overwrite)
+    return load_dataset(out)
+
+
+def _prepare_options(label_by: str, labels: Any, options: dict[str, Any]) -> PrepareOptions:
+    """:func:`prepare`'s keywords as one :class:`PrepareOptions`: LabelSpec's fields go
+    to its ``labels``; one it shares with PrepareOptions (``label_column``) goes to both,
+    as ``prepare --label-column`` does."""
     label_keys = {f.name for f in dataclasses.fields(LabelSpec)} - {"by", "labels"}
     shared = label_keys & {f.name for f in dataclasses.fields(PrepareOptions)}
     spec = LabelSpec(
@@ -98,23 +107,14 @@ def prepare(
     for key in ("views", "classes", "exclude_classes", "class_names"):
         if isinstance(options.get(key), list):
             options[key] = tuple(options[key])
-    prepare_dataset(
-        files, out, PrepareOptions(labels=spec, **options), progress=progress, overwrite=overwrite
-    )
-    return load_dataset(out)
+    return PrepareOptions(labels=spec, **options)
 
 
-def _prepare_paths(inputs: Any, out: Any, overwrite: Any) -> list[str]:
-    """:func:`prepare`'s inputs as a list of paths, after checking them, ``out`` and
-    ``overwrite`` (a ``None`` path, or ``overwrite="no"``, taken as true, are refused)."""
-    # One path, or any iterable of them (``Path("caps").glob("*.pcap")``).
+def _paths(name: str, inputs: Any) -> list[str]:
+    """One path, or any iterable of them (``Path("caps").glob("*.pcap")``), as a list,
+    each checked (:func:`path_argument`: ``None`` is refused, naming ``name``)."""
     one = isinstance(inputs, str | Path) or not isinstance(inputs, Iterable)
-    items = [inputs] if one else list(inputs)
-    files = [path_argument("inputs", f) for f in items]
-    path_argument("out", out)
-    if not isinstance(overwrite, bool):
-        raise ConfigError(f"overwrite: give True or False, not {overwrite!r}")
-    return files
+    return [path_argument(name, f) for f in ([inputs] if one else list(inputs))]
 
 
 def load_dataset(path: PathLike) -> Dataset:
@@ -158,8 +158,8 @@ def predict(
     (5-tuple, times, ``predicted``, ``confidence``; below ``min_confidence``: ``unknown``)."""
     from flowsplit.train.evaluation import predict_captures
 
-    files = [captures] if isinstance(captures, str | Path) else list(captures)
-    return predict_captures(run, files, min_confidence)
+    files = _paths("captures", captures)
+    return predict_captures(path_argument("run", run), files, min_confidence)
 
 
 def read_result(run: PathLike) -> RunResult:

@@ -40,8 +40,6 @@ ROUNDS_WHY = "--rounds are federated rounds in the sfl commands"
 OUT_WHY = "-o/--out is what every command writes"
 """Why ``evaluate/predict --output`` was renamed."""
 
-"""``predict --min-confidence``: the label of a flow the model is not confident about."""
-
 TRAIN_DESCRIPTION = """\
 Train one model and write RUN/: config.json, train.log, checkpoint.pt (each epoch),
 weights.safetensors (or model.ubj for XGBoost) and metrics.json (one schema for every

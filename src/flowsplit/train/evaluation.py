@@ -11,6 +11,7 @@ may still predict them (those predictions count as errors).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -319,9 +320,13 @@ def predict_captures(
     from flowsplit.data.prepare import extract_views
     from flowsplit.train.runs import load_trained_model, predict_proba
 
-    if min_confidence is not None and not 0.0 <= min_confidence <= 1.0:
+    if min_confidence is not None and not (
+        isinstance(min_confidence, numbers.Real)
+        and not isinstance(min_confidence, bool)
+        and 0.0 <= min_confidence <= 1.0  # nan is not
+    ):
         raise ConfigError(
-            f"--min-confidence {min_confidence:g} is not a probability between 0 and 1"
+            f"--min-confidence {min_confidence!r} is not a probability between 0 and 1"
         )
     captures = [Path(c) for c in captures]
     model, doc = load_trained_model(run)
